@@ -1,0 +1,154 @@
+# kdet — one non-recursive Makefile for the whole tree.
+#
+# Every folder that builds something has a rules.mk, included below, which
+# calls the kd_lib / kd_prog / kd_test macros. Objects go under $(O) so the
+# same sources build in several configurations side by side:
+#   make                  -> build/        (-O2, -Werror)
+#   make O=build-asan SANITIZE=1 -> ASan + UBSan
+# `make check` runs the tests in both and prints one total line.
+
+O        ?= build
+ASAN_O   ?= build-asan
+SANITIZE ?=
+JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+ONLY     ?=
+
+PKG_CONFIG ?= pkg-config
+PKGS := jansson yaml-0.1 libcurl libmicrohttpd libarchive libpq openssl cmocka
+PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
+
+WARN     := -Wall -Wextra -Werror -Wno-format-zero-length -Wshadow -Wvla \
+            -Wmissing-prototypes -Wstrict-prototypes
+CFLAGS   ?= -g -O2
+KD_CFLAGS = -std=gnu11 $(WARN) -D_GNU_SOURCE -fPIC -Ilib -Idtrain/include \
+            -MMD -MP $(PKG_CFLAGS)
+KD_LDFLAGS = -pthread
+ifeq ($(SANITIZE),1)
+  CFLAGS   = -g -O1
+  KD_CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer \
+                -fno-sanitize-recover=undefined -DKD_SANITIZE=1
+  KD_LDFLAGS += -fsanitize=address,undefined
+endif
+
+# ---- macros ---------------------------------------------------------------
+kd_objs = $(patsubst %.c,$(O)/obj/%.o,$(1))
+kd_libs = $(foreach l,$(1),$(O)/lib/libkd_$(l).a)
+
+# $(call kd_lib,NAME,SRCS): static library $(O)/lib/libkd_NAME.a
+define kd_lib
+$(O)/lib/libkd_$(1).a: $(call kd_objs,$(2))
+	@mkdir -p $$(@D)
+	@rm -f $$@
+	@$$(if $$(Q),echo "  AR      $$@")
+	$$(Q)$$(AR) rcs $$@ $$^
+ALL_LIBS += $(O)/lib/libkd_$(1).a
+endef
+
+# $(call kd_prog,NAME,SRCS,KD_LIBS,LDLIBS): program $(O)/bin/NAME.
+# KD_LIBS in link order (dependents first, core last).
+define kd_prog
+$(O)/bin/$(1): $(call kd_objs,$(2)) $(call kd_libs,$(3))
+	@mkdir -p $$(@D)
+	@$$(if $$(Q),echo "  LD      $$@")
+	$$(Q)$$(CC) $$(KD_LDFLAGS) -o $$@ $(call kd_objs,$(2)) $(call kd_libs,$(3)) $(4)
+ALL_PROGS += $(O)/bin/$(1)
+endef
+
+# $(call kd_test,NAME,SRCS,KD_LIBS,LDLIBS,TIMEOUT_S,TAGS,EXTRA_DEPS):
+# test binary $(O)/tests/NAME, run by tests/run under a timeout.
+# TAGS: slow (skipped by `make check-quick`), gpu (needs KD_TEST_GPU=1),
+# noasan (not run in the sanitizer build).
+define kd_test
+$(O)/tests/$(1): $(call kd_objs,$(2)) $(call kd_libs,$(3))
+	@mkdir -p $$(@D)
+	@$$(if $$(Q),echo "  LD      $$@")
+	$$(Q)$$(CC) $$(KD_LDFLAGS) -o $$@ $(call kd_objs,$(2)) $(call kd_libs,$(3)) $(4) -lcmocka
+ALL_TESTS += $(1)
+TEST_META += $(1):$(or $(5),120):$(subst $(eval) ,+,$(strip $(6)))
+TEST_DEPS_$(1) := $(O)/tests/$(1) $(7)
+endef
+
+# $(call kd_test_script,NAME,SCRIPT,TIMEOUT_S,TAGS,DEPS): a shell test.
+# The script prints `N passed, N failed` (or exits non-zero on failure);
+# it gets KD_BUILD (the build dir) and KD_SRC (the tree) in its env.
+define kd_test_script
+$(O)/tests/$(1): $(2)
+	@mkdir -p $$(@D)
+	@printf '#!/bin/sh\nexec "%s" "$$$$@"\n' "$$(abspath $(2))" > $$@
+	@chmod +x $$@
+ALL_TESTS += $(1)
+TEST_META += $(1):$(or $(3),120):$(subst $(eval) ,+,$(strip $(4)))
+TEST_DEPS_$(1) := $(O)/tests/$(1) $(5)
+endef
+
+DEB_PACKAGES :=
+DEPS_EXTRA :=
+
+# ---- modules --------------------------------------------------------------
+.DEFAULT_GOAL := all
+RULES := $(sort $(wildcard lib/*/rules.mk controller/rules.mk controller/*/rules.mk \
+           launcher/rules.mk dtrain/rules.mk cli/rules.mk local/rules.mk \
+           examples/*/rules.mk bench/*/rules.mk fuzz/rules.mk \
+           tests/rules.mk tests/*/rules.mk tests/*/*/rules.mk tests/*/*/*/rules.mk))
+include mk/deps.mk
+include $(RULES)
+
+ifeq ($(V),1)
+  Q :=
+else
+  Q := @
+endif
+
+$(O)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(KD_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+-include $(shell find $(O)/obj -name '*.d' 2>/dev/null)
+
+# ---- top-level targets ----------------------------------------------------
+.PHONY: all check check-quick check-run deps lint format clean bench demo e2e e2e-real fuzz help
+
+all: $(ALL_PROGS) $(ALL_LIBS)
+
+SELECTED_TESTS := $(if $(ONLY),$(filter $(ONLY),$(ALL_TESTS)),$(ALL_TESTS))
+
+# Build and run the selected tests in $(O); results go to $(O)/tests/results.
+check-run: $(foreach t,$(SELECTED_TESTS),$(TEST_DEPS_$(t))) $(ALL_PROGS)
+	@mkdir -p $(O)/tests
+	@printf '%s\n' $(filter $(addsuffix :%,$(SELECTED_TESTS)),$(TEST_META)) > $(O)/tests/list
+	@tests/run $(O) $(O)/tests/list $(JOBS)
+
+# All tests, then the same tests under ASan+UBSan, then one total line.
+check:
+	@rm -f $(O)/tests/results $(ASAN_O)/tests/results; \
+	 $(MAKE) --no-print-directory -j$(JOBS) check-run O=$(O) ONLY='$(ONLY)'; \
+	 $(MAKE) --no-print-directory -j$(JOBS) check-run O=$(ASAN_O) SANITIZE=1 ONLY='$(ONLY)'; \
+	 tests/total $(O)/tests/results $(ASAN_O)/tests/results
+
+check-quick:
+	@rm -f $(O)/tests/results; KD_TEST_SKIP_TAGS=slow $(MAKE) --no-print-directory -j$(JOBS) check-run O=$(O) ONLY='$(ONLY)'; \
+	 tests/total $(O)/tests/results
+
+deps:
+	@mk/deps.sh $(sort $(DEB_PACKAGES))
+	@for t in $(DEPS_EXTRA); do $(MAKE) --no-print-directory $$t || exit 1; done
+
+lint:
+	@mk/lint.sh
+
+format:
+	@mk/lint.sh --fix
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+help:
+	@echo "make            build everything into $(O)/"
+	@echo "make check      all tests, then again under ASan+UBSan (ONLY=test_glob to select)"
+	@echo "make check-quick  the tests without the 'slow' tag, no sanitizers"
+	@echo "make deps       install the Debian packages (and npm tools) the project needs"
+	@echo "make lint       clang-format check and banned functions"
+	@echo "make bench      benchmarks, each side by side with its anchor"
+	@echo "make fuzz       build the libFuzzer targets (clang) into build-fuzz/"
+	@echo "make demo       the end-to-end demo"

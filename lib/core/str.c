@@ -1,0 +1,156 @@
+/*
+ * String helpers (see str.h).
+ */
+#include "core/str.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t kd_strlcpy(char *dst, const char *src, size_t len)
+{
+    size_t n = strlen(src);
+    if (len > 0) {
+        size_t c = n < len - 1 ? n : len - 1;
+        memcpy(dst, src, c);
+        dst[c] = '\0';
+    }
+    return n;
+}
+
+int kd_parse_i64(const char *s, int64_t *out)
+{
+    if (s == NULL || *s == '\0')
+        return KD_EINVAL;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0')
+        return KD_EINVAL;
+    *out = v;
+    return 0;
+}
+
+int kd_parse_u64(const char *s, uint64_t *out)
+{
+    if (s == NULL || *s == '\0' || *s == '-')
+        return KD_EINVAL;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0')
+        return KD_EINVAL;
+    *out = v;
+    return 0;
+}
+
+int kd_parse_int(const char *s, int *out)
+{
+    int64_t v;
+    if (kd_parse_i64(s, &v) < 0 || v < INT_MIN || v > INT_MAX)
+        return KD_EINVAL;
+    *out = (int)v;
+    return 0;
+}
+
+int kd_parse_double(const char *s, double *out)
+{
+    if (s == NULL || *s == '\0')
+        return KD_EINVAL;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v))
+        return KD_EINVAL;
+    *out = v;
+    return 0;
+}
+
+int kd_parse_size(const char *s, uint64_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return KD_EINVAL;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0)
+        return KD_EINVAL;
+    uint64_t mult = 1;
+    if (*end != '\0') {
+        switch (*end) {
+        case 'k':
+        case 'K': mult = 1ULL << 10; break;
+        case 'm':
+        case 'M': mult = 1ULL << 20; break;
+        case 'g':
+        case 'G': mult = 1ULL << 30; break;
+        case 't':
+        case 'T': mult = 1ULL << 40; break;
+        default: return KD_EINVAL;
+        }
+        end++;
+        if (strcmp(end, "iB") == 0 || strcmp(end, "i") == 0 || strcmp(end, "B") == 0)
+            end += strlen(end);
+        if (*end != '\0')
+            return KD_EINVAL;
+    }
+    if (v > UINT64_MAX / mult)
+        return KD_EINVAL;
+    *out = v * mult;
+    return 0;
+}
+
+bool kd_str_has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+bool kd_str_has_suffix(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && memcmp(s + n - m, suffix, m) == 0;
+}
+
+size_t kd_edit_distance(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 256 || m > 256) /* names are short; bound the work */
+        return n > m ? n : m;
+    size_t row[257];
+    for (size_t j = 0; j <= m; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+const char *kd_suggest(const char *word, const char *const *cands)
+{
+    size_t limit = strlen(word) / 3;
+    if (limit < 1)
+        limit = 1;
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (size_t i = 0; cands[i] != NULL; i++) {
+        size_t d = kd_edit_distance(word, cands[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = cands[i];
+        }
+    }
+    return best_d <= limit ? best : NULL;
+}

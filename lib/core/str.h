@@ -1,0 +1,42 @@
+/*
+ * Small string helpers: strict number parsing (the house lint bans atoi),
+ * bounded copies, and "did you mean" suggestions by edit distance.
+ */
+#ifndef KD_CORE_STR_H
+#define KD_CORE_STR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+/** Copy with truncation; always NUL-terminates when len > 0. Returns strlen(src). */
+size_t kd_strlcpy(char *dst, const char *src, size_t len);
+
+/** Whole-string base-10 parses: no trailing junk, no overflow. 0 or KD_EINVAL. */
+int kd_parse_i64(const char *s, int64_t *out) KD_WUR;
+int kd_parse_u64(const char *s, uint64_t *out) KD_WUR;
+int kd_parse_int(const char *s, int *out) KD_WUR;
+int kd_parse_double(const char *s, double *out) KD_WUR;
+
+/**
+ * Parse a size such as "95MiB", "1G", "512k" or "4096" into bytes (binary
+ * multiples: k/K/KiB = 1024). 0 or KD_EINVAL.
+ */
+int kd_parse_size(const char *s, uint64_t *out) KD_WUR;
+
+bool kd_str_has_prefix(const char *s, const char *prefix);
+bool kd_str_has_suffix(const char *s, const char *suffix);
+
+/** Levenshtein distance between a and b (bytes). */
+size_t kd_edit_distance(const char *a, const char *b);
+
+/**
+ * The candidate closest to `word` by edit distance, if it is close enough
+ * to be a plausible typo (distance <= max(1, len/3)); otherwise NULL.
+ * `cands` is a NULL-terminated array.
+ */
+const char *kd_suggest(const char *word, const char *const *cands);
+
+#endif

@@ -1,0 +1,5 @@
+$(eval $(call kd_test,test_core_err,tests/lib/core/test_err.c,core,,30))
+$(eval $(call kd_test,test_core_buf,tests/lib/core/test_buf.c,core,,30))
+$(eval $(call kd_test,test_core_str,tests/lib/core/test_str.c,core,-lm,30))
+$(eval $(call kd_test,test_core_log,tests/lib/core/test_log.c,core,,30))
+$(eval $(call kd_test,test_core_time,tests/lib/core/test_time.c,core,,30))

@@ -1,0 +1,76 @@
+/* Strict parsing, sizes and suggestions. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "core/str.h"
+
+static void test_parse_numbers(void **state)
+{
+    (void)state;
+    int64_t v;
+    int i;
+    double d;
+    assert_int_equal(kd_parse_i64("-42", &v), 0);
+    assert_int_equal(v, -42);
+    assert_int_equal(kd_parse_i64("42x", &v), KD_EINVAL);
+    assert_int_equal(kd_parse_i64("", &v), KD_EINVAL);
+    assert_int_equal(kd_parse_i64("99999999999999999999", &v), KD_EINVAL);
+    assert_int_equal(kd_parse_int("2147483648", &i), KD_EINVAL);
+    assert_int_equal(kd_parse_int("7", &i), 0);
+    assert_int_equal(i, 7);
+    assert_int_equal(kd_parse_double("1e-3", &d), 0);
+    assert_true(d > 0.00099 && d < 0.00101);
+    assert_int_equal(kd_parse_double("nan", &d), KD_EINVAL);
+    uint64_t u;
+    assert_int_equal(kd_parse_u64("-1", &u), KD_EINVAL);
+}
+
+static void test_parse_size(void **state)
+{
+    (void)state;
+    uint64_t s;
+    assert_int_equal(kd_parse_size("95MiB", &s), 0);
+    assert_int_equal(s, 95ULL << 20);
+    assert_int_equal(kd_parse_size("1G", &s), 0);
+    assert_int_equal(s, 1ULL << 30);
+    assert_int_equal(kd_parse_size("4096", &s), 0);
+    assert_int_equal(s, 4096);
+    assert_int_equal(kd_parse_size("4 MB", &s), KD_EINVAL);
+    assert_int_equal(kd_parse_size("12X", &s), KD_EINVAL);
+}
+
+static void test_suggest(void **state)
+{
+    (void)state;
+    const char *const keys[] = {"max_trials", "max_length", "metric", "smaller_is_better", NULL};
+    assert_string_equal(kd_suggest("max_trails", keys), "max_trials");
+    assert_string_equal(kd_suggest("metrc", keys), "metric");
+    assert_null(kd_suggest("completely_else", keys));
+    assert_int_equal(kd_edit_distance("kitten", "sitting"), 3);
+    assert_int_equal(kd_edit_distance("", "abc"), 3);
+}
+
+static void test_prefix_suffix_strlcpy(void **state)
+{
+    (void)state;
+    char b[5];
+    assert_true(kd_str_has_prefix("kdet.io/x", "kdet.io/"));
+    assert_false(kd_str_has_suffix("a.pyc", ".py"));
+    assert_int_equal(kd_strlcpy(b, "abcdefgh", sizeof(b)), 8);
+    assert_string_equal(b, "abcd");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_numbers),
+        cmocka_unit_test(test_parse_size),
+        cmocka_unit_test(test_suggest),
+        cmocka_unit_test(test_prefix_suffix_strlcpy),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
