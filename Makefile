@@ -81,6 +81,27 @@ TEST_META += $(1):$(or $(3),120):$(subst $(eval) ,+,$(strip $(4)))
 TEST_DEPS_$(1) := $(O)/tests/$(1) $(5)
 endef
 
+# $(call kd_fuzz,NAME,SRCS): a libFuzzer target build-fuzz/NAME, built with
+# clang from the sources (not from $(O)); SRCS include the code under test.
+FUZZ_O := build-fuzz
+FUZZ_CFLAGS = -std=gnu11 -g -O1 -D_GNU_SOURCE -Ilib -Idtrain/include $(PKG_CFLAGS) \
+              -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer
+define kd_fuzz
+$(FUZZ_O)/$(1): $(2)
+	@mkdir -p $$(@D)
+	clang $$(FUZZ_CFLAGS) -o $$@ $(2) $(3)
+ALL_FUZZ += $(FUZZ_O)/$(1)
+endef
+
+# $(call kd_bench,NAME,SCRIPT,DEPS): `make bench` runs SCRIPT (with KD_BUILD
+# and KD_SRC set); it prints our figure, the anchor's and their ratio.
+# `make bench BENCH=NAME` runs one.
+define kd_bench
+ALL_BENCH += $(1)
+BENCH_SCRIPT_$(1) := $(2)
+BENCH_DEPS_$(1) := $(3)
+endef
+
 DEB_PACKAGES :=
 DEPS_EXTRA :=
 
@@ -114,7 +135,9 @@ all: $(ALL_PROGS) $(ALL_LIBS)
 SELECTED_TESTS := $(if $(ONLY),$(filter $(ONLY),$(ALL_TESTS)),$(ALL_TESTS))
 
 # Build and run the selected tests in $(O); results go to $(O)/tests/results.
-check-run: $(foreach t,$(SELECTED_TESTS),$(TEST_DEPS_$(t))) $(ALL_PROGS)
+# With ONLY set, only the selected tests and their declared deps are built,
+# so one module's tests run while another module is mid-edit.
+check-run: $(foreach t,$(SELECTED_TESTS),$(TEST_DEPS_$(t))) $(if $(ONLY),,$(ALL_PROGS) $(ALL_LIBS))
 	@mkdir -p $(O)/tests
 	@printf '%s\n' $(filter $(addsuffix :%,$(SELECTED_TESTS)),$(TEST_META)) > $(O)/tests/list
 	@tests/run $(O) $(O)/tests/list $(JOBS)
@@ -136,6 +159,16 @@ deps:
 
 lint:
 	@mk/lint.sh
+
+fuzz: $(ALL_FUZZ)
+	@echo "fuzz targets: $(ALL_FUZZ)"
+
+BENCH ?=
+SELECTED_BENCH := $(if $(BENCH),$(filter $(BENCH),$(ALL_BENCH)),$(ALL_BENCH))
+bench: $(foreach b,$(SELECTED_BENCH),$(BENCH_DEPS_$(b)))
+	@$(foreach b,$(SELECTED_BENCH),echo "== bench $(b)" && \
+	   KD_BUILD=$(abspath $(O)) KD_SRC=$(CURDIR) $(BENCH_SCRIPT_$(b)) && ) \
+	 echo "bench: $(words $(SELECTED_BENCH)) benchmark(s) done"
 
 format:
 	@mk/lint.sh --fix
