@@ -1,0 +1,82 @@
+/*
+ * Validation of a JSON instance against an OpenAPI v3 structural schema,
+ * the way the Kubernetes API server validates custom resources: the same
+ * keywords, the same field paths and the same cause messages as its
+ * 422 Invalid responses, so kdet-local, `det` and the tests agree with a
+ * real cluster about what a valid Experiment or Trial is.
+ */
+#ifndef KD_OPENAPI_OPENAPI_H
+#define KD_OPENAPI_OPENAPI_H
+
+#include <jansson.h>
+
+#include "core/err.h"
+
+/*
+ * Supported keywords: type (object, array, string, integer, number,
+ * boolean), properties, required, additionalProperties (bool or schema),
+ * items, enum, minimum, maximum, exclusiveMinimum, exclusiveMaximum,
+ * multipleOf, minLength, maxLength, pattern (POSIX extended regular
+ * expressions, see docs/resources.md for the subset), minItems, maxItems,
+ * uniqueItems, minProperties, maxProperties, nullable, format (int32,
+ * int64, and the string formats the API server checks: date-time, uuid,
+ * byte), oneOf, anyOf, allOf, not, x-kubernetes-preserve-unknown-fields,
+ * x-kubernetes-int-or-string, x-kubernetes-embedded-resource.
+ *
+ * Unknown fields: like the API server, fields that the schema does not
+ * name are not a validation error here (the server prunes them); use
+ * kd_openapi_unknown_fields() to list them.
+ */
+
+/**
+ * Validate `instance` against `schema` (an openAPIV3Schema object).
+ * `root_path` names the instance in field paths ("" or NULL for none,
+ * e.g. "spec" gives "spec.searcher.max_trials").
+ *
+ * Returns 0 when the instance is valid (and sets *causes to NULL), or
+ * KD_EINVALID with *causes set to a new JSON array (caller json_decref()s)
+ * of every violation found, each an object
+ *   {"reason": "FieldValueInvalid" | "FieldValueRequired" |
+ *              "FieldValueNotSupported" | "FieldValueTypeInvalid" |
+ *              "FieldValueTooLong" | "FieldValueTooMany" | "FieldValueForbidden",
+ *    "field": "spec.searcher.max_trials",
+ *    "message": "Invalid value: \"ten\": spec.searcher.max_trials in body must be of type integer:
+ * \"string\""} in document order. Returns KD_EINVAL (and no causes) when the schema itself cannot
+ * be used (a bad pattern, a non-object schema). Pure function: thread-safe, does not block, keeps
+ * no reference.
+ */
+int kd_openapi_validate(const json_t *schema, const json_t *instance, const char *root_path,
+                        json_t **causes) KD_WUR;
+
+/**
+ * List the fields of `instance` that `schema` does not declare (what the
+ * API server would prune, or reject under fieldValidation=Strict) as a new
+ * JSON array of path strings ("spec.searcher.max_trails"); caller
+ * json_decref()s. Fields under x-kubernetes-preserve-unknown-fields are
+ * kept. Returns 0 (the array may be empty).
+ */
+int kd_openapi_unknown_fields(const json_t *schema, const json_t *instance, const char *root_path,
+                              json_t **paths) KD_WUR;
+
+/**
+ * Check that a CRD version's schema is structural, as the API server
+ * requires for apiextensions.k8s.io/v1: every node specifies a type
+ * (unless x-kubernetes-int-or-string or x-kubernetes-preserve-unknown-fields),
+ * no `type` inside oneOf/anyOf/allOf/not, `properties` and
+ * `additionalProperties` are not both set, `items` is set for arrays,
+ * and the root is of type object. Returns 0 or KD_EINVALID with the first
+ * violations written to `err` (KD_ERRLEN bytes; may be NULL) as
+ * "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty
+ * for specified object fields".
+ */
+int kd_openapi_check_structural(const json_t *schema, const char *root_path, char *err) KD_WUR;
+
+/**
+ * Render the causes array as the lines kubectl prints for a 422, one per
+ * cause ("* spec.searcher.max_trials: Invalid value: ...", newline
+ * separated, no trailing newline). Returns a new string the caller
+ * free()s; "" for an empty or NULL array. Aborts on out-of-memory.
+ */
+char *kd_openapi_causes_str(const json_t *causes);
+
+#endif
