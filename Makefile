@@ -142,11 +142,12 @@ check-run: $(foreach t,$(SELECTED_TESTS),$(TEST_DEPS_$(t))) $(if $(ONLY),,$(ALL_
 	@printf '%s\n' $(filter $(addsuffix :%,$(SELECTED_TESTS)),$(TEST_META)) > $(O)/tests/list
 	@tests/run $(O) $(O)/tests/list $(JOBS)
 
-# All tests, then the same tests under ASan+UBSan, then one total line.
+# All tests, then the same tests but `slow` ones under ASan+UBSan, then one
+# total line.
 check:
 	@rm -f $(O)/tests/results $(ASAN_O)/tests/results; \
 	 $(MAKE) --no-print-directory -j$(JOBS) check-run O=$(O) ONLY='$(ONLY)'; \
-	 $(MAKE) --no-print-directory -j$(JOBS) check-run O=$(ASAN_O) SANITIZE=1 ONLY='$(ONLY)'; \
+	 KD_TEST_SKIP_TAGS="slow $$KD_TEST_SKIP_TAGS" $(MAKE) --no-print-directory -j$(JOBS) check-run O=$(ASAN_O) SANITIZE=1 ONLY='$(ONLY)'; \
 	 tests/total $(O)/tests/results $(ASAN_O)/tests/results
 
 check-quick:
