@@ -1,0 +1,71 @@
+/*
+ * Experiment configuration in Determined's format: load a YAML file (and
+ * an optional template), merge, validate every field and cross-field rule,
+ * and fill Determined's defaults. docs/config.md is the user-facing
+ * reference for the schema this code accepts.
+ */
+#ifndef KD_CONFIG_CONFIG_H
+#define KD_CONFIG_CONFIG_H
+
+#include <jansson.h>
+
+#include "core/err.h"
+
+/**
+ * Load the experiment config at `path`, merge it over the template at
+ * `template_path` (NULL for none) with kd_config_merge_template, and
+ * validate the result with the rules of kd_config_check.
+ *
+ * On success *out is a new reference to the merged config exactly as the
+ * user wrote it (no defaults filled), a tree of its own that the caller may
+ * modify, ready to become an Experiment CR's spec; the caller json_decref()s
+ * it. On failure *out is NULL and `err` (KD_ERRLEN bytes, may be NULL)
+ * holds one message of the form
+ *   exp.yaml:12:5: searcher.max_trials: expected a positive integer, got "ten"
+ * naming the file and position of the offending node (of its key for an
+ * unknown field; of the parent object for a missing required field; the
+ * template's name and position when the node came from the template),
+ * then the JSON path, then the cause. Secret values are never echoed.
+ *
+ * Returns 0, KD_EINVALID (the config is not valid), KD_EPARSE (bad YAML),
+ * KD_ETOOBIG, -errno (file unreadable) or KD_EINVAL. Blocks on file I/O;
+ * thread-safe.
+ */
+int kd_config_load(const char *path, const char *template_path, json_t **out, char *err) KD_WUR;
+
+/**
+ * The validation of kd_config_load applied to a config held as JSON (from
+ * an Experiment CR; no file positions): the error starts with the JSON
+ * path, e.g. "searcher.max_trials: expected a positive integer, got 0".
+ * Does not modify cfg; it may or may not have defaults filled.
+ * Returns 0 or KD_EINVALID (KD_EINVAL for a NULL cfg). Thread-safe.
+ */
+int kd_config_check(const json_t *cfg, char *err) KD_WUR;
+
+/**
+ * Fill in place every field the user left out with Determined's default
+ * (each listed in docs/config.md), e.g. resources.slots_per_trial = 1,
+ * max_restarts = 5, searcher.smaller_is_better = true, checkpoint_policy =
+ * "best", checkpoint_storage.save_trial_latest = 1. Fields the user set are
+ * never changed. cfg should have passed kd_config_check; returns 0, or
+ * KD_EINVALID when cfg is not an object or a section it must descend into
+ * has the wrong type (detail in err). Not thread-safe on the same cfg.
+ */
+int kd_config_apply_defaults(json_t *cfg, char *err) KD_WUR;
+
+/**
+ * Merge config `cfg` over template `tmpl` with Determined's rules:
+ *  - a scalar (or a value of a different type) in cfg overrides tmpl;
+ *  - lists concatenate, template entries first, then cfg's;
+ *  - except `bind_mounts` and `resources.devices`, where a template entry
+ *    whose `container_path` cfg also uses is dropped;
+ *  - objects merge recursively; keys only in one side are kept, cfg's key
+ *    order first, then the template's extra keys.
+ * *out is a new reference; it may share unchanged subtrees with tmpl and
+ * cfg by reference (neither input is modified), so json_deep_copy it
+ * before modifying it in place. Returns 0, KD_EINVAL (NULL argument) or
+ * KD_ENOMEM. Thread-safe.
+ */
+int kd_config_merge_template(const json_t *tmpl, const json_t *cfg, json_t **out) KD_WUR;
+
+#endif
