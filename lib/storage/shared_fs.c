@@ -1,0 +1,578 @@
+/*
+ * The shared_fs backend: objects are files under host_path/storage_path
+ * (an NFS, CephFS or hostPath mount). Every object is written to a temp
+ * file in its final directory and renamed into place, so readers see it
+ * whole or not at all; data is made durable (syncfs) before put_files
+ * returns, and single objects (the manifest) get temp + fsync + rename +
+ * fsync of the directory.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/str.h"
+#include "storage/storage_int.h"
+
+#define TMP_TAG ".kdtmp-"
+#define FS_MAX_THREADS 8
+#define COPY_CHUNK (1u << 20)
+
+struct fs {
+    char root[PATH_MAX];
+    atomic_uint seq; /* temp-name uniquifier */
+};
+
+static int fs_path(struct kd_storage *st, const char *key, char *out, size_t len, char *err)
+{
+    struct fs *fs = st->impl;
+    int n = snprintf(out, len, "%s/%s", fs->root, key);
+    if (n < 0 || (size_t)n >= len)
+        return kd_seterr(err, -ENAMETOOLONG, "shared_fs: path for key \"%s\" too long", key);
+    return 0;
+}
+
+static int fs_open(struct kd_storage *st, char *err)
+{
+    struct fs *fs = calloc(1, sizeof(*fs));
+    int n, rc = 0;
+    struct stat sb;
+
+    if (fs == NULL)
+        return kd_seterr(err, KD_ENOMEM, "shared_fs: out of memory");
+    n = snprintf(fs->root, sizeof(fs->root), "%s%s%s", st->cfg.host_path,
+                 st->cfg.storage_path[0] ? "/" : "", st->cfg.storage_path);
+    if (n < 0 || (size_t)n >= sizeof(fs->root)) {
+        rc = kd_seterr(err, -ENAMETOOLONG, "shared_fs: host_path/storage_path too long");
+        goto out;
+    }
+    if (stat(st->cfg.host_path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        rc = kd_seterr(err, KD_ENOTFOUND,
+                       "shared_fs: host_path %s: not a directory (is the volume mounted?)",
+                       st->cfg.host_path);
+        goto out;
+    }
+    if ((rc = kd_storage__mkdirs(fs->root)) != 0) {
+        rc = kd_seterr(err, rc, "shared_fs: cannot create %s: %s", fs->root, kd_strerror(rc));
+        goto out;
+    }
+    kd_strlcpy(st->location, fs->root, sizeof(st->location));
+    st->impl = fs;
+    fs = NULL;
+out:
+    free(fs);
+    return rc;
+}
+
+static void fs_close(struct kd_storage *st)
+{
+    free(st->impl);
+    st->impl = NULL;
+}
+
+static int tmp_name(struct fs *fs, const char *dst, char *out, size_t len)
+{
+    unsigned s = atomic_fetch_add(&fs->seq, 1);
+    int n = snprintf(out, len, "%s%s%d-%u", dst, TMP_TAG, (int)getpid(), s);
+    return (n < 0 || (size_t)n >= len) ? -ENAMETOOLONG : 0;
+}
+
+/* Copy the data of src into dst, keeping holes (a sparse file stays sparse). */
+static int copy_fd(int src, int dst, uint64_t size, atomic_uint_fast64_t *done)
+{
+    int rc = 0;
+    off_t pos = 0;
+    char *buf = NULL;
+
+    while ((uint64_t)pos < size) {
+        off_t data = lseek(src, pos, SEEK_DATA), hole;
+        if (data < 0) {
+            if (errno == ENXIO) /* only a hole remains */
+                break;
+            rc = -errno;
+            goto out;
+        }
+        hole = lseek(src, data, SEEK_HOLE);
+        if (hole < 0) {
+            rc = -errno;
+            goto out;
+        }
+        while (data < hole) {
+            off_t in = data, outp = data;
+            size_t want = (size_t)((hole - data) > (1 << 30) ? (1 << 30) : (hole - data));
+            ssize_t n = copy_file_range(src, &in, dst, &outp, want, 0);
+            if (n < 0 &&
+                (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+                /* Not supported between these files: plain read/write. */
+                if (buf == NULL && (buf = malloc(COPY_CHUNK)) == NULL) {
+                    rc = KD_ENOMEM;
+                    goto out;
+                }
+                n = pread(src, buf, want > COPY_CHUNK ? COPY_CHUNK : want, data);
+                if (n > 0 && pwrite(dst, buf, (size_t)n, data) != n)
+                    n = -1;
+            }
+            if (n < 0) {
+                rc = -errno;
+                goto out;
+            }
+            if (n == 0) { /* the file shrank under us */
+                rc = KD_ECORRUPT;
+                goto out;
+            }
+            data += n;
+            if (done != NULL)
+                atomic_fetch_add(done, (uint64_t)n);
+        }
+        pos = hole;
+    }
+    if (ftruncate(dst, (off_t)size) != 0)
+        rc = -errno;
+out:
+    free(buf);
+    return rc;
+}
+
+/* Copy src to dst atomically (temp file + rename); fsync when sync. */
+static int copy_atomic(struct fs *fs, const char *src, const char *dst, uint64_t expect, int sync,
+                       atomic_uint_fast64_t *done, char *err)
+{
+    char tmp[PATH_MAX + 64], dir[PATH_MAX];
+    int in = -1, outfd = -1, rc = 0;
+    struct stat sb;
+    char *slash;
+
+    tmp[0] = '\0';
+    if (kd_strlcpy(dir, dst, sizeof(dir)) >= sizeof(dir) || tmp_name(fs, dst, tmp, sizeof(tmp))) {
+        rc = kd_seterr(err, -ENAMETOOLONG, "shared_fs: path too long: %s", dst);
+        tmp[0] = '\0';
+        goto out;
+    }
+    slash = strrchr(dir, '/');
+    if (slash != NULL && slash != dir) {
+        *slash = '\0';
+        if ((rc = kd_storage__mkdirs(dir)) != 0) {
+            rc = kd_seterr(err, rc, "shared_fs: mkdir %s: %s", dir, kd_strerror(rc));
+            goto out;
+        }
+    }
+    in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0 || fstat(in, &sb) != 0) {
+        rc = kd_seterr(err, errno == ENOENT ? KD_ENOTFOUND : -errno, "shared_fs: open %s: %s", src,
+                       strerror(errno));
+        goto out;
+    }
+    if (expect != UINT64_MAX && (uint64_t)sb.st_size != expect) {
+        rc = kd_seterr(err, KD_ECORRUPT, "%s: size %lld, expected %llu", src, (long long)sb.st_size,
+                       (unsigned long long)expect);
+        goto out;
+    }
+    outfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (outfd < 0) {
+        rc = kd_seterr(err, -errno, "shared_fs: create %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    if ((rc = copy_fd(in, outfd, (uint64_t)sb.st_size, done)) != 0) {
+        rc = kd_seterr(err, rc, "shared_fs: copy %s -> %s: %s", src, dst, kd_strerror(rc));
+        goto out;
+    }
+    if (sync && fsync(outfd) != 0) {
+        rc = kd_seterr(err, -errno, "shared_fs: fsync %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    if (close(outfd) != 0) {
+        outfd = -1;
+        rc = kd_seterr(err, -errno, "shared_fs: close %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    outfd = -1;
+    if (rename(tmp, dst) != 0) {
+        rc = kd_seterr(err, -errno, "shared_fs: rename to %s: %s", dst, strerror(errno));
+        goto out;
+    }
+    tmp[0] = '\0';
+out:
+    if (in >= 0)
+        close(in);
+    if (outfd >= 0)
+        close(outfd);
+    if (tmp[0] != '\0')
+        unlink(tmp);
+    return rc;
+}
+
+static int fsync_dir(const char *path)
+{
+    char dir[PATH_MAX];
+    char *slash;
+    int fd, rc = 0;
+    kd_strlcpy(dir, path, sizeof(dir));
+    slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return 0;
+    *slash = '\0';
+    fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) != 0)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
+/* Work shared by the copy threads: an index into the job list. */
+struct fs_batch {
+    struct fs *fs;
+    struct kd_storage *st;
+    int put; /* 1: local -> storage; 0: storage -> local */
+    struct kd_storage_put *puts;
+    struct kd_storage_get *gets;
+    size_t n;
+    atomic_size_t next;
+    atomic_uint_fast64_t done;
+    atomic_int stop;
+    pthread_mutex_t lock;
+    int rc;
+    char err[KD_ERRLEN];
+};
+
+static void batch_one(struct fs_batch *b, size_t i)
+{
+    char path[PATH_MAX], e[KD_ERRLEN];
+    int rc;
+    e[0] = '\0';
+    if (b->put) {
+        rc = fs_path(b->st, b->puts[i].key, path, sizeof(path), e);
+        if (rc == 0)
+            rc = copy_atomic(b->fs, b->puts[i].path, path, b->puts[i].size, 0, &b->done, e);
+        b->puts[i].result = rc;
+    } else {
+        rc = fs_path(b->st, b->gets[i].key, path, sizeof(path), e);
+        if (rc == 0)
+            rc = copy_atomic(b->fs, path, b->gets[i].path, b->gets[i].size, 0, &b->done, e);
+        if (rc == KD_ENOTFOUND)
+            kd_seterr(e, rc, "shared_fs: object %s not found", b->gets[i].key);
+        b->gets[i].result = rc;
+    }
+    if (rc != 0) {
+        pthread_mutex_lock(&b->lock);
+        if (b->rc == 0) {
+            b->rc = rc;
+            kd_strlcpy(b->err, e, sizeof(b->err));
+        }
+        pthread_mutex_unlock(&b->lock);
+        atomic_store(&b->stop, 1);
+    }
+}
+
+static void *batch_thread(void *arg)
+{
+    struct fs_batch *b = arg;
+    size_t i;
+    while (!atomic_load(&b->stop) && (i = atomic_fetch_add(&b->next, 1)) < b->n)
+        batch_one(b, i);
+    return NULL;
+}
+
+static int run_batch(struct fs_batch *b, uint64_t total, kd_storage_progress_fn progress, void *arg,
+                     char *err)
+{
+    pthread_t th[FS_MAX_THREADS];
+    int nth = kd_storage__parallel(b->st), started = 0;
+    size_t i;
+
+    if (nth > FS_MAX_THREADS)
+        nth = FS_MAX_THREADS;
+    if ((size_t)nth > b->n)
+        nth = (int)b->n;
+    pthread_mutex_init(&b->lock, NULL);
+    for (int t = 1; t < nth; t++) {
+        if (pthread_create(&th[started], NULL, batch_thread, b) != 0)
+            break; /* fewer threads is fine */
+        started++;
+    }
+    /* The calling thread works too, and is the only one to report progress. */
+    while (!atomic_load(&b->stop) && (i = atomic_fetch_add(&b->next, 1)) < b->n) {
+        batch_one(b, i);
+        if (progress != NULL && progress(arg, atomic_load(&b->done), total) != 0) {
+            pthread_mutex_lock(&b->lock);
+            if (b->rc == 0) {
+                b->rc = KD_ECANCELED;
+                kd_strlcpy(b->err, "shared_fs: canceled", sizeof(b->err));
+            }
+            pthread_mutex_unlock(&b->lock);
+            atomic_store(&b->stop, 1);
+        }
+    }
+    for (int t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    pthread_mutex_destroy(&b->lock);
+    if (b->rc == 0 && progress != NULL)
+        progress(arg, atomic_load(&b->done), total);
+    if (b->rc != 0)
+        kd_seterr(err, b->rc, "%s", b->err);
+    return b->rc;
+}
+
+static int fs_put_files(struct kd_storage *st, struct kd_storage_put *puts, size_t n,
+                        kd_storage_progress_fn progress, void *arg, char *err)
+{
+    struct fs *fs = st->impl;
+    struct fs_batch b;
+    uint64_t total = 0;
+    int rc, fd;
+
+    memset(&b, 0, sizeof(b));
+    b.fs = fs;
+    b.st = st;
+    b.put = 1;
+    b.puts = puts;
+    b.n = n;
+    for (size_t i = 0; i < n; i++)
+        total += puts[i].size;
+    if ((rc = run_batch(&b, total, progress, arg, err)) != 0)
+        goto out;
+    /* One syncfs makes every file and directory entry durable at once, far
+     * cheaper than an fsync per file for thousands of small files. */
+    fd = open(fs->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || syncfs(fd) != 0)
+        rc = kd_seterr(err, -errno, "shared_fs: syncfs %s: %s", fs->root, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+out:
+    return rc;
+}
+
+static int fs_get_files(struct kd_storage *st, struct kd_storage_get *gets, size_t n,
+                        kd_storage_progress_fn progress, void *arg, char *err)
+{
+    struct fs_batch b;
+    uint64_t total = 0;
+
+    memset(&b, 0, sizeof(b));
+    b.fs = st->impl;
+    b.st = st;
+    b.gets = gets;
+    b.n = n;
+    for (size_t i = 0; i < n; i++)
+        total += gets[i].size != UINT64_MAX ? gets[i].size : 0;
+    return run_batch(&b, total, progress, arg, err);
+}
+
+static int fs_put_mem(struct kd_storage *st, const char *key, const void *data, size_t len,
+                      char *err)
+{
+    char path[PATH_MAX], tmp[PATH_MAX + 64], dir[PATH_MAX];
+    int fd = -1, rc;
+    size_t off = 0;
+    char *slash;
+
+    tmp[0] = '\0';
+    if ((rc = fs_path(st, key, path, sizeof(path), err)) != 0)
+        goto out;
+    kd_strlcpy(dir, path, sizeof(dir));
+    slash = strrchr(dir, '/');
+    *slash = '\0';
+    if ((rc = kd_storage__mkdirs(dir)) != 0) {
+        rc = kd_seterr(err, rc, "shared_fs: mkdir %s: %s", dir, kd_strerror(rc));
+        goto out;
+    }
+    if (tmp_name(st->impl, path, tmp, sizeof(tmp)) != 0) {
+        tmp[0] = '\0';
+        rc = kd_seterr(err, -ENAMETOOLONG, "shared_fs: path too long: %s", path);
+        goto out;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = kd_seterr(err, -errno, "shared_fs: create %s: %s", tmp, strerror(errno));
+        tmp[0] = '\0';
+        goto out;
+    }
+    while (off < len) {
+        ssize_t w = write(fd, (const char *)data + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            rc = kd_seterr(err, -errno, "shared_fs: write %s: %s", tmp, strerror(errno));
+            goto out;
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        fd = -1;
+        rc = kd_seterr(err, -errno, "shared_fs: fsync %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        rc = kd_seterr(err, -errno, "shared_fs: rename to %s: %s", path, strerror(errno));
+        goto out;
+    }
+    tmp[0] = '\0';
+    if ((rc = fsync_dir(path)) != 0)
+        rc = kd_seterr(err, rc, "shared_fs: fsync directory of %s: %s", path, kd_strerror(rc));
+out:
+    if (fd >= 0)
+        close(fd);
+    if (tmp[0] != '\0')
+        unlink(tmp);
+    return rc;
+}
+
+static int fs_get_mem(struct kd_storage *st, const char *key, struct kd_buf *out, char *err)
+{
+    char path[PATH_MAX], chunk[65536];
+    int fd = -1, rc;
+
+    if ((rc = fs_path(st, key, path, sizeof(path), err)) != 0)
+        goto out;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = kd_seterr(err, errno == ENOENT ? KD_ENOTFOUND : -errno, "shared_fs: open %s: %s", path,
+                       strerror(errno));
+        goto out;
+    }
+    for (;;) {
+        ssize_t r = read(fd, chunk, sizeof(chunk));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = kd_seterr(err, -errno, "shared_fs: read %s: %s", path, strerror(errno));
+            goto out;
+        }
+        if (r == 0)
+            break;
+        if ((rc = kd_buf_append(out, chunk, (size_t)r)) != 0) {
+            rc = kd_seterr(err, rc, "shared_fs: %s: larger than %zu bytes", path, out->max);
+            goto out;
+        }
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* Walk dir (whose key is rel) and add every regular file. */
+static int walk(const char *dir, const char *rel, int depth, struct kd_storage_list *out, char *err)
+{
+    DIR *d = NULL;
+    struct dirent *de;
+    int rc = 0;
+
+    if (depth > 64)
+        return kd_seterr(err, KD_ETOOBIG, "shared_fs: %s: nested deeper than 64 levels", dir);
+    d = opendir(dir);
+    if (d == NULL) {
+        rc = errno == ENOENT
+                 ? 0
+                 : kd_seterr(err, -errno, "shared_fs: opendir %s: %s", dir, strerror(errno));
+        goto out;
+    }
+    while ((de = readdir(d)) != NULL) {
+        char path[PATH_MAX], key[PATH_MAX];
+        struct stat sb;
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+            strstr(de->d_name, TMP_TAG) != NULL)
+            continue;
+        if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path) ||
+            (size_t)snprintf(key, sizeof(key), "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) >=
+                sizeof(key)) {
+            rc = kd_seterr(err, -ENAMETOOLONG, "shared_fs: path too long under %s", dir);
+            goto out;
+        }
+        if (lstat(path, &sb) != 0)
+            continue; /* deleted meanwhile */
+        if (S_ISDIR(sb.st_mode))
+            rc = walk(path, key, depth + 1, out, err);
+        else if (S_ISREG(sb.st_mode))
+            rc = kd_storage__list_add(out, key, strlen(key), (uint64_t)sb.st_size);
+        if (rc != 0) {
+            if (rc == KD_ENOMEM || rc == KD_ETOOBIG)
+                kd_seterr(err, rc, "shared_fs: listing %s: %s", dir, kd_strerror(rc));
+            goto out;
+        }
+    }
+out:
+    if (d != NULL)
+        closedir(d);
+    return rc;
+}
+
+static int fs_list(struct kd_storage *st, const char *prefix, struct kd_storage_list *out,
+                   char *err)
+{
+    struct fs *fs = st->impl;
+    char dir[PATH_MAX], rel[PATH_MAX];
+    const char *slash = strrchr(prefix, '/');
+    size_t start = out->n, keep = start;
+    int rc;
+
+    /* Walk the deepest directory named by the prefix, then filter. */
+    if (slash != NULL) {
+        int a = snprintf(rel, sizeof(rel), "%.*s", (int)(slash - prefix), prefix);
+        int b = snprintf(dir, sizeof(dir), "%s/%.*s", fs->root, (int)(slash - prefix), prefix);
+        if (a < 0 || b < 0 || (size_t)b >= sizeof(dir)) {
+            rc = kd_seterr(err, -ENAMETOOLONG, "shared_fs: list prefix too long");
+            goto out;
+        }
+    } else {
+        rel[0] = '\0';
+        kd_strlcpy(dir, fs->root, sizeof(dir));
+    }
+    if ((rc = walk(dir, rel, 0, out, err)) != 0)
+        goto out;
+    for (size_t i = start; i < out->n; i++) {
+        if (kd_str_has_prefix(out->objs[i].key, prefix))
+            out->objs[keep++] = out->objs[i];
+        else
+            free(out->objs[i].key);
+    }
+    out->n = keep;
+out:
+    return rc;
+}
+
+static int fs_del(struct kd_storage *st, const char *const *keys, size_t n, char *err)
+{
+    struct fs *fs = st->impl;
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        char *slash;
+        if ((rc = fs_path(st, keys[i], path, sizeof(path), err)) != 0)
+            goto out;
+        if (unlink(path) != 0 && errno != ENOENT) {
+            rc = kd_seterr(err, -errno, "shared_fs: delete %s: %s", path, strerror(errno));
+            goto out;
+        }
+        /* Remove directories left empty, up to the root. */
+        while ((slash = strrchr(path, '/')) != NULL && (size_t)(slash - path) > strlen(fs->root)) {
+            *slash = '\0';
+            if (rmdir(path) != 0)
+                break;
+        }
+    }
+out:
+    return rc;
+}
+
+const struct kd_storage_ops kd_storage__shared_fs_ops = {
+    .name = "shared_fs",
+    .open = fs_open,
+    .close = fs_close,
+    .put_files = fs_put_files,
+    .put_mem = fs_put_mem,
+    .get_files = fs_get_files,
+    .get_mem = fs_get_mem,
+    .list = fs_list,
+    .del = fs_del,
+};
