@@ -18,10 +18,13 @@
  * items, enum, minimum, maximum, exclusiveMinimum, exclusiveMaximum,
  * multipleOf, minLength, maxLength, pattern (POSIX extended regular
  * expressions, see docs/resources.md for the subset), minItems, maxItems,
- * uniqueItems, minProperties, maxProperties, nullable, format (int32,
- * int64, and the string formats the API server checks: date-time, uuid,
- * byte), oneOf, anyOf, allOf, not, x-kubernetes-preserve-unknown-fields,
- * x-kubernetes-int-or-string, x-kubernetes-embedded-resource.
+ * uniqueItems, minProperties, maxProperties, nullable, format (on
+ * strings: date-time, date, uuid, byte, ipv4; others, and int32/int64 on
+ * integers, are accepted unchecked, as the API server does), oneOf, anyOf,
+ * allOf, not, x-kubernetes-preserve-unknown-fields (affects only
+ * kd_openapi_unknown_fields), x-kubernetes-int-or-string.
+ * Not supported: x-kubernetes-embedded-resource's metadata checks,
+ * x-kubernetes-validations (CEL), list-type/map-type uniqueness.
  *
  * Unknown fields: like the API server, fields that the schema does not
  * name are not a validation error here (the server prunes them); use

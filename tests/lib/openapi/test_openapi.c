@@ -1,0 +1,155 @@
+/* lib/openapi: the table in tests/data/openapi/cases.json (instance, exact
+ * causes) against one schema, plus unknown fields and structural checks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "openapi/openapi.h"
+
+static void test_table(void **state)
+{
+    (void)state;
+    json_error_t je;
+    json_t *all = json_load_file("tests/data/openapi/cases.json", 0, &je);
+    if (all == NULL)
+        fail_msg("cases.json:%d: %s", je.line, je.text);
+    const json_t *schema = json_object_get(all, "schema");
+    const json_t *cases = json_object_get(all, "cases");
+    assert_true(json_array_size(cases) >= 40);
+    int failures = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i);
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const json_t *want = json_object_get(c, "causes");
+        json_t *got = NULL;
+        int rc = kd_openapi_validate(schema, json_object_get(c, "instance"), "", &got);
+        int want_rc = json_array_size(want) ? KD_EINVALID : 0;
+        if (rc != want_rc || (got == NULL ? json_array_size(want) != 0 : !json_equal(got, want))) {
+            char *g = got ? json_dumps(got, JSON_INDENT(1)) : strdup("null");
+            char *w = json_dumps(want, JSON_INDENT(1));
+            print_error("case %zu (%s): rc=%d want %d\n got: %s\nwant: %s\n", i, name, rc, want_rc,
+                        g, w);
+            free(g);
+            free(w);
+            failures++;
+        }
+        json_decref(got);
+    }
+    json_decref(all);
+    assert_int_equal(failures, 0);
+}
+
+static void test_root_path_and_causes_str(void **state)
+{
+    (void)state;
+    json_t *s = json_pack("{s:s, s:{s:{s:s}}}", "type", "object", "properties", "max_trials",
+                          "type", "integer");
+    json_t *v = json_pack("{s:s}", "max_trials", "ten");
+    json_t *causes = NULL;
+    assert_int_equal(kd_openapi_validate(s, v, "spec.searcher", &causes), KD_EINVALID);
+    char *str = kd_openapi_causes_str(causes);
+    assert_string_equal(str, "* spec.searcher.max_trials: Invalid value: \"string\": "
+                             "spec.searcher.max_trials in body must be of type integer: "
+                             "\"string\"");
+    free(str);
+    json_decref(causes);
+    str = kd_openapi_causes_str(NULL);
+    assert_string_equal(str, "");
+    free(str);
+    json_decref(s);
+    json_decref(v);
+}
+
+static void test_bad_schema(void **state)
+{
+    (void)state;
+    json_t *s = json_pack("{s:s, s:s}", "type", "string", "pattern", "a(b");
+    json_t *v = json_string("ab");
+    json_t *causes = (json_t *)1;
+    assert_int_equal(kd_openapi_validate(s, v, "", &causes), KD_EINVAL);
+    assert_null(causes);
+    assert_int_equal(kd_openapi_validate(NULL, v, "", &causes), KD_EINVAL);
+    json_decref(s);
+    json_decref(v);
+}
+
+static void test_unknown_fields(void **state)
+{
+    (void)state;
+    json_error_t je;
+    json_t *s = json_loads("{\"type\":\"object\",\"properties\":{\"spec\":{\"type\":\"object\","
+                           "\"properties\":{\"a\":{\"type\":\"integer\"},"
+                           "\"free\":{\"type\":\"object\",\"x-kubernetes-preserve-unknown-fields\":"
+                           "true},\"list\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
+                           "\"properties\":{\"x\":{\"type\":\"string\"}}}},"
+                           "\"map\":{\"type\":\"object\",\"additionalProperties\":{\"type\":"
+                           "\"object\",\"properties\":{\"k\":{\"type\":\"string\"}}}}}}}}",
+                           0, &je);
+    assert_non_null(s);
+    json_t *v = json_loads("{\"spec\":{\"a\":1,\"b\":2,\"free\":{\"z\":1},\"list\":[{\"x\":\"1\"},"
+                           "{\"y\":2}],\"map\":{\"m\":{\"k\":\"v\",\"q\":1}}},\"extra\":true}",
+                           0, &je);
+    assert_non_null(v);
+    json_t *paths = NULL;
+    assert_int_equal(kd_openapi_unknown_fields(s, v, "", &paths), 0);
+    json_t *want = json_pack("[s,s,s,s]", "spec.b", "spec.list[1].y", "spec.map.m.q", "extra");
+    char *g = json_dumps(paths, 0);
+    if (!json_equal(paths, want))
+        fail_msg("unknown fields: %s", g);
+    free(g);
+    json_decref(want);
+    json_decref(paths);
+    json_decref(s);
+    json_decref(v);
+}
+
+static void test_structural(void **state)
+{
+    (void)state;
+    char err[KD_ERRLEN];
+    json_error_t je;
+    json_t *good = json_loads(
+        "{\"type\":\"object\",\"properties\":{\"spec\":{\"type\":\"object\",\"properties\":{"
+        "\"port\":{\"x-kubernetes-int-or-string\":true,\"anyOf\":[{\"type\":\"integer\"},"
+        "{\"type\":\"string\"}]},\"l\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}}}}}",
+        0, &je);
+    assert_non_null(good);
+    /* anyOf with types inside is what the API server itself rejects */
+    assert_int_equal(kd_openapi_check_structural(good, NULL, err), KD_EINVALID);
+    assert_non_null(strstr(err, "openAPIV3Schema.properties[spec].properties[port].anyOf[0].type: "
+                                "Forbidden: must be empty to be structural"));
+    json_t *fixed = json_loads(
+        "{\"type\":\"object\",\"properties\":{\"spec\":{\"type\":\"object\",\"properties\":{"
+        "\"port\":{\"x-kubernetes-int-or-string\":true},\"l\":{\"type\":\"array\",\"items\":"
+        "{\"type\":\"string\"}}}}}}",
+        0, &je);
+    assert_int_equal(kd_openapi_check_structural(fixed, NULL, err), 0);
+    json_t *notype =
+        json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"properties\":{}}}}", 0, &je);
+    assert_int_equal(kd_openapi_check_structural(notype, NULL, err), KD_EINVALID);
+    assert_string_equal(err, "openAPIV3Schema.properties[a].type: Required value: must not be "
+                             "empty for specified object fields");
+    json_t *noitems =
+        json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\"}}}", 0, &je);
+    assert_int_equal(kd_openapi_check_structural(noitems, NULL, err), KD_EINVALID);
+    assert_non_null(strstr(err, "properties[a].items: Required value"));
+    json_decref(good);
+    json_decref(fixed);
+    json_decref(notype);
+    json_decref(noitems);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),      cmocka_unit_test(test_root_path_and_causes_str),
+        cmocka_unit_test(test_bad_schema), cmocka_unit_test(test_unknown_fields),
+        cmocka_unit_test(test_structural),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
