@@ -17,7 +17,7 @@
 /* Hard caps on what the parser accepts; past them it fails with KD_ETOOBIG. */
 #define KD_YAML_MAX_INPUT (4u << 20) /* bytes of YAML text */
 #define KD_YAML_MAX_DEPTH 64         /* nested mappings/sequences */
-#define KD_YAML_MAX_NODES 1000000    /* nodes, counting every alias expansion in full */
+#define KD_YAML_MAX_NODES 250000     /* nodes, counting every alias expansion in full */
 #define KD_YAML_MAX_DOCS 1000        /* documents in one stream */
 
 /** A parsed document: its JSON tree plus the position of every node. Opaque. */
@@ -60,7 +60,7 @@ int kd_yaml_parse_file(const char *path, struct kd_yaml_doc **out, char *err) KD
 
 /**
  * Parse every document of a multi-document stream (for manifests such as
- * crds/*.yaml) into a new JSON array, one element per document (empty
+ * crds/ files) into a new JSON array, one element per document (empty
  * documents are skipped). Same typing, caps and error form as
  * kd_yaml_parse; no positions are kept. The caller json_decref()s *docs.
  */
@@ -98,6 +98,10 @@ int kd_yaml_where_key(const struct kd_yaml_doc *doc, const char *path, int *line
  */
 int kd_yaml_where_node(const struct kd_yaml_doc *doc, const json_t *node, int *line,
                        int *col) KD_WUR;
+
+/** Like kd_yaml_where_node, but the position of the node's key (for a mapping value). */
+int kd_yaml_where_node_key(const struct kd_yaml_doc *doc, const json_t *node, int *line,
+                           int *col) KD_WUR;
 
 /** Free a document and its tree (tree nodes still referenced elsewhere live on). NULL-safe. */
 void kd_yaml_free(struct kd_yaml_doc *doc);
