@@ -1,0 +1,255 @@
+/*
+ * kdet-launch: the entrypoint of a trial's pod. It starts one worker per
+ * slot with the torch.distributed env:// variables and kdet's own, prefixes
+ * their output with their rank and fails fast; or it execs an upstream
+ * launcher (torchrun, deepspeed, horovodrun) with the peer information set.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/buf.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "args.h"
+#include "env.h"
+#include "supervise.h"
+
+#define EXIT_USAGE 2
+
+static const char usage[] =
+    "usage: kdet-launch [--nproc N] [--grace-period S] [--] (--trial FILE:CLASS | SCRIPT "
+    "[ARGS...])\n"
+    "       kdet-launch [--nproc N] torch_distributed [TORCH_OVERRIDES... --] (--trial "
+    "FILE:CLASS | SCRIPT...)\n"
+    "       kdet-launch [--nproc N] deepspeed [DEEPSPEED_ARGS... --] (--trial FILE:CLASS | "
+    "SCRIPT...)\n"
+    "       kdet-launch [--nproc N] horovod [HVD_OVERRIDES... --] (--trial FILE:CLASS | "
+    "SCRIPT...)\n"
+    "\n"
+    "Starts one worker per slot, each with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
+    "GROUP_RANK, MASTER_ADDR, MASTER_PORT and the KDET_* inputs set; prefixes every output\n"
+    "line with [rank=R]; when a worker fails, stops the others and exits with its code.\n"
+    "\n"
+    "options:\n"
+    "  --nproc N          workers on this node (default: the devices in CUDA_VISIBLE_DEVICES,\n"
+    "                     else the NVML device count, else 1)\n"
+    "  --grace-period S   seconds between SIGTERM and SIGKILL when stopping workers\n"
+    "                     (default: $KDET_GRACE_PERIOD, else 10)\n"
+    "  --trial FILE:CLASS run `python3 -m kdet.harness --trial FILE:CLASS` in each worker\n"
+    "  -h, --help         this text\n"
+    "\n"
+    "inputs (environment): KDET_NODE_RANK, KDET_NUM_NODES, KDET_CHIEF_ADDR, KDET_MASTER_PORT,\n"
+    "KDET_RUN_ID, KDET_TRIAL_ID, KDET_EXPERIMENT, KDET_CONTROLLER_URL, KDET_TOKEN, KDET_HPARAMS,\n"
+    "KDET_TRIAL_SEED, KDET_GRACE_PERIOD, KDET_PYTHON, KDET_NODE_ADDRS (horovod).\n"
+    "See docs/launcher.md.\n";
+
+/* wrap_rank installed next to this program, else the one on PATH. */
+static char *wrap_rank_path(void)
+{
+    char self[PATH_MAX];
+    char *path = NULL;
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            path = kd_xasprintf("%s/wrap_rank", self);
+            if (access(path, X_OK) == 0)
+                goto out;
+            free(path);
+            path = NULL;
+        }
+    }
+    path = kd_xstrdup("wrap_rank");
+out:
+    return path;
+}
+
+/* The argv as one string, cut at 4 KiB (for logs only). */
+static char *join_argv(char *const *argv)
+{
+    struct kd_buf b = KD_BUF_INIT(4096);
+    for (char *const *a = argv; *a; a++) {
+        if ((a != argv && kd_buf_putc(&b, ' ') < 0) || kd_buf_puts(&b, *a) < 0)
+            break; /* the log shows the command cut at the cap */
+    }
+    char *s = kd_buf_steal(&b);
+    return s ? s : kd_xstrdup("");
+}
+
+static int missing_program(const char *name, int code, const char *hint)
+{
+    KD_ERROR("cannot run command", "cmd=%s error=%s hint=%s", kd_logq(name),
+             kd_logq(code == -EACCES ? "not executable" : "not found"), kd_logq(hint));
+    return code == -EACCES ? 126 : 127;
+}
+
+/* horovodrun drives the other nodes from the chief: stay up until told. */
+static int horovod_peer_wait(const struct kd_launch_env *e)
+{
+    sigset_t set;
+    int sig = 0;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    KD_INFO("waiting for horovodrun on the chief node", "node_rank=%d chief=%s", e->node_rank,
+            e->chief_addr);
+    while (sigwait(&set, &sig) != 0)
+        ;
+    KD_INFO("launch finished", "exit_code=0 reason=signal");
+    return 0;
+}
+
+static int exec_upstream(const struct kd_launch_args *a, struct kd_launch_env *e, int nproc,
+                         const char *src)
+{
+    char err[KD_ERRLEN] = "";
+    char **argv = NULL;
+    char *wrap = wrap_rank_path();
+    char *line = NULL;
+    int code = 0;
+    const char *prog = kd_launch_form_program(a->form);
+    if (a->form == KD_FORM_HOROVOD && e->node_rank > 0) {
+        code = horovod_peer_wait(e);
+        goto out;
+    }
+    if (kd_launch_upstream_argv(a, e, nproc, wrap, &argv, err) < 0) {
+        KD_ERROR("invalid environment", "error=%s", kd_logq(err));
+        code = EXIT_USAGE;
+        goto out;
+    }
+    int rc = kd_sup_find_program(prog);
+    if (rc < 0) {
+        code = missing_program(prog, rc,
+                               a->form == KD_FORM_TORCH       ? "install PyTorch (python3-torch)"
+                               : a->form == KD_FORM_DEEPSPEED ? "install DeepSpeed in the image"
+                                                              : "install Horovod in the image");
+        goto out;
+    }
+    if ((rc = kd_sup_find_program(wrap)) < 0) {
+        code = missing_program(wrap, rc, "install wrap_rank next to kdet-launch or on PATH");
+        goto out;
+    }
+    if (kd_launch_env_export(e) < 0) {
+        KD_ERROR("cannot set environment", "error=%s", kd_logq(strerror(errno)));
+        code = 1;
+        goto out;
+    }
+    line = join_argv(argv);
+    KD_INFO("exec upstream launcher",
+            "launcher=%s nproc=%d nproc_source=%s node_rank=%d "
+            "num_nodes=%d run_id=%s cmd=%s",
+            prog, nproc, src, e->node_rank, e->num_nodes, e->run_id, kd_logq(line));
+    execvp(argv[0], argv);
+    code = missing_program(prog, -errno, strerror(errno));
+out:
+    free(line);
+    free(wrap);
+    kd_launch_argv_free(argv);
+    return code;
+}
+
+static int run_workers(const struct kd_launch_args *a, struct kd_launch_env *e, int nproc,
+                       const char *src)
+{
+    char err[KD_ERRLEN] = "";
+    char **cmd = kd_launch_worker_cmd(a, e);
+    char **envs[KD_LAUNCH_MAX_NPROC] = {0};
+    struct kd_sup_worker ws[KD_LAUNCH_MAX_NPROC];
+    char *line = NULL;
+    int code = 0;
+    int rc = kd_sup_find_program(cmd[0]);
+    if (rc < 0) {
+        code = missing_program(cmd[0], rc,
+                               a->trial ? "set KDET_PYTHON to the Python interpreter"
+                                        : "give a path or a program on PATH");
+        goto out;
+    }
+    line = join_argv(cmd);
+    KD_INFO("launch starting",
+            "nproc=%d nproc_source=%s node_rank=%d num_nodes=%d world_size=%d chief=%s port=%d "
+            "run_id=%s%s trial=%s grace_s=%g cmd=%s",
+            nproc, src, e->node_rank, e->num_nodes, e->num_nodes * nproc, e->chief_addr,
+            e->master_port, e->run_id, e->run_id_made ? " run_id_generated=true" : "",
+            kd_logq(e->trial ? e->trial : ""), e->grace_s, kd_logq(line));
+    for (int i = 0; i < nproc; i++) {
+        envs[i] = kd_launch_worker_env(e, nproc, i);
+        ws[i].rank = e->node_rank * nproc + i;
+        ws[i].argv = cmd;
+        ws[i].envp = envs[i];
+    }
+    static const int forward[] = {SIGTERM, SIGINT, 0};
+    struct kd_sup_opts o = {
+        .new_pgrp = true,
+        .stdin_null = true,
+        .fail_fast = true,
+        .grace_ms = (int64_t)(e->grace_s * 1000.0),
+        .forward = forward,
+    };
+    struct kd_sup_result res;
+    if (kd_sup_run(ws, nproc, &o, &res, err) < 0) {
+        KD_ERROR("cannot start workers", "error=%s", kd_logq(err));
+        code = 1;
+        goto out;
+    }
+    code = res.exit_code;
+    char sig[32];
+    if (res.signal_first)
+        KD_WARN("launch finished", "exit_code=%d reason=signal signal=%s killed=%s", code,
+                kd_sup_signal_name(res.signal, sig, sizeof(sig)), res.killed ? "true" : "false");
+    else if (res.first_rank >= 0)
+        KD_ERROR("launch finished",
+                 "exit_code=%d reason=worker-failed first_failed_rank=%d "
+                 "killed=%s",
+                 code, res.first_rank, res.killed ? "true" : "false");
+    else
+        KD_INFO("launch finished", "exit_code=0 workers=%d", nproc);
+out:
+    for (int i = 0; i < nproc; i++)
+        kd_launch_envp_free(envs[i]);
+    free(line);
+    free(cmd);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    char err[KD_ERRLEN] = "";
+    struct kd_launch_args a;
+    struct kd_launch_env e;
+    int code = 0;
+    kd_log_init("kdet-launch", -1, -1);
+    if (kd_launch_parse_args(argc, argv, &a, err) < 0) {
+        fprintf(stderr, "kdet-launch: %s\nRun 'kdet-launch --help' for usage.\n", err);
+        code = EXIT_USAGE;
+        goto out;
+    }
+    if (a.help) {
+        fputs(usage, stdout);
+        goto out;
+    }
+    if (kd_launch_env_load(&e, err) < 0) {
+        KD_ERROR("invalid environment", "error=%s", kd_logq(err));
+        code = EXIT_USAGE;
+        goto out;
+    }
+    if (a.grace_s >= 0)
+        e.grace_s = a.grace_s;
+    const char *src = NULL;
+    int nproc = kd_launch_slots(a.nproc, &src);
+    if (a.form != KD_FORM_PLAIN)
+        code = exec_upstream(&a, &e, nproc, src);
+    else
+        code = run_workers(&a, &e, nproc, src);
+out:
+    kd_log_clear_secrets();
+    return code;
+}

@@ -1,0 +1,164 @@
+/*
+ * Rank-prefixed line output (see lines.h). A pipe read may end anywhere in
+ * a line, so the unfinished tail is kept until its newline arrives; whole
+ * lines are batched into one buffer and written with one write(2).
+ */
+#include "lines.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/str.h"
+
+/* Batch up to this many bytes of whole lines before writing. */
+#define OUT_BATCH 65536
+
+void kd_lines_init(struct kd_lines *l, int fd, const char *prefix, size_t max_line)
+{
+    memset(l, 0, sizeof(*l));
+    l->fd = fd;
+    kd_strlcpy(l->prefix, prefix ? prefix : "", sizeof(l->prefix));
+    l->plen = strlen(l->prefix);
+    l->max_line = max_line ? max_line : KD_LINES_MAX;
+    kd_buf_init(&l->part, l->max_line);
+    kd_buf_init(&l->out, l->plen + l->max_line + 1 + OUT_BATCH);
+}
+
+void kd_lines_free(struct kd_lines *l)
+{
+    if (l == NULL)
+        return;
+    kd_buf_free(&l->part);
+    kd_buf_free(&l->out);
+}
+
+int kd_write_all(int fd, const void *p, size_t n)
+{
+    const char *s = p;
+    int rc = 0;
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w >= 0) {
+            s += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            if (poll(&pfd, 1, -1) < 0 && errno != EINTR) {
+                rc = -errno;
+                goto out;
+            }
+            continue;
+        }
+        rc = -errno;
+        goto out;
+    }
+out:
+    return rc;
+}
+
+static int flush_out(struct kd_lines *l)
+{
+    if (l->out.len > 0 && l->werr == 0)
+        l->werr = kd_write_all(l->fd, l->out.data, l->out.len);
+    kd_buf_reset(&l->out);
+    return l->werr;
+}
+
+/* Queue one output line: prefix, a then b (either may be empty), newline. */
+static int emit(struct kd_lines *l, const char *a, size_t alen, const char *b, size_t blen)
+{
+    int rc = 0;
+    size_t need = l->plen + alen + blen + 1;
+    if (l->out.len + need > l->out.max && (rc = flush_out(l)) < 0)
+        goto out;
+    /* Cannot fail: out.max holds a whole line of max_line bytes. */
+    if (kd_buf_append(&l->out, l->prefix, l->plen) < 0 || kd_buf_append(&l->out, a, alen) < 0 ||
+        kd_buf_append(&l->out, b, blen) < 0 || kd_buf_putc(&l->out, '\n') < 0) {
+        rc = KD_ENOMEM;
+        goto out;
+    }
+    l->lines++;
+    if (l->out.len >= OUT_BATCH)
+        rc = flush_out(l);
+out:
+    return rc;
+}
+
+/*
+ * Where to cut a full line of n bytes so that no UTF-8 sequence is split:
+ * before the last sequence when it is incomplete, else at n. Invalid bytes
+ * are not our business: they are cut anywhere.
+ */
+static size_t utf8_cut(const unsigned char *s, size_t n)
+{
+    for (size_t back = 1; back <= 4 && back <= n; back++) {
+        unsigned char c = s[n - back];
+        if ((c & 0xC0) == 0x80)
+            continue; /* continuation byte: keep looking for the lead */
+        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        if (want > back && n - back > 0)
+            return n - back;
+        return n;
+    }
+    return n;
+}
+
+int kd_lines_feed(struct kd_lines *l, const void *data, size_t n)
+{
+    const char *p = data;
+    const char *end = p + n;
+    int rc = 0;
+    /* emit() only fails by a write error, which is kept in l->werr: go on
+     * consuming so that the worker is never blocked on a full pipe. */
+    while (p < end) {
+        if (l->part.len == l->max_line) {
+            /* A full unfinished line: it ends here, or it is split. */
+            if (*p == '\n') {
+                (void)emit(l, l->part.data, l->part.len, "", 0);
+                kd_buf_reset(&l->part);
+                p++;
+            } else {
+                size_t cut = utf8_cut((const unsigned char *)l->part.data, l->part.len);
+                (void)emit(l, l->part.data, cut, "", 0);
+                kd_buf_consume(&l->part, cut);
+            }
+            continue;
+        }
+        size_t room = l->max_line - l->part.len;
+        size_t avail = (size_t)(end - p);
+        size_t take = avail < room ? avail : room;
+        /* A newline just after `room` bytes still ends a line of max_line. */
+        const char *nl = memchr(p, '\n', take < avail ? take + 1 : take);
+        if (nl != NULL) {
+            (void)emit(l, l->part.len ? l->part.data : "", l->part.len, p, (size_t)(nl - p));
+            kd_buf_reset(&l->part);
+            p = nl + 1;
+        } else {
+            if (kd_buf_append(&l->part, p, take) < 0) {
+                rc = KD_ENOMEM; /* cannot happen: take <= room */
+                goto out;
+            }
+            p += take;
+        }
+    }
+    rc = flush_out(l);
+out:
+    return rc < 0 ? rc : l->werr;
+}
+
+int kd_lines_finish(struct kd_lines *l)
+{
+    int rc = 0;
+    if (l->part.len > 0) {
+        rc = emit(l, l->part.data, l->part.len, "", 0);
+        kd_buf_reset(&l->part);
+    }
+    int frc = flush_out(l);
+    return rc < 0 ? rc : frc;
+}

@@ -1,0 +1,67 @@
+/*
+ * Rank-prefixed line output: bytes read from a worker's pipe go in, whole
+ * lines prefixed with "[rank=R] " come out, each batch written with one
+ * write(2) so that lines of different ranks never mix inside a line.
+ */
+#ifndef KD_LAUNCHER_LINES_H
+#define KD_LAUNCHER_LINES_H
+
+#include <stddef.h>
+
+#include "core/buf.h"
+#include "core/err.h"
+
+/**
+ * The longest line written as one piece, in bytes (prefix and newline not
+ * counted). A longer line is split into pieces of at most this many bytes
+ * (cut before a UTF-8 sequence rather than inside it), each written as its
+ * own prefixed line.
+ */
+#define KD_LINES_MAX 65536
+
+/* Largest prefix kept ("[rank=4294967295] " fits easily). */
+#define KD_LINES_PREFIX_MAX 64
+
+struct kd_lines {
+    int fd;                           /* where the prefixed lines go */
+    char prefix[KD_LINES_PREFIX_MAX]; /* "[rank=R] " */
+    size_t plen;
+    size_t max_line;     /* split lines longer than this */
+    struct kd_buf part;  /* the unfinished line, at most max_line bytes */
+    struct kd_buf out;   /* whole prefixed lines waiting for one write */
+    int werr;            /* first write error; later output is dropped */
+    unsigned long lines; /* lines written (split pieces count one each) */
+};
+
+/**
+ * Start a prefixer writing to fd. `prefix` is copied (cut at
+ * KD_LINES_PREFIX_MAX-1 bytes); max_line 0 means KD_LINES_MAX. Does not
+ * take ownership of fd. Free with kd_lines_free.
+ */
+void kd_lines_init(struct kd_lines *l, int fd, const char *prefix, size_t max_line);
+
+/**
+ * Take n bytes of a worker's output and write every line they complete.
+ * Blocks while fd is full. Returns 0, or the first write error (-errno, such
+ * as -EPIPE): from then on output is consumed and dropped, so the caller may
+ * log once and go on feeding. Not thread-safe per struct.
+ */
+int kd_lines_feed(struct kd_lines *l, const void *data, size_t n) KD_WUR;
+
+/**
+ * End of input: write the unfinished last line, if any, with a newline
+ * added. Returns 0 or the first write error.
+ */
+int kd_lines_finish(struct kd_lines *l) KD_WUR;
+
+/** Free the buffers (NULL-safe); does not close fd. */
+void kd_lines_free(struct kd_lines *l);
+
+/**
+ * Write all n bytes to fd with as few write(2) calls as the kernel allows,
+ * retrying after EINTR and waiting in poll(2) when fd is non-blocking and
+ * full. Returns 0 or -errno.
+ */
+int kd_write_all(int fd, const void *p, size_t n) KD_WUR;
+
+#endif

@@ -1,0 +1,4 @@
+# Tests of launcher/: unit tests of its parts, then the programs end to end.
+$(eval $(call kd_test,test_launch_lines,tests/launcher/test_lines.c,launch core,,30))
+$(eval $(call kd_test,test_launch_env,tests/launcher/test_env.c,launch core,-ljansson -ldl,30))
+$(eval $(call kd_test,test_launch_args,tests/launcher/test_args.c,launch core,-ljansson -ldl,30))
