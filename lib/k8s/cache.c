@@ -1,0 +1,362 @@
+/*
+ * The informer cache (see informer.h): objects by key in a uthash table,
+ * plus one secondary table whose entries ("n:NS", "o:UID", "l:KEY=VALUE")
+ * each hold a pointer set of the objects they index. One rwlock guards it.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uthash.h>
+
+#include "core/alloc.h"
+#include "k8s/informer.h"
+
+#define KEY_MAX 512
+
+struct entry;
+
+struct ref {
+    struct entry *e;
+    UT_hash_handle hh;
+};
+
+struct ixval {
+    char *key;
+    struct ref *refs; /* set of entries, by pointer */
+    UT_hash_handle hh;
+};
+
+struct entry {
+    char *key;
+    json_t *obj;
+    char **ix; /* index keys this entry is in */
+    size_t nix;
+    UT_hash_handle hh;
+};
+
+struct kd_k8s_cache {
+    pthread_rwlock_t lock;
+    struct entry *entries;
+    struct ixval *index;
+    size_t n;
+};
+
+struct kd_k8s_cache *kd_k8s_cache_new(void)
+{
+    struct kd_k8s_cache *c = kd_xcalloc(1, sizeof(*c));
+    pthread_rwlock_init(&c->lock, NULL);
+    return c;
+}
+
+static void ix_add(struct kd_k8s_cache *c, struct entry *e, char *ixkey)
+{
+    struct ixval *v = NULL;
+    struct ref *r = NULL;
+    HASH_FIND_STR(c->index, ixkey, v);
+    if (v == NULL) {
+        v = kd_xcalloc(1, sizeof(*v));
+        v->key = kd_xstrdup(ixkey);
+        HASH_ADD_KEYPTR(hh, c->index, v->key, strlen(v->key), v);
+    }
+    HASH_FIND_PTR(v->refs, &e, r);
+    if (r == NULL) {
+        r = kd_xcalloc(1, sizeof(*r));
+        r->e = e;
+        HASH_ADD_PTR(v->refs, e, r);
+    }
+    e->ix = kd_xrealloc(e->ix, (e->nix + 1) * sizeof(*e->ix));
+    e->ix[e->nix++] = ixkey;
+}
+
+static void ix_remove_all(struct kd_k8s_cache *c, struct entry *e)
+{
+    for (size_t i = 0; i < e->nix; i++) {
+        struct ixval *v = NULL;
+        struct ref *r = NULL;
+        HASH_FIND_STR(c->index, e->ix[i], v);
+        if (v != NULL) {
+            HASH_FIND_PTR(v->refs, &e, r);
+            if (r != NULL) {
+                HASH_DEL(v->refs, r);
+                free(r);
+            }
+            if (v->refs == NULL) {
+                HASH_DEL(c->index, v);
+                free(v->key);
+                free(v);
+            }
+        }
+        free(e->ix[i]);
+    }
+    free(e->ix);
+    e->ix = NULL;
+    e->nix = 0;
+}
+
+static void ix_build(struct kd_k8s_cache *c, struct entry *e)
+{
+    json_t *meta = json_object_get(e->obj, "metadata");
+    const char *ns = json_string_value(json_object_get(meta, "namespace"));
+    json_t *owners = json_object_get(meta, "ownerReferences");
+    json_t *labels = json_object_get(meta, "labels");
+    const char *k;
+    json_t *v;
+    size_t i;
+    ix_add(c, e, kd_xasprintf("n:%s", ns != NULL ? ns : ""));
+    json_array_foreach(owners, i, v)
+    {
+        const char *uid = json_string_value(json_object_get(v, "uid"));
+        if (uid != NULL)
+            ix_add(c, e, kd_xasprintf("o:%s", uid));
+    }
+    json_object_foreach(labels, k, v)
+    {
+        if (json_is_string(v))
+            ix_add(c, e, kd_xasprintf("l:%s=%s", k, json_string_value(v)));
+    }
+}
+
+static void entry_free(struct entry *e)
+{
+    json_decref(e->obj);
+    free(e->key);
+    free(e);
+}
+
+void kd_k8s_cache_free(struct kd_k8s_cache *c)
+{
+    struct entry *e, *tmp;
+    if (c == NULL)
+        return;
+    HASH_ITER(hh, c->entries, e, tmp)
+    {
+        HASH_DEL(c->entries, e);
+        ix_remove_all(c, e);
+        entry_free(e);
+    }
+    pthread_rwlock_destroy(&c->lock);
+    free(c);
+}
+
+int kd_k8s_cache_get(struct kd_k8s_cache *c, const char *key, json_t **obj)
+{
+    struct entry *e = NULL;
+    int rc = 0;
+    pthread_rwlock_rdlock(&c->lock);
+    HASH_FIND_STR(c->entries, key, e);
+    if (e != NULL)
+        *obj = json_incref(e->obj);
+    else
+        rc = KD_ENOTFOUND;
+    pthread_rwlock_unlock(&c->lock);
+    return rc;
+}
+
+size_t kd_k8s_cache_len(struct kd_k8s_cache *c)
+{
+    pthread_rwlock_rdlock(&c->lock);
+    size_t n = c->n;
+    pthread_rwlock_unlock(&c->lock);
+    return n;
+}
+
+static json_t *by_index(struct kd_k8s_cache *c, const char *ixkey)
+{
+    json_t *arr = json_array();
+    struct ixval *v = NULL;
+    struct ref *r, *tmp;
+    pthread_rwlock_rdlock(&c->lock);
+    HASH_FIND_STR(c->index, ixkey, v);
+    if (v != NULL) {
+        HASH_ITER(hh, v->refs, r, tmp)
+        {
+            json_array_append(arr, r->e->obj);
+        }
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return arr;
+}
+
+json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns)
+{
+    if (ns != NULL) {
+        char *k = kd_xasprintf("n:%s", ns);
+        json_t *arr = by_index(c, k);
+        free(k);
+        return arr;
+    }
+    json_t *arr = json_array();
+    struct entry *e, *tmp;
+    pthread_rwlock_rdlock(&c->lock);
+    HASH_ITER(hh, c->entries, e, tmp)
+    {
+        json_array_append(arr, e->obj);
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return arr;
+}
+
+json_t *kd_k8s_cache_by_owner(struct kd_k8s_cache *c, const char *uid)
+{
+    char *k = kd_xasprintf("o:%s", uid);
+    json_t *arr = by_index(c, k);
+    free(k);
+    return arr;
+}
+
+json_t *kd_k8s_cache_by_label(struct kd_k8s_cache *c, const char *key, const char *value)
+{
+    char *k = kd_xasprintf("l:%s=%s", key, value);
+    json_t *arr = by_index(c, k);
+    free(k);
+    return arr;
+}
+
+/* Insert or replace with the write lock held; returns the old object (ownership moves). */
+static json_t *put_locked(struct kd_k8s_cache *c, const char *key, json_t *obj)
+{
+    struct entry *e = NULL;
+    json_t *old = NULL;
+    HASH_FIND_STR(c->entries, key, e);
+    if (e != NULL) {
+        ix_remove_all(c, e);
+        old = e->obj;
+    } else {
+        e = kd_xcalloc(1, sizeof(*e));
+        e->key = kd_xstrdup(key);
+        HASH_ADD_KEYPTR(hh, c->entries, e->key, strlen(e->key), e);
+        c->n++;
+    }
+    e->obj = json_incref(obj);
+    ix_build(c, e);
+    return old;
+}
+
+static json_t *delete_locked(struct kd_k8s_cache *c, const char *key)
+{
+    struct entry *e = NULL;
+    json_t *old = NULL;
+    HASH_FIND_STR(c->entries, key, e);
+    if (e != NULL) {
+        HASH_DEL(c->entries, e);
+        ix_remove_all(c, e);
+        old = json_incref(e->obj);
+        entry_free(e);
+        c->n--;
+    }
+    return old;
+}
+
+int kd_k8s_cache_put(struct kd_k8s_cache *c, json_t *obj, json_t **old)
+{
+    char key[KEY_MAX];
+    json_t *prev;
+    int rc = kd_k8s_obj_key(obj, key, sizeof(key));
+    if (rc < 0)
+        return KD_EINVAL;
+    pthread_rwlock_wrlock(&c->lock);
+    prev = put_locked(c, key, obj);
+    pthread_rwlock_unlock(&c->lock);
+    if (old != NULL)
+        *old = prev;
+    else
+        json_decref(prev);
+    return 0;
+}
+
+int kd_k8s_cache_delete(struct kd_k8s_cache *c, const char *key, json_t **old)
+{
+    json_t *prev;
+    pthread_rwlock_wrlock(&c->lock);
+    prev = delete_locked(c, key);
+    pthread_rwlock_unlock(&c->lock);
+    if (prev == NULL)
+        return KD_ENOTFOUND;
+    if (old != NULL)
+        *old = prev;
+    else
+        json_decref(prev);
+    return 0;
+}
+
+static int same_version(const json_t *a, const json_t *b)
+{
+    const char *ra = kd_k8s_meta_str(a, "resourceVersion");
+    const char *rb = kd_k8s_meta_str(b, "resourceVersion");
+    const char *ua = kd_k8s_meta_str(a, "uid");
+    const char *ub = kd_k8s_meta_str(b, "uid");
+    if (ra == NULL || rb == NULL || strcmp(ra, rb) != 0)
+        return 0;
+    if ((ua == NULL) != (ub == NULL) || (ua != NULL && strcmp(ua, ub) != 0))
+        return 0;
+    return 1;
+}
+
+int kd_k8s_cache_replace(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff_fn fn, void *ud)
+{
+    struct seen {
+        char *key;
+        UT_hash_handle hh;
+    } *seen = NULL, *s, *stmp;
+    json_t *changes = json_array(); /* [type, old|null, new|null] triples */
+    struct entry *e, *etmp;
+    char key[KEY_MAX];
+    json_t *item;
+    size_t i;
+    int rc = 0;
+
+    json_array_foreach(items, i, item)
+    {
+        if (kd_k8s_obj_key(item, key, sizeof(key)) < 0) {
+            rc = KD_EINVAL;
+            goto out;
+        }
+    }
+    pthread_rwlock_wrlock(&c->lock);
+    json_array_foreach(items, i, item)
+    {
+        struct entry *cur = NULL;
+        if (kd_k8s_obj_key(item, key, sizeof(key)) < 0)
+            continue;
+        HASH_FIND_STR(seen, key, s);
+        if (s == NULL) {
+            s = kd_xcalloc(1, sizeof(*s));
+            s->key = kd_xstrdup(key);
+            HASH_ADD_KEYPTR(hh, seen, s->key, strlen(s->key), s);
+        }
+        HASH_FIND_STR(c->entries, key, cur);
+        if (cur != NULL && same_version(cur->obj, item))
+            continue;
+        json_t *old = put_locked(c, key, item);
+        json_array_append_new(changes, json_pack("[i,o,O]", old ? KD_K8S_MODIFIED : KD_K8S_ADDED,
+                                                 old ? old : json_null(), item));
+    }
+    HASH_ITER(hh, c->entries, e, etmp)
+    {
+        HASH_FIND_STR(seen, e->key, s);
+        if (s != NULL)
+            continue;
+        char *k = kd_xstrdup(e->key);
+        json_t *old = delete_locked(c, k);
+        free(k);
+        json_array_append_new(changes, json_pack("[i,o,n]", KD_K8S_DELETED, old));
+    }
+    pthread_rwlock_unlock(&c->lock);
+    json_array_foreach(changes, i, item)
+    {
+        json_t *old = json_array_get(item, 1), *new = json_array_get(item, 2);
+        if (fn != NULL)
+            fn((enum kd_k8s_event_type)json_integer_value(json_array_get(item, 0)),
+               json_is_null(old) ? NULL : old, json_is_null(new) ? NULL : new, ud);
+    }
+out:
+    HASH_ITER(hh, seen, s, stmp)
+    {
+        HASH_DEL(seen, s);
+        free(s->key);
+        free(s);
+    }
+    json_decref(changes);
+    return rc;
+}
