@@ -1,0 +1,4 @@
+# Tests of lib/storage; the s3 ones start a real s3rver (make deps).
+STORAGE_TEST_LIBS := storage core
+STORAGE_TEST_LD := -lcurl -ljansson -lcrypto -lpthread
+$(eval $(call kd_test,test_storage_s3,tests/lib/storage/test_s3.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),240))
