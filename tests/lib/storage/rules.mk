@@ -2,3 +2,4 @@
 STORAGE_TEST_LIBS := storage core
 STORAGE_TEST_LD := -lcurl -ljansson -lcrypto -lpthread
 $(eval $(call kd_test,test_storage_s3,tests/lib/storage/test_s3.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),240))
+$(eval $(call kd_test,test_storage_gc,tests/lib/storage/test_gc.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
