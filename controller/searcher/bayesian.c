@@ -1,0 +1,357 @@
+/*
+ * The bayesian searcher: a multivariate Tree-structured Parzen Estimator
+ * (Bergstra et al. 2011; the multivariate kernel of Falkner et al. 2018)
+ * over every hyperparameter type. Finished trials are split into the best
+ * gamma fraction and the rest; each group becomes a mixture of truncated
+ * Gaussians (numbers, in [0,1]-normalized coordinates) times categorical
+ * kernels, plus a uniform prior component. Candidates are drawn from the
+ * good mixture and the one maximizing l(x)/g(x) is proposed. Trials still
+ * running join the "rest" group (a constant liar), so parallel suggestions
+ * spread out instead of piling onto one point.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "searcher/searcher_int.h"
+
+#define TPE_STARTUP 10    /* random trials before the model is used */
+#define TPE_CANDIDATES 24 /* candidates drawn from l(x) per suggestion */
+#define TPE_GAMMA 0.10    /* fraction of finished trials in the good group ... */
+#define TPE_GAMMA_MAX 25  /* ... capped at this many */
+#define TPE_PRIOR_WEIGHT 1.0
+#define TPE_SIGMA0 0.2 /* bandwidth scale, Scott's rule per dimension count */
+
+struct obs {
+    int64_t trial;
+    double loss;
+};
+
+/* One Parzen mixture: ncomp components (observations, then the prior). */
+struct mixture {
+    size_t ncomp, nd, nc;
+    double *logw;  /* ncomp */
+    double *mu;    /* ncomp * nd, normalized */
+    double *sigma; /* ncomp */
+    double *logz;  /* ncomp * nd: log of the truncation mass in [0,1] */
+    int *cat;      /* ncomp * nc: observed category, -1 for the prior */
+    double *w;     /* ncomp: normalized weights, for sampling */
+};
+
+struct tpe {
+    struct kd__simple d;
+    size_t nd, nc; /* numeric and categorical leaves */
+    size_t *num;   /* leaf index of each numeric dimension */
+    size_t *catd;  /* leaf index of each categorical dimension */
+};
+
+static double to_unit(const struct kd_hp_param *p, double v)
+{
+    if (p->type == KD_HP_INT)
+        return (v - p->minval + 0.5) / (p->maxval - p->minval + 1);
+    return (v - p->minval) / (p->maxval - p->minval);
+}
+
+static double from_unit(const struct kd_hp_param *p, double u)
+{
+    if (p->type == KD_HP_INT)
+        return kd_hp_clamp(p, p->minval + floor(u * (p->maxval - p->minval + 1)));
+    return kd_hp_clamp(p, p->minval + u * (p->maxval - p->minval));
+}
+
+static int cmp_obs_loss(const void *a, const void *b)
+{
+    const struct obs *x = a, *y = b;
+    if (x->loss != y->loss)
+        return x->loss < y->loss ? -1 : 1;
+    return x->trial < y->trial ? -1 : x->trial > y->trial;
+}
+
+static int cmp_obs_trial(const void *a, const void *b)
+{
+    const struct obs *x = a, *y = b;
+    return x->trial < y->trial ? -1 : x->trial > y->trial;
+}
+
+static double log_phi_mass(double mu, double sigma)
+{
+    double z = 0.5 * (erfc(-(1.0 - mu) / (sigma * M_SQRT2)) - erfc(mu / (sigma * M_SQRT2)));
+    return log(z > 1e-300 ? z : 1e-300);
+}
+
+static void mixture_free(struct mixture *m)
+{
+    free(m->logw);
+    free(m->mu);
+    free(m->sigma);
+    free(m->logz);
+    free(m->cat);
+    free(m->w);
+}
+
+/* Build the mixture of group g[0..n) (sorted by trial for the weights). */
+static void mixture_build(const struct kd_searcher *s, const struct tpe *tp, struct obs *g,
+                          size_t n, struct mixture *m)
+{
+    size_t nd = tp->nd, nc = tp->nc, K = n + 1;
+    double dims = (double)(nd + nc);
+    double sig = TPE_SIGMA0 * pow((double)(n > 0 ? n : 1), -1.0 / (dims + 4.0));
+    double minsig = 1.0 / fmin(100.0, 1.0 + (double)n);
+    double tot = 0;
+    if (sig < minsig)
+        sig = minsig;
+    if (sig > 1.0)
+        sig = 1.0;
+    m->ncomp = K;
+    m->nd = nd;
+    m->nc = nc;
+    m->logw = kd_xcalloc(K, sizeof(double));
+    m->w = kd_xcalloc(K, sizeof(double));
+    m->mu = kd_xcalloc(K * nd + 1, sizeof(double));
+    m->sigma = kd_xcalloc(K, sizeof(double));
+    m->logz = kd_xcalloc(K * nd + 1, sizeof(double));
+    m->cat = kd_xcalloc(K * nc + 1, sizeof(int));
+    qsort(g, n, sizeof(*g), cmp_obs_trial);
+    for (size_t k = 0; k < n; k++) {
+        const struct kd__trial *t = &s->trials[g[k].trial];
+        /* older observations weigh less once there are more than 25 (a ramp from 1/n to 1) */
+        double w = 1.0;
+        if (n >= 25 && k < n - 25)
+            w = 1.0 / (double)n + (1.0 - 1.0 / (double)n) * (double)k / (double)(n - 25);
+        m->w[k] = w;
+        m->sigma[k] = sig;
+        for (size_t d = 0; d < nd; d++) {
+            const struct kd_hp_param *p = &s->sp->params[tp->num[d]];
+            double mu = to_unit(p, t->x[tp->num[d]]);
+            m->mu[k * nd + d] = mu;
+            m->logz[k * nd + d] = log_phi_mass(mu, sig);
+        }
+        for (size_t c = 0; c < nc; c++)
+            m->cat[k * nc + c] = (int)t->x[tp->catd[c]];
+    }
+    /* the prior: centred, wide */
+    m->w[n] = TPE_PRIOR_WEIGHT;
+    m->sigma[n] = 1.0;
+    for (size_t d = 0; d < nd; d++) {
+        m->mu[n * nd + d] = 0.5;
+        m->logz[n * nd + d] = log_phi_mass(0.5, 1.0);
+    }
+    for (size_t c = 0; c < nc; c++)
+        m->cat[n * nc + c] = -1;
+    for (size_t k = 0; k < K; k++)
+        tot += m->w[k];
+    for (size_t k = 0; k < K; k++) {
+        m->w[k] /= tot;
+        m->logw[k] = log(m->w[k]);
+    }
+}
+
+static double cat_logp(const struct kd_hp_param *p, int obs, int v)
+{
+    double C = (double)p->nvals;
+    if (obs < 0)
+        return -log(C);
+    return log((TPE_PRIOR_WEIGHT / C + (obs == v ? 1.0 : 0.0)) / (TPE_PRIOR_WEIGHT + 1.0));
+}
+
+static double mixture_logpdf(const struct kd_searcher *s, const struct tpe *tp,
+                             const struct mixture *m, const double *u, const int *c)
+{
+    double best = -INFINITY, sum = 0;
+    double *lp = kd_xmalloc(m->ncomp * sizeof(double));
+    const double half_log_2pi = 0.91893853320467274178;
+    for (size_t k = 0; k < m->ncomp; k++) {
+        double sg = m->sigma[k], acc = m->logw[k], q = 0;
+        const double *mu = &m->mu[k * m->nd];
+        const double *lz = &m->logz[k * m->nd];
+        for (size_t d = 0; d < m->nd; d++) {
+            double z = (u[d] - mu[d]) / sg;
+            q += z * z;
+            acc -= lz[d];
+        }
+        acc += -0.5 * q - (double)m->nd * (log(sg) + half_log_2pi);
+        for (size_t j = 0; j < m->nc; j++)
+            acc += cat_logp(&s->sp->params[tp->catd[j]], m->cat[k * m->nc + j], c[j]);
+        lp[k] = acc;
+        if (acc > best)
+            best = acc;
+    }
+    for (size_t k = 0; k < m->ncomp; k++)
+        sum += exp(lp[k] - best);
+    free(lp);
+    return best + log(sum);
+}
+
+static double trunc_normal01(struct kd_rng *r, double mu, double sigma)
+{
+    for (int i = 0; i < 64; i++) {
+        double v = mu + sigma * kd_rng_normal(r);
+        if (v >= 0.0 && v < 1.0)
+            return v;
+    }
+    return kd_rng_uniform(r); /* practically unreachable: sigma is at least 0.01 */
+}
+
+static void mixture_sample(const struct kd_searcher *s, struct kd_rng *r, const struct tpe *tp,
+                           const struct mixture *m, double *u, int *c)
+{
+    double pick = kd_rng_uniform(r), acc = 0;
+    size_t k = m->ncomp - 1;
+    for (size_t i = 0; i < m->ncomp; i++) {
+        acc += m->w[i];
+        if (pick < acc) {
+            k = i;
+            break;
+        }
+    }
+    for (size_t d = 0; d < m->nd; d++)
+        u[d] = trunc_normal01(r, m->mu[k * m->nd + d], m->sigma[k]);
+    for (size_t j = 0; j < m->nc; j++) {
+        const struct kd_hp_param *p = &s->sp->params[tp->catd[j]];
+        int obs = m->cat[k * m->nc + j];
+        double C = (double)p->nvals, pu = kd_rng_uniform(r);
+        /* P(v) = (pw/C + [v == obs]) / (pw + 1); the prior is uniform */
+        if (obs >= 0 && pu < 1.0 / (TPE_PRIOR_WEIGHT + 1.0))
+            c[j] = obs;
+        else
+            c[j] = (int)kd_rng_below(r, (uint64_t)C);
+    }
+}
+
+static void propose(struct kd_searcher *s, int64_t idx, double *x)
+{
+    struct tpe *tp = s->mstate;
+    struct obs *ob = kd_xcalloc(s->ntrials + 1, sizeof(*ob));
+    struct obs *pend = kd_xcalloc(s->ntrials + 1, sizeof(*pend));
+    size_t n = 0, np = 0;
+    (void)idx;
+    for (size_t i = 0; i < s->ntrials; i++) {
+        const struct kd__trial *t = &s->trials[i];
+        if (t->finished && t->nhist > 0)
+            ob[n++] = (struct obs){(int64_t)i, t->best};
+        else if (t->finished && t->exited && t->exit_reason == KD_SEARCH_EXIT_INVALID_HP)
+            ob[n++] = (struct obs){(int64_t)i, KD__WORST};
+        else if (!t->finished)
+            pend[np++] = (struct obs){(int64_t)i, INFINITY};
+    }
+    kd_hp_sample(s->sp, &s->rng, x); /* consts, and the answer during start-up */
+    if (n >= TPE_STARTUP && tp->nd + tp->nc > 0) {
+        size_t nb = (size_t)ceil(TPE_GAMMA * (double)n);
+        struct mixture lo = {0}, hi = {0};
+        double *u = kd_xcalloc(tp->nd + 1, sizeof(double));
+        double *bu = kd_xcalloc(tp->nd + 1, sizeof(double));
+        int *c = kd_xcalloc(tp->nc + 1, sizeof(int));
+        int *bc = kd_xcalloc(tp->nc + 1, sizeof(int));
+        double best = -INFINITY;
+        if (nb > TPE_GAMMA_MAX)
+            nb = TPE_GAMMA_MAX;
+        if (nb < 1)
+            nb = 1;
+        qsort(ob, n, sizeof(*ob), cmp_obs_loss);
+        /* the rest, plus pending trials as constant liars */
+        struct obs *rest = kd_xcalloc(n - nb + np + 1, sizeof(*rest));
+        memcpy(rest, ob + nb, (n - nb) * sizeof(*rest));
+        memcpy(rest + (n - nb), pend, np * sizeof(*rest));
+        mixture_build(s, tp, ob, nb, &lo);
+        mixture_build(s, tp, rest, n - nb + np, &hi);
+        for (int i = 0; i < TPE_CANDIDATES; i++) {
+            mixture_sample(s, &s->rng, tp, &lo, u, c);
+            double score = mixture_logpdf(s, tp, &lo, u, c) - mixture_logpdf(s, tp, &hi, u, c);
+            if (score > best) {
+                best = score;
+                memcpy(bu, u, tp->nd * sizeof(double));
+                memcpy(bc, c, tp->nc * sizeof(int));
+            }
+        }
+        for (size_t d = 0; d < tp->nd; d++)
+            x[tp->num[d]] = from_unit(&s->sp->params[tp->num[d]], bu[d]);
+        for (size_t j = 0; j < tp->nc; j++)
+            x[tp->catd[j]] = bc[j];
+        mixture_free(&lo);
+        mixture_free(&hi);
+        free(rest);
+        free(u);
+        free(bu);
+        free(c);
+        free(bc);
+    }
+    free(ob);
+    free(pend);
+}
+
+static int init(struct kd_searcher *s, const json_t *scfg, char *err)
+{
+    struct tpe *tp;
+    int rc;
+    (void)scfg;
+    if ((rc = kd__need_max_length(s, err)) != 0)
+        return rc;
+    if (s->max_trials <= 0)
+        return kd_seterr(err, KD_EINVAL, "searcher.max_trials: required by the bayesian searcher");
+    tp = kd_xcalloc(1, sizeof(*tp));
+    tp->num = kd_xcalloc(s->sp->n + 1, sizeof(size_t));
+    tp->catd = kd_xcalloc(s->sp->n + 1, sizeof(size_t));
+    for (size_t i = 0; i < s->sp->n; i++) {
+        enum kd_hp_type ty = s->sp->params[i].type;
+        if (ty == KD_HP_CATEGORICAL)
+            tp->catd[tp->nc++] = i;
+        else if (ty != KD_HP_CONST)
+            tp->num[tp->nd++] = i;
+    }
+    tp->d.total = s->max_trials;
+    tp->d.propose = propose;
+    tp->d.redraw_invalid = true;
+    s->mstate = tp;
+    return 0;
+}
+
+static void mfree(struct kd_searcher *s)
+{
+    struct tpe *tp = s->mstate;
+    free(tp->num);
+    free(tp->catd);
+    free(tp);
+}
+
+static int initial(struct kd_searcher *s)
+{
+    struct tpe *tp = s->mstate;
+    return kd__simple_fill(s, &tp->d);
+}
+
+static int finished(struct kd_searcher *s, struct kd__trial *t)
+{
+    struct tpe *tp = s->mstate;
+    return kd__simple_finished(s, &tp->d, t);
+}
+
+static double progress(const struct kd_searcher *s)
+{
+    const struct tpe *tp = s->mstate;
+    return kd__simple_progress(s, &tp->d);
+}
+
+static json_t *snapshot(const struct kd_searcher *s)
+{
+    const struct tpe *tp = s->mstate;
+    return kd__simple_snapshot(&tp->d);
+}
+
+static int restore(struct kd_searcher *s, const json_t *st, char *err)
+{
+    struct tpe *tp = s->mstate;
+    return kd__simple_restore(&tp->d, st, err);
+}
+
+const struct kd__method kd__bayesian = {
+    .name = "bayesian",
+    .init = init,
+    .free = mfree,
+    .initial = initial,
+    .validated = kd__simple_validated,
+    .finished = finished,
+    .progress = progress,
+    .snapshot = snapshot,
+    .restore = restore,
+};

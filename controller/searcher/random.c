@@ -1,0 +1,73 @@
+/*
+ * The random searcher: max_trials trials with hyperparameters drawn uniformly (kd_hp_sample), at
+ * most max_concurrent_trials at once, each trained to max_length.
+ */
+#include <stdlib.h>
+
+#include "core/alloc.h"
+#include "searcher/searcher_int.h"
+
+static void propose(struct kd_searcher *s, int64_t idx, double *x)
+{
+    (void)idx;
+    kd_hp_sample(s->sp, &s->rng, x);
+}
+
+static int init(struct kd_searcher *s, const json_t *scfg, char *err)
+{
+    struct kd__simple *d = NULL;
+    int rc;
+    (void)scfg;
+    if ((rc = kd__need_max_length(s, err)) != 0)
+        return rc;
+    if (s->max_trials <= 0)
+        return kd_seterr(err, KD_EINVAL, "searcher.max_trials: required by the random searcher");
+    d = kd_xcalloc(1, sizeof(*d));
+    d->total = s->max_trials;
+    d->propose = propose;
+    d->redraw_invalid = true;
+    s->mstate = d;
+    return 0;
+}
+
+static void mfree(struct kd_searcher *s)
+{
+    free(s->mstate);
+}
+
+static int initial(struct kd_searcher *s)
+{
+    return kd__simple_fill(s, s->mstate);
+}
+
+static int finished(struct kd_searcher *s, struct kd__trial *t)
+{
+    return kd__simple_finished(s, s->mstate, t);
+}
+
+static double progress(const struct kd_searcher *s)
+{
+    return kd__simple_progress(s, s->mstate);
+}
+
+static json_t *snapshot(const struct kd_searcher *s)
+{
+    return kd__simple_snapshot(s->mstate);
+}
+
+static int restore(struct kd_searcher *s, const json_t *st, char *err)
+{
+    return kd__simple_restore(s->mstate, st, err);
+}
+
+const struct kd__method kd__random = {
+    .name = "random",
+    .init = init,
+    .free = mfree,
+    .initial = initial,
+    .validated = kd__simple_validated,
+    .finished = finished,
+    .progress = progress,
+    .snapshot = snapshot,
+    .restore = restore,
+};
