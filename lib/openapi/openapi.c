@@ -864,7 +864,9 @@ static void unknown_walk(const json_t *s, const json_t *v, const char *path, jso
     {
         const json_t *ps = json_object_get(props, k);
         char *p = child_name(path, k);
-        if (ps != NULL)
+        if (depth == 0 && strcmp(k, "metadata") == 0)
+            ; /* ObjectMeta: the API server validates it itself, never prunes it */
+        else if (ps != NULL)
             unknown_walk(ps, x, p, out, depth + 1);
         else if (json_is_object(addl))
             unknown_walk(addl, x, p, out, depth + 1);

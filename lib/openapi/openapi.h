@@ -56,7 +56,9 @@ int kd_openapi_validate(const json_t *schema, const json_t *instance, const char
  * API server would prune, or reject under fieldValidation=Strict) as a new
  * JSON array of path strings ("spec.searcher.max_trails"); caller
  * json_decref()s. Fields under x-kubernetes-preserve-unknown-fields are
- * kept. Returns 0 (the array may be empty).
+ * kept, and so is the root's `metadata` (ObjectMeta, which the API server
+ * checks on its own). Returns 0 (the array may be empty), KD_EINVAL for a
+ * NULL `paths`.
  */
 int kd_openapi_unknown_fields(const json_t *schema, const json_t *instance, const char *root_path,
                               json_t **paths) KD_WUR;

@@ -125,10 +125,10 @@ static void test_free_form_only_where_allowed(void **state)
     json_t *exp = load_crd("crds/experiments.yaml");
     json_t *got = json_array();
     preserved(schema_of(exp), "", got);
-    json_t *want = json_pack("[s,s,s,s,s,s,s]", "spec.entrypoint", "spec.hyperparameters.*",
-                             "spec.searcher.early_stopping[*]", "spec.environment.image",
+    json_t *want = json_pack("[s,s,s,s,s,s,s,s]", "spec.entrypoint", "spec.hyperparameters.*",
+                             "spec.searcher.max_length", "spec.environment.image",
                              "spec.environment.environment_variables", "spec.environment.pod_spec",
-                             "spec.data");
+                             "spec.environment.registry_auth", "spec.data");
     char *g = json_dumps(got, 0);
     if (!json_equal(got, want))
         fail_msg("experiments: free-form nodes %s", g);

@@ -1,0 +1,79 @@
+/*
+ * det: entry point. Parses the noun, hands the rest of the command line to
+ * the noun's handler, and keeps the global help and exit codes in one place.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core/log.h"
+#include "core/str.h"
+
+#define DET_VERSION "0.1.0"
+
+static const char usage[] =
+    "usage: det [--help] [--version] COMMAND ...\n"
+    "\n"
+    "kdet's command line: experiments on Kubernetes in Determined's format.\n"
+    "\n"
+    "commands:\n"
+    "  experiment (e)  create experiments from a config file and a context directory\n"
+    "                  det experiment create CONFIG CONTEXT_DIR [--template FILE] [--dry-run]\n"
+    "\n"
+    "exit codes:\n"
+    "  0  success\n"
+    "  1  error (I/O, internal)\n"
+    "  2  usage error (unknown command or option, missing argument)\n"
+    "  3  invalid experiment config, template or context directory\n"
+    "  4  the command needs kdet-controller, which this build does not include yet\n"
+    "\n"
+    "Run 'det COMMAND --help' for a command's options. docs/cli.md has the details.\n";
+
+void det_err(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("det: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void det_usage_suggest(const char *what, const char *word, const char *const *cands,
+                       const char *help_cmd)
+{
+    const char *s = kd_suggest(word, cands);
+    if (s != NULL)
+        det_err("unknown %s \"%s\"; did you mean \"%s\"? (see '%s --help')", what, word, s,
+                help_cmd);
+    else
+        det_err("unknown %s \"%s\" (see '%s --help')", what, word, help_cmd);
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const nouns[] = {"experiment", "e", NULL};
+    int rc = DET_EXIT_USAGE;
+    kd_log_init("det", -1, -1);
+    if (argc < 2) {
+        fputs(usage, stderr);
+        goto out;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage, stdout);
+        rc = DET_EXIT_OK;
+    } else if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("det %s\n", DET_VERSION);
+        rc = DET_EXIT_OK;
+    } else if (strcmp(cmd, "experiment") == 0 || strcmp(cmd, "e") == 0) {
+        rc = det_cmd_experiment(argc - 1, argv + 1);
+    } else if (cmd[0] == '-') {
+        det_err("unknown option \"%s\" (see 'det --help')", cmd);
+    } else {
+        det_usage_suggest("command", cmd, nouns, "det");
+    }
+out:
+    return rc;
+}
