@@ -258,9 +258,16 @@ static int field_err(const struct kubeconfig *kc, int file, const char *field, c
                      const char *what)
 {
     int line = 0, col = 0;
-    if (kd_yaml_where(kc->docs[file], field, &line, &col) == 0)
-        return kd_seterr(err, code, "%s:%d:%d: %s: %s", kc->paths[file], line, col, field, what);
-    return kd_seterr(err, code, "%s: %s: %s", kc->paths[file], field, what);
+    char at[160];
+    kd_strlcpy(at, field, sizeof(at));
+    /* A missing field has no position: point at the mapping that lacks it. */
+    while (kd_yaml_where(kc->docs[file], at, &line, &col) != 0) {
+        char *dot = strrchr(at, '.');
+        if (dot == NULL)
+            return kd_seterr(err, code, "%s: %s: %s", kc->paths[file], field, what);
+        *dot = '\0';
+    }
+    return kd_seterr(err, code, "%s:%d:%d: %s: %s", kc->paths[file], line, col, field, what);
 }
 
 static struct entry *find_entry(struct entry *list, size_t n, const char *name)
@@ -365,18 +372,19 @@ static int get_str(const struct kubeconfig *kc, const struct entry *e, const cha
 /* A path relative to the kubeconfig that names it becomes absolute. */
 static char *resolve_path(const char *kcpath, const char *p)
 {
+    char cwd[PATH_MAX] = ".";
     if (p[0] == '/')
         return kd_xstrdup(p);
     if (p[0] == '~' && p[1] == '/' && getenv("HOME") != NULL)
         return kd_xasprintf("%s/%s", getenv("HOME"), p + 2);
+    if (kcpath[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL)
+        kd_strlcpy(cwd, ".", sizeof(cwd));
     const char *slash = strrchr(kcpath, '/');
-    if (slash == NULL) {
-        char cwd[PATH_MAX];
-        if (getcwd(cwd, sizeof(cwd)) == NULL)
-            return kd_xstrdup(p);
+    if (slash == NULL)
         return kd_xasprintf("%s/%s", cwd, p);
-    }
-    return kd_xasprintf("%.*s/%s", (int)(slash - kcpath), kcpath, p);
+    if (kcpath[0] == '/')
+        return kd_xasprintf("%.*s/%s", (int)(slash - kcpath), kcpath, p);
+    return kd_xasprintf("%s/%.*s/%s", cwd, (int)(slash - kcpath), kcpath, p);
 }
 
 /* A file field and its *-data twin: data wins, as in client-go. */
@@ -410,13 +418,12 @@ static int file_or_data(const struct kubeconfig *kc, const struct entry *e, cons
     return 0;
 }
 
-static const char *names_of(const struct entry *list, size_t n, const char **buf, size_t cap)
+static void names_of(const struct entry *list, size_t n, const char **buf, size_t cap)
 {
     size_t i;
     for (i = 0; i < n && i + 1 < cap; i++)
         buf[i] = list[i].name;
     buf[i] = NULL;
-    return NULL;
 }
 
 static int not_found(const char *what, const char *name, const struct entry *list, size_t n,

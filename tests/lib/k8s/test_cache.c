@@ -1,0 +1,232 @@
+/*
+ * The informer cache: get/put/delete, the namespace/owner/label indexes,
+ * and the relist diff (kd_k8s_cache_replace) on synthetic lists, as an
+ * informer does it after a 410.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "k8s/informer.h"
+
+static json_t *obj(const char *ns, const char *name, const char *rv, const char *owner,
+                   const char *app)
+{
+    json_t *o = json_pack("{s:s,s:{s:s,s:s,s:s,s:s}}", "kind", "Pod", "metadata", "namespace", ns,
+                          "name", name, "resourceVersion", rv, "uid", name);
+    json_t *meta = json_object_get(o, "metadata");
+    if (owner != NULL)
+        json_object_set_new(meta, "ownerReferences",
+                            json_pack("[{s:s,s:s,s:s,s:b}]", "kind", "Trial", "name", owner, "uid",
+                                      owner, "controller", 1));
+    if (app != NULL)
+        json_object_set_new(meta, "labels", json_pack("{s:s,s:s}", "app", app, "tier", "x"));
+    return o;
+}
+
+struct rec {
+    char log[4096];
+    int n[3];
+};
+
+static void record(enum kd_k8s_event_type t, json_t *old, json_t *new, void *ud)
+{
+    struct rec *r = ud;
+    const json_t *o = new != NULL ? new : old;
+    size_t len = strlen(r->log);
+    snprintf(r->log + len, sizeof(r->log) - len, "%s %s/%s %s->%s;", kd_k8s_event_type_name(t),
+             kd_k8s_meta_str(o, "namespace"), kd_k8s_meta_str(o, "name"),
+             old ? kd_k8s_meta_str(old, "resourceVersion") : "-",
+             new ? kd_k8s_meta_str(new, "resourceVersion") : "-");
+    r->n[t]++;
+}
+
+static json_t *list_of(json_t *a, ...)
+{
+    va_list ap;
+    json_t *arr = json_array();
+    va_start(ap, a);
+    for (json_t *o = a; o != NULL; o = va_arg(ap, json_t *))
+        json_array_append_new(arr, o);
+    va_end(ap);
+    return arr;
+}
+
+static size_t arr_len_decref(json_t *a)
+{
+    size_t n = json_array_size(a);
+    json_decref(a);
+    return n;
+}
+
+static void test_put_get_delete_indexes(void **state)
+{
+    (void)state;
+    struct kd_k8s_cache *c = kd_k8s_cache_new();
+    json_t *old = NULL, *got = NULL;
+    json_t *a = obj("ns1", "a", "1", "t1", "web");
+    assert_int_equal(kd_k8s_cache_put(c, a, &old), 0);
+    assert_null(old);
+    json_t *b = obj("ns1", "b", "2", "t1", "db");
+    assert_int_equal(kd_k8s_cache_put(c, b, NULL), 0);
+    json_t *c2 = obj("ns2", "a", "3", "t2", "web");
+    assert_int_equal(kd_k8s_cache_put(c, c2, NULL), 0);
+    assert_int_equal(kd_k8s_cache_len(c), 3);
+    assert_int_equal(kd_k8s_cache_get(c, "ns1/a", &got), 0);
+    assert_ptr_equal(got, a);
+    json_decref(got);
+    assert_int_equal(kd_k8s_cache_get(c, "ns3/a", &got), KD_ENOTFOUND);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_list(c, "ns1")), 2);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_list(c, NULL)), 3);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_owner(c, "t1")), 2);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_label(c, "app", "web")), 2);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_label(c, "tier", "x")), 3);
+
+    /* an update moves the object between index values */
+    json_t *a2 = obj("ns1", "a", "4", "t2", "db");
+    assert_int_equal(kd_k8s_cache_put(c, a2, &old), 0);
+    assert_ptr_equal(old, a);
+    json_decref(old);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_owner(c, "t1")), 1);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_owner(c, "t2")), 2);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_label(c, "app", "web")), 1);
+
+    assert_int_equal(kd_k8s_cache_delete(c, "ns1/a", &old), 0);
+    assert_ptr_equal(old, a2);
+    json_decref(old);
+    assert_int_equal(kd_k8s_cache_delete(c, "ns1/a", NULL), KD_ENOTFOUND);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_owner(c, "t2")), 1);
+    assert_int_equal(kd_k8s_cache_len(c), 2);
+
+    json_t *noname = json_pack("{s:{}}", "metadata");
+    assert_int_equal(kd_k8s_cache_put(c, noname, NULL), KD_EINVAL);
+    json_decref(noname);
+    json_decref(a);
+    json_decref(b);
+    json_decref(c2);
+    json_decref(a2);
+    kd_k8s_cache_free(c);
+}
+
+static void test_relist_diff(void **state)
+{
+    (void)state;
+    struct kd_k8s_cache *c = kd_k8s_cache_new();
+    struct rec r = {0};
+    json_t *l1 = list_of(obj("ns", "a", "1", NULL, NULL), obj("ns", "b", "2", NULL, NULL),
+                         obj("ns", "c", "3", NULL, NULL), NULL);
+    assert_int_equal(kd_k8s_cache_replace(c, l1, record, &r), 0);
+    assert_int_equal(r.n[KD_K8S_ADDED], 3);
+    assert_int_equal(r.n[KD_K8S_MODIFIED] + r.n[KD_K8S_DELETED], 0);
+
+    /* the same list again: nothing changed, no events */
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(kd_k8s_cache_replace(c, l1, record, &r), 0);
+    assert_string_equal(r.log, "");
+
+    /* after a 410: b modified, c deleted, d added, a unchanged */
+    memset(&r, 0, sizeof(r));
+    json_t *l2 = list_of(obj("ns", "a", "1", NULL, NULL), obj("ns", "b", "7", NULL, NULL),
+                         obj("ns", "d", "8", NULL, NULL), NULL);
+    assert_int_equal(kd_k8s_cache_replace(c, l2, record, &r), 0);
+    printf("diff: %s\n", r.log);
+    assert_int_equal(r.n[KD_K8S_ADDED], 1);
+    assert_int_equal(r.n[KD_K8S_MODIFIED], 1);
+    assert_int_equal(r.n[KD_K8S_DELETED], 1);
+    assert_non_null(strstr(r.log, "MODIFIED ns/b 2->7;"));
+    assert_non_null(strstr(r.log, "ADDED ns/d -->8;"));
+    assert_non_null(strstr(r.log, "DELETED ns/c 3->-;"));
+    assert_int_equal(kd_k8s_cache_len(c), 3);
+    json_t *got = NULL;
+    assert_int_equal(kd_k8s_cache_get(c, "ns/c", &got), KD_ENOTFOUND);
+    assert_int_equal(kd_k8s_cache_get(c, "ns/b", &got), 0);
+    assert_string_equal(kd_k8s_meta_str(got, "resourceVersion"), "7");
+    json_decref(got);
+
+    /* a re-created object (same name, new uid, same rv by chance) is MODIFIED */
+    memset(&r, 0, sizeof(r));
+    json_t *l3 = json_deep_copy(l2);
+    json_object_set_new(json_object_get(json_array_get(l3, 0), "metadata"), "uid",
+                        json_string("a-2"));
+    assert_int_equal(kd_k8s_cache_replace(c, l3, record, &r), 0);
+    assert_string_equal(r.log, "MODIFIED ns/a 1->1;");
+
+    /* an empty list deletes everything */
+    memset(&r, 0, sizeof(r));
+    json_t *empty = json_array();
+    assert_int_equal(kd_k8s_cache_replace(c, empty, record, &r), 0);
+    assert_int_equal(r.n[KD_K8S_DELETED], 3);
+    assert_int_equal(kd_k8s_cache_len(c), 0);
+
+    /* an item without a name fails and changes nothing */
+    json_t *bad = list_of(obj("ns", "x", "1", NULL, NULL), json_pack("{s:{}}", "metadata"), NULL);
+    assert_int_equal(kd_k8s_cache_replace(c, bad, NULL, NULL), KD_EINVAL);
+    assert_int_equal(kd_k8s_cache_len(c), 0);
+    json_decref(bad);
+    json_decref(empty);
+    json_decref(l1);
+    json_decref(l2);
+    json_decref(l3);
+    kd_k8s_cache_free(c);
+}
+
+struct rw {
+    struct kd_k8s_cache *c;
+    int stop;
+};
+
+static void *reader(void *arg)
+{
+    struct rw *w = arg;
+    long n = 0;
+    while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+        json_t *o = NULL;
+        if (kd_k8s_cache_get(w->c, "ns/k5", &o) == 0) {
+            assert_non_null(kd_k8s_meta_str(o, "name"));
+            json_decref(o);
+        }
+        json_decref(kd_k8s_cache_by_label(w->c, "app", "web"));
+        n++;
+    }
+    return (void *)n;
+}
+
+static void test_concurrent_readers(void **state)
+{
+    (void)state;
+    struct rw w = {kd_k8s_cache_new(), 0};
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, reader, &w), 0);
+    for (int round = 0; round < 300; round++) {
+        char name[16], rv[16];
+        snprintf(name, sizeof(name), "k%d", round % 10);
+        snprintf(rv, sizeof(rv), "%d", round);
+        json_t *o = obj("ns", name, rv, "t", round % 2 ? "web" : "db");
+        assert_int_equal(kd_k8s_cache_put(w.c, o, NULL), 0);
+        json_decref(o);
+        if (round % 7 == 0)
+            assert_true(kd_k8s_cache_delete(w.c, "ns/k5", NULL) <= 0);
+    }
+    __atomic_store_n(&w.stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    assert_true(kd_k8s_cache_len(w.c) >= 9);
+    kd_k8s_cache_free(w.c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_get_delete_indexes),
+        cmocka_unit_test(test_relist_diff),
+        cmocka_unit_test(test_concurrent_readers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
