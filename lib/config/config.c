@@ -1,0 +1,1983 @@
+/*
+ * Experiment config validation, defaults and template merging, following
+ * Determined's experiment configuration reference. Validation is written
+ * out by hand, section by section, rather than driven by a JSON Schema:
+ * the cross-field rules and the messages (file:line:col, JSON path,
+ * "did you mean") are the point, and a generic schema engine gives neither.
+ */
+#include "config/config.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/str.h"
+#include "core/time.h"
+#include "yaml/yaml.h"
+
+#define PATHLEN 512
+
+/* Caps shared with lib/hparams (KD_HP_MAX_*). */
+#define HP_MAX_PARAMS 1024
+#define HP_MAX_DEPTH 16
+#define HP_MAX_GRID 100000
+#define HP_MAX_CATEGORIES 10000
+#define ENTRY_MAX_TOKENS 4096
+
+struct vctx {
+    char *err;
+    const struct kd_yaml_doc *docs[2]; /* the config, then the template; may be NULL */
+    int rc;
+    const char *searcher; /* searcher.name when it is a known method, else NULL */
+    int64_t records_per_epoch;
+    int64_t slots_per_trial;
+    size_t hp_leaves;
+};
+
+/* ---- messages ------------------------------------------------------------- */
+
+/* A short rendering of a value for "got ..." (strings quoted, long ones cut). */
+static const char *desc(const json_t *v, char *buf, size_t n)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "a mapping";
+    case JSON_ARRAY: return "a list";
+    case JSON_STRING: {
+        const char *s = json_string_value(v);
+        size_t len = strlen(s);
+        if (len > 40)
+            snprintf(buf, n, "\"%.40s...\"", s);
+        else
+            snprintf(buf, n, "\"%s\"", s);
+        return buf;
+    }
+    case JSON_INTEGER: snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); return buf;
+    case JSON_REAL: {
+        double d = json_real_value(v);
+        int start = fabs(d) >= 1 && fabs(d) < 1e16 ? (int)floor(log10(fabs(d))) + 1 : 1;
+        for (int prec = start; prec <= 17; prec++) { /* the shortest text that reads back */
+            snprintf(buf, n, "%.*g", prec, d);
+            if (strtod(buf, NULL) == d)
+                break;
+        }
+        if (!strpbrk(buf, ".e"))
+            kd_strlcpy(buf + strlen(buf), ".0", n - strlen(buf));
+        return buf;
+    }
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+static bool locate(struct vctx *c, const json_t *node, const char *locpath, bool at_key,
+                   const char **name, int *line, int *col)
+{
+    for (int i = 0; i < 2; i++) {
+        if (!c->docs[i] || !node)
+            continue;
+        int rc = at_key ? kd_yaml_where_node_key(c->docs[i], node, line, col)
+                        : kd_yaml_where_node(c->docs[i], node, line, col);
+        if (rc == 0) {
+            *name = kd_yaml_name(c->docs[i]);
+            return true;
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!c->docs[i] || !locpath)
+            continue;
+        int rc = at_key ? kd_yaml_where_key(c->docs[i], locpath, line, col)
+                        : kd_yaml_where(c->docs[i], locpath, line, col);
+        if (rc == 0) {
+            *name = kd_yaml_name(c->docs[i]);
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * Record the first error: "FILE:LINE:COL: PATH: message" (no position when
+ * the config came from JSON). `node`/`locpath`/`at_key` say where to point.
+ */
+static int fail_at(struct vctx *c, const json_t *node, const char *locpath, bool at_key,
+                   const char *path, const char *fmt, ...) KD_PRINTF(6, 7);
+static int fail_at(struct vctx *c, const json_t *node, const char *locpath, bool at_key,
+                   const char *path, const char *fmt, ...)
+{
+    char msg[KD_ERRLEN];
+    const char *name = NULL;
+    int line = 0, col = 0;
+    va_list ap;
+
+    if (c->rc)
+        return c->rc;
+    c->rc = KD_EINVALID;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (!path || !*path)
+        path = "(top level)";
+    if (locate(c, node, locpath, at_key, &name, &line, &col))
+        kd_seterr(c->err, c->rc, "%s:%d:%d: %s: %s", name, line, col, path, msg);
+    else if (c->docs[0])
+        kd_seterr(c->err, c->rc, "%s: %s: %s", kd_yaml_name(c->docs[0]), path, msg);
+    else
+        kd_seterr(c->err, c->rc, "%s: %s", path, msg);
+    return c->rc;
+}
+
+#define BAD(c, node, path, ...) fail_at((c), (node), (path), false, (path), __VA_ARGS__)
+#define BADKEY(c, node, path, ...) fail_at((c), (node), (path), true, (path), __VA_ARGS__)
+
+/* out = base.key (or key at the top), cut to PATHLEN - 1 bytes. */
+static void join(char *out, const char *base, const char *key)
+{
+    size_t n = 0;
+    if (base && *base) {
+        n = kd_strlcpy(out, base, PATHLEN);
+        if (n < PATHLEN - 1)
+            out[n++] = '.';
+        if (n >= PATHLEN)
+            n = PATHLEN - 1;
+        out[n] = '\0';
+    }
+    kd_strlcpy(out + n, key, PATHLEN - n);
+}
+
+/* out = base[i]. */
+static void joinidx(char *out, const char *base, size_t i)
+{
+    char idx[32];
+    size_t n = kd_strlcpy(out, base, PATHLEN);
+    if (n >= PATHLEN)
+        n = PATHLEN - 1;
+    if (snprintf(idx, sizeof(idx), "[%zu]", i) > 0)
+        kd_strlcpy(out + n, idx, PATHLEN - n);
+}
+
+/* A field's value; NULL when absent or null (null means "use the default"). */
+static json_t *field(const json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+static bool in_list(const char *s, const char *const *list)
+{
+    for (size_t i = 0; list[i]; i++)
+        if (!strcmp(s, list[i]))
+            return true;
+    return false;
+}
+
+static void list_text(const char *const *list, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; list[i]; i++) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, n - l, "%s%s", i ? ", " : "", list[i]);
+    }
+}
+
+/*
+ * The closest plausible candidate: kd_suggest's edit distance, else one that
+ * extends or is extended by `word` ("grace" -> "grace_period",
+ * "searcher_name" -> "searcher").
+ */
+static const char *suggest(const char *word, const char *const *cands)
+{
+    const char *s = kd_suggest(word, cands);
+    size_t wl = strlen(word), best = 0;
+    if (s || wl < 3)
+        return s;
+    for (size_t i = 0; cands[i]; i++) {
+        size_t cl = strlen(cands[i]);
+        if (cl < 3)
+            continue;
+        bool ext = cl > wl ? !strncmp(cands[i], word, wl) : !strncmp(word, cands[i], cl);
+        if (ext && cl > best) {
+            best = cl;
+            s = cands[i];
+        }
+    }
+    return s;
+}
+
+/* ---- generic checks -------------------------------------------------------------- */
+
+struct unsupported {
+    const char *key;
+    const char *why;
+};
+
+/*
+ * Every key of obj must be in `allowed`; `unsup` (may be NULL) names keys
+ * that Determined knows but kdet does not support, with the reason.
+ */
+static int check_keys(struct vctx *c, const json_t *obj, const char *path,
+                      const char *const *allowed, const struct unsupported *unsup,
+                      const char *owner)
+{
+    const char *k;
+    json_t *v;
+    char p[PATHLEN];
+    json_object_foreach((json_t *)obj, k, v)
+    {
+        if (in_list(k, allowed))
+            continue;
+        join(p, path, k);
+        for (size_t i = 0; unsup && unsup[i].key; i++)
+            if (!strcmp(unsup[i].key, k))
+                return BADKEY(c, v, p, "%s", unsup[i].why);
+        const char *s = suggest(k, allowed);
+        char all[768];
+        list_text(allowed, all, sizeof(all));
+        if (s)
+            return BADKEY(c, v, p, "unknown field%s%s; did you mean `%s`?", owner ? " of " : "",
+                          owner ? owner : "", s);
+        return BADKEY(c, v, p, "unknown field%s%s (known fields: %s)", owner ? " of " : "",
+                      owner ? owner : "", all);
+    }
+    return 0;
+}
+
+static int want_object(struct vctx *c, const json_t *v, const char *path)
+{
+    char d[96];
+    if (!json_is_object(v))
+        return BAD(c, v, path, "expected a mapping of fields, got %s", desc(v, d, sizeof(d)));
+    return 0;
+}
+
+static int need(struct vctx *c, const json_t *obj, const char *opath, const char *key,
+                const char *why)
+{
+    char p[PATHLEN];
+    if (field(obj, key))
+        return 0;
+    join(p, opath, key);
+    return fail_at(c, obj, opath, false, p, "required field is missing%s%s", why ? " " : "",
+                   why ? why : "");
+}
+
+static void int_phrase(int64_t min, int64_t max, char *buf, size_t n)
+{
+    if (min == INT64_MIN && max == INT64_MAX)
+        snprintf(buf, n, "an integer");
+    else if (min == 1 && max == INT64_MAX)
+        snprintf(buf, n, "a positive integer");
+    else if (min == 0 && max == INT64_MAX)
+        snprintf(buf, n, "a non-negative integer");
+    else if (max == INT64_MAX)
+        snprintf(buf, n, "an integer >= %" PRId64, min);
+    else
+        snprintf(buf, n, "an integer from %" PRId64 " to %" PRId64, min, max);
+}
+
+/* An optional (or required) integer field in [min, max]. *out untouched when absent. */
+static int want_int(struct vctx *c, const json_t *obj, const char *opath, const char *key,
+                    bool required, int64_t min, int64_t max, int64_t *out)
+{
+    char p[PATHLEN], d[96], what[96];
+    json_t *v = field(obj, key);
+    if (!v)
+        return required ? need(c, obj, opath, key, NULL) : 0;
+    join(p, opath, key);
+    int_phrase(min, max, what, sizeof(what));
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
+        return BAD(c, v, p, "expected %s, got %s", what, desc(v, d, sizeof(d)));
+    if (out)
+        *out = json_integer_value(v);
+    return 0;
+}
+
+/* A number (integer or real) within bounds; `what` describes the accepted range. */
+static int want_num(struct vctx *c, const json_t *obj, const char *opath, const char *key,
+                    bool required, double lo, bool lo_excl, double hi, bool hi_excl,
+                    const char *what, double *out)
+{
+    char p[PATHLEN], d[96];
+    json_t *v = field(obj, key);
+    if (!v)
+        return required ? need(c, obj, opath, key, NULL) : 0;
+    join(p, opath, key);
+    if (!json_is_number(v))
+        return BAD(c, v, p, "expected %s, got %s", what, desc(v, d, sizeof(d)));
+    double x = json_number_value(v);
+    if (x < lo || (lo_excl && x == lo) || x > hi || (hi_excl && x == hi))
+        return BAD(c, v, p, "expected %s, got %s", what, desc(v, d, sizeof(d)));
+    if (out)
+        *out = x;
+    return 0;
+}
+
+static int want_bool(struct vctx *c, const json_t *obj, const char *opath, const char *key)
+{
+    char p[PATHLEN], d[96];
+    json_t *v = field(obj, key);
+    if (!v || json_is_boolean(v))
+        return 0;
+    join(p, opath, key);
+    if (json_is_string(v)) {
+        static const char *const yaml11[] = {"yes", "no", "on", "off", "Yes", "No", "On", "Off",
+                                             "YES", "NO", "ON", "OFF", "y",   "n",  NULL};
+        if (in_list(json_string_value(v), yaml11))
+            return BAD(c, v, p,
+                       "expected true or false, got %s (YAML 1.2 reads yes/no/on/off as "
+                       "strings)",
+                       desc(v, d, sizeof(d)));
+    }
+    return BAD(c, v, p, "expected true or false, got %s", desc(v, d, sizeof(d)));
+}
+
+static int want_str(struct vctx *c, const json_t *obj, const char *opath, const char *key,
+                    bool required, const char **out)
+{
+    char p[PATHLEN], d[96];
+    json_t *v = field(obj, key);
+    if (!v)
+        return required ? need(c, obj, opath, key, NULL) : 0;
+    join(p, opath, key);
+    if (!json_is_string(v))
+        return BAD(c, v, p, "expected a string, got %s", desc(v, d, sizeof(d)));
+    if (required && !*json_string_value(v))
+        return BAD(c, v, p, "must not be empty");
+    if (out)
+        *out = json_string_value(v);
+    return 0;
+}
+
+static int want_enum(struct vctx *c, const json_t *obj, const char *opath, const char *key,
+                     bool required, const char *const *vals, const char **out)
+{
+    char p[PATHLEN], d[96], all[256];
+    const char *s = NULL;
+    if (want_str(c, obj, opath, key, required, &s) || !s)
+        return c->rc;
+    if (in_list(s, vals)) {
+        if (out)
+            *out = s;
+        return 0;
+    }
+    join(p, opath, key);
+    list_text(vals, all, sizeof(all));
+    const char *sug = suggest(s, vals);
+    json_t *v = field(obj, key);
+    if (sug)
+        return BAD(c, v, p, "expected one of %s, got %s; did you mean `%s`?", all,
+                   desc(v, d, sizeof(d)), sug);
+    return BAD(c, v, p, "expected one of %s, got %s", all, desc(v, d, sizeof(d)));
+}
+
+static int want_str_list(struct vctx *c, const json_t *obj, const char *opath, const char *key)
+{
+    char p[PATHLEN], q[PATHLEN], d[96];
+    json_t *v = field(obj, key);
+    size_t i;
+    json_t *e;
+    if (!v)
+        return 0;
+    join(p, opath, key);
+    if (!json_is_array(v))
+        return BAD(c, v, p, "expected a list of strings, got %s", desc(v, d, sizeof(d)));
+    json_array_foreach(v, i, e)
+    {
+        if (!json_is_string(e)) {
+            joinidx(q, p, i);
+            return BAD(c, e, q, "expected a string, got %s", desc(e, d, sizeof(d)));
+        }
+    }
+    return 0;
+}
+
+static bool is_abs_path(const char *s)
+{
+    return s && s[0] == '/';
+}
+
+static int want_abs_path(struct vctx *c, const json_t *obj, const char *opath, const char *key,
+                         bool required)
+{
+    const char *s = NULL;
+    char p[PATHLEN], d[96];
+    if (want_str(c, obj, opath, key, required, &s) || !s)
+        return c->rc;
+    if (!is_abs_path(s)) {
+        join(p, opath, key);
+        json_t *v = field(obj, key);
+        return BAD(c, v, p, "expected an absolute path (starting with /), got %s",
+                   desc(v, d, sizeof(d)));
+    }
+    return 0;
+}
+
+/*
+ * A training length {batches|records|epochs: N}. `bare_int`: a plain
+ * integer is accepted too (Determined's unitless Core API length; kdet
+ * counts it in batches). min is 1 for lengths that must be positive.
+ */
+static int want_length(struct vctx *c, const json_t *obj, const char *opath, const char *key,
+                       bool required, bool bare_int, int64_t min)
+{
+    static const char *const units[] = {"batches", "records", "epochs", NULL};
+    char p[PATHLEN], q[PATHLEN], d[96], what[96];
+    json_t *v = field(obj, key);
+    if (!v)
+        return required ? need(c, obj, opath, key, NULL) : 0;
+    join(p, opath, key);
+    int_phrase(min, INT64_MAX, what, sizeof(what));
+    if (bare_int && json_is_integer(v)) {
+        if (json_integer_value(v) < min)
+            return BAD(c, v, p, "expected %s, got %s", what, desc(v, d, sizeof(d)));
+        return 0;
+    }
+    if (!json_is_object(v) || json_object_size(v) != 1)
+        return BAD(c, v, p,
+                   "expected one of batches, records or epochs with a count, e.g. "
+                   "{batches: 1000}, got %s",
+                   json_is_object(v) && json_object_size(v) > 1 ? "several units"
+                                                                : desc(v, d, sizeof(d)));
+    const char *unit = json_object_iter_key(json_object_iter((json_t *)v));
+    json_t *n = json_object_get(v, unit);
+    join(q, p, unit);
+    if (!in_list(unit, units)) {
+        const char *s = suggest(unit, units);
+        if (s)
+            return BADKEY(c, n, q, "unknown unit; did you mean `%s`?", s);
+        return BADKEY(c, n, q, "unknown unit (expected batches, records or epochs)");
+    }
+    if (!json_is_integer(n) || json_integer_value(n) < min)
+        return BAD(c, n, q, "expected %s, got %s", what, desc(n, d, sizeof(d)));
+    if (!strcmp(unit, "epochs") && c->records_per_epoch <= 0)
+        return BAD(c, n, q,
+                   "a length in epochs needs records_per_epoch (the number of records in one "
+                   "epoch) set at the top level of the config");
+    return 0;
+}
+
+/* ---- entrypoint ------------------------------------------------------------------------ */
+
+static bool is_ident_path(const char *s, size_t n)
+{
+    if (n == 0)
+        return false;
+    bool start = true;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_';
+        bool digit = ch >= '0' && ch <= '9';
+        if (ch == '.') {
+            if (start)
+                return false;
+            start = true;
+            continue;
+        }
+        if (start && !alpha)
+            return false;
+        if (!alpha && !digit)
+            return false;
+        start = false;
+    }
+    return !start;
+}
+
+/* "module:Class" (module may be dotted or a relative .py path; Class may be dotted). */
+static bool is_trial_ref(const char *s)
+{
+    const char *colon = strchr(s, ':');
+    if (!colon || strchr(colon + 1, ':'))
+        return false;
+    size_t ml = (size_t)(colon - s);
+    if (ml == 0 || !is_ident_path(colon + 1, strlen(colon + 1)))
+        return false;
+    for (size_t i = 0; i < ml; i++)
+        if (s[i] == ' ' || s[i] == '\t')
+            return false;
+    return true;
+}
+
+static bool is_python(const char *s)
+{
+    const char *b = strrchr(s, '/');
+    b = b ? b + 1 : s;
+    if (!strcmp(b, "python") || !strcmp(b, "python3"))
+        return true;
+    if (kd_str_has_prefix(b, "python3.")) {
+        for (const char *p = b + 8; *p; p++)
+            if (*p < '0' || *p > '9')
+                return false;
+        return b[8] != '\0';
+    }
+    return false;
+}
+
+/* Split a command line: whitespace-separated words, '...' and "..." quoting. */
+static int split_words(const char *s, char ***out, size_t *n)
+{
+    char **w = NULL;
+    size_t nw = 0;
+    struct kd_buf cur = KD_BUF_INIT(1u << 20);
+    int rc = 0;
+    const char *p = s;
+
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == '\n')
+            p++;
+        if (!*p)
+            break;
+        kd_buf_reset(&cur);
+        bool any = false;
+        while (*p && *p != ' ' && *p != '\t' && *p != '\n') {
+            if (*p == '\'' || *p == '"') {
+                char q = *p++;
+                while (*p && *p != q)
+                    if ((rc = kd_buf_putc(&cur, *p++)))
+                        goto out;
+                if (*p != q) {
+                    rc = KD_EPARSE;
+                    goto out;
+                }
+                p++;
+                any = true;
+                continue;
+            }
+            if ((rc = kd_buf_putc(&cur, *p++)))
+                goto out;
+            any = true;
+        }
+        if (!any)
+            continue;
+        if (nw >= ENTRY_MAX_TOKENS) {
+            rc = KD_ETOOBIG;
+            goto out;
+        }
+        w = kd_xrealloc(w, (nw + 1) * sizeof(*w));
+        w[nw++] = kd_xstrdup(kd_buf_str(&cur));
+    }
+out:
+    kd_buf_free(&cur);
+    if (rc) {
+        for (size_t i = 0; i < nw; i++)
+            free(w[i]);
+        free(w);
+        w = NULL;
+        nw = 0;
+    }
+    *out = w;
+    *n = nw;
+    return rc;
+}
+
+static const char *const launchers[] = {"torch_distributed", "deepspeed", "horovod", NULL};
+
+/*
+ * Check an entrypoint given as words. `node_of(i)` is the JSON node to
+ * point at for word i (the string itself for the string form).
+ */
+static int check_entry_words(struct vctx *c, char **w, size_t n, const json_t *ep, bool is_list)
+{
+    char p[PATHLEN];
+#define AT(i) (is_list ? json_array_get(ep, (i)) : ep)
+#define PATH_OF(i) (is_list ? (joinidx(p, "entrypoint", (i)), p) : "entrypoint")
+    if (n == 0)
+        return BAD(c, ep, "entrypoint", "must not be empty");
+    if (n == 1 && is_trial_ref(w[0]))
+        return 0; /* legacy model_def:TrialClass */
+    if (n >= 3 && is_python(w[0]) && !strcmp(w[1], "-m")) {
+        const char *mod = w[2];
+        const char *name = NULL;
+        if (kd_str_has_prefix(mod, "kdet.launch."))
+            name = mod + strlen("kdet.launch.");
+        else if (kd_str_has_prefix(mod, "determined.launch."))
+            name = mod + strlen("determined.launch.");
+        if (name) {
+            if (!in_list(name, launchers)) {
+                const char *s = suggest(name, launchers);
+                return BAD(
+                    c, AT(2), PATH_OF(2),
+                    "launcher `%s` is not supported (kdet has kdet.launch.torch_distributed, "
+                    "kdet.launch.deepspeed and kdet.launch.horovod)%s%s%s",
+                    mod, s ? "; did you mean `" : "", s ? s : "", s ? "`?" : "");
+            }
+            size_t i = 3, dd = n;
+            for (size_t j = 3; j < n; j++) {
+                if (!strcmp(w[j], "--")) {
+                    dd = j;
+                    break;
+                }
+            }
+            if (dd < n) {
+                i = dd + 1;
+            } else if (i < n && w[i][0] == '-' && strcmp(w[i], "--trial")) {
+                return BAD(c, AT(i), PATH_OF(i),
+                           "launcher option `%s` must be followed by `--` before what to "
+                           "launch, e.g. python3 -m kdet.launch.%s %s ... -- train.py",
+                           w[i], name, w[i]);
+            }
+            if (i >= n)
+                return BAD(c, AT(n - 1), PATH_OF(n - 1),
+                           "the launcher needs what to launch: --trial MODULE:CLASS or a script "
+                           "with its arguments");
+            if (!strcmp(w[i], "--trial")) {
+                if (i + 1 >= n)
+                    return BAD(c, AT(i), PATH_OF(i),
+                               "--trial needs MODULE:CLASS, e.g. --trial model_def:MNistTrial");
+                if (!is_trial_ref(w[i + 1]))
+                    return BAD(c, AT(i + 1), PATH_OF(i + 1),
+                               "--trial needs MODULE:CLASS, e.g. model_def:MNistTrial, got \"%s\"",
+                               w[i + 1]);
+            }
+            return 0;
+        }
+    }
+    return 0; /* a custom command or script */
+#undef AT
+#undef PATH_OF
+}
+
+static int check_entrypoint(struct vctx *c, const json_t *cfg)
+{
+    char d[96], p[PATHLEN];
+    json_t *ep = field(cfg, "entrypoint");
+    char **w = NULL;
+    size_t n = 0;
+    int rc = 0;
+
+    if (!ep)
+        return need(c, cfg, "", "entrypoint",
+                    "(the command to run, e.g. \"python3 train.py\", or model_def:TrialClass)");
+    if (json_is_string(ep)) {
+        rc = split_words(json_string_value(ep), &w, &n);
+        if (rc == KD_EPARSE) {
+            rc = BAD(c, ep, "entrypoint", "unbalanced quotes");
+            goto out;
+        }
+        if (rc) {
+            rc = BAD(c, ep, "entrypoint", "too long");
+            goto out;
+        }
+        rc = check_entry_words(c, w, n, ep, false);
+    } else if (json_is_array(ep)) {
+        size_t i;
+        json_t *e;
+        n = json_array_size(ep);
+        if (n > ENTRY_MAX_TOKENS) {
+            rc = BAD(c, ep, "entrypoint", "more than %d words", ENTRY_MAX_TOKENS);
+            goto out;
+        }
+        w = kd_xcalloc(n ? n : 1, sizeof(*w));
+        json_array_foreach(ep, i, e)
+        {
+            if (!json_is_string(e)) {
+                joinidx(p, "entrypoint", i);
+                rc = BAD(c, e, p, "expected a string, got %s", desc(e, d, sizeof(d)));
+                n = i;
+                goto out;
+            }
+            w[i] = kd_xstrdup(json_string_value(e));
+        }
+        rc = check_entry_words(c, w, n, ep, true);
+    } else {
+        rc = BAD(c, ep, "entrypoint", "expected a string or a list of strings, got %s",
+                 desc(ep, d, sizeof(d)));
+    }
+out:
+    for (size_t i = 0; i < n; i++)
+        free(w[i]);
+    free(w);
+    return rc;
+}
+
+/* ---- hyperparameters -------------------------------------------------------------------- */
+
+static const char *const hp_types[] = {"const", "int", "double", "log", "categorical", NULL};
+
+/* The smallest integer value a global_batch_size definition can take; false if not integral. */
+static bool gbs_min(const json_t *v, int64_t *min)
+{
+    if (json_is_integer(v)) {
+        *min = json_integer_value(v);
+        return true;
+    }
+    if (!json_is_object(v))
+        return false;
+    const char *t = json_string_value(json_object_get(v, "type"));
+    if (!t)
+        return false;
+    if (!strcmp(t, "const")) {
+        json_t *val = json_object_get(v, "val");
+        if (!json_is_integer(val))
+            return false;
+        *min = json_integer_value(val);
+        return true;
+    }
+    if (!strcmp(t, "int")) {
+        *min = json_integer_value(json_object_get(v, "minval"));
+        return true;
+    }
+    if (!strcmp(t, "categorical")) {
+        size_t i;
+        json_t *e;
+        bool first = true;
+        json_array_foreach(json_object_get(v, "vals"), i, e)
+        {
+            if (!json_is_integer(e))
+                return false;
+            if (first || json_integer_value(e) < *min)
+                *min = json_integer_value(e);
+            first = false;
+        }
+        return !first;
+    }
+    return false;
+}
+
+static int check_hparam(struct vctx *c, const json_t *v, const char *path, int depth,
+                        uint64_t *grid);
+
+static int check_hparams_obj(struct vctx *c, const json_t *obj, const char *path, int depth,
+                             uint64_t *grid)
+{
+    const char *k;
+    json_t *v;
+    char p[PATHLEN];
+    if (depth > HP_MAX_DEPTH)
+        return BAD(c, obj, path, "hyperparameters nested deeper than %d levels", HP_MAX_DEPTH);
+    json_object_foreach((json_t *)obj, k, v)
+    {
+        join(p, path, k);
+        if (check_hparam(c, v, p, depth, grid))
+            return c->rc;
+    }
+    return 0;
+}
+
+static void grid_mul(uint64_t *grid, uint64_t n)
+{
+    if (*grid > HP_MAX_GRID + 1ULL)
+        return;
+    *grid = *grid * n;
+    if (*grid > HP_MAX_GRID + 1ULL)
+        *grid = HP_MAX_GRID + 1ULL;
+}
+
+static int check_hparam(struct vctx *c, const json_t *v, const char *path, int depth,
+                        uint64_t *grid)
+{
+    char p[PATHLEN], d[96], d2[96];
+    bool is_grid = c->searcher && !strcmp(c->searcher, "grid");
+
+    if (!json_is_object(v) || !json_object_get(v, "type")) {
+        if (json_is_object(v) && json_object_size(v) > 0)
+            return check_hparams_obj(c, v, path, depth + 1, grid);
+        if (++c->hp_leaves > HP_MAX_PARAMS)
+            return BAD(c, v, path, "more than %d hyperparameters", HP_MAX_PARAMS);
+        return 0; /* a bare value: a constant */
+    }
+    if (++c->hp_leaves > HP_MAX_PARAMS)
+        return BAD(c, v, path, "more than %d hyperparameters", HP_MAX_PARAMS);
+    const char *type = NULL;
+    if (want_enum(c, v, path, "type", true, hp_types, &type))
+        return c->rc;
+    if (!strcmp(type, "const")) {
+        static const char *const keys[] = {"type", "val", NULL};
+        if (check_keys(c, v, path, keys, NULL, "a const hyperparameter"))
+            return c->rc;
+        if (!json_object_get(v, "val"))
+            return need(c, v, path, "val", NULL);
+        return 0;
+    }
+    if (!strcmp(type, "categorical")) {
+        static const char *const keys[] = {"type", "vals", NULL};
+        if (check_keys(c, v, path, keys, NULL, "a categorical hyperparameter"))
+            return c->rc;
+        json_t *vals = field(v, "vals");
+        join(p, path, "vals");
+        if (!vals)
+            return need(c, v, path, "vals", NULL);
+        if (!json_is_array(vals) || json_array_size(vals) == 0)
+            return BAD(c, vals, p, "expected a non-empty list of choices, got %s",
+                       json_is_array(vals) ? "an empty list" : desc(vals, d, sizeof(d)));
+        if (json_array_size(vals) > HP_MAX_CATEGORIES)
+            return BAD(c, vals, p, "more than %d choices", HP_MAX_CATEGORIES);
+        grid_mul(grid, json_array_size(vals));
+        return 0;
+    }
+    /* int, double, log */
+    static const char *const keys_num[] = {"type", "minval", "maxval", "count", NULL};
+    static const char *const keys_log[] = {"type", "minval", "maxval", "count", "base", NULL};
+    bool is_int = !strcmp(type, "int"), is_log = !strcmp(type, "log");
+    char owner[64];
+    snprintf(owner, sizeof(owner), "a%s %s hyperparameter", is_int ? "n" : "", type);
+    if (check_keys(c, v, path, is_log ? keys_log : keys_num, NULL, owner))
+        return c->rc;
+    int64_t imin = 0, imax = 0, count = 0;
+    double dmin = 0, dmax = 0;
+    if (is_int) {
+        if (want_int(c, v, path, "minval", true, INT64_MIN, INT64_MAX, &imin) ||
+            want_int(c, v, path, "maxval", true, INT64_MIN, INT64_MAX, &imax))
+            return c->rc;
+        dmin = (double)imin;
+        dmax = (double)imax;
+    } else {
+        const char *what = is_log ? "a number (an exponent of base)" : "a number";
+        if (want_num(c, v, path, "minval", true, -HUGE_VAL, false, HUGE_VAL, false, what, &dmin) ||
+            want_num(c, v, path, "maxval", true, -HUGE_VAL, false, HUGE_VAL, false, what, &dmax))
+            return c->rc;
+    }
+    if (dmin >= dmax) {
+        join(p, path, "maxval");
+        json_t *mx = json_object_get(v, "maxval");
+        return BAD(c, mx, p, "must be greater than minval (%s), got %s",
+                   desc(json_object_get(v, "minval"), d2, sizeof(d2)), desc(mx, d, sizeof(d)));
+    }
+    if (is_log) {
+        double base = 10;
+        if (want_num(c, v, path, "base", false, 0, true, HUGE_VAL, false,
+                     "a number greater than 0 (and not 1)", &base))
+            return c->rc;
+        if (base == 1) {
+            join(p, path, "base");
+            return BAD(c, json_object_get(v, "base"), p,
+                       "expected a number greater than 0 (and not 1), got 1");
+        }
+    }
+    if (want_int(c, v, path, "count", false, 1, INT64_MAX, &count))
+        return c->rc;
+    if (is_grid && !field(v, "count"))
+        return need(c, v, path, "count",
+                    "(the number of grid points; the grid searcher needs it on int, double and "
+                    "log hyperparameters)");
+    if (is_int && count > 0 && (uint64_t)count > (uint64_t)(imax - imin) + 1)
+        count = imax - imin + 1;
+    if (count > 0)
+        grid_mul(grid, (uint64_t)count);
+    return 0;
+}
+
+static int check_hyperparameters(struct vctx *c, const json_t *cfg)
+{
+    char d[96], what[64];
+    json_t *hp = field(cfg, "hyperparameters");
+    uint64_t grid = 1;
+    if (!hp)
+        return 0;
+    if (want_object(c, hp, "hyperparameters"))
+        return c->rc;
+    if (check_hparams_obj(c, hp, "hyperparameters", 1, &grid))
+        return c->rc;
+    if (c->searcher && !strcmp(c->searcher, "grid") && grid > HP_MAX_GRID)
+        return BAD(c, hp, "hyperparameters",
+                   "the grid has more than %d points (one trial each); lower the counts",
+                   HP_MAX_GRID);
+    json_t *gbs = field(hp, "global_batch_size");
+    if (gbs) {
+        int64_t min = 0;
+        const char *p = "hyperparameters.global_batch_size";
+        if (!gbs_min(gbs, &min) || min < 1)
+            return BAD(c, gbs, p,
+                       "expected a positive integer (or an int, const or categorical "
+                       "hyperparameter of positive integers), got %s",
+                       json_is_object(gbs) ? "a value that is not a positive integer"
+                                           : desc(gbs, d, sizeof(d)));
+        if (min < c->slots_per_trial) {
+            snprintf(what, sizeof(what), "%" PRId64, min);
+            return BAD(c, gbs, p,
+                       "must be at least resources.slots_per_trial (%" PRId64
+                       "), so every slot gets a batch; got %s",
+                       c->slots_per_trial, what);
+        }
+    }
+    return 0;
+}
+
+/* ---- searcher ---------------------------------------------------------------------------- */
+
+static const char *const methods[] = {"single",   "grid", "random", "adaptive_asha",
+                                      "bayesian", "pbt",  NULL};
+
+static int check_early_stopping(struct vctx *c, const json_t *s)
+{
+    static const char *const types[] = {"patience", "threshold", "median", NULL};
+    static const char *const k_pat[] = {"type", "patience", "min_delta", NULL};
+    static const char *const k_thr[] = {"type", "threshold", "end_experiment", NULL};
+    static const char *const k_med[] = {"type", "grace_period", "min_trials", NULL};
+    char p[PATHLEN], d[96];
+    json_t *es = field(s, "early_stopping");
+    size_t i;
+    json_t *r;
+    const char *base = "searcher.early_stopping";
+    if (!es)
+        return 0;
+    if (!json_is_array(es))
+        return BAD(c, es, base, "expected a list of rules, got %s", desc(es, d, sizeof(d)));
+    if (json_array_size(es) > 0 && !field(s, "metric"))
+        return need(c, s, "searcher", "metric", "(early_stopping rules compare this metric)");
+    json_array_foreach(es, i, r)
+    {
+        const char *t = NULL;
+        joinidx(p, base, i);
+        if (want_object(c, r, p) || want_enum(c, r, p, "type", true, types, &t))
+            return c->rc;
+        if (!strcmp(t, "patience")) {
+            if (check_keys(c, r, p, k_pat, NULL, "a patience rule") ||
+                want_int(c, r, p, "patience", true, 1, INT64_MAX, NULL) ||
+                want_num(c, r, p, "min_delta", false, 0, false, HUGE_VAL, false, "a number >= 0",
+                         NULL))
+                return c->rc;
+        } else if (!strcmp(t, "threshold")) {
+            if (check_keys(c, r, p, k_thr, NULL, "a threshold rule") ||
+                want_num(c, r, p, "threshold", true, -HUGE_VAL, false, HUGE_VAL, false, "a number",
+                         NULL) ||
+                want_bool(c, r, p, "end_experiment"))
+                return c->rc;
+        } else {
+            if (check_keys(c, r, p, k_med, NULL, "a median rule") ||
+                want_int(c, r, p, "grace_period", false, 0, INT64_MAX, NULL) ||
+                want_int(c, r, p, "min_trials", false, 1, INT64_MAX, NULL))
+                return c->rc;
+        }
+    }
+    return 0;
+}
+
+static int check_searcher(struct vctx *c, const json_t *cfg)
+{
+    static const char *const k_single[] = {"name",
+                                           "metric",
+                                           "smaller_is_better",
+                                           "source_trial_id",
+                                           "source_checkpoint_uuid",
+                                           "early_stopping",
+                                           "max_length",
+                                           NULL};
+    static const char *const k_grid[] = {"name",
+                                         "metric",
+                                         "smaller_is_better",
+                                         "source_trial_id",
+                                         "source_checkpoint_uuid",
+                                         "early_stopping",
+                                         "max_length",
+                                         "max_concurrent_trials",
+                                         NULL};
+    static const char *const k_random[] = {"name",
+                                           "metric",
+                                           "smaller_is_better",
+                                           "source_trial_id",
+                                           "source_checkpoint_uuid",
+                                           "early_stopping",
+                                           "max_length",
+                                           "max_concurrent_trials",
+                                           "max_trials",
+                                           NULL};
+    static const char *const k_asha[] = {"name",
+                                         "metric",
+                                         "smaller_is_better",
+                                         "source_trial_id",
+                                         "source_checkpoint_uuid",
+                                         "early_stopping",
+                                         "max_length",
+                                         "max_concurrent_trials",
+                                         "max_trials",
+                                         "mode",
+                                         "divisor",
+                                         "max_rungs",
+                                         "bracket_rungs",
+                                         "stop_once",
+                                         NULL};
+    static const char *const k_bayes[] = {"name",
+                                          "metric",
+                                          "smaller_is_better",
+                                          "source_trial_id",
+                                          "source_checkpoint_uuid",
+                                          "early_stopping",
+                                          "max_length",
+                                          "max_concurrent_trials",
+                                          "max_trials",
+                                          "num_startup_trials",
+                                          NULL};
+    static const char *const k_pbt[] = {"name",
+                                        "metric",
+                                        "smaller_is_better",
+                                        "source_trial_id",
+                                        "source_checkpoint_uuid",
+                                        "early_stopping",
+                                        "population_size",
+                                        "num_rounds",
+                                        "length_per_round",
+                                        "replace_function",
+                                        "explore_function",
+                                        NULL};
+    static const char *const modes[] = {"aggressive", "standard", "conservative", NULL};
+    char p[PATHLEN], d[96];
+    const char *sp = "searcher";
+    json_t *s = field(cfg, "searcher");
+    const char *name = NULL;
+
+    if (!s)
+        return need(c, cfg, "", "searcher",
+                    "(e.g. searcher: {name: single, metric: validation_loss, max_length: "
+                    "{batches: 1000}})");
+    if (want_object(c, s, sp) || want_str(c, s, sp, "name", true, &name))
+        return c->rc;
+    json_t *nv = field(s, "name");
+    if (!strcmp(name, "custom"))
+        return BAD(c, nv, "searcher.name",
+                   "the custom searcher (driven by user code through Determined's SearchRunner) "
+                   "is not supported by kdet; use one of single, grid, random, adaptive_asha, "
+                   "bayesian, pbt");
+    if (!strcmp(name, "async_halving") || !strcmp(name, "adaptive") ||
+        !strcmp(name, "adaptive_simple") || !strcmp(name, "sync_halving"))
+        return BAD(c, nv, "searcher.name",
+                   "the %s searcher was removed from Determined and is not supported; use "
+                   "adaptive_asha",
+                   name);
+    if (!in_list(name, methods)) {
+        const char *sug = suggest(name, methods);
+        if (sug)
+            return BAD(c, nv, "searcher.name", "unknown searcher %s; did you mean `%s`?",
+                       desc(nv, d, sizeof(d)), sug);
+        return BAD(c, nv, "searcher.name",
+                   "unknown searcher %s (expected one of single, grid, random, adaptive_asha, "
+                   "bayesian, pbt)",
+                   desc(nv, d, sizeof(d)));
+    }
+    const char *const *keys = !strcmp(name, "single")          ? k_single
+                              : !strcmp(name, "grid")          ? k_grid
+                              : !strcmp(name, "random")        ? k_random
+                              : !strcmp(name, "adaptive_asha") ? k_asha
+                              : !strcmp(name, "bayesian")      ? k_bayes
+                                                               : k_pbt;
+    char owner[64];
+    snprintf(owner, sizeof(owner), "the %s searcher", name);
+    if (check_keys(c, s, sp, keys, NULL, owner))
+        return c->rc;
+
+    bool needs_metric =
+        !strcmp(name, "adaptive_asha") || !strcmp(name, "bayesian") || !strcmp(name, "pbt");
+    if (want_str(c, s, sp, "metric", needs_metric, NULL) ||
+        want_bool(c, s, sp, "smaller_is_better") ||
+        want_int(c, s, sp, "source_trial_id", false, 1, INT64_MAX, NULL) ||
+        want_str(c, s, sp, "source_checkpoint_uuid", false, NULL))
+        return c->rc;
+
+    if (!strcmp(name, "pbt")) {
+        if (want_int(c, s, sp, "population_size", true, 1, INT64_MAX, NULL) ||
+            want_int(c, s, sp, "num_rounds", true, 1, INT64_MAX, NULL) ||
+            want_length(c, s, sp, "length_per_round", true, false, 1))
+            return c->rc;
+        json_t *rf = field(s, "replace_function");
+        json_t *ef = field(s, "explore_function");
+        static const char *const k_rf[] = {"truncate_fraction", NULL};
+        static const char *const k_ef[] = {"resample_probability", "perturb_factor", NULL};
+        if (!rf)
+            return need(c, s, sp, "replace_function", "(e.g. {truncate_fraction: 0.2})");
+        if (want_object(c, rf, "searcher.replace_function") ||
+            check_keys(c, rf, "searcher.replace_function", k_rf, NULL, "replace_function") ||
+            want_num(c, rf, "searcher.replace_function", "truncate_fraction", true, 0, false, 0.5,
+                     false, "a number from 0 to 0.5", NULL))
+            return c->rc;
+        if (!ef)
+            return need(c, s, sp, "explore_function",
+                        "(e.g. {resample_probability: 0.2, perturb_factor: 0.2})");
+        if (want_object(c, ef, "searcher.explore_function") ||
+            check_keys(c, ef, "searcher.explore_function", k_ef, NULL, "explore_function") ||
+            want_num(c, ef, "searcher.explore_function", "resample_probability", true, 0, false, 1,
+                     false, "a number from 0 to 1", NULL) ||
+            want_num(c, ef, "searcher.explore_function", "perturb_factor", true, 0, false, 1, false,
+                     "a number from 0 to 1", NULL))
+            return c->rc;
+    } else {
+        bool needs_trials = strcmp(name, "single") && strcmp(name, "grid");
+        int64_t max_trials = 0;
+        if (want_int(c, s, sp, "max_trials", needs_trials, 1, INT64_MAX, &max_trials) ||
+            want_length(c, s, sp, "max_length", true, true, 1) ||
+            want_int(c, s, sp, "max_concurrent_trials", false, 0, INT64_MAX, NULL))
+            return c->rc;
+        if (!strcmp(name, "adaptive_asha")) {
+            if (want_enum(c, s, sp, "mode", false, modes, NULL) ||
+                want_num(c, s, sp, "divisor", false, 1, true, HUGE_VAL, false,
+                         "a number greater than 1", NULL) ||
+                want_int(c, s, sp, "max_rungs", false, 1, INT64_MAX, NULL) ||
+                want_bool(c, s, sp, "stop_once"))
+                return c->rc;
+            json_t *br = field(s, "bracket_rungs");
+            if (br) {
+                size_t i;
+                json_t *e;
+                if (!json_is_array(br))
+                    return BAD(c, br, "searcher.bracket_rungs",
+                               "expected a list of positive integers, got %s",
+                               desc(br, d, sizeof(d)));
+                json_array_foreach(br, i, e)
+                {
+                    joinidx(p, "searcher.bracket_rungs", i);
+                    if (!json_is_integer(e) || json_integer_value(e) < 1)
+                        return BAD(c, e, p, "expected a positive integer, got %s",
+                                   desc(e, d, sizeof(d)));
+                }
+            }
+        }
+        if (!strcmp(name, "bayesian")) {
+            int64_t st = 0;
+            if (want_int(c, s, sp, "num_startup_trials", false, 1, INT64_MAX, &st))
+                return c->rc;
+            if (st > max_trials)
+                return BAD(c, field(s, "num_startup_trials"), "searcher.num_startup_trials",
+                           "must not exceed max_trials (%" PRId64 "), got %" PRId64, max_trials,
+                           st);
+        }
+    }
+    return check_early_stopping(c, s);
+}
+
+/* ---- resources, storage, environment --------------------------------------------------- */
+
+/* Determined's memory size syntax: 4096, "4Gi", "512M", "1.5 GB", "100k". */
+static bool is_mem_size(const char *s)
+{
+    size_t i = 0;
+    bool digits = false;
+    while (s[i] >= '0' && s[i] <= '9')
+        i++, digits = true;
+    if (s[i] == '.') {
+        i++;
+        digits = false;
+        while (s[i] >= '0' && s[i] <= '9')
+            i++, digits = true;
+    }
+    if (!digits)
+        return false;
+    if (s[i] == ' ')
+        i++;
+    if (s[i] && strchr("kmgtpKMGTP", s[i])) {
+        i++;
+        if (s[i] == 'i' || s[i] == 'I')
+            i++;
+        if (s[i] == 'b' || s[i] == 'B')
+            i++;
+    } else if (s[i] == 'b' || s[i] == 'B') {
+        i++;
+    }
+    return s[i] == '\0';
+}
+
+static int check_mounts(struct vctx *c, const json_t *list, const char *path, bool devices)
+{
+    static const char *const k_bm[] = {"host_path", "container_path", "read_only", "propagation",
+                                       NULL};
+    static const char *const k_dev[] = {"host_path", "container_path", "mode", NULL};
+    static const char *const props[] = {"rprivate", "private", "rshared", "shared",
+                                        "rslave",   "slave",   NULL};
+    char p[PATHLEN], q[PATHLEN], d[96];
+    size_t i, j;
+    json_t *e, *f;
+    if (!list)
+        return 0;
+    if (!json_is_array(list))
+        return BAD(c, list, path, "expected a list of %s, got %s",
+                   devices ? "devices" : "bind mounts", desc(list, d, sizeof(d)));
+    json_array_foreach(list, i, e)
+    {
+        joinidx(p, path, i);
+        if (want_object(c, e, p) ||
+            check_keys(c, e, p, devices ? k_dev : k_bm, NULL,
+                       devices ? "a device" : "a bind mount") ||
+            want_abs_path(c, e, p, "host_path", true))
+            return c->rc;
+        if (devices) {
+            const char *mode = NULL;
+            if (want_abs_path(c, e, p, "container_path", true) ||
+                want_str(c, e, p, "mode", false, &mode))
+                return c->rc;
+            if (mode && (!*mode || strspn(mode, "rwm") != strlen(mode))) {
+                join(q, p, "mode");
+                return BAD(c, field(e, "mode"), q,
+                           "expected cgroup permissions made of r, w and m (e.g. \"mrw\"), got %s",
+                           desc(field(e, "mode"), d, sizeof(d)));
+            }
+        } else {
+            const char *cp = NULL;
+            if (want_str(c, e, p, "container_path", true, &cp) || want_bool(c, e, p, "read_only") ||
+                want_enum(c, e, p, "propagation", false, props, NULL))
+                return c->rc;
+            if (!strcmp(cp, ".") || !strcmp(cp, "./")) {
+                join(q, p, "container_path");
+                return BAD(c, field(e, "container_path"), q,
+                           "must not be the working directory (the model context lives there)");
+            }
+        }
+        const char *cp = json_string_value(json_object_get(e, "container_path"));
+        json_array_foreach(list, j, f)
+        {
+            if (j >= i)
+                break;
+            const char *cq = json_string_value(json_object_get(f, "container_path"));
+            if (cq && !strcmp(cp, cq)) {
+                join(q, p, "container_path");
+                return BAD(c, field(e, "container_path"), q,
+                           "container_path %s is already used by %s[%zu]",
+                           desc(field(e, "container_path"), d, sizeof(d)), path, j);
+            }
+        }
+    }
+    return 0;
+}
+
+static int check_resources(struct vctx *c, const json_t *cfg)
+{
+    static const char *const keys[] = {"slots_per_trial", "max_slots",      "weight",
+                                       "priority",        "resource_pool",  "shm_size",
+                                       "devices",         "is_single_node", NULL};
+    static const struct unsupported unsup[] = {
+        {"agent_label", "was removed from Determined (0.20) and is not supported; use "
+                        "resource_pool"},
+        {"native_parallel", "is not supported (it was removed from Determined)"},
+        {"slots", "is not a field of resources; did you mean `slots_per_trial`?"},
+        {NULL, NULL}};
+    const char *rp = "resources";
+    char d[96];
+    json_t *r = field(cfg, "resources");
+    c->slots_per_trial = 1;
+    if (!r)
+        return 0;
+    if (want_object(c, r, rp) || check_keys(c, r, rp, keys, unsup, NULL) ||
+        want_int(c, r, rp, "slots_per_trial", false, 0, 1 << 20, &c->slots_per_trial) ||
+        want_int(c, r, rp, "max_slots", false, 1, INT64_MAX, NULL) ||
+        want_num(c, r, rp, "weight", false, 0, true, HUGE_VAL, false, "a number greater than 0",
+                 NULL) ||
+        want_int(c, r, rp, "priority", false, 1, 99, NULL) ||
+        want_str(c, r, rp, "resource_pool", false, NULL) || want_bool(c, r, rp, "is_single_node"))
+        return c->rc;
+    json_t *shm = field(r, "shm_size");
+    if (shm && !(json_is_integer(shm) && json_integer_value(shm) >= 0) &&
+        !(json_is_string(shm) && is_mem_size(json_string_value(shm))))
+        return BAD(c, shm, "resources.shm_size",
+                   "expected a size in bytes or a string such as \"4Gi\" or \"512M\", got %s",
+                   desc(shm, d, sizeof(d)));
+    int64_t max_slots = 0;
+    if (want_int(c, r, rp, "max_slots", false, 1, INT64_MAX, &max_slots))
+        return c->rc;
+    if (max_slots && max_slots < c->slots_per_trial)
+        return BAD(c, field(r, "max_slots"), "resources.max_slots",
+                   "must be at least slots_per_trial (%" PRId64
+                   ") or no trial could run, got %" PRId64,
+                   c->slots_per_trial, max_slots);
+    return check_mounts(c, field(r, "devices"), "resources.devices", true);
+}
+
+static bool is_dns1123(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 253)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '.'))
+            return false;
+    }
+    return s[0] != '-' && s[0] != '.' && s[n - 1] != '-' && s[n - 1] != '.';
+}
+
+static bool is_bucket_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 3 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '.'))
+            return false;
+    }
+    return s[0] != '-' && s[0] != '.' && s[n - 1] != '-' && s[n - 1] != '.';
+}
+
+static int check_storage(struct vctx *c, const json_t *cfg)
+{
+    static const char *const types[] = {"shared_fs", "s3", NULL};
+    static const char *const k_fs[] = {"type",
+                                       "host_path",
+                                       "storage_path",
+                                       "container_path",
+                                       "propagation",
+                                       "save_experiment_best",
+                                       "save_trial_best",
+                                       "save_trial_latest",
+                                       NULL};
+    static const char *const k_s3[] = {"type",
+                                       "bucket",
+                                       "prefix",
+                                       "endpoint_url",
+                                       "region",
+                                       "path_style",
+                                       "credentials_secret",
+                                       "credentials_dir",
+                                       "save_experiment_best",
+                                       "save_trial_best",
+                                       "save_trial_latest",
+                                       NULL};
+    static const char *const props[] = {"rprivate", "private", "rshared", "shared",
+                                        "rslave",   "slave",   NULL};
+    static const char *const secret_msg =
+        "credentials are not accepted in the experiment config, where anyone who can read the "
+        "Experiment would see them; store them in a Kubernetes Secret (kubectl create secret "
+        "generic s3-creds --from-literal=AWS_ACCESS_KEY_ID=... "
+        "--from-literal=AWS_SECRET_ACCESS_KEY=...) and reference it with `credentials_secret: "
+        "s3-creds`";
+    const struct unsupported unsup[] = {{"secret_key", secret_msg},
+                                        {"access_key", secret_msg},
+                                        {"session_token", secret_msg},
+                                        {NULL, NULL}};
+    const char *sp = "checkpoint_storage";
+    char d[96];
+    json_t *s = field(cfg, "checkpoint_storage");
+    const char *type = NULL;
+    if (!s)
+        return 0;
+    if (want_object(c, s, sp))
+        return c->rc;
+    json_t *tv = field(s, "type");
+    if (json_is_string(tv) &&
+        (!strcmp(json_string_value(tv), "gcs") || !strcmp(json_string_value(tv), "azure") ||
+         !strcmp(json_string_value(tv), "hdfs") || !strcmp(json_string_value(tv), "directory")))
+        return BAD(c, tv, "checkpoint_storage.type",
+                   "%s storage is not supported by kdet (supported: shared_fs, s3; S3-compatible "
+                   "stores work through endpoint_url)",
+                   json_string_value(tv));
+    if (want_enum(c, s, sp, "type", true, types, &type))
+        return c->rc;
+    bool s3 = !strcmp(type, "s3");
+    if (check_keys(c, s, sp, s3 ? k_s3 : k_fs, unsup, s3 ? "s3 storage" : "shared_fs storage") ||
+        want_int(c, s, sp, "save_experiment_best", false, 0, INT64_MAX, NULL) ||
+        want_int(c, s, sp, "save_trial_best", false, 0, INT64_MAX, NULL) ||
+        want_int(c, s, sp, "save_trial_latest", false, 0, INT64_MAX, NULL))
+        return c->rc;
+    if (!s3) {
+        const char *host = NULL, *sub = NULL;
+        if (want_abs_path(c, s, sp, "host_path", true) ||
+            want_str(c, s, sp, "host_path", true, &host) ||
+            want_str(c, s, sp, "storage_path", false, &sub) ||
+            want_abs_path(c, s, sp, "container_path", false) ||
+            want_enum(c, s, sp, "propagation", false, props, NULL))
+            return c->rc;
+        if (sub && is_abs_path(sub)) {
+            size_t hl = strlen(host);
+            while (hl > 1 && host[hl - 1] == '/')
+                hl--;
+            if (strncmp(sub, host, hl) || (sub[hl] != '/' && sub[hl] != '\0'))
+                return BAD(c, field(s, "storage_path"), "checkpoint_storage.storage_path",
+                           "must be a relative path or a directory under host_path (%s), got %s",
+                           host, desc(field(s, "storage_path"), d, sizeof(d)));
+        }
+        if (sub && strstr(sub, ".."))
+            return BAD(c, field(s, "storage_path"), "checkpoint_storage.storage_path",
+                       "must not contain `..`");
+        return 0;
+    }
+    const char *bucket = NULL, *url = NULL, *secret = NULL, *prefix = NULL;
+    if (want_str(c, s, sp, "bucket", true, &bucket))
+        return c->rc;
+    if (!is_bucket_name(bucket))
+        return BAD(c, field(s, "bucket"), "checkpoint_storage.bucket",
+                   "expected an S3 bucket name (3-63 characters: a-z, 0-9, '-' and '.'), got %s",
+                   desc(field(s, "bucket"), d, sizeof(d)));
+    if (want_str(c, s, sp, "prefix", false, &prefix) ||
+        want_str(c, s, sp, "endpoint_url", false, &url) ||
+        want_str(c, s, sp, "region", false, NULL) || want_bool(c, s, sp, "path_style") ||
+        want_str(c, s, sp, "credentials_secret", false, &secret) ||
+        want_abs_path(c, s, sp, "credentials_dir", false))
+        return c->rc;
+    if (prefix && strstr(prefix, ".."))
+        return BAD(c, field(s, "prefix"), "checkpoint_storage.prefix", "must not contain `..`");
+    if (url && !kd_str_has_prefix(url, "http://") && !kd_str_has_prefix(url, "https://"))
+        return BAD(c, field(s, "endpoint_url"), "checkpoint_storage.endpoint_url",
+                   "expected an http:// or https:// URL, got %s",
+                   desc(field(s, "endpoint_url"), d, sizeof(d)));
+    if (secret && !is_dns1123(secret))
+        return BAD(c, field(s, "credentials_secret"), "checkpoint_storage.credentials_secret",
+                   "expected the name of a Kubernetes Secret (lowercase letters, digits, '-' and "
+                   "'.'), got %s",
+                   desc(field(s, "credentials_secret"), d, sizeof(d)));
+    return 0;
+}
+
+static int check_env_vars(struct vctx *c, const json_t *v, const char *path)
+{
+    char p[PATHLEN], d[96];
+    size_t i;
+    json_t *e;
+    if (!json_is_array(v))
+        return BAD(c, v, path, "expected a list of NAME=value strings, got %s",
+                   desc(v, d, sizeof(d)));
+    json_array_foreach(v, i, e)
+    {
+        joinidx(p, path, i);
+        const char *s = json_string_value(e);
+        const char *eq = s ? strchr(s, '=') : NULL;
+        if (!s || !eq || eq == s)
+            return BAD(c, e, p, "expected NAME=value, got %s", desc(e, d, sizeof(d)));
+        for (const char *q = s; q < eq; q++) {
+            bool ok = (*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') || *q == '_' ||
+                      (q > s && *q >= '0' && *q <= '9');
+            if (!ok)
+                return BAD(c, e, p, "invalid environment variable name in %s",
+                           desc(e, d, sizeof(d)));
+        }
+    }
+    return 0;
+}
+
+static int check_environment(struct vctx *c, const json_t *cfg)
+{
+    static const char *const keys[] = {"image",
+                                       "environment_variables",
+                                       "pod_spec",
+                                       "force_pull_image",
+                                       "registry_auth",
+                                       "add_capabilities",
+                                       "drop_capabilities",
+                                       "ports",
+                                       NULL};
+    static const char *const flavors[] = {"cpu", "cuda", "rocm", "gpu", NULL};
+    const char *ep = "environment";
+    char p[PATHLEN], d[96];
+    json_t *e = field(cfg, "environment");
+    if (!e)
+        return 0;
+    if (want_object(c, e, ep) || check_keys(c, e, ep, keys, NULL, NULL) ||
+        want_bool(c, e, ep, "force_pull_image") || want_str_list(c, e, ep, "add_capabilities") ||
+        want_str_list(c, e, ep, "drop_capabilities"))
+        return c->rc;
+    json_t *img = field(e, "image");
+    if (img) {
+        if (json_is_object(img)) {
+            const char *k;
+            json_t *v;
+            if (check_keys(c, img, "environment.image", flavors, NULL, NULL))
+                return c->rc;
+            json_object_foreach(img, k, v)
+            {
+                if (want_str(c, img, "environment.image", k, false, NULL))
+                    return c->rc;
+            }
+        } else if (!json_is_string(img) || !*json_string_value(img)) {
+            return BAD(c, img, "environment.image",
+                       "expected an image name or {cpu: IMAGE, cuda: IMAGE}, got %s",
+                       desc(img, d, sizeof(d)));
+        }
+    }
+    json_t *ev = field(e, "environment_variables");
+    if (ev) {
+        if (json_is_object(ev)) {
+            const char *k;
+            json_t *v;
+            if (check_keys(c, ev, "environment.environment_variables", flavors, NULL, NULL))
+                return c->rc;
+            json_object_foreach(ev, k, v)
+            {
+                join(p, "environment.environment_variables", k);
+                if (!json_is_null(v) && check_env_vars(c, v, p))
+                    return c->rc;
+            }
+        } else if (check_env_vars(c, ev, "environment.environment_variables")) {
+            return c->rc;
+        }
+    }
+    json_t *ps = field(e, "pod_spec");
+    if (ps) {
+        if (want_object(c, ps, "environment.pod_spec"))
+            return c->rc;
+        json_t *md = json_object_get(ps, "metadata");
+        if (json_is_object(md) && json_object_get(md, "name"))
+            return BADKEY(c, json_object_get(md, "name"), "environment.pod_spec.metadata.name",
+                          "the pod name is set by kdet and cannot be configured");
+    }
+    json_t *ra = field(e, "registry_auth");
+    if (ra && want_object(c, ra, "environment.registry_auth"))
+        return c->rc;
+    json_t *ports = field(e, "ports");
+    if (ports) {
+        const char *k;
+        json_t *v;
+        if (want_object(c, ports, "environment.ports"))
+            return c->rc;
+        json_object_foreach(ports, k, v)
+        {
+            if (want_int(c, ports, "environment.ports", k, false, 1, 65535, NULL))
+                return c->rc;
+        }
+    }
+    return 0;
+}
+
+static int check_misc_sections(struct vctx *c, const json_t *cfg)
+{
+    static const char *const k_opt[] = {"aggregation_frequency",    "average_aggregated_gradients",
+                                        "average_training_metrics", "gradient_compression",
+                                        "mixed_precision",          "tensor_fusion_threshold",
+                                        "tensor_fusion_cycle_time", "auto_tune_tensor_fusion",
+                                        "grad_updates_size_file",   NULL};
+    static const char *const k_prof[] = {"enabled", "begin_on_batch", "end_after_batch",
+                                         "sync_timings", NULL};
+    static const char *const k_rep[] = {"experiment_seed", NULL};
+    static const char *const amp[] = {"O0", "O1", "O2", "O3", NULL};
+    const char *op = "optimizations", *pp = "profiling", *rp = "reproducibility";
+    json_t *o = field(cfg, "optimizations");
+    if (o && (want_object(c, o, op) || check_keys(c, o, op, k_opt, NULL, NULL) ||
+              want_int(c, o, op, "aggregation_frequency", false, 1, INT64_MAX, NULL) ||
+              want_bool(c, o, op, "average_aggregated_gradients") ||
+              want_bool(c, o, op, "average_training_metrics") ||
+              want_bool(c, o, op, "gradient_compression") ||
+              want_enum(c, o, op, "mixed_precision", false, amp, NULL) ||
+              want_int(c, o, op, "tensor_fusion_threshold", false, 0, INT64_MAX, NULL) ||
+              want_int(c, o, op, "tensor_fusion_cycle_time", false, 0, INT64_MAX, NULL) ||
+              want_bool(c, o, op, "auto_tune_tensor_fusion") ||
+              want_str(c, o, op, "grad_updates_size_file", false, NULL)))
+        return c->rc;
+    json_t *p = field(cfg, "profiling");
+    int64_t begin = 0, end = -1;
+    if (p && (want_object(c, p, pp) || check_keys(c, p, pp, k_prof, NULL, NULL) ||
+              want_bool(c, p, pp, "enabled") ||
+              want_int(c, p, pp, "begin_on_batch", false, 0, INT64_MAX, &begin) ||
+              want_int(c, p, pp, "end_after_batch", false, 0, INT64_MAX, &end) ||
+              want_bool(c, p, pp, "sync_timings")))
+        return c->rc;
+    if (p && end >= 0 && end < begin)
+        return BAD(c, field(p, "end_after_batch"), "profiling.end_after_batch",
+                   "must not be before begin_on_batch (%" PRId64 "), got %" PRId64, begin, end);
+    json_t *r = field(cfg, "reproducibility");
+    if (r && (want_object(c, r, rp) || check_keys(c, r, rp, k_rep, NULL, NULL) ||
+              want_int(c, r, rp, "experiment_seed", false, 0, INT32_MAX, NULL)))
+        return c->rc;
+    return 0;
+}
+
+/* ---- the whole config ------------------------------------------------------------------ */
+
+static const char *const top_keys[] = {"name",
+                                       "description",
+                                       "labels",
+                                       "workspace",
+                                       "project",
+                                       "data",
+                                       "entrypoint",
+                                       "hyperparameters",
+                                       "searcher",
+                                       "resources",
+                                       "records_per_epoch",
+                                       "min_validation_period",
+                                       "min_checkpoint_period",
+                                       "scheduling_unit",
+                                       "perform_initial_validation",
+                                       "checkpoint_policy",
+                                       "checkpoint_storage",
+                                       "max_restarts",
+                                       "optimizations",
+                                       "reproducibility",
+                                       "environment",
+                                       "bind_mounts",
+                                       "profiling",
+                                       "debug",
+                                       NULL};
+
+static const struct unsupported top_unsup[] = {
+    {"internal", "is internal to Determined and not accepted by kdet"},
+    {"data_layer", "was removed from Determined and is not supported"},
+    {"security", "is a Determined field that kdet does not support"},
+    {"tensorboard_storage", "was removed from Determined; TensorBoard reads checkpoint_storage"},
+    {"log_policies", "is a Determined field that kdet does not support yet"},
+    {"retention_policy", "is a Determined field that kdet does not support yet"},
+    {"integrations", "is a Determined field that kdet does not support"},
+    {NULL, NULL}};
+
+static int validate(struct vctx *c, const json_t *cfg)
+{
+    static const char *const policies[] = {"best", "all", "none", NULL};
+    const char *rp = "";
+    char d[96];
+    if (!json_is_object(cfg))
+        return BAD(c, cfg, "", "the experiment config must be a mapping of fields, got %s",
+                   desc(cfg, d, sizeof(d)));
+    if (check_keys(c, cfg, rp, top_keys, top_unsup, NULL))
+        return c->rc;
+    /* Facts other sections depend on come first. */
+    if (want_int(c, cfg, rp, "records_per_epoch", false, 0, INT64_MAX, &c->records_per_epoch))
+        return c->rc;
+    if (check_resources(c, cfg))
+        return c->rc;
+    json_t *s = field(cfg, "searcher");
+    const char *sn = json_string_value(json_object_get(s, "name"));
+    c->searcher = sn && in_list(sn, methods) ? sn : NULL;
+
+    if (want_str(c, cfg, rp, "name", false, NULL) ||
+        want_str(c, cfg, rp, "description", false, NULL) || want_str_list(c, cfg, rp, "labels") ||
+        want_str(c, cfg, rp, "workspace", false, NULL) ||
+        want_str(c, cfg, rp, "project", false, NULL))
+        return c->rc;
+    json_t *name = field(cfg, "name");
+    if (name && strlen(json_string_value(name)) > 255)
+        return BAD(c, name, "name", "longer than 255 characters");
+    if (check_entrypoint(c, cfg) || check_hyperparameters(c, cfg) || check_searcher(c, cfg) ||
+        want_length(c, cfg, rp, "min_validation_period", false, false, 0) ||
+        want_length(c, cfg, rp, "min_checkpoint_period", false, false, 0) ||
+        want_int(c, cfg, rp, "scheduling_unit", false, 1, INT64_MAX, NULL) ||
+        want_bool(c, cfg, rp, "perform_initial_validation") ||
+        want_enum(c, cfg, rp, "checkpoint_policy", false, policies, NULL) ||
+        check_storage(c, cfg) || want_int(c, cfg, rp, "max_restarts", false, 0, INT64_MAX, NULL) ||
+        check_misc_sections(c, cfg) || check_environment(c, cfg) ||
+        check_mounts(c, field(cfg, "bind_mounts"), "bind_mounts", false) ||
+        want_bool(c, cfg, rp, "debug"))
+        return c->rc;
+    return 0;
+}
+
+int kd_config_check(const json_t *cfg, char *err)
+{
+    struct vctx c;
+    memset(&c, 0, sizeof(c));
+    c.err = err;
+    if (!cfg)
+        return kd_seterr(err, KD_EINVAL, "kd_config_check: no config");
+    return validate(&c, cfg);
+}
+
+/* ---- templates --------------------------------------------------------------------------- */
+
+static bool keyed_by_container_path(const char *path)
+{
+    return !strcmp(path, "bind_mounts") || !strcmp(path, "resources.devices");
+}
+
+static json_t *merge(const json_t *t, const json_t *c, const char *path);
+
+static json_t *merge_arrays(const json_t *t, const json_t *c, const char *path)
+{
+    json_t *out = json_array();
+    size_t i, j;
+    json_t *e, *f;
+    if (!out)
+        kd_oom(64);
+    json_array_foreach(t, i, e)
+    {
+        if (keyed_by_container_path(path)) {
+            const char *cp = json_string_value(json_object_get(e, "container_path"));
+            bool shadowed = false;
+            json_array_foreach(c, j, f)
+            {
+                const char *cq = json_string_value(json_object_get(f, "container_path"));
+                if (cp && cq && !strcmp(cp, cq))
+                    shadowed = true;
+            }
+            if (shadowed)
+                continue;
+        }
+        if (json_array_append(out, e))
+            kd_oom(64);
+    }
+    json_array_foreach(c, i, e)
+    {
+        if (json_array_append(out, e))
+            kd_oom(64);
+    }
+    return out;
+}
+
+static json_t *merge(const json_t *t, const json_t *c, const char *path)
+{
+    char p[PATHLEN];
+    if (json_is_null(c) && t)
+        return json_incref((json_t *)t);
+    if (json_is_object(t) && json_is_object(c)) {
+        json_t *out = json_object();
+        const char *k;
+        json_t *v;
+        if (!out)
+            kd_oom(64);
+        json_object_foreach((json_t *)c, k, v)
+        {
+            json_t *tv = json_object_get(t, k);
+            json_t *m;
+            join(p, path, k);
+            /* The entrypoint is one command, not a list to extend. */
+            if (!tv || !strcmp(p, "entrypoint"))
+                m = json_incref(v);
+            else
+                m = merge(tv, v, p);
+            if (json_object_set_new(out, k, m))
+                kd_oom(64);
+        }
+        json_object_foreach((json_t *)t, k, v)
+        {
+            if (!json_object_get(c, k) && json_object_set(out, k, v))
+                kd_oom(64);
+        }
+        return out;
+    }
+    if (json_is_array(t) && json_is_array(c))
+        return merge_arrays(t, c, path);
+    return json_incref((json_t *)c);
+}
+
+int kd_config_merge_template(const json_t *tmpl, const json_t *cfg, json_t **out)
+{
+    if (!out)
+        return KD_EINVAL;
+    *out = NULL;
+    if (!tmpl || !cfg)
+        return KD_EINVAL;
+    *out = merge(tmpl, cfg, "");
+    return *out ? 0 : KD_ENOMEM;
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+static int root_mapping(const struct kd_yaml_doc *doc, const char *what, char *err)
+{
+    json_t *r = kd_yaml_root(doc);
+    char d[96];
+    if (json_is_object(r))
+        return 0;
+    if (json_is_null(r))
+        return kd_seterr(err, KD_EINVALID,
+                         "%s: the %s is empty; an experiment config needs at least entrypoint and "
+                         "searcher",
+                         kd_yaml_name(doc), what);
+    int line = 1, col = 1;
+    if (kd_yaml_where(doc, "", &line, &col))
+        line = col = 1;
+    return kd_seterr(err, KD_EINVALID, "%s:%d:%d: the %s must be a mapping of fields, got %s",
+                     kd_yaml_name(doc), line, col, what, desc(r, d, sizeof(d)));
+}
+
+int kd_config_load(const char *path, const char *template_path, json_t **out, char *err)
+{
+    struct kd_yaml_doc *doc = NULL, *tdoc = NULL;
+    json_t *merged = NULL;
+    struct vctx c;
+    int rc = 0;
+
+    if (!path || !out) {
+        rc = kd_seterr(err, KD_EINVAL, "kd_config_load: invalid arguments");
+        goto out;
+    }
+    *out = NULL;
+    if ((rc = kd_yaml_parse_file(path, &doc, err)))
+        goto out;
+    if ((rc = root_mapping(doc, "experiment config", err)))
+        goto out;
+    if (template_path) {
+        if ((rc = kd_yaml_parse_file(template_path, &tdoc, err)))
+            goto out;
+        if ((rc = root_mapping(tdoc, "template", err)))
+            goto out;
+        if ((rc = kd_config_merge_template(kd_yaml_root(tdoc), kd_yaml_root(doc), &merged)))
+            goto out;
+    } else {
+        merged = json_incref(kd_yaml_root(doc));
+    }
+    memset(&c, 0, sizeof(c));
+    c.err = err;
+    c.docs[0] = doc;
+    c.docs[1] = tdoc;
+    if ((rc = validate(&c, merged)))
+        goto out;
+    *out = json_deep_copy(merged);
+    if (!*out)
+        kd_oom(64);
+out:
+    json_decref(merged);
+    kd_yaml_free(doc);
+    kd_yaml_free(tdoc);
+    return rc;
+}
+
+/* ---- defaults ------------------------------------------------------------------------------ */
+
+/* Set obj[key] = v (stolen) when the key is absent or null. */
+static void dflt(json_t *obj, const char *key, json_t *v)
+{
+    if (!v)
+        kd_oom(64);
+    json_t *cur = json_object_get(obj, key);
+    if (cur && !json_is_null(cur)) {
+        json_decref(v);
+        return;
+    }
+    if (json_object_set_new(obj, key, v))
+        kd_oom(64);
+}
+
+/* The object at obj[key], created when absent or null; NULL (error set) on a wrong type. */
+static json_t *section(json_t *obj, const char *key, const char *path, char *err)
+{
+    dflt(obj, key, json_object());
+    json_t *s = json_object_get(obj, key);
+    if (!json_is_object(s)) {
+        kd_seterr(err, KD_EINVALID, "%s: expected a mapping of fields", path);
+        return NULL;
+    }
+    return s;
+}
+
+static void dflt_hparams(json_t *hp)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(hp, k, v)
+    {
+        if (!json_is_object(v))
+            continue;
+        const char *t = json_string_value(json_object_get(v, "type"));
+        if (!json_object_get(v, "type"))
+            dflt_hparams(v);
+        else if (t && !strcmp(t, "log"))
+            dflt(v, "base", json_real(10.0));
+    }
+}
+
+int kd_config_apply_defaults(json_t *cfg, char *err)
+{
+    json_t *s;
+    size_t i;
+    json_t *e;
+    int rc = 0;
+
+    if (!json_is_object(cfg)) {
+        rc = kd_seterr(err, KD_EINVALID, "the experiment config must be a mapping of fields");
+        goto out;
+    }
+    dflt(cfg, "labels", json_array());
+    dflt(cfg, "data", json_object());
+    dflt(cfg, "hyperparameters", json_object());
+    dflt(cfg, "bind_mounts", json_array());
+    dflt(cfg, "checkpoint_policy", json_string("best"));
+    dflt(cfg, "max_restarts", json_integer(5));
+    dflt(cfg, "records_per_epoch", json_integer(0));
+    dflt(cfg, "scheduling_unit", json_integer(100));
+    dflt(cfg, "perform_initial_validation", json_false());
+    dflt(cfg, "debug", json_false());
+    dflt(cfg, "min_validation_period", json_pack("{s:i}", "batches", 0));
+    dflt(cfg, "min_checkpoint_period", json_pack("{s:i}", "batches", 0));
+    if (json_is_object(json_object_get(cfg, "hyperparameters")))
+        dflt_hparams(json_object_get(cfg, "hyperparameters"));
+
+    if (!(s = section(cfg, "resources", "resources", err))) {
+        rc = KD_EINVALID;
+        goto out;
+    }
+    dflt(s, "slots_per_trial", json_integer(1));
+    dflt(s, "weight", json_real(1.0));
+    dflt(s, "resource_pool", json_string(""));
+    dflt(s, "is_single_node", json_false());
+    dflt(s, "devices", json_array());
+    json_array_foreach(json_object_get(s, "devices"), i, e)
+    {
+        if (json_is_object(e))
+            dflt(e, "mode", json_string("mrw"));
+    }
+    json_array_foreach(json_object_get(cfg, "bind_mounts"), i, e)
+    {
+        if (json_is_object(e)) {
+            dflt(e, "read_only", json_false());
+            dflt(e, "propagation", json_string("rprivate"));
+        }
+    }
+
+    if (!(s = section(cfg, "optimizations", "optimizations", err))) {
+        rc = KD_EINVALID;
+        goto out;
+    }
+    dflt(s, "aggregation_frequency", json_integer(1));
+    dflt(s, "average_aggregated_gradients", json_true());
+    dflt(s, "average_training_metrics", json_true());
+    dflt(s, "gradient_compression", json_false());
+    dflt(s, "mixed_precision", json_string("O0"));
+    dflt(s, "tensor_fusion_threshold", json_integer(64));
+    dflt(s, "tensor_fusion_cycle_time", json_integer(5));
+    dflt(s, "auto_tune_tensor_fusion", json_false());
+
+    if (!(s = section(cfg, "reproducibility", "reproducibility", err))) {
+        rc = KD_EINVALID;
+        goto out;
+    }
+    dflt(s, "experiment_seed", json_integer((json_int_t)((kd_wall_ms() / 1000) & INT32_MAX)));
+
+    if (!(s = section(cfg, "environment", "environment", err))) {
+        rc = KD_EINVALID;
+        goto out;
+    }
+    dflt(s, "environment_variables", json_array());
+    dflt(s, "force_pull_image", json_false());
+    dflt(s, "add_capabilities", json_array());
+    dflt(s, "drop_capabilities", json_array());
+
+    if (!(s = section(cfg, "profiling", "profiling", err))) {
+        rc = KD_EINVALID;
+        goto out;
+    }
+    dflt(s, "enabled", json_false());
+    dflt(s, "begin_on_batch", json_integer(0));
+    dflt(s, "sync_timings", json_true());
+
+    s = field(cfg, "checkpoint_storage");
+    if (s) {
+        if (!json_is_object(s)) {
+            rc = kd_seterr(err, KD_EINVALID, "checkpoint_storage: expected a mapping of fields");
+            goto out;
+        }
+        dflt(s, "save_experiment_best", json_integer(0));
+        dflt(s, "save_trial_best", json_integer(1));
+        dflt(s, "save_trial_latest", json_integer(1));
+        const char *t = json_string_value(json_object_get(s, "type"));
+        if (t && !strcmp(t, "shared_fs"))
+            dflt(s, "propagation", json_string("rprivate"));
+    }
+
+    s = field(cfg, "searcher");
+    if (s) {
+        if (!json_is_object(s)) {
+            rc = kd_seterr(err, KD_EINVALID, "searcher: expected a mapping of fields");
+            goto out;
+        }
+        const char *n = json_string_value(json_object_get(s, "name"));
+        dflt(s, "smaller_is_better", json_true());
+        if (n && (!strcmp(n, "random") || !strcmp(n, "grid") || !strcmp(n, "bayesian")))
+            dflt(s, "max_concurrent_trials", json_integer(16));
+        if (n && !strcmp(n, "adaptive_asha")) {
+            dflt(s, "max_concurrent_trials", json_integer(0));
+            dflt(s, "mode", json_string("standard"));
+            dflt(s, "divisor", json_real(4.0));
+            dflt(s, "max_rungs", json_integer(5));
+            dflt(s, "stop_once", json_false());
+            dflt(s, "bracket_rungs", json_array());
+        }
+        if (n && !strcmp(n, "bayesian")) {
+            json_int_t mt = json_integer_value(json_object_get(s, "max_trials"));
+            dflt(s, "num_startup_trials", json_integer(mt > 0 && mt < 10 ? mt : 10));
+        }
+        json_array_foreach(json_object_get(s, "early_stopping"), i, e)
+        {
+            const char *t = json_string_value(json_object_get(e, "type"));
+            if (!t)
+                continue;
+            if (!strcmp(t, "patience"))
+                dflt(e, "min_delta", json_real(0.0));
+            else if (!strcmp(t, "threshold"))
+                dflt(e, "end_experiment", json_false());
+            else if (!strcmp(t, "median")) {
+                dflt(e, "grace_period", json_integer(0));
+                dflt(e, "min_trials", json_integer(3));
+            }
+        }
+    }
+out:
+    return rc;
+}

@@ -1,0 +1,2 @@
+# lib/config: experiment configuration (load, merge templates, validate, defaults).
+$(eval $(call kd_lib,config,lib/config/config.c))
