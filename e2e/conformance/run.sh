@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Kubernetes API conformance checks for what kdet uses, driven by kubectl
+# only, so the same script runs against kdet-local and a real cluster:
+#
+#   KUBECONFIG=~/.kube/config e2e/conformance/run.sh          # a real cluster
+#   KD_LOCAL_BIN=build/bin/kdet-local e2e/conformance/run.sh  # starts kdet-local
+#
+# With neither, it prints a skip line and exits 0. Checks tagged local-only
+# (bookmark timing, tiny watch history) run only against kdet-local.
+# Prints `N passed, N failed`; exits non-zero when a check failed.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+data="$src/tests/data/local"
+work=$(mktemp -d /tmp/kd-conf.XXXXXX)
+pass=0 fail=0 local_pid=""
+LOCAL=0
+
+cleanup() {
+    if [ -n "${NS:-}" ] && [ "$LOCAL" = 0 ]; then
+        kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
+        kubectl delete crd widgets.test.kdet.io --wait=false >/dev/null 2>&1
+    fi
+    if [ -n "$local_pid" ]; then
+        kill "$local_pid" 2>/dev/null
+        wait "$local_pid" 2>/dev/null
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+if [ -n "${KD_LOCAL_BIN:-}" ]; then
+    LOCAL=1
+    "$KD_LOCAL_BIN" --data-dir "$work/data" --port 0 --port-file "$work/port" \
+        --kubeconfig-out "$work/kubeconfig" --bookmark-interval 1 --watch-history 40 \
+        > "$work/kdet-local.log" 2>&1 &
+    local_pid=$!
+    for _ in $(seq 1 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.05; done
+    [ -s "$work/kubeconfig" ] || { echo "kdet-local did not start:"; cat "$work/kdet-local.log"; exit 1; }
+    export KUBECONFIG="$work/kubeconfig"
+elif [ -z "${KUBECONFIG:-}" ]; then
+    echo "conformance: skipped (set KUBECONFIG to a cluster or KD_LOCAL_BIN to kdet-local)"
+    echo "0 passed, 0 failed"
+    exit 0
+fi
+export HOME="$work"   # a private kubectl discovery cache
+NS=kdconf-$$
+K="kubectl -n $NS"
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '     %s\n' "$@"; }
+# expect NAME PATTERN CMD...: CMD's stdout+stderr must match the extended regex PATTERN.
+expect() {
+    local name=$1 pat=$2 out
+    shift 2
+    out=$("$@" 2>&1)
+    if printf '%s' "$out" | grep -Eq -- "$pat"; then ok "$name"; else bad "$name" "want /$pat/" "got: $(printf '%s' "$out" | head -c 600)"; fi
+}
+# until_ok SECONDS CMD...: retry CMD until it succeeds.
+until_ok() {
+    local t=$1
+    shift
+    for _ in $(seq 1 $((t * 10))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+    return 1
+}
+jp() { $K get "$1" -o "jsonpath=$2" 2>&1; }
+# mkcm NAME [METADATA-JSON-FIELDS]: create a ConfigMap through JSON (kubectl's
+# `create configmap` generator sends protobuf, which kdet-local does not read).
+mkcm() {
+    printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"%s"%s}}' "$1" "${2:+,$2}" | $K create -f -
+}
+# names_of OUTPUT: the object names in watch output, in order.
+names_of() { grep -o '"name":"[a-z0-9-]*","namespace"' | cut -d'"' -f4 | tr '\n' ' '; }
+
+echo "== conformance against $(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
+kubectl create ns "$NS" >/dev/null 2>&1 || kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Namespace
+metadata: {name: $NS}
+YAML
+
+# ---- discovery and namespaces --------------------------------------------------
+expect "discovery lists configmaps and CRDs" 'customresourcedefinitions.*crd' kubectl api-resources
+expect "discovery: short names" '^configmaps +cm ' kubectl api-resources
+expect "namespaces default and kube-system exist" 'kube-system' kubectl get ns default kube-system
+expect "version" 'Server Version' kubectl version
+
+# ---- create/get/errors ----------------------------------------------------------
+cat > "$work/cm.yaml" <<YAML
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: c1, labels: {tier: gold, app: x}}
+data: {a: "1"}
+YAML
+expect "apply creates" 'configmap/c1 created' $K apply -f "$work/cm.yaml"
+expect "apply again is unchanged" 'configmap/c1 unchanged' $K apply -f "$work/cm.yaml"
+expect "uid is set" '^[0-9a-f]{8}-[0-9a-f]{4}-4' jp cm/c1 '{.metadata.uid}'
+expect "creationTimestamp is RFC 3339" '^20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z$' jp cm/c1 '{.metadata.creationTimestamp}'
+expect "create of an existing name is AlreadyExists" 'AlreadyExists.*configmaps "c1" already exists' $K create -f "$work/cm.yaml"
+expect "get of a missing name is NotFound" 'NotFound.*configmaps "nope" not found' $K get cm nope
+rv1=$(jp cm/c1 '{.metadata.resourceVersion}')
+sed 's/"1"/"2"/' "$work/cm.yaml" | $K apply -f - >/dev/null
+rv2=$(jp cm/c1 '{.metadata.resourceVersion}')
+if [ "$rv2" -gt "$rv1" ] 2>/dev/null; then ok "resourceVersion grows on update"; else bad "resourceVersion grows on update" "$rv1 -> $rv2"; fi
+$K get cm c1 -o json > "$work/c1.json"
+sed "s/\"resourceVersion\": \"$rv2\"/\"resourceVersion\": \"$rv1\"/" "$work/c1.json" > "$work/stale.json"
+expect "update with a stale resourceVersion is 409 Conflict" 'Conflict.*the object has been modified' $K replace -f "$work/stale.json"
+expect "update with the current resourceVersion succeeds" 'replaced' $K replace -f "$work/c1.json"
+printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"Bad_Name"}}' > "$work/bad.json"
+expect "an invalid name is 422 Invalid naming metadata.name" 'is invalid: metadata.name: Invalid value: "Bad_Name"' $K create -f "$work/bad.json"
+printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"generateName":"gen-"}}' > "$work/gen.json"
+expect "generateName makes a unique name" '^configmap/gen-[a-z0-9]{5} created' $K create -f "$work/gen.json"
+expect "creating in a missing namespace is NotFound" 'namespaces "kdconf-missing-ns" not found' \
+    kubectl -n kdconf-missing-ns create -f "$work/gen.json"
+
+# ---- patch ---------------------------------------------------------------------------
+expect "merge patch" 'patched' $K patch cm c1 --type=merge -p '{"data":{"m":"1"}}'
+expect "json patch" 'patched' $K patch cm c1 --type=json -p '[{"op":"add","path":"/data/j","value":"2"}]'
+expect "strategic merge patch" 'patched' $K patch cm c1 -p '{"data":{"s":"3"}}'
+expect "patches applied" '"j":"2".*"m":"1".*"s":"3"|"m":"1".*"j":"2".*"s":"3"' jp cm/c1 '{.data}'
+expect "json patch test failure is rejected" 'test|Invalid|failed' $K patch cm c1 --type=json -p '[{"op":"test","path":"/data/m","value":"nope"}]'
+
+# ---- selectors, paging --------------------------------------------------------------------
+for n in 2 3 4; do mkcm "c$n" "\"labels\":{\"n\":\"$n\"}" >/dev/null; done
+expect "labelSelector =" '^c1$' $K get cm -l tier=gold -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}'
+expect "labelSelector in" '^c2 c3 $' $K get cm -l 'n in (2,3)' -o 'jsonpath={range .items[*]}{.metadata.name} {end}'
+expect "labelSelector notin (matches objects without the key)" 'c1 c4 ' $K get cm -l 'n notin (2,3)' -o 'jsonpath={range .items[*]}{.metadata.name} {end}'
+expect "labelSelector !key" '^c1 ' $K get cm -l '!n' -o 'jsonpath={range .items[*]}{.metadata.name} {end}'
+expect "labelSelector key,!=" '^c2 c4 $' $K get cm -l 'n,n!=3' -o 'jsonpath={range .items[*]}{.metadata.name} {end}'
+expect "fieldSelector metadata.name" '^c3 $' $K get cm --field-selector metadata.name=c3 -o 'jsonpath={range .items[*]}{.metadata.name} {end}'
+expect "bad labelSelector is 400" 'unable to parse|BadRequest|couldn.t parse' $K get cm -l 'n in (2'
+expect "unsupported fieldSelector is 400" 'field label not supported|not a known field selector' $K get cm --field-selector spec.foo=x
+page1=$(kubectl get --raw "/api/v1/namespaces/$NS/configmaps?limit=2")
+cont=$(printf '%s' "$page1" | sed -n 's/.*"continue":"\([^"]*\)".*/\1/p')
+if [ -n "$cont" ] && [ "$(printf '%s' "$page1" | grep -o '"name":"c[0-9]"' | wc -l)" -eq 2 ]; then ok "limit returns a continue token"; else bad "limit returns a continue token" "$page1"; fi
+page2=$(kubectl get --raw "/api/v1/namespaces/$NS/configmaps?limit=100&continue=$cont")
+if printf '%s' "$page2" | grep -q '"name":"c4"' && ! printf '%s' "$page2" | grep -q '"name":"c1"'; then ok "continue returns the rest"; else bad "continue returns the rest" "$page2"; fi
+
+# ---- watch ---------------------------------------------------------------------------------
+rv=$(kubectl get --raw "/api/v1/namespaces/$NS/configmaps" | sed -n 's/.*"metadata":{"resourceVersion":"\([0-9]*\)".*/\1/p' | head -1)
+( kubectl get --raw "/api/v1/namespaces/$NS/configmaps?watch=1&resourceVersion=$rv&timeoutSeconds=3" > "$work/watch.out" 2>&1 ) &
+wpid=$!
+sleep 0.5
+mkcm w1 >/dev/null
+$K patch cm w1 --type=merge -p '{"data":{"x":"1"}}' >/dev/null
+$K delete cm w1 >/dev/null
+wait $wpid
+types=$(grep -o '"type":"[A-Z]*","object":{[^}]*"name":"w1"' "$work/watch.out" | cut -d'"' -f4 | tr '\n' ' ')
+if [ "$types" = "ADDED MODIFIED DELETED " ]; then ok "watch from a resourceVersion: ADDED MODIFIED DELETED"; else bad "watch from a resourceVersion: ADDED MODIFIED DELETED" "got: $types" "$(head -c 400 "$work/watch.out")"; fi
+expect "watch without resourceVersion starts with ADDED for existing objects" '"type":"ADDED".*"name":"c1"' \
+    kubectl get --raw "/api/v1/namespaces/$NS/configmaps?watch=1&timeoutSeconds=1"
+got=$(kubectl get --raw "/api/v1/namespaces/$NS/configmaps?watch=1&timeoutSeconds=1&labelSelector=n%3D2" | names_of)
+if [ "$got" = "c2 " ]; then ok "watch with labelSelector filters"; else bad "watch with labelSelector filters" "got: $got"; fi
+if [ "$LOCAL" = 1 ]; then
+    for i in $(seq 1 60); do $K annotate cm c2 --overwrite "i=$i" >/dev/null; done
+    expect "watch from a compacted resourceVersion gets an ERROR event with 410 Expired" \
+        '"type":"ERROR","object":\{"kind":"Status".*"reason":"Expired","code":410' \
+        kubectl get --raw "/api/v1/namespaces/$NS/configmaps?watch=1&resourceVersion=$rv&timeoutSeconds=2"
+    expect "allowWatchBookmarks sends BOOKMARK events" '"type":"BOOKMARK","object":\{"kind":"ConfigMap","apiVersion":"v1","metadata":\{"resourceVersion":"[0-9]+"' \
+        kubectl get --raw "/api/v1/namespaces/$NS/configmaps?watch=1&allowWatchBookmarks=true&timeoutSeconds=3&resourceVersion=$(jp cm/c2 '{.metadata.resourceVersion}')"
+fi
+
+# ---- CRDs, generation, status subresource --------------------------------------------------
+expect "apply a CRD" 'widgets.test.kdet.io (created|unchanged|configured)' kubectl apply -f "$data/crd-widgets.yaml"
+until_ok 10 kubectl get crd widgets.test.kdet.io -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+expect "CRD becomes Established" 'True' kubectl get crd widgets.test.kdet.io -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+until_ok 10 $K get widgets
+expect "apply a custom resource" 'widget.test.kdet.io/a created' $K apply -f "$data/widget-a.yaml"
+expect "get by short name" '^NAME' $K get wd
+expect "get by category" 'widget.test.kdet.io/a' $K get kdet -o name
+expect "generation starts at 1" '^1$' jp wd/a '{.metadata.generation}'
+$K label wd a extra=yes >/dev/null
+expect "a metadata change keeps generation" '^1$' jp wd/a '{.metadata.generation}'
+sed 's/size: 3/size: 4/' "$data/widget-a.yaml" | $K apply -f - >/dev/null
+expect "a spec change bumps generation" '^2$' jp wd/a '{.metadata.generation}'
+expect "status patch through the subresource" 'patched' $K patch wd a --subresource=status --type=merge -p '{"status":{"state":"Running","conditions":[{"type":"Ready","status":"True"}]}}'
+expect "status write keeps generation" '^2 Running$' jp wd/a '{.metadata.generation} {.status.state}'
+$K patch wd a --type=merge -p '{"status":{"state":"Hacked"},"spec":{"color":"blue"}}' >/dev/null 2>&1
+expect "a write to the main resource ignores status" '^Running blue$' jp wd/a '{.status.state} {.spec.color}'
+expect "kubectl wait --for=condition" 'condition met' $K wait --for=condition=Ready wd/a --timeout=10s
+expect "strategic merge patch on a custom resource is 415" 'UnsupportedMediaType|unknown format|415|not supported' \
+    $K patch wd a --type=strategic -p '{"spec":{"size":5}}'
+
+# ---- finalizers and garbage collection -------------------------------------------------------
+mkcm fin >/dev/null
+$K patch cm fin --type=merge -p '{"metadata":{"finalizers":["kdet.io/test"]}}' >/dev/null
+$K delete cm fin --wait=false >/dev/null 2>&1
+expect "delete with a finalizer sets deletionTimestamp" '^20.*Z kdet.io/test$' jp cm/fin '{.metadata.deletionTimestamp} {.metadata.finalizers[0]}'
+$K patch cm fin --type=json -p '[{"op":"remove","path":"/metadata/finalizers"}]' >/dev/null 2>&1
+if until_ok 10 sh -c "! $K get cm fin"; then ok "removing the last finalizer deletes"; else bad "removing the last finalizer deletes"; fi
+
+owner_dep() { # NAME POLICY: an owner configmap and one dependent
+    mkcm "$1-owner" >/dev/null
+    local uid
+    uid=$(jp "cm/$1-owner" '{.metadata.uid}')
+    printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"%s-dep","ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"%s-owner","uid":"%s","blockOwnerDeletion":true}]}}' "$1" "$1" "$uid" | $K create -f - >/dev/null
+}
+owner_dep bg
+$K delete cm bg-owner --cascade=background >/dev/null
+if until_ok 20 sh -c "! $K get cm bg-dep"; then ok "background cascade deletes dependents"; else bad "background cascade deletes dependents"; fi
+owner_dep or
+$K delete cm or-owner --cascade=orphan >/dev/null
+sleep 1
+if $K get cm or-dep >/dev/null 2>&1 && [ -z "$(jp cm/or-dep '{.metadata.ownerReferences}')" ]; then ok "orphan cascade keeps dependents and drops the reference"; else bad "orphan cascade keeps dependents and drops the reference" "$($K get cm or-dep -o json 2>&1 | head -c 300)"; fi
+owner_dep fg
+$K delete cm fg-owner --cascade=foreground --timeout=20s >/dev/null 2>&1
+if until_ok 20 sh -c "! $K get cm fg-dep && ! $K get cm fg-owner"; then ok "foreground cascade deletes dependents, then the owner"; else bad "foreground cascade deletes dependents, then the owner"; fi
+
+# ---- deleting a CRD removes its kind -------------------------------------------------------------
+if [ "$LOCAL" = 1 ]; then
+    kubectl delete crd widgets.test.kdet.io >/dev/null 2>&1
+    if until_ok 10 sh -c "! kubectl api-resources --api-group=test.kdet.io | grep -q widgets"; then ok "deleting a CRD stops serving its kind"; else bad "deleting a CRD stops serving its kind"; fi
+fi
+
+if [ -n "$local_pid" ]; then
+    kill "$local_pid"
+    if wait "$local_pid"; then ok "kdet-local stops cleanly on SIGTERM (and leak-free under ASan)"; else bad "kdet-local stops cleanly on SIGTERM (and leak-free under ASan)" "$(tail -n 40 "$work/kdet-local.log")"; fi
+    local_pid=""
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

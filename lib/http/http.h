@@ -1,0 +1,104 @@
+/*
+ * A small HTTP/1.1 server on top of libmicrohttpd: one thread per
+ * connection, the whole request body read (under a hard cap) before the
+ * handler runs, a per-request arena freed once when the request ends, JSON
+ * responses, and chunked streaming responses for long-lived streams such as
+ * Kubernetes watches. Generic: kdet-local's API server and the
+ * controller's HTTP API both sit on it.
+ */
+#ifndef KD_HTTP_HTTP_H
+#define KD_HTTP_HTTP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "core/err.h"
+
+struct kd_http_server;
+struct kd_http_req;
+
+/**
+ * Called once per request, on the connection's thread, after the whole body
+ * has arrived. It must answer with exactly one kd_http_respond* call; when it
+ * does not, the client gets 500. Handlers run concurrently on many threads.
+ */
+typedef void (*kd_http_handler)(struct kd_http_req *req, void *ud);
+
+struct kd_http_opts {
+    const char *bind_addr; /* numeric IPv4 address; NULL means 127.0.0.1 */
+    int port;              /* 0 picks a free port (see kd_http_port) */
+    size_t max_body;       /* request body cap in bytes; 0 means 3 MiB */
+    unsigned max_conns;    /* 0 means 1024 */
+    kd_http_handler handler;
+    void *ud;
+};
+
+/**
+ * Start listening and serving on background threads. On success *out is the
+ * server (stop it with kd_http_stop). Returns 0, KD_EINVAL or -errno (the
+ * port is taken: -EADDRINUSE), with detail in err (KD_ERRLEN, optional).
+ */
+int kd_http_start(const struct kd_http_opts *opts, struct kd_http_server **out, char *err) KD_WUR;
+
+/** The TCP port the server listens on. */
+int kd_http_port(const struct kd_http_server *s);
+
+/** True once kd_http_stop has begun: long-running stream callbacks should end. */
+bool kd_http_stopping(const struct kd_http_server *s);
+
+/**
+ * Stop accepting, end open streams (their callbacks see kd_http_stopping),
+ * wait for every connection thread and free the server. NULL-safe. Blocks.
+ */
+void kd_http_stop(struct kd_http_server *s);
+
+/* ---- the request (valid only inside the handler / stream) ---------------- */
+
+const char *kd_http_method(const struct kd_http_req *r);
+/** The path, percent-decoded, without the query string. */
+const char *kd_http_path(const struct kd_http_req *r);
+/** The body (NUL-terminated, "" when none) and its length. */
+const char *kd_http_body(const struct kd_http_req *r, size_t *len);
+/** A query argument (decoded), or NULL when absent. */
+const char *kd_http_query(const struct kd_http_req *r, const char *key);
+/** A request header (case-insensitive name), or NULL when absent. */
+const char *kd_http_header(const struct kd_http_req *r, const char *name);
+struct kd_http_server *kd_http_req_server(const struct kd_http_req *r);
+
+/**
+ * Memory from the request's arena: freed all at once when the request ends.
+ * Aborts on out-of-memory like kd_xmalloc. Not thread-safe per request.
+ */
+void *kd_http_alloc(struct kd_http_req *r, size_t n);
+char *kd_http_strdup(struct kd_http_req *r, const char *s);
+char *kd_http_printf(struct kd_http_req *r, const char *fmt, ...) KD_PRINTF(2, 3);
+
+/** Add a response header; call before kd_http_respond*. */
+void kd_http_add_header(struct kd_http_req *r, const char *name, const char *value);
+
+/** Answer with a copy of `len` bytes of `data`. */
+void kd_http_respond(struct kd_http_req *r, int status, const char *content_type, const void *data,
+                     size_t len);
+
+/** Answer with `j` serialised compactly as application/json. Does not steal j. */
+void kd_http_respond_json(struct kd_http_req *r, int status, const json_t *j);
+
+/**
+ * Fill up to `max` bytes of the next chunk into buf. Return the number of
+ * bytes (> 0), 0 when there is nothing yet (the callback is called again at
+ * once, so it should wait up to about a second itself), or -1 to end the
+ * stream. Runs on the connection's thread.
+ */
+typedef ssize_t (*kd_http_stream_fn)(void *ctx, char *buf, size_t max);
+
+/**
+ * Answer with a chunked stream produced by fn. free_fn(ctx) runs exactly
+ * once when the stream ends, whether the client went away, fn ended it, or
+ * the server stopped (fn is not called after kd_http_stopping turns true).
+ */
+void kd_http_respond_stream(struct kd_http_req *r, int status, const char *content_type,
+                            kd_http_stream_fn fn, void *ctx, void (*free_fn)(void *));
+
+#endif

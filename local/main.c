@@ -1,0 +1,256 @@
+/*
+ * kdet-local: the embedded single-node control plane. Serves a subset of
+ * the Kubernetes API on 127.0.0.1 from a journaled store in --data-dir and
+ * writes a kubeconfig that kubectl and kdet-controller can use.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/time.h"
+#include "api.h"
+#include "store.h"
+
+#define MAX_TOKEN 4096
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kdet-local [options]\n"
+            "  --data-dir DIR          journal and state (default: memory only, lost on exit)\n"
+            "  --port N                TCP port on 127.0.0.1 (default 6443; 0 picks a free one)\n"
+            "  --token-file FILE       require this bearer token (first line of FILE)\n"
+            "  --kubeconfig-out FILE   write a kubeconfig for this server\n"
+            "  --port-file FILE        write the port once listening (for scripts)\n"
+            "  --bookmark-interval S   seconds between watch bookmarks (default 60)\n"
+            "  --watch-history N       change events kept for watches (default 20000)\n"
+            "  --compact-bytes SIZE    journal size before compaction (default 8MiB)\n"
+            "  --log-level LEVEL       debug|info|warn|error (default info, or $KDET_LOG_LEVEL)\n"
+            "  -h, --help              this text\n");
+}
+
+static int read_token(const char *path, char **out, char *err)
+{
+    int rc = 0;
+    char buf[MAX_TOKEN + 2];
+    FILE *f = fopen(path, "r");
+    *out = NULL;
+    if (f == NULL) {
+        rc = kd_seterr(err, -errno, "--token-file %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (fgets(buf, sizeof(buf), f) == NULL) {
+        rc = kd_seterr(err, KD_EINVAL, "--token-file %s: the file is empty", path);
+        goto out;
+    }
+    size_t n = strlen(buf);
+    if (n > MAX_TOKEN) {
+        rc = kd_seterr(err, KD_ETOOBIG, "--token-file %s: the token is longer than %d bytes", path,
+                       MAX_TOKEN);
+        goto out;
+    }
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    if (n == 0) {
+        rc = kd_seterr(err, KD_EINVAL, "--token-file %s: the first line is empty", path);
+        goto out;
+    }
+    *out = kd_xstrdup(buf);
+out:
+    if (f != NULL)
+        fclose(f);
+    return rc;
+}
+
+static int write_file_atomic(const char *path, const char *content, char *err)
+{
+    int rc = 0;
+    char *tmp = kd_xasprintf("%s.tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rc = kd_seterr(err, -errno, "%s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    size_t n = strlen(content);
+    if (write(fd, content, n) != (ssize_t)n || fsync(fd) < 0) {
+        rc = kd_seterr(err, -errno, "%s: %s", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        goto out;
+    }
+    close(fd);
+    if (rename(tmp, path) < 0) {
+        rc = kd_seterr(err, -errno, "%s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+out:
+    free(tmp);
+    return rc;
+}
+
+static int write_kubeconfig(const char *path, int port, const char *token, char *err)
+{
+    char *user = token != NULL ? kd_xasprintf("    token: %s\n", token) : kd_xstrdup("    {}\n");
+    char *cfg = kd_xasprintf("apiVersion: v1\n"
+                             "kind: Config\n"
+                             "clusters:\n"
+                             "- name: kdet-local\n"
+                             "  cluster:\n"
+                             "    server: http://127.0.0.1:%d\n"
+                             "contexts:\n"
+                             "- name: kdet-local\n"
+                             "  context:\n"
+                             "    cluster: kdet-local\n"
+                             "    user: kdet-local\n"
+                             "    namespace: default\n"
+                             "current-context: kdet-local\n"
+                             "users:\n"
+                             "- name: kdet-local\n"
+                             "  user:\n"
+                             "%s",
+                             port, token != NULL ? user : "    {}\n");
+    int rc = write_file_atomic(path, cfg, err);
+    free(cfg);
+    free(user);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = 0;
+    char err[KD_ERRLEN] = "";
+    const char *data_dir = NULL, *token_file = NULL, *kubeconfig = NULL, *port_file = NULL;
+    int port = 6443, bookmark_s = 60, level = -1;
+    uint64_t history = 0, compact = 0;
+    char *token = NULL;
+    struct kd_store *st = NULL;
+    struct kd_api *api = NULL;
+    static const struct option longopts[] = {{"data-dir", required_argument, NULL, 'd'},
+                                             {"port", required_argument, NULL, 'p'},
+                                             {"token-file", required_argument, NULL, 't'},
+                                             {"kubeconfig-out", required_argument, NULL, 'k'},
+                                             {"port-file", required_argument, NULL, 'P'},
+                                             {"bookmark-interval", required_argument, NULL, 'b'},
+                                             {"watch-history", required_argument, NULL, 'w'},
+                                             {"compact-bytes", required_argument, NULL, 'c'},
+                                             {"log-level", required_argument, NULL, 'l'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'd': data_dir = optarg; break;
+        case 't': token_file = optarg; break;
+        case 'k': kubeconfig = optarg; break;
+        case 'P': port_file = optarg; break;
+        case 'p':
+            if (kd_parse_int(optarg, &port) < 0 || port < 0 || port > 65535) {
+                fprintf(stderr, "kdet-local: --port %s: expected an integer in 0..65535\n", optarg);
+                return 2;
+            }
+            break;
+        case 'b':
+            if (kd_parse_int(optarg, &bookmark_s) < 0 || bookmark_s < 1) {
+                fprintf(stderr, "kdet-local: --bookmark-interval %s: expected seconds >= 1\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'w':
+            if (kd_parse_u64(optarg, &history) < 0 || history < 1) {
+                fprintf(stderr, "kdet-local: --watch-history %s: expected a count >= 1\n", optarg);
+                return 2;
+            }
+            break;
+        case 'c':
+            if (kd_parse_size(optarg, &compact) < 0) {
+                fprintf(stderr, "kdet-local: --compact-bytes %s: expected a size such as 8MiB\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'l':
+            if (kd_log_level_parse(optarg, &level) < 0) {
+                fprintf(stderr, "kdet-local: --log-level %s: expected debug|info|warn|error\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kdet-local: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    kd_log_init("kdet-local", level, -1);
+    json_object_seed(0);
+    /* Signals go to the main thread only, through sigwait. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (token_file != NULL) {
+        rc = read_token(token_file, &token, err);
+        if (rc != 0)
+            goto out;
+        kd_log_add_secret(token);
+    }
+    struct kd_store_opts so = {
+        .data_dir = data_dir, .ring_events = (size_t)history, .compact_min_bytes = (size_t)compact};
+    int64_t t0 = kd_mono_ms();
+    rc = kd_store_open(&so, &st, err);
+    if (rc != 0)
+        goto out;
+    kd_store_lock(st);
+    uint64_t rv = kd_store_rv(st);
+    kd_store_unlock(st);
+    KD_INFO("store open", "data_dir=%s resource_version=%llu ms=%lld",
+            kd_logq(data_dir != NULL ? data_dir : "(memory)"), (unsigned long long)rv,
+            (long long)(kd_mono_ms() - t0));
+    struct kd_api_opts ao = {.port = port, .token = token, .bookmark_ms = bookmark_s * 1000};
+    rc = kd_api_start(&ao, st, &api, err);
+    if (rc != 0)
+        goto out;
+    int actual = kd_api_port(api);
+    if (kubeconfig != NULL) {
+        rc = write_kubeconfig(kubeconfig, actual, token, err);
+        if (rc != 0)
+            goto out;
+    }
+    if (port_file != NULL) {
+        char pbuf[16];
+        snprintf(pbuf, sizeof(pbuf), "%d\n", actual);
+        rc = write_file_atomic(port_file, pbuf, err);
+        if (rc != 0)
+            goto out;
+    }
+    KD_INFO("serving", "addr=127.0.0.1 port=%d auth=%s kubeconfig=%s", actual,
+            token != NULL ? "bearer" : "none", kd_logq(kubeconfig != NULL ? kubeconfig : ""));
+    int sig = 0;
+    while (sigwait(&sigs, &sig) != 0)
+        ;
+    KD_INFO("stopping", "signal=%d", sig);
+out:
+    if (rc != 0) {
+        KD_ERROR("kdet-local failed", "err=%s", kd_logq(err[0] ? err : kd_strerror(rc)));
+        fprintf(stderr, "kdet-local: %s\n", err[0] ? err : kd_strerror(rc));
+    }
+    kd_api_stop(api);
+    kd_store_close(st);
+    free(token);
+    return rc == 0 ? 0 : 1;
+}
