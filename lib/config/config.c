@@ -764,6 +764,8 @@ static void grid_mul(uint64_t *grid, uint64_t n)
 {
     if (*grid > HP_MAX_GRID + 1ULL)
         return;
+    if (n > HP_MAX_GRID + 1ULL)
+        n = HP_MAX_GRID + 1ULL; /* keeps the product from wrapping */
     *grid = *grid * n;
     if (*grid > HP_MAX_GRID + 1ULL)
         *grid = HP_MAX_GRID + 1ULL;
@@ -856,8 +858,10 @@ static int check_hparam(struct vctx *c, const json_t *v, const char *path, int d
         return need(c, v, path, "count",
                     "(the number of grid points; the grid searcher needs it on int, double and "
                     "log hyperparameters)");
-    if (is_int && count > 0 && (uint64_t)count > (uint64_t)(imax - imin) + 1)
-        count = imax - imin + 1;
+    /* An int range has at most maxval - minval + 1 grid points (computed without overflow). */
+    uint64_t span = (uint64_t)imax - (uint64_t)imin;
+    if (is_int && count > 0 && (uint64_t)count - 1 > span)
+        count = (int64_t)(span + 1 > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : span + 1);
     if (count > 0)
         grid_mul(grid, (uint64_t)count);
     return 0;
