@@ -30,7 +30,10 @@ static void usage(FILE *f)
                "{\"event\":\"validation_completed\",\"request_id\":ID,\"metric\":X,\"length\":N},\n"
                "{\"event\":\"trial_exited_early\",\"request_id\":ID,\"reason\":\"errored\"},\n"
                "{\"event\":\"trial_closed\",\"request_id\":ID}, {\"event\":\"progress\"},\n"
-               "{\"event\":\"snapshot\"}. See docs/searchers.md.\n");
+               "{\"event\":\"snapshot\"}. Each line is answered by its operations, then one\n"
+               "{\"ack\":LINE,\"progress\":P,\"done\":B} (or {\"line\":LINE,\"error\":MSG}).\n"
+               "Exit status: 0, 1 when some input line was rejected, 2 on a bad config or usage.\n"
+               "See docs/searchers.md.\n");
 }
 
 static int load_json_file(const char *path, json_t **out, char *err)
@@ -61,6 +64,14 @@ static int load_config(const char *path, json_t **out, char *err)
 #endif
 }
 
+/* Every input line (and the start) is answered by its operations, then one ack line. */
+static void print_ack(struct kd_searcher *s, long lineno)
+{
+    printf("{\"ack\":%ld,\"progress\":%.6f,\"done\":%s}\n", lineno, kd_searcher_progress(s),
+           kd_searcher_done(s) ? "true" : "false");
+    fflush(stdout);
+}
+
 static void print_ops(struct kd_searcher *s, struct kd_search_ops *ops)
 {
     for (size_t i = 0; i < ops->n; i++) {
@@ -72,12 +83,11 @@ static void print_ops(struct kd_searcher *s, struct kd_search_ops *ops)
         json_decref(j);
     }
     kd_search_ops_free(ops);
-    fflush(stdout);
 }
 
 static void print_error(long lineno, const char *msg)
 {
-    json_t *j = json_pack("{ss}", "error", msg);
+    json_t *j = json_pack("{sIss}", "line", (json_int_t)lineno, "error", msg);
     char *line = json_dumps(j, JSON_COMPACT);
     fprintf(stderr, "kdet-search: line %ld: %s\n", lineno, msg);
     printf("%s\n", line ? line : "{\"error\":\"?\"}");
@@ -161,6 +171,7 @@ int main(int argc, char **argv)
         }
         print_ops(s, &ops);
     }
+    print_ack(s, 0);
     for (;;) {
         ssize_t n = getline(&line, &cap, stdin);
         json_error_t je;
@@ -191,18 +202,18 @@ int main(int argc, char **argv)
             json_t *w = json_pack("{so}", "snapshot", sn);
             char *o = json_dumps(w, JSON_COMPACT);
             printf("%s\n", o ? o : "{}");
-            fflush(stdout);
+            print_ack(s, lineno);
             free(o);
             json_decref(w);
         } else if (name && strcmp(name, "progress") == 0) {
-            printf("{\"progress\":%.6f}\n", kd_searcher_progress(s));
-            fflush(stdout);
+            print_ack(s, lineno);
         } else if ((rc = kd_searcher_event(s, ev, &ops, err)) != 0) {
             print_error(lineno, err);
             kd_search_ops_free(&ops);
             bad++;
         } else {
             print_ops(s, &ops);
+            print_ack(s, lineno);
         }
         json_decref(ev);
     }
