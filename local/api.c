@@ -22,6 +22,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "http/http.h"
+#include "openapi/openapi.h"
 #include "patch.h"
 #include "registry.h"
 #include "selector.h"
@@ -291,10 +292,12 @@ static json_t *present(const struct kd_restype *rt, json_t *obj)
     char av[256];
     kd_restype_api_version(rt, av, sizeof(av));
     const char *have = jstr(obj, "apiVersion");
-    if (have != NULL && strcmp(have, av) == 0)
+    const char *kind = jstr(obj, "kind");
+    if (have != NULL && strcmp(have, av) == 0 && kind != NULL)
         return json_incref(obj);
     json_t *c = json_copy(obj);
     json_object_set_new(c, "apiVersion", json_string(av));
+    json_object_set_new(c, "kind", json_string(rt->kind));
     return c;
 }
 
@@ -600,6 +603,125 @@ static struct kd_restype *ns_type(struct kd_api *api)
     return kd_registry_find(api->reg, "", "v1", "namespaces");
 }
 
+/* Remove one field named by a path such as "spec.a[2].b" (as lib/openapi writes them). */
+static void prune_path(json_t *obj, const char *path)
+{
+    json_t *cur = obj;
+    char buf[512];
+    kd_strlcpy(buf, path, sizeof(buf));
+    char *p = buf;
+    while (cur != NULL && *p != '\0') {
+        char *end = p + strcspn(p, ".[");
+        char sep = *end;
+        *end = '\0';
+        if (sep == '\0') {
+            if (json_is_object(cur))
+                json_object_del(cur, p);
+            return;
+        }
+        if (*p != '\0')
+            cur = json_object_get(cur, p);
+        p = end + 1;
+        while (sep == '[' && cur != NULL) {
+            uint64_t idx;
+            char *close = strchr(p, ']');
+            if (close == NULL)
+                return;
+            *close = '\0';
+            if (kd_parse_u64(p, &idx) < 0)
+                return;
+            cur = json_array_get(cur, (size_t)idx);
+            p = close + 1;
+            sep = *p;
+            if (sep == '\0')
+                return;
+            p++;
+        }
+    }
+}
+
+/*
+ * Custom resources: unknown fields are an error under fieldValidation=Strict
+ * (kubectl's default) and pruned otherwise, then the object is validated
+ * against the CRD's schema. 0, or the response has been sent.
+ */
+static int cr_check(struct kd_http_req *r, const struct kd_restype *rt, const char *name,
+                    json_t *obj)
+{
+    int rc = 0;
+    json_t *unknown = NULL, *causes = NULL;
+    if (rt->builtin || rt->schema == NULL)
+        goto out;
+    if (kd_openapi_unknown_fields(rt->schema, obj, "", &unknown) == 0) {
+        /* The root's apiVersion and kind are always known, like metadata. */
+        for (size_t i = 0; i < json_array_size(unknown);) {
+            const char *u = json_string_value(json_array_get(unknown, i));
+            if (strcmp(u, "apiVersion") == 0 || strcmp(u, "kind") == 0)
+                json_array_remove(unknown, i);
+            else
+                i++;
+        }
+    }
+    if (json_array_size(unknown) > 0) {
+        const char *fv = kd_http_query(r, "fieldValidation");
+        if (fv != NULL && strcmp(fv, "Strict") == 0) {
+            struct kd_buf b = KD_BUF_INIT(8192);
+            int e = kd_buf_printf(&b,
+                                  "%s in version \"%s\" cannot be handled as a %s: strict "
+                                  "decoding error: ",
+                                  rt->kind, rt->version, rt->kind);
+            size_t i;
+            json_t *u;
+            json_array_foreach(unknown, i, u)
+            {
+                e = e ? e
+                      : kd_buf_printf(&b, "%sunknown field \"%s\"", i > 0 ? ", " : "",
+                                      json_string_value(u));
+            }
+            bad_request(r, kd_buf_str(&b));
+            kd_buf_free(&b);
+            rc = KD_EINVALID;
+            goto out;
+        }
+        size_t i;
+        json_t *u;
+        json_array_foreach(unknown, i, u) prune_path(obj, json_string_value(u));
+    }
+    rc = kd_openapi_validate(rt->schema, obj, "", &causes);
+    if (rc == KD_EINVALID) {
+        invalid(r, rt, name, causes);
+        causes = NULL;
+    } else if (rc != 0) {
+        respond_status(r, 500, "InternalError", "the CRD's schema cannot be used for validation",
+                       NULL);
+    }
+out:
+    json_decref(unknown);
+    json_decref(causes);
+    return rc;
+}
+
+/* CRDs: every version's schema must be structural. 0, or a 422 has been sent. */
+static int crd_check(struct kd_http_req *r, const struct kd_restype *rt, const char *name,
+                     const json_t *crd)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(json_object_get(crd, "spec"), "versions"), i, v)
+    {
+        const json_t *schema = json_object_get(json_object_get(v, "schema"), "openAPIV3Schema");
+        if (schema == NULL)
+            continue;
+        char path[128], err[KD_ERRLEN] = "";
+        snprintf(path, sizeof(path), "spec.versions[%zu].schema.openAPIV3Schema", i);
+        if (kd_openapi_check_structural(schema, path, err) != 0) {
+            invalid(r, rt, name, json_pack("[o]", cause("FieldValueInvalid", path, "%s", err)));
+            return KD_EINVALID;
+        }
+    }
+    return 0;
+}
+
 /* ---- create --------------------------------------------------------------------------------- */
 
 static void do_create(struct kd_api *api, struct kd_http_req *r, const struct target *t)
@@ -632,6 +754,9 @@ static void do_create(struct kd_api *api, struct kd_http_req *r, const struct ta
     }
     set_kind(t->rt, obj);
     json_t *md = meta(obj);
+    if (cr_check(r, t->rt, jstr(md, "name"), obj) != 0 ||
+        (is_crd(t->rt) && crd_check(r, t->rt, jstr(md, "name"), obj) != 0))
+        goto out;
     const char *ons = jstr(md, "namespace");
     if (t->rt->namespaced) {
         if (t->ns == NULL) {
@@ -1234,6 +1359,12 @@ static void commit_update(struct kd_api *api, struct kd_http_req *r, const struc
             json_decref(built);
             goto out;
         }
+    }
+    if ((!rt->builtin && !same_ignoring_rv(cur, built) && cr_check(r, rt, t->name, built) != 0) ||
+        (is_crd(rt) && crd_check(r, rt, t->name, built) != 0)) {
+        kd_store_unlock(api->st);
+        json_decref(built);
+        goto out;
     }
     if (same_ignoring_rv(cur, built) || dry_run(r)) {
         /* A no-op update writes nothing and keeps the resourceVersion. */

@@ -1,5 +1,5 @@
 # local/: kdet-local, the embedded single-node control plane.
 LOCAL_LIB_SRCS := local/api.c local/registry.c local/store.c local/selector.c local/patch.c
 $(eval $(call kd_lib,local,$(LOCAL_LIB_SRCS)))
-$(eval $(call kd_prog,kdet-local,local/main.c,local http core,-lmicrohttpd -ljansson -lcrypto))
+$(eval $(call kd_prog,kdet-local,local/main.c,local openapi http core,-lmicrohttpd -ljansson -lcrypto -lm))
 DEB_PACKAGES += libmicrohttpd-dev libjansson-dev libssl-dev uthash-dev

@@ -178,6 +178,19 @@ expect "status write keeps generation" '^2 Running$' jp wd/a '{.metadata.generat
 $K patch wd a --type=merge -p '{"status":{"state":"Hacked"},"spec":{"color":"blue"}}' >/dev/null 2>&1
 expect "a write to the main resource ignores status" '^Running blue$' jp wd/a '{.status.state} {.spec.color}'
 expect "kubectl wait --for=condition" 'condition met' $K wait --for=condition=Ready wd/a --timeout=10s
+cat > "$work/bad-widget.yaml" <<YAML
+apiVersion: test.kdet.io/v1
+kind: Widget
+metadata: {name: bad}
+spec: {size: 300, color: pink, name: "X1"}
+YAML
+expect "schema validation: 422 Invalid with every cause" 'is invalid.*spec.color: Unsupported value: "pink".*spec.size: Invalid value: 300' \
+    sh -c "$K apply -f $work/bad-widget.yaml 2>&1 | tr '\n' ' '"
+expect "schema validation on update" 'spec.size: Invalid value: 0' $K patch wd a --type=merge -p '{"spec":{"size":0}}'
+printf 'apiVersion: test.kdet.io/v1\nkind: Widget\nmetadata: {name: u}\nspec: {size: 2, extra: 1}\n' > "$work/unknown.yaml"
+expect "unknown fields are rejected under fieldValidation=Strict" 'strict decoding error: unknown field "spec.extra"' $K apply -f "$work/unknown.yaml"
+$K apply -f "$work/unknown.yaml" --validate=false >/dev/null 2>&1
+expect "unknown fields are pruned otherwise" '^\{"size":2\}$' jp wd/u '{.spec}'
 expect "strategic merge patch on a custom resource is 415" 'UnsupportedMediaType|unknown format|415|not supported' \
     $K patch wd a --type=strategic -p '{"spec":{"size":5}}'
 
