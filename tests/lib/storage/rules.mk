@@ -3,3 +3,5 @@ STORAGE_TEST_LIBS := storage core
 STORAGE_TEST_LD := -lcurl -ljansson -lcrypto -lpthread
 $(eval $(call kd_test,test_storage_s3,tests/lib/storage/test_s3.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),240))
 $(eval $(call kd_test,test_storage_gc,tests/lib/storage/test_gc.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
+$(eval $(call kd_test,test_storage_sigv4,tests/lib/storage/test_sigv4.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
+$(eval $(call kd_test,test_storage_fs,tests/lib/storage/test_fs.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),60))
