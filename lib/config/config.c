@@ -34,6 +34,7 @@ struct vctx {
     char *err;
     const struct kd_yaml_doc *docs[2]; /* the config, then the template; may be NULL */
     int rc;
+    bool cr; /* checking an Experiment resource's spec: kdet's own fields are allowed */
     const char *searcher; /* searcher.name when it is a known method, else NULL */
     int64_t records_per_epoch;
     int64_t slots_per_trial;
@@ -1610,8 +1611,27 @@ static int validate(struct vctx *c, const json_t *cfg)
     if (!json_is_object(cfg))
         return BAD(c, cfg, "", "the experiment config must be a mapping of fields, got %s",
                    desc(cfg, d, sizeof(d)));
-    if (check_keys(c, cfg, rp, top_keys, top_unsup, NULL))
+    if (c->cr) {
+        /* The Experiment resource's spec also holds kdet's desired state and context. */
+        static const char *const cr_keys[] = {"paused",   "canceled", "archived",
+                                              "template", "context",  NULL};
+        const char *all[sizeof(top_keys) / sizeof(top_keys[0]) + 5];
+        size_t n = 0;
+        for (size_t i = 0; top_keys[i]; i++)
+            all[n++] = top_keys[i];
+        for (size_t i = 0; cr_keys[i]; i++)
+            all[n++] = cr_keys[i];
+        all[n] = NULL;
+        if (check_keys(c, cfg, rp, all, top_unsup, NULL) || want_bool(c, cfg, rp, "paused") ||
+            want_bool(c, cfg, rp, "canceled") || want_bool(c, cfg, rp, "archived") ||
+            want_str(c, cfg, rp, "template", false, NULL))
+            return c->rc;
+        json_t *ctx = field(cfg, "context");
+        if (ctx && want_object(c, ctx, "context"))
+            return c->rc;
+    } else if (check_keys(c, cfg, rp, top_keys, top_unsup, NULL)) {
         return c->rc;
+    }
     /* Facts other sections depend on come first. */
     if (want_int(c, cfg, rp, "records_per_epoch", false, 0, INT64_MAX, &c->records_per_epoch))
         return c->rc;
@@ -1648,6 +1668,7 @@ int kd_config_check(const json_t *cfg, char *err)
     struct vctx c;
     memset(&c, 0, sizeof(c));
     c.err = err;
+    c.cr = true;
     if (!cfg)
         return kd_seterr(err, KD_EINVAL, "kd_config_check: no config");
     return validate(&c, cfg);

@@ -37,7 +37,11 @@ int kd_config_load(const char *path, const char *template_path, json_t **out, ch
  * The validation of kd_config_load applied to a config held as JSON (from
  * an Experiment CR; no file positions): the error starts with the JSON
  * path, e.g. "searcher.max_trials: expected a positive integer, got 0".
- * Does not modify cfg; it may or may not have defaults filled.
+ * Does not modify cfg; it may or may not have defaults filled. kdet's own
+ * fields of the Experiment resource's spec (paused, canceled, archived:
+ * booleans; template: a string; context: a mapping, checked in detail by
+ * the CRD schema) are accepted here, and only here: kd_config_load rejects
+ * them in a user's file.
  * Returns 0 or KD_EINVALID (KD_EINVAL for a NULL cfg). Thread-safe.
  */
 int kd_config_check(const json_t *cfg, char *err) KD_WUR;

@@ -270,6 +270,19 @@ static void test_check_json_paths(void **state)
     assert_true(kd_str_has_prefix(err, "checkpoint_storage.secret_key: credentials are not"));
     assert_null(strstr(err, "EXAMPLEKEY"));
     json_decref(cfg);
+    /* An Experiment resource's spec carries kdet's own fields next to the config. */
+    cfg = json_pack("{s:s,s:{s:s,s:i},s:b,s:b,s:b,s:s,s:{s:s}}", "entrypoint", "x", "searcher",
+                    "name", "single", "max_length", 5, "paused", 1, "canceled", 0, "archived", 0,
+                    "template", "org-default", "context", "configMap", "exp-1-context");
+    assert_int_equal(kd_config_check(cfg, err), 0);
+    json_object_set_new(cfg, "paused", json_string("yes"));
+    assert_int_equal(kd_config_check(cfg, err), KD_EINVALID);
+    assert_true(kd_str_has_prefix(err, "paused: expected true or false"));
+    json_object_set_new(cfg, "paused", json_false());
+    json_object_set_new(cfg, "pasued", json_true());
+    assert_int_equal(kd_config_check(cfg, err), KD_EINVALID);
+    assert_string_equal(err, "pasued: unknown field; did you mean `paused`?");
+    json_decref(cfg);
     assert_int_equal(kd_config_check(NULL, err), KD_EINVAL);
     json_t *list = json_array();
     assert_int_equal(kd_config_check(list, err), KD_EINVALID);
