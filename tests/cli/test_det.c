@@ -1,0 +1,309 @@
+/* det: help and usage errors with suggestions, exit codes, and
+ * `experiment create --dry-run` output that parses back, carries the
+ * packed context, validates against the CRD and shows the template merge. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <openssl/evp.h>
+
+#include "context/context.h"
+#include "openapi/openapi.h"
+#include "run.h"
+
+#define CONFIG                                                                                     \
+    "name: Unit Test Exp\n"                                                                        \
+    "entrypoint: python3 train.py\n"                                                               \
+    "labels: [cfg]\n"                                                                              \
+    "hyperparameters:\n"                                                                           \
+    "  global_batch_size: 32\n"                                                                    \
+    "  lr: {type: log, minval: -3, maxval: -1, base: 10}\n"                                        \
+    "searcher:\n"                                                                                  \
+    "  name: random\n"                                                                             \
+    "  metric: validation_loss\n"                                                                  \
+    "  max_trials: 4\n"                                                                            \
+    "  max_length: {batches: 100}\n"
+
+static char tmp[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    make_tmp(tmp);
+    char p[128];
+    snprintf(p, sizeof(p), "%s/ctx", tmp);
+    put_file(tmp, "exp.yaml", CONFIG);
+    put_file(tmp, "ctx/train.py", "print('training')\n");
+    put_file(tmp, "ctx/model/__pycache__/m.cpython-311.pyc", "junk");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rm_rf(tmp);
+    return 0;
+}
+
+static void expect(const struct det_run *r, int code, const char *in_out, const char *in_err)
+{
+    if (r->code != code || (in_out && !strstr(r->out, in_out)) ||
+        (in_err && !strstr(r->err, in_err)))
+        fail_msg("exit %d (want %d)\nstdout: %.2000s\nstderr: %.2000s\nwanted in stdout: %s\n"
+                 "wanted in stderr: %s",
+                 r->code, code, r->out, r->err, in_out ? in_out : "-", in_err ? in_err : "-");
+}
+
+static void test_help_and_usage(void **state)
+{
+    (void)state;
+    struct det_run r;
+    det_run(&r, (const char *[]){"--help", NULL});
+    expect(&r, 0, "det experiment create CONFIG CONTEXT_DIR", NULL);
+    assert_non_null(strstr(r.out, "exit codes:"));
+    assert_string_equal(r.err, "");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){NULL});
+    expect(&r, 2, NULL, "usage: det");
+    assert_string_equal(r.out, "");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "--help", NULL});
+    expect(&r, 0, "create CONFIG CONTEXT_DIR", NULL);
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "create", "--help", NULL});
+    expect(&r, 0, "--dry-run", NULL);
+    assert_non_null(strstr(r.out, "--template FILE"));
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"--version", NULL});
+    expect(&r, 0, "det ", NULL);
+    det_run_free(&r);
+}
+
+static void test_suggestions(void **state)
+{
+    (void)state;
+    struct det_run r;
+    det_run(&r, (const char *[]){"experimnt", "create", NULL});
+    expect(&r, 2, NULL,
+           "det: unknown command \"experimnt\"; did you mean \"experiment\"? (see 'det --help')");
+    assert_string_equal(r.out, "");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "creat", NULL});
+    expect(&r, 2, NULL, "unknown experiment verb \"creat\"; did you mean \"create\"?");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "create", "a.yaml", "dir", "--dryrun", NULL});
+    expect(&r, 2, NULL, "unknown option \"--dryrun\"; did you mean \"--dry-run\"?");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"zzzzzzzz", NULL});
+    expect(&r, 2, NULL, "det: unknown command \"zzzzzzzz\" (see 'det --help')");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "create", "a.yaml", NULL});
+    expect(&r, 2, NULL, "det: missing CONTEXT_DIR");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "create", "a", "b", "c", NULL});
+    expect(&r, 2, NULL, "unexpected argument \"c\"");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "create", "a", "b", "--template", NULL});
+    expect(&r, 2, NULL, "--template needs a value");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "create", "a", "b", "-n", "Bad_NS", NULL});
+    expect(&r, 2, NULL, "--namespace \"Bad_NS\": must be a DNS label");
+    det_run_free(&r);
+}
+
+static char *path(const char *rel)
+{
+    static char buf[4][256];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(buf[i], sizeof(buf[i]), "%s/%s", tmp, rel);
+    return buf[i];
+}
+
+static void test_dry_run(void **state)
+{
+    (void)state;
+    struct det_run r, r2;
+    det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("ctx"), "--dry-run",
+                                 NULL});
+    expect(&r, 0, "kind: Experiment", "dry run: printed 2 resources, nothing was submitted");
+    assert_non_null(strstr(r.err, "packed 1 files"));
+    json_t *docs = parse_docs(r.out, r.out_len);
+    assert_int_equal(json_array_size(docs), 2);
+    json_t *cm = json_array_get(docs, 0), *exp = json_array_get(docs, 1);
+    assert_string_equal(json_string_value(json_object_get(cm, "kind")), "ConfigMap");
+    json_t *spec = json_object_get(exp, "spec");
+    json_t *ctx = json_object_get(spec, "context");
+    const char *name = json_string_value(json_object_get(json_object_get(exp, "metadata"), "name"));
+    assert_true(strncmp(name, "unit-test-exp-", 14) == 0 && strlen(name) == 22);
+    assert_string_equal(
+        json_string_value(json_object_get(ctx, "configMap")),
+        json_string_value(json_object_get(json_object_get(cm, "metadata"), "name")));
+    assert_int_equal(json_integer_value(json_object_get(ctx, "files")), 1);
+    /* the ConfigMap holds exactly the packed context the spec names */
+    const char *b64 =
+        json_string_value(json_object_get(json_object_get(cm, "binaryData"), "context.tar.gz"));
+    assert_non_null(b64);
+    size_t blen = strlen(b64);
+    unsigned char *bin = malloc(blen);
+    int n = EVP_DecodeBlock(bin, (const unsigned char *)b64, (int)blen);
+    assert_true(n > 0);
+    while (blen > 0 && b64[blen - 1] == '=') {
+        n--;
+        blen--;
+    }
+    assert_int_equal(n, json_integer_value(json_object_get(ctx, "size")));
+    char hex[65];
+    kd_context_sha256(bin, (size_t)n, hex);
+    assert_string_equal(hex, json_string_value(json_object_get(ctx, "sha256")));
+    free(bin);
+    /* the config is carried unchanged, and the resource validates against the CRD */
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(spec, "searcher"), "max_trials")), 4);
+    json_t *schema = crd_schema_file("crds/experiments.yaml");
+    json_t *causes = NULL, *unknown = NULL;
+    assert_int_equal(kd_openapi_validate(schema, exp, "", &causes), 0);
+    assert_int_equal(kd_openapi_unknown_fields(schema, exp, "", &unknown), 0);
+    assert_int_equal(json_array_size(unknown), 0);
+    json_decref(unknown);
+    /* the same inputs give the same output, byte for byte */
+    det_run(&r2, (const char *[]){"experiment", "create", path("exp.yaml"), path("ctx"),
+                                  "--dry-run", NULL});
+    assert_int_equal(r2.code, 0);
+    assert_string_equal(r.out, r2.out);
+    det_run_free(&r2);
+    /* another namespace */
+    det_run(&r2, (const char *[]){"experiment", "create", path("exp.yaml"), path("ctx"),
+                                  "--dry-run", "--namespace=team-a", NULL});
+    expect(&r2, 0, "namespace: team-a", NULL);
+    det_run_free(&r2);
+    json_decref(schema);
+    json_decref(docs);
+    det_run_free(&r);
+}
+
+static void test_template_merge(void **state)
+{
+    (void)state;
+    put_file(tmp, "tmpl.yaml",
+             "labels: [tmpl]\n"
+             "resources: {slots_per_trial: 2, priority: 10}\n"
+             "checkpoint_storage: {type: shared_fs, host_path: /mnt/ckpt}\n");
+    struct det_run r;
+    det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("ctx"),
+                                 "--template", path("tmpl.yaml"), "--dry-run", NULL});
+    expect(&r, 0, "template: tmpl", "(merged over template");
+    json_t *docs = parse_docs(r.out, r.out_len);
+    json_t *spec = json_object_get(json_array_get(docs, 1), "spec");
+    json_t *res = json_object_get(spec, "resources");
+    assert_int_equal(json_integer_value(json_object_get(res, "slots_per_trial")), 2);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(spec, "checkpoint_storage"), "host_path")),
+                        "/mnt/ckpt");
+    /* lists concatenate: the template's entries first */
+    json_t *labels = json_object_get(spec, "labels");
+    assert_int_equal(json_array_size(labels), 2);
+    assert_string_equal(json_string_value(json_array_get(labels, 0)), "tmpl");
+    assert_string_equal(json_string_value(json_array_get(labels, 1)), "cfg");
+    json_decref(docs);
+    det_run_free(&r);
+}
+
+static void test_invalid_config(void **state)
+{
+    (void)state;
+    put_file(tmp, "bad.yaml",
+             "entrypoint: python3 train.py\n"
+             "searcher:\n"
+             "  name: random\n"
+             "  metric: loss\n"
+             "  max_trials: ten\n"
+             "  max_length: {batches: 10}\n");
+    struct det_run r;
+    det_run(&r, (const char *[]){"experiment", "create", path("bad.yaml"), path("ctx"), "--dry-run",
+                                 NULL});
+    expect(&r, 3, NULL, "bad.yaml:5:");
+    assert_non_null(strstr(r.err, "searcher.max_trials:"));
+    assert_non_null(strstr(r.err, "\"ten\""));
+    assert_string_equal(r.out, "");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "create", path("missing.yaml"), path("ctx"),
+                                 "--dry-run", NULL});
+    expect(&r, 3, NULL, "missing.yaml");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("nodir"),
+                                 "--dry-run", NULL});
+    expect(&r, 3, NULL, "nodir: not a directory");
+    det_run_free(&r);
+    put_file(tmp, "ctx/.detignore", "data[0-9\n");
+    det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("ctx"), "--dry-run",
+                                 NULL});
+    expect(&r, 3, NULL, ".detignore:1: unterminated '['");
+    det_run_free(&r);
+}
+
+static void test_context_sizes(void **state)
+{
+    (void)state;
+    struct det_run r;
+    /* over 95 MiB: refused, with advice */
+    put_file(tmp, "big/train.py", "x\n");
+    put_file(tmp, "big/data/train.bin", "");
+    assert_int_equal(truncate(path("big/data/train.bin"), 100ll << 20), 0);
+    det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("big"), "--dry-run",
+                                 NULL});
+    expect(&r, 3, NULL, "over the 95.0 MiB limit");
+    assert_non_null(strstr(r.err, "(.detignore: /data/)"));
+    assert_string_equal(r.out, "");
+    det_run_free(&r);
+    /* over what a ConfigMap holds: the Experiment alone, and a note */
+    put_file(tmp, "mid/train.py", "x\n");
+    FILE *f = fopen(path("mid/weights.bin"), "w");
+    assert_non_null(f);
+    unsigned int x = 12345;
+    for (int i = 0; i < (3 << 19); i++) {
+        x = x * 1103515245u + 12345u;
+        fputc((int)(x >> 24), f);
+    }
+    fclose(f);
+    det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("mid"), "--dry-run",
+                                 NULL});
+    expect(&r, 0, "kind: Experiment", "more than a ConfigMap holds (1 MiB)");
+    json_t *docs = parse_docs(r.out, r.out_len);
+    assert_int_equal(json_array_size(docs), 1);
+    json_t *ctx = json_object_get(json_object_get(json_array_get(docs, 0), "spec"), "context");
+    assert_null(json_object_get(ctx, "configMap"));
+    assert_true(json_integer_value(json_object_get(ctx, "size")) > (1 << 20));
+    json_decref(docs);
+    det_run_free(&r);
+}
+
+static void test_submit_needs_controller(void **state)
+{
+    (void)state;
+    struct det_run r;
+    det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("ctx"), NULL});
+    expect(&r, 4, NULL, "needs kdet-controller, which is not part of this build yet");
+    assert_non_null(strstr(r.err, "--dry-run | kubectl apply -f -"));
+    assert_string_equal(r.out, "");
+    det_run_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help_and_usage),
+        cmocka_unit_test(test_suggestions),
+        cmocka_unit_test_setup_teardown(test_dry_run, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_template_merge, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_context_sizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_submit_needs_controller, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
