@@ -5,3 +5,4 @@ $(eval $(call kd_test,test_storage_s3,tests/lib/storage/test_s3.c tests/lib/stor
 $(eval $(call kd_test,test_storage_gc,tests/lib/storage/test_gc.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
 $(eval $(call kd_test,test_storage_sigv4,tests/lib/storage/test_sigv4.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
 $(eval $(call kd_test,test_storage_fs,tests/lib/storage/test_fs.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),60))
+$(eval $(call kd_test,test_storage_async,tests/lib/storage/test_async.c tests/lib/storage/s3srv.c dtrain/src/checkpoint.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),120))
