@@ -1,2 +1,7 @@
 # Tests for kdet-local and lib/http.
 $(eval $(call kd_test_script,test_local_conformance,tests/local/conformance.sh,300,,$(O)/bin/kdet-local))
+$(eval $(call kd_test,test_local_selector,tests/local/test_selector.c,local core,-ljansson,30))
+$(eval $(call kd_test,test_local_patch,tests/local/test_patch.c,local core,-ljansson,30))
+$(eval $(call kd_test,test_local_store,tests/local/test_store.c,local core,-ljansson,60))
+$(eval $(call kd_test,test_local_http,tests/local/test_http.c,http core,-lmicrohttpd -ljansson -lcurl,60))
+$(eval $(call kd_test_script,test_local_durability,tests/local/durability.sh,180,slow,$(O)/bin/kdet-local))
