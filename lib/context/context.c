@@ -256,13 +256,14 @@ static int too_big(struct walk *w, uint64_t max, char *err)
                       "%s/.detignore. Largest entries:",
                       w->root, h1, h2, w->root) != 0)
         goto done;
-    for (size_t i = 0; i < nt && i < 5; i++) {
+    /* only what matters: entries of at least 5% of the total (and the largest) */
+    for (size_t i = 0; i < nt && i < 5 && (i == 0 || top[i].size * 20 >= w->bytes); i++) {
         human(top[i].size, h1, sizeof(h1));
         if (kd_buf_printf(&b, "\n  %10s  %s%s   (.detignore: /%s%s)", h1, top[i].rel,
                           top[i].dir ? "/" : "", top[i].rel, top[i].dir ? "/" : "") != 0)
             goto done;
     }
-    for (size_t i = 0; i < nf && i < 3; i++) {
+    for (size_t i = 0; i < nf && i < 3 && files[i].size * 20 >= w->bytes; i++) {
         human(files[i].size, h1, sizeof(h1));
         if (kd_buf_printf(&b, "\n  %10s  %s   (.detignore: /%s)", h1, files[i].rel, files[i].rel) !=
             0)
@@ -346,7 +347,7 @@ int kd_context_pack(const char *dir, uint64_t max_bytes, struct kd_context *out,
     struct archive *a = NULL;
     struct archive_entry *ae = NULL;
     struct sink sink = {KD_BUF_INIT(0), 0};
-    char *ignpath = NULL, *igntext = NULL;
+    char *ignpath = NULL, *igntext = NULL, *root = NULL;
     struct stat st;
     if (dir == NULL || out == NULL) {
         rc = kd_seterr(err, KD_EINVAL, "context: no directory given");
@@ -355,11 +356,21 @@ int kd_context_pack(const char *dir, uint64_t max_bytes, struct kd_context *out,
     memset(out, 0, sizeof(*out));
     if (max_bytes == 0)
         max_bytes = KD_CONTEXT_MAX_BYTES;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        rc = kd_seterr(err, errno ? -errno : KD_EINVAL, "%s: not a directory", dir);
+    if (stat(dir, &st) != 0) {
+        rc = kd_seterr(err, -errno, "%s: cannot read the context directory: %s", dir,
+                       strerror(errno));
         goto out;
     }
-    ignpath = kd_xasprintf("%s/.detignore", dir);
+    if (!S_ISDIR(st.st_mode)) {
+        rc = kd_seterr(err, KD_EINVAL, "%s: not a directory (the context is a directory of code)",
+                       dir);
+        goto out;
+    }
+    /* "ctx/" and "ctx" name the same tree: keep messages free of "//" */
+    root = kd_xstrdup(dir);
+    for (size_t n = strlen(root); n > 1 && root[n - 1] == '/'; n--)
+        root[n - 1] = '\0';
+    ignpath = kd_xasprintf("%s/.detignore", root);
     if (stat(ignpath, &st) == 0) {
         FILE *f = fopen(ignpath, "rb");
         size_t n = 0;
@@ -376,7 +387,7 @@ int kd_context_pack(const char *dir, uint64_t max_bytes, struct kd_context *out,
         if (rc != 0)
             goto out;
     }
-    w.root = dir;
+    w.root = root;
     w.err = err;
     walk_dir(&w, "", 0);
     if (w.rc != 0) {
@@ -429,7 +440,7 @@ int kd_context_pack(const char *dir, uint64_t max_bytes, struct kd_context *out,
             goto out;
         }
         if (e->type == ENT_FILE) {
-            char *full = kd_xasprintf("%s/%s", dir, e->rel);
+            char *full = kd_xasprintf("%s/%s", root, e->rel);
             rc = write_file(a, full, e->size, err);
             free(full);
             if (rc != 0)
@@ -458,6 +469,7 @@ out:
     free_ents(&w);
     free(ignpath);
     free(igntext);
+    free(root);
     if (rc != 0 && out != NULL)
         kd_context_free(out);
     return rc;

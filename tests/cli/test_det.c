@@ -238,7 +238,11 @@ static void test_invalid_config(void **state)
     det_run_free(&r);
     det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("nodir"),
                                  "--dry-run", NULL});
-    expect(&r, 3, NULL, "nodir: not a directory");
+    expect(&r, 3, NULL, "nodir: cannot read the context directory: No such file or directory");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("exp.yaml"),
+                                 "--dry-run", NULL});
+    expect(&r, 3, NULL, "exp.yaml: not a directory");
     det_run_free(&r);
     put_file(tmp, "ctx/.detignore", "data[0-9\n");
     det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("ctx"), "--dry-run",
