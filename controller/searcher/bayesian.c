@@ -3,8 +3,9 @@
  * (Bergstra et al. 2011; the multivariate kernel of Falkner et al. 2018)
  * over every hyperparameter type. Finished trials are split into the best
  * gamma fraction and the rest; each group becomes a mixture of truncated
- * Gaussians (numbers, in [0,1]-normalized coordinates) times categorical
- * kernels, plus a uniform prior component. Candidates are drawn from the
+ * Gaussians (numbers, in [0,1]-normalized coordinates, with adaptive
+ * per-dimension bandwidths) times categorical kernels, plus a uniform
+ * prior component. Candidates are drawn from the
  * good mixture and the one maximizing l(x)/g(x) is proposed. Trials still
  * running join the "rest" group (a constant liar), so parallel suggestions
  * spread out instead of piling onto one point.
@@ -16,12 +17,12 @@
 #include "core/alloc.h"
 #include "searcher/searcher_int.h"
 
-#define TPE_STARTUP 10    /* random trials before the model is used */
-#define TPE_CANDIDATES 24 /* candidates drawn from l(x) per suggestion */
-#define TPE_GAMMA 0.10    /* fraction of finished trials in the good group ... */
-#define TPE_GAMMA_MAX 25  /* ... capped at this many */
-#define TPE_PRIOR_WEIGHT 1.0
-#define TPE_SIGMA0 0.2 /* bandwidth scale, Scott's rule per dimension count */
+#define TPE_STARTUP 10       /* random trials before the model is used */
+#define TPE_CANDIDATES 24    /* candidates drawn from l(x) per suggestion */
+#define TPE_GAMMA 0.15       /* fraction of finished trials in the good group ... */
+#define TPE_GAMMA_MAX 25     /* ... capped at this many */
+#define TPE_PRIOR_WEIGHT 1.0 /* weight of the uniform prior component */
+#define TPE_CAT_PRIOR 2.0    /* categorical kernel: P(v) = (a/C + [v == obs]) / (a + 1) */
 
 struct obs {
     int64_t trial;
@@ -31,12 +32,12 @@ struct obs {
 /* One Parzen mixture: ncomp components (observations, then the prior). */
 struct mixture {
     size_t ncomp, nd, nc;
-    double *logw;  /* ncomp */
-    double *mu;    /* ncomp * nd, normalized */
-    double *sigma; /* ncomp */
-    double *logz;  /* ncomp * nd: log of the truncation mass in [0,1] */
-    int *cat;      /* ncomp * nc: observed category, -1 for the prior */
-    double *w;     /* ncomp: normalized weights, for sampling */
+    double *logw; /* ncomp */
+    double *mu;   /* ncomp * nd, normalized */
+    double *sigd; /* ncomp * nd: bandwidth per component and dimension */
+    double *logz; /* ncomp * nd: log of the truncation mass in [0,1] */
+    int *cat;     /* ncomp * nc: observed category, -1 for the prior */
+    double *w;    /* ncomp: normalized weights, for sampling */
 };
 
 struct tpe {
@@ -84,32 +85,47 @@ static void mixture_free(struct mixture *m)
 {
     free(m->logw);
     free(m->mu);
-    free(m->sigma);
+    free(m->sigd);
     free(m->logz);
     free(m->cat);
     free(m->w);
 }
 
-/* Build the mixture of group g[0..n) (sorted by trial for the weights). */
+struct centre {
+    double mu;
+    size_t k;
+};
+
+static int cmp_centre(const void *a, const void *b)
+{
+    const struct centre *x = a, *y = b;
+    if (x->mu != y->mu)
+        return x->mu < y->mu ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+/*
+ * Build the mixture of group g[0..n) (re-sorted by trial for the weights).
+ * Bandwidths are per dimension: the larger of the distances from a centre
+ * to its neighbours (the other centres, the prior's 0.5 and the bounds),
+ * clipped to [1/min(100, n+1), 1] as in Bergstra's "magic clip". Dense
+ * regions get narrow kernels, so the search sharpens where it finds good
+ * results; the joint (multivariate) components keep correlations.
+ */
 static void mixture_build(const struct kd_searcher *s, const struct tpe *tp, struct obs *g,
                           size_t n, struct mixture *m)
 {
     size_t nd = tp->nd, nc = tp->nc, K = n + 1;
-    double dims = (double)(nd + nc);
-    double sig = TPE_SIGMA0 * pow((double)(n > 0 ? n : 1), -1.0 / (dims + 4.0));
     double minsig = 1.0 / fmin(100.0, 1.0 + (double)n);
     double tot = 0;
-    if (sig < minsig)
-        sig = minsig;
-    if (sig > 1.0)
-        sig = 1.0;
+    struct centre *cs = kd_xcalloc(K, sizeof(*cs));
     m->ncomp = K;
     m->nd = nd;
     m->nc = nc;
     m->logw = kd_xcalloc(K, sizeof(double));
     m->w = kd_xcalloc(K, sizeof(double));
     m->mu = kd_xcalloc(K * nd + 1, sizeof(double));
-    m->sigma = kd_xcalloc(K, sizeof(double));
+    m->sigd = kd_xcalloc(K * nd + 1, sizeof(double));
     m->logz = kd_xcalloc(K * nd + 1, sizeof(double));
     m->cat = kd_xcalloc(K * nc + 1, sizeof(int));
     qsort(g, n, sizeof(*g), cmp_obs_trial);
@@ -120,31 +136,39 @@ static void mixture_build(const struct kd_searcher *s, const struct tpe *tp, str
         if (n >= 25 && k < n - 25)
             w = 1.0 / (double)n + (1.0 - 1.0 / (double)n) * (double)k / (double)(n - 25);
         m->w[k] = w;
-        m->sigma[k] = sig;
-        for (size_t d = 0; d < nd; d++) {
-            const struct kd_hp_param *p = &s->sp->params[tp->num[d]];
-            double mu = to_unit(p, t->x[tp->num[d]]);
-            m->mu[k * nd + d] = mu;
-            m->logz[k * nd + d] = log_phi_mass(mu, sig);
-        }
+        for (size_t d = 0; d < nd; d++)
+            m->mu[k * nd + d] = to_unit(&s->sp->params[tp->num[d]], t->x[tp->num[d]]);
         for (size_t c = 0; c < nc; c++)
             m->cat[k * nc + c] = (int)t->x[tp->catd[c]];
     }
-    /* the prior: centred, wide */
+    /* the prior: centred, wide, uniform over categories */
     m->w[n] = TPE_PRIOR_WEIGHT;
-    m->sigma[n] = 1.0;
-    for (size_t d = 0; d < nd; d++) {
+    for (size_t d = 0; d < nd; d++)
         m->mu[n * nd + d] = 0.5;
-        m->logz[n * nd + d] = log_phi_mass(0.5, 1.0);
-    }
     for (size_t c = 0; c < nc; c++)
         m->cat[n * nc + c] = -1;
+    for (size_t d = 0; d < nd; d++) {
+        for (size_t k = 0; k < K; k++)
+            cs[k] = (struct centre){m->mu[k * nd + d], k};
+        qsort(cs, K, sizeof(*cs), cmp_centre);
+        for (size_t i = 0; i < K; i++) {
+            size_t k = cs[i].k;
+            double mu = cs[i].mu, sg;
+            double left = i > 0 ? mu - cs[i - 1].mu : mu;
+            double right = i + 1 < K ? cs[i + 1].mu - mu : 1.0 - mu;
+            sg = k == n ? 1.0 : fmax(left, right);
+            sg = fmin(fmax(sg, minsig), 1.0);
+            m->sigd[k * nd + d] = sg;
+            m->logz[k * nd + d] = log_phi_mass(mu, sg);
+        }
+    }
     for (size_t k = 0; k < K; k++)
         tot += m->w[k];
     for (size_t k = 0; k < K; k++) {
         m->w[k] /= tot;
         m->logw[k] = log(m->w[k]);
     }
+    free(cs);
 }
 
 static double cat_logp(const struct kd_hp_param *p, int obs, int v)
@@ -152,7 +176,7 @@ static double cat_logp(const struct kd_hp_param *p, int obs, int v)
     double C = (double)p->nvals;
     if (obs < 0)
         return -log(C);
-    return log((TPE_PRIOR_WEIGHT / C + (obs == v ? 1.0 : 0.0)) / (TPE_PRIOR_WEIGHT + 1.0));
+    return log((TPE_CAT_PRIOR / C + (obs == v ? 1.0 : 0.0)) / (TPE_CAT_PRIOR + 1.0));
 }
 
 static double mixture_logpdf(const struct kd_searcher *s, const struct tpe *tp,
@@ -162,15 +186,16 @@ static double mixture_logpdf(const struct kd_searcher *s, const struct tpe *tp,
     double *lp = kd_xmalloc(m->ncomp * sizeof(double));
     const double half_log_2pi = 0.91893853320467274178;
     for (size_t k = 0; k < m->ncomp; k++) {
-        double sg = m->sigma[k], acc = m->logw[k], q = 0;
+        double acc = m->logw[k], q = 0;
         const double *mu = &m->mu[k * m->nd];
         const double *lz = &m->logz[k * m->nd];
+        const double *sd = &m->sigd[k * m->nd];
         for (size_t d = 0; d < m->nd; d++) {
-            double z = (u[d] - mu[d]) / sg;
+            double z = (u[d] - mu[d]) / sd[d];
             q += z * z;
-            acc -= lz[d];
+            acc -= lz[d] + log(sd[d]);
         }
-        acc += -0.5 * q - (double)m->nd * (log(sg) + half_log_2pi);
+        acc += -0.5 * q - (double)m->nd * half_log_2pi;
         for (size_t j = 0; j < m->nc; j++)
             acc += cat_logp(&s->sp->params[tp->catd[j]], m->cat[k * m->nc + j], c[j]);
         lp[k] = acc;
@@ -206,13 +231,13 @@ static void mixture_sample(const struct kd_searcher *s, struct kd_rng *r, const 
         }
     }
     for (size_t d = 0; d < m->nd; d++)
-        u[d] = trunc_normal01(r, m->mu[k * m->nd + d], m->sigma[k]);
+        u[d] = trunc_normal01(r, m->mu[k * m->nd + d], m->sigd[k * m->nd + d]);
     for (size_t j = 0; j < m->nc; j++) {
         const struct kd_hp_param *p = &s->sp->params[tp->catd[j]];
         int obs = m->cat[k * m->nc + j];
         double C = (double)p->nvals, pu = kd_rng_uniform(r);
-        /* P(v) = (pw/C + [v == obs]) / (pw + 1); the prior is uniform */
-        if (obs >= 0 && pu < 1.0 / (TPE_PRIOR_WEIGHT + 1.0))
+        /* P(v) = (a/C + [v == obs]) / (a + 1); the prior is uniform */
+        if (obs >= 0 && pu < 1.0 / (TPE_CAT_PRIOR + 1.0))
             c[j] = obs;
         else
             c[j] = (int)kd_rng_below(r, (uint64_t)C);
