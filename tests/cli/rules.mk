@@ -3,5 +3,10 @@
 ifneq ($(wildcard lib/config/rules.mk),)
 $(eval $(call kd_test,test_cli_det,tests/cli/test_det.c tests/cli/run.c,openapi context yaml core,-ljansson -lyaml -larchive -lcrypto -lm,60,,$(O)/bin/det))
 $(eval $(call kd_test,test_cli_examples,tests/cli/test_examples.c tests/cli/run.c,openapi yaml core,-ljansson -lyaml -lm,120,,$(O)/bin/det))
+# det | kubectl against kdet-local (the CRDs, every example, an invalid resource).
+ifneq ($(wildcard local/rules.mk),)
+$(eval $(call kd_test_script,test_cli_kubectl,tests/cli/kubectl.sh,120,,$(O)/bin/det $(O)/bin/kdet-local))
 endif
+endif
+# The PyTorch example trains for a few batches (one process, then two ranks).
 $(eval $(call kd_test_script,test_cli_pytorch_example,tests/cli/pytorch_example.sh,180,slow noasan))
