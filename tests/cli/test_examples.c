@@ -64,6 +64,55 @@ static void test_every_example_validates(void **state)
     assert_int_equal(failures, 0);
 }
 
+/* Every config lib/config's tests hold valid gives a resource the CRD accepts
+ * in full: the two schemas agree on what a valid experiment is. */
+static void test_valid_configs_fit_the_crd(void **state)
+{
+    (void)state;
+    glob_t g;
+    char ctx[64];
+    make_tmp(ctx);
+    put_file(ctx, "train.py", "print(1)\n");
+    if (glob("tests/data/config/good/*.yaml", 0, NULL, &g) != 0) {
+        rm_rf(ctx);
+        skip();
+    }
+    json_t *schema = crd_schema_file("crds/experiments.yaml");
+    int failures = 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        struct det_run r;
+        det_run(&r,
+                (const char *[]){"experiment", "create", g.gl_pathv[i], ctx, "--dry-run", NULL});
+        if (r.code != 0) {
+            print_error("%s: det exited %d: %s\n", g.gl_pathv[i], r.code, r.err);
+            failures++;
+            det_run_free(&r);
+            continue;
+        }
+        json_t *docs = parse_docs(r.out, r.out_len);
+        json_t *exp = json_array_get(docs, json_array_size(docs) - 1);
+        json_t *causes = NULL, *unknown = NULL;
+        int rc = kd_openapi_validate(schema, exp, "", &causes);
+        assert_int_equal(kd_openapi_unknown_fields(schema, exp, "", &unknown), 0);
+        if (rc != 0 || json_array_size(unknown) != 0) {
+            char *c = kd_openapi_causes_str(causes);
+            char *u = json_dumps(unknown, 0);
+            print_error("%s: rc=%d causes:\n%s\nundeclared fields: %s\n", g.gl_pathv[i], rc, c, u);
+            free(c);
+            free(u);
+            failures++;
+        }
+        json_decref(causes);
+        json_decref(unknown);
+        json_decref(docs);
+        det_run_free(&r);
+    }
+    globfree(&g);
+    json_decref(schema);
+    rm_rf(ctx);
+    assert_int_equal(failures, 0);
+}
+
 struct edit {
     const char *path; /* object path under spec, '.'-separated; last part is set */
     const char *json; /* new value, or NULL to delete */
@@ -156,6 +205,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_example_validates),
+        cmocka_unit_test(test_valid_configs_fit_the_crd),
         cmocka_unit_test(test_edited_resources_are_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
