@@ -1,11 +1,9 @@
-""
-    "kdet searcher benchmarks, side by side with Optuna 3.1 (Debian's python3-optuna).
+"""kdet searcher benchmarks, side by side with Optuna 3.1 (Debian's python3-optuna).
 
-    1. quality : median regret after 50 and
-                 100 evaluations over 20 seeds on Branin,
-    Rosenbrock - 4D and a mixed int + log + categorical space;
-our random and TPE vs Optuna's RandomSampler and TPESampler(defaults, ask / tell).2. multi
-    - fidelity : simulated learning curves; adaptive_asha vs random at equal total compute.
+1. quality: median regret after 50 and 100 evaluations over 20 seeds on Branin, Rosenbrock-4D
+   and a mixed int + log + categorical space; our random and TPE vs Optuna's RandomSampler and
+   TPESampler (defaults, ask/tell).
+2. multi-fidelity: simulated learning curves; adaptive_asha vs random at equal total compute.
 3. speed: time per suggestion after 100, 1,000 and 10,000 completed trials, ours vs Optuna TPE.
 Every comparison prints ours/anchor as a ratio (below 1 is better for regret and time).
 """
@@ -36,7 +34,8 @@ def write_cfg(name, hyper, searcher):
         json.dump({"hyperparameters": hyper, "searcher": searcher}, f)
     return path
 
-#-- -- test functions -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
+
+# ---- test functions ---------------------------------------------------------------------
 def branin(h):
     x, y = h["x"], h["y"]
     b, c, t = 5.1 / (4 * math.pi ** 2), 5 / math.pi, 1 / (8 * math.pi)
@@ -64,11 +63,7 @@ FUNCS = {
         "x": {"type": "double", "minval": -5, "maxval": 10},
         "y": {"type": "double", "minval": 0, "maxval": 15}}),
     "rosenbrock4": (rosenbrock, 0.0, {
-    "x%d" % i:
-    {
-        "type" : "double", "minval" : -2, "maxval" : 2
-    } for
-        i in range(4)}),
+        "x%d" % i: {"type": "double", "minval": -2, "maxval": 2} for i in range(4)}),
     "mixed": (mixed, 0.0, {
         "layers": {"type": "int", "minval": 1, "maxval": 8},
         "lr": {"type": "log", "minval": -5, "maxval": 0, "base": 10},
@@ -123,7 +118,7 @@ def theirs(sampler, fname, seed, n):
 
 def quality():
     print("## quality: median regret over %d seeds (lower is better)" % SEEDS)
-    print("%-12s %5s %12s %12s %12s %12s %9s %9s" % (
+    print("%-12s %5s %12s %12s %12s %12s %10s %9s" % (
         "function", "evals", "kdet random", "optuna rand", "kdet TPE", "optuna TPE",
         "rand ratio", "TPE ratio"))
     rows = []
@@ -138,14 +133,14 @@ def quality():
             med = {k: statistics.median(c[n - 1] - fstar for c in v) for k, v in curves.items()}
             rr = med["kr"] / med["or"] if med["or"] > 0 else float("nan")
             tr = med["kt"] / med["ot"] if med["ot"] > 0 else float("nan")
-            print("%-12s %5d %12.4g %12.4g %12.4g %12.4g %9.2f %9.2f" % (
+            print("%-12s %5d %12.4g %12.4g %12.4g %12.4g %10.2f %9.2f" % (
                 fname, n, med["kr"], med["or"], med["kt"], med["ot"], rr, tr))
             rows.append((fname, n, med, rr, tr))
         sys.stdout.flush()
     return rows
 
-#-- -- multi -                                                                                     \
-    fidelity -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
+
+# ---- multi-fidelity -----------------------------------------------------------------------
 MF_SPACE = {
     "lr": {"type": "log", "minval": -4, "maxval": 0},
     "width": {"type": "int", "minval": 8, "maxval": 256},
@@ -202,7 +197,8 @@ def multifidelity():
     sys.stdout.flush()
     return ma, mr
 
-#-- -- speed -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
+
+# ---- speed ----------------------------------------------------------------------------------
 POINTS = (100, 1000, 10000)
 
 
@@ -212,8 +208,7 @@ def speed_ours():
         "max_concurrent_trials": 1, "max_length": {"batches": 1}})
     s = KdSearch(BIN, cfg, 1)
     queue = list(s.ops)
-    hp, done, lat = {}, 0, {
-p: [] for p in POINTS}
+    hp, done, lat = {}, 0, {p: [] for p in POINTS}
     t_start = time.time()
     while queue:
         op = queue.pop(0)
@@ -237,8 +232,7 @@ p: [] for p in POINTS}
                 sys.stdout.flush()
             queue.extend(ops)
     s.close()
-    return {
-p: statistics.median(v) for p, v in lat.items()}
+    return {p: statistics.median(v) for p, v in lat.items()}
 
 
 def speed_optuna(n, k):
@@ -269,7 +263,7 @@ def speed():
     out = {}
     for p, k in zip(POINTS, (10, 5, 2)):
         theirs_t = speed_optuna(p, k)
-        print("%8d %12.3f ms %12.3f ms %9.1fx %d" % (
+        print("%8d %11.3f ms %11.3f ms %9.1fx %d" % (
             p, mine[p] * 1e3, theirs_t * 1e3, theirs_t / mine[p], k))
         sys.stdout.flush()
         out[p] = (mine[p], theirs_t)
