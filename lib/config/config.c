@@ -1183,58 +1183,73 @@ static int check_mounts(struct vctx *c, const json_t *list, const char *path, bo
     static const char *const props[] = {"rprivate", "private", "rshared", "shared",
                                         "rslave",   "slave",   NULL};
     char p[PATHLEN], q[PATHLEN], d[96];
-    size_t i, j;
-    json_t *e, *f;
+    size_t i;
+    json_t *e;
+    json_t *seen = NULL;
+    int rc = 0;
     if (!list)
         return 0;
     if (!json_is_array(list))
         return BAD(c, list, path, "expected a list of %s, got %s",
                    devices ? "devices" : "bind mounts", desc(list, d, sizeof(d)));
+    seen = json_object();
+    if (!seen)
+        kd_oom(64);
     json_array_foreach(list, i, e)
     {
         joinidx(p, path, i);
         if (want_object(c, e, p) ||
             check_keys(c, e, p, devices ? k_dev : k_bm, NULL,
                        devices ? "a device" : "a bind mount") ||
-            want_abs_path(c, e, p, "host_path", true))
-            return c->rc;
+            want_abs_path(c, e, p, "host_path", true)) {
+            rc = c->rc;
+            goto out;
+        }
         if (devices) {
             const char *mode = NULL;
             if (want_abs_path(c, e, p, "container_path", true) ||
-                want_str(c, e, p, "mode", false, &mode))
-                return c->rc;
+                want_str(c, e, p, "mode", false, &mode)) {
+                rc = c->rc;
+                goto out;
+            }
             if (mode && (!*mode || strspn(mode, "rwm") != strlen(mode))) {
                 join(q, p, "mode");
-                return BAD(c, field(e, "mode"), q,
-                           "expected cgroup permissions made of r, w and m (e.g. \"mrw\"), got %s",
-                           desc(field(e, "mode"), d, sizeof(d)));
+                rc = BAD(c, field(e, "mode"), q,
+                         "expected cgroup permissions made of r, w and m (e.g. \"mrw\"), got %s",
+                         desc(field(e, "mode"), d, sizeof(d)));
+                goto out;
             }
         } else {
             const char *cp = NULL;
             if (want_str(c, e, p, "container_path", true, &cp) || want_bool(c, e, p, "read_only") ||
-                want_enum(c, e, p, "propagation", false, props, NULL))
-                return c->rc;
+                want_enum(c, e, p, "propagation", false, props, NULL)) {
+                rc = c->rc;
+                goto out;
+            }
             if (!strcmp(cp, ".") || !strcmp(cp, "./")) {
                 join(q, p, "container_path");
-                return BAD(c, field(e, "container_path"), q,
-                           "must not be the working directory (the model context lives there)");
+                rc = BAD(c, field(e, "container_path"), q,
+                         "must not be the working directory (the model context lives there)");
+                goto out;
             }
         }
+        /* A set of the container paths seen so far: duplicates found in O(1) each. */
         const char *cp = json_string_value(json_object_get(e, "container_path"));
-        json_array_foreach(list, j, f)
-        {
-            if (j >= i)
-                break;
-            const char *cq = json_string_value(json_object_get(f, "container_path"));
-            if (cq && !strcmp(cp, cq)) {
-                join(q, p, "container_path");
-                return BAD(c, field(e, "container_path"), q,
-                           "container_path %s is already used by %s[%zu]",
-                           desc(field(e, "container_path"), d, sizeof(d)), path, j);
-            }
+        json_t *first = json_object_get(seen, cp);
+        if (first) {
+            join(q, p, "container_path");
+            rc = BAD(c, field(e, "container_path"), q,
+                     "container_path %s is already used by %s[%" JSON_INTEGER_FORMAT "]",
+                     desc(field(e, "container_path"), d, sizeof(d)), path,
+                     json_integer_value(first));
+            goto out;
         }
+        if (json_object_set_new(seen, cp, json_integer((json_int_t)i)))
+            kd_oom(64);
     }
-    return 0;
+out:
+    json_decref(seen);
+    return rc;
 }
 
 static int check_resources(struct vctx *c, const json_t *cfg)
@@ -1685,25 +1700,24 @@ static json_t *merge(const json_t *t, const json_t *c, const char *path);
 
 static json_t *merge_arrays(const json_t *t, const json_t *c, const char *path)
 {
-    json_t *out = json_array();
-    size_t i, j;
-    json_t *e, *f;
-    if (!out)
+    json_t *out = json_array(), *used = json_object();
+    size_t i;
+    json_t *e;
+    if (!out || !used)
         kd_oom(64);
+    bool keyed = keyed_by_container_path(path);
+    /* The container paths the config uses, as a set. */
+    json_array_foreach(c, i, e)
+    {
+        const char *cp = json_string_value(json_object_get(e, "container_path"));
+        if (keyed && cp && json_object_set_new(used, cp, json_true()))
+            kd_oom(64);
+    }
     json_array_foreach(t, i, e)
     {
-        if (keyed_by_container_path(path)) {
-            const char *cp = json_string_value(json_object_get(e, "container_path"));
-            bool shadowed = false;
-            json_array_foreach(c, j, f)
-            {
-                const char *cq = json_string_value(json_object_get(f, "container_path"));
-                if (cp && cq && !strcmp(cp, cq))
-                    shadowed = true;
-            }
-            if (shadowed)
-                continue;
-        }
+        const char *cp = json_string_value(json_object_get(e, "container_path"));
+        if (keyed && cp && json_object_get(used, cp))
+            continue; /* the config mounts something else there */
         if (json_array_append(out, e))
             kd_oom(64);
     }
@@ -1712,6 +1726,7 @@ static json_t *merge_arrays(const json_t *t, const json_t *c, const char *path)
         if (json_array_append(out, e))
             kd_oom(64);
     }
+    json_decref(used);
     return out;
 }
 

@@ -19,6 +19,9 @@
 #include <yaml.h>
 
 #include "core/alloc.h"
+#define uthash_fatal(msg) kd_oom(0)
+#include <uthash.h>
+
 #include "core/str.h"
 
 /*
@@ -48,6 +51,7 @@ struct anchor {
     json_t *val;       /* reference held */
     struct ynode *pos; /* deep copy (owned) */
     size_t nodes;      /* nodes in the subtree, for the expansion budget */
+    UT_hash_handle hh; /* by name: an alias finds its anchor in O(1) */
 };
 
 /* A mapping or sequence being built. */
@@ -70,9 +74,8 @@ struct builder {
     struct frame stack[KD_YAML_MAX_DEPTH + 1];
     int depth;
     size_t nodes;
-    struct anchor *anchors;
-    size_t nanchors, capanchors;
-    struct ynode *docnode; /* the document being built */
+    struct anchor *anchors; /* uthash table */
+    struct ynode *docnode;  /* the document being built */
     bool doc_done;
 };
 
@@ -341,24 +344,35 @@ static json_t *scalar_value(struct builder *b, const yaml_event_t *ev)
 
 static struct anchor *find_anchor(struct builder *b, const char *name)
 {
-    for (size_t i = b->nanchors; i > 0; i--)
-        if (!strcmp(b->anchors[i - 1].name, name))
-            return &b->anchors[i - 1];
-    return NULL;
+    struct anchor *a = NULL;
+    HASH_FIND_STR(b->anchors, name, a);
+    return a;
 }
 
+static void anchor_free(struct anchor *a)
+{
+    free(a->name);
+    json_decref(a->val);
+    ynode_clear(a->pos);
+    free(a->pos);
+    free(a);
+}
+
+/* Register (or redefine: the latest definition wins) an anchor; takes `name`. */
 static void add_anchor(struct builder *b, char *name, const struct ynode *n, size_t nodes)
 {
-    if (b->nanchors == b->capanchors) {
-        b->capanchors = b->capanchors ? b->capanchors * 2 : 8;
-        b->anchors = kd_xrealloc(b->anchors, b->capanchors * sizeof(*b->anchors));
+    struct anchor *old = find_anchor(b, name);
+    if (old) {
+        HASH_DEL(b->anchors, old);
+        anchor_free(old);
     }
-    struct anchor *a = &b->anchors[b->nanchors++];
+    struct anchor *a = kd_xcalloc(1, sizeof(*a));
     a->name = name;
     a->val = json_incref(n->val);
     a->pos = kd_xcalloc(1, sizeof(*a->pos));
     ynode_copy(a->pos, n, a->val);
     a->nodes = nodes;
+    HASH_ADD_KEYPTR(hh, b->anchors, a->name, strlen(a->name), a);
 }
 
 /*
@@ -395,7 +409,8 @@ static struct ynode *place(struct builder *b, json_t *v, yaml_mark_t m, const ya
             f->kcol = (int)m.column + 1;
             f->key_is_merge =
                 ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && !strcmp(f->key, "<<");
-            if (!f->key_is_merge) {
+            /* The object finds duplicates in O(1); the scan only runs to name the first. */
+            if (!f->key_is_merge && json_object_get(parent->val, f->key)) {
                 for (size_t i = 0; i < parent->nkids; i++) {
                     if (!parent->kids[i].merge && !strcmp(parent->kids[i].key, f->key)) {
                         berr(b, KD_EPARSE, m, "duplicate key \"%s\" (first at %d:%d)", f->key,
@@ -403,7 +418,7 @@ static struct ynode *place(struct builder *b, json_t *v, yaml_mark_t m, const ya
                         return NULL;
                     }
                 }
-            } else {
+            } else if (f->key_is_merge) {
                 for (size_t i = 0; i < parent->nkids; i++) {
                     if (parent->kids[i].merge) {
                         berr(b, KD_EPARSE, m, "duplicate merge key << (first at %d:%d)",
@@ -491,15 +506,13 @@ out:
 
 static void free_anchors(struct builder *b)
 {
-    for (size_t i = 0; i < b->nanchors; i++) {
-        free(b->anchors[i].name);
-        json_decref(b->anchors[i].val);
-        ynode_clear(b->anchors[i].pos);
-        free(b->anchors[i].pos);
+    struct anchor *a, *tmp;
+    HASH_ITER(hh, b->anchors, a, tmp)
+    {
+        HASH_DEL(b->anchors, a);
+        anchor_free(a);
     }
-    free(b->anchors);
     b->anchors = NULL;
-    b->nanchors = b->capanchors = 0;
 }
 
 static int count_node(struct builder *b, size_t add, yaml_mark_t m)

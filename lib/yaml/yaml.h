@@ -17,7 +17,7 @@
 /* Hard caps on what the parser accepts; past them it fails with KD_ETOOBIG. */
 #define KD_YAML_MAX_INPUT (4u << 20) /* bytes of YAML text */
 #define KD_YAML_MAX_DEPTH 64         /* nested mappings/sequences */
-#define KD_YAML_MAX_NODES 250000     /* nodes, counting every alias expansion in full */
+#define KD_YAML_MAX_NODES 1000000    /* nodes, counting every alias expansion in full */
 #define KD_YAML_MAX_DOCS 1000        /* documents in one stream */
 
 /** A parsed document: its JSON tree plus the position of every node. Opaque. */

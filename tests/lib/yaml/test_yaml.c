@@ -257,7 +257,7 @@ static void test_caps(void **state)
 
     /* Node count without aliases. */
     char *many = repeat("- 1\n", KD_YAML_MAX_NODES + 1, "", "");
-    expect_err(many, KD_ETOOBIG, "more than 250000 nodes");
+    expect_err(many, KD_ETOOBIG, "more than 1000000 nodes");
     free(many);
 
     /* Input size. */
@@ -281,6 +281,34 @@ static void test_caps(void **state)
     assert_int_equal(kd_yaml_parse_file(path, &doc, err), KD_ETOOBIG);
     assert_non_null(strstr(err, "larger than"));
     unlink(path);
+}
+
+/* Large inputs take linear time: many keys in one mapping, many anchors and aliases. */
+static void test_linear_time(void **state)
+{
+    (void)state;
+    size_t n = 250000;
+    struct kd_buf b = KD_BUF_INIT(KD_YAML_MAX_INPUT);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(kd_buf_printf(&b, "k%zu: 1\n", i), 0);
+    struct kd_yaml_doc *doc = NULL;
+    char err[KD_ERRLEN] = "";
+    assert_int_equal(kd_yaml_parse("keys.yaml", kd_buf_str(&b), b.len, &doc, err), 0);
+    assert_int_equal(json_object_size(kd_yaml_root(doc)), n);
+    kd_yaml_free(doc);
+    kd_buf_reset(&b);
+    n = 100000;
+    assert_int_equal(kd_buf_puts(&b, "a:\n"), 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(kd_buf_printf(&b, "  - &a%zu %zu\n", i, i), 0);
+    assert_int_equal(kd_buf_puts(&b, "b:\n"), 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(kd_buf_printf(&b, "  - *a%zu\n", i % 7), 0);
+    assert_int_equal(kd_yaml_parse("anchors.yaml", kd_buf_str(&b), b.len, &doc, err), 0);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(kd_yaml_root(doc), "b"), 9)),
+                     2);
+    kd_yaml_free(doc);
+    kd_buf_free(&b);
 }
 
 static void test_stream(void **state)
@@ -515,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_empty_and_scalar_documents),
         cmocka_unit_test(test_aliases_and_merge_keys),
         cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_linear_time),
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_emit_quoting),
         cmocka_unit_test(test_emit_literal_block),
