@@ -156,11 +156,11 @@ def mf_asymptote(h):
 
 
 def mf_curve(h, t, rng):
-    """Validation loss after t units: an exponential approach to the asymptote; larger
-    learning rates learn faster (so early leaders are not always the final winners), plus
-    Gaussian noise of 0.02."""
+    """Validation loss after t units: an exponential approach from 2.3 to the asymptote with a
+    time constant of 15..40 units that grows with width and, mildly, as the learning rate
+    falls (so early leaders are not always the final winners), plus Gaussian noise of 0.02."""
     c = math.log10(h["lr"])
-    tau = 30.0 * 10 ** (-0.5 * (c + 2.5))
+    tau = (15.0 + 25.0 * (h["width"] - 8) / 248.0) * 10 ** (-0.15 * (c + 2.5))
     a = mf_asymptote(h)
     return a + (2.3 - a) * math.exp(-t / tau) + rng.gauss(0, 0.02)
 

@@ -32,12 +32,15 @@ struct obs {
 /* One Parzen mixture: ncomp components (observations, then the prior). */
 struct mixture {
     size_t ncomp, nd, nc;
-    double *logw; /* ncomp */
-    double *mu;   /* ncomp * nd, normalized */
-    double *sigd; /* ncomp * nd: bandwidth per component and dimension */
-    double *logz; /* ncomp * nd: log of the truncation mass in [0,1] */
-    int *cat;     /* ncomp * nc: observed category, -1 for the prior */
-    double *w;    /* ncomp: normalized weights, for sampling */
+    double *logw;    /* ncomp */
+    double *mu;      /* ncomp * nd, normalized */
+    double *sigd;    /* ncomp * nd: bandwidth per component and dimension */
+    double *inv;     /* ncomp * nd: 1 / bandwidth */
+    double *cst;     /* ncomp: log weight minus the log normalizers of every dimension */
+    double *scratch; /* ncomp: per-component log densities */
+    double *catl;    /* 3 per categorical dimension: log P for match, mismatch, prior */
+    int *cat;        /* ncomp * nc: observed category, -1 for the prior */
+    double *w;       /* ncomp: normalized weights, for sampling */
 };
 
 struct tpe {
@@ -86,7 +89,10 @@ static void mixture_free(struct mixture *m)
     free(m->logw);
     free(m->mu);
     free(m->sigd);
-    free(m->logz);
+    free(m->inv);
+    free(m->cst);
+    free(m->scratch);
+    free(m->catl);
     free(m->cat);
     free(m->w);
 }
@@ -126,7 +132,10 @@ static void mixture_build(const struct kd_searcher *s, const struct tpe *tp, str
     m->w = kd_xcalloc(K, sizeof(double));
     m->mu = kd_xcalloc(K * nd + 1, sizeof(double));
     m->sigd = kd_xcalloc(K * nd + 1, sizeof(double));
-    m->logz = kd_xcalloc(K * nd + 1, sizeof(double));
+    m->inv = kd_xcalloc(K * nd + 1, sizeof(double));
+    m->cst = kd_xcalloc(K, sizeof(double));
+    m->scratch = kd_xcalloc(K, sizeof(double));
+    m->catl = kd_xcalloc(3 * nc + 1, sizeof(double));
     m->cat = kd_xcalloc(K * nc + 1, sizeof(int));
     qsort(g, n, sizeof(*g), cmp_obs_trial);
     for (size_t k = 0; k < n; k++) {
@@ -159,7 +168,9 @@ static void mixture_build(const struct kd_searcher *s, const struct tpe *tp, str
             sg = k == n ? 1.0 : fmax(left, right);
             sg = fmin(fmax(sg, minsig), 1.0);
             m->sigd[k * nd + d] = sg;
-            m->logz[k * nd + d] = log_phi_mass(mu, sg);
+            m->inv[k * nd + d] = 1.0 / sg;
+            /* truncated normal on [0,1]: log(sigma * sqrt(2 pi) * mass) */
+            m->cst[k] -= log_phi_mass(mu, sg) + log(sg) + 0.91893853320467274178;
         }
     }
     for (size_t k = 0; k < K; k++)
@@ -167,44 +178,43 @@ static void mixture_build(const struct kd_searcher *s, const struct tpe *tp, str
     for (size_t k = 0; k < K; k++) {
         m->w[k] /= tot;
         m->logw[k] = log(m->w[k]);
+        m->cst[k] += m->logw[k];
     }
     free(cs);
-}
-
-static double cat_logp(const struct kd_hp_param *p, int obs, int v)
-{
-    double C = (double)p->nvals;
-    if (obs < 0)
-        return -log(C);
-    return log((TPE_CAT_PRIOR / C + (obs == v ? 1.0 : 0.0)) / (TPE_CAT_PRIOR + 1.0));
 }
 
 static double mixture_logpdf(const struct kd_searcher *s, const struct tpe *tp,
                              const struct mixture *m, const double *u, const int *c)
 {
     double best = -INFINITY, sum = 0;
-    double *lp = kd_xmalloc(m->ncomp * sizeof(double));
-    const double half_log_2pi = 0.91893853320467274178;
+    double *lp = m->scratch;
+    size_t nd = m->nd, nc = m->nc;
+    for (size_t j = 0; j < nc; j++) {
+        /* the three values the categorical kernel can take for this candidate */
+        double C = (double)s->sp->params[tp->catd[j]].nvals;
+        m->catl[3 * j] = log((TPE_CAT_PRIOR / C + 1.0) / (TPE_CAT_PRIOR + 1.0));
+        m->catl[3 * j + 1] = log((TPE_CAT_PRIOR / C) / (TPE_CAT_PRIOR + 1.0));
+        m->catl[3 * j + 2] = -log(C);
+    }
     for (size_t k = 0; k < m->ncomp; k++) {
-        double acc = m->logw[k], q = 0;
-        const double *mu = &m->mu[k * m->nd];
-        const double *lz = &m->logz[k * m->nd];
-        const double *sd = &m->sigd[k * m->nd];
-        for (size_t d = 0; d < m->nd; d++) {
-            double z = (u[d] - mu[d]) / sd[d];
+        double q = 0, acc;
+        const double *mu = &m->mu[k * nd];
+        const double *inv = &m->inv[k * nd];
+        for (size_t d = 0; d < nd; d++) {
+            double z = (u[d] - mu[d]) * inv[d];
             q += z * z;
-            acc -= lz[d] + log(sd[d]);
         }
-        acc += -0.5 * q - (double)m->nd * half_log_2pi;
-        for (size_t j = 0; j < m->nc; j++)
-            acc += cat_logp(&s->sp->params[tp->catd[j]], m->cat[k * m->nc + j], c[j]);
+        acc = m->cst[k] - 0.5 * q;
+        for (size_t j = 0; j < nc; j++) {
+            int o = m->cat[k * nc + j];
+            acc += m->catl[3 * j + (o < 0 ? 2 : o == c[j] ? 0 : 1)];
+        }
         lp[k] = acc;
         if (acc > best)
             best = acc;
     }
     for (size_t k = 0; k < m->ncomp; k++)
         sum += exp(lp[k] - best);
-    free(lp);
     return best + log(sum);
 }
 
