@@ -170,12 +170,18 @@ const char *kd_k8s_client_namespace(const struct kd_k8s_client *c)
     return c->cfg.namespace;
 }
 
-void kd_k8s_client_counters(const struct kd_k8s_client *c, uint64_t *requests, uint64_t *retries)
+void kd_k8s_client_stats(const struct kd_k8s_client *c, struct kd_k8s_client_stats *out)
 {
-    if (requests != NULL)
-        *requests = atomic_load(&c->requests);
-    if (retries != NULL)
-        *retries = atomic_load(&c->retries);
+    out->requests = atomic_load(&c->requests);
+    out->retries = atomic_load(&c->retries);
+    out->connects = atomic_load(&c->connects);
+}
+
+void kd_k8s__count_connects(struct kd_k8s_client *c, CURL *h)
+{
+    long n = 0;
+    if (curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &n) == CURLE_OK && n > 0)
+        atomic_fetch_add(&c->connects, (uint_fast64_t)n);
 }
 
 CURL *kd_k8s__acquire(struct kd_k8s_client *c)
@@ -462,6 +468,7 @@ int kd_k8s_request(struct kd_k8s_client *c, const char *method, const char *path
         atomic_fetch_add(&c->requests, 1);
         cc = curl_easy_perform(h);
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
+        kd_k8s__count_connects(c, h);
         kd_k8s__release(c, h);
         h = NULL;
         if (cc == CURLE_WRITE_ERROR && x.body.len + CURL_MAX_WRITE_SIZE > x.body.max) {

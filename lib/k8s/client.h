@@ -130,8 +130,15 @@ void kd_k8s_client_free(struct kd_k8s_client *c);
 /** The namespace of the config (never NULL). Borrowed, valid while c lives. */
 const char *kd_k8s_client_namespace(const struct kd_k8s_client *c);
 
-/** Requests sent (attempts, including retries) and retries so far. Thread-safe. */
-void kd_k8s_client_counters(const struct kd_k8s_client *c, uint64_t *requests, uint64_t *retries);
+/** Counters since the client was created. */
+struct kd_k8s_client_stats {
+    uint64_t requests; /* attempts sent, retries and watches included */
+    uint64_t retries;  /* attempts that were retries */
+    uint64_t connects; /* new connections opened (keep-alive reuses the others) */
+};
+
+/** Read the counters. Thread-safe. */
+void kd_k8s_client_stats(const struct kd_k8s_client *c, struct kd_k8s_client_stats *out);
 
 /** Content types of kd_k8s_patch. */
 enum kd_k8s_patch_type {

@@ -30,6 +30,7 @@ struct kd_k8s_client {
     struct kd_k8s_bucket *bucket;
     atomic_uint_fast64_t requests;
     atomic_uint_fast64_t retries;
+    atomic_uint_fast64_t connects;
 };
 
 /** A handle from the pool (or a new one); give it back with kd_k8s__release. */
@@ -47,6 +48,9 @@ int kd_k8s__setup(struct kd_k8s_client *c, CURL *h, const char *method, const ch
 /** A curl error to a KD_E* code and an err message naming method and path. */
 int kd_k8s__curl_err(CURLcode cc, const char *method, const char *path, const char *detail,
                      struct kd_k8s_status *st, char *err);
+
+/** Add the connections h opened in its last transfer to the client's counter. */
+void kd_k8s__count_connects(struct kd_k8s_client *c, CURL *h);
 
 /** Re-read the token file now (after a 401). Returns 1 when the token changed. */
 int kd_k8s__reload_token(struct kd_k8s_client *c);

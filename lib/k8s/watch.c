@@ -159,6 +159,7 @@ int kd_k8s_watch(struct kd_k8s_client *c, const struct kd_k8s_gvr *gvr, const ch
     CURLcode cc = curl_easy_perform(h);
     if (w.http == 0)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &w.http);
+    kd_k8s__count_connects(c, h);
     if (w.rc != 0) {
         rc = w.rc; /* an ERROR event, a callback's stop value, a line too long */
     } else if (cc == CURLE_ABORTED_BY_CALLBACK) {

@@ -6,6 +6,7 @@
  * the response body cap and retries on connection errors.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -204,13 +205,14 @@ static void test_pagination(void **state)
     assert_true(cont[0] != '\0');
     json_decref(page);
 
-    uint64_t r0, r1;
-    kd_k8s_client_counters(cl, &r0, NULL);
+    struct kd_k8s_client_stats s0, s1;
+    kd_k8s_client_stats(cl, &s0);
     q.limit = 7;
     OK(kd_k8s_list_all(cl, &KD_K8S_CONFIGMAPS, NS, &q, &all, NULL, err_));
-    kd_k8s_client_counters(cl, &r1, NULL);
+    kd_k8s_client_stats(cl, &s1);
     assert_int_equal(json_array_size(json_object_get(all, "items")), n);
-    assert_int_equal(r1 - r0, 4); /* 7 + 7 + 7 + 2 */
+    assert_int_equal(s1.requests - s0.requests, 4); /* 7 + 7 + 7 + 2 */
+    assert_int_equal(s1.connects, s0.connects);     /* the kept-alive connection served them */
     assert_null(json_object_get(json_object_get(all, "metadata"), "continue"));
     assert_non_null(kd_k8s_meta_str(all, "resourceVersion"));
     /* every item once */
@@ -297,26 +299,71 @@ static void test_connection_retries(void **state)
     struct kd_k8s_client *c = NULL;
     struct kd_k8s_status st = {0};
     char err[KD_ERRLEN];
-    uint64_t req, retries;
+    struct kd_k8s_client_stats s;
     assert_int_equal(kd_k8s_client_new(&cfg, &o, &c, err), 0);
     int64_t t0 = kd_mono_ms();
     assert_int_equal(kd_k8s_get(c, &KD_K8S_CONFIGMAPS, NS, "x", NULL, &st, err), KD_ECONNECT);
     int64_t dt = kd_mono_ms() - t0;
-    kd_k8s_client_counters(c, &req, &retries);
-    printf("connect error after %llu attempts, %lld ms: %s\n", (unsigned long long)req,
+    kd_k8s_client_stats(c, &s);
+    printf("connect error after %llu attempts, %lld ms: %s\n", (unsigned long long)s.requests,
            (long long)dt, err);
-    assert_int_equal(req, 4);
-    assert_int_equal(retries, 3);
+    assert_int_equal(s.requests, 4);
+    assert_int_equal(s.retries, 3);
     assert_true(dt >= 20 + 40 + 50); /* at least half of 40, 80, 100 */
     assert_int_equal(st.http, 0);
     assert_non_null(strstr(err, "GET /api/v1/namespaces/default/configmaps/x"));
     /* POST is retried too when the connection could not be opened (nothing was sent) */
     json_t *cm = configmap("x", "a", "b");
     assert_int_equal(kd_k8s_create(c, &KD_K8S_CONFIGMAPS, NS, cm, NULL, NULL, err), KD_ECONNECT);
-    kd_k8s_client_counters(c, &req, &retries);
-    assert_int_equal(req, 8);
+    kd_k8s_client_stats(c, &s);
+    assert_int_equal(s.requests, 8);
     json_decref(cm);
     kd_k8s_client_free(c);
+}
+
+struct getter {
+    struct kd_k8s_client *c;
+    int ok;
+    int64_t ms;
+};
+
+static void *get_many(void *arg)
+{
+    struct getter *g = arg;
+    int64_t t0 = kd_mono_ms();
+    for (int i = 0; i < 100; i++) {
+        json_t *out = NULL;
+        if (kd_k8s_get(g->c, &KD_K8S_CONFIGMAPS, NS, "page-00", &out, NULL, NULL) == 0)
+            g->ok++;
+        json_decref(out);
+    }
+    g->ms = kd_mono_ms() - t0;
+    return NULL;
+}
+
+static void test_keepalive_and_threads(void **state)
+{
+    (void)state;
+    struct kd_k8s_client_stats s0, s1;
+    struct kd_k8s_client_opts o = {.qps = -1}; /* no client-side limit: measure the transport */
+    struct kd_k8s_client *c = kl_client(&server, &o);
+    pthread_t t[4];
+    struct getter g[4] = {{0}};
+    kd_k8s_client_stats(c, &s0);
+    for (int i = 0; i < 4; i++) {
+        g[i].c = c;
+        assert_int_equal(pthread_create(&t[i], NULL, get_many, &g[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    kd_k8s_client_stats(c, &s1);
+    kd_k8s_client_free(c);
+    printf("400 GETs from 4 threads: %lld ms, %llu new connections\n", (long long)g[0].ms,
+           (unsigned long long)(s1.connects - s0.connects));
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(g[i].ok, 100);
+    assert_int_equal(s1.requests - s0.requests, 400);
+    assert_true(s1.connects - s0.connects <= 4); /* pooled handles keep their connections */
 }
 
 static void test_bearer_token(void **state)
@@ -358,6 +405,25 @@ static void test_bearer_token(void **state)
                      KD_EUNAUTHORIZED);
     assert_null(strstr(err, "wrong-token-value"));
     kd_k8s_client_free(c);
+    /* a rotated token file: the 401 makes the client re-read it and retry once */
+    char stale[160];
+    snprintf(stale, sizeof(stale), "%s/client-token", ts.dir);
+    f = fopen(stale, "w");
+    assert_non_null(f);
+    fprintf(f, "old-token-before-rotation\n");
+    fclose(f);
+    cfg.token = NULL;
+    cfg.token_file = stale;
+    assert_int_equal(kd_k8s_client_new(&cfg, NULL, &c, err), 0);
+    assert_int_equal(kd_k8s_list(c, &KD_K8S_CONFIGMAPS, NS, NULL, &out, NULL, err),
+                     KD_EUNAUTHORIZED);
+    f = fopen(stale, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", token);
+    fclose(f);
+    OK(kd_k8s_list(c, &KD_K8S_CONFIGMAPS, NS, NULL, &out, NULL, err_));
+    json_decref(out);
+    kd_k8s_client_free(c);
     kd_log_init("test", KD_LOG_ERROR, -1);
     close(fd);
     char buf[65536];
@@ -380,7 +446,8 @@ int main(void)
         cmocka_unit_test(test_crud_and_conflict),  cmocka_unit_test(test_invalid_keeps_causes),
         cmocka_unit_test(test_patch_types),        cmocka_unit_test(test_pagination),
         cmocka_unit_test(test_status_subresource), cmocka_unit_test(test_body_cap),
-        cmocka_unit_test(test_connection_retries), cmocka_unit_test(test_bearer_token),
+        cmocka_unit_test(test_connection_retries), cmocka_unit_test(test_keepalive_and_threads),
+        cmocka_unit_test(test_bearer_token),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
