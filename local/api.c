@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/buf.h"
@@ -22,6 +25,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "http/http.h"
+#include "kubelet.h"
 #include "openapi/openapi.h"
 #include "patch.h"
 #include "registry.h"
@@ -38,6 +42,7 @@ struct kd_api {
     struct kd_registry *reg;
     struct kd_http_server *http;
     char *token;
+    char *state_dir;
     int bookmark_ms;
     int gc_ms;
     pthread_t gc;
@@ -722,6 +727,95 @@ static int crd_check(struct kd_http_req *r, const struct kd_restype *rt, const c
     return 0;
 }
 
+/*
+ * Pods: the defaults and admission the real API server applies (restart
+ * policy, grace period, scheduler, priority from the PriorityClass). Lock
+ * held. 0, or the response has been sent.
+ */
+static int pod_defaults(struct kd_api *api, struct kd_http_req *r, const struct kd_restype *rt,
+                        const char *name, json_t *pod)
+{
+    json_t *spec = json_object_get(pod, "spec");
+    if (!json_is_object(spec) || json_array_size(json_object_get(spec, "containers")) == 0) {
+        invalid(r, rt, name,
+                json_pack("[o]", cause("FieldValueRequired", "spec.containers", "Required value")));
+        return KD_EINVALID;
+    }
+    const char *rp = jstr(spec, "restartPolicy");
+    if (rp == NULL) {
+        json_object_set_new(spec, "restartPolicy", json_string("Always"));
+    } else if (strcmp(rp, "Always") != 0 && strcmp(rp, "OnFailure") != 0 &&
+               strcmp(rp, "Never") != 0) {
+        invalid(r, rt, name,
+                json_pack("[o]", cause("FieldValueNotSupported", "spec.restartPolicy",
+                                       "Unsupported value: \"%s\": supported values: \"Always\", "
+                                       "\"OnFailure\", \"Never\"",
+                                       rp)));
+        return KD_EINVALID;
+    }
+    if (json_object_get(spec, "terminationGracePeriodSeconds") == NULL)
+        json_object_set_new(spec, "terminationGracePeriodSeconds", json_integer(30));
+    if (jstr(spec, "schedulerName") == NULL)
+        json_object_set_new(spec, "schedulerName", json_string("default-scheduler"));
+    if (jstr(spec, "dnsPolicy") == NULL)
+        json_object_set_new(spec, "dnsPolicy", json_string("ClusterFirst"));
+    const char *pcn = jstr(spec, "priorityClassName");
+    json_int_t prio = 0;
+    if (pcn != NULL && pcn[0] != '\0') {
+        json_t *pc = kd_store_get(api->st, "scheduling.k8s.io/priorityclasses", NULL, pcn);
+        if (pc == NULL) {
+            char msg[600];
+            snprintf(msg, sizeof(msg),
+                     "pods \"%s\" is forbidden: no PriorityClass with name %s was found", name,
+                     pcn);
+            respond_status(r, 403, "Forbidden", msg, details_for(rt, name, "pods"));
+            return KD_EFORBIDDEN;
+        }
+        prio = json_integer_value(json_object_get(pc, "value"));
+    } else {
+        json_t **pcs = NULL;
+        size_t n = kd_store_list(api->st, "scheduling.k8s.io/priorityclasses", NULL, &pcs);
+        for (size_t i = 0; i < n; i++) {
+            if (json_is_true(json_object_get(pcs[i], "globalDefault"))) {
+                json_object_set(spec, "priorityClassName",
+                                json_object_get(json_object_get(pcs[i], "metadata"), "name"));
+                prio = json_integer_value(json_object_get(pcs[i], "value"));
+            }
+        }
+        free(pcs);
+    }
+    json_object_set_new(spec, "priority", json_integer(prio));
+    json_object_set_new(pod, "status", json_pack("{s:s}", "phase", "Pending"));
+    return 0;
+}
+
+/* Secrets: stringData is merged into data (base64) on every write, as the API server does. */
+static void secret_string_data(json_t *obj)
+{
+    json_t *sd = json_object_get(obj, "stringData");
+    if (!json_is_object(sd))
+        return;
+    json_t *data = json_object_get(obj, "data");
+    if (!json_is_object(data)) {
+        data = json_object();
+        json_object_set_new(obj, "data", data);
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(sd, k, v)
+    {
+        const char *s = json_string_value(v);
+        if (s == NULL)
+            continue;
+        size_t n = strlen(s);
+        char *enc = kd_xmalloc(4 * ((n + 2) / 3) + 1);
+        EVP_EncodeBlock((unsigned char *)enc, (const unsigned char *)s, (int)n);
+        json_object_set_new(data, k, json_string(enc));
+        free(enc);
+    }
+    json_object_del(obj, "stringData");
+}
+
 /* ---- create --------------------------------------------------------------------------------- */
 
 static void do_create(struct kd_api *api, struct kd_http_req *r, const struct target *t)
@@ -868,8 +962,12 @@ static void do_create(struct kd_api *api, struct kd_http_req *r, const struct ta
         }
         json_object_set_new(labels, "kubernetes.io/metadata.name", json_string(name));
     }
-    if (strcmp(t->rt->resource, "pods") == 0 && !json_is_object(json_object_get(obj, "status")))
-        json_object_set_new(obj, "status", json_pack("{s:s}", "phase", "Pending"));
+    if (strcmp(t->rt->gr, "/secrets") == 0)
+        secret_string_data(obj);
+    if (strcmp(t->rt->gr, "/pods") == 0 && pod_defaults(api, r, t->rt, name, obj) != 0) {
+        kd_store_unlock(api->st);
+        goto out;
+    }
     if (dry_run(r)) {
         kd_store_unlock(api->st);
         resp = json_incref(obj);
@@ -1330,6 +1428,8 @@ static void commit_update(struct kd_api *api, struct kd_http_req *r, const struc
                 json_object_del(bm, *k);
         }
         set_kind(rt, built);
+        if (strcmp(rt->gr, "/secrets") == 0)
+            secret_string_data(built);
         if (rt->has_status) {
             json_t *st = json_object_get(cur, "status");
             if (st != NULL)
@@ -1532,8 +1632,17 @@ static int remove_object(struct kd_api *api, const struct kd_restype *rt, const 
  * add theirs) the object gets a deletionTimestamp; otherwise it goes now.
  * *out: the object's state afterwards (new ref). *gone: removed now.
  */
+static bool pod_needs_kubelet(const json_t *pod)
+{
+    const char *nn = jstr(json_object_get(pod, "spec"), "nodeName");
+    const char *phase = jstr(json_object_get(pod, "status"), "phase");
+    return nn != NULL && nn[0] != '\0' &&
+           !(phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0));
+}
+
 static int begin_delete(struct kd_api *api, const struct kd_restype *rt, const char *ns,
-                        const char *name, const char *policy, json_t **out, bool *gone)
+                        const char *name, const char *policy, int64_t grace, json_t **out,
+                        bool *gone)
 {
     int rc = 0;
     json_t *cur = kd_store_get(api->st, rt->gr, ns, name);
@@ -1549,7 +1658,9 @@ static int begin_delete(struct kd_api *api, const struct kd_restype *rt, const c
         extra = "foregroundDeletion";
     else if (policy != NULL && strcmp(policy, "Orphan") == 0)
         extra = "orphan";
-    if (!fin && extra == NULL && !ns_kind) {
+    /* A running pod ends gracefully: the kubelet stops it, then removes it. */
+    bool graceful = strcmp(rt->gr, "/pods") == 0 && pod_needs_kubelet(cur) && grace != 0;
+    if (!fin && extra == NULL && !ns_kind && !graceful) {
         rc = remove_object(api, rt, ns, name, out);
         *gone = rc == 0;
         return rc;
@@ -1564,7 +1675,13 @@ static int begin_delete(struct kd_api *api, const struct kd_restype *rt, const c
         char now[40];
         now_rfc3339(now, sizeof(now));
         json_object_set_new(md, "deletionTimestamp", json_string(now));
-        json_object_set_new(md, "deletionGracePeriodSeconds", json_integer(0));
+        int64_t g = 0;
+        if (graceful) {
+            json_t *tg =
+                json_object_get(json_object_get(next, "spec"), "terminationGracePeriodSeconds");
+            g = grace > 0 ? grace : json_is_integer(tg) ? json_integer_value(tg) : 30;
+        }
+        json_object_set_new(md, "deletionGracePeriodSeconds", json_integer(g));
     }
     if (extra != NULL && !has_finalizer(next, extra)) {
         json_t *f = json_object_get(md, "finalizers");
@@ -1623,6 +1740,14 @@ static void do_delete(struct kd_api *api, struct kd_http_req *r, const struct ta
         bad_request(r, msg);
         goto out;
     }
+    int64_t grace = -1;
+    const char *gq = kd_http_query(r, "gracePeriodSeconds");
+    if (json_is_integer(json_object_get(opts, "gracePeriodSeconds")))
+        grace = json_integer_value(json_object_get(opts, "gracePeriodSeconds"));
+    else if (gq != NULL && (kd_parse_i64(gq, &grace) < 0 || grace < 0)) {
+        bad_request(r, "gracePeriodSeconds: must be a non-negative integer");
+        goto out;
+    }
     kd_store_lock(api->st);
     json_t *cur = kd_store_get(api->st, t->rt->gr, t->ns, t->name);
     const char *pre_rv = jstr(json_object_get(opts, "preconditions"), "resourceVersion");
@@ -1636,7 +1761,7 @@ static void do_delete(struct kd_api *api, struct kd_http_req *r, const struct ta
         goto out;
     }
     int rc = dry_run(r) ? (cur != NULL ? 0 : KD_ENOTFOUND)
-                        : begin_delete(api, t->rt, t->ns, t->name, policy, &out, &gone);
+                        : begin_delete(api, t->rt, t->ns, t->name, policy, grace, &out, &gone);
     if (dry_run(r) && cur != NULL)
         out = json_incref(cur);
     kd_store_unlock(api->st);
@@ -1691,8 +1816,8 @@ static void do_delete_collection(struct kd_api *api, struct kd_http_req *r, cons
         bool gone;
         if (dry_run(r))
             continue;
-        if (begin_delete(api, t->rt, jstr(m, "namespace"), jstr(m, "name"), policy, &out, &gone) ==
-                0 &&
+        if (begin_delete(api, t->rt, jstr(m, "namespace"), jstr(m, "name"), policy, -1, &out,
+                         &gone) == 0 &&
             out != NULL)
             json_array_append_new(deleted, present(t->rt, out));
         json_decref(out);
@@ -1806,7 +1931,7 @@ static void gc_pass(struct kd_api *api)
         if (strcmp(action, "delete") == 0) {
             json_t *out = NULL;
             bool gone;
-            if (begin_delete(api, rt, nsarg, name, "Background", &out, &gone) == 0)
+            if (begin_delete(api, rt, nsarg, name, "Background", -1, &out, &gone) == 0)
                 KD_INFO("garbage collected", "resource=%s namespace=%s name=%s", rt->resource,
                         kd_logq(ns), kd_logq(name));
             json_decref(out);
@@ -1841,7 +1966,8 @@ static void gc_pass(struct kd_api *api)
                         const json_t *m = json_object_get(o, "metadata");
                         json_t *out = NULL;
                         bool gone;
-                        if (begin_delete(api, drt, name, jstr(m, "name"), NULL, &out, &gone) == 0 &&
+                        if (begin_delete(api, drt, name, jstr(m, "name"), NULL, -1, &out, &gone) ==
+                                0 &&
                             !gone)
                             remaining++;
                         json_decref(out);
@@ -1927,6 +2053,239 @@ static void *gc_main(void *p)
     return NULL;
 }
 
+/* ---- pods/log ------------------------------------------------------------------------ */
+
+struct logstream {
+    struct kd_api *api;
+    char *ns, *pod, *uid, *container, *path;
+    int run;
+    bool follow;
+    off_t off;
+    int idle_rounds;
+};
+
+static void logstream_free(void *p)
+{
+    struct logstream *l = p;
+    if (l == NULL)
+        return;
+    free(l->ns);
+    free(l->pod);
+    free(l->uid);
+    free(l->container);
+    free(l->path);
+    free(l);
+}
+
+/* The status entry of a container, borrowed from pod. */
+static const json_t *container_status(const json_t *pod, const char *name)
+{
+    static const char *const lists[] = {"containerStatuses", "initContainerStatuses"};
+    for (size_t l = 0; l < 2; l++) {
+        size_t i;
+        json_t *s;
+        json_array_foreach(json_object_get(json_object_get(pod, "status"), lists[l]), i, s)
+        {
+            if (strcmp(jstr(s, "name") ? jstr(s, "name") : "", name) == 0)
+                return s;
+        }
+    }
+    return NULL;
+}
+
+/* Is this run of the container still running (so a follow must wait for more)? */
+static bool log_live(struct logstream *l)
+{
+    kd_store_lock(l->api->st);
+    json_t *pod = kd_store_get(l->api->st, "/pods", l->ns, l->pod);
+    bool live = false;
+    if (pod != NULL && strcmp(jstr(json_object_get(pod, "metadata"), "uid")
+                                  ? jstr(json_object_get(pod, "metadata"), "uid")
+                                  : "",
+                              l->uid) == 0) {
+        const json_t *cs = container_status(pod, l->container);
+        live = cs != NULL &&
+               json_integer_value(json_object_get(cs, "restartCount")) == (json_int_t)l->run &&
+               json_object_get(json_object_get(cs, "state"), "terminated") == NULL;
+    }
+    kd_store_unlock(l->api->st);
+    return live;
+}
+
+static ssize_t log_read(void *ctx, char *buf, size_t max)
+{
+    struct logstream *l = ctx;
+    int fd = open(l->path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = 0;
+    if (fd >= 0) {
+        n = pread(fd, buf, max, l->off);
+        close(fd);
+    }
+    if (n > 0) {
+        l->off += n;
+        return n;
+    }
+    if (!l->follow || atomic_load(&l->api->stop))
+        return -1;
+    /* Nothing new: end once the run is over (checked on every round after a pause). */
+    if (!log_live(l)) {
+        if (++l->idle_rounds > 1)
+            return -1;
+    }
+    kd_sleep_ms(200);
+    return 0;
+}
+
+/* Offset of the last `tail` lines of a file of `size` bytes (a final newline ends the last line).
+ */
+static off_t tail_offset(const char *path, off_t size, int64_t tail)
+{
+    off_t start = 0;
+    int fd = -1;
+    if (tail == 0) {
+        start = size;
+        goto out;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        goto out;
+    char chunk[4096];
+    off_t pos = size;
+    int64_t seen = 0;
+    while (pos > 0) {
+        size_t want = pos > (off_t)sizeof(chunk) ? sizeof(chunk) : (size_t)pos;
+        ssize_t got = pread(fd, chunk, want, pos - (off_t)want);
+        if (got != (ssize_t)want)
+            goto out;
+        for (size_t i = want; i-- > 0;) {
+            off_t at = pos - (off_t)want + (off_t)i;
+            if (chunk[i] == '\n' && at != size - 1 && ++seen == tail) {
+                start = at + 1;
+                goto out;
+            }
+        }
+        pos -= (off_t)want;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    return start;
+}
+
+static void do_log(struct kd_api *api, struct kd_http_req *r, const struct target *t)
+{
+    const char *container = kd_http_query(r, "container");
+    bool follow = is_true(kd_http_query(r, "follow"));
+    bool previous = is_true(kd_http_query(r, "previous"));
+    int64_t tail = -1, limit = -1;
+    const char *tq = kd_http_query(r, "tailLines");
+    const char *lq = kd_http_query(r, "limitBytes");
+    char msg[1024];
+    if ((tq != NULL && (kd_parse_i64(tq, &tail) < 0 || tail < 0)) ||
+        (lq != NULL && (kd_parse_i64(lq, &limit) < 0 || limit < 1))) {
+        bad_request(r, "tailLines and limitBytes must be non-negative integers");
+        return;
+    }
+    kd_store_lock(api->st);
+    json_t *pod = kd_store_get(api->st, "/pods", t->ns, t->name);
+    pod = pod != NULL ? json_incref(pod) : NULL;
+    kd_store_unlock(api->st);
+    struct logstream *l = NULL;
+    char *data = NULL;
+    if (pod == NULL) {
+        not_found(r, t->rt, t->name);
+        goto out;
+    }
+    const json_t *spec = json_object_get(pod, "spec");
+    const json_t *ctrs = json_object_get(spec, "containers");
+    if (container == NULL || container[0] == '\0') {
+        if (json_array_size(ctrs) != 1) {
+            struct kd_buf b = KD_BUF_INIT(4096);
+            size_t i;
+            json_t *c;
+            int e = 0;
+            json_array_foreach(ctrs, i, c) e =
+                e ? e : kd_buf_printf(&b, "%s%s", i ? " " : "", jstr(c, "name"));
+            snprintf(msg, sizeof(msg),
+                     "a container name must be specified for pod %s, choose one of: [%s]", t->name,
+                     kd_buf_str(&b));
+            kd_buf_free(&b);
+            bad_request(r, msg);
+            goto out;
+        }
+        container = jstr(json_array_get(ctrs, 0), "name");
+    }
+    const json_t *cs = container_status(pod, container);
+    bool known = false;
+    static const char *const lists[] = {"containers", "initContainers"};
+    for (size_t li = 0; li < 2; li++) {
+        size_t i;
+        json_t *c;
+        json_array_foreach(json_object_get(spec, lists[li]), i, c)
+        {
+            known = known || strcmp(jstr(c, "name") ? jstr(c, "name") : "", container) == 0;
+        }
+    }
+    if (!known) {
+        snprintf(msg, sizeof(msg), "container %s is not valid for pod %s", container, t->name);
+        bad_request(r, msg);
+        goto out;
+    }
+    int restarts = (int)json_integer_value(json_object_get(cs, "restartCount"));
+    const json_t *waiting = json_object_get(json_object_get(cs, "state"), "waiting");
+    if (api->state_dir == NULL || cs == NULL || (waiting != NULL && restarts == 0 && !previous) ||
+        jstr(cs, "containerID") == NULL) {
+        const char *why = jstr(waiting, "reason") ? jstr(waiting, "reason") : "ContainerCreating";
+        snprintf(msg, sizeof(msg), "container \"%s\" in pod \"%s\" is waiting to start: %s",
+                 container, t->name, why);
+        bad_request(r, msg);
+        goto out;
+    }
+    int run = restarts;
+    if (previous || (waiting != NULL && restarts > 0))
+        run = restarts - 1;
+    if (previous && json_object_get(cs, "lastState") != NULL &&
+        json_object_get(json_object_get(cs, "lastState"), "terminated") == NULL) {
+        run = -1;
+    }
+    if (run < 0) {
+        snprintf(msg, sizeof(msg), "previous terminated container \"%s\" in pod \"%s\" not found",
+                 container, t->name);
+        bad_request(r, msg);
+        goto out;
+    }
+    l = kd_xcalloc(1, sizeof(*l));
+    l->api = api;
+    l->ns = kd_xstrdup(t->ns);
+    l->pod = kd_xstrdup(t->name);
+    l->uid = kd_xstrdup(jstr(json_object_get(pod, "metadata"), "uid"));
+    l->container = kd_xstrdup(container);
+    l->run = run;
+    l->follow = follow && !previous;
+    l->path = kd_kubelet_log_path(api->state_dir, l->uid, container, run);
+    /* Where to start: the last tailLines lines (or limitBytes), read from the end. */
+    struct stat sb;
+    if (stat(l->path, &sb) == 0) {
+        off_t start = tail >= 0 ? tail_offset(l->path, sb.st_size, tail) : 0;
+        l->off = start;
+        if (limit > 0 && !l->follow && sb.st_size - start > limit) {
+            data = kd_xmalloc((size_t)limit);
+            int fd = open(l->path, O_RDONLY | O_CLOEXEC);
+            ssize_t got = fd >= 0 ? pread(fd, data, (size_t)limit, start) : 0;
+            if (fd >= 0)
+                close(fd);
+            kd_http_respond(r, 200, "text/plain", data, got > 0 ? (size_t)got : 0);
+            goto out;
+        }
+    }
+    kd_http_respond_stream(r, 200, "text/plain", log_read, l, logstream_free);
+    l = NULL;
+out:
+    free(data);
+    logstream_free(l);
+    json_decref(pod);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
 static bool authorized(struct kd_api *api, struct kd_http_req *r)
@@ -1952,6 +2311,10 @@ static void serve_resource(struct kd_api *api, struct kd_http_req *r, const stru
     const char *m = kd_http_method(r);
     bool get = strcmp(m, "GET") == 0;
     if (t->sub != NULL) {
+        if (strcmp(t->sub, "log") == 0 && t->rt->has_log && get) {
+            do_log(api, r, t);
+            return;
+        }
         if (strcmp(t->sub, "status") == 0 && t->rt->has_status) {
             if (get)
                 do_get(api, r, t);
@@ -2072,6 +2435,7 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_store *st, struct kd_
     api->st = st;
     api->reg = kd_registry_new();
     api->token = opts->token != NULL && opts->token[0] != '\0' ? kd_xstrdup(opts->token) : NULL;
+    api->state_dir = opts->state_dir != NULL ? kd_xstrdup(opts->state_dir) : NULL;
     api->bookmark_ms = opts->bookmark_ms > 0 ? opts->bookmark_ms : 60000;
     api->gc_ms = opts->gc_interval_ms > 0 ? opts->gc_interval_ms : 200;
     kd_store_lock(st);
@@ -2130,5 +2494,6 @@ void kd_api_stop(struct kd_api *api)
         pthread_join(api->gc, NULL);
     kd_registry_free(api->reg);
     free(api->token);
+    free(api->state_dir);
     free(api);
 }

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
+#include <ftw.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -17,9 +19,19 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "api.h"
+#include "kubelet.h"
 #include "store.h"
 
 #define MAX_TOKEN 4096
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
 
 static void usage(FILE *f)
 {
@@ -33,6 +45,10 @@ static void usage(FILE *f)
             "  --bookmark-interval S   seconds between watch bookmarks (default 60)\n"
             "  --watch-history N       change events kept for watches (default 20000)\n"
             "  --compact-bytes SIZE    journal size before compaction (default 8MiB)\n"
+            "  --node-name NAME        the Node this machine registers as (default: host name)\n"
+            "  --fake-gpus N           advertise N nvidia.com/gpu without NVML (for tests)\n"
+            "  --max-pods N            pods the node accepts (default 110)\n"
+            "  --no-kubelet            API server only: no Node, pods stay Pending\n"
             "  --log-level LEVEL       debug|info|warn|error (default info, or $KDET_LOG_LEVEL)\n"
             "  -h, --help              this text\n");
 }
@@ -131,6 +147,12 @@ int main(int argc, char **argv)
     int port = 6443, bookmark_s = 60, level = -1;
     uint64_t history = 0, compact = 0;
     char *token = NULL;
+    const char *node_name = NULL;
+    int fake_gpus = -1, max_pods = 0;
+    bool no_kubelet = false;
+    char *state_dir = NULL;
+    bool tmp_state = false;
+    struct kd_kubelet *kubelet = NULL;
     struct kd_store *st = NULL;
     struct kd_api *api = NULL;
     static const struct option longopts[] = {{"data-dir", required_argument, NULL, 'd'},
@@ -142,6 +164,10 @@ int main(int argc, char **argv)
                                              {"watch-history", required_argument, NULL, 'w'},
                                              {"compact-bytes", required_argument, NULL, 'c'},
                                              {"log-level", required_argument, NULL, 'l'},
+                                             {"node-name", required_argument, NULL, 'n'},
+                                             {"fake-gpus", required_argument, NULL, 'g'},
+                                             {"max-pods", required_argument, NULL, 'm'},
+                                             {"no-kubelet", no_argument, NULL, 'K'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int c;
@@ -184,6 +210,21 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'n': node_name = optarg; break;
+        case 'K': no_kubelet = true; break;
+        case 'g':
+            if (kd_parse_int(optarg, &fake_gpus) < 0 || fake_gpus < 0 || fake_gpus > 64) {
+                fprintf(stderr, "kdet-local: --fake-gpus %s: expected an integer in 0..64\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'm':
+            if (kd_parse_int(optarg, &max_pods) < 0 || max_pods < 1) {
+                fprintf(stderr, "kdet-local: --max-pods %s: expected an integer >= 1\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -221,11 +262,32 @@ int main(int argc, char **argv)
     KD_INFO("store open", "data_dir=%s resource_version=%llu ms=%lld",
             kd_logq(data_dir != NULL ? data_dir : "(memory)"), (unsigned long long)rv,
             (long long)(kd_mono_ms() - t0));
-    struct kd_api_opts ao = {.port = port, .token = token, .bookmark_ms = bookmark_s * 1000};
+    if (data_dir != NULL) {
+        state_dir = kd_xasprintf("%s/kubelet", data_dir);
+    } else {
+        state_dir = kd_xstrdup("/tmp/kdet-local.XXXXXX");
+        if (mkdtemp(state_dir) == NULL) {
+            rc = kd_seterr(err, -errno, "cannot create a state dir in /tmp: %s", strerror(errno));
+            goto out;
+        }
+        tmp_state = true;
+    }
+    struct kd_api_opts ao = {
+        .port = port, .token = token, .bookmark_ms = bookmark_s * 1000, .state_dir = state_dir};
     rc = kd_api_start(&ao, st, &api, err);
     if (rc != 0)
         goto out;
     int actual = kd_api_port(api);
+    if (!no_kubelet) {
+        struct kd_kubelet_opts ko = {.node_name = node_name,
+                                     .state_dir = state_dir,
+                                     .fake_gpus = fake_gpus,
+                                     .api_port = actual,
+                                     .max_pods = max_pods};
+        rc = kd_kubelet_start(&ko, st, &kubelet, err);
+        if (rc != 0)
+            goto out;
+    }
     if (kubeconfig != NULL) {
         rc = write_kubeconfig(kubeconfig, actual, token, err);
         if (rc != 0)
@@ -249,8 +311,12 @@ out:
         KD_ERROR("kdet-local failed", "err=%s", kd_logq(err[0] ? err : kd_strerror(rc)));
         fprintf(stderr, "kdet-local: %s\n", err[0] ? err : kd_strerror(rc));
     }
+    kd_kubelet_stop(kubelet);
     kd_api_stop(api);
     kd_store_close(st);
+    if (tmp_state)
+        nftw(state_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(state_dir);
     free(token);
     return rc == 0 ? 0 : 1;
 }

@@ -1,0 +1,1468 @@
+/*
+ * The process kubelet. One thread: reap exited containers, schedule, then
+ * drive each bound pod (prepare volumes, run init containers in order, run
+ * the app containers, restart per restartPolicy with the kubelet's
+ * back-off, SIGTERM/SIGKILL on deletion) and write back pod status when it
+ * changed. Containers are process groups started with posix_spawn.
+ */
+#include "kubelet.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uthash.h>
+
+#include "core/alloc.h"
+#include "core/buf.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/time.h"
+#include "quantity.h"
+#include "sched.h"
+#include "store.h"
+
+#define MAX_GPUS 64
+#define MAX_ENV 1024
+#define BACKOFF_START_MS 10000
+#define BACKOFF_MAX_MS 300000
+#define LEASE_PERIOD_MS 10000
+
+extern char **environ;
+
+enum cstate { C_WAITING, C_RUNNING, C_TERMINATED };
+
+struct ctr {
+    char *name;
+    bool init;
+    pid_t pid;
+    enum cstate state;
+    int restarts;
+    bool ever_started;
+    char *wait_reason, *wait_msg;
+    char started[40], finished[40];
+    int exit_code;
+    char *term_reason, *term_msg;
+    json_t *last; /* lastState.terminated of the previous run, or NULL */
+    int64_t next_start_ms;
+    int64_t backoff_ms;
+};
+
+struct podrt {
+    UT_hash_handle hh;
+    char *uid, *ns, *name;
+    char *dir;
+    int gpus[MAX_GPUS];
+    int ngpus;
+    struct ctr *c;
+    size_t nc, ninit;
+    bool prepared;
+    bool done; /* terminal: nothing more to run */
+    char start_time[40];
+    int64_t term_sent_ms;
+    int64_t kill_at_ms;
+    json_t *cond_times; /* type -> [status, time] */
+    char **links;       /* symlinks made for volume mounts */
+    size_t nlinks;
+};
+
+struct kd_kubelet {
+    struct kd_store *st;
+    char *node;
+    char *state_dir;
+    int api_port;
+    int ngpus;
+    bool gpu_used[MAX_GPUS];
+    struct podrt *pods;
+    pthread_t thread;
+    bool started;
+    atomic_bool stop;
+    int64_t next_lease_ms;
+};
+
+static const char *jstr(const json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+static void now3339(char *buf, size_t len)
+{
+    kd_time_rfc3339(kd_wall_ms(), 0, buf, len);
+}
+
+char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *container, int run)
+{
+    return kd_xasprintf("%s/pods/%s/%s/%d.log", state_dir, uid, container, run);
+}
+
+static int mkdir_p(const char *path)
+{
+    char buf[PATH_MAX];
+    if (kd_strlcpy(buf, path, sizeof(buf)) >= sizeof(buf))
+        return -ENAMETOOLONG;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    }
+    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int rm_rf(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) < 0)
+        return 0;
+    if (S_ISDIR(sb.st_mode)) {
+        DIR *d = opendir(path);
+        if (d != NULL) {
+            struct dirent *e;
+            while ((e = readdir(d)) != NULL) {
+                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                    continue;
+                char *sub = kd_xasprintf("%s/%s", path, e->d_name);
+                rm_rf(sub);
+                free(sub);
+            }
+            closedir(d);
+        }
+        return rmdir(path) < 0 ? -errno : 0;
+    }
+    return unlink(path) < 0 ? -errno : 0;
+}
+
+static int write_file(const char *path, const void *data, size_t len, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -errno;
+    int rc = 0;
+    if (write(fd, data, len) != (ssize_t)len)
+        rc = -EIO;
+    close(fd);
+    return rc;
+}
+
+/* ---- GPUs --------------------------------------------------------------------------- */
+
+/* NVML through dlopen, so the binary runs where there is no driver. */
+static int count_gpus(void)
+{
+    int n = 0;
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return 0;
+    int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+    int (*count)(unsigned *) = (int (*)(unsigned *))dlsym(h, "nvmlDeviceGetCount_v2");
+    int (*shutdown)(void) = (int (*)(void))dlsym(h, "nvmlShutdown");
+    unsigned c = 0;
+    if (init != NULL && count != NULL && init() == 0) {
+        if (count(&c) == 0)
+            n = (int)c;
+        if (shutdown != NULL)
+            shutdown();
+    }
+    dlclose(h);
+    return n > MAX_GPUS ? MAX_GPUS : n;
+}
+
+/* ---- node and lease -------------------------------------------------------------------- */
+
+static int64_t mem_total_ki(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    int64_t kb = 0;
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "MemTotal:", 9) == 0) {
+            kb = strtoll(line + 9, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return kb;
+}
+
+static int register_node(struct kd_kubelet *k, int max_pods)
+{
+    char now[40], cpu[32], mem[32], gpus[16], pods[16], uid[40];
+    now3339(now, sizeof(now));
+    snprintf(cpu, sizeof(cpu), "%ld", sysconf(_SC_NPROCESSORS_ONLN));
+    snprintf(mem, sizeof(mem), "%lldKi", (long long)mem_total_ki());
+    snprintf(gpus, sizeof(gpus), "%d", k->ngpus);
+    snprintf(pods, sizeof(pods), "%d", max_pods);
+    json_t *cur = kd_store_get(k->st, "/nodes", NULL, k->node);
+    const char *cur_uid = cur != NULL ? jstr(json_object_get(cur, "metadata"), "uid") : NULL;
+    const char *cur_ts =
+        cur != NULL ? jstr(json_object_get(cur, "metadata"), "creationTimestamp") : NULL;
+    if (cur_uid != NULL) {
+        kd_strlcpy(uid, cur_uid, sizeof(uid));
+    } else {
+        unsigned char b[16] = {0};
+        if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+            b[0] = (unsigned char)getpid();
+        snprintf(uid, sizeof(uid),
+                 "%02x%02x%02x%02x-%02x%02x-4%x%02x-a%x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                 b[2], b[3], b[4], b[5], b[6] & 15, b[7], b[8] & 15, b[9], b[10], b[11], b[12],
+                 b[13], b[14], b[15]);
+    }
+    json_t *res = json_pack("{s:s,s:s,s:s,s:s}", "cpu", cpu, "memory", mem, "pods", pods,
+                            "nvidia.com/gpu", gpus);
+    json_t *node = json_pack(
+        "{s:s,s:s,s:{s:s,s:s,s:s,s:{s:s,s:s,s:s,s:s,s:s}},s:{},"
+        "s:{s:O,s:o,s:[{s:s,s:s,s:s,s:s,s:s,s:s}],s:[{s:s,s:s},{s:s,s:s}],"
+        "s:{s:s,s:s,s:s,s:s,s:s,s:s}}}",
+        "kind", "Node", "apiVersion", "v1", "metadata", "name", k->node, "uid", uid,
+        "creationTimestamp", cur_ts != NULL ? cur_ts : now, "labels", "kubernetes.io/hostname",
+        k->node, "kubernetes.io/os", "linux", "kubernetes.io/arch", "amd64",
+        "beta.kubernetes.io/os", "linux", "node.kubernetes.io/instance-type", "kdet-local", "spec",
+        "status", "capacity", res, "allocatable", res, "conditions", "type", "Ready", "status",
+        "True", "lastHeartbeatTime", now, "lastTransitionTime", now, "reason", "KubeletReady",
+        "message", "kdet-local kubelet is posting ready status", "addresses", "type", "InternalIP",
+        "address", "127.0.0.1", "type", "Hostname", "address", k->node, "nodeInfo",
+        "kubeletVersion", "v1.32.0-kdet-local", "operatingSystem", "linux", "architecture", "amd64",
+        "containerRuntimeVersion", "kdet-local://process", "osImage", "Linux", "kernelVersion", "");
+    return kd_store_put(k->st, "/nodes", NULL, k->node, node, NULL);
+}
+
+static void renew_lease(struct kd_kubelet *k)
+{
+    char now[40];
+    kd_time_rfc3339(kd_wall_ms(), 1, now, sizeof(now));
+    /* RFC 3339 with microseconds, as MicroTime is written. */
+    char micro[48];
+    snprintf(micro, sizeof(micro), "%.23s000Z", now);
+    json_t *cur = kd_store_get(k->st, "coordination.k8s.io/leases", "kube-node-lease", k->node);
+    json_t *lease;
+    if (cur != NULL) {
+        lease = json_deep_copy(cur);
+        json_object_set_new(json_object_get(lease, "spec"), "renewTime", json_string(micro));
+    } else {
+        char ts[40];
+        now3339(ts, sizeof(ts));
+        lease =
+            json_pack("{s:s,s:s,s:{s:s,s:s,s:s},s:{s:s,s:i,s:s}}", "kind", "Lease", "apiVersion",
+                      "coordination.k8s.io/v1", "metadata", "name", k->node, "namespace",
+                      "kube-node-lease", "creationTimestamp", ts, "spec", "holderIdentity", k->node,
+                      "leaseDurationSeconds", 40, "renewTime", micro);
+    }
+    if (kd_store_put(k->st, "coordination.k8s.io/leases", "kube-node-lease", k->node, lease,
+                     NULL) != 0)
+        KD_WARN("node lease renewal failed", "node=%s", kd_logq(k->node));
+}
+
+/* ---- pod runtime --------------------------------------------------------------------------- */
+
+static void ctr_clear(struct ctr *c)
+{
+    free(c->name);
+    free(c->wait_reason);
+    free(c->wait_msg);
+    free(c->term_reason);
+    free(c->term_msg);
+    json_decref(c->last);
+}
+
+static void set_waiting(struct ctr *c, const char *reason, const char *msg)
+{
+    free(c->wait_reason);
+    free(c->wait_msg);
+    c->wait_reason = reason ? kd_xstrdup(reason) : NULL;
+    c->wait_msg = msg ? kd_xstrdup(msg) : NULL;
+    c->state = C_WAITING;
+}
+
+static void release_gpus(struct kd_kubelet *k, struct podrt *p)
+{
+    for (int i = 0; i < p->ngpus; i++)
+        k->gpu_used[p->gpus[i]] = false;
+    p->ngpus = 0;
+}
+
+static void podrt_free(struct kd_kubelet *k, struct podrt *p)
+{
+    release_gpus(k, p);
+    for (size_t i = 0; i < p->nc; i++)
+        ctr_clear(&p->c[i]);
+    for (size_t i = 0; i < p->nlinks; i++) {
+        unlink(p->links[i]);
+        free(p->links[i]);
+    }
+    free(p->links);
+    free(p->c);
+    free(p->uid);
+    free(p->ns);
+    free(p->name);
+    free(p->dir);
+    json_decref(p->cond_times);
+    free(p);
+}
+
+static const json_t *prev_status(const json_t *pod, const char *list, const char *name)
+{
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(json_object_get(pod, "status"), list), i, s)
+    {
+        if (strcmp(jstr(s, "name") ? jstr(s, "name") : "", name) == 0)
+            return s;
+    }
+    return NULL;
+}
+
+static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
+{
+    const json_t *md = json_object_get(pod, "metadata");
+    const json_t *spec = json_object_get(pod, "spec");
+    struct podrt *p = kd_xcalloc(1, sizeof(*p));
+    p->uid = kd_xstrdup(jstr(md, "uid"));
+    p->ns = kd_xstrdup(jstr(md, "namespace"));
+    p->name = kd_xstrdup(jstr(md, "name"));
+    p->dir = kd_xasprintf("%s/pods/%s", k->state_dir, p->uid);
+    p->cond_times = json_object();
+    const json_t *ic = json_object_get(spec, "initContainers");
+    const json_t *cc = json_object_get(spec, "containers");
+    p->ninit = json_array_size(ic);
+    p->nc = p->ninit + json_array_size(cc);
+    p->c = kd_xcalloc(p->nc + 1, sizeof(*p->c));
+    for (size_t i = 0; i < p->nc; i++) {
+        bool init = i < p->ninit;
+        const json_t *c = json_array_get(init ? ic : cc, init ? i : i - p->ninit);
+        p->c[i].name = kd_xstrdup(jstr(c, "name") ? jstr(c, "name") : "");
+        p->c[i].init = init;
+        /* Keep counting restarts across a kdet-local restart. */
+        const json_t *ps =
+            prev_status(pod, init ? "initContainerStatuses" : "containerStatuses", p->c[i].name);
+        p->c[i].restarts = (int)json_integer_value(json_object_get(ps, "restartCount"));
+        if (ps != NULL && json_object_get(json_object_get(ps, "state"), "running") != NULL)
+            p->c[i].restarts++;
+        p->c[i].backoff_ms = BACKOFF_START_MS;
+        set_waiting(&p->c[i], init || p->ninit == 0 ? "ContainerCreating" : "PodInitializing",
+                    NULL);
+    }
+    now3339(p->start_time, sizeof(p->start_time));
+    return p;
+}
+
+/* ---- volumes ------------------------------------------------------------------------------- */
+
+static unsigned char *b64dec(const char *s, size_t *len)
+{
+    size_t n = strlen(s);
+    unsigned char *out = kd_xmalloc(n + 4);
+    int r = n > 0 ? EVP_DecodeBlock(out, (const unsigned char *)s, (int)n) : 0;
+    if (r < 0) {
+        free(out);
+        return NULL;
+    }
+    /* EVP_DecodeBlock counts the padding bytes. */
+    size_t pad = 0;
+    if (n >= 1 && s[n - 1] == '=')
+        pad++;
+    if (n >= 2 && s[n - 2] == '=')
+        pad++;
+    *len = (size_t)r - pad;
+    return out;
+}
+
+/* Write a ConfigMap's or Secret's keys (or the listed items) as files into dir. */
+static int project_keys(const char *dir, const json_t *src, bool secret, const json_t *items,
+                        char *err)
+{
+    int rc = mkdir_p(dir);
+    if (rc != 0)
+        return kd_seterr(err, rc, "cannot create %s: %s", dir, strerror(-rc));
+    const json_t *data = json_object_get(src, "data");
+    const json_t *bin = json_object_get(src, "binaryData");
+    const char *key;
+    json_t *v;
+    json_t *all = json_object();
+    json_object_foreach((json_t *)data, key, v) json_object_set(all, key, v);
+    json_object_foreach((json_t *)bin, key, v) json_object_set(all, key, v);
+    json_object_foreach(all, key, v)
+    {
+        const char *path = key;
+        if (json_array_size(items) > 0) {
+            path = NULL;
+            size_t i;
+            json_t *it;
+            json_array_foreach(items, i, it)
+            {
+                if (strcmp(jstr(it, "key") ? jstr(it, "key") : "", key) == 0)
+                    path = jstr(it, "path");
+            }
+            if (path == NULL)
+                continue;
+        }
+        if (strstr(path, "..") != NULL || path[0] == '/')
+            continue;
+        char *file = kd_xasprintf("%s/%s", dir, path);
+        char *slash = strrchr(file, '/');
+        *slash = '\0';
+        mkdir_p(file);
+        *slash = '/';
+        const char *s = json_string_value(v);
+        bool binary = secret || json_object_get(bin, key) == v;
+        if (s != NULL && binary) {
+            size_t len = 0;
+            unsigned char *raw = b64dec(s, &len);
+            if (raw != NULL)
+                rc = write_file(file, raw, len, secret ? 0600 : 0644);
+            free(raw);
+        } else if (s != NULL) {
+            rc = write_file(file, s, strlen(s), 0644);
+        }
+        free(file);
+        if (rc != 0)
+            break;
+    }
+    json_decref(all);
+    return rc;
+}
+
+/* Prepare every volume (lock held for reads of ConfigMaps and Secrets). 0 or the reason in err. */
+static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *pod, char *err)
+{
+    int rc = mkdir_p(p->dir);
+    if (rc != 0)
+        return kd_seterr(err, rc, "cannot create %s: %s", p->dir, strerror(-rc));
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "volumes"), i, v)
+    {
+        const char *name = jstr(v, "name");
+        if (name == NULL || strchr(name, '/') != NULL)
+            continue;
+        char *dir = kd_xasprintf("%s/volumes/%s", p->dir, name);
+        const json_t *cm = json_object_get(v, "configMap");
+        const json_t *sec = json_object_get(v, "secret");
+        const json_t *hp = json_object_get(v, "hostPath");
+        if (json_object_get(v, "emptyDir") != NULL) {
+            rc = mkdir_p(dir);
+            if (rc != 0)
+                kd_seterr(err, rc, "volume %s: cannot create %s", name, dir);
+        } else if (cm != NULL || sec != NULL) {
+            const char *src = cm != NULL ? jstr(cm, "name") : jstr(sec, "secretName");
+            bool optional = json_is_true(json_object_get(cm != NULL ? cm : sec, "optional"));
+            json_t *obj = kd_store_get(k->st, cm != NULL ? "/configmaps" : "/secrets", p->ns,
+                                       src != NULL ? src : "");
+            if (obj == NULL && !optional) {
+                rc = kd_seterr(err, KD_ENOTFOUND, "%s \"%s\" not found",
+                               cm != NULL ? "configmap" : "secret", src ? src : "");
+            } else {
+                rc = project_keys(dir, obj, sec != NULL,
+                                  json_object_get(cm != NULL ? cm : sec, "items"), err);
+            }
+        } else if (hp != NULL) {
+            const char *type = jstr(hp, "type");
+            if (type != NULL && strcmp(type, "DirectoryOrCreate") == 0)
+                mkdir_p(jstr(hp, "path") ? jstr(hp, "path") : "");
+            free(dir);
+            dir = NULL;
+            rc = mkdir_p(p->dir);
+        } else {
+            rc = mkdir_p(dir); /* other kinds: an empty directory */
+        }
+        free(dir);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The directory a volumeMount refers to. Caller frees. */
+static char *volume_source(const struct podrt *p, const json_t *pod, const char *vname)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "volumes"), i, v)
+    {
+        if (strcmp(jstr(v, "name") ? jstr(v, "name") : "", vname) != 0)
+            continue;
+        const json_t *hp = json_object_get(v, "hostPath");
+        if (hp != NULL)
+            return kd_xstrdup(jstr(hp, "path") ? jstr(hp, "path") : "/");
+        return kd_xasprintf("%s/volumes/%s", p->dir, vname);
+    }
+    return NULL;
+}
+
+/*
+ * Without a mount namespace, a volume appears at its mountPath as a
+ * symlink: made when the path is free, replaced when it is a symlink into
+ * kdet-local's own state dir.
+ */
+static int mount_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *pod, const json_t *c,
+                         char *err)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(c, "volumeMounts"), i, m)
+    {
+        const char *mp = jstr(m, "mountPath");
+        const char *vn = jstr(m, "name");
+        if (mp == NULL || vn == NULL)
+            continue;
+        char *src = volume_source(p, pod, vn);
+        if (src == NULL)
+            return kd_seterr(err, KD_EINVAL, "volumeMounts: volume \"%s\" is not in spec.volumes",
+                             vn);
+        const char *sub = jstr(m, "subPath");
+        if (sub != NULL && sub[0] != '\0') {
+            char *s2 = kd_xasprintf("%s/%s", src, sub);
+            free(src);
+            src = s2;
+        }
+        char link[PATH_MAX];
+        ssize_t ln = readlink(mp, link, sizeof(link) - 1);
+        struct stat sb;
+        if (ln >= 0) {
+            link[ln] = '\0';
+            if (strcmp(link, src) == 0) {
+                free(src);
+                continue;
+            }
+            if (!kd_str_has_prefix(link, k->state_dir)) {
+                int rc = kd_seterr(err, KD_EEXIST,
+                                   "mountPath %s is a symlink on this machine; kdet-local mounts "
+                                   "volumes as symlinks at their mountPath",
+                                   mp);
+                free(src);
+                return rc;
+            }
+            unlink(mp);
+        } else if (lstat(mp, &sb) == 0) {
+            int rc = kd_seterr(err, KD_EEXIST,
+                               "mountPath %s exists on this machine; kdet-local mounts volumes as "
+                               "symlinks at their mountPath, so it must be a free path",
+                               mp);
+            free(src);
+            return rc;
+        }
+        char parent[PATH_MAX];
+        kd_strlcpy(parent, mp, sizeof(parent));
+        char *slash = strrchr(parent, '/');
+        if (slash != NULL && slash != parent) {
+            *slash = '\0';
+            mkdir_p(parent);
+        }
+        if (symlink(src, mp) < 0) {
+            int rc = kd_seterr(err, -errno, "mountPath %s: cannot create a symlink: %s", mp,
+                               strerror(errno));
+            free(src);
+            return rc;
+        }
+        p->links = kd_xrealloc(p->links, (p->nlinks + 1) * sizeof(char *));
+        p->links[p->nlinks++] = kd_xstrdup(mp);
+        free(src);
+    }
+    return 0;
+}
+
+/* ---- environment --------------------------------------------------------------------------- */
+
+struct env {
+    char *v[MAX_ENV + 1];
+    size_t n;
+};
+
+static void env_set(struct env *e, const char *name, const char *value)
+{
+    size_t nl = strlen(name);
+    for (size_t i = 0; i < e->n; i++) {
+        if (strncmp(e->v[i], name, nl) == 0 && e->v[i][nl] == '=') {
+            free(e->v[i]);
+            e->v[i] = kd_xasprintf("%s=%s", name, value);
+            return;
+        }
+    }
+    if (e->n < MAX_ENV)
+        e->v[e->n++] = kd_xasprintf("%s=%s", name, value);
+}
+
+static const char *env_get(const struct env *e, const char *name, size_t nl)
+{
+    for (size_t i = 0; i < e->n; i++) {
+        if (strncmp(e->v[i], name, nl) == 0 && e->v[i][nl] == '=')
+            return e->v[i] + nl + 1;
+    }
+    return NULL;
+}
+
+static void env_free(struct env *e)
+{
+    for (size_t i = 0; i < e->n; i++)
+        free(e->v[i]);
+    e->n = 0;
+}
+
+/* $(VAR) expansion as the kubelet does it: $$ escapes, unknown references stay as written. */
+static char *expand(const struct env *e, const char *s)
+{
+    struct kd_buf b = KD_BUF_INIT(1 << 20);
+    int rc = 0;
+    for (const char *p = s; *p != '\0' && rc == 0; p++) {
+        if (p[0] == '$' && p[1] == '$') {
+            rc = kd_buf_putc(&b, '$');
+            p++;
+        } else if (p[0] == '$' && p[1] == '(') {
+            const char *close = strchr(p + 2, ')');
+            const char *val = close != NULL ? env_get(e, p + 2, (size_t)(close - p - 2)) : NULL;
+            if (val != NULL) {
+                rc = kd_buf_puts(&b, val);
+                p = close;
+            } else {
+                rc = kd_buf_putc(&b, *p);
+            }
+        } else {
+            rc = kd_buf_putc(&b, *p);
+        }
+    }
+    return kd_buf_steal(&b);
+}
+
+static const char *field_ref(const json_t *pod, const char *path, char *buf, size_t len)
+{
+    const json_t *md = json_object_get(pod, "metadata");
+    if (strcmp(path, "metadata.name") == 0)
+        return jstr(md, "name");
+    if (strcmp(path, "metadata.namespace") == 0)
+        return jstr(md, "namespace");
+    if (strcmp(path, "metadata.uid") == 0)
+        return jstr(md, "uid");
+    if (strcmp(path, "spec.nodeName") == 0)
+        return jstr(json_object_get(pod, "spec"), "nodeName");
+    if (strcmp(path, "spec.serviceAccountName") == 0)
+        return jstr(json_object_get(pod, "spec"), "serviceAccountName");
+    if (strcmp(path, "status.podIP") == 0 || strcmp(path, "status.hostIP") == 0 ||
+        strcmp(path, "status.podIPs") == 0 || strcmp(path, "status.hostIPs") == 0)
+        return "127.0.0.1";
+    const char *which = kd_str_has_prefix(path, "metadata.labels['")        ? "labels"
+                        : kd_str_has_prefix(path, "metadata.annotations['") ? "annotations"
+                                                                            : NULL;
+    if (which != NULL) {
+        const char *start = strchr(path, '\'') + 1;
+        const char *end = strchr(start, '\'');
+        if (end == NULL || (size_t)(end - start) >= len)
+            return NULL;
+        memcpy(buf, start, (size_t)(end - start));
+        buf[end - start] = '\0';
+        return jstr(json_object_get(md, which), buf);
+    }
+    return NULL;
+}
+
+/* The key of a ConfigMap (data or binaryData) or Secret (decoded). Caller frees; NULL if absent. */
+static char *source_key(struct kd_kubelet *k, const char *ns, bool secret, const char *name,
+                        const char *key)
+{
+    json_t *obj = kd_store_get(k->st, secret ? "/secrets" : "/configmaps", ns, name);
+    if (obj == NULL)
+        return NULL;
+    const char *v = jstr(json_object_get(obj, "data"), key);
+    if (v == NULL || !secret)
+        return v != NULL ? kd_xstrdup(v) : NULL;
+    size_t len = 0;
+    unsigned char *raw = b64dec(v, &len);
+    if (raw == NULL)
+        return NULL;
+    raw[len] = '\0';
+    return (char *)raw;
+}
+
+/* Build the environment of container c (lock held). 0, or the reason in err. */
+static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, const json_t *c,
+                     struct env *e, char *err)
+{
+    static const char *const keep[] = {
+        "PATH", "HOME", "LANG", "LC_ALL", "USER", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONPATH", NULL};
+    for (const char *const *kv = keep; *kv != NULL; kv++) {
+        const char *v = getenv(*kv);
+        if (v != NULL)
+            env_set(e, *kv, v);
+    }
+    char port[16];
+    snprintf(port, sizeof(port), "%d", k->api_port);
+    env_set(e, "HOSTNAME", p->name);
+    env_set(e, "KUBERNETES_SERVICE_HOST", "127.0.0.1");
+    env_set(e, "KUBERNETES_SERVICE_PORT", port);
+    char gpus[MAX_GPUS * 4 + 1] = "";
+    for (int i = 0; i < p->ngpus; i++) {
+        size_t l = strlen(gpus);
+        snprintf(gpus + l, sizeof(gpus) - l, "%s%d", i ? "," : "", p->gpus[i]);
+    }
+    /* A pod sees only its own GPUs (none when it asked for none). */
+    env_set(e, "CUDA_VISIBLE_DEVICES", gpus);
+    env_set(e, "NVIDIA_VISIBLE_DEVICES", p->ngpus > 0 ? gpus : "void");
+    size_t i;
+    json_t *ef;
+    json_array_foreach(json_object_get(c, "envFrom"), i, ef)
+    {
+        const json_t *cmr = json_object_get(ef, "configMapRef");
+        const json_t *sr = json_object_get(ef, "secretRef");
+        const json_t *ref = cmr != NULL ? cmr : sr;
+        const char *prefix = jstr(ef, "prefix") ? jstr(ef, "prefix") : "";
+        json_t *obj = kd_store_get(k->st, cmr != NULL ? "/configmaps" : "/secrets", p->ns,
+                                   jstr(ref, "name") ? jstr(ref, "name") : "");
+        if (obj == NULL) {
+            if (json_is_true(json_object_get(ref, "optional")))
+                continue;
+            return kd_seterr(err, KD_ENOTFOUND, "%s \"%s\" not found",
+                             cmr != NULL ? "configmap" : "secret", jstr(ref, "name"));
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach(json_object_get(obj, "data"), key, v)
+        {
+            char *name = kd_xasprintf("%s%s", prefix, key);
+            if (cmr != NULL) {
+                env_set(e, name, json_string_value(v) ? json_string_value(v) : "");
+            } else {
+                char *val = source_key(k, p->ns, true, jstr(ref, "name"), key);
+                env_set(e, name, val ? val : "");
+                free(val);
+            }
+            free(name);
+        }
+    }
+    json_t *ev;
+    json_array_foreach(json_object_get(c, "env"), i, ev)
+    {
+        const char *name = jstr(ev, "name");
+        if (name == NULL)
+            continue;
+        const json_t *vf = json_object_get(ev, "valueFrom");
+        if (vf == NULL) {
+            char *val = expand(e, jstr(ev, "value") ? jstr(ev, "value") : "");
+            env_set(e, name, val);
+            free(val);
+            continue;
+        }
+        const json_t *fr = json_object_get(vf, "fieldRef");
+        const json_t *cmk = json_object_get(vf, "configMapKeyRef");
+        const json_t *sk = json_object_get(vf, "secretKeyRef");
+        if (fr != NULL) {
+            char buf[256];
+            const char *val = field_ref(pod, jstr(fr, "fieldPath") ? jstr(fr, "fieldPath") : "",
+                                        buf, sizeof(buf));
+            env_set(e, name, val ? val : "");
+        } else if (cmk != NULL || sk != NULL) {
+            const json_t *ref = cmk != NULL ? cmk : sk;
+            char *val = source_key(k, p->ns, sk != NULL, jstr(ref, "name") ? jstr(ref, "name") : "",
+                                   jstr(ref, "key") ? jstr(ref, "key") : "");
+            if (val == NULL && !json_is_true(json_object_get(ref, "optional")))
+                return kd_seterr(err, KD_ENOTFOUND, "couldn't find key %s in %s %s/%s",
+                                 jstr(ref, "key"), sk != NULL ? "Secret" : "ConfigMap", p->ns,
+                                 jstr(ref, "name"));
+            if (val != NULL)
+                env_set(e, name, val);
+            free(val);
+        }
+    }
+    return 0;
+}
+
+/* ---- running containers --------------------------------------------------------------------- */
+
+static void save_pgid(struct podrt *p, pid_t pid)
+{
+    char *path = kd_xasprintf("%s/pids", p->dir);
+    FILE *f = fopen(path, "a");
+    if (f != NULL) {
+        fprintf(f, "%d\n", (int)pid);
+        fclose(f);
+    }
+    free(path);
+}
+
+/* Start container i (lock held). On failure the container is terminated with StartError. */
+static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t *pod, size_t i)
+{
+    struct ctr *c = &p->c[i];
+    const json_t *spec = json_object_get(pod, "spec");
+    const json_t *cs =
+        json_array_get(json_object_get(spec, c->init ? "initContainers" : "containers"),
+                       c->init ? i : i - p->ninit);
+    char err[KD_ERRLEN] = "";
+    struct env e = {.n = 0};
+    char **argv = NULL;
+    size_t argc = 0;
+    char *logdir = NULL, *logpath = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    bool fa_init = false, attr_init = false;
+    if (build_env(k, p, pod, cs, &e, err) != 0 || mount_volumes(k, p, pod, cs, err) != 0) {
+        set_waiting(c, "CreateContainerConfigError", err);
+        c->next_start_ms = kd_mono_ms() + 1000;
+        goto out;
+    }
+    const json_t *cmd = json_object_get(cs, "command");
+    const json_t *args = json_object_get(cs, "args");
+    argv = kd_xcalloc(json_array_size(cmd) + json_array_size(args) + 1, sizeof(char *));
+    size_t j;
+    json_t *a;
+    json_array_foreach(cmd, j, a) argv[argc++] = expand(&e, json_string_value(a) ?: "");
+    json_array_foreach(args, j, a) argv[argc++] = expand(&e, json_string_value(a) ?: "");
+    logdir = kd_xasprintf("%s/%s", p->dir, c->name);
+    mkdir_p(logdir);
+    logpath = kd_kubelet_log_path(k->state_dir, p->uid, c->name, c->restarts);
+    now3339(c->started, sizeof(c->started));
+    if (json_array_size(cmd) == 0) {
+        snprintf(err, sizeof(err),
+                 "kdet-local runs containers as local processes and ignores the image (%s): "
+                 "spec.%s[%zu].command is required",
+                 jstr(cs, "image") ? jstr(cs, "image") : "none",
+                 c->init ? "initContainers" : "containers", c->init ? i : i - p->ninit);
+        goto fail;
+    }
+    const char *wd = jstr(cs, "workingDir");
+    if (wd == NULL || wd[0] == '\0')
+        wd = p->dir;
+    else
+        mkdir_p(wd);
+    posix_spawn_file_actions_init(&fa);
+    fa_init = true;
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawn_file_actions_addchdir_np(&fa, wd);
+    posix_spawnattr_init(&attr);
+    attr_init = true;
+    sigset_t none, def;
+    sigemptyset(&none);
+    sigemptyset(&def);
+    sigaddset(&def, SIGPIPE);
+    sigaddset(&def, SIGTERM);
+    sigaddset(&def, SIGINT);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &def);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                        POSIX_SPAWN_SETSIGDEF);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, e.v);
+    if (rc != 0) {
+        snprintf(err, sizeof(err), "exec: \"%s\": %s", argv[0],
+                 rc == ENOENT ? "executable file not found in $PATH" : strerror(rc));
+        goto fail;
+    }
+    save_pgid(p, pid);
+    c->pid = pid;
+    c->state = C_RUNNING;
+    c->ever_started = true;
+    KD_INFO("container started", "namespace=%s pod=%s container=%s pid=%d restarts=%d",
+            kd_logq(p->ns), kd_logq(p->name), kd_logq(c->name), (int)pid, c->restarts);
+    goto out;
+fail:
+    /* As containerd reports a command that cannot start. */
+    c->state = C_TERMINATED;
+    c->exit_code = 128;
+    free(c->term_reason);
+    free(c->term_msg);
+    c->term_reason = kd_xstrdup("StartError");
+    c->term_msg = kd_xstrdup(err);
+    now3339(c->finished, sizeof(c->finished));
+    if (logpath != NULL) {
+        char *line = kd_xasprintf("%s\n", err);
+        int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            ssize_t w = write(fd, line, strlen(line));
+            (void)w;
+            close(fd);
+        }
+        free(line);
+    }
+    KD_WARN("container could not start", "namespace=%s pod=%s container=%s err=%s", kd_logq(p->ns),
+            kd_logq(p->name), kd_logq(c->name), kd_logq(err));
+out:
+    if (fa_init)
+        posix_spawn_file_actions_destroy(&fa);
+    if (attr_init)
+        posix_spawnattr_destroy(&attr);
+    for (size_t x = 0; x < argc; x++)
+        free(argv[x]);
+    free(argv);
+    free(logdir);
+    free(logpath);
+    env_free(&e);
+}
+
+static void on_exit_status(struct podrt *p, struct ctr *c, int status)
+{
+    c->pid = 0;
+    c->state = C_TERMINATED;
+    now3339(c->finished, sizeof(c->finished));
+    free(c->term_reason);
+    free(c->term_msg);
+    c->term_msg = NULL;
+    if (WIFEXITED(status)) {
+        c->exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+        c->exit_code = 128 + WTERMSIG(status);
+    } else {
+        c->exit_code = 1;
+    }
+    c->term_reason = kd_xstrdup(c->exit_code == 0 ? "Completed" : "Error");
+    KD_INFO("container exited", "namespace=%s pod=%s container=%s exit_code=%d", kd_logq(p->ns),
+            kd_logq(p->name), kd_logq(c->name), c->exit_code);
+}
+
+static void reap(struct kd_kubelet *k)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        struct podrt *p, *tmp;
+        HASH_ITER(hh, k->pods, p, tmp)
+        {
+            for (size_t i = 0; i < p->nc; i++) {
+                if (p->c[i].pid == pid) {
+                    on_exit_status(p, &p->c[i], status);
+                    /* Its process group may outlive it: end the stragglers. */
+                    kill(-pid, SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+static void signal_all(struct podrt *p, int sig)
+{
+    for (size_t i = 0; i < p->nc; i++) {
+        if (p->c[i].pid > 0)
+            kill(-p->c[i].pid, sig);
+    }
+}
+
+static bool any_running(const struct podrt *p)
+{
+    for (size_t i = 0; i < p->nc; i++) {
+        if (p->c[i].pid > 0)
+            return true;
+    }
+    return false;
+}
+
+static bool may_restart(const char *policy, int exit_code)
+{
+    if (strcmp(policy, "Always") == 0)
+        return true;
+    if (strcmp(policy, "OnFailure") == 0)
+        return exit_code != 0;
+    return false;
+}
+
+/* Schedule a restart of a terminated container with the kubelet's back-off. */
+static void plan_restart(struct ctr *c)
+{
+    json_decref(c->last);
+    c->last = json_pack("{s:{s:i,s:s,s:s,s:s}}", "terminated", "exitCode", c->exit_code, "reason",
+                        c->term_reason ? c->term_reason : "Error", "startedAt", c->started,
+                        "finishedAt", c->finished);
+    c->restarts++;
+    char msg[200];
+    snprintf(msg, sizeof(msg), "back-off %llds restarting failed container=%s",
+             (long long)(c->backoff_ms / 1000), c->name);
+    set_waiting(c, "CrashLoopBackOff", msg);
+    c->next_start_ms = kd_mono_ms() + c->backoff_ms;
+    c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+}
+
+/* Advance one pod (lock held). */
+static void drive(struct kd_kubelet *k, struct podrt *p, const json_t *pod)
+{
+    const json_t *spec = json_object_get(pod, "spec");
+    const char *policy = jstr(spec, "restartPolicy") ? jstr(spec, "restartPolicy") : "Always";
+    int64_t now = kd_mono_ms();
+    const json_t *md = json_object_get(pod, "metadata");
+    if (json_object_get(md, "deletionTimestamp") != NULL) {
+        if (p->term_sent_ms == 0) {
+            p->term_sent_ms = now;
+            json_int_t grace =
+                json_integer_value(json_object_get(md, "deletionGracePeriodSeconds"));
+            p->kill_at_ms = now + grace * 1000;
+            signal_all(p, SIGTERM);
+            KD_INFO("pod terminating", "namespace=%s pod=%s grace_s=%lld", kd_logq(p->ns),
+                    kd_logq(p->name), (long long)grace);
+        } else if (now >= p->kill_at_ms) {
+            signal_all(p, SIGKILL);
+        }
+        p->done = true;
+        return;
+    }
+    if (p->done)
+        return;
+    if (!p->prepared) {
+        char err[KD_ERRLEN] = "";
+        /* GPUs: whole devices, never shared. */
+        struct kd_res req;
+        kd_sched_pod_requests(pod, &req);
+        int want = (int)(req.gpu / 1000);
+        if (want > 0 && p->ngpus == 0) {
+            for (int g = 0; g < k->ngpus && p->ngpus < want; g++) {
+                if (!k->gpu_used[g]) {
+                    k->gpu_used[g] = true;
+                    p->gpus[p->ngpus++] = g;
+                }
+            }
+            if (p->ngpus < want) {
+                for (int g = 0; g < p->ngpus; g++)
+                    k->gpu_used[p->gpus[g]] = false;
+                p->ngpus = 0;
+                for (size_t i = 0; i < p->nc; i++)
+                    set_waiting(&p->c[i], "ContainerCreating", "waiting for free GPUs");
+                return;
+            }
+        }
+        if (prepare_volumes(k, p, pod, err) != 0) {
+            for (size_t i = 0; i < p->nc; i++)
+                set_waiting(&p->c[i], "ContainerCreating", err);
+            return;
+        }
+        p->prepared = true;
+    }
+    /* Init containers, in order, each to success. */
+    for (size_t i = 0; i < p->ninit; i++) {
+        struct ctr *c = &p->c[i];
+        if (c->state == C_TERMINATED && c->exit_code == 0)
+            continue;
+        if (c->state == C_RUNNING)
+            return;
+        if (c->state == C_TERMINATED) {
+            if (strcmp(policy, "Never") == 0) {
+                p->done = true;
+                return;
+            }
+            plan_restart(c);
+        }
+        if (c->state == C_WAITING && now >= c->next_start_ms)
+            start_container(k, p, pod, i);
+        return;
+    }
+    for (size_t i = p->ninit; i < p->nc; i++) {
+        struct ctr *c = &p->c[i];
+        if (c->state == C_WAITING && c->wait_reason != NULL &&
+            strcmp(c->wait_reason, "PodInitializing") == 0)
+            set_waiting(c, "ContainerCreating", NULL);
+        if (c->state == C_TERMINATED && may_restart(policy, c->exit_code))
+            plan_restart(c);
+        if (c->state == C_WAITING && now >= c->next_start_ms)
+            start_container(k, p, pod, i);
+    }
+    bool all_done = p->nc > p->ninit;
+    for (size_t i = p->ninit; i < p->nc; i++)
+        all_done = all_done && p->c[i].state == C_TERMINATED;
+    if (all_done)
+        p->done = true;
+}
+
+/* ---- status ------------------------------------------------------------------------------------
+ */
+
+static json_t *ctr_status(const struct podrt *p, const struct ctr *c, const json_t *cs)
+{
+    json_t *state;
+    if (c->state == C_RUNNING) {
+        state = json_pack("{s:{s:s}}", "running", "startedAt", c->started);
+    } else if (c->state == C_TERMINATED) {
+        state = json_pack("{s:{s:i,s:s,s:s,s:s,s:s}}", "terminated", "exitCode", c->exit_code,
+                          "reason", c->term_reason ? c->term_reason : "Error", "startedAt",
+                          c->started, "finishedAt", c->finished, "containerID", "");
+        char cid[64];
+        snprintf(cid, sizeof(cid), "kdet-local://%s-%s-%d", p->uid, c->name, c->restarts);
+        json_object_set_new(json_object_get(state, "terminated"), "containerID", json_string(cid));
+        if (c->term_msg != NULL)
+            json_object_set_new(json_object_get(state, "terminated"), "message",
+                                json_string(c->term_msg));
+    } else {
+        state = json_pack("{s:{}}", "waiting");
+        if (c->wait_reason != NULL)
+            json_object_set_new(json_object_get(state, "waiting"), "reason",
+                                json_string(c->wait_reason));
+        if (c->wait_msg != NULL)
+            json_object_set_new(json_object_get(state, "waiting"), "message",
+                                json_string(c->wait_msg));
+    }
+    const char *image = jstr(cs, "image") ? jstr(cs, "image") : "";
+    json_t *s = json_pack("{s:s,s:o,s:o,s:b,s:i,s:s,s:s,s:b}", "name", c->name, "state", state,
+                          "lastState", c->last != NULL ? json_incref(c->last) : json_object(),
+                          "ready", c->state == C_RUNNING && !c->init, "restartCount", c->restarts,
+                          "image", image, "imageID", "", "started", c->state == C_RUNNING);
+    if (c->ever_started) {
+        char cid[64];
+        snprintf(cid, sizeof(cid), "kdet-local://%s-%s-%d", p->uid, c->name, c->restarts);
+        json_object_set_new(s, "containerID", json_string(cid));
+    }
+    return s;
+}
+
+static json_t *condition(struct podrt *p, const char *type, bool ok, const char *reason,
+                         const char *msg)
+{
+    const char *status = ok ? "True" : "False";
+    json_t *prev = json_object_get(p->cond_times, type);
+    if (prev == NULL || strcmp(json_string_value(json_array_get(prev, 0)), status) != 0) {
+        char now[40];
+        now3339(now, sizeof(now));
+        json_object_set_new(p->cond_times, type, json_pack("[s,s]", status, now));
+        prev = json_object_get(p->cond_times, type);
+    }
+    json_t *c = json_pack("{s:s,s:s,s:n,s:s}", "type", type, "status", status, "lastProbeTime",
+                          "lastTransitionTime", json_string_value(json_array_get(prev, 1)));
+    if (!ok && reason != NULL)
+        json_object_set_new(c, "reason", json_string(reason));
+    if (!ok && msg != NULL)
+        json_object_set_new(c, "message", json_string(msg));
+    return c;
+}
+
+static const char *qos_class(const json_t *pod)
+{
+    bool any = false, guaranteed = true;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c)
+    {
+        const json_t *res = json_object_get(c, "resources");
+        const json_t *req = json_object_get(res, "requests");
+        const json_t *lim = json_object_get(res, "limits");
+        if (json_object_size(req) > 0 || json_object_size(lim) > 0)
+            any = true;
+        if (jstr(lim, "cpu") == NULL || jstr(lim, "memory") == NULL)
+            guaranteed = false;
+        if ((jstr(req, "cpu") && jstr(lim, "cpu") && strcmp(jstr(req, "cpu"), jstr(lim, "cpu"))) ||
+            (jstr(req, "memory") && jstr(lim, "memory") &&
+             strcmp(jstr(req, "memory"), jstr(lim, "memory"))))
+            guaranteed = false;
+    }
+    return !any ? "BestEffort" : guaranteed ? "Guaranteed" : "Burstable";
+}
+
+static json_t *pod_status(struct podrt *p, const json_t *pod)
+{
+    const json_t *spec = json_object_get(pod, "spec");
+    const char *policy = jstr(spec, "restartPolicy") ? jstr(spec, "restartPolicy") : "Always";
+    json_t *ics = json_array(), *cs = json_array();
+    bool init_done = true, init_failed = false;
+    for (size_t i = 0; i < p->ninit; i++) {
+        const struct ctr *c = &p->c[i];
+        json_array_append_new(
+            ics, ctr_status(p, c, json_array_get(json_object_get(spec, "initContainers"), i)));
+        if (!(c->state == C_TERMINATED && c->exit_code == 0))
+            init_done = false;
+        if (c->state == C_TERMINATED && c->exit_code != 0 && strcmp(policy, "Never") == 0)
+            init_failed = true;
+    }
+    bool all_running = p->nc > p->ninit, any_run = false, all_term = p->nc > p->ninit,
+         all_ok = true;
+    struct kd_buf unready = KD_BUF_INIT(4096);
+    int e = 0;
+    for (size_t i = p->ninit; i < p->nc; i++) {
+        const struct ctr *c = &p->c[i];
+        json_array_append_new(
+            cs,
+            ctr_status(p, c, json_array_get(json_object_get(spec, "containers"), i - p->ninit)));
+        if (c->state != C_RUNNING) {
+            all_running = false;
+            e = e ? e : kd_buf_printf(&unready, "%s%s", unready.len ? " " : "", c->name);
+        } else {
+            any_run = true;
+        }
+        if (c->state != C_TERMINATED)
+            all_term = false;
+        else if (c->exit_code != 0)
+            all_ok = false;
+        if (c->state == C_WAITING && c->restarts > 0)
+            any_run = true; /* restarting: the pod stays Running */
+    }
+    const char *phase = "Pending";
+    if (init_failed)
+        phase = "Failed";
+    else if (all_term && strcmp(policy, "Always") == 0)
+        phase = "Running"; /* about to restart */
+    else if (all_term && all_ok)
+        phase = "Succeeded";
+    else if (all_term && strcmp(policy, "Never") == 0)
+        phase = "Failed";
+    else if (all_term || any_run)
+        phase = "Running";
+    char unready_msg[4200];
+    snprintf(unready_msg, sizeof(unready_msg), "containers with unready status: [%s]",
+             kd_buf_str(&unready));
+    kd_buf_free(&unready);
+    bool terminal = strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0;
+    json_t *conds = json_array();
+    json_array_append_new(
+        conds, condition(p, "PodReadyToStartContainers", p->prepared && !terminal, NULL, NULL));
+    json_array_append_new(conds, condition(p, "Initialized", init_done, "ContainersNotInitialized",
+                                           "containers with incomplete status: [init]"));
+    bool ready = all_running && init_done;
+    json_array_append_new(conds, condition(p, "Ready", ready,
+                                           terminal ? "PodCompleted" : "ContainersNotReady",
+                                           terminal ? NULL : unready_msg));
+    json_array_append_new(conds, condition(p, "ContainersReady", ready,
+                                           terminal ? "PodCompleted" : "ContainersNotReady",
+                                           terminal ? NULL : unready_msg));
+    json_array_append_new(conds, condition(p, "PodScheduled", true, NULL, NULL));
+    json_t *st = json_pack("{s:s,s:o,s:s,s:[{s:s}],s:s,s:[{s:s}],s:s,s:o,s:s}", "phase", phase,
+                           "conditions", conds, "hostIP", "127.0.0.1", "hostIPs", "ip", "127.0.0.1",
+                           "podIP", "127.0.0.1", "podIPs", "ip", "127.0.0.1", "startTime",
+                           p->start_time, "containerStatuses", cs, "qosClass", qos_class(pod));
+    if (p->ninit > 0)
+        json_object_set_new(st, "initContainerStatuses", ics);
+    else
+        json_decref(ics);
+    return st;
+}
+
+/* ---- the loop
+ * ------------------------------------------------------------------------------------ */
+
+static void write_status(struct kd_kubelet *k, struct podrt *p, json_t *pod, json_t *status)
+{
+    const json_t *cur = json_object_get(pod, "status");
+    /* Keep what others wrote next to ours (nominatedNodeName, ...), replace the rest. */
+    json_t *merged = json_is_object(cur) ? json_deep_copy(cur) : json_object();
+    json_object_update(merged, status);
+    if (json_equal(merged, cur)) {
+        json_decref(merged);
+        return;
+    }
+    json_t *next = json_deep_copy(pod);
+    json_object_set_new(next, "status", merged);
+    if (kd_store_put(k->st, "/pods", p->ns, p->name, next, NULL) != 0)
+        KD_WARN("pod status write failed", "pod=%s", kd_logq(p->name));
+}
+
+static void finish_deleted(struct kd_kubelet *k, struct podrt *p, json_t *pod)
+{
+    const json_t *md = json_object_get(pod, "metadata");
+    if (json_array_size(json_object_get(md, "finalizers")) > 0) {
+        if (json_integer_value(json_object_get(md, "deletionGracePeriodSeconds")) != 0) {
+            json_t *next = json_deep_copy(pod);
+            json_object_set_new(json_object_get(next, "metadata"), "deletionGracePeriodSeconds",
+                                json_integer(0));
+            if (kd_store_put(k->st, "/pods", p->ns, p->name, next, NULL) != 0)
+                KD_WARN("pod update failed", "pod=%s", kd_logq(p->name));
+        }
+        return;
+    }
+    if (kd_store_delete(k->st, "/pods", p->ns, p->name, NULL) == 0)
+        KD_INFO("pod deleted", "namespace=%s pod=%s", kd_logq(p->ns), kd_logq(p->name));
+}
+
+static void loop_once(struct kd_kubelet *k)
+{
+    reap(k);
+    kd_store_lock(k->st);
+    int64_t now = kd_mono_ms();
+    if (now >= k->next_lease_ms) {
+        renew_lease(k);
+        k->next_lease_ms = now + LEASE_PERIOD_MS;
+    }
+    if (kd_sched_pass(k->st, k->node) < 0)
+        KD_WARN("scheduling pass failed", "node=%s", kd_logq(k->node));
+    json_t **pods = NULL;
+    size_t n = kd_store_list(k->st, "/pods", NULL, &pods);
+    /* Mark runtimes still backed by a pod. */
+    json_t *seen = json_object();
+    for (size_t i = 0; i < n; i++) {
+        json_t *pod = json_incref(pods[i]);
+        const json_t *md = json_object_get(pod, "metadata");
+        const char *nn = jstr(json_object_get(pod, "spec"), "nodeName");
+        const char *uid = jstr(md, "uid");
+        if (nn == NULL || strcmp(nn, k->node) != 0 || uid == NULL) {
+            json_decref(pod);
+            continue;
+        }
+        json_object_set_new(seen, uid, json_true());
+        struct podrt *p = NULL;
+        HASH_FIND_STR(k->pods, uid, p);
+        const char *phase = jstr(json_object_get(pod, "status"), "phase");
+        bool terminal_now =
+            phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
+        if (p == NULL) {
+            if (terminal_now && json_object_get(md, "deletionTimestamp") == NULL) {
+                json_decref(pod);
+                continue;
+            }
+            p = podrt_new(k, pod);
+            HASH_ADD_KEYPTR(hh, k->pods, p->uid, strlen(p->uid), p);
+        }
+        drive(k, p, pod);
+        if (p->done && !any_running(p) && p->ngpus > 0) {
+            /* A finished pod's GPUs go back to the pool (its status keeps showing them). */
+            release_gpus(k, p);
+        }
+        if (json_object_get(md, "deletionTimestamp") != NULL) {
+            if (!any_running(p))
+                finish_deleted(k, p, pod);
+        } else {
+            json_t *status = pod_status(p, pod);
+            write_status(k, p, pod, status);
+            json_decref(status);
+        }
+        json_decref(pod);
+    }
+    free(pods);
+    /* Runtimes whose pod is gone: kill what is left and clean up. */
+    struct podrt *p, *tmp;
+    HASH_ITER(hh, k->pods, p, tmp)
+    {
+        if (json_object_get(seen, p->uid) != NULL)
+            continue;
+        if (any_running(p)) {
+            signal_all(p, SIGKILL);
+            continue; /* reaped next round */
+        }
+        HASH_DEL(k->pods, p);
+        rm_rf(p->dir);
+        podrt_free(k, p);
+    }
+    json_decref(seen);
+    kd_store_wait(k->st, 100);
+    kd_store_unlock(k->st);
+}
+
+static void *kubelet_main(void *arg)
+{
+    struct kd_kubelet *k = arg;
+    while (!atomic_load(&k->stop))
+        loop_once(k);
+    return NULL;
+}
+
+/* Kill process groups a previous run left behind (it died without stopping them). */
+static void kill_leftovers(const char *state_dir)
+{
+    char *pods = kd_xasprintf("%s/pods", state_dir);
+    DIR *d = opendir(pods);
+    if (d != NULL) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.')
+                continue;
+            char *path = kd_xasprintf("%s/%s/pids", pods, e->d_name);
+            FILE *f = fopen(path, "r");
+            int pid;
+            while (f != NULL && fscanf(f, "%d", &pid) == 1) {
+                if (pid > 1 && kill(-pid, SIGKILL) == 0)
+                    KD_INFO("killed a container left by a previous run", "pgid=%d", pid);
+            }
+            if (f != NULL)
+                fclose(f);
+            unlink(path);
+            free(path);
+        }
+        closedir(d);
+    }
+    free(pods);
+}
+
+int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
+                     struct kd_kubelet **out, char *err)
+{
+    int rc = 0;
+    struct kd_kubelet *k = kd_xcalloc(1, sizeof(*k));
+    *out = NULL;
+    k->st = st;
+    char host[256] = "localhost";
+    if (opts->node_name != NULL) {
+        kd_strlcpy(host, opts->node_name, sizeof(host));
+    } else if (gethostname(host, sizeof(host)) < 0 || host[0] == '\0') {
+        kd_strlcpy(host, "localhost", sizeof(host));
+    }
+    for (char *c = host; *c; c++)
+        *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
+    k->node = kd_xstrdup(host);
+    k->api_port = opts->api_port;
+    k->ngpus = opts->fake_gpus >= 0 ? opts->fake_gpus : count_gpus();
+    if (k->ngpus > MAX_GPUS)
+        k->ngpus = MAX_GPUS;
+    rc = mkdir_p(opts->state_dir);
+    if (rc != 0) {
+        kd_seterr(err, rc, "state dir %s: %s", opts->state_dir, strerror(-rc));
+        goto out;
+    }
+    /* Absolute, because volume symlinks point into it. */
+    k->state_dir = realpath(opts->state_dir, NULL);
+    if (k->state_dir == NULL) {
+        rc = kd_seterr(err, -errno, "state dir %s: %s", opts->state_dir, strerror(errno));
+        goto out;
+    }
+    kill_leftovers(k->state_dir);
+    kd_store_lock(st);
+    rc = register_node(k, opts->max_pods > 0 ? opts->max_pods : 110);
+    kd_store_unlock(st);
+    if (rc != 0) {
+        kd_seterr(err, rc, "cannot register node %s: %s", k->node, kd_strerror(rc));
+        goto out;
+    }
+    KD_INFO("node registered", "node=%s gpus=%d cpus=%ld", kd_logq(k->node), k->ngpus,
+            sysconf(_SC_NPROCESSORS_ONLN));
+    if (pthread_create(&k->thread, NULL, kubelet_main, k) != 0) {
+        rc = kd_seterr(err, KD_EINTERNAL, "cannot start the kubelet thread");
+        goto out;
+    }
+    k->started = true;
+    *out = k;
+    k = NULL;
+out:
+    kd_kubelet_stop(k);
+    return rc;
+}
+
+void kd_kubelet_stop(struct kd_kubelet *k)
+{
+    if (k == NULL)
+        return;
+    atomic_store(&k->stop, true);
+    if (k->started)
+        pthread_join(k->thread, NULL);
+    /* SIGTERM everything, then SIGKILL what is left after 5 s. */
+    struct podrt *p, *tmp;
+    HASH_ITER(hh, k->pods, p, tmp) signal_all(p, SIGTERM);
+    int64_t deadline = kd_mono_ms() + 5000;
+    for (;;) {
+        reap(k);
+        bool running = false;
+        HASH_ITER(hh, k->pods, p, tmp) running = running || any_running(p);
+        if (!running)
+            break;
+        if (kd_mono_ms() >= deadline) {
+            HASH_ITER(hh, k->pods, p, tmp) signal_all(p, SIGKILL);
+        }
+        kd_sleep_ms(20);
+    }
+    HASH_ITER(hh, k->pods, p, tmp)
+    {
+        HASH_DEL(k->pods, p);
+        char *pids = kd_xasprintf("%s/pids", p->dir);
+        unlink(pids);
+        free(pids);
+        podrt_free(k, p);
+    }
+    free(k->node);
+    free(k->state_dir);
+    free(k);
+}

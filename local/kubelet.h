@@ -1,0 +1,40 @@
+/*
+ * kdet-local's process kubelet: registers one Node for this machine, keeps
+ * its Lease fresh, schedules pending pods onto it (sched.h), and runs each
+ * container's command as a local process group (the image is ignored),
+ * writing pod status the way the real kubelet does.
+ */
+#ifndef KD_LOCAL_KUBELET_H
+#define KD_LOCAL_KUBELET_H
+
+#include "core/err.h"
+
+struct kd_store;
+struct kd_kubelet;
+
+struct kd_kubelet_opts {
+    const char *node_name; /* NULL: the host name */
+    const char *state_dir; /* pod directories and container logs (required) */
+    int fake_gpus;         /* < 0: count GPUs with NVML; >= 0: advertise this many */
+    int api_port;          /* given to containers as KUBERNETES_SERVICE_PORT */
+    int max_pods;          /* 0 means 110 */
+};
+
+/**
+ * Register the Node and start the kubelet thread. Kills process groups left
+ * over by a previous run that died (their pids are kept in the state dir).
+ * Returns 0 or a negative code with detail in err.
+ */
+int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
+                     struct kd_kubelet **out, char *err) KD_WUR;
+
+/** Stop: SIGTERM every container, SIGKILL after 5 s, join the thread, free. NULL-safe. */
+void kd_kubelet_stop(struct kd_kubelet *k);
+
+/**
+ * The log file of one run of a container: STATE_DIR/pods/UID/NAME/RUN.log
+ * (RUN is the restartCount at start). Caller frees.
+ */
+char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *container, int run);
+
+#endif
