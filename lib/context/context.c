@@ -509,7 +509,7 @@ int kd_context_unpack(const void *data, size_t len, const char *dest, uint64_t m
     struct archive *disk = archive_write_disk_new();
     struct archive_entry *ae = NULL;
     uint64_t total = 0, entries = 0;
-    char *full = NULL;
+    char *full = NULL, *rel = NULL;
     if (a == NULL || disk == NULL)
         kd_oom(4096);
     if (max_bytes == 0)
@@ -527,14 +527,17 @@ int kd_context_unpack(const void *data, size_t len, const char *dest, uint64_t m
         goto out;
     }
     while ((r = archive_read_next_header(a, &ae)) == ARCHIVE_OK) {
-        const char *p = archive_entry_pathname(ae);
+        /* a copy: setting the entry's pathname below frees the original */
+        free(rel);
+        rel = kd_xstrdup(archive_entry_pathname(ae) ? archive_entry_pathname(ae) : "");
+        const char *p = rel;
         mode_t type = archive_entry_filetype(ae);
         if (++entries > KD_CONTEXT_MAX_ENTRIES) {
             rc = kd_seterr(err, KD_ETOOBIG, "context archive: more than %d entries",
                            KD_CONTEXT_MAX_ENTRIES);
             goto out;
         }
-        if (!path_is_safe(p) || strlen(p) > KD_CONTEXT_MAX_PATH) {
+        if (p[0] == '\0' || !path_is_safe(p) || strlen(p) > KD_CONTEXT_MAX_PATH) {
             rc = kd_seterr(err, KD_EINVAL,
                            "context archive: entry %llu: unsafe path \"%s\" (absolute, with "
                            "\"..\" or too long)",
@@ -609,6 +612,7 @@ int kd_context_unpack(const void *data, size_t len, const char *dest, uint64_t m
     }
 out:
     free(full);
+    free(rel);
     archive_read_free(a);
     archive_write_free(disk);
     return rc;

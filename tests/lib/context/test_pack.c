@@ -2,6 +2,7 @@
  * caches, determinism, the size limit and its advice, symlinks, and safe
  * unpacking of hostile archives. */
 #define _XOPEN_SOURCE 700
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <setjmp.h>
@@ -310,6 +311,37 @@ static void test_hostile_archives(void **state)
     }
 }
 
+/* Inputs the fuzzer once crashed on: unpacking them must fail cleanly (run
+ * under ASan in the sanitizer build). */
+static void test_fuzz_regressions(void **state)
+{
+    (void)state;
+    DIR *d = opendir("tests/data/context/unpack-regress");
+    struct dirent *de;
+    int n = 0;
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char path[512], dest[600], err[KD_ERRLEN] = "";
+        snprintf(path, sizeof(path), "tests/data/context/unpack-regress/%s", de->d_name);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        static unsigned char buf[1 << 20];
+        size_t len = fread(buf, 1, sizeof(buf), f);
+        fclose(f);
+        snprintf(dest, sizeof(dest), "%s/r", tmp);
+        mkdir(dest, 0755);
+        int rc = kd_context_unpack(buf, len, dest, 1 << 20, err);
+        assert_int_not_equal(rc, 0);
+        assert_true(strlen(err) > 0);
+        rm_rf(dest);
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +351,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_symlinks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_archives, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fuzz_regressions, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
