@@ -3,3 +3,5 @@ $(eval $(call kd_test,test_context_pack,tests/lib/context/test_pack.c,context co
 # libFuzzer targets (make fuzz): hostile archives and .detignore text.
 $(eval $(call kd_fuzz,fuzz_context_unpack,tests/lib/context/fuzz_unpack.c lib/context/context.c lib/context/ignore.c $(wildcard lib/core/*.c),-larchive -lcrypto))
 $(eval $(call kd_fuzz,fuzz_detignore,tests/lib/context/fuzz_detignore.c lib/context/ignore.c $(wildcard lib/core/*.c)))
+# make bench BENCH=context_pack: det's context packing against GNU tar + gzip.
+$(eval $(call kd_bench,context_pack,tests/lib/context/bench_pack.sh,$(O)/bin/det))
