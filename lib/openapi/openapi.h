@@ -38,15 +38,23 @@
  *
  * Returns 0 when the instance is valid (and sets *causes to NULL), or
  * KD_EINVALID with *causes set to a new JSON array (caller json_decref()s)
- * of every violation found, each an object
- *   {"reason": "FieldValueInvalid" | "FieldValueRequired" |
- *              "FieldValueNotSupported" | "FieldValueTypeInvalid" |
- *              "FieldValueTooLong" | "FieldValueTooMany" | "FieldValueForbidden",
- *    "field": "spec.searcher.max_trials",
- *    "message": "Invalid value: \"ten\": spec.searcher.max_trials in body must be of type integer:
- * \"string\""} in document order. Returns KD_EINVAL (and no causes) when the schema itself cannot
- * be used (a bad pattern, a non-object schema). Pure function: thread-safe, does not block, keeps
- * no reference.
+ * of every violation found. Each cause is an object with "reason"
+ * (FieldValueInvalid, FieldValueRequired, FieldValueNotSupported,
+ * FieldValueTypeInvalid, FieldValueTooLong or FieldValueTooMany), "field"
+ * ("spec.searcher.max_trials"; oneOf/anyOf/allOf/not failures are reported
+ * at root_path, or "<nil>" when it is empty, as the API server reports
+ * them) and "message", e.g.
+ *   Invalid value: "string": spec.searcher.max_trials in body must be of
+ *   type integer: "string"
+ * (the API server's own text: for a type error the value shown is the
+ * JSON type found). Causes come in the order the API server's validators
+ * find them: per node type, oneOf/anyOf/allOf/not, string, number, array,
+ * enum, object; an object's properties in the schema's order, then its
+ * missing required fields.
+ *
+ * Returns KD_EINVAL (and no causes) when the schema itself cannot be used
+ * (a pattern that does not compile, a non-object schema) or an argument is
+ * NULL. Pure function: thread-safe, does not block, keeps no reference.
  */
 int kd_openapi_validate(const json_t *schema, const json_t *instance, const char *root_path,
                         json_t **causes) KD_WUR;

@@ -1,7 +1,7 @@
 # det is driven as a program (fork/exec), its output parsed back and checked
 # against the CRD. Only where det can be built (it needs lib/config).
 ifneq ($(wildcard lib/config/rules.mk),)
-$(eval $(call kd_test,test_cli_det,tests/cli/test_det.c tests/cli/run.c,openapi context yaml core,-ljansson -lyaml -larchive -lcrypto -lm,60,,$(O)/bin/det))
+$(eval $(call kd_test,test_cli_det,tests/cli/test_det.c tests/cli/run.c,config openapi context yaml core,-ljansson -lyaml -larchive -lcrypto -lm,60,,$(O)/bin/det))
 $(eval $(call kd_test,test_cli_examples,tests/cli/test_examples.c tests/cli/run.c,openapi yaml core,-ljansson -lyaml -lm,120,,$(O)/bin/det))
 # det | kubectl against kdet-local (the CRDs, every example, an invalid resource).
 ifneq ($(wildcard local/rules.mk),)

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <openssl/evp.h>
 
+#include "config/config.h"
 #include "context/context.h"
 #include "openapi/openapi.h"
 #include "run.h"
@@ -168,6 +169,10 @@ static void test_dry_run(void **state)
     json_t *schema = crd_schema_file("crds/experiments.yaml");
     json_t *causes = NULL, *unknown = NULL;
     assert_int_equal(kd_openapi_validate(schema, exp, "", &causes), 0);
+    /* and the controller's full check of the resource's spec accepts it */
+    char err[KD_ERRLEN] = "";
+    if (kd_config_check(spec, err) != 0)
+        fail_msg("kd_config_check(spec): %s", err);
     assert_int_equal(kd_openapi_unknown_fields(schema, exp, "", &unknown), 0);
     assert_int_equal(json_array_size(unknown), 0);
     json_decref(unknown);
