@@ -30,8 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (kd_yaml_where(doc, "searcher.max_length", &line, &col) == 0 && (line < 1 || col < 1))
         abort();
 
-    /* Round trip: emit, parse, compare. */
-    if (kd_yaml_emit(root, &out) == 0) {
+    /* Round trip: emit, parse, compare (aliases can expand past the parser's input cap). */
+    if (kd_yaml_emit(root, &out) == 0 && out.len <= KD_YAML_MAX_INPUT) {
         if (kd_yaml_parse("emitted", kd_buf_str(&out), out.len, &again, err) != 0) {
             fprintf(stderr, "emitted YAML does not parse: %s\n%s\n", err, kd_buf_str(&out));
             abort();
