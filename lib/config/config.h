@@ -59,7 +59,9 @@ int kd_config_apply_defaults(json_t *cfg, char *err) KD_WUR;
 
 /**
  * Merge config `cfg` over template `tmpl` with Determined's rules:
- *  - a scalar (or a value of a different type) in cfg overrides tmpl;
+ *  - a scalar (or a value of a different type) in cfg overrides tmpl; a
+ *    null in cfg means "not set" and keeps tmpl's value; `entrypoint` is
+ *    one value even when it is a list (cfg's replaces tmpl's);
  *  - lists concatenate, template entries first, then cfg's;
  *  - except `bind_mounts` and `resources.devices`, where a template entry
  *    whose `container_path` cfg also uses is dropped;
