@@ -1,0 +1,242 @@
+/*
+ * Reduction kernels for every dtype and op, and the float16/bfloat16
+ * conversions (half types are widened to float32, reduced, and rounded back
+ * to nearest-even). The loops are written so the compiler vectorizes them.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#include "internal.h"
+
+#include <string.h>
+
+uint16_t dt_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t exp = (x >> 23) & 0xffu;
+    uint32_t man = x & 0x7fffffu;
+    if (exp == 0xff) /* inf or nan (keep nan quiet) */
+        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 0x1f)
+        return (uint16_t)(sign | 0x7c00u); /* overflow to inf */
+    if (e <= 0) {                          /* subnormal or zero */
+        if (e < -10)
+            return (uint16_t)sign;
+        man |= 0x800000u;
+        int shift = 14 - e;
+        uint32_t half = man >> shift;
+        uint32_t rem = man & ((1u << shift) - 1);
+        uint32_t mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = sign | ((uint32_t)e << 10) | (man >> 13);
+    uint32_t rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (half & 1)))
+        half++; /* may carry into the exponent, which is right */
+    return (uint16_t)half;
+}
+
+float dt_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t x;
+    if (exp == 0) {
+        if (man == 0) {
+            x = sign;
+        } else { /* subnormal: normalize */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while ((man & 0x400u) == 0);
+            x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 0x1f) {
+        x = sign | 0x7f800000u | (man << 13);
+    } else {
+        x = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+uint16_t dt_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) /* nan stays nan */
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+float dt_bf16_to_f32(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+#define OP_SUM(a, b) ((a) + (b))
+#define OP_MIN(a, b) ((b) < (a) ? (b) : (a))
+#define OP_MAX(a, b) ((b) > (a) ? (b) : (a))
+
+#define DEF_REDUCE(name, T, OPX)                                                                   \
+    static void name(T *restrict d, const T *restrict s, size_t n)                                 \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++)                                                             \
+            d[i] = OPX(d[i], s[i]);                                                                \
+    }
+
+#define DEF_ALL(T, sfx)                                                                            \
+    DEF_REDUCE(sum_##sfx, T, OP_SUM)                                                               \
+    DEF_REDUCE(min_##sfx, T, OP_MIN)                                                               \
+    DEF_REDUCE(max_##sfx, T, OP_MAX)
+
+DEF_ALL(float, f32)
+DEF_ALL(double, f64)
+DEF_REDUCE(min_i32, int32_t, OP_MIN)
+DEF_REDUCE(max_i32, int32_t, OP_MAX)
+DEF_REDUCE(min_i64, int64_t, OP_MIN)
+DEF_REDUCE(max_i64, int64_t, OP_MAX)
+
+/* Integer sums wrap like the hardware does (no UB): add as unsigned. */
+static void sum_i32w(int32_t *restrict d, const int32_t *restrict s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = (int32_t)((uint32_t)d[i] + (uint32_t)s[i]);
+}
+
+static void sum_i64w(int64_t *restrict d, const int64_t *restrict s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = (int64_t)((uint64_t)d[i] + (uint64_t)s[i]);
+}
+
+static float half_get(const uint16_t *p, size_t i, bool bf)
+{
+    return bf ? dt_bf16_to_f32(p[i]) : dt_f16_to_f32(p[i]);
+}
+
+static void reduce_half(uint16_t *d, const uint16_t *s, size_t n, enum dtrain_op op, bool bf)
+{
+    for (size_t i = 0; i < n; i++) {
+        float a = half_get(d, i, bf), b = half_get(s, i, bf), r;
+        if (op == DTRAIN_MIN)
+            r = OP_MIN(a, b);
+        else if (op == DTRAIN_MAX)
+            r = OP_MAX(a, b);
+        else
+            r = a + b;
+        d[i] = bf ? dt_f32_to_bf16(r) : dt_f32_to_f16(r);
+    }
+}
+
+void dt_reduce(void *dst, const void *src, size_t n, enum dtrain_dtype t, enum dtrain_op op)
+{
+    bool mn = op == DTRAIN_MIN, mx = op == DTRAIN_MAX;
+    switch (t) {
+    case DTRAIN_FLOAT32:
+        mn ? min_f32(dst, src, n) : mx ? max_f32(dst, src, n) : sum_f32(dst, src, n);
+        break;
+    case DTRAIN_FLOAT64:
+        mn ? min_f64(dst, src, n) : mx ? max_f64(dst, src, n) : sum_f64(dst, src, n);
+        break;
+    case DTRAIN_INT32:
+        mn ? min_i32(dst, src, n) : mx ? max_i32(dst, src, n) : sum_i32w(dst, src, n);
+        break;
+    case DTRAIN_INT64:
+        mn ? min_i64(dst, src, n) : mx ? max_i64(dst, src, n) : sum_i64w(dst, src, n);
+        break;
+    case DTRAIN_FLOAT16: reduce_half(dst, src, n, op, false); break;
+    case DTRAIN_BFLOAT16: reduce_half(dst, src, n, op, true); break;
+    default: break;
+    }
+}
+
+/* Half types with several sources: accumulate in float32, round once. */
+static void multi_half(uint16_t *d, const void *const *srcs, int nsrc, size_t n, enum dtrain_op op,
+                       bool bf)
+{
+    for (size_t i = 0; i < n; i++) {
+        float r = half_get(srcs[0], i, bf);
+        for (int k = 1; k < nsrc; k++) {
+            float b = half_get(srcs[k], i, bf);
+            r = op == DTRAIN_MIN ? OP_MIN(r, b) : op == DTRAIN_MAX ? OP_MAX(r, b) : r + b;
+        }
+        d[i] = bf ? dt_f32_to_bf16(r) : dt_f32_to_f16(r);
+    }
+}
+
+void dt_reduce_multi(void *dst, const void *const *srcs, int nsrc, size_t n, enum dtrain_dtype t,
+                     enum dtrain_op op)
+{
+    if (t == DTRAIN_FLOAT16 || t == DTRAIN_BFLOAT16) {
+        multi_half(dst, srcs, nsrc, n, op, t == DTRAIN_BFLOAT16);
+        return;
+    }
+    size_t es = dtrain_dtype_size(t);
+    /* Blocks small enough to stay in L1 while every source is folded in. */
+    const size_t blk = 2048;
+    for (size_t off = 0; off < n; off += blk) {
+        size_t m = n - off < blk ? n - off : blk;
+        char *d = (char *)dst + off * es;
+        const char *s0 = (const char *)srcs[0] + off * es;
+        if (d != s0)
+            memcpy(d, s0, m * es);
+        for (int k = 1; k < nsrc; k++)
+            dt_reduce(d, (const char *)srcs[k] + off * es, m, t, op);
+    }
+}
+
+void dt_scale_avg(void *buf, size_t n, enum dtrain_dtype t, int world)
+{
+    if (world <= 1)
+        return;
+    switch (t) {
+    case DTRAIN_FLOAT32: {
+        float *p = buf, inv = 1.0f / (float)world;
+        for (size_t i = 0; i < n; i++)
+            p[i] *= inv;
+        break;
+    }
+    case DTRAIN_FLOAT64: {
+        double *p = buf;
+        for (size_t i = 0; i < n; i++)
+            p[i] /= world;
+        break;
+    }
+    case DTRAIN_INT32: {
+        int32_t *p = buf;
+        for (size_t i = 0; i < n; i++)
+            p[i] /= world;
+        break;
+    }
+    case DTRAIN_INT64: {
+        int64_t *p = buf;
+        for (size_t i = 0; i < n; i++)
+            p[i] /= world;
+        break;
+    }
+    case DTRAIN_FLOAT16:
+    case DTRAIN_BFLOAT16: {
+        uint16_t *p = buf;
+        bool bf = t == DTRAIN_BFLOAT16;
+        for (size_t i = 0; i < n; i++) {
+            float v = half_get(p, i, bf) / (float)world;
+            p[i] = bf ? dt_f32_to_bf16(v) : dt_f32_to_f16(v);
+        }
+        break;
+    }
+    default: break;
+    }
+}

@@ -1,0 +1,303 @@
+/*
+ * The TCP ring transport: each rank sends to rank+1 and receives from
+ * rank-1 over non-blocking sockets (TCP_NODELAY, 4 MiB buffers). Allreduce
+ * is a reduce-scatter then an allgather around the ring; sending and
+ * receiving overlap, and received bytes are reduced in cache-sized chunks
+ * as they arrive. Every wait also watches the monitor's eventfd, so a dead
+ * peer anywhere in the ring ends the collective with its rank named.
+ */
+#include "internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/time.h"
+
+#define TMP_BYTES (256u << 10)
+#define RING_MAGIC 0x64747231u /* "dtr1" */
+#define PEER_GRACE_MS 1000
+
+struct tcp {
+    int right, left; /* send to rank+1, receive from rank-1 */
+    char *tmp;       /* TMP_BYTES (+ 8 for a split element) */
+};
+
+static uint64_t run_hash(const char *s)
+{
+    uint64_t x = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        x = (x ^ (unsigned char)*s) * 1099511628211ull;
+    return x;
+}
+
+static void pack_hello(unsigned char *b, int rank, uint64_t hash)
+{
+    uint32_t m = htonl(RING_MAGIC), r = htonl((uint32_t)rank);
+    memcpy(b, &m, 4);
+    memcpy(b + 4, &r, 4);
+    for (int i = 0; i < 8; i++)
+        b[8 + i] = (unsigned char)(hash >> (56 - 8 * i));
+}
+
+static int tcp_setup(struct dtrain *h)
+{
+    int rc = 0, n = h->world, rnk = h->rank;
+    int right = (rnk + 1) % n, left = (rnk + n - 1) % n;
+    int64_t deadline = kd_mono_ms() + h->o.rendezvous_timeout_ms;
+    char e[KD_ERRLEN];
+    unsigned char hello[16], got[16], want[16];
+    struct tcp *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return dt_err(h, DTRAIN_ENOMEM, "tcp: out of memory");
+    t->right = t->left = -1;
+    h->tp = t;
+    t->tmp = malloc(TMP_BYTES + 16);
+    if (t->tmp == NULL) {
+        rc = dt_err(h, DTRAIN_ENOMEM, "tcp: out of memory");
+        goto out;
+    }
+    const struct dt_peer *pr = &h->peers[right];
+    if ((rc = dt_connect(pr->addr, pr->data_port, dt_left_ms(deadline), &t->right, e)) < 0) {
+        rc = dt_err(h, rc, "tcp ring: rank %d cannot reach rank %d at %s:%d: %s", rnk, right,
+                    pr->addr, pr->data_port, e);
+        goto out;
+    }
+    uint64_t hash = run_hash(h->run_id);
+    pack_hello(hello, rnk, hash);
+    pack_hello(want, left, hash);
+    if ((rc = dt_write_all(t->right, hello, sizeof(hello), deadline)) < 0) {
+        rc = dt_err(h, rc, "tcp ring: hello to rank %d: %s", right, kd_strerror(rc));
+        goto out;
+    }
+    while (t->left < 0) {
+        struct pollfd p = {.fd = h->data_listen_fd, .events = POLLIN};
+        int k = poll(&p, 1, dt_left_ms(deadline));
+        if (k == 0) {
+            rc = dt_err(h, DTRAIN_ETIMEDOUT, "tcp ring: rank %d never connected to rank %d", left,
+                        rnk);
+            goto out;
+        }
+        if (k < 0)
+            continue;
+        int fd = accept4(h->data_listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        int64_t dl = kd_mono_ms() + 5000;
+        if (dt_read_all(fd, got, sizeof(got), dl < deadline ? dl : deadline) == 0 &&
+            memcmp(got, want, sizeof(want)) == 0) {
+            t->left = fd;
+        } else {
+            close(fd); /* not our left neighbour of this run: ignore it */
+        }
+    }
+    dt_tune_socket(t->left);
+    if ((rc = dt_set_nonblock(t->left, true)) < 0 || (rc = dt_set_nonblock(t->right, true)) < 0) {
+        rc = dt_err(h, rc, "tcp ring: fcntl: %s", kd_strerror(rc));
+        goto out;
+    }
+out:
+    return rc;
+}
+
+static void tcp_teardown(struct dtrain *h)
+{
+    struct tcp *t = h->tp;
+    if (t == NULL)
+        return;
+    if (t->right >= 0)
+        close(t->right);
+    if (t->left >= 0)
+        close(t->left);
+    free(t->tmp);
+    free(t);
+    h->tp = NULL;
+}
+
+/*
+ * Send slen bytes of sbuf to the right while receiving rlen bytes from the
+ * left into rbuf, reducing them into rbuf when `reduce` (elements of dtype
+ * under op). With `relay`, only bytes already received may be sent (sbuf
+ * then equals rbuf): the pipelined broadcast chain.
+ */
+struct xfer {
+    const char *sbuf;
+    size_t slen;
+    char *rbuf;
+    size_t rlen;
+    bool reduce, relay;
+    enum dtrain_dtype dtype;
+    enum dtrain_op op;
+};
+
+static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const char *what)
+{
+    struct tcp *t = h->tp;
+    int n = h->world, right = (h->rank + 1) % n, left = (h->rank + n - 1) % n;
+    size_t sent = 0, recvd = 0, tfill = 0, es = dtrain_dtype_size(x->dtype);
+    int rc = 0;
+    while (sent < x->slen || recvd < x->rlen) {
+        bool progress = false;
+        size_t sendable = x->relay && recvd < x->slen ? recvd : x->slen;
+        if (sent < sendable) {
+            ssize_t w =
+                send(t->right, x->sbuf + sent, sendable - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) {
+                sent += (size_t)w;
+                progress = true;
+            } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                rc = dt_peer_failed(h, right, "connection lost while sending", PEER_GRACE_MS);
+                goto out;
+            }
+        }
+        if (recvd < x->rlen) {
+            ssize_t r;
+            if (x->reduce) {
+                size_t want = x->rlen - recvd - tfill;
+                if (want > TMP_BYTES - tfill)
+                    want = TMP_BYTES - tfill;
+                r = recv(t->left, t->tmp + tfill, want, MSG_DONTWAIT);
+                if (r > 0) {
+                    tfill += (size_t)r;
+                    size_t whole = tfill / es * es;
+                    dt_reduce(x->rbuf + recvd, t->tmp, whole / es, x->dtype, x->op);
+                    recvd += whole;
+                    if (tfill > whole)
+                        memmove(t->tmp, t->tmp + whole, tfill - whole);
+                    tfill -= whole;
+                }
+            } else {
+                r = recv(t->left, x->rbuf + recvd, x->rlen - recvd, MSG_DONTWAIT);
+                if (r > 0)
+                    recvd += (size_t)r;
+            }
+            if (r > 0) {
+                progress = true;
+            } else if (r == 0) {
+                rc = dt_peer_failed(h, left, "closed its connection", PEER_GRACE_MS);
+                goto out;
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                rc = dt_peer_failed(h, left, "connection lost while receiving", PEER_GRACE_MS);
+                goto out;
+            }
+        }
+        if (progress)
+            continue;
+        if ((rc = dt_check_dead(h)) < 0)
+            goto out;
+        struct pollfd p[3];
+        int np = 0;
+        p[np++] = (struct pollfd){.fd = h->dead_efd, .events = POLLIN};
+        if (sent < sendable)
+            p[np++] = (struct pollfd){.fd = t->right, .events = POLLOUT};
+        if (recvd < x->rlen)
+            p[np++] = (struct pollfd){.fd = t->left, .events = POLLIN};
+        int k = poll(p, (nfds_t)np, dt_left_ms(deadline));
+        if (k == 0) {
+            rc = dt_err(h, DTRAIN_ETIMEDOUT,
+                        "%s: timed out after %d ms (rank %d waiting on rank %d to send or rank "
+                        "%d to receive; is a peer stuck?)",
+                        what, h->o.op_timeout_ms, h->rank, left, right);
+            goto out;
+        }
+    }
+out:
+    return rc;
+}
+
+static size_t seg_off(size_t count, int n, int i)
+{
+    return (size_t)((unsigned __int128)count * (unsigned)i / (unsigned)n);
+}
+
+static int tcp_allreduce(struct dtrain *h, void *buf, size_t count, enum dtrain_dtype dtype,
+                         enum dtrain_op op)
+{
+    int n = h->world, r = h->rank, rc = 0;
+    size_t es = dtrain_dtype_size(dtype);
+    char *b = buf;
+    int64_t deadline = kd_mono_ms() + h->o.op_timeout_ms;
+    for (int s = 0; s < n - 1 && rc == 0; s++) {
+        int si = ((r - s) % n + n) % n, ri = ((r - s - 1) % n + n) % n;
+        struct xfer x = {.sbuf = b + seg_off(count, n, si) * es,
+                         .slen = (seg_off(count, n, si + 1) - seg_off(count, n, si)) * es,
+                         .rbuf = b + seg_off(count, n, ri) * es,
+                         .rlen = (seg_off(count, n, ri + 1) - seg_off(count, n, ri)) * es,
+                         .reduce = true,
+                         .dtype = dtype,
+                         .op = op};
+        rc = xfer(h, &x, deadline, "allreduce");
+    }
+    for (int s = 0; s < n - 1 && rc == 0; s++) {
+        int si = ((r + 1 - s) % n + n) % n, ri = ((r - s) % n + n) % n;
+        struct xfer x = {.sbuf = b + seg_off(count, n, si) * es,
+                         .slen = (seg_off(count, n, si + 1) - seg_off(count, n, si)) * es,
+                         .rbuf = b + seg_off(count, n, ri) * es,
+                         .rlen = (seg_off(count, n, ri + 1) - seg_off(count, n, ri)) * es,
+                         .dtype = dtype};
+        rc = xfer(h, &x, deadline, "allreduce");
+    }
+    return rc;
+}
+
+static int tcp_broadcast(struct dtrain *h, void *buf, size_t bytes, int root)
+{
+    int n = h->world, r = h->rank;
+    int64_t deadline = kd_mono_ms() + h->o.op_timeout_ms;
+    bool last = (r + 1) % n == root;
+    struct xfer x = {.sbuf = buf, .rbuf = buf, .dtype = DTRAIN_INT32};
+    if (r == root) {
+        x.slen = bytes;
+    } else {
+        x.rlen = bytes;
+        x.slen = last ? 0 : bytes;
+        x.relay = true;
+    }
+    return xfer(h, &x, deadline, "broadcast");
+}
+
+static int tcp_allgather(struct dtrain *h, const void *in, void *out, size_t bytes)
+{
+    int n = h->world, r = h->rank, rc = 0;
+    char *o = out;
+    int64_t deadline = kd_mono_ms() + h->o.op_timeout_ms;
+    if (bytes > 0 && o + (size_t)r * bytes != in)
+        memmove(o + (size_t)r * bytes, in, bytes);
+    for (int s = 0; s < n - 1 && rc == 0; s++) {
+        int si = ((r - s) % n + n) % n, ri = ((r - s - 1) % n + n) % n;
+        struct xfer x = {.sbuf = o + (size_t)si * bytes,
+                         .slen = bytes,
+                         .rbuf = o + (size_t)ri * bytes,
+                         .rlen = bytes,
+                         .dtype = DTRAIN_INT32};
+        rc = xfer(h, &x, deadline, "allgather");
+    }
+    return rc;
+}
+
+static int tcp_barrier(struct dtrain *h)
+{
+    /* An allreduce with one element per rank: every rank hears from all. */
+    int32_t v[64] = {0};
+    int32_t *p = h->world <= 64 ? v : calloc((size_t)h->world, sizeof(int32_t));
+    if (p == NULL)
+        return dt_err(h, DTRAIN_ENOMEM, "barrier: out of memory");
+    int rc = tcp_allreduce(h, p, (size_t)h->world, DTRAIN_INT32, DTRAIN_SUM);
+    if (p != v)
+        free(p);
+    return rc;
+}
+
+const struct dt_transport_ops dt_tcp_ops = {
+    .name = "tcp",
+    .setup = tcp_setup,
+    .allreduce = tcp_allreduce,
+    .broadcast = tcp_broadcast,
+    .allgather = tcp_allgather,
+    .barrier = tcp_barrier,
+    .teardown = tcp_teardown,
+};

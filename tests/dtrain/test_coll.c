@@ -1,0 +1,376 @@
+/*
+ * Collectives across real processes on the tcp and shm transports: every
+ * dtype x op of allreduce at sizes 0, 1, 7, indivisible by the world size
+ * and 16 MiB, with results bit-identical on all ranks (checked by an
+ * allgather of checksums); broadcast from every root, allgather, barrier,
+ * async allreduce and gradient buckets (with and without fp16 compression).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../../dtrain/src/internal.h"
+#include "dtrain.h"
+#include "ranks.h"
+
+static const char *const dtype_names[] = {"float32", "float16", "bfloat16",
+                                          "float64", "int32",   "int64"};
+static const char *const op_names[] = {"sum", "avg", "min", "max"};
+
+static int val(int r, size_t i)
+{
+    return (int)((r * 7 + i * 13) % 19) - 9;
+}
+
+static void put(void *buf, enum dtrain_dtype t, size_t i, double v)
+{
+    switch (t) {
+    case DTRAIN_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case DTRAIN_FLOAT16: ((uint16_t *)buf)[i] = dt_f32_to_f16((float)v); break;
+    case DTRAIN_BFLOAT16: ((uint16_t *)buf)[i] = dt_f32_to_bf16((float)v); break;
+    case DTRAIN_FLOAT64: ((double *)buf)[i] = v; break;
+    case DTRAIN_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case DTRAIN_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    default: break;
+    }
+}
+
+static double get(const void *buf, enum dtrain_dtype t, size_t i)
+{
+    switch (t) {
+    case DTRAIN_FLOAT32: return ((const float *)buf)[i];
+    case DTRAIN_FLOAT16: return dt_f16_to_f32(((const uint16_t *)buf)[i]);
+    case DTRAIN_BFLOAT16: return dt_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case DTRAIN_FLOAT64: return ((const double *)buf)[i];
+    case DTRAIN_INT32: return ((const int32_t *)buf)[i];
+    case DTRAIN_INT64: return (double)((const int64_t *)buf)[i];
+    default: return 0;
+    }
+}
+
+static double expect(int n, size_t i, enum dtrain_dtype t, enum dtrain_op op)
+{
+    int sum = 0, mn = 1000, mx = -1000;
+    for (int r = 0; r < n; r++) {
+        int v = val(r, i);
+        sum += v;
+        mn = v < mn ? v : mn;
+        mx = v > mx ? v : mx;
+    }
+    switch (op) {
+    case DTRAIN_SUM: return sum;
+    case DTRAIN_MIN: return mn;
+    case DTRAIN_MAX: return mx;
+    default:
+        if (t == DTRAIN_INT32 || t == DTRAIN_INT64)
+            return (double)(sum / n); /* C integer division */
+        return (double)sum / n;
+    }
+}
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    uint64_t x = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        x = (x ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return x;
+}
+
+/* Every rank must hold the same bytes: allgather the checksums. */
+static int same_everywhere(struct dtrain *h, const void *buf, size_t bytes, const char *what)
+{
+    int n = dtrain_world_size(h);
+    int64_t mine = (int64_t)fnv(buf, bytes), all[RK_MAX];
+    if (dtrain_allgather(h, &mine, all, 1, DTRAIN_INT64) < 0) {
+        fprintf(stderr, "%s: checksum allgather: %s\n", what, dtrain_errmsg(h));
+        return 1;
+    }
+    for (int r = 0; r < n; r++) {
+        if (all[r] != all[0]) {
+            fprintf(stderr, "%s: rank %d holds other bytes than rank 0\n", what, r);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int check_allreduce(struct dtrain *h, enum dtrain_dtype t, enum dtrain_op op, size_t count)
+{
+    int n = dtrain_world_size(h), r = dtrain_rank(h), rc = 1;
+    size_t es = dtrain_dtype_size(t);
+    char *buf = malloc(count * es + 1);
+    char what[128];
+    snprintf(what, sizeof(what), "allreduce %s %s count %zu", dtype_names[t], op_names[op], count);
+    if (buf == NULL)
+        return 1;
+    for (size_t i = 0; i < count; i++)
+        put(buf, t, i, val(r, i));
+    if (dtrain_allreduce(h, buf, count, t, op) < 0) {
+        fprintf(stderr, "%s: %s\n", what, dtrain_errmsg(h));
+        goto out;
+    }
+    double tol = t == DTRAIN_BFLOAT16 ? 1.0 / 64 : t == DTRAIN_FLOAT16 ? 1.0 / 512 : 1e-6;
+    for (size_t i = 0; i < count; i++) {
+        double want = expect(n, i, t, op), got = get(buf, t, i);
+        if (fabs(got - want) > tol * (fabs(want) + 1)) {
+            fprintf(stderr, "%s: element %zu is %g, expected %g\n", what, i, got, want);
+            goto out;
+        }
+    }
+    rc = same_everywhere(h, buf, count * es, what);
+out:
+    free(buf);
+    return rc;
+}
+
+static int w_coll(void)
+{
+    struct dtrain *h = NULL;
+    char err[DTRAIN_ERRLEN];
+    int rc = 1;
+    if (dtrain_init(&h, err) < 0) {
+        fprintf(stderr, "init: %s\n", err);
+        return 2;
+    }
+    int n = dtrain_world_size(h), r = dtrain_rank(h);
+    size_t counts[] = {0, 1, 7, (size_t)n * 5 + 1, 300001};
+    if (getenv("T_SKIP_AR") == NULL)
+        for (int t = 0; t < DTRAIN_DTYPE_COUNT; t++)
+            for (int op = 0; op < DTRAIN_OP_COUNT; op++)
+                for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+                    if (check_allreduce(h, (enum dtrain_dtype)t, (enum dtrain_op)op, counts[k]))
+                        goto out;
+    /* large: 16 MiB */
+    if (getenv("T_SKIP_AR") == NULL &&
+        (check_allreduce(h, DTRAIN_FLOAT32, DTRAIN_SUM, 4u << 20) ||
+         check_allreduce(h, DTRAIN_FLOAT32, DTRAIN_AVG, (4u << 20) + 3) ||
+         check_allreduce(h, DTRAIN_INT64, DTRAIN_MAX, 2u << 20)))
+        goto out;
+    /* broadcast from every root */
+    size_t bc[] = {0, 1, 7, 300001};
+    for (int root = 0; root < n; root++) {
+        for (size_t k = 0; k < 4; k++) {
+            int32_t *b = malloc(bc[k] * 4 + 4);
+            for (size_t i = 0; i < bc[k]; i++)
+                b[i] = r == root ? val(root, i) : -100;
+            int bad = dtrain_broadcast(h, b, bc[k], DTRAIN_INT32, root) < 0;
+            for (size_t i = 0; !bad && i < bc[k]; i++) {
+                bad = b[i] != val(root, i);
+                if (bad)
+                    fprintf(stderr, "element %zu is %d, expected %d\n", i, b[i], val(root, i));
+            }
+            free(b);
+            if (bad) {
+                fprintf(stderr, "broadcast root %d count %zu wrong: %s\n", root, bc[k],
+                        dtrain_errmsg(h));
+                goto out;
+            }
+        }
+    }
+    /* allgather */
+    for (size_t k = 0; k < 4; k++) {
+        double *in = malloc(bc[k] * 8 + 8), *all = malloc(bc[k] * 8 * (size_t)n + 8);
+        for (size_t i = 0; i < bc[k]; i++)
+            in[i] = val(r, i) + 0.5;
+        int bad = dtrain_allgather(h, in, all, bc[k], DTRAIN_FLOAT64) < 0;
+        for (int q = 0; !bad && q < n; q++)
+            for (size_t i = 0; !bad && i < bc[k]; i++)
+                bad = all[(size_t)q * bc[k] + i] != val(q, i) + 0.5;
+        free(in);
+        free(all);
+        if (bad) {
+            fprintf(stderr, "allgather count %zu wrong: %s\n", bc[k], dtrain_errmsg(h));
+            goto out;
+        }
+    }
+    /* barrier: nobody leaves before the slowest rank arrives */
+    struct timespec a, b;
+    if (dtrain_barrier(h) < 0)
+        goto fail;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    usleep((useconds_t)r * 150000);
+    if (dtrain_barrier(h) < 0)
+        goto fail;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double ms = (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
+    if (ms < (n - 1) * 150 - 30) {
+        fprintf(stderr, "barrier: rank %d left after %.0f ms, before rank %d arrived\n", r, ms,
+                n - 1);
+        goto out;
+    }
+    printf("rank %d: all collectives ok (transport %s)\n", r, dtrain_transport_name(h));
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "rank %d: %s\n", r, dtrain_errmsg(h));
+out:
+    if (dtrain_finalize(h) < 0 && rc == 0)
+        rc = 3;
+    return rc;
+}
+
+static int w_async(void)
+{
+    struct dtrain *h = NULL;
+    char err[DTRAIN_ERRLEN];
+    int rc = 1;
+    if (dtrain_init(&h, err) < 0) {
+        fprintf(stderr, "init: %s\n", err);
+        return 2;
+    }
+    int n = dtrain_world_size(h), r = dtrain_rank(h);
+    bool fp16 = getenv("DTRAIN_FP16_COMPRESSION") != NULL;
+    /* three async allreduces in flight, waited in order */
+    size_t cnt[3] = {1000, 7, 200003};
+    float *bufs[3];
+    struct dtrain_req *req[3];
+    for (int k = 0; k < 3; k++) {
+        bufs[k] = malloc(cnt[k] * 4);
+        for (size_t i = 0; i < cnt[k]; i++)
+            bufs[k][i] = (float)val(r + k, i);
+        if (dtrain_allreduce_async(h, bufs[k], cnt[k], DTRAIN_FLOAT32, DTRAIN_SUM, &req[k]) < 0)
+            goto fail;
+    }
+    for (int k = 0; k < 3; k++) {
+        int e = dtrain_wait(h, req[k]);
+        for (size_t i = 0; e == 0 && i < cnt[k]; i++) {
+            int want = 0;
+            for (int q = 0; q < n; q++)
+                want += val(q + k, i);
+            if (bufs[k][i] != (float)want) {
+                fprintf(stderr, "async %d: element %zu is %g, expected %d\n", k, i, bufs[k][i],
+                        want);
+                e = 1;
+            }
+        }
+        free(bufs[k]);
+        if (e != 0)
+            goto out;
+    }
+    /* gradient buckets, two steps, ready in reverse order */
+    size_t gc[6] = {1000, 10, 2000, 0, 5000, 3};
+    float *g[6];
+    int id[6];
+    for (int k = 0; k < 6; k++) {
+        g[k] = malloc(gc[k] * 4 + 4);
+        if (dtrain_grads_register(h, g[k], gc[k], &id[k]) < 0)
+            goto fail;
+    }
+    for (int step = 0; step < 2; step++) {
+        for (int k = 0; k < 6; k++)
+            for (size_t i = 0; i < gc[k]; i++)
+                g[k][i] = (float)val(r + step, i + (size_t)k) * 0.25f;
+        for (int k = 5; k >= 0; k--)
+            if (dtrain_grads_ready(h, id[k]) < 0)
+                goto fail;
+        if (dtrain_grads_wait(h) < 0)
+            goto fail;
+        for (int k = 0; k < 6; k++) {
+            for (size_t i = 0; i < gc[k]; i++) {
+                double want = 0;
+                for (int q = 0; q < n; q++)
+                    want += val(q + step, i + (size_t)k) * 0.25;
+                want /= n;
+                double tol = fp16 ? 2e-3 * (fabs(want) + 1) : 1e-6;
+                if (fabs(g[k][i] - want) > tol) {
+                    fprintf(stderr, "grads step %d: grad %d element %zu is %g, expected %g\n", step,
+                            k, i, g[k][i], want);
+                    goto out;
+                }
+            }
+            if (same_everywhere(h, g[k], gc[k] * 4, "grads"))
+                goto out;
+        }
+    }
+    if (dtrain_grads_nbuckets(h) < 3) {
+        fprintf(stderr, "grads: %d buckets with a 4 KiB threshold, expected >= 3\n",
+                dtrain_grads_nbuckets(h));
+        goto out;
+    }
+    for (int k = 0; k < 6; k++)
+        free(g[k]);
+    printf("rank %d: async ok, %d buckets\n", r, dtrain_grads_nbuckets(h));
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "rank %d: %s\n", r, dtrain_errmsg(h));
+out:
+    if (dtrain_finalize(h) < 0 && rc == 0)
+        rc = 3;
+    return rc;
+}
+
+static void run_job(const char *worker, int world, const char *transport, const char *extra1)
+{
+    struct rk_job j;
+    char tenv[64];
+    snprintf(tenv, sizeof(tenv), "DTRAIN_TRANSPORT=%s", transport);
+    const char *extra[] = {tenv, "DTRAIN_FUSION_THRESHOLD=4KiB", extra1, NULL};
+    rk_init(&j, world);
+    for (int r = 0; r < world; r++)
+        rk_spawn(&j, worker, r, extra);
+    int killed = rk_wait_all(&j, 100000);
+    for (int i = 0; i < j.np; i++) {
+        if (rk_code(&j, i) != 0)
+            fprintf(stderr, "---- rank %d (exit %d):\n%s\n", i, rk_code(&j, i), rk_log(&j, i));
+    }
+    for (int i = 0; i < j.np; i++) {
+        assert_int_equal(rk_code(&j, i), 0);
+        assert_non_null(strstr(rk_log(&j, i), transport));
+    }
+    assert_int_equal(killed, 0);
+    rk_cleanup(&j);
+}
+
+static void test_tcp_2(void **s)
+{
+    (void)s;
+    run_job("coll", 2, "tcp", NULL);
+}
+static void test_tcp_3(void **s)
+{
+    (void)s;
+    run_job("coll", 3, "tcp", NULL);
+}
+static void test_shm_2(void **s)
+{
+    (void)s;
+    run_job("coll", 2, "shm", NULL);
+}
+static void test_shm_3(void **s)
+{
+    (void)s;
+    run_job("coll", 3, "shm", NULL);
+}
+static void test_async_tcp(void **s)
+{
+    (void)s;
+    run_job("async", 3, "tcp", NULL);
+}
+static void test_async_shm_fp16(void **s)
+{
+    (void)s;
+    run_job("async", 2, "shm", "DTRAIN_FP16_COMPRESSION=1");
+}
+
+static const struct rk_worker workers[] = {{"coll", w_coll}, {"async", w_async}, {NULL, NULL}};
+
+int main(int argc, char **argv)
+{
+    rk_dispatch(argc, argv, workers);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tcp_2),     cmocka_unit_test(test_tcp_3),
+        cmocka_unit_test(test_shm_2),     cmocka_unit_test(test_shm_3),
+        cmocka_unit_test(test_async_tcp), cmocka_unit_test(test_async_shm_fp16),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
