@@ -229,7 +229,7 @@ static int initial(struct kd_searcher *s)
  * promoted at once if it ranks among them, otherwise the count may have
  * grown by one and the trial at that rank is promoted if it was not yet.
  */
-static int64_t rung_add(struct rung *r, int64_t trial, double loss, double divisor)
+static int64_t rung_add(struct rung *r, int64_t trial, double loss, double divisor, size_t *rank)
 {
     int64_t old = (int64_t)((double)r->n / divisor);
     int64_t now = (int64_t)((double)(r->n + 1) / divisor);
@@ -249,10 +249,13 @@ static int64_t rung_add(struct rung *r, int64_t trial, double loss, double divis
     r->n++;
     bool promote_now = (int64_t)lo < now;
     r->e[lo] = (struct entry){trial, loss, promote_now};
-    if (promote_now)
+    if (promote_now) {
+        *rank = lo + 1;
         return trial;
+    }
     if (now != old && !r->e[old].promoted) {
         r->e[old].promoted = true;
+        *rank = (size_t)old + 1;
         return r->e[old].trial;
     }
     return -1;
@@ -291,7 +294,8 @@ static void promote(struct kd_searcher *s, struct kd__trial *t, double loss)
     if (ri == b->nrungs - 1) {
         kd__close(s, t, "completed the top rung");
     } else {
-        int64_t p = rung_add(r, t - s->trials, loss, a->divisor);
+        size_t rank = 0;
+        int64_t p = rung_add(r, t - s->trials, loss, a->divisor, &rank);
         if (p >= 0) {
             struct kd__trial *pt = &s->trials[p];
             struct rung *next = &b->rungs[ri + 1];
@@ -299,7 +303,11 @@ static void promote(struct kd_searcher *s, struct kd__trial *t, double loss)
             pt->outstanding = true;
             next->outstanding++;
             if (kd__alive(pt)) {
-                kd__validate_after(s, pt, next->units);
+                char why[160];
+                snprintf(why, sizeof(why),
+                         "promoted to rung %d: rank %zu of %zu in rung %d, top %" PRId64 " go on",
+                         ri + 1, rank, r->n, ri, (int64_t)((double)r->n / a->divisor));
+                kd__validate_after_why(s, pt, next->units, why);
                 added = true;
             } else {
                 /* promoted but gone: acts as if it reported the worst result */
@@ -414,6 +422,14 @@ static int restore(struct kd_searcher *s, const json_t *st, char *err)
             }
             r->n = json_array_size(es);
         }
+    }
+    for (size_t i = 0; i < s->ntrials; i++) {
+        const struct kd__trial *t = &s->trials[i];
+        if (t->b < 0 || t->b >= a->nb || t->r < 0 || t->r >= a->b[t->b].nrungs)
+            return kd_seterr(err, KD_ECORRUPT,
+                             "snapshot.trials[%zu]: bracket %" PRId64 " / rung %" PRId64
+                             " out of range",
+                             i, t->b, t->r);
     }
     return 0;
 }

@@ -247,7 +247,8 @@ struct kd__trial *kd__create(struct kd_searcher *s, const double *x, int64_t par
     return t;
 }
 
-bool kd__validate_after(struct kd_searcher *s, struct kd__trial *t, int64_t length)
+bool kd__validate_after_why(struct kd_searcher *s, struct kd__trial *t, int64_t length,
+                            const char *reason)
 {
     if (!kd__alive(t) || s->shutdown)
         return false;
@@ -256,7 +257,14 @@ bool kd__validate_after(struct kd_searcher *s, struct kd__trial *t, int64_t leng
     struct kd_search_op *op = op_push(s, KD_SEARCH_VALIDATE_AFTER);
     kd_strlcpy(op->request_id, t->id, sizeof(op->request_id));
     op->length = length;
+    if (reason)
+        op->reason = kd_xstrdup(reason);
     return true;
+}
+
+bool kd__validate_after(struct kd_searcher *s, struct kd__trial *t, int64_t length)
+{
+    return kd__validate_after_why(s, t, length, NULL);
 }
 
 void kd__close(struct kd_searcher *s, struct kd__trial *t, const char *reason)

@@ -112,6 +112,9 @@ struct kd__trial *kd__create(struct kd_searcher *s, const double *x, int64_t par
                              const char *reason);
 /** ValidateAfter(length) unless t is closing or finished; returns whether it was emitted. */
 bool kd__validate_after(struct kd_searcher *s, struct kd__trial *t, int64_t length);
+/** The same with an explanation (e.g. an ASHA promotion). */
+bool kd__validate_after_why(struct kd_searcher *s, struct kd__trial *t, int64_t length,
+                            const char *reason);
 /** Close(t) unless already closing or finished. */
 void kd__close(struct kd_searcher *s, struct kd__trial *t, const char *reason);
 /** Shutdown once; later calls do nothing. */
