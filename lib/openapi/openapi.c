@@ -27,7 +27,7 @@
 struct vctx {
     json_t *causes; /* array being filled */
     const char *root;
-    int bad_schema; /* a pattern that does not compile */
+    int bad_schema; /* a schema node that is not an object */
 };
 
 /* Messages are cut at their buffer's cap rather than failing: appends
@@ -378,14 +378,18 @@ static char *ecma_to_ere(const char *p)
     return kd_buf_steal(&b);
 }
 
-static int pattern_match(const char *pattern, const char *s, bool *match)
+/* Match s against pattern; on a pattern that does not compile, the
+ * regerror text goes into why (why_len bytes) and KD_EINVAL is returned. */
+static int pattern_match(const char *pattern, const char *s, bool *match, char *why, size_t why_len)
 {
     regex_t re;
     char *ere = ecma_to_ere(pattern);
     int rc = regcomp(&re, ere, REG_EXTENDED | REG_NOSUB);
     free(ere);
-    if (rc != 0)
+    if (rc != 0) {
+        regerror(rc, &re, why, why_len);
         return KD_EINVAL;
+    }
     *match = regexec(&re, s, 0, NULL, 0) == 0;
     regfree(&re);
     return 0;
@@ -490,12 +494,20 @@ static bool check_type(struct vctx *c, const json_t *s, const json_t *v, const c
 {
     const json_t *t = json_object_get(s, "type");
     const char *want = json_string_value(t);
-    if (want == NULL || want[0] == '\0')
-        return true;
     const char *have = type_of(v);
-    bool ok = strcmp(want, have) == 0 ||
-              (strcmp(want, "number") == 0 && strcmp(have, "integer") == 0) ||
-              (strcmp(want, "integer") == 0 && json_is_real(v) && is_integral(json_real_value(v)));
+    bool ok;
+    if ((want == NULL || want[0] == '\0') && is_true(s, "x-kubernetes-int-or-string")) {
+        /* the API server turns int-or-string into type [integer, string] */
+        want = "integer,string";
+        ok = json_is_integer(v) || json_is_string(v) ||
+             (json_is_real(v) && is_integral(json_real_value(v)));
+    } else if (want == NULL || want[0] == '\0') {
+        return true;
+    } else {
+        ok = strcmp(want, have) == 0 ||
+             (strcmp(want, "number") == 0 && strcmp(have, "integer") == 0) ||
+             (strcmp(want, "integer") == 0 && json_is_real(v) && is_integral(json_real_value(v)));
+    }
     if (json_is_null(v) && is_true(s, "nullable"))
         ok = true;
     if (!ok) {
@@ -595,7 +607,7 @@ static void check_string(struct vctx *c, const json_t *s, const json_t *v, const
     size_t n = rune_count(str);
     if (json_is_integer(maxl) && (json_int_t)n > json_integer_value(maxl)) {
         char msg[128];
-        snprintf(msg, sizeof(msg), "Too long: may not be longer than %lld",
+        snprintf(msg, sizeof(msg), "Too long: may not be more than %lld bytes",
                  (long long)json_integer_value(maxl));
         add_cause(c, "FieldValueTooLong", path, msg);
     }
@@ -605,8 +617,12 @@ static void check_string(struct vctx *c, const json_t *s, const json_t *v, const
                     (long long)json_integer_value(minl));
     if (pattern) {
         bool m = false;
-        if (pattern_match(pattern, str, &m) != 0)
-            c->bad_schema = 1;
+        char why[128];
+        if (pattern_match(pattern, str, &m, why, sizeof(why)) != 0)
+            /* the API server reports a bad pattern against the value, too */
+            add_invalid(c, "FieldValueInvalid", path, v,
+                        "%s in body should match '%s, but pattern is invalid: %s'", path, pattern,
+                        why);
         else if (!m)
             add_invalid(c, "FieldValueInvalid", path, v, "%s in body should match '%s'", path,
                         pattern);

@@ -52,9 +52,11 @@
  * enum, object; an object's properties in the schema's order, then its
  * missing required fields.
  *
- * Returns KD_EINVAL (and no causes) when the schema itself cannot be used
- * (a pattern that does not compile, a non-object schema) or an argument is
- * NULL. Pure function: thread-safe, does not block, keeps no reference.
+ * A pattern that does not compile is reported as a cause against the
+ * value, as the API server does. Returns KD_EINVAL (and no causes) when
+ * the schema cannot be used at all (it, or a subschema, is not an object)
+ * or an argument is NULL. Pure function: thread-safe, does not block,
+ * keeps no reference.
  */
 int kd_openapi_validate(const json_t *schema, const json_t *instance, const char *root_path,
                         json_t **causes) KD_WUR;

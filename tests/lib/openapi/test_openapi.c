@@ -68,12 +68,15 @@ static void test_root_path_and_causes_str(void **state)
 static void test_bad_schema(void **state)
 {
     (void)state;
-    json_t *s = json_pack("{s:s, s:s}", "type", "string", "pattern", "a(b");
-    json_t *v = json_string("ab");
+    json_error_t je;
+    json_t *s = json_loads("{\"type\":\"object\",\"properties\":{\"a\":5}}", 0, &je);
+    json_t *v = json_pack("{s:i}", "a", 1);
     json_t *causes = (json_t *)1;
     assert_int_equal(kd_openapi_validate(s, v, "", &causes), KD_EINVAL);
     assert_null(causes);
     assert_int_equal(kd_openapi_validate(NULL, v, "", &causes), KD_EINVAL);
+    assert_int_equal(kd_openapi_validate(s, NULL, "", &causes), KD_EINVAL);
+    assert_int_equal(kd_openapi_validate(s, v, "", NULL), KD_EINVAL);
     json_decref(s);
     json_decref(v);
 }
