@@ -3,3 +3,6 @@
 DT_TEST_LIBS := $(DTRAIN_KD_LIBS)
 DT_TEST_LDLIBS := $(DTRAIN_LDLIBS)
 $(eval $(call kd_test,test_dtrain_coll,tests/dtrain/test_coll.c tests/dtrain/ranks.c,$(DT_TEST_LIBS),$(DT_TEST_LDLIBS),240))
+$(eval $(call kd_test,test_dtrain_rendezvous,tests/dtrain/test_rendezvous.c tests/dtrain/ranks.c,$(DT_TEST_LIBS),$(DT_TEST_LDLIBS),180,,$(O)/bin/dtrain))
+$(eval $(call kd_test,test_dtrain_peer_death,tests/dtrain/test_peer_death.c tests/dtrain/ranks.c,$(DT_TEST_LIBS),$(DT_TEST_LDLIBS),180))
+$(eval $(call kd_test,test_dtrain_unit,tests/dtrain/test_unit.c,$(DT_TEST_LIBS),$(DT_TEST_LDLIBS) -lm,60))

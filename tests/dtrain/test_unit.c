@@ -1,0 +1,227 @@
+/*
+ * libdtrain in one process: float16/bfloat16 conversions against known bit
+ * patterns, the reduction kernels, the env contract's error messages,
+ * hyperparameter accessors, argument checks and world-size-1 collectives.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../dtrain/src/internal.h"
+#include "dtrain.h"
+
+static void test_half_conversions(void **s)
+{
+    (void)s;
+    assert_int_equal(dt_f32_to_f16(1.0f), 0x3c00);
+    assert_int_equal(dt_f32_to_f16(-2.0f), 0xc000);
+    assert_int_equal(dt_f32_to_f16(65504.0f), 0x7bff);
+    assert_int_equal(dt_f32_to_f16(1e6f), 0x7c00); /* overflow to inf */
+    assert_int_equal(dt_f32_to_f16(1.0f / 3.0f), 0x3555);
+    assert_int_equal(dt_f32_to_f16(5.960464477539063e-08f), 0x0001); /* smallest subnormal */
+    assert_int_equal(dt_f32_to_f16(0.0f), 0x0000);
+    assert_true(dt_f16_to_f32(0x3555) > 0.3332f && dt_f16_to_f32(0x3555) < 0.3335f);
+    assert_true(dt_f16_to_f32(0x0001) == 5.960464477539063e-08f);
+    assert_true(isnan(dt_f16_to_f32(dt_f32_to_f16(NAN))));
+    assert_int_equal(dt_f32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(dt_f32_to_bf16(-3.0f), 0xc040);
+    assert_int_equal(dt_f32_to_bf16(1.00390625f), 0x3f80); /* tie rounds to even */
+    assert_int_equal(dt_f32_to_bf16(1.01171875f), 0x3f82); /* tie rounds to even (up) */
+    assert_true(dt_bf16_to_f32(0x4049) == 3.140625f);
+    for (int i = -2048; i <= 2048; i++) /* integers up to 2048 are exact in half */
+        assert_true(dt_f16_to_f32(dt_f32_to_f16((float)i)) == (float)i);
+}
+
+static void test_reduce_kernels(void **s)
+{
+    (void)s;
+    float a[5] = {1, -2, 3, 4, 5}, b[5] = {10, 20, -30, 40, 50};
+    dt_reduce(a, b, 5, DTRAIN_FLOAT32, DTRAIN_SUM);
+    assert_true(a[0] == 11 && a[1] == 18 && a[2] == -27 && a[4] == 55);
+    int64_t x[3] = {5, -7, INT64_MAX}, y[3] = {-5, 9, 1};
+    dt_reduce(x, y, 3, DTRAIN_INT64, DTRAIN_MIN);
+    assert_true(x[0] == -5 && x[1] == -7 && x[2] == 1);
+    int32_t p[3] = {1, 2, 3}, q[3] = {3, 2, 1}, r[3] = {0, 5, 0};
+    const void *srcs[3] = {p, q, r};
+    int32_t out[3];
+    dt_reduce_multi(out, srcs, 3, 3, DTRAIN_INT32, DTRAIN_MAX);
+    assert_true(out[0] == 3 && out[1] == 5 && out[2] == 3);
+    dt_reduce_multi(out, srcs, 3, 3, DTRAIN_INT32, DTRAIN_SUM);
+    assert_true(out[0] == 4 && out[1] == 9 && out[2] == 4);
+    uint16_t h1[2] = {dt_f32_to_bf16(1.5f), dt_f32_to_bf16(-4)};
+    uint16_t h2[2] = {dt_f32_to_bf16(2.25f), dt_f32_to_bf16(8)};
+    dt_reduce(h1, h2, 2, DTRAIN_BFLOAT16, DTRAIN_SUM);
+    assert_true(dt_bf16_to_f32(h1[0]) == 3.75f && dt_bf16_to_f32(h1[1]) == 4.0f);
+    double d[2] = {3, -9};
+    dt_scale_avg(d, 2, DTRAIN_FLOAT64, 3);
+    assert_true(d[0] == 1.0 && d[1] == -3.0);
+}
+
+static void test_env_errors_name_the_variable(void **s)
+{
+    (void)s;
+    struct dtrain_opts o;
+    char err[DTRAIN_ERRLEN];
+    setenv("WORLD_SIZE", "2", 1);
+    unsetenv("RANK");
+    assert_int_equal(dtrain_opts_from_env(&o, err), DTRAIN_EINVAL);
+    assert_non_null(strstr(err, "RANK is not set"));
+    setenv("RANK", "2", 1);
+    assert_int_equal(dtrain_opts_from_env(&o, err), DTRAIN_EINVAL);
+    assert_non_null(strstr(err, "RANK=2"));
+    setenv("RANK", "1", 1);
+    unsetenv("MASTER_PORT");
+    assert_int_equal(dtrain_opts_from_env(&o, err), DTRAIN_EINVAL);
+    assert_non_null(strstr(err, "MASTER_PORT"));
+    setenv("MASTER_PORT", "70000", 1);
+    assert_int_equal(dtrain_opts_from_env(&o, err), DTRAIN_EINVAL);
+    assert_non_null(strstr(err, "MASTER_PORT=70000"));
+    setenv("MASTER_PORT", "29500", 1);
+    unsetenv("MASTER_ADDR");
+    assert_int_equal(dtrain_opts_from_env(&o, err), DTRAIN_EINVAL);
+    assert_non_null(strstr(err, "MASTER_ADDR"));
+    setenv("MASTER_ADDR", "10.0.0.1", 1);
+    setenv("DTRAIN_TRANSPORT", "infiniband", 1);
+    assert_int_equal(dtrain_opts_from_env(&o, err), DTRAIN_EINVAL);
+    assert_non_null(strstr(err, "DTRAIN_TRANSPORT=infiniband"));
+    setenv("DTRAIN_TRANSPORT", "tcp", 1);
+    setenv("DTRAIN_FUSION_THRESHOLD", "lots", 1);
+    assert_int_equal(dtrain_opts_from_env(&o, err), DTRAIN_EINVAL);
+    assert_non_null(strstr(err, "DTRAIN_FUSION_THRESHOLD"));
+    setenv("DTRAIN_FUSION_THRESHOLD", "8MiB", 1);
+    setenv("KDET_TRIAL_SEED", "12x", 1);
+    assert_int_equal(dtrain_opts_from_env(&o, err), DTRAIN_EINVAL);
+    assert_non_null(strstr(err, "KDET_TRIAL_SEED"));
+    setenv("KDET_TRIAL_SEED", "-42", 1);
+    assert_int_equal(dtrain_opts_from_env(&o, err), 0);
+    assert_int_equal(o.rank, 1);
+    assert_int_equal(o.world_size, 2);
+    assert_int_equal(o.master_port, 29500);
+    assert_string_equal(o.master_addr, "10.0.0.1");
+    assert_int_equal(o.transport, DTRAIN_TRANSPORT_TCP);
+    assert_int_equal(o.fusion_threshold, 8u << 20);
+    assert_int_equal(o.trial_seed, -42);
+    const char *vars[] = {"WORLD_SIZE",       "RANK",
+                          "MASTER_PORT",      "MASTER_ADDR",
+                          "DTRAIN_TRANSPORT", "DTRAIN_FUSION_THRESHOLD",
+                          "KDET_TRIAL_SEED",  NULL};
+    for (int i = 0; vars[i]; i++)
+        unsetenv(vars[i]);
+}
+
+static void test_hparams_and_world_one(void **s)
+{
+    (void)s;
+    struct dtrain_opts o;
+    struct dtrain *h = NULL;
+    char err[DTRAIN_ERRLEN];
+    dtrain_opts_default(&o);
+    o.hparams_json = "{\"learning_rate\": 0.01, \"hidden_units\": 64, \"name\": \"mlp\", "
+                     "\"optimizer\": {\"momentum\": 0.9}, \"epochs\": 3.0}";
+    o.token = "very-secret-token";
+    assert_int_equal(dtrain_init_opts(&o, &h, err), 0);
+    double lr = 0;
+    int64_t hu = 0;
+    const char *name = NULL;
+    assert_int_equal(dtrain_hparam_double(h, "learning_rate", &lr), 0);
+    assert_true(lr == 0.01);
+    assert_int_equal(dtrain_hparam_int(h, "hidden_units", &hu), 0);
+    assert_int_equal(hu, 64);
+    assert_int_equal(dtrain_hparam_double(h, "hidden_units", &lr), 0); /* int -> double */
+    assert_true(lr == 64.0);
+    assert_int_equal(dtrain_hparam_int(h, "epochs", &hu), 0); /* 3.0 is an int */
+    assert_int_equal(hu, 3);
+    assert_int_equal(dtrain_hparam_int(h, "learning_rate", &hu), DTRAIN_EINVAL);
+    assert_non_null(strstr(dtrain_errmsg(h), "learning_rate: expected an integer"));
+    assert_int_equal(dtrain_hparam_string(h, "name", &name), 0);
+    assert_string_equal(name, "mlp");
+    assert_int_equal(dtrain_hparam_double(h, "optimizer.momentum", &lr), 0);
+    assert_true(lr == 0.9);
+    assert_int_equal(dtrain_hparam_double(h, "dropout", &lr), DTRAIN_ENOTFOUND);
+    assert_non_null(strstr(dtrain_errmsg(h), "dropout"));
+    assert_int_equal(dtrain_hparam_string(h, "hidden_units", &name), DTRAIN_EINVAL);
+    assert_non_null(strstr(dtrain_errmsg(h), "expected a string, got an integer"));
+    /* world size 1: collectives are local */
+    float v[3] = {1, 2, 3};
+    assert_int_equal(dtrain_allreduce(h, v, 3, DTRAIN_FLOAT32, DTRAIN_AVG), 0);
+    assert_true(v[0] == 1 && v[2] == 3);
+    float all[3];
+    assert_int_equal(dtrain_allgather(h, v, all, 3, DTRAIN_FLOAT32), 0);
+    assert_true(all[1] == 2);
+    assert_int_equal(dtrain_broadcast(h, v, 3, DTRAIN_FLOAT32, 1), DTRAIN_EINVAL);
+    assert_non_null(strstr(dtrain_errmsg(h), "root 1"));
+    assert_int_equal(dtrain_allreduce(h, NULL, 3, DTRAIN_FLOAT32, DTRAIN_SUM), DTRAIN_EINVAL);
+    assert_non_null(strstr(dtrain_errmsg(h), "NULL"));
+    assert_int_equal(dtrain_allreduce(h, v, 3, (enum dtrain_dtype)42, DTRAIN_SUM), DTRAIN_EINVAL);
+    assert_non_null(strstr(dtrain_errmsg(h), "dtype 42"));
+    assert_int_equal(dtrain_barrier(h), 0);
+    assert_string_equal(dtrain_transport_name(h), "local");
+    assert_int_equal(dtrain_finalize(h), 0);
+
+    o.hparams_json = "{\"lr\": }";
+    assert_int_equal(dtrain_init_opts(&o, &h, err), DTRAIN_EPARSE);
+    assert_non_null(strstr(err, "KDET_HPARAMS: line 1 column"));
+    o.hparams_json = "[1]";
+    assert_int_equal(dtrain_init_opts(&o, &h, err), DTRAIN_EPARSE);
+    assert_non_null(strstr(err, "expected a JSON object"));
+    o.hparams_json = NULL;
+    o.rank = 3;
+    o.world_size = 2;
+    assert_int_equal(dtrain_init_opts(&o, &h, err), DTRAIN_EINVAL);
+    assert_non_null(strstr(err, "rank 3 out of range"));
+}
+
+static void test_nccl_absent_is_a_clear_error(void **s)
+{
+    (void)s;
+    struct dtrain_opts o;
+    struct dtrain *h = NULL;
+    char err[DTRAIN_ERRLEN] = "";
+    dtrain_opts_default(&o);
+    o.transport = DTRAIN_TRANSPORT_NCCL;
+    int rc = dtrain_init_opts(&o, &h, err);
+    if (rc == 0) { /* a GPU machine: NCCL works */
+        assert_string_equal(dtrain_transport_name(h), "nccl");
+        assert_int_equal(dtrain_finalize(h), 0);
+        return;
+    }
+    assert_int_equal(rc, DTRAIN_ENOTSUP);
+    assert_non_null(strstr(err, "transport nccl"));
+    assert_true(strstr(err, "libcudart") != NULL || strstr(err, "libnccl") != NULL ||
+                strstr(err, "CUDA device") != NULL);
+}
+
+static void test_parsers(void **s)
+{
+    (void)s;
+    enum dtrain_dtype t;
+    enum dtrain_op op;
+    assert_int_equal(dtrain_dtype_parse("bf16", &t), 0);
+    assert_int_equal(t, DTRAIN_BFLOAT16);
+    assert_int_equal(dtrain_dtype_parse("float8", &t), DTRAIN_EINVAL);
+    assert_int_equal(dtrain_op_parse("MAX", &op), 0);
+    assert_int_equal(op, DTRAIN_MAX);
+    assert_int_equal(dtrain_op_parse("prod", &op), DTRAIN_EINVAL);
+    assert_int_equal(dtrain_dtype_size(DTRAIN_INT64), 8);
+    assert_int_equal(dtrain_dtype_size((enum dtrain_dtype)9), 0);
+    assert_non_null(strstr(dtrain_strerror(DTRAIN_EPEER), "peer"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_half_conversions),
+        cmocka_unit_test(test_reduce_kernels),
+        cmocka_unit_test(test_env_errors_name_the_variable),
+        cmocka_unit_test(test_hparams_and_world_one),
+        cmocka_unit_test(test_nccl_absent_is_a_clear_error),
+        cmocka_unit_test(test_parsers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
