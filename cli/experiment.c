@@ -233,22 +233,26 @@ static json_t *build_resources(const struct create_args *a, const json_t *cfg,
     return docs;
 }
 
+/* Parse create's arguments into a. Returns 0, 1 when help was printed, or
+ * KD_EINVAL after printing the usage error. */
 static int parse_create_args(int argc, char **argv, struct create_args *a)
 {
     static const char *const opts[] = {"--template", "--dry-run", "--namespace", "--help", NULL};
-    int npos = 0;
+    int npos = 0, rc = 0;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             fputs(create_usage, stdout);
-            return 1;
+            rc = 1;
+            goto out;
         } else if (strcmp(s, "--dry-run") == 0) {
             a->dry_run = true;
         } else if (strcmp(s, "--template") == 0 || strcmp(s, "--namespace") == 0 ||
                    strcmp(s, "-n") == 0) {
             if (i + 1 >= argc) {
                 det_err("%s needs a value (see 'det experiment create --help')", s);
-                return -1;
+                rc = KD_EINVAL;
+                goto out;
             }
             if (strcmp(s, "--template") == 0)
                 a->template_path = argv[++i];
@@ -260,7 +264,8 @@ static int parse_create_args(int argc, char **argv, struct create_args *a)
             a->ns = s + strlen("--namespace=");
         } else if (s[0] == '-' && s[1] != '\0') {
             det_usage_suggest("option", s, opts, "det experiment create");
-            return -1;
+            rc = KD_EINVAL;
+            goto out;
         } else if (npos == 0) {
             a->config = s;
             npos++;
@@ -271,22 +276,25 @@ static int parse_create_args(int argc, char **argv, struct create_args *a)
             det_err("unexpected argument \"%s\": create takes CONFIG and CONTEXT_DIR (see 'det "
                     "experiment create --help')",
                     s);
-            return -1;
+            rc = KD_EINVAL;
+            goto out;
         }
     }
     if (npos < 2) {
         det_err("missing %s (usage: det experiment create CONFIG CONTEXT_DIR [--template FILE] "
                 "[--dry-run])",
                 npos == 0 ? "CONFIG and CONTEXT_DIR" : "CONTEXT_DIR");
-        return -1;
+        rc = KD_EINVAL;
+        goto out;
     }
     if (!is_dns_label(a->ns)) {
         det_err("--namespace \"%s\": must be a DNS label (lowercase letters, digits and '-', at "
                 "most 63)",
                 a->ns);
-        return -1;
+        rc = KD_EINVAL;
     }
-    return 0;
+out:
+    return rc;
 }
 
 static int cmd_create(int argc, char **argv)
@@ -302,7 +310,7 @@ static int cmd_create(int argc, char **argv)
 
     r = parse_create_args(argc, argv, &a);
     if (r != 0) {
-        rc = r > 0 ? DET_EXIT_OK : DET_EXIT_USAGE;
+        rc = r == 1 ? DET_EXIT_OK : DET_EXIT_USAGE;
         goto out;
     }
     r = kd_config_load(a.config, a.template_path, &cfg, err);

@@ -754,14 +754,14 @@ static void check_object(struct vctx *c, const json_t *s, const json_t *v, const
                     "%s in body should have at least %lld properties", path,
                     (long long)json_integer_value(minp));
         json_decref(nv);
-        return;
+        goto out; /* as kube-openapi: a count error ends the object's checks */
     }
     if (json_is_integer(maxp) && n > json_integer_value(maxp)) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Too many: %lld: must have at most %lld items", (long long)n,
                  (long long)json_integer_value(maxp));
         add_cause(c, "FieldValueTooMany", path, msg);
-        return;
+        goto out;
     }
     json_object_foreach((json_t *)v, k, x)
     {
@@ -795,6 +795,8 @@ static void check_object(struct vctx *c, const json_t *s, const json_t *v, const
         add_cause(c, "FieldValueRequired", p, "Required value");
         free(p);
     }
+out:
+    return;
 }
 
 static void validate(struct vctx *c, const json_t *s, const json_t *v, const char *path, int depth)
