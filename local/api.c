@@ -2062,6 +2062,7 @@ struct logstream {
     bool follow;
     off_t off;
     int idle_rounds;
+    int fd; /* held open: the kubelet removes a deleted pod's files */
 };
 
 static void logstream_free(void *p)
@@ -2074,6 +2075,8 @@ static void logstream_free(void *p)
     free(l->uid);
     free(l->container);
     free(l->path);
+    if (l->fd >= 0)
+        close(l->fd);
     free(l);
 }
 
@@ -2115,12 +2118,11 @@ static bool log_live(struct logstream *l)
 static ssize_t log_read(void *ctx, char *buf, size_t max)
 {
     struct logstream *l = ctx;
-    int fd = open(l->path, O_RDONLY | O_CLOEXEC);
     ssize_t n = 0;
-    if (fd >= 0) {
-        n = pread(fd, buf, max, l->off);
-        close(fd);
-    }
+    if (l->fd < 0)
+        l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
+    if (l->fd >= 0)
+        n = pread(l->fd, buf, max, l->off);
     if (n > 0) {
         l->off += n;
         return n;
@@ -2255,6 +2257,7 @@ static void do_log(struct kd_api *api, struct kd_http_req *r, const struct targe
         goto out;
     }
     l = kd_xcalloc(1, sizeof(*l));
+    l->fd = -1;
     l->api = api;
     l->ns = kd_xstrdup(t->ns);
     l->pod = kd_xstrdup(t->name);
@@ -2263,6 +2266,7 @@ static void do_log(struct kd_api *api, struct kd_http_req *r, const struct targe
     l->run = run;
     l->follow = follow && !previous;
     l->path = kd_kubelet_log_path(api->state_dir, l->uid, container, run);
+    l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
     /* Where to start: the last tailLines lines (or limitBytes), read from the end. */
     struct stat sb;
     if (stat(l->path, &sb) == 0) {
@@ -2270,10 +2274,7 @@ static void do_log(struct kd_api *api, struct kd_http_req *r, const struct targe
         l->off = start;
         if (limit > 0 && !l->follow && sb.st_size - start > limit) {
             data = kd_xmalloc((size_t)limit);
-            int fd = open(l->path, O_RDONLY | O_CLOEXEC);
-            ssize_t got = fd >= 0 ? pread(fd, data, (size_t)limit, start) : 0;
-            if (fd >= 0)
-                close(fd);
+            ssize_t got = l->fd >= 0 ? pread(l->fd, data, (size_t)limit, start) : 0;
             kd_http_respond(r, 200, "text/plain", data, got > 0 ? (size_t)got : 0);
             goto out;
         }

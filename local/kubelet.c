@@ -946,11 +946,12 @@ static void reap(struct kd_kubelet *k)
     }
 }
 
+/* SIGTERM goes to each container's first process (as a runtime signals PID 1), SIGKILL to all. */
 static void signal_all(struct podrt *p, int sig)
 {
     for (size_t i = 0; i < p->nc; i++) {
         if (p->c[i].pid > 0)
-            kill(-p->c[i].pid, sig);
+            kill(sig == SIGKILL ? -p->c[i].pid : p->c[i].pid, sig);
     }
 }
 

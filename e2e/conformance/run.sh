@@ -32,7 +32,7 @@ trap cleanup EXIT
 if [ -n "${KD_LOCAL_BIN:-}" ]; then
     LOCAL=1
     "$KD_LOCAL_BIN" --data-dir "$work/data" --port 0 --port-file "$work/port" \
-        --kubeconfig-out "$work/kubeconfig" --bookmark-interval 1 --watch-history 40 \
+        --kubeconfig-out "$work/kubeconfig" --bookmark-interval 1 --watch-history 40 --fake-gpus 2 \
         > "$work/kdet-local.log" 2>&1 &
     local_pid=$!
     for _ in $(seq 1 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.05; done
@@ -218,6 +218,98 @@ if $K get cm or-dep >/dev/null 2>&1 && [ -z "$(jp cm/or-dep '{.metadata.ownerRef
 owner_dep fg
 $K delete cm fg-owner --cascade=foreground --timeout=20s >/dev/null 2>&1
 if until_ok 20 sh -c "! $K get cm fg-dep && ! $K get cm fg-owner"; then ok "foreground cascade deletes dependents, then the owner"; else bad "foreground cascade deletes dependents, then the owner"; fi
+
+# ---- pods and the node ---------------------------------------------------------------------------
+# pod NAME RESTART-POLICY SCRIPT [EXTRA-CONTAINER-JSON] [EXTRA-SPEC-JSON]: a one-container busybox
+# pod running `sh -c SCRIPT`.
+pod() {
+    printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s"},"spec":{"restartPolicy":"%s","terminationGracePeriodSeconds":2,"containers":[{"name":"main","image":"busybox","command":["sh","-c",%s]%s}]%s}}' \
+        "$1" "$2" "$(printf '%s' "$3" | sed 's/\\/\\\\/g; s/"/\\"/g; s/^/"/; s/$/"/')" "${4:-}" "${5:-}" | $K create -f - >/dev/null
+}
+phase_is() { [ "$($K get pod "$1" -o 'jsonpath={.status.phase}' 2>/dev/null)" = "$2" ]; }
+node=$(kubectl get nodes -o 'jsonpath={.items[0].metadata.name}')
+expect "a Node is registered and Ready" '^True$' kubectl get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'
+expect "the Node reports cpu, memory and pods capacity" '^[0-9]+ [0-9]+Ki [0-9]+$' kubectl get node "$node" -o 'jsonpath={.status.capacity.cpu} {.status.capacity.memory} {.status.capacity.pods}'
+expect "the Node has the usual labels" "^$node linux amd64\$" kubectl get node "$node" -o 'jsonpath={.metadata.labels.kubernetes\.io/hostname} {.metadata.labels.kubernetes\.io/os} {.metadata.labels.kubernetes\.io/arch}'
+pod ok Never 'echo hello from $(POD); echo second line; exit 0' ',"env":[{"name":"POD","valueFrom":{"fieldRef":{"fieldPath":"metadata.name"}}}]'
+pod fails Never 'echo failing; exit 3'
+until_ok 60 phase_is ok Succeeded
+expect "a pod that exits 0 is Succeeded" '^Succeeded 0 Completed$' jp pod/ok '{.status.phase} {.status.containerStatuses[0].state.terminated.exitCode} {.status.containerStatuses[0].state.terminated.reason}'
+expect "pod status has podIP, hostIP, startTime and conditions" '^[0-9.]+ [0-9.]+ 20.*Z True$' jp pod/ok '{.status.podIP} {.status.hostIP} {.status.startTime} {.status.conditions[?(@.type=="PodScheduled")].status}'
+expect "container logs, with \$(VAR) expansion and the downward API" '^hello from ok' $K logs ok
+expect "logs --tail" '^second line$' $K logs ok --tail=1
+until_ok 30 phase_is fails Failed
+expect "a pod that exits 3 with restartPolicy Never is Failed" '^Failed 3 Error$' jp pod/fails '{.status.phase} {.status.containerStatuses[0].state.terminated.exitCode} {.status.containerStatuses[0].state.terminated.reason}'
+printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"podcfg"},"data":{"greeting":"hi","file.txt":"from a configmap"}}' | $K create -f - >/dev/null
+printf '{"apiVersion":"v1","kind":"Secret","metadata":{"name":"podsec"},"stringData":{"token":"s3cret"}}' | $K create -f - >/dev/null
+expect "a Secret's stringData is stored as base64 data" '^czNjcmV0$' jp secret/podsec '{.data.token}'
+vol="/tmp/$NS-vol"
+printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"full"},"spec":{"restartPolicy":"Never","initContainers":[
+ {"name":"i1","image":"busybox","command":["sh","-c","echo i1 > %s-e/order"],"volumeMounts":[{"name":"e","mountPath":"%s-e"}]},
+ {"name":"i2","image":"busybox","command":["sh","-c","echo i2 >> %s-e/order"],"volumeMounts":[{"name":"e","mountPath":"%s-e"}]}],
+ "containers":[{"name":"main","image":"busybox","command":["sh","-c","cat %s-e/order; echo G=$G T=$T P=$SEC_token; cat %s-c/file.txt; echo; cat %s-s/token; echo"],
+  "env":[{"name":"G","valueFrom":{"configMapKeyRef":{"name":"podcfg","key":"greeting"}}},{"name":"T","valueFrom":{"secretKeyRef":{"name":"podsec","key":"token"}}}],
+  "envFrom":[{"secretRef":{"name":"podsec"},"prefix":"SEC_"}],
+  "volumeMounts":[{"name":"e","mountPath":"%s-e"},{"name":"c","mountPath":"%s-c"},{"name":"s","mountPath":"%s-s"}]}],
+ "volumes":[{"name":"e","emptyDir":{}},{"name":"c","configMap":{"name":"podcfg"}},{"name":"s","secret":{"secretName":"podsec"}}]}}' \
+    "$vol" "$vol" "$vol" "$vol" "$vol" "$vol" "$vol" "$vol" "$vol" "$vol" | $K create -f - >/dev/null
+until_ok 60 phase_is full Succeeded
+expect "init containers run in order before the app container" '^i1 i2 ' sh -c "$K logs full -c main | tr '\n' ' '"
+expect "env from ConfigMap and Secret keys, envFrom with a prefix" 'G=hi T=s3cret P=s3cret' $K logs full -c main
+expect "configMap and secret volumes as files" 'from a configmap s3cret' sh -c "$K logs full -c main | tr '\n' ' '"
+pod flaky OnFailure "if [ -f $vol-f/x ]; then echo second run; exit 0; fi; touch $vol-f/x; echo first run; exit 1" \
+    ',"volumeMounts":[{"name":"f","mountPath":"'"$vol-f"'"}]' ',"volumes":[{"name":"f","emptyDir":{}}]'
+until_ok 60 phase_is flaky Succeeded
+expect "restartPolicy OnFailure restarts a failed container" '^Succeeded 1 1$' jp pod/flaky '{.status.phase} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].lastState.terminated.exitCode}'
+expect "logs --previous shows the last run" '^first run$' $K logs flaky --previous
+expect "logs shows the current run" '^second run$' $K logs flaky
+pod runner Always 'echo started; trap "echo term; exit 0" TERM; while true; do sleep 0.1; done'
+expect "kubectl wait --for=condition=Ready on a pod" 'condition met' $K wait --for=condition=Ready pod/runner --timeout=60s
+( $K logs -f runner > "$work/follow.out" 2>&1 ) &
+fpid=$!
+sleep 1
+start=$(date +%s)
+$K delete pod runner --wait=true >/dev/null 2>&1
+took=$(( $(date +%s) - start ))
+wait $fpid
+if [ "$took" -le 4 ] && ! $K get pod runner >/dev/null 2>&1; then ok "delete sends SIGTERM: a pod that exits on TERM goes at once (${took}s)"; else bad "delete sends SIGTERM: a pod that exits on TERM goes at once" "took ${took}s"; fi
+expect "logs -f follows until the container ends" '^started term $' sh -c "tr '\n' ' ' < $work/follow.out"
+pod stubborn Always 'trap "" TERM; while true; do sleep 0.1; done'
+$K wait --for=condition=Ready pod/stubborn --timeout=60s >/dev/null
+start=$(date +%s)
+$K delete pod stubborn --wait=true >/dev/null 2>&1
+took=$(( $(date +%s) - start ))
+if [ "$took" -ge 1 ] && [ "$took" -le 8 ] && ! $K get pod stubborn >/dev/null 2>&1; then ok "SIGKILL after terminationGracePeriodSeconds (${took}s)"; else bad "SIGKILL after terminationGracePeriodSeconds" "took ${took}s"; fi
+pod huge Never 'true' ',"resources":{"requests":{"cpu":"100000"}}'
+until_ok 20 sh -c "$K get pod huge -o 'jsonpath={.status.conditions[0].reason}' | grep -q Unschedulable"
+expect "a pod that does not fit is Unschedulable, as the scheduler reports it" '^Pending False Unschedulable 0/[0-9]+ nodes are available: .*Insufficient cpu' \
+    jp pod/huge '{.status.phase} {.status.conditions[?(@.type=="PodScheduled")].status} {.status.conditions[?(@.type=="PodScheduled")].reason} {.status.conditions[?(@.type=="PodScheduled")].message}'
+pod picky Never 'true' '' ',"nodeSelector":{"kdet.io/no-such-label":"x"}'
+until_ok 20 sh -c "$K get pod picky -o 'jsonpath={.status.conditions[0].reason}' | grep -q Unschedulable"
+expect "nodeSelector is honoured" "didn't match Pod's node affinity/selector" jp pod/picky '{.status.conditions[?(@.type=="PodScheduled")].message}'
+expect "an unknown priorityClassName is Forbidden" 'Forbidden.*no PriorityClass with name kdconf-nope was found' \
+    sh -c "printf '{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"np\"},\"spec\":{\"priorityClassName\":\"kdconf-nope\",\"containers\":[{\"name\":\"m\",\"image\":\"busybox\"}]}}' | $K create -f -"
+$K delete pod huge picky ok fails full flaky --wait=false >/dev/null 2>&1
+if [ "$LOCAL" = 1 ]; then
+    # GPUs: two fake GPUs, each pod gets its own, a third waits; then priority decides.
+    printf '{"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"kdconf-high"},"value":1000}' | kubectl create -f - >/dev/null
+    gpu=',"resources":{"limits":{"nvidia.com/gpu":1}}'
+    pod gpu-a Never 'echo dev=$CUDA_VISIBLE_DEVICES; sleep 3' "$gpu"
+    pod gpu-b Never 'echo dev=$CUDA_VISIBLE_DEVICES; sleep 8' "$gpu"
+    until_ok 20 sh -c "$K logs gpu-a | grep -q dev= && $K logs gpu-b | grep -q dev="
+    ga=$($K logs gpu-a); gb=$($K logs gpu-b)
+    if [ "$ga" != "$gb" ] && printf '%s %s' "$ga" "$gb" | grep -Eq '^dev=[01] dev=[01]$'; then ok "each GPU pod gets its own device in CUDA_VISIBLE_DEVICES ($ga, $gb)"; else bad "each GPU pod gets its own device in CUDA_VISIBLE_DEVICES" "$ga / $gb"; fi
+    pod gpu-low Never 'echo dev=$CUDA_VISIBLE_DEVICES; sleep 2' "$gpu"
+    sleep 0.3
+    pod gpu-high Never 'echo dev=$CUDA_VISIBLE_DEVICES; sleep 2' "$gpu" ',"priorityClassName":"kdconf-high"'
+    expect "priorityClassName sets spec.priority" '^1000$' jp pod/gpu-high '{.spec.priority}'
+    # gpu-a ends first and frees one GPU: gpu-high (created later) must get it, gpu-low keeps waiting.
+    expect "a third GPU pod waits: Insufficient nvidia.com/gpu" 'Insufficient nvidia.com/gpu' jp pod/gpu-low '{.status.conditions[?(@.type=="PodScheduled")].message}'
+    until_ok 30 sh -c "$K get pod gpu-high -o jsonpath='{.spec.nodeName}' | grep -q ."
+    expect "the higher priority pod is bound first" '^Pending$' jp pod/gpu-low '{.status.phase}'
+    $K delete pod gpu-a gpu-b gpu-low gpu-high --wait=false >/dev/null 2>&1
+    kubectl delete priorityclass kdconf-high >/dev/null 2>&1
+fi
 
 # ---- deleting a CRD removes its kind -------------------------------------------------------------
 if [ "$LOCAL" = 1 ]; then
