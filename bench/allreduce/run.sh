@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# bench/allreduce: dtrain's allreduce against OpenMPI's MPI_Allreduce on this
+# host, float32 sum, 4 KiB .. 256 MiB, 2 and 4 ranks, twice: shared memory
+# allowed for both (OpenMPI's default BTLs, dtrain transport shm), and both
+# restricted to TCP loopback (--mca btl tcp,self; dtrain transport tcp).
+# Prints latency and algorithm bandwidth (bytes / time) side by side and the
+# ratio dtrain / OpenMPI of bandwidth (> 1: dtrain is faster).
+# Env: BENCH_SIZES (default 4K..256M), BENCH_RANKS (default "2 4").
+set -euo pipefail
+build=${KD_BUILD:?KD_BUILD must point at the build dir}
+src=${KD_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+sizes=${BENCH_SIZES:-4K..256M}
+ranks=${BENCH_RANKS:-2 4}
+lo=${sizes%%..*}
+hi=${sizes##*..}
+out=$(mktemp -d /tmp/kdet-bench-allreduce.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+
+command -v mpicc >/dev/null || { echo "bench allreduce: mpicc not found (apt-get install libopenmpi-dev openmpi-bin)"; exit 1; }
+mkdir -p "$build/bench"
+mpicc -O2 -o "$build/bench/mpi_allreduce" "$src/bench/allreduce/mpi_allreduce.c"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+run_dtrain() { # np transport file
+    local np=$1 tr=$2 f=$3 port pids=()
+    port=$(free_port)
+    for ((r = 0; r < np; r++)); do
+        RANK=$r LOCAL_RANK=$r WORLD_SIZE=$np LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$port KDET_RUN_ID=bench KDET_LOG_LEVEL=warn \
+            "$build/bin/dtrain" bench allreduce --size "$sizes" --transport "$tr" \
+            > "$f.$r" 2>&1 &
+        pids+=($!)
+    done
+    local rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    if [ $rc -ne 0 ]; then cat "$f".*; return 1; fi
+    grep -E '^ +[0-9]+[KM]? ' "$f.0" > "$f"
+}
+
+run_mpi() { # np btl-args file
+    local np=$1 f=$3
+    # shellcheck disable=SC2086
+    mpirun --allow-run-as-root --oversubscribe -np "$np" $2 \
+        "$build/bench/mpi_allreduce" "$lo" "$hi" > "$f.raw" 2>&1 || { cat "$f.raw"; return 1; }
+    grep -E '^ +[0-9]+[KM]? ' "$f.raw" > "$f"
+}
+
+summary=()
+for setting in shm tcp; do
+    if [ $setting = shm ]; then btl=""; label="shared memory allowed (OpenMPI default BTLs vs dtrain shm)"
+    else btl="--mca btl tcp,self"; label="TCP loopback only (OpenMPI --mca btl tcp,self vs dtrain tcp)"; fi
+    for np in $ranks; do
+        echo "== $label, $np ranks, float32 sum"
+        echo "   running OpenMPI ..." >&2
+        run_mpi "$np" "$btl" "$out/mpi"
+        echo "   running dtrain ..." >&2
+        run_dtrain "$np" $setting "$out/dt"
+        printf '%8s %14s %12s %14s %12s %8s\n' size mpi_lat_us mpi_GBps dtrain_lat_us dtrain_GBps ratio
+        paste "$out/mpi" "$out/dt" | awk '{ r = ($4 > 0) ? $8 / $4 : 0;
+            printf "%8s %14.1f %12.3f %14.1f %12.3f %8.2f\n", $1, $3, $4, $7, $8, r }' | tee "$out/joined"
+        worst=$(awk '{ s = $1; m = 1; if (s ~ /M$/) m = 1048576; else if (s ~ /K$/) m = 1024;
+                       b = s + 0; if (b * m >= 1048576 && (min == "" || $6 < min)) min = $6 }
+                     END { print (min == "" ? "n/a" : min) }' "$out/joined")
+        summary+=("$setting np=$np: lowest ratio at >= 1 MiB: $worst")
+        echo
+    done
+done
+echo "== summary (ratio = dtrain algbw / OpenMPI algbw; goal >= 1.0 at >= 1 MiB)"
+printf '%s\n' "${summary[@]}"
