@@ -3,3 +3,5 @@ LAUNCH_LIB_SRCS := launcher/lines.c launcher/env.c launcher/args.c launcher/supe
 $(eval $(call kd_lib,launch,$(LAUNCH_LIB_SRCS)))
 $(eval $(call kd_prog,kdet-launch,launcher/kdet_launch.c,launch core,-ljansson -ldl))
 $(eval $(call kd_prog,wrap_rank,launcher/wrap_rank.c,launch core,-ljansson -ldl))
+# The torch_distributed form's end-to-end test runs Debian's PyTorch (CPU, gloo).
+DEB_PACKAGES += python3-torch

@@ -26,8 +26,9 @@ static const char usage[] =
     "to stdout, stderr lines to stderr). RANK is a number, or a comma-separated list of\n"
     "environment variable names whose first set one holds the rank (for example\n"
     "RANK or HOROVOD_RANK,OMPI_COMM_WORLD_RANK,PMI_RANK). SIGTERM, SIGINT, SIGHUP, SIGQUIT,\n"
-    "SIGUSR1 and SIGUSR2 are forwarded to CMD; wrap_rank exits with CMD's exit code, or\n"
-    "dies by the signal that killed CMD.\n";
+    "SIGUSR1 and SIGUSR2 are forwarded to CMD's process group; wrap_rank exits with CMD's\n"
+    "exit code, or dies by the signal that killed CMD. Processes CMD leaves behind in its\n"
+    "process group are killed when it exits.\n";
 
 /* RANK as a number, or the first set variable of a comma-separated list. */
 static int resolve_rank(const char *arg, int *rank, char *err)
@@ -105,7 +106,15 @@ int main(int argc, char **argv)
     }
     static const int forward[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, 0};
     struct kd_sup_worker w = {.rank = rank, .argv = argv + i, .envp = NULL};
-    struct kd_sup_opts o = {.quiet = true, .grace_ms = -1, .forward = forward};
+    /* CMD leads a process group of its own, so that forwarded signals and
+     * the final clean-up reach what it starts too; but it stays in ours when
+     * stdin is a terminal, so that it can still read from it. */
+    struct kd_sup_opts o = {
+        .quiet = true,
+        .new_pgrp = !isatty(STDIN_FILENO),
+        .grace_ms = -1,
+        .forward = forward,
+    };
     struct kd_sup_result res;
     if (kd_sup_run(&w, 1, &o, &res, err) < 0) {
         fprintf(stderr, "wrap_rank: %s\n", err);

@@ -2,3 +2,5 @@
 $(eval $(call kd_test,test_launch_lines,tests/launcher/test_lines.c,launch core,,30))
 $(eval $(call kd_test,test_launch_env,tests/launcher/test_env.c,launch core,-ljansson -ldl,30))
 $(eval $(call kd_test,test_launch_args,tests/launcher/test_args.c,launch core,-ljansson -ldl,30))
+$(eval $(call kd_test_script,test_launch_procs,tests/launcher/test_procs.sh,180,,$(O)/bin/kdet-launch $(O)/bin/wrap_rank))
+$(eval $(call kd_test_script,test_launch_torch,tests/launcher/test_torch.sh,240,slow noasan,$(O)/bin/kdet-launch $(O)/bin/wrap_rank))
