@@ -83,6 +83,9 @@ static int spawn(struct s3srv *s)
             dup2(fd, 1);
             dup2(fd, 2);
         }
+        /* s3rver makes list continuation tokens with DES, which Node's
+         * OpenSSL 3 only offers through the legacy provider */
+        setenv("NODE_OPTIONS", "--openssl-legacy-provider", 1);
         execl(prog, prog, "-d", s->dir, "-a", "127.0.0.1", "-p", port, "--silent",
               "--configure-bucket", s->bucket, (char *)NULL);
         _exit(127);
