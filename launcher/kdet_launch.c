@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -48,6 +49,19 @@ static const char usage[] =
     "KDET_RUN_ID, KDET_TRIAL_ID, KDET_EXPERIMENT, KDET_CONTROLLER_URL, KDET_TOKEN, KDET_HPARAMS,\n"
     "KDET_TRIAL_SEED, KDET_GRACE_PERIOD, KDET_PYTHON, KDET_NODE_ADDRS (horovod).\n"
     "See docs/launcher.md.\n";
+
+/* Two pipes per worker: make sure the open-files limit allows them. */
+static void raise_fd_limit(int nproc)
+{
+    struct rlimit rl;
+    rlim_t need = (rlim_t)nproc * 2 + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            KD_WARN("cannot raise the open-files limit", "want=%lu error=%s", (unsigned long)need,
+                    kd_logq(strerror(errno)));
+    }
+}
 
 /* wrap_rank installed next to this program, else the one on PATH. */
 static char *wrap_rank_path(void)
@@ -180,6 +194,7 @@ static int run_workers(const struct kd_launch_args *a, struct kd_launch_env *e, 
             nproc, src, e->node_rank, e->num_nodes, e->num_nodes * nproc, e->chief_addr,
             e->master_port, e->run_id, e->run_id_made ? " run_id_generated=true" : "",
             kd_logq(e->trial ? e->trial : ""), e->grace_s, kd_logq(line));
+    raise_fd_limit(nproc);
     for (int i = 0; i < nproc; i++) {
         envs[i] = kd_launch_worker_env(e, nproc, i);
         ws[i].rank = e->node_rank * nproc + i;
