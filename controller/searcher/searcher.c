@@ -390,6 +390,7 @@ static int searcher_build(const json_t *config, uint64_t exp_seed, struct kd_sea
 {
     struct kd_searcher *s = kd_xcalloc(1, sizeof(*s));
     const json_t *sc = json_object_get(config, "searcher");
+    const json_t *hp;
     const char *name;
     int rc = 0;
     *out = NULL;
@@ -423,10 +424,8 @@ static int searcher_build(const json_t *config, uint64_t exp_seed, struct kd_sea
     if ((rc = kd_hp_space_parse(json_object_get(config, "hyperparameters"), &s->sp, err)) != 0)
         goto out;
     s->config = json_object();
-    json_object_set_new(s->config, "hyperparameters",
-                        json_deep_copy(json_object_get(config, "hyperparameters")
-                                           ? json_object_get(config, "hyperparameters")
-                                           : json_object()));
+    hp = json_object_get(config, "hyperparameters");
+    json_object_set_new(s->config, "hyperparameters", hp ? json_deep_copy(hp) : json_object());
     json_object_set_new(s->config, "searcher", json_deep_copy(sc));
     if ((rc = parse_common(s, sc, err)) != 0)
         goto out;
