@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
 
@@ -217,12 +218,13 @@ static void test_bad_spaces(void **state)
     parse_bad("{\"a\": null}", "hyperparameters.a: null is not a hyperparameter value");
     parse_bad("{\"a\": {\"type\": 3}}", "hyperparameters.a.type: expected a string");
     /* nesting deeper than the cap */
-    char deep[512] = "";
+    char deep[512];
+    size_t off = 0;
     for (int i = 0; i < 20; i++)
-        strcat(deep, "{\"x\": "); /* lint:allow */
-    strcat(deep, "1");            /* lint:allow */
+        off += (size_t)snprintf(deep + off, sizeof(deep) - off, "{\"x\": ");
+    off += (size_t)snprintf(deep + off, sizeof(deep) - off, "1");
     for (int i = 0; i < 20; i++)
-        strcat(deep, "}"); /* lint:allow */
+        off += (size_t)snprintf(deep + off, sizeof(deep) - off, "}");
     parse_bad(deep, "nested deeper than 16 levels");
     /* NULL is an empty space */
     struct kd_hp_space *sp = NULL;
