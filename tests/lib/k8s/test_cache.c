@@ -221,12 +221,53 @@ static void test_concurrent_readers(void **state)
     kd_k8s_cache_free(w.c);
 }
 
+static void test_enqueue_handlers(void **state)
+{
+    (void)state;
+    struct kd_k8s_queue *q = kd_k8s_queue_new(NULL);
+    struct kd_k8s_owner_enqueue oe = {q, "Trial"};
+    struct kd_k8s_handlers by_key = kd_k8s_handlers_enqueue(q);
+    struct kd_k8s_handlers by_owner = kd_k8s_handlers_enqueue_owner(&oe);
+    json_t *pod = obj("team", "trial-7-pod-0", "5", "trial-7", NULL);
+    json_t *orphan = obj("team", "lonely", "6", NULL, NULL);
+    json_t *other = obj("team", "svc", "7", "trial-8", NULL);
+    json_object_set_new(
+        json_array_get(json_object_get(json_object_get(other, "metadata"), "ownerReferences"), 0),
+        "kind", json_string("Experiment"));
+    by_key.on_add(pod, by_key.ud);
+    by_key.on_update(pod, pod, by_key.ud);
+    by_key.on_delete(orphan, by_key.ud);
+    by_owner.on_add(pod, by_owner.ud);
+    by_owner.on_update(pod, pod, by_owner.ud);
+    by_owner.on_delete(orphan, by_owner.ud); /* no owner: nothing */
+    by_owner.on_add(other, by_owner.ud);     /* owner of another kind: nothing */
+    char *k1 = NULL, *k2 = NULL, *k3 = NULL;
+    assert_int_equal(kd_k8s_queue_len(q), 3);
+    assert_int_equal(kd_k8s_queue_get(q, &k1), 0);
+    assert_int_equal(kd_k8s_queue_get(q, &k2), 0);
+    assert_int_equal(kd_k8s_queue_get(q, &k3), 0);
+    assert_string_equal(k1, "team/trial-7-pod-0");
+    assert_string_equal(k2, "team/lonely");
+    assert_string_equal(k3, "team/trial-7");
+    kd_k8s_queue_done(q, k1);
+    kd_k8s_queue_done(q, k2);
+    kd_k8s_queue_done(q, k3);
+    free(k1);
+    free(k2);
+    free(k3);
+    json_decref(pod);
+    json_decref(orphan);
+    json_decref(other);
+    kd_k8s_queue_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_get_delete_indexes),
         cmocka_unit_test(test_relist_diff),
         cmocka_unit_test(test_concurrent_readers),
+        cmocka_unit_test(test_enqueue_handlers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
