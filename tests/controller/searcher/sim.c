@@ -126,6 +126,12 @@ static void record(struct sim *m, json_t *event, json_t *ops)
     }
     apply_ops(m, ops);
     json_decref(ops);
+    double p = kd_searcher_progress(m->s);
+    if (p < m->progress - 1e-12 || p < 0 || p > 1)
+        fail_msg("progress went from %g to %g", m->progress, p);
+    m->progress = p;
+    if (m->shutdown)
+        assert_true(p == 1.0);
 }
 
 long sim_run(struct sim *m, long max_events)

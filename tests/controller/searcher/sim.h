@@ -44,7 +44,8 @@ struct sim {
     bool shutdown;
     char shutdown_reason[256];
     bool shutdown_failure;
-    double best; /* best metric reported at the trial's final length */
+    double best;     /* best metric reported at the trial's final length */
+    double progress; /* the last progress() seen; sim_run fails the test if it decreases */
 };
 
 void sim_init(struct sim *m, struct kd_searcher *s, sim_fn fn, void *ctx, uint64_t seed);
