@@ -171,6 +171,35 @@ static void test_syntax_errors_name_position(void **state)
     expect_err("m:\n  <<: 5\n", KD_EPARSE, "t.yaml:2:7: the value of a << merge key");
 }
 
+/* Windows line endings, a UTF-8 byte order mark and UTF-16 input keep their positions. */
+static void test_encodings_and_line_endings(void **state)
+{
+    (void)state;
+    const char crlf[] = "a: 1\r\nb:\r\n  c: x\r\n";
+    struct kd_yaml_doc *doc = parse_ok(crlf);
+    int line = 0, col = 0;
+    assert_int_equal(kd_yaml_where(doc, "b.c", &line, &col), 0);
+    assert_int_equal(line, 3);
+    assert_int_equal(col, 6);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(kd_yaml_root(doc), "b"), "c")), "x");
+    kd_yaml_free(doc);
+    doc = parse_ok("\xef\xbb\xbfname: caf\xc3\xa9\n");
+    assert_string_equal(json_string_value(json_object_get(kd_yaml_root(doc), "name")),
+                        "caf\xc3\xa9");
+    kd_yaml_free(doc);
+    /* "k: v\n" in UTF-16LE with a byte order mark. */
+    const char u16[] = {'\xff', '\xfe', 'k', 0, ':', 0, ' ', 0, 'v', 0, '\n', 0};
+    char err[KD_ERRLEN] = "";
+    assert_int_equal(kd_yaml_parse("u16.yaml", u16, sizeof(u16), &doc, err), 0);
+    assert_string_equal(json_string_value(json_object_get(kd_yaml_root(doc), "k")), "v");
+    kd_yaml_free(doc);
+    /* A NUL byte in the text is an error, not the end of the input. */
+    const char nul[] = "a: 1\nb: \0\n";
+    assert_int_equal(kd_yaml_parse("nul.yaml", nul, sizeof(nul) - 1, &doc, err), KD_EPARSE);
+    assert_non_null(strstr(err, "nul.yaml:"));
+}
+
 static void test_empty_and_scalar_documents(void **state)
 {
     (void)state;
@@ -540,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_scalar_types),
         cmocka_unit_test(test_positions),
         cmocka_unit_test(test_syntax_errors_name_position),
+        cmocka_unit_test(test_encodings_and_line_endings),
         cmocka_unit_test(test_empty_and_scalar_documents),
         cmocka_unit_test(test_aliases_and_merge_keys),
         cmocka_unit_test(test_caps),
