@@ -20,7 +20,7 @@ PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
 WARN     := -Wall -Wextra -Werror -Wno-format-zero-length -Wshadow -Wvla \
             -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS   ?= -g -O2
-KD_CFLAGS = -std=gnu11 $(WARN) -D_GNU_SOURCE -fPIC -Ilib -Idtrain/include \
+KD_CFLAGS = -std=gnu11 $(WARN) -D_GNU_SOURCE -fPIC -Ilib -Icontroller -Idtrain/include \
             -MMD -MP $(PKG_CFLAGS)
 KD_LDFLAGS = -pthread
 ifeq ($(SANITIZE),1)
