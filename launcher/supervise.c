@@ -271,9 +271,10 @@ struct state {
     const struct kd_sup_opts *o;
     struct kd_sup_result *res;
     bool stopping;
-    int64_t kill_at; /* ms, when stopping and grace_ms >= 0 */
-    int64_t drain_at;
+    int64_t kill_at;  /* ms, when stopping and grace_ms >= 0 */
+    int64_t drain_at; /* set once, when the last worker has exited */
     int64_t close_at;
+    bool drain_armed;
 };
 
 static void start_stopping(struct state *st, int sig, const char *why)
@@ -333,8 +334,10 @@ static void reap(struct state *st)
             start_stopping(st, SIGTERM, why);
         }
     }
-    if (st->running == 0 && st->drain_at < 0)
+    if (st->running == 0 && !st->drain_armed) {
+        st->drain_armed = true;
         st->drain_at = kd_mono_ms() + DRAIN_MS;
+    }
 }
 
 static void on_forwarded(struct state *st, int sig)

@@ -274,6 +274,16 @@ test_partial_and_streams() {
         no_strays
 }
 
+test_leftovers() {
+    # A worker exits 0 but leaves a process that holds its stdout open: the
+    # launcher ends it after the 1 s drain period and exits 0.
+    run "$B/kdet-launch" --nproc 2 sh -c 'sleep 1000 & echo started'
+    check "exit 0, got $RC" [ "$RC" = 0 ] &&
+        check "drained within 1-4 s ($MS ms)" test "$MS" -ge 900 -a "$MS" -lt 4000 &&
+        check "output" [ "$(grep -c 'started$' "$T/out")" = 2 ] &&
+        no_strays
+}
+
 test_stdin_is_null() {
     run "$B/kdet-launch" --nproc 1 sh -c 'if read x; then echo "read: $x"; else echo eof; fi'
     check "exit 0" [ "$RC" = 0 ] && check "eof" has "$T/out" "[rank=0] eof" && no_strays
@@ -390,7 +400,7 @@ test_upstream_forms() {
 
 for name in all_zero one_fails_3 sigkill_137 env_contract cuda_nproc fail_fast_timing \
     sigkill_after_grace sigterm_forwarded launcher_killed no_interleaving partial_and_streams \
-    stdin_is_null usage_errors wrap_rank upstream_forms; do
+    leftovers stdin_is_null usage_errors wrap_rank upstream_forms; do
     t "$name"
 done
 say "$pass passed, $fail failed"
