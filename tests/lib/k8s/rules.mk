@@ -16,3 +16,4 @@ K8S_LOCAL_SRCS := tests/lib/k8s/kdet_local.c
 $(eval $(call kd_test,test_k8s_local_rest,tests/lib/k8s/test_local_rest.c $(K8S_LOCAL_SRCS),$(K8S_LIBS),$(K8S_LDLIBS),120,,$(K8S_LOCAL_DEP)))
 $(eval $(call kd_test,test_k8s_local_watch,tests/lib/k8s/test_local_watch.c $(K8S_LOCAL_SRCS),$(K8S_LIBS),$(K8S_LDLIBS),120,,$(K8S_LOCAL_DEP)))
 $(eval $(call kd_test,test_k8s_local_leader,tests/lib/k8s/test_local_leader.c $(K8S_LOCAL_SRCS),$(K8S_LIBS),$(K8S_LDLIBS),120,,$(K8S_LOCAL_DEP)))
+$(eval $(call kd_test,test_k8s_tls,tests/lib/k8s/test_tls.c,$(K8S_LIBS),$(K8S_LDLIBS),60))
