@@ -30,6 +30,7 @@
 #include "patch.h"
 #include "registry.h"
 #include "selector.h"
+#include "table.h"
 #include "store.h"
 
 #define MAX_SEGS 12
@@ -996,6 +997,8 @@ out:
     json_decref(obj);
 }
 
+static bool wants_table(struct kd_http_req *r);
+
 /* ---- get / list -------------------------------------------------------------------------------
  */
 
@@ -1008,6 +1011,12 @@ static void do_get(struct kd_api *api, struct kd_http_req *r, const struct targe
     if (out == NULL) {
         not_found(r, t->rt, t->name);
         return;
+    }
+    if (wants_table(r) && t->sub == NULL) {
+        json_t *tbl =
+            kd_table_build(t->rt, &out, 1, kd_http_query(r, "includeObject"), NULL, kd_wall_ms());
+        json_decref(out);
+        out = tbl;
     }
     kd_http_respond_json(r, 200, out);
     json_decref(out);
@@ -1034,6 +1043,25 @@ static int parse_selectors(struct kd_http_req *r, const struct target *t, struct
         return KD_EINVAL;
     }
     return 0;
+}
+
+/* kubectl get asks for server-side printing with Accept: ...;as=Table;... */
+static bool wants_table(struct kd_http_req *r)
+{
+    const char *a = kd_http_header(r, "Accept");
+    return a != NULL && strstr(a, "as=Table") != NULL;
+}
+
+static json_t *table_of(const struct kd_restype *rt, json_t *items, struct kd_http_req *r,
+                        const char *rv)
+{
+    size_t n = json_array_size(items);
+    json_t **v = kd_xcalloc(n + 1, sizeof(*v));
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_array_get(items, i);
+    json_t *t = kd_table_build(rt, v, n, kd_http_query(r, "includeObject"), rv, kd_wall_ms());
+    free(v);
+    return t;
 }
 
 static bool matches(const struct kd_selector *ls, const struct kd_selector *fs, const json_t *o)
@@ -1160,6 +1188,14 @@ static void do_list(struct kd_api *api, struct kd_http_req *r, const struct targ
         json_decref(tok);
     }
     free(next);
+    if (wants_table(r)) {
+        json_t *tbl = table_of(t->rt, arr, r, rvs);
+        json_t *cont_tok = json_object_get(json_object_get(list, "metadata"), "continue");
+        if (cont_tok != NULL)
+            json_object_set(json_object_get(tbl, "metadata"), "continue", cont_tok);
+        json_decref(list);
+        list = tbl;
+    }
     kd_http_respond_json(r, 200, list);
 out:
     free(items);
@@ -1183,6 +1219,8 @@ struct watch {
     int64_t deadline_ms;
     int64_t next_bookmark_ms;
     struct kd_buf out;
+    bool table;    /* events carry one-row Tables (kubectl get -w) */
+    char *include; /* includeObject for those Tables */
 };
 
 static void watch_free(void *p)
@@ -1191,6 +1229,7 @@ static void watch_free(void *p)
     if (w == NULL)
         return;
     free(w->ns);
+    free(w->include);
     kd_selector_free(w->ls);
     kd_selector_free(w->fs);
     kd_buf_free(&w->out);
@@ -1199,6 +1238,11 @@ static void watch_free(void *p)
 
 static void watch_emit(struct watch *w, const char *type, json_t *obj /* stolen */)
 {
+    if (w->table && type[0] != 'B' && type[0] != 'E') {
+        json_t *t = kd_table_build(w->rt, &obj, 1, w->include, NULL, kd_wall_ms());
+        json_decref(obj);
+        obj = t;
+    }
     json_t *ev = json_pack("{s:s,s:o}", "type", type, "object", obj);
     char *s = json_dumps(ev, JSON_COMPACT);
     json_decref(ev);
@@ -1339,6 +1383,9 @@ static void do_watch(struct kd_api *api, struct kd_http_req *r, const struct tar
         timeout = DEFAULT_WATCH_TIMEOUT_S;
     w->deadline_ms = kd_mono_ms() + timeout * 1000;
     w->bookmarks = is_true(kd_http_query(r, "allowWatchBookmarks"));
+    w->table = wants_table(r);
+    if (kd_http_query(r, "includeObject") != NULL)
+        w->include = kd_xstrdup(kd_http_query(r, "includeObject"));
     w->next_bookmark_ms = kd_mono_ms() + api->bookmark_ms;
     kd_store_lock(api->st);
     if (initial) {

@@ -177,6 +177,8 @@ expect "status patch through the subresource" 'patched' $K patch wd a --subresou
 expect "status write keeps generation" '^2 Running$' jp wd/a '{.metadata.generation} {.status.state}'
 $K patch wd a --type=merge -p '{"status":{"state":"Hacked"},"spec":{"color":"blue"}}' >/dev/null 2>&1
 expect "a write to the main resource ignores status" '^Running blue$' jp wd/a '{.status.state} {.spec.color}'
+expect "kubectl get prints the CRD's printer columns" '^NAME +SIZE +STATE +AGE$' sh -c "$K get wd | head -1"
+expect "printer column values" '^a +4 +Running +[0-9]+[smh]' sh -c "$K get wd a --no-headers=false | tail -1"
 expect "kubectl wait --for=condition" 'condition met' $K wait --for=condition=Ready wd/a --timeout=10s
 cat > "$work/bad-widget.yaml" <<YAML
 apiVersion: test.kdet.io/v1
@@ -233,6 +235,7 @@ expect "the Node reports cpu, memory and pods capacity" '^[0-9]+ [0-9]+Ki [0-9]+
 expect "the Node has the usual labels" "^$node linux amd64\$" kubectl get node "$node" -o 'jsonpath={.metadata.labels.kubernetes\.io/hostname} {.metadata.labels.kubernetes\.io/os} {.metadata.labels.kubernetes\.io/arch}'
 pod ok Never 'echo hello from $(POD); echo second line; exit 0' ',"env":[{"name":"POD","valueFrom":{"fieldRef":{"fieldPath":"metadata.name"}}}]'
 pod fails Never 'echo failing; exit 3'
+expect "kubectl get pods prints READY STATUS RESTARTS AGE" '^NAME +READY +STATUS +RESTARTS +AGE$' sh -c "$K get pods | head -1"
 until_ok 60 phase_is ok Succeeded
 expect "a pod that exits 0 is Succeeded" '^Succeeded 0 Completed$' jp pod/ok '{.status.phase} {.status.containerStatuses[0].state.terminated.exitCode} {.status.containerStatuses[0].state.terminated.reason}'
 expect "pod status has podIP, hostIP, startTime and conditions" '^[0-9.]+ [0-9.]+ 20.*Z True$' jp pod/ok '{.status.podIP} {.status.hostIP} {.status.startTime} {.status.conditions[?(@.type=="PodScheduled")].status}'
@@ -263,6 +266,7 @@ until_ok 60 phase_is flaky Succeeded
 expect "restartPolicy OnFailure restarts a failed container" '^Succeeded 1 1$' jp pod/flaky '{.status.phase} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].lastState.terminated.exitCode}'
 expect "logs --previous shows the last run" '^first run$' $K logs flaky --previous
 expect "logs shows the current run" '^second run$' $K logs flaky
+expect "kubectl get shows restarts and the phase" '^flaky +0/1 +Completed +1 \(' sh -c "$K get pod flaky --no-headers"
 pod runner Always 'echo started; trap "echo term; exit 0" TERM; while true; do sleep 0.1; done'
 expect "kubectl wait --for=condition=Ready on a pod" 'condition met' $K wait --for=condition=Ready pod/runner --timeout=60s
 ( $K logs -f runner > "$work/follow.out" 2>&1 ) &

@@ -5,3 +5,4 @@ $(eval $(call kd_test,test_local_patch,tests/local/test_patch.c,local core,-ljan
 $(eval $(call kd_test,test_local_store,tests/local/test_store.c,local core,-ljansson,60))
 $(eval $(call kd_test,test_local_http,tests/local/test_http.c,http core,-lmicrohttpd -ljansson -lcurl,60))
 $(eval $(call kd_test_script,test_local_durability,tests/local/durability.sh,180,slow,$(O)/bin/kdet-local))
+$(eval $(call kd_test,test_local_table,tests/local/test_table.c,local core,-ljansson -lm,30))
