@@ -2021,3 +2021,78 @@ int kd_config_apply_defaults(json_t *cfg, char *err)
 out:
     return rc;
 }
+
+/* ---- the kdet-launch command line ------------------------------------------------------ */
+
+void kd_config_argv_free(char **argv)
+{
+    if (!argv)
+        return;
+    for (size_t i = 0; argv[i]; i++)
+        free(argv[i]);
+    free(argv);
+}
+
+int kd_config_launch_argv(const json_t *entrypoint, char ***argv, int *argc, char *err)
+{
+    struct vctx c;
+    char **w = NULL, **out = NULL;
+    size_t n = 0, k = 0;
+    int rc = 0;
+
+    if (!argv || !argc) {
+        rc = kd_seterr(err, KD_EINVAL, "kd_config_launch_argv: invalid arguments");
+        goto out;
+    }
+    *argv = NULL;
+    *argc = 0;
+    /* Validate with the same rules (and messages) as the config check. */
+    memset(&c, 0, sizeof(c));
+    c.err = err;
+    json_t *holder = json_object();
+    if (!holder)
+        kd_oom(64);
+    if (entrypoint && json_object_set(holder, "entrypoint", (json_t *)entrypoint))
+        kd_oom(64);
+    rc = check_entrypoint(&c, holder);
+    json_decref(holder);
+    if (rc)
+        goto out;
+    if (json_is_string(entrypoint)) {
+        if (split_words(json_string_value(entrypoint), &w, &n)) {
+            rc = kd_seterr(err, KD_EINVALID, "entrypoint: cannot be split into words");
+            goto out;
+        }
+    } else {
+        size_t i;
+        json_t *e;
+        n = json_array_size(entrypoint);
+        w = kd_xcalloc(n ? n : 1, sizeof(*w));
+        json_array_foreach(entrypoint, i, e) w[i] = kd_xstrdup(json_string_value(e));
+    }
+    out = kd_xcalloc(n + 3, sizeof(*out));
+    if (n == 1 && is_trial_ref(w[0])) {
+        out[k++] = kd_xstrdup("--trial");
+        out[k++] = kd_xstrdup(w[0]);
+    } else if (n >= 3 && is_python(w[0]) && !strcmp(w[1], "-m") &&
+               (kd_str_has_prefix(w[2], "kdet.launch.") ||
+                kd_str_has_prefix(w[2], "determined.launch."))) {
+        out[k++] = kd_xstrdup(strrchr(w[2], '.') + 1);
+        for (size_t i = 3; i < n; i++)
+            out[k++] = kd_xstrdup(w[i]);
+    } else {
+        out[k++] = kd_xstrdup("--");
+        for (size_t i = 0; i < n; i++)
+            out[k++] = kd_xstrdup(w[i]);
+    }
+    out[k] = NULL;
+    *argv = out;
+    *argc = (int)k;
+    out = NULL;
+out:
+    for (size_t i = 0; i < n; i++)
+        free(w[i]);
+    free(w);
+    kd_config_argv_free(out);
+    return rc;
+}

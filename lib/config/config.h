@@ -74,4 +74,24 @@ int kd_config_apply_defaults(json_t *cfg, char *err) KD_WUR;
  */
 int kd_config_merge_template(const json_t *tmpl, const json_t *cfg, json_t **out) KD_WUR;
 
+/**
+ * The arguments of `kdet-launch` (without the program name) that run an
+ * experiment's `entrypoint` (a string or a list of strings, already
+ * validated by kd_config_check):
+ *  - `model_def:Class` (the legacy form)     -> --trial model_def:Class
+ *  - `python3 -m kdet.launch.FORM ARGS...`   -> FORM ARGS...
+ *    (FORM: torch_distributed, deepspeed, horovod; Determined's
+ *    `determined.launch.FORM` is mapped to the same)
+ *  - any other command `WORD...`             -> -- WORD...
+ * A string is split into words the way docs/config.md describes ('...'
+ * and "..." quoting, no shell). *argv is NULL-terminated and *argc set;
+ * the caller frees it with kd_config_argv_free. Returns 0, or KD_EINVALID
+ * (err names the problem) when the entrypoint is missing or malformed.
+ * Aborts on out-of-memory. Thread-safe.
+ */
+int kd_config_launch_argv(const json_t *entrypoint, char ***argv, int *argc, char *err) KD_WUR;
+
+/** Free an array from kd_config_launch_argv (the strings and the array); NULL-safe. */
+void kd_config_argv_free(char **argv);
+
 #endif

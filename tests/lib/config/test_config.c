@@ -333,6 +333,48 @@ static void test_entrypoint_forms(void **state)
     }
 }
 
+/* kdet-launch arguments: "a|b|c" is the expected argv joined with '|'. */
+static void expect_argv(json_t *ep, const char *want)
+{
+    char **argv = NULL, err[KD_ERRLEN] = "";
+    int argc = 0;
+    if (kd_config_launch_argv(ep, &argv, &argc, err))
+        fail_msg("launch argv: %s", err);
+    struct kd_buf b = KD_BUF_INIT(4096);
+    for (int i = 0; i < argc; i++)
+        assert_int_equal(kd_buf_printf(&b, "%s%s", i ? "|" : "", argv[i]), 0);
+    assert_null(argv[argc]);
+    if (strcmp(kd_buf_str(&b), want))
+        fail_msg("got %s, want %s", kd_buf_str(&b), want);
+    kd_buf_free(&b);
+    kd_config_argv_free(argv);
+    json_decref(ep);
+}
+
+static void test_launch_argv(void **state)
+{
+    (void)state;
+    expect_argv(json_string("model_def:MNistTrial"), "--trial|model_def:MNistTrial");
+    expect_argv(json_string("python3 -m determined.launch.torch_distributed --trial model:T"),
+                "torch_distributed|--trial|model:T");
+    expect_argv(json_string("python3 -m kdet.launch.deepspeed --num_gpus 2 -- train.py --x 'a b'"),
+                "deepspeed|--num_gpus|2|--|train.py|--x|a b");
+    expect_argv(json_pack("[s,s,s,s,s]", "python3", "-m", "kdet.launch.horovod", "train.py", "-v"),
+                "horovod|train.py|-v");
+    expect_argv(json_string("python3 train.py --lr=0.1"), "--|python3|train.py|--lr=0.1");
+    expect_argv(json_pack("[s,s]", "./run.sh", "--fast"), "--|./run.sh|--fast");
+    char **argv = NULL, err[KD_ERRLEN] = "";
+    int argc = 0;
+    json_t *bad = json_string("python3 -m kdet.launch.torch --trial m:T");
+    assert_int_equal(kd_config_launch_argv(bad, &argv, &argc, err), KD_EINVALID);
+    assert_null(argv);
+    assert_true(kd_str_has_prefix(err, "entrypoint: launcher `kdet.launch.torch`"));
+    json_decref(bad);
+    assert_int_equal(kd_config_launch_argv(NULL, &argv, &argc, err), KD_EINVALID);
+    assert_non_null(strstr(err, "entrypoint: required field is missing"));
+    kd_config_argv_free(NULL);
+}
+
 /* ---- template merging: one test per rule -------------------------------------------------- */
 
 static json_t *J(const char *text)
@@ -482,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_check_json_paths),
         cmocka_unit_test(test_entrypoint_forms),
+        cmocka_unit_test(test_launch_argv),
         cmocka_unit_test(test_merge_scalar_override),
         cmocka_unit_test(test_merge_lists_concatenate),
         cmocka_unit_test(test_merge_bind_mounts_by_container_path),
