@@ -258,6 +258,11 @@ int main(int argc, char **argv)
     }
     if (a.grace_s >= 0)
         e.grace_s = a.grace_s;
+    if (e.run_id_made && e.num_nodes > 1)
+        KD_WARN("KDET_RUN_ID is not set on a trial of several nodes",
+                "num_nodes=%d run_id=%s hint=%s", e.num_nodes, e.run_id,
+                kd_logq("each node generates its own id and the rendezvous rejects peers with "
+                        "another one: set the same KDET_RUN_ID in every pod of the attempt"));
     const char *src = NULL;
     int nproc = kd_launch_slots(a.nproc, &src);
     if (a.form != KD_FORM_PLAIN)

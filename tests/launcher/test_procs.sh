@@ -300,6 +300,8 @@ test_usage_errors() {
     check "missing program: 127" [ "$RC" = 127 ] &&
         check "named" has "$T/err" 'cmd=/no/such/program error="not found"' &&
         check "nothing started" lacks "$T/err" "worker started" || return 1
+    KDET_NUM_NODES=2 run "$B/kdet-launch" true
+    check "multi-node without run id: warned" has "$T/err" "KDET_RUN_ID is not set on a trial" || return 1
     run "$B/kdet-launch" --help
     check "help: 0" [ "$RC" = 0 ] && check "usage" has "$T/out" "usage: kdet-launch" && no_strays
 }
