@@ -25,6 +25,7 @@
 #define TMP_TAG ".kdtmp-"
 #define FS_MAX_THREADS 8
 #define COPY_CHUNK (1u << 20)
+#define SMALL_FILE (1u << 20)
 
 struct fs {
     char root[PATH_MAX];
@@ -92,6 +93,32 @@ static int copy_fd(int src, int dst, uint64_t size, atomic_uint_fast64_t *done)
     off_t pos = 0;
     char *buf = NULL;
 
+    if (size <= SMALL_FILE) {
+        /* small files: no hole search, the destination is new and empty */
+        while ((uint64_t)pos < size) {
+            off_t in = pos, outp = pos;
+            ssize_t n = copy_file_range(src, &in, dst, &outp, (size_t)size - (size_t)pos, 0);
+            if (n < 0 &&
+                (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+                char small[8192];
+                n = pread(src, small, sizeof(small), pos);
+                if (n > 0 && pwrite(dst, small, (size_t)n, pos) != n)
+                    n = -1;
+            }
+            if (n < 0) {
+                rc = -errno;
+                goto out;
+            }
+            if (n == 0) {
+                rc = KD_ECORRUPT;
+                goto out;
+            }
+            pos += n;
+            if (done != NULL)
+                atomic_fetch_add(done, (uint64_t)n);
+        }
+        goto out;
+    }
     while ((uint64_t)pos < size) {
         off_t data = lseek(src, pos, SEEK_DATA), hole;
         if (data < 0) {
@@ -141,9 +168,14 @@ out:
     return rc;
 }
 
-/* Copy src to dst atomically (temp file + rename); fsync when sync. */
-static int copy_atomic(struct fs *fs, const char *src, const char *dst, uint64_t expect, int sync,
-                       atomic_uint_fast64_t *done, char *err)
+/*
+ * Copy src to dst atomically (temp file + rename), or straight to dst when
+ * direct (dst is inside a staging directory nobody reads). `lastdir` (a
+ * PATH_MAX buffer of the calling thread) remembers the last directory
+ * created, so files of one directory cost one mkdir walk.
+ */
+static int copy_atomic(struct fs *fs, const char *src, const char *dst, uint64_t expect, int direct,
+                       char *lastdir, atomic_uint_fast64_t *done, char *err)
 {
     char tmp[PATH_MAX + 64], dir[PATH_MAX];
     int in = -1, outfd = -1, rc = 0;
@@ -159,11 +191,17 @@ static int copy_atomic(struct fs *fs, const char *src, const char *dst, uint64_t
     slash = strrchr(dir, '/');
     if (slash != NULL && slash != dir) {
         *slash = '\0';
-        if ((rc = kd_storage__mkdirs(dir)) != 0) {
-            rc = kd_seterr(err, rc, "shared_fs: mkdir %s: %s", dir, kd_strerror(rc));
-            goto out;
+        if (lastdir == NULL || strcmp(lastdir, dir) != 0) {
+            if ((rc = kd_storage__mkdirs(dir)) != 0) {
+                rc = kd_seterr(err, rc, "shared_fs: mkdir %s: %s", dir, kd_strerror(rc));
+                goto out;
+            }
+            if (lastdir != NULL)
+                kd_strlcpy(lastdir, dir, PATH_MAX);
         }
     }
+    if (direct)
+        kd_strlcpy(tmp, dst, sizeof(tmp));
     in = open(src, O_RDONLY | O_CLOEXEC);
     if (in < 0 || fstat(in, &sb) != 0) {
         rc = kd_seterr(err, errno == ENOENT ? KD_ENOTFOUND : -errno, "shared_fs: open %s: %s", src,
@@ -175,7 +213,7 @@ static int copy_atomic(struct fs *fs, const char *src, const char *dst, uint64_t
                        (unsigned long long)expect);
         goto out;
     }
-    outfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    outfd = open(tmp, O_WRONLY | O_CREAT | (direct ? O_TRUNC : O_EXCL) | O_CLOEXEC, 0644);
     if (outfd < 0) {
         rc = kd_seterr(err, -errno, "shared_fs: create %s: %s", tmp, strerror(errno));
         goto out;
@@ -184,17 +222,13 @@ static int copy_atomic(struct fs *fs, const char *src, const char *dst, uint64_t
         rc = kd_seterr(err, rc, "shared_fs: copy %s -> %s: %s", src, dst, kd_strerror(rc));
         goto out;
     }
-    if (sync && fsync(outfd) != 0) {
-        rc = kd_seterr(err, -errno, "shared_fs: fsync %s: %s", tmp, strerror(errno));
-        goto out;
-    }
     if (close(outfd) != 0) {
         outfd = -1;
         rc = kd_seterr(err, -errno, "shared_fs: close %s: %s", tmp, strerror(errno));
         goto out;
     }
     outfd = -1;
-    if (rename(tmp, dst) != 0) {
+    if (!direct && rename(tmp, dst) != 0) {
         rc = kd_seterr(err, -errno, "shared_fs: rename to %s: %s", dst, strerror(errno));
         goto out;
     }
@@ -242,22 +276,34 @@ struct fs_batch {
     pthread_mutex_t lock;
     int rc;
     char err[KD_ERRLEN];
+    const char *stage; /* puts go to stage/<key after its first part> */
+    size_t stage_skip;
 };
 
-static void batch_one(struct fs_batch *b, size_t i)
+static void batch_one(struct fs_batch *b, size_t i, char *lastdir)
 {
     char path[PATH_MAX], e[KD_ERRLEN];
-    int rc;
+    int rc = 0;
     e[0] = '\0';
-    if (b->put) {
+    if (b->put && b->stage != NULL) {
+        if ((size_t)snprintf(path, sizeof(path), "%s/%s", b->stage,
+                             b->puts[i].key + b->stage_skip) >= sizeof(path))
+            rc = kd_seterr(e, -ENAMETOOLONG, "shared_fs: path too long for %s", b->puts[i].key);
+        if (rc == 0)
+            rc =
+                copy_atomic(b->fs, b->puts[i].path, path, b->puts[i].size, 1, lastdir, &b->done, e);
+        b->puts[i].result = rc;
+    } else if (b->put) {
         rc = fs_path(b->st, b->puts[i].key, path, sizeof(path), e);
         if (rc == 0)
-            rc = copy_atomic(b->fs, b->puts[i].path, path, b->puts[i].size, 0, &b->done, e);
+            rc =
+                copy_atomic(b->fs, b->puts[i].path, path, b->puts[i].size, 0, lastdir, &b->done, e);
         b->puts[i].result = rc;
     } else {
         rc = fs_path(b->st, b->gets[i].key, path, sizeof(path), e);
         if (rc == 0)
-            rc = copy_atomic(b->fs, path, b->gets[i].path, b->gets[i].size, 0, &b->done, e);
+            rc =
+                copy_atomic(b->fs, path, b->gets[i].path, b->gets[i].size, 0, lastdir, &b->done, e);
         if (rc == KD_ENOTFOUND)
             kd_seterr(e, rc, "shared_fs: object %s not found", b->gets[i].key);
         b->gets[i].result = rc;
@@ -276,9 +322,10 @@ static void batch_one(struct fs_batch *b, size_t i)
 static void *batch_thread(void *arg)
 {
     struct fs_batch *b = arg;
+    char lastdir[PATH_MAX] = "";
     size_t i;
     while (!atomic_load(&b->stop) && (i = atomic_fetch_add(&b->next, 1)) < b->n)
-        batch_one(b, i);
+        batch_one(b, i, lastdir);
     return NULL;
 }
 
@@ -286,6 +333,7 @@ static int run_batch(struct fs_batch *b, uint64_t total, kd_storage_progress_fn 
                      char *err)
 {
     pthread_t th[FS_MAX_THREADS];
+    char lastdir[PATH_MAX] = "";
     int nth = kd_storage__parallel(b->st), started = 0;
     size_t i;
 
@@ -301,7 +349,7 @@ static int run_batch(struct fs_batch *b, uint64_t total, kd_storage_progress_fn 
     }
     /* The calling thread works too, and is the only one to report progress. */
     while (!atomic_load(&b->stop) && (i = atomic_fetch_add(&b->next, 1)) < b->n) {
-        batch_one(b, i);
+        batch_one(b, i, lastdir);
         if (progress != NULL && progress(arg, atomic_load(&b->done), total) != 0) {
             pthread_mutex_lock(&b->lock);
             if (b->rc == 0) {
@@ -322,13 +370,66 @@ static int run_batch(struct fs_batch *b, uint64_t total, kd_storage_progress_fn 
     return b->rc;
 }
 
+static void rm_tree(const char *path, int depth)
+{
+    struct stat sb;
+    DIR *d;
+    struct dirent *de;
+    if (depth > 64 || lstat(path, &sb) != 0)
+        return;
+    if (!S_ISDIR(sb.st_mode)) {
+        unlink(path);
+        return;
+    }
+    if ((d = opendir(path)) != NULL) {
+        while ((de = readdir(d)) != NULL) {
+            char sub[PATH_MAX];
+            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                continue;
+            if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) < sizeof(sub))
+                rm_tree(sub, depth + 1);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+/*
+ * When every key shares a first part ("<uuid>/...") that does not exist
+ * yet, the files are written into a staging directory next to it and the
+ * whole directory is renamed into place at the end: one rename instead of
+ * one per file, and nothing half-written is ever visible under the name.
+ */
+static int stage_for(struct fs *fs, struct kd_storage_put *puts, size_t n, char *stage, size_t len,
+                     size_t *skip)
+{
+    const char *slash = n ? strchr(puts[0].key, '/') : NULL;
+    size_t tl;
+    char final[PATH_MAX];
+    struct stat sb;
+    if (slash == NULL)
+        return 0;
+    tl = (size_t)(slash - puts[0].key) + 1;
+    for (size_t i = 1; i < n; i++)
+        if (strncmp(puts[i].key, puts[0].key, tl) != 0)
+            return 0;
+    if ((size_t)snprintf(final, sizeof(final), "%s/%.*s", fs->root, (int)(tl - 1), puts[0].key) >=
+            sizeof(final) ||
+        lstat(final, &sb) == 0 || errno != ENOENT || tmp_name(fs, final, stage, len) != 0)
+        return 0;
+    *skip = tl;
+    return 1;
+}
+
 static int fs_put_files(struct kd_storage *st, struct kd_storage_put *puts, size_t n,
                         kd_storage_progress_fn progress, void *arg, char *err)
 {
     struct fs *fs = st->impl;
     struct fs_batch b;
+    char stage[PATH_MAX + 64], final[PATH_MAX];
+    size_t skip = 0;
     uint64_t total = 0;
-    int rc, fd;
+    int rc, fd, staged;
 
     memset(&b, 0, sizeof(b));
     b.fs = fs;
@@ -336,6 +437,21 @@ static int fs_put_files(struct kd_storage *st, struct kd_storage_put *puts, size
     b.put = 1;
     b.puts = puts;
     b.n = n;
+    staged = stage_for(fs, puts, n, stage, sizeof(stage), &skip);
+    if (staged) {
+        if ((rc = kd_storage__mkdirs(stage)) != 0) {
+            rc = kd_seterr(err, rc, "shared_fs: mkdir %s: %s", stage, kd_strerror(rc));
+            staged = 0;
+            goto out;
+        }
+        b.stage = stage;
+        b.stage_skip = skip;
+        if ((size_t)snprintf(final, sizeof(final), "%s/%.*s", fs->root, (int)(skip - 1),
+                             puts[0].key) >= sizeof(final)) {
+            rc = kd_seterr(err, -ENAMETOOLONG, "shared_fs: path too long under %s", fs->root);
+            goto out;
+        }
+    }
     for (size_t i = 0; i < n; i++)
         total += puts[i].size;
     if ((rc = run_batch(&b, total, progress, arg, err)) != 0)
@@ -347,7 +463,19 @@ static int fs_put_files(struct kd_storage *st, struct kd_storage_put *puts, size
         rc = kd_seterr(err, -errno, "shared_fs: syncfs %s: %s", fs->root, strerror(errno));
     if (fd >= 0)
         close(fd);
+    if (rc == 0 && staged) {
+        if (rename(stage, final) != 0) {
+            rc = kd_seterr(err, errno == ENOTEMPTY || errno == EEXIST ? KD_ECONFLICT : -errno,
+                           "shared_fs: rename %s to %s: %s", stage, final, strerror(errno));
+            goto out;
+        }
+        staged = 0;
+        if ((rc = fsync_dir(final)) != 0)
+            rc = kd_seterr(err, rc, "shared_fs: fsync %s: %s", fs->root, kd_strerror(rc));
+    }
 out:
+    if (staged)
+        rm_tree(stage, 0);
     return rc;
 }
 
