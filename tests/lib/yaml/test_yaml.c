@@ -474,6 +474,13 @@ static void test_emit_quoting(void **state)
     json_array_append_new(nums, json_integer(INT64_MAX));
     roundtrip(nums, "numbers");
     json_decref(nums);
+    /* A key too long for a simple key is written in the explicit "? key" form. */
+    char longkey[300];
+    memset(longkey, 'k', sizeof(longkey) - 1);
+    longkey[sizeof(longkey) - 1] = '\0';
+    json_t *lk = json_pack("{s:{s:i}}", longkey, "x", 1);
+    roundtrip(lk, "long key");
+    json_decref(lk);
     json_t *empty = json_pack("{s:{},s:[],s:[{},[]]}", "o", "a", "n");
     roundtrip(empty, "empties");
     json_decref(empty);
