@@ -6,6 +6,7 @@
  */
 #include <ctype.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,13 +318,15 @@ int kd_k8s__setup(struct kd_k8s_client *c, CURL *h, const char *method, const ch
     /* Auth: the token goes only into this header list, never into a log. */
     maybe_reread_token(c, 0);
     pthread_mutex_lock(&c->token_lock);
-    if (c->cfg.token != NULL) {
+    bool has_token = c->cfg.token != NULL;
+    if (has_token) {
         char *hdr = kd_xasprintf("Authorization: Bearer %s", c->cfg.token);
         hl = curl_slist_append(hl, hdr);
+        explicit_bzero(hdr, strlen(hdr));
         free(hdr);
     }
     pthread_mutex_unlock(&c->token_lock);
-    if (c->cfg.token == NULL && c->cfg.username != NULL) {
+    if (!has_token && c->cfg.username != NULL) {
         curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
         curl_easy_setopt(h, CURLOPT_USERNAME, c->cfg.username);
         curl_easy_setopt(h, CURLOPT_PASSWORD, c->cfg.password ? c->cfg.password : "");
@@ -383,13 +386,16 @@ int kd_k8s__curl_err(CURLcode cc, const char *method, const char *path, const ch
 struct xfer {
     struct kd_buf body;
     long retry_after_s;
+    bool overflow; /* the body passed its cap */
 };
 
 static size_t on_body(char *p, size_t size, size_t n, void *ud)
 {
     struct xfer *x = ud;
-    if (kd_buf_append(&x->body, p, size * n) < 0)
+    if (kd_buf_append(&x->body, p, size * n) < 0) {
+        x->overflow = true;
         return 0; /* over the cap: abort the transfer */
+    }
     return size * n;
 }
 
@@ -432,7 +438,7 @@ static int retryable(const char *method, int rc, int http, CURLcode cc)
 int kd_k8s_request(struct kd_k8s_client *c, const char *method, const char *path, const char *body,
                    const char *content_type, json_t **out, struct kd_k8s_status *st, char *err)
 {
-    struct xfer x = {KD_BUF_INIT(c->opts.max_body), 0};
+    struct xfer x = {KD_BUF_INIT(c->opts.max_body), 0, false};
     struct curl_slist *headers = NULL;
     CURL *h = NULL;
     char cerr[CURL_ERROR_SIZE];
@@ -448,6 +454,7 @@ int kd_k8s_request(struct kd_k8s_client *c, const char *method, const char *path
         CURLcode cc;
         kd_buf_reset(&x.body);
         x.retry_after_s = 0;
+        x.overflow = false;
         curl_slist_free_all(headers);
         headers = NULL;
         kd_k8s_bucket_take(c->bucket);
@@ -471,7 +478,7 @@ int kd_k8s_request(struct kd_k8s_client *c, const char *method, const char *path
         kd_k8s__count_connects(c, h);
         kd_k8s__release(c, h);
         h = NULL;
-        if (cc == CURLE_WRITE_ERROR && x.body.len + CURL_MAX_WRITE_SIZE > x.body.max) {
+        if (cc == CURLE_WRITE_ERROR && x.overflow) {
             rc = kd_seterr(err, KD_ETOOBIG, "%s %s: response body larger than %zu bytes", method,
                            path, x.body.max);
             if (st != NULL) {

@@ -287,58 +287,77 @@ static int merge_list(struct kubeconfig *kc, int file, json_t *root, const char 
     char field[128];
     size_t i;
     json_t *item;
+    int rc = 0;
     if (arr == NULL || json_is_null(arr))
-        return 0;
-    if (!json_is_array(arr))
-        return field_err(kc, file, key, err, KD_EPARSE, "must be a list");
+        goto out;
+    if (!json_is_array(arr)) {
+        rc = field_err(kc, file, key, err, KD_EPARSE, "must be a list");
+        goto out;
+    }
     json_array_foreach(arr, i, item)
     {
         const char *name = json_string_value(json_object_get(item, "name"));
         json_t *val = json_object_get(item, inner);
         snprintf(field, sizeof(field), "%s[%zu]", key, i);
-        if (!json_is_object(item))
-            return field_err(kc, file, field, err, KD_EPARSE, "must be a mapping");
+        if (!json_is_object(item)) {
+            rc = field_err(kc, file, field, err, KD_EPARSE, "must be a mapping");
+            goto out;
+        }
         if (name == NULL || name[0] == '\0') {
             snprintf(field, sizeof(field), "%s[%zu].name", key, i);
-            return field_err(kc, file, field, err, KD_EPARSE, "a non-empty string is required");
+            rc = field_err(kc, file, field, err, KD_EPARSE, "a non-empty string is required");
+            goto out;
         }
         if (val != NULL && !json_is_object(val) && !json_is_null(val)) {
             snprintf(field, sizeof(field), "%s[%zu].%s", key, i, inner);
-            return field_err(kc, file, field, err, KD_EPARSE, "must be a mapping");
+            rc = field_err(kc, file, field, err, KD_EPARSE, "must be a mapping");
+            goto out;
         }
         if (find_entry(list, *n, name) != NULL)
             continue;
-        if (*n >= MAX_ENTRIES)
-            return field_err(kc, file, key, err, KD_ETOOBIG, "too many entries");
+        if (*n >= MAX_ENTRIES) {
+            rc = field_err(kc, file, key, err, KD_ETOOBIG, "too many entries");
+            goto out;
+        }
         list[*n] = (struct entry){name, val, file, i};
         (*n)++;
     }
-    return 0;
+out:
+    return rc;
 }
 
 static int load_file(struct kubeconfig *kc, const char *path, char *err)
 {
-    json_t *root;
-    int rc;
+    json_t *root, *cur;
+    const char *kind;
+    int rc = 0;
     int f = kc->nfiles;
-    if (f >= MAX_FILES)
-        return kd_seterr(err, KD_ETOOBIG, "KUBECONFIG: more than %d files", MAX_FILES);
+    if (f >= MAX_FILES) {
+        rc = kd_seterr(err, KD_ETOOBIG, "KUBECONFIG: more than %d files", MAX_FILES);
+        goto out;
+    }
     rc = kd_yaml_parse_file(path, &kc->docs[f], err);
     if (rc < 0)
-        return rc;
+        goto out;
     kc->paths[f] = kd_xstrdup(path);
     kc->nfiles++;
     root = kd_yaml_root(kc->docs[f]);
     if (json_is_null(root))
-        return 0; /* an empty file contributes nothing, as with kubectl */
-    if (!json_is_object(root))
-        return kd_seterr(err, KD_EPARSE, "%s: a kubeconfig must be a mapping", path);
-    const char *kind = json_string_value(json_object_get(root, "kind"));
-    if (kind != NULL && strcmp(kind, "Config") != 0)
-        return field_err(kc, f, "kind", err, KD_EPARSE, "must be \"Config\"");
-    json_t *cur = json_object_get(root, "current-context");
-    if (cur != NULL && !json_is_null(cur) && !json_is_string(cur))
-        return field_err(kc, f, "current-context", err, KD_EPARSE, "must be a string");
+        goto out; /* an empty file contributes nothing, as with kubectl */
+    if (!json_is_object(root)) {
+        rc = kd_seterr(err, KD_EPARSE, "%s: a kubeconfig must be a mapping", path);
+        goto out;
+    }
+    kind = json_string_value(json_object_get(root, "kind"));
+    if (kind != NULL && strcmp(kind, "Config") != 0) {
+        rc = field_err(kc, f, "kind", err, KD_EPARSE, "must be \"Config\"");
+        goto out;
+    }
+    cur = json_object_get(root, "current-context");
+    if (cur != NULL && !json_is_null(cur) && !json_is_string(cur)) {
+        rc = field_err(kc, f, "current-context", err, KD_EPARSE, "must be a string");
+        goto out;
+    }
     if (kc->current == NULL && json_string_value(cur) != NULL &&
         json_string_value(cur)[0] != '\0') {
         kc->current = json_string_value(cur);
@@ -349,6 +368,7 @@ static int load_file(struct kubeconfig *kc, const char *path, char *err)
         rc = merge_list(kc, f, root, "users", "user", kc->users, &kc->nusers, err);
     if (rc == 0)
         rc = merge_list(kc, f, root, "contexts", "context", kc->contexts, &kc->ncontexts, err);
+out:
     return rc;
 }
 
@@ -357,16 +377,19 @@ static int get_str(const struct kubeconfig *kc, const struct entry *e, const cha
                    const char *inner, const char *key, const char **out, char *err)
 {
     json_t *v = json_object_get(e->val, key);
+    int rc = 0;
     *out = NULL;
     if (v == NULL || json_is_null(v))
-        return 0;
+        goto out;
     if (!json_is_string(v)) {
         char field[160];
         snprintf(field, sizeof(field), "%s[%zu].%s.%s", list, e->idx, inner, key);
-        return field_err(kc, e->file, field, err, KD_EPARSE, "must be a string");
+        rc = field_err(kc, e->file, field, err, KD_EPARSE, "must be a string");
+        goto out;
     }
     *out = json_string_value(v);
-    return 0;
+out:
+    return rc;
 }
 
 /* A path relative to the kubeconfig that names it becomes absolute. */
@@ -393,29 +416,29 @@ static int file_or_data(const struct kubeconfig *kc, const struct entry *e, cons
                         size_t *datalen, char *err)
 {
     const char *f = NULL, *d = NULL;
-    char datakey[64];
+    char datakey[64], field[160];
     int rc;
     snprintf(datakey, sizeof(datakey), "%s-data", key);
+    snprintf(field, sizeof(field), "%s[%zu].%s.%s", list, e->idx, inner, datakey);
     rc = get_str(kc, e, list, inner, key, &f, err);
     if (rc == 0)
         rc = get_str(kc, e, list, inner, datakey, &d, err);
     if (rc < 0)
-        return rc;
+        goto out;
     if (d != NULL && d[0] != '\0') {
         if (kd_k8s_base64_decode(d, data, datalen) < 0) {
-            char field[160];
-            snprintf(field, sizeof(field), "%s[%zu].%s.%s", list, e->idx, inner, datakey);
-            return field_err(kc, e->file, field, err, KD_EPARSE, "not valid base64");
+            rc = field_err(kc, e->file, field, err, KD_EPARSE, "not valid base64");
+            goto out;
         }
         if (*datalen > KD_K8S_PEM_MAX) {
-            char field[160];
-            snprintf(field, sizeof(field), "%s[%zu].%s.%s", list, e->idx, inner, datakey);
-            return field_err(kc, e->file, field, err, KD_ETOOBIG, "larger than 1 MiB");
+            rc = field_err(kc, e->file, field, err, KD_ETOOBIG, "larger than 1 MiB");
+            goto out;
         }
     } else if (f != NULL && f[0] != '\0') {
         *file = resolve_path(kc->paths[e->file], f);
     }
-    return 0;
+out:
+    return rc;
 }
 
 static void names_of(const struct entry *list, size_t n, const char **buf, size_t cap)

@@ -277,8 +277,8 @@ static void *informer_main(void *arg)
 
 int kd_k8s_informer_start(struct kd_k8s_informer *inf)
 {
-    if (inf->started)
-        return KD_ESTATE;
+    if (inf->started || atomic_load(&inf->stop))
+        return KD_ESTATE; /* running, or stopped for good */
     int e = pthread_create(&inf->thread, NULL, informer_main, inf);
     if (e != 0)
         return -e;

@@ -132,7 +132,7 @@ int kd_k8s_informer_new(struct kd_k8s_client *client, const struct kd_k8s_inform
 int kd_k8s_informer_add_handlers(struct kd_k8s_informer *inf,
                                  const struct kd_k8s_handlers *h) KD_WUR;
 
-/** Start the informer's thread. 0, KD_ESTATE when started before, or -errno. */
+/** Start the informer's thread. 0, KD_ESTATE when started (or stopped) before, or -errno. */
 int kd_k8s_informer_start(struct kd_k8s_informer *inf) KD_WUR;
 
 /** Whether the first list has been loaded into the cache. Thread-safe. */

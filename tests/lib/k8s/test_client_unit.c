@@ -50,7 +50,7 @@ static void test_retry_policy(void **state)
 static void test_retry_after_header(void **state)
 {
     (void)state;
-    struct xfer x = {KD_BUF_INIT(64), 0};
+    struct xfer x = {KD_BUF_INIT(64), 0, false};
     char h1[] = "Content-Type: application/json\r\n";
     char h2[] = "retry-after:  7\r\n";
     char h3[] = "Retry-After: Wed, 21 Oct 2026 07:28:00 GMT\r\n";
