@@ -129,6 +129,8 @@ int dt_check_dead(struct dtrain *h);
 /* ---- sockets (net.c) ---- */
 int dt_set_nonblock(int fd, bool on);
 void dt_tune_socket(int fd);
+/** TCP keepalive (10 s idle, 4 probes 5 s apart) for the control channel. */
+void dt_keepalive(int fd);
 /** Listen on 0.0.0.0:port (0: any free port); *out_port gets the port. */
 int dt_listen(int port, int backlog, int *fd, int *out_port, char *err);
 /** Connect once to host:port within timeout_ms; *fd is a blocking socket. */

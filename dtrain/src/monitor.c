@@ -1,10 +1,9 @@
 /*
- * The control channel after rendezvous: every worker keeps its connection
- * to the chief open, and a monitor thread on each rank watches it. When a
- * worker's connection drops without a goodbye, the chief tells every other
- * rank which rank died; when the chief's drops, the workers know rank 0
- * died. Collectives poll the resulting eventfd, so a peer killed with
- * SIGKILL turns into an error naming it on every rank instead of a hang.
+ * The control channel's monitor thread: when a worker's connection to the
+ * chief drops without a goodbye, the chief tells every other rank which rank
+ * died, and when the chief's drops the workers know rank 0 died. Collectives
+ * poll the resulting eventfd, so a peer killed with SIGKILL becomes an error
+ * naming it on every rank instead of a hang.
  */
 #include "internal.h"
 

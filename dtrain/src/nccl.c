@@ -1,9 +1,7 @@
 /*
- * The NCCL transport for device buffers. NCCL and the CUDA runtime are
- * loaded with dlopen at run time and the few functions used are declared
- * here by hand (the ABI is stable), so libdtrain builds and runs where no
- * CUDA exists and fails with a clear message only when NCCL is asked for.
- * Collectives run on a private stream; the wait polls the stream so that a
+ * The NCCL transport for device buffers: NCCL and the CUDA runtime are loaded
+ * with dlopen and the few functions used are declared here by hand, so
+ * libdtrain builds and runs where no CUDA exists. Waits poll the stream so a
  * dead peer or the op timeout aborts the communicator instead of hanging.
  */
 #include "internal.h"

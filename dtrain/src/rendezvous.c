@@ -1,12 +1,10 @@
 /*
- * Rendezvous at the chief. Rank 0 listens on MASTER_PORT; every other rank
- * connects (retrying with exponential backoff and jitter until the
- * rendezvous timeout) and says hello with its rank, world size and run id.
- * The chief rejects stale or conflicting workers, then sends everyone the
- * peer table (data addresses, hosts, the shm segment, the NCCL id). After
- * each rank has set up its transport, a ready/go round makes init succeed
- * or fail on every rank together. The connections stay open afterwards as
- * the control channel (see monitor.c).
+ * Rendezvous at the chief: rank 0 listens on MASTER_PORT, the others connect
+ * with exponential backoff and jitter and say hello (rank, world size, run
+ * id), and the chief rejects stale or conflicting workers before sending
+ * everyone the peer table. A ready/go round after transport setup makes init
+ * succeed or fail on all ranks together; the connections then stay open as
+ * the control channel (monitor.c).
  */
 #include "internal.h"
 
@@ -139,6 +137,7 @@ static int chief_admit(struct dtrain *h, int fd, const struct sockaddr_in *sa, i
         goto out;
     }
     h->ctrl_fds[rank] = fd;
+    dt_keepalive(fd);
     kd_strlcpy(h->peers[rank].addr, addr, sizeof(h->peers[rank].addr));
     kd_strlcpy(h->peers[rank].host, host, sizeof(h->peers[rank].host));
     h->peers[rank].data_port = (int)json_integer_value(jp);
@@ -418,6 +417,7 @@ static int worker(struct dtrain *h, int64_t deadline, char *err)
     if ((rc = parse_table(h, reply, err)) < 0)
         goto out;
     h->ctrl_fd = fd;
+    dt_keepalive(fd);
     fd = -1;
     h->ops = h->transport == DTRAIN_TRANSPORT_SHM    ? &dt_shm_ops
              : h->transport == DTRAIN_TRANSPORT_NCCL ? &dt_nccl_ops

@@ -1,16 +1,10 @@
 /*
- * The shared-memory transport for ranks on one host. The chief creates a
- * POSIX shm segment with two banks of one slot per rank; the segment is
- * unlinked as soon as every rank has mapped it, so nothing outlives the job.
- * Allreduce works chunk by chunk: every rank copies its chunk into its slot,
- * a barrier, each rank reduces its 1/n share across all slots in one pass,
- * a barrier, every rank copies the whole reduced chunk out. Successive
- * chunks (across calls too) alternate banks, so a bank is rewritten only
- * after every rank passed a later barrier, which it reaches only once done
- * reading: two barriers per allreduce chunk, one per broadcast/allgather
- * chunk. Barriers spin briefly, then
- * sleep on a futex with a short timeout so a dead peer (reported by the
- * monitor) or the op timeout ends the wait.
+ * The shared-memory transport for ranks on one host: a POSIX shm segment
+ * with two banks of one slot per rank, unlinked as soon as every rank has
+ * mapped it, so nothing outlives the job. Per chunk every rank copies in,
+ * reduces its 1/n share across all slots in one pass and copies the result
+ * out, between futex barriers that also watch for dead peers and the op
+ * timeout.
  */
 #include "internal.h"
 
@@ -45,6 +39,12 @@ struct shm_hdr {
     _Alignas(64) _Atomic uint32_t gen;
 };
 
+/*
+ * Successive chunks (across calls too) alternate banks, so a bank is
+ * rewritten only after every rank passed a later barrier, which it reaches
+ * only once done reading it: two barriers per allreduce chunk, one per
+ * broadcast or allgather chunk.
+ */
 struct shm {
     struct shm_hdr *hdr;
     char *base; /* banks: base + (bank * world + rank) * slot */

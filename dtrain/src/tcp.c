@@ -1,10 +1,9 @@
 /*
- * The TCP ring transport: each rank sends to rank+1 and receives from
- * rank-1 over non-blocking sockets (TCP_NODELAY, 4 MiB buffers). Allreduce
- * is a reduce-scatter then an allgather around the ring; sending and
- * receiving overlap, and received bytes are reduced in cache-sized chunks
- * as they arrive. Every wait also watches the monitor's eventfd, so a dead
- * peer anywhere in the ring ends the collective with its rank named.
+ * The TCP ring transport: each rank sends to rank+1 and receives from rank-1
+ * over non-blocking sockets, and allreduce is a reduce-scatter then an
+ * allgather whose sends and receives overlap, reducing received bytes in
+ * cache-sized chunks as they arrive. Every wait also watches the monitor's
+ * eventfd, so a dead peer anywhere in the ring ends the collective.
  */
 #include "internal.h"
 
