@@ -37,6 +37,7 @@ struct shm_hdr {
     uint64_t slot;
     _Alignas(64) _Atomic uint32_t count;
     _Alignas(64) _Atomic uint32_t gen;
+    _Alignas(64) _Atomic uint32_t waiters; /* ranks asleep in FUTEX_WAIT */
 };
 
 /*
@@ -49,7 +50,8 @@ struct shm {
     struct shm_hdr *hdr;
     char *base; /* banks: base + (bank * world + rank) * slot */
     size_t slot, map_len;
-    int spin;
+    int spin;     /* pause iterations before sleeping */
+    bool yield;   /* more ranks than cores: yield instead of spinning */
     uint64_t seq; /* chunks done so far, on every rank alike: picks the bank */
 };
 
@@ -112,6 +114,7 @@ static int map_segment(struct dtrain *h, bool create, char *err)
         s->hdr->slot = s->slot;
         atomic_store(&s->hdr->count, 0);
         atomic_store(&s->hdr->gen, 0);
+        atomic_store(&s->hdr->waiters, 0);
         s->hdr->magic = SHM_MAGIC;
     } else if (s->hdr->magic != SHM_MAGIC || s->hdr->world != h->world || s->hdr->slot != s->slot) {
         rc = kd_seterr(err, DTRAIN_EPROTO, "shm segment %s: header mismatch", h->shm_name);
@@ -119,7 +122,8 @@ static int map_segment(struct dtrain *h, bool create, char *err)
     }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* Spinning only pays when every rank has a core of its own. */
-    s->spin = ncpu >= h->world ? 4000 : 50;
+    s->spin = ncpu >= h->world ? 2000 : 0;
+    s->yield = ncpu < h->world;
     h->tp = s;
     s = NULL;
 out:
@@ -185,23 +189,28 @@ static int barrier(struct dtrain *h, struct shm *s, int64_t deadline, const char
     uint32_t g = atomic_load_explicit(&hd->gen, memory_order_acquire);
     if (atomic_fetch_add_explicit(&hd->count, 1, memory_order_acq_rel) == (uint32_t)h->world - 1) {
         atomic_store_explicit(&hd->count, 0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&hd->gen, 1, memory_order_release);
-        syscall(SYS_futex, &hd->gen, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+        atomic_fetch_add(&hd->gen, 1); /* seq_cst: pairs with the waiters count */
+        if (atomic_load(&hd->waiters) > 0)
+            syscall(SYS_futex, &hd->gen, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
         return 0;
     }
     for (int i = 0; i < s->spin; i++) {
         if (atomic_load_explicit(&hd->gen, memory_order_acquire) != g)
             return 0;
-        if (i % 64 == 63)
-            sched_yield();
-        else
-            cpu_relax();
+        cpu_relax();
+    }
+    for (int i = 0; i < (s->yield ? 16 : 4); i++) {
+        if (atomic_load_explicit(&hd->gen, memory_order_acquire) != g)
+            return 0;
+        sched_yield();
     }
     for (;;) {
         struct timespec ts = {0, FUTEX_SLICE_MS * 1000000L};
         if (atomic_load_explicit(&hd->gen, memory_order_acquire) != g)
             return 0;
+        atomic_fetch_add(&hd->waiters, 1);
         syscall(SYS_futex, &hd->gen, FUTEX_WAIT, g, &ts, NULL, 0);
+        atomic_fetch_sub(&hd->waiters, 1);
         if (atomic_load_explicit(&hd->gen, memory_order_acquire) != g)
             return 0;
         int rc = dt_check_dead(h);
