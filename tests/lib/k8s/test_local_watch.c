@@ -39,9 +39,13 @@ static int setup(void **state)
     return 0;
 }
 
+/* The informer of the running test, stopped here if the test failed half-way. */
+static struct kd_k8s_informer *live;
+
 static int teardown(void **state)
 {
     (void)state;
+    kd_k8s_informer_free(live);
     kd_k8s_client_free(cl);
     kl_destroy(&server);
     return 0;
@@ -252,7 +256,8 @@ static void test_informer_converges(void **state)
     (void)state;
     struct kd_k8s_informer *inf = NULL;
     struct kd_k8s_queue *q = kd_k8s_queue_new(NULL);
-    struct counts n = {0};
+    static struct counts n; /* outlives a failed test until teardown stops the informer */
+    memset(&n, 0, sizeof(n));
     struct kd_k8s_informer_opts o = {
         .gvr = KD_K8S_CONFIGMAPS, .ns = NS, .label_selector = "suite=inf", .page_size = 4};
     char err[KD_ERRLEN];
@@ -262,6 +267,7 @@ static void test_informer_converges(void **state)
         put_cm("inf", name, "0");
     }
     assert_int_equal(kd_k8s_informer_new(cl, &o, &inf, err), 0);
+    live = inf;
     struct kd_k8s_handlers h = kd_k8s_handlers_enqueue(q);
     struct kd_k8s_handlers hc = {c_add, c_update, c_del, &n};
     assert_int_equal(kd_k8s_informer_add_handlers(inf, &h), 0);
@@ -306,6 +312,7 @@ static void test_informer_converges(void **state)
     kd_k8s_informer_resource_version(inf, rv, sizeof(rv));
     assert_true(rv[0] != '\0');
     kd_k8s_informer_free(inf);
+    live = NULL;
     kd_k8s_queue_free(q);
 }
 
@@ -313,7 +320,8 @@ static void test_informer_relists_after_restart(void **state)
 {
     (void)state;
     struct kd_k8s_informer *inf = NULL;
-    struct counts n = {0};
+    static struct counts n; /* outlives a failed test until teardown stops the informer */
+    memset(&n, 0, sizeof(n));
     struct kd_k8s_informer_opts o = {.gvr = KD_K8S_CONFIGMAPS,
                                      .ns = NS,
                                      .label_selector = "suite=restart",
@@ -326,6 +334,7 @@ static void test_informer_relists_after_restart(void **state)
         put_cm("restart", name, "0");
     }
     assert_int_equal(kd_k8s_informer_new(cl, &o, &inf, err), 0);
+    live = inf;
     struct kd_k8s_handlers hc = {c_add, c_update, c_del, &n};
     assert_int_equal(kd_k8s_informer_add_handlers(inf, &hc), 0);
     assert_int_equal(kd_k8s_informer_start(inf), 0);
@@ -350,13 +359,14 @@ static void test_informer_relists_after_restart(void **state)
     printf("after restart: lists %llu gone %llu errors %llu; adds %d updates %d deletes %d\n",
            (unsigned long long)s.lists, (unsigned long long)s.gone, (unsigned long long)s.errors,
            atomic_load(&n.add), atomic_load(&n.update), atomic_load(&n.del));
-    assert_true(s.errors >= 1); /* the dropped connection */
-    assert_true(s.gone >= 1);   /* the 410 */
-    assert_true(s.lists >= 2);  /* the relist */
+    /* the dropped watch ends with an error (reset) or normally (graceful stop) */
+    assert_true(s.gone >= 1);  /* the 410 */
+    assert_true(s.lists >= 2); /* the relist */
     assert_int_equal(atomic_load(&n.del), 2);
     assert_int_equal(atomic_load(&n.add), 6); /* r-new, once: the relist diff */
     assert_int_equal(atomic_load(&n.update), 1);
     kd_k8s_informer_free(inf);
+    live = NULL;
 }
 
 int main(void)
