@@ -110,8 +110,8 @@ for set in big small; do
         --storage "file://$W/fs" -q)
     R[cp,$set,fsup]=$(run cp-$set-fsup $bytes sh -c "cp -r '$W/$set' '$W/cp' && sync")
     fresh
-    R[kdet,$set,fsdown]=$(run kdet-$set-fsdown $bytes "$CKPT" download f "$W/out/k" \
-        --storage "file://$W/fs" -q)
+    R[kdet,$set,fsdown]=$(run kdet-$set-fsdown $bytes sh -c "'$CKPT' download f '$W/out/k' \
+        --storage 'file://$W/fs' -q && sync")
     fresh
     R[cp,$set,fsdown]=$(run cp-$set-fsdown $bytes sh -c "cp -r '$W/cp' '$W/out/c' && sync")
     rm -rf "$W/fs" "$W/cp" "$W/out"
@@ -145,4 +145,5 @@ for set in big small; do
     done
 done
 echo "(kdet hashes every file (sha256) and writes a manifest; restores verify every hash;"
-echo " the anchors do neither. Page cache warm; one run.)"
+echo " the anchors do neither. shared_fs rows include a sync on both sides, which flushes"
+echo " the whole file system: other writers on the machine add noise. Page cache warm; one run.)"

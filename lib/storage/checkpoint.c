@@ -646,6 +646,7 @@ int kd_ckpt_download(struct kd_storage *st, const char *uuid, const char *dir,
         gets[i].key = strs[2 * i];
         gets[i].path = strs[2 * i + 1];
         gets[i].size = m.files[i].size;
+        gets[i].sha256 = m.files[i].sha256;
     }
     pc.files = m.nfiles;
     if ((rc = kd_storage_get_files(st, gets, m.nfiles, storage_progress, &pc, err)) != 0) {
@@ -657,8 +658,24 @@ int kd_ckpt_download(struct kd_storage *st, const char *uuid, const char *dir,
         goto out;
     }
     report(progress, arg, "verify", 0, m.total_size, m.nfiles);
-    if ((rc = kd_ckpt_manifest_check_dir(&m, dir, par > 4 ? 4 : par, err)) != 0)
-        goto out;
+    {
+        /* hash what the backend did not already check while copying */
+        struct kd_ckpt_manifest rest = m;
+        size_t k = 0;
+        rest.files = calloc(m.nfiles ? m.nfiles : 1, sizeof(*rest.files));
+        if (rest.files == NULL) {
+            rc = kd_seterr(err, KD_ENOMEM, "checkpoint download: out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < m.nfiles; i++)
+            if (!gets[i].verified)
+                rest.files[k++] = m.files[i];
+        rest.nfiles = k;
+        rc = kd_ckpt_manifest_check_dir(&rest, dir, par > 4 ? 4 : par, err);
+        free(rest.files);
+        if (rc != 0)
+            goto out;
+    }
     report(progress, arg, "verify", m.total_size, m.total_size, m.nfiles);
     KD_INFO("checkpoint restored", "uuid=%s files=%zu bytes=%llu ms=%lld", uuid, m.nfiles,
             (unsigned long long)m.total_size, (long long)(kd_mono_ms() - t0));

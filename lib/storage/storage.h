@@ -143,8 +143,10 @@ struct kd_storage_put {
 struct kd_storage_get {
     const char *key;
     const char *path;
-    uint64_t size; /* expected size (from the manifest); UINT64_MAX = unknown */
-    int result;    /* out */
+    uint64_t size;      /* expected size (from the manifest); UINT64_MAX = unknown */
+    const char *sha256; /* expected hex sha256, or NULL; a backend may check it on the fly */
+    int verified;       /* out: the backend checked sha256 (mismatch is KD_ECORRUPT) */
+    int result;         /* out */
 };
 
 /** Bytes moved so far; called from the calling thread. Return non-zero to cancel. */
