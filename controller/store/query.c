@@ -1,0 +1,75 @@
+/*
+ * Reading metrics back: a trial's series (downsampled by the server when
+ * asked) and the best validation result of every trial of an experiment.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "store/store_int.h"
+
+#define TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+#define MAX_POINTS 100000
+#define MAX_METRIC_NAME 256
+
+/*
+ * Downsampling keeps m of n rows (n > m >= 2) at positions
+ * j_k = floor(k (n-1) / (m-1)), k = 0..m-1: evenly spaced, always the first
+ * and the last, all distinct because (n-1)/(m-1) >= 1. Row j (0-based) is
+ * kept when, for the smallest k with j_k >= j, that is
+ * k = ceil(j (m-1) / (n-1)), j_k == j. With m == 1 only the last row stays.
+ */
+static const char *const SERIES_SQL =
+    "WITH r AS (SELECT step, reported_at, metrics,"
+    "  row_number() OVER (ORDER BY step, id) - 1 AS j, count(*) OVER () AS n"
+    "  FROM metrics WHERE trial_id = $1::bigint AND kind = $2),"
+    " s AS (SELECT * FROM r WHERE $3::bigint <= 0 OR n <= $3::bigint"
+    "  OR ($3::bigint = 1 AND j = n - 1)"
+    "  OR ($3::bigint > 1 AND ((((j * ($3::bigint - 1) + n - 2) / (n - 1)) * (n - 1))"
+    "      / ($3::bigint - 1)) = j))"
+    " SELECT coalesce(json_agg(json_build_object('step', step, 'reported_at', " TS(
+        "reported_at") ", 'metrics', metrics) ORDER BY j), '[]') FROM s";
+
+int kd_store_metrics_series(struct kd_store *s, int64_t trial_id, enum kd_metric_kind kind,
+                            int max_points, json_t **out, char *err)
+{
+    char tb[24], mb[24];
+    *out = NULL;
+    if (trial_id <= 0)
+        return kd_seterr(err, KD_EINVAL, "trial_id: %lld is not an id", (long long)trial_id);
+    if ((int)kind < KD_METRIC_TRAINING || (int)kind > KD_METRIC_PROFILING)
+        return kd_seterr(err, KD_EINVAL, "kind: %d is not a metric kind", (int)kind);
+    if (max_points < 0 || max_points > MAX_POINTS)
+        return kd_seterr(err, KD_EINVAL, "max_points: %d out of range 0..%d", max_points,
+                         MAX_POINTS);
+    snprintf(tb, sizeof(tb), "%lld", (long long)trial_id);
+    snprintf(mb, sizeof(mb), "%d", max_points);
+    const char *p[3] = {tb, kd_metric_kind_name(kind), mb};
+    return kd_store__json(s, "metric series", SERIES_SQL, 3, p, out, err);
+}
+
+#define BEST_SQL(dir)                                                                              \
+    "SELECT coalesce(json_agg(b ORDER BY b.trial_id), '[]') FROM ("                                \
+    " SELECT DISTINCT ON (m.trial_id) m.trial_id, m.step,"                                         \
+    " (m.metrics->>$2)::double precision AS value, m.metrics"                                      \
+    " FROM metrics m JOIN trials t ON t.id = m.trial_id"                                           \
+    " WHERE t.experiment_id = $1::bigint AND m.kind = 'validation'"                                \
+    " AND jsonb_typeof(m.metrics->$2) = 'number'"                                                  \
+    " ORDER BY m.trial_id, (m.metrics->>$2)::double precision " dir ", m.step) b"
+
+int kd_store_best_validations(struct kd_store *s, int64_t experiment_id, const char *metric,
+                              bool smaller_is_better, json_t **out, char *err)
+{
+    char eb[24];
+    *out = NULL;
+    if (experiment_id <= 0)
+        return kd_seterr(err, KD_EINVAL, "experiment_id: %lld is not an id",
+                         (long long)experiment_id);
+    if (!metric || !metric[0] || strlen(metric) > MAX_METRIC_NAME)
+        return kd_seterr(err, KD_EINVAL, "metric: a name of 1 to %d bytes is required",
+                         MAX_METRIC_NAME);
+    snprintf(eb, sizeof(eb), "%lld", (long long)experiment_id);
+    const char *p[2] = {eb, metric};
+    /* The direction picks one of two fixed statements: it is never spliced in. */
+    return kd_store__json(s, "best validations",
+                          smaller_is_better ? BEST_SQL("ASC") : BEST_SQL("DESC"), 2, p, out, err);
+}

@@ -1,0 +1,86 @@
+/*
+ * The schema, as an ordered list of migrations compiled into the binary.
+ * Append new migrations at the end with the next version; never edit one
+ * that has been released (databases in the field already ran it).
+ */
+#include "store/store_int.h"
+
+const struct kd_migration kd_store__migrations[] = {
+    {1, "experiments and trials",
+     "CREATE TABLE experiments ("
+     " id bigserial PRIMARY KEY,"
+     " uid text NOT NULL UNIQUE,"
+     " namespace text NOT NULL,"
+     " name text NOT NULL,"
+     " config jsonb NOT NULL DEFAULT '{}',"
+     " state text NOT NULL DEFAULT 'ACTIVE',"
+     " created_at timestamptz NOT NULL DEFAULT now(),"
+     " updated_at timestamptz NOT NULL DEFAULT now(),"
+     " ended_at timestamptz);"
+     "CREATE INDEX experiments_namespace_name ON experiments (namespace, name);"
+     "CREATE TABLE trials ("
+     " id bigserial PRIMARY KEY,"
+     " uid text NOT NULL UNIQUE,"
+     " experiment_id bigint NOT NULL REFERENCES experiments (id) ON DELETE CASCADE,"
+     " request_id text NOT NULL,"
+     " hparams jsonb NOT NULL DEFAULT '{}',"
+     " seed bigint NOT NULL DEFAULT 0,"
+     " state text NOT NULL DEFAULT 'ACTIVE',"
+     " restarts integer NOT NULL DEFAULT 0,"
+     " created_at timestamptz NOT NULL DEFAULT now(),"
+     " updated_at timestamptz NOT NULL DEFAULT now(),"
+     " ended_at timestamptz);"
+     "CREATE INDEX trials_experiment ON trials (experiment_id, id);"},
+    {2, "metrics",
+     "CREATE TABLE metric_batches ("
+     " trial_id bigint NOT NULL REFERENCES trials (id) ON DELETE CASCADE,"
+     " batch_key text NOT NULL,"
+     " kind text NOT NULL,"
+     " nrows integer NOT NULL,"
+     " written_at timestamptz NOT NULL DEFAULT now(),"
+     " PRIMARY KEY (trial_id, batch_key));"
+     "CREATE TABLE metrics ("
+     " id bigserial PRIMARY KEY,"
+     " trial_id bigint NOT NULL REFERENCES trials (id) ON DELETE CASCADE,"
+     " kind text NOT NULL CHECK (kind IN ('training', 'validation', 'profiling')),"
+     " step bigint NOT NULL CHECK (step >= 0),"
+     " metrics jsonb NOT NULL,"
+     " reported_at timestamptz NOT NULL,"
+     " batch_key text NOT NULL);"
+     "CREATE INDEX metrics_trial_kind_step ON metrics (trial_id, kind, step);"},
+    {3, "checkpoints, searcher snapshots, events and templates",
+     "CREATE TABLE checkpoints ("
+     " uuid text PRIMARY KEY,"
+     " trial_id bigint NOT NULL REFERENCES trials (id) ON DELETE CASCADE,"
+     " steps_completed bigint NOT NULL CHECK (steps_completed >= 0),"
+     " storage_path text NOT NULL,"
+     " size_bytes bigint NOT NULL DEFAULT 0,"
+     " metadata jsonb NOT NULL DEFAULT '{}',"
+     " state text NOT NULL DEFAULT 'ACTIVE' CHECK (state IN ('ACTIVE', 'DELETED')),"
+     " reported_at timestamptz NOT NULL DEFAULT now(),"
+     " deleted_at timestamptz);"
+     "CREATE INDEX checkpoints_trial ON checkpoints (trial_id, steps_completed);"
+     "CREATE TABLE searcher_snapshots ("
+     " experiment_id bigint NOT NULL REFERENCES experiments (id) ON DELETE CASCADE,"
+     " seq bigint NOT NULL,"
+     " snapshot jsonb NOT NULL,"
+     " saved_at timestamptz NOT NULL DEFAULT now(),"
+     " PRIMARY KEY (experiment_id, seq));"
+     "CREATE TABLE events ("
+     " id bigserial PRIMARY KEY,"
+     " experiment_id bigint NOT NULL REFERENCES experiments (id) ON DELETE CASCADE,"
+     " trial_id bigint REFERENCES trials (id) ON DELETE SET NULL,"
+     " kind text NOT NULL,"
+     " decision text NOT NULL,"
+     " reason text NOT NULL DEFAULT '',"
+     " details jsonb NOT NULL DEFAULT '{}',"
+     " at timestamptz NOT NULL DEFAULT now());"
+     "CREATE INDEX events_experiment ON events (experiment_id, id);"
+     "CREATE TABLE templates ("
+     " name text PRIMARY KEY,"
+     " config jsonb NOT NULL,"
+     " created_at timestamptz NOT NULL DEFAULT now(),"
+     " updated_at timestamptz NOT NULL DEFAULT now());"},
+};
+
+const size_t kd_store__nmigrations = sizeof(kd_store__migrations) / sizeof(kd_store__migrations[0]);

@@ -1,0 +1,293 @@
+/*
+ * The controller's PostgreSQL store: schema migrations, a connection pool,
+ * write-behind metrics ingestion that survives database outages, and the
+ * registry of experiments, trials, checkpoints, searcher snapshots, events
+ * and templates. docs/store.md describes the schema and the guarantees.
+ *
+ * Thread safety: every function taking a struct kd_store may be called from
+ * any thread at once, except kd_store_close. Functions block on the network
+ * (bounded by the pool's wait and the statement timeout).
+ *
+ * Ownership: json_t results are new references the caller frees with
+ * json_decref; json_t arguments are borrowed. Strings in results live in
+ * the returned json_t.
+ */
+#ifndef KD_CONTROLLER_STORE_H
+#define KD_CONTROLLER_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "core/err.h"
+
+struct kd_store;
+
+struct kd_store_opts {
+    /** libpq connection string or URI (required). Never logged: it may hold a password. */
+    const char *conninfo;
+    /** Connections in the pool (default 4, at most 64). */
+    int pool_size;
+    /** How long a caller waits for a free connection (default 5000 ms). */
+    int pool_wait_ms;
+    /** statement_timeout set on every connection (default 30000 ms; 0 keeps the server's). */
+    int statement_timeout_ms;
+    /** Reconnect back-off: first and longest wait (defaults 100 and 5000 ms). */
+    int backoff_min_ms;
+    int backoff_max_ms;
+    /** Skip migrations at open (for tools that only read). */
+    bool no_migrate;
+    /**
+     * Directory for the metrics spool file (metrics.spool). NULL: no disk
+     * spill, so while the database is down at most mem_limit bytes of
+     * metrics are held and durable puts time out.
+     */
+    const char *spool_dir;
+    /** Bytes of metric batches held in memory before spilling (default 64 MiB). */
+    size_t mem_limit;
+    /** Bytes the spool file may grow to (default 1 GiB); beyond that puts fail with KD_EAGAIN. */
+    size_t spool_limit;
+    /** Most metric rows written in one transaction (default 5000). */
+    int flush_rows;
+};
+
+/**
+ * Connect, apply the migrations (unless no_migrate) and start the metrics
+ * writer thread. When a spool file from an earlier run exists, its batches
+ * are written before any new one. Fails with KD_ECONNECT when the database
+ * cannot be reached (the caller retries), or with the failing migration
+ * named in err. On success *out is the store; free it with kd_store_close.
+ */
+int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char *err) KD_WUR;
+
+/**
+ * Stop the writer (waiting up to 5 s for queued metrics to reach the
+ * database or the spool), close every connection and free the store.
+ * Metric batches still only in memory then are spooled when a spool_dir is
+ * set. NULL-safe. No other call may be running on the store.
+ */
+void kd_store_close(struct kd_store *s);
+
+/* ---- migrations -------------------------------------------------------- */
+
+/** Apply the compiled-in migrations (done by kd_store_open). Idempotent; safe across processes. */
+int kd_store_migrate(struct kd_store *s, char *err) KD_WUR;
+
+/** The newest schema version this binary knows. */
+int kd_store_schema_version(void);
+
+/* ---- metrics ----------------------------------------------------------- */
+
+enum kd_metric_kind {
+    KD_METRIC_TRAINING = 0,
+    KD_METRIC_VALIDATION = 1,
+    KD_METRIC_PROFILING = 2,
+};
+
+/** "training" | "validation" | "profiling" -> kind. 0 or KD_EINVAL. */
+int kd_metric_kind_parse(const char *s, enum kd_metric_kind *out) KD_WUR;
+const char *kd_metric_kind_name(enum kd_metric_kind k);
+
+#define KD_STORE_MAX_BATCH_ROWS 10000
+#define KD_STORE_MAX_KEY 128
+#define KD_STORE_MAX_BATCH_BYTES (8u << 20)
+
+struct kd_metric_row {
+    int64_t step;        /* batches completed when measured, >= 0 */
+    int64_t reported_ms; /* wall clock, ms since the epoch; 0 = now */
+    json_t *metrics;     /* a JSON object: name -> value (borrowed) */
+};
+
+struct kd_metric_batch {
+    int64_t trial_id;
+    enum kd_metric_kind kind;
+    /**
+     * Idempotency key, unique per trial, chosen by the sender and reused
+     * when it retries (for instance "rank0-17"): 1-128 printable bytes.
+     */
+    const char *key;
+    const struct kd_metric_row *rows;
+    size_t n; /* 1..KD_STORE_MAX_BATCH_ROWS */
+};
+
+/**
+ * Queue a batch of metric rows for trial `trial_id`. The batch is checked
+ * first (every bad field is named in err, nothing is queued). Then:
+ * - timeout_ms > 0: block until the batch is acknowledged, that is
+ *   committed in PostgreSQL or appended and fsynced to the spool file; only
+ *   then is 0 returned. KD_ETIMEDOUT when that did not happen in time (the
+ *   batch may still be written later; a retry with the same key is safe).
+ * - timeout_ms == 0: return once queued in memory (not durable).
+ * Fails with KD_EAGAIN when memory and spool are both full. A batch whose
+ * key was already written for this trial is skipped at write time, so
+ * retries never duplicate rows. Thread-safe.
+ */
+int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, int timeout_ms,
+                         char *err) KD_WUR;
+
+/**
+ * Wait until every batch queued so far is committed in PostgreSQL (not
+ * just spooled). 0, or KD_ETIMEDOUT.
+ */
+int kd_store_metrics_flush(struct kd_store *s, int timeout_ms) KD_WUR;
+
+struct kd_store_metrics_stats {
+    uint64_t queued_batches; /* in memory, not yet written */
+    uint64_t queued_bytes;
+    uint64_t spool_bytes;     /* in the spool file, not yet written */
+    uint64_t written_batches; /* committed by this process */
+    uint64_t written_rows;
+    uint64_t duplicate_batches; /* skipped: key already stored */
+    uint64_t orphan_batches;    /* skipped: the trial no longer exists */
+    uint64_t spilled_batches;   /* ever written to the spool */
+    uint64_t rejected_batches;  /* refused by the database after acknowledgement (a bug) */
+    bool db_up;                 /* the writer's last attempt succeeded */
+};
+
+void kd_store_metrics_stats(struct kd_store *s, struct kd_store_metrics_stats *out);
+
+/**
+ * The metric series of one trial and kind, ordered by step:
+ * [{"step":N,"reported_at":"RFC3339","metrics":{...}}, ...]. With
+ * max_points > 0 and more rows than that, the server returns max_points
+ * rows evenly spaced by position, always the first and the last.
+ */
+int kd_store_metrics_series(struct kd_store *s, int64_t trial_id, enum kd_metric_kind kind,
+                            int max_points, json_t **out, char *err) KD_WUR;
+
+/**
+ * Per trial of an experiment, the validation row with the best numeric
+ * value of `metric` (smallest when smaller_is_better):
+ * [{"trial_id":N,"step":N,"value":X,"metrics":{...}}, ...] by trial id.
+ */
+int kd_store_best_validations(struct kd_store *s, int64_t experiment_id, const char *metric,
+                              bool smaller_is_better, json_t **out, char *err) KD_WUR;
+
+/* ---- experiments and trials ------------------------------------------- */
+
+#define KD_STORE_MAX_NAME 253
+#define KD_STORE_MAX_STATE 64
+
+struct kd_store_experiment {
+    const char *uid; /* the Experiment resource's metadata.uid */
+    const char *namespace_;
+    const char *name;
+    json_t *config;    /* the expanded experiment config (borrowed) */
+    const char *state; /* ACTIVE, PAUSED, COMPLETED, CANCELED, ERROR, ... */
+};
+
+/**
+ * Insert the experiment or, when its uid exists, update name, config and
+ * state. *id gets its numeric id (shown to users). 0 or KD_E*.
+ */
+int kd_store_experiment_upsert(struct kd_store *s, const struct kd_store_experiment *e, int64_t *id,
+                               char *err) KD_WUR;
+
+/** Set the state; a terminal state (COMPLETED, CANCELED, ERROR, DELETED) also sets ended_at. */
+int kd_store_experiment_set_state(struct kd_store *s, int64_t id, const char *state,
+                                  char *err) KD_WUR;
+
+/** One experiment as JSON (id, uid, namespace, name, config, state, timestamps). */
+int kd_store_experiment_get(struct kd_store *s, int64_t id, json_t **out, char *err) KD_WUR;
+
+/** Experiments by id descending, optionally in one namespace (NULL = all); limit <= 1000. */
+int kd_store_experiments_list(struct kd_store *s, const char *namespace_, int limit, int offset,
+                              json_t **out, char *err) KD_WUR;
+
+struct kd_store_trial {
+    const char *uid; /* the Trial resource's metadata.uid */
+    int64_t experiment_id;
+    const char *request_id; /* the searcher's request id */
+    json_t *hparams;        /* borrowed */
+    int64_t seed;
+    const char *state;
+};
+
+/** Insert or update (hparams, state) a trial by uid; *id gets its numeric id. */
+int kd_store_trial_upsert(struct kd_store *s, const struct kd_store_trial *t, int64_t *id,
+                          char *err) KD_WUR;
+int kd_store_trial_set_state(struct kd_store *s, int64_t id, const char *state, char *err) KD_WUR;
+/** restarts += 1; *restarts gets the new count (may be NULL). */
+int kd_store_trial_add_restart(struct kd_store *s, int64_t id, int *restarts, char *err) KD_WUR;
+int kd_store_trial_get(struct kd_store *s, int64_t id, json_t **out, char *err) KD_WUR;
+/** The trials of an experiment by id ascending. */
+int kd_store_trials_list(struct kd_store *s, int64_t experiment_id, json_t **out, char *err) KD_WUR;
+
+/* ---- checkpoints -------------------------------------------------------- */
+
+struct kd_store_checkpoint {
+    const char *uuid;
+    int64_t trial_id;
+    int64_t steps_completed;
+    const char *storage_path; /* where lib/storage put it (URL or path) */
+    int64_t size_bytes;
+    json_t *metadata; /* borrowed; NULL = {} */
+};
+
+/**
+ * Register a checkpoint (state ACTIVE). Registering the same uuid again
+ * with the same trial is a no-op (retries are safe); with another trial it
+ * fails with KD_ECONFLICT.
+ */
+int kd_store_checkpoint_add(struct kd_store *s, const struct kd_store_checkpoint *c,
+                            char *err) KD_WUR;
+
+/** Mark deleted (after GC removed the files); KD_ENOTFOUND for an unknown uuid. */
+int kd_store_checkpoint_mark_deleted(struct kd_store *s, const char *uuid, char *err) KD_WUR;
+
+/**
+ * Checkpoints of a trial (trial_id > 0) or of a whole experiment
+ * (experiment_id > 0), by steps then time; with include_deleted false only
+ * ACTIVE ones. Each element: uuid, trial_id, experiment_id,
+ * steps_completed, storage_path, size_bytes, metadata, state, reported_at.
+ */
+int kd_store_checkpoints_list(struct kd_store *s, int64_t experiment_id, int64_t trial_id,
+                              bool include_deleted, json_t **out, char *err) KD_WUR;
+
+/* ---- searcher snapshots ------------------------------------------------- */
+
+/**
+ * Save the searcher snapshot with sequence number seq (increasing per
+ * experiment). Saving the same (experiment, seq) again replaces it. Only
+ * the newest 5 snapshots of an experiment are kept.
+ */
+int kd_store_snapshot_save(struct kd_store *s, int64_t experiment_id, int64_t seq, json_t *snapshot,
+                           char *err) KD_WUR;
+
+/** The newest snapshot; KD_ENOTFOUND when there is none. */
+int kd_store_snapshot_latest(struct kd_store *s, int64_t experiment_id, int64_t *seq, json_t **out,
+                             char *err) KD_WUR;
+
+/* ---- events ------------------------------------------------------------- */
+
+struct kd_store_event {
+    int64_t experiment_id;
+    int64_t trial_id;     /* 0 when the event is about the whole experiment */
+    const char *kind;     /* "searcher", "early_stopping", "checkpoint_gc", ... */
+    const char *decision; /* "create", "stop", "promote", "delete", ... */
+    const char *reason;   /* human-readable, up to 4096 bytes */
+    json_t *details;      /* borrowed; NULL = {} */
+};
+
+/** Record a decision; *id (may be NULL) gets the event id. Not retried on connection loss. */
+int kd_store_event_add(struct kd_store *s, const struct kd_store_event *e, int64_t *id,
+                       char *err) KD_WUR;
+
+/** Events of an experiment with id > after_id, oldest first, at most limit (<= 1000). */
+int kd_store_events_list(struct kd_store *s, int64_t experiment_id, int64_t after_id, int limit,
+                         json_t **out, char *err) KD_WUR;
+
+/* ---- templates ---------------------------------------------------------- */
+
+/** Create or replace a template (name: 1-253 bytes; config: a JSON object). */
+int kd_store_template_set(struct kd_store *s, const char *name, json_t *config, char *err) KD_WUR;
+/** *out gets {"name":..., "config":{...}, "updated_at":...}; KD_ENOTFOUND when absent. */
+int kd_store_template_get(struct kd_store *s, const char *name, json_t **out, char *err) KD_WUR;
+/** All templates by name. */
+int kd_store_templates_list(struct kd_store *s, json_t **out, char *err) KD_WUR;
+/** KD_ENOTFOUND when absent. */
+int kd_store_template_delete(struct kd_store *s, const char *name, char *err) KD_WUR;
+
+#endif

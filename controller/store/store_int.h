@@ -1,0 +1,102 @@
+/*
+ * Internals shared by the store's files: the connection pool, the
+ * migration runner and the metrics writer. Not for use outside
+ * controller/store/ and its tests.
+ */
+#ifndef KD_CONTROLLER_STORE_INT_H
+#define KD_CONTROLLER_STORE_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+#include "store/store.h"
+
+/* ---- pool.c ------------------------------------------------------------- */
+
+struct kd_pool;
+
+struct kd_pool_opts {
+    const char *conninfo;
+    int size;
+    int wait_ms;
+    int statement_timeout_ms;
+    int backoff_min_ms;
+    int backoff_max_ms;
+};
+
+/** Create a pool; connects lazily. Thread-safe afterwards. */
+int kd_pool_open(const struct kd_pool_opts *o, struct kd_pool **out, char *err) KD_WUR;
+
+/** Close every connection and free. No connection may be checked out. NULL-safe. */
+void kd_pool_close(struct kd_pool *p);
+
+/**
+ * Check a connection out, connecting (or reconnecting) when needed. Blocks
+ * up to the pool's wait for a free slot (KD_ETIMEDOUT); KD_ECONNECT when
+ * the server cannot be reached or the pool is backing off after a failure.
+ */
+int kd_pool_get(struct kd_pool *p, PGconn **out, char *err) KD_WUR;
+
+/** Return a connection; a broken one is closed and reopened on a later get. */
+void kd_pool_put(struct kd_pool *p, PGconn *c);
+
+/** Open one connection outside the pool with the pool's settings; caller PQfinish()es it. */
+int kd_pool_connect(const struct kd_pool_opts *o, PGconn **out, char *err) KD_WUR;
+
+/** Map a failed result (or connection) to a KD_E* code and a message in err. */
+int kd_pg_error(PGconn *c, const PGresult *r, const char *what, char *err);
+
+/* ---- migrate.c ---------------------------------------------------------- */
+
+struct kd_migration {
+    int version; /* 1, 2, 3, ... in order */
+    const char *name;
+    const char *sql; /* one or more statements, run in one transaction */
+};
+
+/** The compiled-in migrations (schema.c). */
+extern const struct kd_migration kd_store__migrations[];
+extern const size_t kd_store__nmigrations;
+
+/**
+ * Apply the migrations in `m` newer than the database's version, each in
+ * its own transaction, under a session advisory lock so that concurrent
+ * processes apply each one once. Refuses a database newer than `m`.
+ */
+int kd_store__migrate_conn(PGconn *c, const struct kd_migration *m, size_t n, char *err) KD_WUR;
+
+/* ---- writer.c ------------------------------------------------------------ */
+
+struct kd_writer;
+
+int kd_writer__start(struct kd_store *s, struct kd_writer **out, char *err) KD_WUR;
+void kd_writer__stop(struct kd_writer *w);
+
+/* ---- store.c ------------------------------------------------------------- */
+
+struct kd_store {
+    struct kd_store_opts opts;
+    char *conninfo; /* owned copy */
+    char *spool_dir;
+    struct kd_pool_opts pool_opts;
+    struct kd_pool *pool;
+    struct kd_writer *writer;
+};
+
+/**
+ * Run one parameterised statement on a pooled connection. *res (may be
+ * NULL) gets the result, which the caller PQclear()s. Retries once on a
+ * fresh connection when the pooled one turns out to be broken and `retry`
+ * is set (idempotent statements only).
+ */
+int kd_store__exec(struct kd_store *s, const char *what, const char *sql, int n,
+                   const char *const *params, bool retry, PGresult **res, char *err) KD_WUR;
+
+/** Like kd_store__exec for a statement returning one row, one JSON column; *out is new. */
+int kd_store__json(struct kd_store *s, const char *what, const char *sql, int n,
+                   const char *const *params, json_t **out, char *err) KD_WUR;
+
+#endif

@@ -1,0 +1,887 @@
+/*
+ * Write-behind metrics ingestion. Batches are checked and serialised on
+ * put, queued in memory in arrival order and written by one thread, many
+ * batches per statement. While the database is unreachable they stay in
+ * memory up to a bound and beyond it (or as soon as a caller waits for
+ * durability) go to an append-only, fsynced spool file, which is replayed
+ * in order before anything newer once the database is back. Idempotency
+ * keys (trial, key) make every replay and retry harmless.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/buf.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/time.h"
+#include "store/store_int.h"
+
+#define MAX_DEPTH 64
+#define SPOOL_NAME "metrics.spool"
+#define SPOOL_READ (1u << 20)
+#define CHUNK_BYTES (16u << 20) /* most JSON bytes sent in one statement */
+#define STOP_WAIT_MS 5000
+
+struct qitem {
+    struct qitem *next;
+    uint64_t seq;
+    size_t nrows;
+    size_t len; /* bytes of line, including the trailing '\n' */
+    char *line; /* one JSON object and '\n' */
+};
+
+struct kd_writer {
+    struct kd_store *s;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* the writer waits here */
+    pthread_cond_t done; /* callers waiting for durability wait here */
+    struct qitem *head, *tail;
+    uint64_t qbatches;
+    size_t qbytes;
+    uint64_t next_seq;      /* last sequence number handed out */
+    uint64_t durable_seq;   /* every seq <= this is committed or spooled */
+    uint64_t committed_seq; /* every seq <= this is committed */
+    uint64_t spool_seq;     /* highest seq in the spool file */
+    int waiters;
+    bool stop;
+    bool db_up;
+    int64_t next_try_ms;
+    int backoff_ms;
+    char last_err[256];
+    int solo_left; /* after a permanent error: write this many batches one by one */
+    /* spool */
+    char *path;
+    int fd;
+    off_t spool_size;
+    off_t replay_off;
+    /* stats */
+    uint64_t written_batches, written_rows, dup_batches, orphan_batches, spilled_batches,
+        rejected_batches;
+    PGconn *conn;
+};
+
+/* One multi-batch INSERT: the batches travel as one JSON array parameter. */
+static const char *const INSERT_SQL =
+    "WITH b AS ("
+    " SELECT (x->>'t')::bigint AS trial_id, x->>'k' AS kind, x->>'key' AS batch_key,"
+    "  x->'r' AS r, ord"
+    " FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS a(x, ord)),"
+    " f AS (SELECT DISTINCT ON (trial_id, batch_key) * FROM b ORDER BY trial_id, batch_key, ord),"
+    " nb AS (INSERT INTO metric_batches (trial_id, batch_key, kind, nrows)"
+    "  SELECT f.trial_id, f.batch_key, f.kind, jsonb_array_length(f.r)"
+    "  FROM f JOIN trials t ON t.id = f.trial_id"
+    "  ON CONFLICT DO NOTHING RETURNING trial_id, batch_key),"
+    " ins AS (INSERT INTO metrics (trial_id, kind, step, metrics, reported_at, batch_key)"
+    "  SELECT f.trial_id, f.kind, (e.v->>0)::bigint, e.v->2,"
+    "   to_timestamp((e.v->>1)::double precision / 1000.0), f.batch_key"
+    "  FROM f JOIN nb USING (trial_id, batch_key)"
+    "  CROSS JOIN LATERAL jsonb_array_elements(f.r) WITH ORDINALITY AS e(v, i)"
+    "  ORDER BY f.ord, e.i RETURNING 1)"
+    " SELECT (SELECT count(*) FROM b), (SELECT count(*) FROM f),"
+    " (SELECT count(*) FROM f JOIN trials t ON t.id = f.trial_id),"
+    " (SELECT count(*) FROM nb), (SELECT count(*) FROM ins)";
+
+int kd_metric_kind_parse(const char *s, enum kd_metric_kind *out)
+{
+    static const char *const names[] = {"training", "validation", "profiling", NULL};
+    for (int i = 0; names[i]; i++) {
+        if (s && strcmp(s, names[i]) == 0) {
+            *out = (enum kd_metric_kind)i;
+            return 0;
+        }
+    }
+    return KD_EINVAL;
+}
+
+const char *kd_metric_kind_name(enum kd_metric_kind k)
+{
+    switch (k) {
+    case KD_METRIC_TRAINING: return "training";
+    case KD_METRIC_VALIDATION: return "validation";
+    case KD_METRIC_PROFILING: return "profiling";
+    }
+    return "unknown";
+}
+
+/* ---- checking and serialising a batch ----------------------------------- */
+
+/* PostgreSQL's jsonb cannot hold U+0000: refuse it before acknowledging. */
+static int check_value(const json_t *v, char *path, size_t plen, size_t used, int depth, char *err)
+{
+    int rc = 0;
+    if (depth > MAX_DEPTH)
+        return kd_seterr(err, KD_EINVAL, "%s: nested deeper than %d levels", path, MAX_DEPTH);
+    if (json_is_string(v)) {
+        if (memchr(json_string_value(v), '\0', json_string_length(v)))
+            return kd_seterr(err, KD_EINVAL,
+                             "%s: string contains a NUL character, which cannot be stored", path);
+    } else if (json_is_object(v)) {
+        const char *key;
+        size_t klen;
+        json_t *x;
+        json_object_keylen_foreach((json_t *)v, key, klen, x)
+        {
+            if (memchr(key, '\0', klen))
+                return kd_seterr(err, KD_EINVAL,
+                                 "%s: a key contains a NUL character, which cannot be stored",
+                                 path);
+            snprintf(path + used, plen - used, ".%s", key);
+            rc = check_value(x, path, plen, strlen(path), depth + 1, err);
+            path[used] = '\0';
+            if (rc != 0)
+                return rc;
+        }
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x)
+        {
+            snprintf(path + used, plen - used, "[%zu]", i);
+            rc = check_value(x, path, plen, strlen(path), depth + 1, err);
+            path[used] = '\0';
+            if (rc != 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static int check_batch(const struct kd_metric_batch *b, char *err)
+{
+    char path[256];
+    if (b->trial_id <= 0)
+        return kd_seterr(err, KD_EINVAL, "trial_id: %lld is not a trial id (must be > 0)",
+                         (long long)b->trial_id);
+    if ((int)b->kind < KD_METRIC_TRAINING || (int)b->kind > KD_METRIC_PROFILING)
+        return kd_seterr(err, KD_EINVAL, "kind: %d is not training, validation or profiling",
+                         (int)b->kind);
+    if (!b->key || !b->key[0])
+        return kd_seterr(err, KD_EINVAL, "key: the idempotency key is empty");
+    size_t klen = strlen(b->key);
+    if (klen > KD_STORE_MAX_KEY)
+        return kd_seterr(err, KD_EINVAL, "key: %zu bytes, at most %d", klen, KD_STORE_MAX_KEY);
+    for (size_t i = 0; i < klen; i++) {
+        unsigned char ch = (unsigned char)b->key[i];
+        if (ch < 0x20 || ch > 0x7e)
+            return kd_seterr(err, KD_EINVAL, "key: byte %zu (0x%02x) is not printable ASCII", i,
+                             ch);
+    }
+    if (b->n == 0 || !b->rows)
+        return kd_seterr(err, KD_EINVAL, "rows: a batch needs at least one row");
+    if (b->n > KD_STORE_MAX_BATCH_ROWS)
+        return kd_seterr(err, KD_ETOOBIG, "rows: %zu rows, at most %d per batch", b->n,
+                         KD_STORE_MAX_BATCH_ROWS);
+    for (size_t i = 0; i < b->n; i++) {
+        const struct kd_metric_row *r = &b->rows[i];
+        if (r->step < 0)
+            return kd_seterr(err, KD_EINVAL, "rows[%zu].step: %lld is negative", i,
+                             (long long)r->step);
+        if (r->reported_ms < 0)
+            return kd_seterr(err, KD_EINVAL, "rows[%zu].reported_at: before 1970", i);
+        if (!json_is_object(r->metrics))
+            return kd_seterr(err, KD_EINVAL, "rows[%zu].metrics: not a JSON object", i);
+        snprintf(path, sizeof(path), "rows[%zu].metrics", i);
+        int rc = check_value(r->metrics, path, sizeof(path), strlen(path), 0, err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* {"n":rows,"t":trial,"k":"kind","key":"...","r":[[step,ms,{...}],...]}\n */
+static int serialise(const struct kd_metric_batch *b, char **line, size_t *len, char *err)
+{
+    int rc = 0;
+    int64_t now = kd_wall_ms();
+    json_t *rows = json_array(), *o = NULL;
+    char *text = NULL;
+    for (size_t i = 0; i < b->n; i++) {
+        const struct kd_metric_row *r = &b->rows[i];
+        json_array_append_new(rows, json_pack("[IIO]", (json_int_t)r->step,
+                                              (json_int_t)(r->reported_ms ? r->reported_ms : now),
+                                              r->metrics));
+    }
+    /* "n" first: the spool reader takes the row count from the line's start. */
+    o = json_pack("{sIsIsssssO}", "n", (json_int_t)b->n, "t", (json_int_t)b->trial_id, "k",
+                  kd_metric_kind_name(b->kind), "key", b->key, "r", rows);
+    if (!o) {
+        rc = kd_seterr(err, KD_ENOMEM, "metrics: cannot build the batch");
+        goto out;
+    }
+    text = json_dumps(o, JSON_COMPACT);
+    if (!text) {
+        rc = kd_seterr(err, KD_ENOMEM, "metrics: cannot serialise the batch");
+        goto out;
+    }
+    size_t n = strlen(text);
+    if (n > KD_STORE_MAX_BATCH_BYTES) {
+        rc = kd_seterr(err, KD_ETOOBIG, "batch: %zu bytes of JSON, at most %u", n,
+                       KD_STORE_MAX_BATCH_BYTES);
+        goto out;
+    }
+    *line = kd_xmalloc(n + 2);
+    memcpy(*line, text, n);
+    (*line)[n] = '\n';
+    (*line)[n + 1] = '\0';
+    *len = n + 1;
+out:
+    free(text);
+    json_decref(o);
+    json_decref(rows);
+    return rc;
+}
+
+/* ---- the database side --------------------------------------------------- */
+
+static void mark_down(struct kd_writer *w, const char *why)
+{
+    int64_t now = kd_mono_ms();
+    if (w->db_up || !w->last_err[0])
+        KD_WARN("metrics writer: database unreachable, buffering", "err=%s", kd_logq(why));
+    w->db_up = false;
+    kd_strlcpy(w->last_err, why, sizeof(w->last_err));
+    w->next_try_ms = now + w->backoff_ms;
+    w->backoff_ms = w->backoff_ms * 2 > w->s->opts.backoff_max_ms ? w->s->opts.backoff_max_ms
+                                                                  : w->backoff_ms * 2;
+    if (w->conn && PQstatus(w->conn) != CONNECTION_OK) {
+        PQfinish(w->conn);
+        w->conn = NULL;
+    }
+}
+
+static int ensure_conn(struct kd_writer *w, char *err)
+{
+    if (w->conn && PQstatus(w->conn) == CONNECTION_OK)
+        return 0;
+    if (w->conn) {
+        PQfinish(w->conn);
+        w->conn = NULL;
+    }
+    return kd_pool_connect(&w->s->pool_opts, &w->conn, err);
+}
+
+/*
+ * Write the batches in `json` (a JSON array text of `n` batch objects).
+ * Returns 0, a transient error (KD_ECONNECT, KD_EAGAIN, KD_ETIMEDOUT) or a
+ * permanent one.
+ */
+struct counts {
+    uint64_t fresh, dups, orph, rows;
+};
+
+static int write_batches(struct kd_writer *w, const char *json, struct counts *k, char *err)
+{
+    int rc = 0;
+    const char *params[1] = {json};
+    PGresult *r = NULL;
+    rc = ensure_conn(w, err);
+    if (rc != 0)
+        goto out;
+    r = PQexecParams(w->conn, INSERT_SQL, 1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        rc = kd_pg_error(w->conn, r, "write metrics", err);
+        goto out;
+    }
+    uint64_t total = 0, distinct = 0, with_trial = 0, fresh = 0, nrows = 0;
+    if (kd_parse_u64(PQgetvalue(r, 0, 0), &total) != 0 ||
+        kd_parse_u64(PQgetvalue(r, 0, 1), &distinct) != 0 ||
+        kd_parse_u64(PQgetvalue(r, 0, 2), &with_trial) != 0 ||
+        kd_parse_u64(PQgetvalue(r, 0, 3), &fresh) != 0 ||
+        kd_parse_u64(PQgetvalue(r, 0, 4), &nrows) != 0) {
+        rc = kd_seterr(err, KD_EPROTO, "write metrics: unexpected counts");
+        goto out;
+    }
+    k->fresh = fresh;
+    k->orph = distinct - with_trial;
+    k->dups = total - fresh - k->orph;
+    k->rows = nrows;
+out:
+    PQclear(r);
+    return rc;
+}
+
+static bool transient(int rc)
+{
+    return rc == KD_ECONNECT || rc == KD_EAGAIN || rc == KD_ETIMEDOUT;
+}
+
+/* ---- the spool ------------------------------------------------------------ */
+
+static int spool_append(struct kd_writer *w, struct qitem *list, char *err)
+{
+    int rc = 0;
+    off_t start = w->spool_size, pos = start;
+    for (struct qitem *q = list; q; q = q->next) {
+        size_t off = 0;
+        while (off < q->len) {
+            ssize_t k = pwrite(w->fd, q->line + off, q->len - off, pos);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0) {
+                rc = kd_seterr(err, -errno, "write %s: %s", w->path, strerror(errno));
+                goto out;
+            }
+            off += (size_t)k;
+            pos += k;
+        }
+    }
+    if (fdatasync(w->fd) != 0) {
+        rc = kd_seterr(err, -errno, "fsync %s: %s", w->path, strerror(errno));
+        goto out;
+    }
+    w->spool_size = pos;
+out:
+    if (rc != 0 && ftruncate(w->fd, start) != 0)
+        KD_ERROR("metrics spool: cannot cut back a failed append", "path=%s", kd_logq(w->path));
+    return rc;
+}
+
+/*
+ * Move the whole memory queue to the spool. Called with mu held; drops it
+ * during the I/O. Batches put meanwhile stay in memory (they are newer).
+ */
+static void spill(struct kd_writer *w)
+{
+    char err[KD_ERRLEN];
+    struct qitem *list = w->head, *last = w->tail;
+    uint64_t n = w->qbatches;
+    size_t bytes = w->qbytes;
+    if (!list || w->fd < 0)
+        return;
+    if ((size_t)w->spool_size + bytes > w->s->opts.spool_limit)
+        return;
+    w->head = w->tail = NULL;
+    w->qbatches = 0;
+    w->qbytes = 0;
+    pthread_mutex_unlock(&w->mu);
+    int rc = spool_append(w, list, err);
+    pthread_mutex_lock(&w->mu);
+    if (rc != 0) {
+        KD_ERROR("metrics spool: append failed; batches stay in memory", "err=%s", kd_logq(err));
+        last->next = w->head;
+        w->head = list;
+        if (!w->tail)
+            w->tail = last;
+        w->qbatches += n;
+        w->qbytes += bytes;
+        return;
+    }
+    if (w->spilled_batches == 0 || w->spool_size == (off_t)bytes)
+        KD_INFO("metrics spilled to disk", "path=%s batches=%llu spool_bytes=%lld",
+                kd_logq(w->path), (unsigned long long)n, (long long)w->spool_size);
+    w->spilled_batches += n;
+    w->spool_seq = last->seq;
+    if (last->seq > w->durable_seq)
+        w->durable_seq = last->seq;
+    while (list) {
+        struct qitem *nx = list->next;
+        free(list->line);
+        free(list);
+        list = nx;
+    }
+    pthread_cond_broadcast(&w->done);
+}
+
+/*
+ * Read complete lines from the spool at replay_off into `chunk` (a JSON
+ * array text) up to the row and byte limits. *consumed gets the bytes used.
+ * A torn last line (a crash during an append that was never acknowledged)
+ * is cut off.
+ */
+/* The row count at the start of a spool line ({"n":123,...}); 1 when absent. */
+static size_t line_rows(const char *p, size_t len)
+{
+    size_t n = 0, i = 5;
+    if (len < 7 || memcmp(p, "{\"n\":", 5) != 0)
+        return 1;
+    while (i < len && p[i] >= '0' && p[i] <= '9' && n < 1000000)
+        n = n * 10 + (size_t)(p[i++] - '0');
+    return n ? n : 1;
+}
+
+static int spool_chunk(struct kd_writer *w, struct kd_buf *chunk, off_t *consumed, size_t *nb,
+                       char *err)
+{
+    int rc = 0;
+    char *buf = NULL;
+    size_t cap = SPOOL_READ, have = 0, used = 0, batches = 0, rows = 0;
+    off_t off = w->replay_off;
+    *consumed = 0;
+    *nb = 0;
+    buf = kd_xmalloc(cap);
+    rc = kd_buf_putc(chunk, '[');
+    if (rc != 0)
+        goto out;
+    for (;;) {
+        if (have == cap || (used > 0 && have - used < SPOOL_READ / 2)) {
+            if (used > 0) {
+                memmove(buf, buf + used, have - used);
+                have -= used;
+                used = 0;
+            } else if (cap < 2 * KD_STORE_MAX_BATCH_BYTES + SPOOL_READ) {
+                cap *= 2;
+                buf = kd_xrealloc(buf, cap);
+            } else {
+                rc = kd_seterr(err, KD_ECORRUPT, "%s: a line over %zu bytes at offset %lld",
+                               w->path, cap, (long long)off);
+                goto out;
+            }
+        }
+        ssize_t k = pread(w->fd, buf + have, cap - have, off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            rc = kd_seterr(err, -errno, "read %s: %s", w->path, strerror(errno));
+            goto out;
+        }
+        if (k == 0) {
+            if (have > used) {
+                KD_WARN("metrics spool: cutting a torn last line", "path=%s offset=%lld bytes=%zu",
+                        kd_logq(w->path), (long long)(w->replay_off + *consumed), have - used);
+                if (ftruncate(w->fd, w->replay_off + *consumed) == 0)
+                    w->spool_size = w->replay_off + *consumed;
+            }
+            break;
+        }
+        off += k;
+        have += (size_t)k;
+        char *nl;
+        while ((nl = memchr(buf + used, '\n', have - used)) != NULL) {
+            size_t llen = (size_t)(nl - (buf + used));
+            size_t lrows = line_rows(buf + used, llen);
+            if (batches > 0 &&
+                (chunk->len + llen > CHUNK_BYTES || rows + lrows > (size_t)w->s->opts.flush_rows))
+                goto done;
+            if (batches > 0)
+                rc = kd_buf_putc(chunk, ',');
+            if (rc == 0)
+                rc = kd_buf_append(chunk, buf + used, llen);
+            if (rc != 0)
+                goto out;
+            batches++;
+            *nb = batches;
+            rows += lrows;
+            used += llen + 1;
+            *consumed += (off_t)(llen + 1);
+            if (w->solo_left > 0)
+                goto done;
+        }
+    }
+done:
+    rc = kd_buf_putc(chunk, ']');
+out:
+    free(buf);
+    return rc;
+}
+
+/* ---- the writer thread ---------------------------------------------------- */
+
+static void timed_wait(struct kd_writer *w, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&w->wake, &w->mu, &ts);
+}
+
+static void account(struct kd_writer *w, const struct counts *k)
+{
+    w->written_batches += k->fresh;
+    w->dup_batches += k->dups;
+    w->orphan_batches += k->orph;
+    w->written_rows += k->rows;
+    if (k->dups)
+        KD_DEBUG("metrics: retried batches skipped", "batches=%llu", (unsigned long long)k->dups);
+    if (k->orph)
+        KD_WARN("metrics for deleted trials skipped", "batches=%llu", (unsigned long long)k->orph);
+}
+
+/* Replay one chunk of the spool. Called with mu held; drops it for the I/O. */
+static void replay_step(struct kd_writer *w)
+{
+    char err[KD_ERRLEN];
+    struct kd_buf chunk = KD_BUF_INIT(CHUNK_BYTES + 2 * KD_STORE_MAX_BATCH_BYTES + 16);
+    struct counts k = {0};
+    off_t consumed = 0;
+    size_t nb = 0;
+    pthread_mutex_unlock(&w->mu);
+    int rc = spool_chunk(w, &chunk, &consumed, &nb, err);
+    if (rc == 0 && consumed > 0)
+        rc = write_batches(w, kd_buf_str(&chunk), &k, err);
+    pthread_mutex_lock(&w->mu);
+    kd_buf_free(&chunk);
+    if (rc != 0 && transient(rc)) {
+        mark_down(w, err);
+        return;
+    }
+    if (rc != 0 && nb > 1 && w->solo_left == 0) {
+        KD_WARN("metrics spool: a chunk was refused; writing its batches one by one", "err=%s",
+                kd_logq(err));
+        w->solo_left = (int)nb;
+        return;
+    }
+    if (rc != 0) {
+        /* Checked before it was acknowledged, so this is a bug or a corrupt spool. */
+        KD_ERROR("metrics batch refused by the database and dropped", "err=%s", kd_logq(err));
+        w->rejected_batches++;
+        if (consumed == 0) /* unreadable spool: give it up rather than loop */
+            consumed = w->spool_size - w->replay_off;
+    } else {
+        account(w, &k);
+        w->db_up = true;
+        w->backoff_ms = w->s->opts.backoff_min_ms;
+    }
+    if (w->solo_left > 0)
+        w->solo_left--;
+    w->replay_off += consumed;
+    if (w->replay_off >= w->spool_size) {
+        if (ftruncate(w->fd, 0) != 0)
+            KD_ERROR("metrics spool: cannot truncate", "path=%s", kd_logq(w->path));
+        KD_INFO("metrics spool replayed", "path=%s bytes=%lld written_batches=%llu",
+                kd_logq(w->path), (long long)w->spool_size, (unsigned long long)w->written_batches);
+        w->spool_size = 0;
+        w->replay_off = 0;
+        if (w->spool_seq > w->committed_seq)
+            w->committed_seq = w->spool_seq;
+        pthread_cond_broadcast(&w->done);
+    }
+}
+
+/* Write a chunk of the memory queue. Called with mu held; drops it for the I/O. */
+static void write_step(struct kd_writer *w)
+{
+    char err[KD_ERRLEN];
+    struct kd_buf chunk = KD_BUF_INIT(CHUNK_BYTES + KD_STORE_MAX_BATCH_BYTES + 16);
+    struct qitem *list = w->head, *last = NULL;
+    uint64_t n = 0;
+    struct counts k = {0};
+    size_t bytes = 0, nrows = 0;
+    int rc = kd_buf_putc(&chunk, '[');
+    for (struct qitem *q = w->head; q && rc == 0; q = q->next) {
+        if (n > 0 && (nrows + q->nrows > (size_t)w->s->opts.flush_rows ||
+                      chunk.len + q->len > CHUNK_BYTES || w->solo_left > 0))
+            break;
+        if (n > 0)
+            rc = kd_buf_putc(&chunk, ',');
+        if (rc == 0)
+            rc = kd_buf_append(&chunk, q->line, q->len - 1);
+        last = q;
+        n++;
+        nrows += q->nrows;
+        bytes += q->len;
+    }
+    if (rc == 0)
+        rc = kd_buf_putc(&chunk, ']');
+    if (rc != 0 || !last) {
+        KD_ERROR("metrics writer: cannot build a chunk", "err=%s", kd_strerror(rc));
+        kd_buf_free(&chunk);
+        return;
+    }
+    /* Detach the chunk: only this thread removes items, puts only append. */
+    w->head = last->next;
+    if (!w->head)
+        w->tail = NULL;
+    last->next = NULL;
+    w->qbatches -= n;
+    w->qbytes -= bytes;
+    pthread_mutex_unlock(&w->mu);
+    rc = write_batches(w, kd_buf_str(&chunk), &k, err);
+    pthread_mutex_lock(&w->mu);
+    kd_buf_free(&chunk);
+    bool drop = false;
+    if (rc != 0 && !transient(rc)) {
+        if (n > 1) {
+            KD_WARN("metrics writer: a chunk was refused; writing its batches one by one", "err=%s",
+                    kd_logq(err));
+            w->solo_left = (int)n;
+        } else {
+            KD_ERROR("metrics batch refused by the database and dropped", "err=%s", kd_logq(err));
+            w->rejected_batches++;
+            drop = true;
+        }
+    }
+    if (rc == 0 || drop) {
+        if (rc == 0) {
+            account(w, &k);
+            w->db_up = true;
+            w->backoff_ms = w->s->opts.backoff_min_ms;
+        }
+        if (w->solo_left > 0)
+            w->solo_left--;
+        if (last->seq > w->durable_seq)
+            w->durable_seq = last->seq;
+        if (last->seq > w->committed_seq)
+            w->committed_seq = last->seq;
+        while (list) {
+            struct qitem *nx = list->next;
+            free(list->line);
+            free(list);
+            list = nx;
+        }
+        pthread_cond_broadcast(&w->done);
+        return;
+    }
+    /* Put the chunk back at the head, in order. */
+    last->next = w->head;
+    w->head = list;
+    if (!w->tail)
+        w->tail = last;
+    w->qbatches += n;
+    w->qbytes += bytes;
+    if (transient(rc))
+        mark_down(w, err);
+}
+
+static void *writer_main(void *arg)
+{
+    struct kd_writer *w = arg;
+    int64_t stop_deadline = 0;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        bool spool_pending = w->fd >= 0 && w->replay_off < w->spool_size;
+        if (w->stop) {
+            if (!stop_deadline)
+                stop_deadline = kd_mono_ms() + STOP_WAIT_MS;
+            if (!w->head && !spool_pending)
+                break;
+            if (kd_mono_ms() >= stop_deadline || (!w->db_up && w->last_err[0])) {
+                spill(w);
+                if (w->head)
+                    KD_ERROR("metrics writer stopped with batches only in memory; they are lost",
+                             "batches=%llu", (unsigned long long)w->qbatches);
+                break;
+            }
+        }
+        if (!w->head && !spool_pending) {
+            timed_wait(w, 1000);
+            continue;
+        }
+        /* Spool first, to keep the order; newer batches join it when someone
+         * waits for durability or memory is over its bound. */
+        if ((spool_pending && w->waiters > 0) || w->qbytes > w->s->opts.mem_limit)
+            spill(w);
+        int64_t now = kd_mono_ms();
+        if (!w->db_up && now < w->next_try_ms) {
+            if (w->waiters > 0 || w->qbytes > w->s->opts.mem_limit)
+                spill(w);
+            timed_wait(w, w->next_try_ms - now);
+            continue;
+        }
+        if (spool_pending)
+            replay_step(w);
+        else
+            write_step(w);
+    }
+    pthread_cond_broadcast(&w->done);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* ---- public side ----------------------------------------------------------- */
+
+int kd_writer__start(struct kd_store *s, struct kd_writer **out, char *err)
+{
+    int rc = 0;
+    struct kd_writer *w = kd_xcalloc(1, sizeof(*w));
+    *out = NULL;
+    w->s = s;
+    w->fd = -1;
+    w->db_up = true;
+    w->backoff_ms = s->opts.backoff_min_ms;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    pthread_cond_init(&w->done, NULL);
+    if (s->opts.spool_dir) {
+        struct stat st;
+        w->path = kd_xasprintf("%s/%s", s->opts.spool_dir, SPOOL_NAME);
+        if (mkdir(s->opts.spool_dir, 0700) != 0 && errno != EEXIST) {
+            rc = kd_seterr(err, -errno, "spool_dir %s: %s", s->opts.spool_dir, strerror(errno));
+            goto out;
+        }
+        w->fd = open(w->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (w->fd < 0 || fstat(w->fd, &st) != 0) {
+            rc = kd_seterr(err, -errno, "spool %s: %s", w->path, strerror(errno));
+            goto out;
+        }
+        w->spool_size = st.st_size;
+        if (st.st_size > 0)
+            KD_INFO("metrics spool from an earlier run will be written first", "path=%s bytes=%lld",
+                    kd_logq(w->path), (long long)st.st_size);
+    }
+    if (pthread_create(&w->th, NULL, writer_main, w) != 0) {
+        rc = kd_seterr(err, KD_EINTERNAL, "metrics writer: cannot start its thread");
+        goto out;
+    }
+    *out = w;
+    w = NULL;
+out:
+    if (w) {
+        if (w->fd >= 0)
+            close(w->fd);
+        free(w->path);
+        pthread_cond_destroy(&w->done);
+        pthread_cond_destroy(&w->wake);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+    }
+    return rc;
+}
+
+void kd_writer__stop(struct kd_writer *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    while (w->head) {
+        struct qitem *nx = w->head->next;
+        free(w->head->line);
+        free(w->head);
+        w->head = nx;
+    }
+    if (w->conn)
+        PQfinish(w->conn);
+    if (w->fd >= 0)
+        close(w->fd);
+    free(w->path);
+    pthread_cond_destroy(&w->done);
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+static void deadline_ts(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, int timeout_ms,
+                         char *err)
+{
+    int rc = 0;
+    struct kd_writer *w = s->writer;
+    struct qitem *q = NULL;
+    char *line = NULL;
+    size_t len = 0;
+    rc = check_batch(b, err);
+    if (rc != 0)
+        goto out;
+    rc = serialise(b, &line, &len, err);
+    if (rc != 0)
+        goto out;
+    q = kd_xcalloc(1, sizeof(*q));
+    q->line = line;
+    q->len = len;
+    q->nrows = b->n;
+    line = NULL;
+    pthread_mutex_lock(&w->mu);
+    if (w->stop) {
+        pthread_mutex_unlock(&w->mu);
+        rc = kd_seterr(err, KD_ESTATE, "metrics: the store is closing");
+        goto out;
+    }
+    /* Memory beyond mem_limit only while the writer moves it to the spool. */
+    bool spool_room = w->fd >= 0 &&
+                      (size_t)w->spool_size + w->qbytes + len <= w->s->opts.spool_limit &&
+                      w->qbytes + len <= 2 * w->s->opts.mem_limit;
+    if (w->qbytes + len > w->s->opts.mem_limit && !spool_room) {
+        rc = kd_seterr(err, KD_EAGAIN,
+                       "metrics buffer full (%zu bytes in memory, %lld in the spool); database: %s",
+                       w->qbytes, (long long)w->spool_size, w->db_up ? "writing" : w->last_err);
+        pthread_mutex_unlock(&w->mu);
+        goto out;
+    }
+    q->seq = ++w->next_seq;
+    if (w->tail)
+        w->tail->next = q;
+    else
+        w->head = q;
+    w->tail = q;
+    w->qbatches++;
+    w->qbytes += len;
+    uint64_t seq = q->seq;
+    q = NULL;
+    pthread_cond_signal(&w->wake);
+    if (timeout_ms > 0) {
+        struct timespec dl;
+        deadline_ts(&dl, timeout_ms);
+        w->waiters++;
+        pthread_cond_signal(&w->wake);
+        while (w->durable_seq < seq && !w->stop) {
+            if (pthread_cond_timedwait(&w->done, &w->mu, &dl) == ETIMEDOUT)
+                break;
+        }
+        w->waiters--;
+        if (w->durable_seq < seq)
+            rc = kd_seterr(err, KD_ETIMEDOUT,
+                           "metrics: batch %s not yet durable after %d ms (database: %s); it "
+                           "stays queued, and a retry with the same key is safe",
+                           b->key, timeout_ms, w->db_up ? "writing" : w->last_err);
+    }
+    pthread_mutex_unlock(&w->mu);
+out:
+    free(line);
+    if (q) {
+        free(q->line);
+        free(q);
+    }
+    return rc;
+}
+
+int kd_store_metrics_flush(struct kd_store *s, int timeout_ms)
+{
+    struct kd_writer *w = s->writer;
+    struct timespec dl;
+    int rc = 0;
+    deadline_ts(&dl, timeout_ms);
+    pthread_mutex_lock(&w->mu);
+    uint64_t target = w->next_seq;
+    pthread_cond_signal(&w->wake);
+    while (w->committed_seq < target) {
+        if (pthread_cond_timedwait(&w->done, &w->mu, &dl) == ETIMEDOUT) {
+            rc = w->committed_seq < target ? KD_ETIMEDOUT : 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+void kd_store_metrics_stats(struct kd_store *s, struct kd_store_metrics_stats *out)
+{
+    struct kd_writer *w = s->writer;
+    pthread_mutex_lock(&w->mu);
+    out->queued_batches = w->qbatches;
+    out->queued_bytes = w->qbytes;
+    out->spool_bytes = (uint64_t)(w->spool_size - w->replay_off);
+    out->written_batches = w->written_batches;
+    out->written_rows = w->written_rows;
+    out->duplicate_batches = w->dup_batches;
+    out->orphan_batches = w->orphan_batches;
+    out->spilled_batches = w->spilled_batches;
+    out->rejected_batches = w->rejected_batches;
+    out->db_up = w->db_up;
+    pthread_mutex_unlock(&w->mu);
+}
