@@ -1,0 +1,120 @@
+/*
+ * kdet-controller's shared state: options, the API client, informers and
+ * work queues, and the scheduler's in-memory admissions. The experiment
+ * reconciler (experiment.c), the trial reconciler (trial.c) and the
+ * scheduler loop (schedloop.c) all work through this struct.
+ */
+#ifndef KD_CTRL_CTRL_H
+#define KD_CTRL_CTRL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include <jansson.h>
+
+#include "core/err.h"
+#include "k8s/client.h"
+#include "k8s/informer.h"
+#include "k8s/leader.h"
+#include "k8s/queue.h"
+#include "podspec.h"
+#include "scheduler.h"
+
+#define KD_CTRL_FINALIZER "kdet.io/cleanup"
+#define KD_CTRL_STATE_SUFFIX "-searcher" /* the searcher-state ConfigMap: <experiment>-searcher */
+#define KD_CTRL_STATE_KEY "state.json"   /* its data key */
+#define KD_CTRL_STATE_MAX (900 * 1024)   /* ConfigMaps hold 1 MiB */
+#define KD_CTRL_TEMPLATE_LABEL "kdet.io/template"
+#define KD_CTRL_TEMPLATE_KEY "template.yaml"
+#define KD_CTRL_AHEAD_OF "kdet.io/ahead-of"
+#define KD_CTRL_BEHIND_OF "kdet.io/behind-of"
+#define KD_CTRL_FIELD_MANAGER "kdet-controller"
+
+struct kd_ctrl_opts {
+    const char *kubeconfig; /* NULL: $KUBECONFIG, in-cluster, ~/.kube/config */
+    const char *context;
+    const char *ns; /* namespace to watch; NULL: all */
+    int workers;    /* per queue [4] */
+    enum kd_sched_type sched_type;
+    bool preemption;
+    bool leader_elect;
+    const char *lease_name; /* [kdet-controller] */
+    const char *lease_ns;   /* [the client's namespace] */
+    const char *identity;   /* [hostname-pid] */
+    struct kd_pod_opts pod;
+    long resync_ms;       /* re-reconcile live experiments this often [30000] */
+    long sched_period_ms; /* scheduler pass at least this often [1000] */
+};
+
+/** A scheduler admission kept until the trial's pods show up in the cache. */
+struct kd_ctrl_admit {
+    char key[512];
+    int nplace;
+    char nodes[KD_SCHED_MAX_PODS][KD_SCHED_NAMELEN];
+    int gpus; /* per pod */
+    int64_t at_ms;
+};
+
+struct kd_ctrl {
+    struct kd_ctrl_opts o;
+    struct kd_k8s_client *client;
+    struct kd_k8s_informer *exps, *trials, *pods, *nodes;
+    struct kd_k8s_queue *expq, *trialq;
+    struct kd_k8s_leader *leader;
+    atomic_int stop;
+
+    pthread_mutex_t mu; /* guards everything below */
+    pthread_cond_t kick;
+    struct kd_ctrl_admit *admits;
+    size_t nadmits;
+    json_t *reasons; /* trial key -> {"decision":..,"reason":..} from the last pass */
+    json_t *preempt; /* trial key -> reason: stop it and queue it again */
+    json_t *cfgs;    /* experiment uid -> {"generation":N,"config":{...}} effective configs */
+    bool kicked;
+};
+
+/** Whether this replica may act (leader election off, or leading). Thread-safe. */
+bool kd_ctrl_acting(struct kd_ctrl *c);
+
+/** Wake the scheduler loop for a pass now. Thread-safe. */
+void kd_ctrl_kick(struct kd_ctrl *c);
+
+/**
+ * The experiment's configuration as the controller runs it: spec without
+ * kdet's own fields, merged over its stored template, validated, the
+ * experiment seed set (reproducibility.experiment_seed, else derived from
+ * metadata.uid), Determined's defaults filled. *cfg is a new reference;
+ * *seed the experiment seed. Returns 0, KD_EINVALID with the validation
+ * message in err, or an API error reading the template. Memoised per
+ * uid and generation. Thread-safe.
+ */
+int kd_ctrl_exp_config(struct kd_ctrl *c, const json_t *exp, json_t **cfg, uint64_t *seed,
+                       char *err) KD_WUR;
+
+/** The experiment seed kdet derives from an experiment's uid when none is configured. */
+uint64_t kd_ctrl_seed_from_uid(const char *uid);
+
+/** Reconcile one Experiment ("ns/name"); kd_k8s_reconcile_fn. */
+int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *ud);
+
+/** Reconcile one Trial ("ns/name"); kd_k8s_reconcile_fn. */
+int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud);
+
+/** One scheduler pass over the caches: admissions, preemptions, reasons. */
+void kd_ctrl_schedule(struct kd_ctrl *c);
+
+/** Take the admission of trial `key` (copied into *out). true when there is one. Thread-safe. */
+bool kd_ctrl_admission(struct kd_ctrl *c, const char *key, struct kd_ctrl_admit *out);
+
+/* Small helpers shared by the reconcilers (ctrl_util in experiment.c). */
+const char *kd_ctrl_str(const json_t *obj, const char *a, const char *b, const char *c2);
+/** Merge-patch the status subresource with {"status": status}. */
+int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const json_t *obj,
+                         json_t *status, char *err) KD_WUR;
+/** Set or replace condition `type` in the conditions array of status (lastTransitionTime kept when
+ * status is unchanged). */
+void kd_ctrl_set_condition(json_t *status, const json_t *old_status, const char *type, bool ok,
+                           const char *reason, const char *message, int64_t generation);
+
+#endif

@@ -1,0 +1,813 @@
+/*
+ * The Experiment reconciler: validate and complete the configuration, run
+ * the searcher with its state persisted in a ConfigMap owned by the
+ * experiment (written before any Trial its decisions ask for), create and
+ * update the Trials, and drive the experiment's state and status. Every
+ * step is level-triggered and idempotent, so a controller killed at any
+ * point resumes with identical decisions (protocol: docs/controller.md).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/time.h"
+#include "ctrl.h"
+#include "hparams/rng.h"
+#include "searcher/searcher.h"
+#include "states.h"
+#include "yaml/yaml.h"
+
+static const char *const own_fields[] = {"paused",   "canceled", "archived",
+                                         "template", "context",  NULL};
+
+const char *kd_ctrl_str(const json_t *obj, const char *a, const char *b, const char *c2)
+{
+    const json_t *v = json_object_get(obj, a);
+    if (b != NULL)
+        v = json_object_get(v, b);
+    if (c2 != NULL)
+        v = json_object_get(v, c2);
+    return json_string_value(v);
+}
+
+static bool spec_bool(const json_t *obj, const char *field)
+{
+    return json_is_true(json_object_get(json_object_get(obj, "spec"), field));
+}
+
+uint64_t kd_ctrl_seed_from_uid(const char *uid)
+{
+    /* FNV-1a over the uid, mixed, cut to the 31 bits experiment_seed allows. */
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = uid != NULL ? uid : ""; *p != '\0'; p++) {
+        h ^= (unsigned char)*p;
+        h *= 1099511628211ULL;
+    }
+    return kd_mix64(h) & 0x7fffffffULL;
+}
+
+void kd_ctrl_set_condition(json_t *status, const json_t *old_status, const char *type, bool ok,
+                           const char *reason, const char *message, int64_t generation)
+{
+    char ts[40];
+    const char *st = ok ? "True" : "False";
+    json_t *conds = json_array();
+    const char *ltt = NULL;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(old_status, "conditions"), i, c)
+    {
+        const char *t = json_string_value(json_object_get(c, "type"));
+        if (t != NULL && strcmp(t, type) == 0) {
+            if (strcmp(json_string_value(json_object_get(c, "status")) ?: "", st) == 0)
+                ltt = json_string_value(json_object_get(c, "lastTransitionTime"));
+            continue;
+        }
+        json_array_append(conds, c);
+    }
+    if (ltt == NULL)
+        ltt = kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts));
+    json_array_append_new(conds, json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "type", type, "status", st,
+                                           "observedGeneration", (json_int_t)generation,
+                                           "lastTransitionTime", ltt, "reason", reason, "message",
+                                           message != NULL ? message : ""));
+    json_object_set_new(status, "conditions", conds);
+}
+
+int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const json_t *obj,
+                         json_t *status, char *err)
+{
+    json_t *patch = json_pack("{s:O}", "status", status);
+    int rc = kd_k8s_patch(c->client, gvr, kd_k8s_meta_str(obj, "namespace"),
+                          kd_k8s_meta_str(obj, "name"), "status", KD_K8S_PATCH_MERGE, patch, NULL,
+                          NULL, err);
+    json_decref(patch);
+    return rc;
+}
+
+/* The stored template named `name` in ns: the YAML/JSON under KD_CTRL_TEMPLATE_KEY of the
+ * ConfigMap labelled kdet.io/template=NAME. KD_ENOTFOUND when there is none. */
+static int load_template(struct kd_ctrl *c, const char *ns, const char *name, json_t **out,
+                         char *err)
+{
+    int rc = 0;
+    json_t *list = NULL;
+    struct kd_yaml_doc *doc = NULL;
+    char sel[320];
+    *out = NULL;
+    snprintf(sel, sizeof(sel), "%s=%s", KD_CTRL_TEMPLATE_LABEL, name);
+    struct kd_k8s_query q = {.label_selector = sel};
+    if ((rc = kd_k8s_list(c->client, &KD_K8S_CONFIGMAPS, ns, &q, &list, NULL, err)) != 0)
+        goto out;
+    json_t *items = json_object_get(list, "items");
+    if (json_array_size(items) == 0) {
+        rc = KD_ENOTFOUND;
+        goto out;
+    }
+    const char *text = kd_ctrl_str(json_array_get(items, 0), "data", KD_CTRL_TEMPLATE_KEY, NULL);
+    if (text == NULL) {
+        rc = kd_seterr(err, KD_EINVALID, "template %s: ConfigMap %s has no data key %s", name,
+                       kd_k8s_meta_str(json_array_get(items, 0), "name"), KD_CTRL_TEMPLATE_KEY);
+        goto out;
+    }
+    char label[300];
+    snprintf(label, sizeof(label), "template %s", name);
+    if ((rc = kd_yaml_parse(label, text, strlen(text), &doc, err)) != 0)
+        goto out;
+    *out = json_incref(kd_yaml_root(doc));
+out:
+    kd_yaml_free(doc);
+    json_decref(list);
+    return rc;
+}
+
+int kd_ctrl_exp_config(struct kd_ctrl *c, const json_t *exp, json_t **cfg, uint64_t *seed,
+                       char *err)
+{
+    int rc = 0;
+    json_t *spec = NULL, *tmpl = NULL, *merged = NULL;
+    const char *uid = kd_k8s_meta_str(exp, "uid");
+    json_int_t gen =
+        json_integer_value(json_object_get(json_object_get(exp, "metadata"), "generation"));
+    *cfg = NULL;
+    pthread_mutex_lock(&c->mu);
+    json_t *memo = json_object_get(c->cfgs, uid != NULL ? uid : "");
+    if (memo != NULL && json_integer_value(json_object_get(memo, "generation")) == gen) {
+        *cfg = json_incref(json_object_get(memo, "config"));
+        *seed = (uint64_t)json_integer_value(json_object_get(memo, "seed"));
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (*cfg != NULL)
+        goto out;
+    spec = json_deep_copy(json_object_get(exp, "spec"));
+    if (!json_is_object(spec)) {
+        rc = kd_seterr(err, KD_EINVALID, "spec: expected a mapping");
+        goto out;
+    }
+    for (int i = 0; own_fields[i] != NULL; i++)
+        json_object_del(spec, own_fields[i]);
+    const char *tname = kd_ctrl_str(exp, "spec", "template", NULL);
+    if (tname != NULL && tname[0] != '\0') {
+        rc = load_template(c, kd_k8s_meta_str(exp, "namespace"), tname, &tmpl, err);
+        if (rc == KD_ENOTFOUND) {
+            rc = 0; /* informational: det merged the template file already */
+        } else if (rc != 0) {
+            goto out;
+        } else {
+            if ((rc = kd_config_merge_template(tmpl, spec, &merged)) != 0)
+                goto out;
+            json_decref(spec);
+            spec = json_deep_copy(merged);
+        }
+    }
+    if ((rc = kd_config_check(spec, err)) != 0)
+        goto out;
+    json_t *repro = json_object_get(spec, "reproducibility");
+    json_t *es = json_object_get(repro, "experiment_seed");
+    if (json_is_integer(es)) {
+        *seed = (uint64_t)json_integer_value(es);
+    } else {
+        *seed = kd_ctrl_seed_from_uid(uid);
+        if (!json_is_object(repro)) {
+            repro = json_object();
+            json_object_set_new(spec, "reproducibility", repro);
+        }
+        json_object_set_new(repro, "experiment_seed", json_integer((json_int_t)*seed));
+    }
+    if ((rc = kd_config_apply_defaults(spec, err)) != 0)
+        goto out;
+    pthread_mutex_lock(&c->mu);
+    json_object_set_new(
+        c->cfgs, uid != NULL ? uid : "",
+        json_pack("{s:I,s:I,s:O}", "generation", gen, "seed", (json_int_t)*seed, "config", spec));
+    pthread_mutex_unlock(&c->mu);
+    *cfg = spec;
+    spec = NULL;
+out:
+    json_decref(spec);
+    json_decref(tmpl);
+    json_decref(merged);
+    return rc;
+}
+
+/* ---- the searcher state ----------------------------------------------------------------- */
+
+/*
+ * state = {"version":1,"seed":N,"unit":"batches","snapshot":{...},"done":false,
+ *          "failure":false,"reason":"...","trials":[{"request_id","index","hparams","seed",
+ *          "parent","validate_after","closed","created","validated","ended"}]}
+ */
+static json_t *state_trial(json_t *state, const char *rid)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(state, "trials"), i, t)
+    {
+        if (strcmp(json_string_value(json_object_get(t, "request_id")) ?: "", rid) == 0)
+            return t;
+    }
+    return NULL;
+}
+
+/* Fold searcher operations into the state's trial table. */
+static void apply_ops(json_t *state, struct kd_search_ops *ops)
+{
+    json_t *trials = json_object_get(state, "trials");
+    for (size_t i = 0; i < ops->n; i++) {
+        struct kd_search_op *op = &ops->v[i];
+        json_t *t = op->type != KD_SEARCH_SHUTDOWN ? state_trial(state, op->request_id) : NULL;
+        switch (op->type) {
+        case KD_SEARCH_CREATE:
+            if (t == NULL) {
+                t = json_pack(
+                    "{s:s,s:I,s:o,s:I,s:s,s:I,s:b,s:b,s:I,s:b}", "request_id", op->request_id,
+                    "index", (json_int_t)json_array_size(trials) + 1, "hparams",
+                    op->hparams != NULL ? json_incref(op->hparams) : json_object(), "seed",
+                    (json_int_t)op->seed, "parent", op->parent_id, "validate_after", (json_int_t)0,
+                    "closed", 0, "created", 0, "validated", (json_int_t)0, "ended", 0);
+                json_array_append_new(trials, t);
+            }
+            break;
+        case KD_SEARCH_VALIDATE_AFTER:
+            if (t != NULL)
+                json_object_set_new(t, "validate_after", json_integer(op->length));
+            break;
+        case KD_SEARCH_CLOSE:
+            if (t != NULL)
+                json_object_set_new(t, "closed", json_true());
+            break;
+        case KD_SEARCH_SHUTDOWN:
+            json_object_set_new(state, "done", json_true());
+            json_object_set_new(state, "failure", json_boolean(op->failure));
+            json_object_set_new(state, "reason", json_string(op->reason != NULL ? op->reason : ""));
+            break;
+        }
+    }
+    kd_search_ops_free(ops);
+}
+
+static int state_name(const char *exp, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s%s", exp, KD_CTRL_STATE_SUFFIX);
+    return n < 0 || (size_t)n >= len || n > 253 ? KD_ETOOBIG : 0;
+}
+
+static int read_state(struct kd_ctrl *c, const json_t *exp, json_t **cm, json_t **state, char *err)
+{
+    int rc = 0;
+    char name[300];
+    json_error_t je;
+    *cm = NULL;
+    *state = NULL;
+    if ((rc = state_name(kd_k8s_meta_str(exp, "name"), name, sizeof(name))) != 0)
+        goto out;
+    rc = kd_k8s_get(c->client, &KD_K8S_CONFIGMAPS, kd_k8s_meta_str(exp, "namespace"), name, cm,
+                    NULL, err);
+    if (rc != 0)
+        goto out;
+    const char *text = kd_ctrl_str(*cm, "data", KD_CTRL_STATE_KEY, NULL);
+    *state = text != NULL ? json_loads(text, 0, &je) : NULL;
+    if (*state == NULL) {
+        rc = kd_seterr(err, KD_ECORRUPT, "configmap %s: data.%s: %s", name, KD_CTRL_STATE_KEY,
+                       text == NULL ? "missing" : je.text);
+        goto out;
+    }
+out:
+    return rc;
+}
+
+/* Create (cm == NULL) or update (with cm's resourceVersion: a stale write is KD_ECONFLICT). */
+static int write_state(struct kd_ctrl *c, const json_t *exp, const json_t *cm, json_t *state,
+                       json_t **newcm, char *err)
+{
+    int rc = 0;
+    char name[300];
+    char *text = json_dumps(state, JSON_COMPACT);
+    json_t *obj = NULL;
+    if (text == NULL)
+        kd_oom(0);
+    if (strlen(text) > KD_CTRL_STATE_MAX) {
+        rc = kd_seterr(err, KD_ETOOBIG, "searcher state is %zu bytes; a ConfigMap holds at most %d",
+                       strlen(text), KD_CTRL_STATE_MAX);
+        goto out;
+    }
+    if ((rc = state_name(kd_k8s_meta_str(exp, "name"), name, sizeof(name))) != 0)
+        goto out;
+    if (cm == NULL) {
+        obj = json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s},s:[{s:s,s:s,s:s,s:s,s:b,s:b}]},s:{s:s}}",
+                        "apiVersion", "v1", "kind", "ConfigMap", "metadata", "name", name,
+                        "namespace", kd_k8s_meta_str(exp, "namespace"), "labels",
+                        KD_POD_LABEL_EXPERIMENT, kd_k8s_meta_str(exp, "name"), "ownerReferences",
+                        "apiVersion", "kdet.io/v1alpha1", "kind", "Experiment", "name",
+                        kd_k8s_meta_str(exp, "name"), "uid", kd_k8s_meta_str(exp, "uid"),
+                        "controller", 1, "blockOwnerDeletion", 1, "data", KD_CTRL_STATE_KEY, text);
+        rc = kd_k8s_create(c->client, &KD_K8S_CONFIGMAPS, NULL, obj, newcm, NULL, err);
+    } else {
+        obj = json_deep_copy(cm);
+        json_object_set_new(json_object_get(obj, "data"), KD_CTRL_STATE_KEY, json_string(text));
+        rc = kd_k8s_update(c->client, &KD_K8S_CONFIGMAPS, NULL, NULL, obj, newcm, NULL, err);
+    }
+out:
+    json_decref(obj);
+    free(text);
+    return rc;
+}
+
+/* ---- trials ----------------------------------------------------------------------------- */
+
+static void trial_name(const char *exp, json_int_t index, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s-%" JSON_INTEGER_FORMAT, exp, index);
+}
+
+static json_t *find_trial(json_t *trials, const char *name)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t)
+    {
+        if (strcmp(kd_k8s_meta_str(t, "name") ?: "", name) == 0)
+            return t;
+    }
+    return NULL;
+}
+
+/* The desired spec of a state trial. */
+static json_t *desired_spec(const json_t *exp, const json_t *cfg, const json_t *st,
+                            const char *unit)
+{
+    const json_t *res = json_object_get(cfg, "resources");
+    json_t *r = json_object();
+    json_object_set_new(r, "slots",
+                        json_integer(json_integer_value(json_object_get(res, "slots_per_trial"))));
+    const char *pool = json_string_value(json_object_get(res, "resource_pool"));
+    json_object_set_new(r, "resourcePool", json_string(pool != NULL && pool[0] ? pool : "default"));
+    json_int_t prio = json_integer_value(json_object_get(res, "priority"));
+    if (prio >= 1 && prio <= 99)
+        json_object_set_new(r, "priority", json_integer(prio));
+    const json_t *w = json_object_get(res, "weight");
+    if (json_is_number(w))
+        json_object_set_new(r, "weight", json_real(json_number_value(w)));
+    json_t *spec = json_pack(
+        "{s:s,s:O,s:O,s:O,s:O,s:s,s:O,s:b,s:o}", "experiment", kd_k8s_meta_str(exp, "name"),
+        "requestId", json_object_get(st, "request_id"), "hparams", json_object_get(st, "hparams"),
+        "seed", json_object_get(st, "seed"), "validateAfter", json_object_get(st, "validate_after"),
+        "lengthUnit", unit, "closed", json_object_get(st, "closed"), "paused",
+        spec_bool(exp, "paused"), "resources", r);
+    const char *parent = json_string_value(json_object_get(st, "parent"));
+    if (parent != NULL && parent[0] != '\0')
+        json_object_set_new(spec, "parentRequestId", json_string(parent));
+    return spec;
+}
+
+static int ensure_trial(struct kd_ctrl *c, const json_t *exp, const json_t *cfg, const json_t *st,
+                        const char *unit, json_t *trials, char *err)
+{
+    int rc = 0;
+    char name[300];
+    json_t *want = desired_spec(exp, cfg, st, unit), *obj = NULL, *patch = NULL;
+    trial_name(kd_k8s_meta_str(exp, "name"), json_integer_value(json_object_get(st, "index")), name,
+               sizeof(name));
+    json_t *cur = find_trial(trials, name);
+    if (cur == NULL) {
+        obj = json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s,s:s},s:[{s:s,s:s,s:s,s:s,s:b,s:b}]},s:O}",
+                        "apiVersion", "kdet.io/v1alpha1", "kind", "Trial", "metadata", "name", name,
+                        "namespace", kd_k8s_meta_str(exp, "namespace"), "labels",
+                        KD_POD_LABEL_EXPERIMENT, kd_k8s_meta_str(exp, "name"), KD_POD_LABEL_REQUEST,
+                        json_string_value(json_object_get(st, "request_id")), "ownerReferences",
+                        "apiVersion", "kdet.io/v1alpha1", "kind", "Experiment", "name",
+                        kd_k8s_meta_str(exp, "name"), "uid", kd_k8s_meta_str(exp, "uid"),
+                        "controller", 1, "blockOwnerDeletion", 1, "spec", want);
+        rc = kd_k8s_create(c->client, &KD_K8S_TRIALS, NULL, obj, NULL, NULL, err);
+        if (rc == KD_EEXIST)
+            rc = 0; /* created before a restart: the cache will show it */
+        else if (rc == 0)
+            KD_INFO("trial created", "trial=%s request_id=%s", kd_logq(name),
+                    json_string_value(json_object_get(st, "request_id")));
+        goto out;
+    }
+    /* Write only the difference (validateAfter, closed, paused, scheduling hints). */
+    json_t *have = json_object_get(cur, "spec");
+    json_t *diff = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(want, k, v)
+    {
+        if (strcmp(k, "hparams") == 0 || strcmp(k, "seed") == 0 || strcmp(k, "requestId") == 0)
+            continue; /* fixed at creation */
+        if (!json_equal(v, json_object_get(have, k)))
+            json_object_set(diff, k, v);
+    }
+    if (json_object_size(diff) > 0) {
+        patch = json_pack("{s:o}", "spec", diff);
+        rc = kd_k8s_patch(c->client, &KD_K8S_TRIALS, kd_k8s_meta_str(cur, "namespace"), name, NULL,
+                          KD_K8S_PATCH_MERGE, patch, NULL, NULL, err);
+    } else {
+        json_decref(diff);
+    }
+out:
+    json_decref(want);
+    json_decref(obj);
+    json_decref(patch);
+    return rc;
+}
+
+/* ---- events from trial outcomes --------------------------------------------------------- */
+
+static void event_err(const char *exp, const char *what, const char *rid, int rc, const char *err)
+{
+    KD_WARN("searcher rejected an event", "experiment=%s event=%s request_id=%s err=%s detail=%s",
+            kd_logq(exp), what, rid, kd_err_name(rc), kd_logq(err));
+}
+
+/*
+ * Feed the searcher every trial outcome not applied yet, in trial order.
+ * Returns the number of events applied (state changed) or a negative error.
+ */
+static int feed_events(struct kd_searcher *s, json_t *state, const json_t *exp, json_t *trials,
+                       bool stopping)
+{
+    int n = 0;
+    char err[KD_ERRLEN];
+    const char *ename = kd_k8s_meta_str(exp, "name");
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(state, "trials"), i, st)
+    {
+        struct kd_search_ops ops = {0};
+        char name[300];
+        const char *rid = json_string_value(json_object_get(st, "request_id"));
+        trial_name(ename, json_integer_value(json_object_get(st, "index")), name, sizeof(name));
+        json_t *t = find_trial(trials, name);
+        if (t == NULL)
+            continue;
+        if (!json_is_true(json_object_get(st, "created"))) {
+            int rc = kd_searcher_trial_created(s, rid, &ops, err);
+            if (rc != 0)
+                event_err(ename, "trial_created", rid, rc, err);
+            json_object_set_new(st, "created", json_true());
+            n++;
+        }
+        if (json_is_true(json_object_get(st, "ended")))
+            goto next;
+        const char *tstate = kd_ctrl_str(t, "status", "state", NULL) ?: "";
+        /* Interim until metrics are wired: a trial whose pods all exited 0 reached its
+         * target; it reports a validation at that length with no metric (NaN = worst). */
+        json_int_t reached = json_integer_value(json_object_get(
+            json_object_get(json_object_get(t, "status"), "latestValidation"), "batches"));
+        if (reached > json_integer_value(json_object_get(st, "validated")) && !stopping) {
+            int rc = kd_searcher_validation_completed(s, rid, NAN, (int64_t)reached, &ops, err);
+            if (rc != 0)
+                event_err(ename, "validation_completed", rid, rc, err);
+            json_object_set_new(st, "validated", json_integer(reached));
+            n++;
+        }
+        if (strcmp(tstate, "ERROR") == 0 || (strcmp(tstate, "CANCELED") == 0 && !stopping)) {
+            enum kd_search_exit why =
+                tstate[0] == 'E' ? KD_SEARCH_EXIT_ERRORED : KD_SEARCH_EXIT_USER_CANCELED;
+            int rc = kd_searcher_trial_exited_early(s, rid, why, &ops, err);
+            if (rc != 0)
+                event_err(ename, "trial_exited_early", rid, rc, err);
+            rc = kd_searcher_trial_closed(s, rid, &ops, err);
+            if (rc != 0)
+                event_err(ename, "trial_closed", rid, rc, err);
+            json_object_set_new(st, "ended", json_true());
+            n++;
+        } else if (strcmp(tstate, "COMPLETED") == 0) {
+            int rc = kd_searcher_trial_closed(s, rid, &ops, err);
+            if (rc != 0)
+                event_err(ename, "trial_closed", rid, rc, err);
+            json_object_set_new(st, "ended", json_true());
+            n++;
+        }
+    next:
+        apply_ops(state, &ops);
+    }
+    return n;
+}
+
+/* ---- status ----------------------------------------------------------------------------- */
+
+static json_t *trial_counts(json_t *trials, int *live)
+{
+    int total = 0, queued = 0, active = 0, paused = 0, stopping = 0, completed = 0, canceled = 0,
+        errored = 0;
+    size_t i;
+    json_t *t;
+    *live = 0;
+    json_array_foreach(trials, i, t)
+    {
+        enum kd_trial_state s;
+        if (!kd_trial_state_parse(kd_ctrl_str(t, "status", "state", NULL), &s))
+            s = KD_TRIAL_QUEUED;
+        total++;
+        if (!kd_trial_state_terminal(s))
+            (*live)++;
+        switch (s) {
+        case KD_TRIAL_QUEUED: queued++; break;
+        case KD_TRIAL_ACTIVE: active++; break;
+        case KD_TRIAL_PAUSED: paused++; break;
+        case KD_TRIAL_COMPLETED: completed++; break;
+        case KD_TRIAL_CANCELED: canceled++; break;
+        case KD_TRIAL_ERROR: errored++; break;
+        default: stopping++;
+        }
+    }
+    return json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "total", total, "queued", queued,
+                     "active", active, "paused", paused, "stopping", stopping, "completed",
+                     completed, "canceled", canceled, "errored", errored);
+}
+
+/* Write status when it differs from what is stored (conditions' times aside). */
+static int put_status(struct kd_ctrl *c, const json_t *exp, json_t *status, char *err)
+{
+    int rc = 0;
+    json_t *old = json_object_get(exp, "status");
+    char ts[40];
+    if (json_object_get(old, "startTime") != NULL)
+        json_object_set(status, "startTime", json_object_get(old, "startTime"));
+    else
+        json_object_set_new(status, "startTime",
+                            json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
+    enum kd_exp_state st;
+    if (kd_exp_state_parse(kd_ctrl_str(status, "state", NULL, NULL), &st) &&
+        kd_exp_state_terminal(st)) {
+        if (json_object_get(old, "endTime") != NULL)
+            json_object_set(status, "endTime", json_object_get(old, "endTime"));
+        else
+            json_object_set_new(status, "endTime",
+                                json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
+    }
+    bool same = true;
+    const char *k;
+    json_t *v;
+    json_object_foreach(status, k, v)
+    {
+        if (!json_equal(v, json_object_get(old, k)))
+            same = false;
+    }
+    if (!same)
+        rc = kd_ctrl_patch_status(c, &KD_K8S_EXPERIMENTS, exp, status, err);
+    return rc;
+}
+
+static json_t *base_status(const json_t *exp, enum kd_exp_state st, const char *message)
+{
+    return json_pack("{s:s,s:s,s:I}", "state", kd_exp_state_name(st), "message",
+                     message != NULL ? message : "", "observedGeneration",
+                     (json_int_t)json_integer_value(
+                         json_object_get(json_object_get(exp, "metadata"), "generation")));
+}
+
+static int ensure_finalizer(struct kd_ctrl *c, const json_t *exp, bool want, char *err)
+{
+    int rc = 0;
+    json_t *fins = json_object_get(json_object_get(exp, "metadata"), "finalizers");
+    json_t *next = json_array(), *patch = NULL;
+    bool have = false;
+    size_t i;
+    json_t *f;
+    json_array_foreach(fins, i, f)
+    {
+        if (strcmp(json_string_value(f) ?: "", KD_CTRL_FINALIZER) == 0)
+            have = true;
+        else
+            json_array_append(next, f);
+    }
+    if (want == have)
+        goto out;
+    if (want)
+        json_array_append_new(next, json_string(KD_CTRL_FINALIZER));
+    patch = json_pack("{s:{s:O,s:O}}", "metadata", "finalizers", next, "resourceVersion",
+                      json_object_get(json_object_get(exp, "metadata"), "resourceVersion"));
+    rc = kd_k8s_patch(c->client, &KD_K8S_EXPERIMENTS, kd_k8s_meta_str(exp, "namespace"),
+                      kd_k8s_meta_str(exp, "name"), NULL, KD_K8S_PATCH_MERGE, patch, NULL, NULL,
+                      err);
+out:
+    json_decref(next);
+    json_decref(patch);
+    return rc;
+}
+
+/* Delete the pods of every trial of the experiment (explicit cleanup besides GC). */
+static int delete_pods(struct kd_ctrl *c, const json_t *exp, int *left)
+{
+    int rc = 0;
+    json_t *pods = kd_k8s_cache_by_label(kd_k8s_informer_cache(c->pods), KD_POD_LABEL_EXPERIMENT,
+                                         kd_k8s_meta_str(exp, "name"));
+    const char *ns = kd_k8s_meta_str(exp, "namespace");
+    size_t i;
+    json_t *p;
+    *left = 0;
+    json_array_foreach(pods, i, p)
+    {
+        if (strcmp(kd_k8s_meta_str(p, "namespace") ?: "", ns) != 0)
+            continue;
+        (*left)++;
+        int r = kd_k8s_delete(c->client, &KD_K8S_PODS, ns, kd_k8s_meta_str(p, "name"), NULL, NULL,
+                              NULL, NULL);
+        if (r != 0 && r != KD_ENOTFOUND && rc == 0)
+            rc = r;
+    }
+    json_decref(pods);
+    return rc;
+}
+
+static void enqueue_trials(struct kd_ctrl *c, json_t *trials)
+{
+    size_t i;
+    json_t *t;
+    char key[600];
+    json_array_foreach(trials, i, t)
+    {
+        if (kd_k8s_obj_key(t, key, sizeof(key)) == 0)
+            kd_k8s_queue_add(c->trialq, key);
+    }
+}
+
+int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *ud)
+{
+    struct kd_ctrl *c = ud;
+    int rc = 0, live = 0;
+    json_t *exp = NULL, *cfg = NULL, *trials = NULL, *cm = NULL, *state = NULL, *newcm = NULL,
+           *status = NULL;
+    struct kd_searcher *s = NULL;
+    struct kd_search_ops ops = {0};
+    char err[KD_ERRLEN] = "";
+    uint64_t seed = 0;
+    if (!kd_ctrl_acting(c)) {
+        *requeue_after_ms = 2000;
+        goto out;
+    }
+    if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), key, &exp) != 0)
+        goto out; /* deleted: owner references remove the rest */
+    const char *name = kd_k8s_meta_str(exp, "name");
+    const char *uid = kd_k8s_meta_str(exp, "uid");
+    json_int_t gen =
+        json_integer_value(json_object_get(json_object_get(exp, "metadata"), "generation"));
+    trials = kd_k8s_cache_by_owner(kd_k8s_informer_cache(c->trials), uid != NULL ? uid : "");
+    enqueue_trials(c, trials);
+
+    if (kd_ctrl_str(exp, "metadata", "deletionTimestamp", NULL) != NULL) {
+        int left = 0;
+        if ((rc = delete_pods(c, exp, &left)) != 0)
+            goto out;
+        if (left > 0) {
+            *requeue_after_ms = 1000;
+            goto out;
+        }
+        rc = ensure_finalizer(c, exp, false, err);
+        goto out;
+    }
+    enum kd_exp_state cur = KD_EXP_ACTIVE;
+    bool had_state = kd_exp_state_parse(kd_ctrl_str(exp, "status", "state", NULL), &cur);
+    json_int_t observed =
+        json_integer_value(json_object_get(json_object_get(exp, "status"), "observedGeneration"));
+    if (had_state && kd_exp_state_terminal(cur)) {
+        /* A configuration error is re-checked when the spec changes; other ends are final. */
+        if (!(cur == KD_EXP_ERROR && observed < gen &&
+              json_object_get(json_object_get(exp, "status"), "searcher") == NULL &&
+              json_array_size(trials) == 0))
+            goto out;
+        cur = KD_EXP_ACTIVE;
+    }
+    if ((rc = ensure_finalizer(c, exp, true, err)) != 0)
+        goto out;
+
+    struct kd_exp_facts f = {.canceled = spec_bool(exp, "canceled"),
+                             .paused = spec_bool(exp, "paused")};
+    rc = kd_ctrl_exp_config(c, exp, &cfg, &seed, err);
+    if (rc == KD_EINVALID || rc == KD_EINVAL) {
+        f.invalid = true;
+        status = base_status(exp, kd_exp_next_state(cur, &f), err);
+        kd_ctrl_set_condition(status, json_object_get(exp, "status"), "Valid", false,
+                              "InvalidConfig", err, gen);
+        KD_WARN("experiment configuration invalid", "experiment=%s err=%s", kd_logq(key),
+                kd_logq(err));
+        rc = put_status(c, exp, status, err);
+        goto out;
+    } else if (rc != 0) {
+        goto out;
+    }
+
+    /* The searcher: restore its persisted state, or start it and persist before acting. */
+    rc = read_state(c, exp, &cm, &state, err);
+    if (rc == KD_ENOTFOUND) {
+        if ((rc = kd_searcher_new(cfg, seed, &s, err)) != 0) {
+            f.invalid = true;
+            status = base_status(exp, kd_exp_next_state(cur, &f), err);
+            kd_ctrl_set_condition(status, json_object_get(exp, "status"), "Valid", false,
+                                  "InvalidSearcher", err, gen);
+            rc = put_status(c, exp, status, err);
+            goto out;
+        }
+        if ((rc = kd_searcher_initial(s, &ops, err)) != 0)
+            goto out;
+        state =
+            json_pack("{s:i,s:I,s:s,s:b,s:b,s:s,s:[]}", "version", 1, "seed", (json_int_t)seed,
+                      "unit", kd_searcher_unit(s), "done", 0, "failure", 0, "reason", "", "trials");
+        apply_ops(state, &ops);
+        json_object_set_new(state, "snapshot", kd_searcher_snapshot(s));
+        rc = write_state(c, exp, NULL, state, &newcm, err);
+        if (rc == KD_EEXIST) {
+            rc = KD_ECONFLICT; /* another writer got there first: start over from its state */
+            goto out;
+        }
+        if (rc != 0)
+            goto out;
+        KD_INFO("searcher started", "experiment=%s method=%s seed=%" PRIu64, kd_logq(key),
+                kd_searcher_method(s), seed);
+        json_decref(cm);
+        cm = newcm;
+        newcm = NULL;
+    } else if (rc != 0) {
+        goto out;
+    } else if ((rc = kd_searcher_restore(json_object_get(state, "snapshot"), &s, err)) != 0) {
+        goto out;
+    }
+    const char *unit = json_string_value(json_object_get(state, "unit")) ?: "batches";
+
+    /* Trial outcomes → events → new operations, persisted before they are acted upon. */
+    bool stopping = f.canceled || cur == KD_EXP_STOPPING_CANCELED || cur == KD_EXP_STOPPING_ERROR;
+    int n = feed_events(s, state, exp, trials, stopping);
+    if (n > 0) {
+        json_object_set_new(state, "snapshot", kd_searcher_snapshot(s));
+        if ((rc = write_state(c, exp, cm, state, &newcm, err)) != 0)
+            goto out; /* KD_ECONFLICT: requeued, and the next pass starts from the stored state */
+        json_decref(cm);
+        cm = newcm;
+        newcm = NULL;
+    }
+
+    /* The Trials the state asks for, and the difference on existing ones. */
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(state, "trials"), i, st)
+    {
+        char tname[300];
+        trial_name(name, json_integer_value(json_object_get(st, "index")), tname, sizeof(tname));
+        if (stopping && find_trial(trials, tname) == NULL)
+            continue; /* nothing new starts once the experiment stops */
+        if ((rc = ensure_trial(c, exp, cfg, st, unit, trials, err)) != 0)
+            goto out;
+    }
+
+    /* State and status. Trials created just now are live too. */
+    json_t *counts = trial_counts(trials, &live);
+    size_t want_trials =
+        stopping ? json_array_size(trials) : json_array_size(json_object_get(state, "trials"));
+    if (want_trials > json_array_size(trials))
+        live += (int)(want_trials - json_array_size(trials));
+    f.live_trials = live;
+    f.searcher_done = json_is_true(json_object_get(state, "done"));
+    f.searcher_failure = json_is_true(json_object_get(state, "failure"));
+    enum kd_exp_state next = kd_exp_next_state(cur, &f);
+    const char *msg = "";
+    if (next == KD_EXP_ERROR || next == KD_EXP_STOPPING_ERROR || next == KD_EXP_COMPLETED ||
+        next == KD_EXP_STOPPING_COMPLETED)
+        msg = json_string_value(json_object_get(state, "reason")) ?: "";
+    else if (next == KD_EXP_CANCELED || next == KD_EXP_STOPPING_CANCELED)
+        msg = "canceled by the user";
+    else if (next == KD_EXP_PAUSED)
+        msg = "paused by the user";
+    status = base_status(exp, next, msg);
+    json_object_set_new(status, "trials", counts);
+    double progress = kd_searcher_progress(s);
+    if (next == KD_EXP_COMPLETED)
+        progress = 1.0;
+    char pct[16];
+    snprintf(pct, sizeof(pct), "%d%%", (int)floor(progress * 100.0 + 1e-9));
+    json_object_set_new(status, "progress", json_real(floor(progress * 1e6) / 1e6));
+    json_object_set_new(status, "progressPercent", json_string(pct));
+    kd_ctrl_set_condition(status, json_object_get(exp, "status"), "Valid", true, "ConfigValid",
+                          "the configuration passed validation", gen);
+    if (next != cur)
+        KD_INFO("experiment state", "experiment=%s from=%s to=%s", kd_logq(key),
+                kd_exp_state_name(cur), kd_exp_state_name(next));
+    if ((rc = put_status(c, exp, status, err)) != 0)
+        goto out;
+    if (!kd_exp_state_terminal(next))
+        *requeue_after_ms = c->o.resync_ms;
+    else
+        kd_ctrl_kick(c);
+out:
+    if (rc != 0 && rc != KD_ECONFLICT)
+        KD_WARN("experiment reconcile failed", "experiment=%s err=%s detail=%s", kd_logq(key),
+                kd_err_name(rc), kd_logq(err));
+    kd_search_ops_free(&ops);
+    kd_searcher_free(s);
+    json_decref(exp);
+    json_decref(cfg);
+    json_decref(trials);
+    json_decref(cm);
+    json_decref(newcm);
+    json_decref(state);
+    json_decref(status);
+    return rc;
+}

@@ -1,0 +1,416 @@
+/*
+ * kdet-controller: the Kubernetes operator that runs Experiments and
+ * Trials. Parses flags, connects to the API server, starts the informers,
+ * the work queues with their reconcilers and the scheduler loop (under
+ * leader election when asked), and shuts down cleanly on SIGTERM/SIGINT.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/time.h"
+#include "ctrl.h"
+
+static int sig_pipe[2] = {-1, -1};
+
+/* Signal handler: only writes the signal number into the self-pipe. */
+static void on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    ssize_t r = write(sig_pipe[1], &b, 1);
+    (void)r;
+    errno = saved;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: kdet-controller [options]\n"
+        "  --kubeconfig FILE        kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube/config)\n"
+        "  --context NAME           kubeconfig context\n"
+        "  --namespace NS           namespace to watch (default: all; $KDET_NAMESPACE)\n"
+        "  --workers N              reconcile workers per queue, 1..64 (default 4)\n"
+        "  --scheduler TYPE         priority | fair_share (default priority)\n"
+        "  --preemption on|off      preempt lower-priority trials (default on)\n"
+        "  --leader-elect on|off    leader election on a Lease (default off)\n"
+        "  --lease-name NAME        the Lease (default kdet-controller)\n"
+        "  --lease-namespace NS     its namespace (default: $POD_NAMESPACE or the client's)\n"
+        "  --image IMAGE            trial image when the config names none\n"
+        "  --launcher PROG          the launcher in the trial image (default kdet-launch)\n"
+        "  --controller-url URL     KDET_CONTROLLER_URL given to trials\n"
+        "  --priority-classes on|off set priorityClassName on trial pods (default on)\n"
+        "  --resync SECONDS         re-reconcile live experiments this often (default 30)\n"
+        "  --log-level LEVEL        debug | info | warn | error (default $KDET_LOG_LEVEL or info)\n"
+        "  -h, --help               this text\n");
+}
+
+static const char *const flag_names[] = {
+    "--kubeconfig",
+    "--context",
+    "--namespace",
+    "--workers",
+    "--scheduler",
+    "--preemption",
+    "--leader-elect",
+    "--lease-name",
+    "--lease-namespace",
+    "--image",
+    "--launcher",
+    "--controller-url",
+    "--priority-classes",
+    "--resync",
+    "--log-level",
+    "--help",
+    NULL,
+};
+
+static int parse_onoff(const char *flag, const char *v, bool *out, char *err)
+{
+    int rc = 0;
+    if (strcmp(v, "on") == 0 || strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+        *out = true;
+    else if (strcmp(v, "off") == 0 || strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+        *out = false;
+    else
+        rc = kd_seterr(err, KD_EINVAL, "%s=%s: expected on or off", flag, v);
+    return rc;
+}
+
+static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o, int *log_level, char *err)
+{
+    int rc = 0;
+    for (int i = 1; i < argc && rc == 0; i++) {
+        char name[64];
+        const char *a = argv[i], *v = NULL, *eq = strchr(a, '=');
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (eq != NULL) {
+            kd_strlcpy(name, a,
+                       (size_t)(eq - a + 1) < sizeof(name) ? (size_t)(eq - a + 1) : sizeof(name));
+            v = eq + 1;
+        } else {
+            kd_strlcpy(name, a, sizeof(name));
+        }
+        bool known = false;
+        for (int k = 0; flag_names[k] != NULL; k++)
+            known = known || strcmp(flag_names[k], name) == 0;
+        if (!known) {
+            const char *s = kd_suggest(name, flag_names);
+            rc = kd_seterr(err, KD_EINVAL, "argument %d: unknown option %s%s%s%s", i, name,
+                           s ? " (did you mean " : "", s ? s : "", s ? "?)" : "");
+            break;
+        }
+        if (v == NULL) {
+            if (i + 1 >= argc) {
+                rc = kd_seterr(err, KD_EINVAL, "argument %d: %s needs a value", i, name);
+                break;
+            }
+            v = argv[++i];
+        }
+        int n;
+        if (strcmp(name, "--kubeconfig") == 0)
+            o->kubeconfig = v;
+        else if (strcmp(name, "--context") == 0)
+            o->context = v;
+        else if (strcmp(name, "--namespace") == 0)
+            o->ns = v[0] != '\0' ? v : NULL;
+        else if (strcmp(name, "--workers") == 0) {
+            if (kd_parse_int(v, &n) != 0 || n < 1 || n > 64)
+                rc = kd_seterr(err, KD_EINVAL, "--workers=%s: expected an integer from 1 to 64", v);
+            o->workers = n;
+        } else if (strcmp(name, "--scheduler") == 0) {
+            if (kd_sched_type_parse(v, &o->sched_type) != 0)
+                rc =
+                    kd_seterr(err, KD_EINVAL, "--scheduler=%s: expected priority or fair_share", v);
+        } else if (strcmp(name, "--preemption") == 0)
+            rc = parse_onoff(name, v, &o->preemption, err);
+        else if (strcmp(name, "--leader-elect") == 0)
+            rc = parse_onoff(name, v, &o->leader_elect, err);
+        else if (strcmp(name, "--lease-name") == 0)
+            o->lease_name = v;
+        else if (strcmp(name, "--lease-namespace") == 0)
+            o->lease_ns = v;
+        else if (strcmp(name, "--image") == 0)
+            o->pod.image = v;
+        else if (strcmp(name, "--launcher") == 0)
+            o->pod.launcher = v;
+        else if (strcmp(name, "--controller-url") == 0) {
+            if (!kd_str_has_prefix(v, "http://") && !kd_str_has_prefix(v, "https://"))
+                rc = kd_seterr(err, KD_EINVAL,
+                               "--controller-url=%s: must start with http:// or https://", v);
+            o->pod.controller_url = v;
+        } else if (strcmp(name, "--priority-classes") == 0)
+            rc = parse_onoff(name, v, &o->pod.priority_classes, err);
+        else if (strcmp(name, "--resync") == 0) {
+            if (kd_parse_int(v, &n) != 0 || n < 1 || n > 86400)
+                rc = kd_seterr(err, KD_EINVAL, "--resync=%s: expected seconds from 1 to 86400", v);
+            o->resync_ms = (long)n * 1000;
+        } else if (strcmp(name, "--log-level") == 0) {
+            if (kd_log_level_parse(v, log_level) != 0)
+                rc = kd_seterr(err, KD_EINVAL,
+                               "--log-level=%s: expected debug, info, warn or error", v);
+        }
+    }
+    return rc;
+}
+
+bool kd_ctrl_acting(struct kd_ctrl *c)
+{
+    return c->leader == NULL ? !c->o.leader_elect : kd_k8s_leader_is_leader(c->leader);
+}
+
+void kd_ctrl_kick(struct kd_ctrl *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->kicked = true;
+    pthread_cond_signal(&c->kick);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void kick_add(json_t *obj, void *ud)
+{
+    (void)obj;
+    kd_ctrl_kick(ud);
+}
+
+static void kick_update(json_t *old, json_t *obj, void *ud)
+{
+    (void)old;
+    (void)obj;
+    kd_ctrl_kick(ud);
+}
+
+static void *sched_main(void *arg)
+{
+    struct kd_ctrl *c = arg;
+    while (!atomic_load(&c->stop)) {
+        pthread_mutex_lock(&c->mu);
+        if (!c->kicked) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long ms = c->o.sched_period_ms;
+            ts.tv_sec += ms / 1000;
+            ts.tv_nsec += (ms % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&c->kick, &c->mu, &ts);
+        }
+        c->kicked = false;
+        pthread_mutex_unlock(&c->mu);
+        if (atomic_load(&c->stop))
+            break;
+        if (kd_ctrl_acting(c) && kd_k8s_informer_has_synced(c->nodes) &&
+            kd_k8s_informer_has_synced(c->trials) && kd_k8s_informer_has_synced(c->pods) &&
+            kd_k8s_informer_has_synced(c->exps))
+            kd_ctrl_schedule(c);
+        kd_sleep_ms(50); /* coalesce bursts of kicks */
+    }
+    return NULL;
+}
+
+static void on_lost(void *ud)
+{
+    struct kd_ctrl *c = ud;
+    KD_WARN("leadership lost; exiting so that the new leader acts alone");
+    atomic_store(&c->stop, 1);
+    unsigned char b = 0;
+    ssize_t r = write(sig_pipe[1], &b, 1);
+    (void)r;
+}
+
+static void on_started(void *ud)
+{
+    kd_ctrl_kick(ud);
+    KD_INFO("leading");
+}
+
+static int new_informer(struct kd_ctrl *c, struct kd_k8s_gvr gvr, const char *ns, const char *sel,
+                        struct kd_k8s_informer **out, char *err)
+{
+    struct kd_k8s_informer_opts io = {.gvr = gvr, .ns = ns, .label_selector = sel};
+    return kd_k8s_informer_new(c->client, &io, out, err);
+}
+
+int main(int argc, char **argv)
+{
+    int rc = 0, level = -1;
+    char err[KD_ERRLEN] = "";
+    struct kd_ctrl c;
+    struct kd_k8s_config cfg = {0};
+    pthread_t sched_thread;
+    bool sched_started = false;
+    memset(&c, 0, sizeof(c));
+    c.o = (struct kd_ctrl_opts){.workers = 4,
+                                .preemption = true,
+                                .lease_name = "kdet-controller",
+                                .resync_ms = 30000,
+                                .sched_period_ms = 1000};
+    c.o.pod.priority_classes = true;
+    c.o.ns = getenv("KDET_NAMESPACE") != NULL && getenv("KDET_NAMESPACE")[0]
+                 ? getenv("KDET_NAMESPACE")
+                 : NULL;
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.kick, NULL);
+    c.reasons = json_object();
+    c.preempt = json_object();
+    c.cfgs = json_object();
+    if ((rc = parse_args(argc, argv, &c.o, &level, err)) != 0) {
+        fprintf(stderr, "kdet-controller: %s\n", err);
+        usage(stderr);
+        rc = 2;
+        goto out;
+    }
+    kd_log_init("kdet-controller", level, -1);
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+        rc = 1;
+        goto out;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    struct kd_k8s_config_opts co = {.kubeconfig = c.o.kubeconfig, .context = c.o.context};
+    if ((rc = kd_k8s_config_load(&co, &cfg, err)) != 0 ||
+        (rc = kd_k8s_client_new(&cfg, NULL, &c.client, err)) != 0) {
+        KD_ERROR("cannot configure the Kubernetes client", "err=%s detail=%s", kd_err_name(rc),
+                 kd_logq(err));
+        rc = 1;
+        goto out;
+    }
+    KD_INFO("starting",
+            "server=%s source=%s namespace=%s scheduler=%s preemption=%s workers=%d "
+            "leader_elect=%s",
+            kd_logq(cfg.server), kd_logq(cfg.source), c.o.ns ? kd_logq(c.o.ns) : "(all)",
+            c.o.sched_type == KD_SCHED_FAIR_SHARE ? "fair_share" : "priority",
+            c.o.preemption ? "on" : "off", c.o.workers, c.o.leader_elect ? "on" : "off");
+
+    c.expq = kd_k8s_queue_new(NULL);
+    c.trialq = kd_k8s_queue_new(NULL);
+    if ((rc = new_informer(&c, KD_K8S_EXPERIMENTS, c.o.ns, NULL, &c.exps, err)) != 0 ||
+        (rc = new_informer(&c, KD_K8S_TRIALS, c.o.ns, NULL, &c.trials, err)) != 0 ||
+        (rc = new_informer(&c, KD_K8S_PODS, c.o.ns, KD_POD_LABEL_TRIAL, &c.pods, err)) != 0 ||
+        (rc = new_informer(&c, KD_K8S_NODES, NULL, NULL, &c.nodes, err)) != 0) {
+        KD_ERROR("cannot create informers", "err=%s detail=%s", kd_err_name(rc), kd_logq(err));
+        rc = 1;
+        goto out;
+    }
+    struct kd_k8s_handlers h_exp = kd_k8s_handlers_enqueue(c.expq);
+    struct kd_k8s_handlers h_trial = kd_k8s_handlers_enqueue(c.trialq);
+    struct kd_k8s_owner_enqueue own_exp = {.queue = c.expq, .owner_kind = "Experiment"};
+    struct kd_k8s_owner_enqueue own_trial = {.queue = c.trialq, .owner_kind = "Trial"};
+    struct kd_k8s_handlers h_trial_owner = kd_k8s_handlers_enqueue_owner(&own_exp);
+    struct kd_k8s_handlers h_pod_owner = kd_k8s_handlers_enqueue_owner(&own_trial);
+    struct kd_k8s_handlers h_kick = {
+        .on_add = kick_add, .on_update = kick_update, .on_delete = kick_add, .ud = &c};
+    if ((rc = kd_k8s_informer_add_handlers(c.exps, &h_exp)) != 0 ||
+        (rc = kd_k8s_informer_add_handlers(c.trials, &h_trial)) != 0 ||
+        (rc = kd_k8s_informer_add_handlers(c.trials, &h_trial_owner)) != 0 ||
+        (rc = kd_k8s_informer_add_handlers(c.pods, &h_pod_owner)) != 0 ||
+        (rc = kd_k8s_informer_add_handlers(c.pods, &h_kick)) != 0 ||
+        (rc = kd_k8s_informer_add_handlers(c.nodes, &h_kick)) != 0)
+        goto out;
+    if ((rc = kd_k8s_informer_start(c.exps)) != 0 || (rc = kd_k8s_informer_start(c.trials)) != 0 ||
+        (rc = kd_k8s_informer_start(c.pods)) != 0 || (rc = kd_k8s_informer_start(c.nodes)) != 0)
+        goto out;
+    KD_INFO("waiting for the caches to sync");
+    while ((kd_k8s_informer_wait_synced(c.exps, 1000) != 0 ||
+            kd_k8s_informer_wait_synced(c.trials, 1000) != 0 ||
+            kd_k8s_informer_wait_synced(c.pods, 1000) != 0 ||
+            kd_k8s_informer_wait_synced(c.nodes, 1000) != 0)) {
+        unsigned char b;
+        if (read(sig_pipe[0], &b, 1) == 1)
+            goto shutdown;
+    }
+    KD_INFO("caches synced", "experiments=%zu trials=%zu pods=%zu nodes=%zu",
+            kd_k8s_cache_len(kd_k8s_informer_cache(c.exps)),
+            kd_k8s_cache_len(kd_k8s_informer_cache(c.trials)),
+            kd_k8s_cache_len(kd_k8s_informer_cache(c.pods)),
+            kd_k8s_cache_len(kd_k8s_informer_cache(c.nodes)));
+    if (c.o.leader_elect) {
+        char ident[300], host[256] = "kdet-controller";
+        gethostname(host, sizeof(host) - 1);
+        snprintf(ident, sizeof(ident), "%s-%d", host, (int)getpid());
+        struct kd_k8s_leader_opts lo = {
+            .ns = c.o.lease_ns != NULL              ? c.o.lease_ns
+                  : getenv("POD_NAMESPACE") != NULL ? getenv("POD_NAMESPACE")
+                                                    : kd_k8s_client_namespace(c.client),
+            .name = c.o.lease_name,
+            .identity = c.o.identity != NULL ? c.o.identity : ident,
+            .on_started = on_started,
+            .on_stopped = on_lost,
+            .ud = &c,
+            .release_on_stop = true,
+        };
+        if ((rc = kd_k8s_leader_start(c.client, &lo, &c.leader, err)) != 0) {
+            KD_ERROR("cannot start leader election", "err=%s detail=%s", kd_err_name(rc),
+                     kd_logq(err));
+            rc = 1;
+            goto shutdown;
+        }
+    }
+    if ((rc = kd_k8s_queue_start_workers(c.expq, c.o.workers, kd_ctrl_reconcile_experiment, &c)) !=
+            0 ||
+        (rc = kd_k8s_queue_start_workers(c.trialq, c.o.workers, kd_ctrl_reconcile_trial, &c)) != 0)
+        goto shutdown;
+    if (pthread_create(&sched_thread, NULL, sched_main, &c) == 0)
+        sched_started = true;
+    KD_INFO("running");
+    for (;;) {
+        struct pollfd pfd = {.fd = sig_pipe[0], .events = POLLIN};
+        int pr = poll(&pfd, 1, 1000);
+        unsigned char b = 0;
+        if (pr > 0 && read(sig_pipe[0], &b, 1) == 1) {
+            KD_INFO("shutting down", "signal=%d", b);
+            break;
+        }
+        if (atomic_load(&c.stop))
+            break;
+    }
+shutdown:
+    atomic_store(&c.stop, 1);
+    kd_ctrl_kick(&c);
+    if (sched_started)
+        pthread_join(sched_thread, NULL);
+    kd_k8s_queue_shutdown(c.expq, false);
+    kd_k8s_queue_shutdown(c.trialq, false);
+    kd_k8s_queue_free(c.expq);
+    kd_k8s_queue_free(c.trialq);
+    c.expq = c.trialq = NULL;
+    kd_k8s_leader_stop(c.leader);
+    c.leader = NULL;
+    kd_k8s_informer_free(c.exps);
+    kd_k8s_informer_free(c.trials);
+    kd_k8s_informer_free(c.pods);
+    kd_k8s_informer_free(c.nodes);
+    KD_INFO("stopped");
+out:
+    kd_k8s_queue_free(c.expq);
+    kd_k8s_queue_free(c.trialq);
+    kd_k8s_client_free(c.client);
+    kd_k8s_config_free(&cfg);
+    json_decref(c.reasons);
+    json_decref(c.preempt);
+    json_decref(c.cfgs);
+    free(c.admits);
+    if (sig_pipe[0] >= 0) {
+        close(sig_pipe[0]);
+        close(sig_pipe[1]);
+    }
+    return rc == 0 ? 0 : (rc > 0 ? rc : 1);
+}

@@ -1,0 +1,347 @@
+/*
+ * Trial pods from a Trial, its experiment configuration and a placement
+ * (see podspec.h). Everything the launcher needs travels in the
+ * environment, so the pod spec is the whole contract between the
+ * controller and the data plane.
+ */
+#include "podspec.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "core/alloc.h"
+#include "core/str.h"
+
+const char *kd_pod_priority_class(int priority)
+{
+    const char *name = "kdet-normal";
+    if (priority >= 1 && priority <= 29)
+        name = "kdet-high";
+    else if (priority >= 70)
+        name = "kdet-low";
+    return name;
+}
+
+void kd_pod_service_name(const char *trial_uid, char *buf, size_t len)
+{
+    char hex[13] = "";
+    size_t n = 0;
+    for (const char *p = trial_uid != NULL ? trial_uid : ""; *p != '\0' && n < 12; p++) {
+        if ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))
+            hex[n++] = *p;
+    }
+    hex[n] = '\0';
+    snprintf(buf, len, "kdt-%s", hex);
+}
+
+int kd_pod_name(const char *trial, int rank, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s-%d", trial, rank);
+    return n < 0 || (size_t)n >= len || n > 253 ? KD_ETOOBIG : 0;
+}
+
+static const json_t *flavor(const json_t *v, int gpus)
+{
+    const json_t *r = v;
+    if (json_is_object(v)) {
+        const char *order_gpu[] = {"cuda", "gpu", "rocm", "cpu", NULL};
+        const char *order_cpu[] = {"cpu", "cuda", "gpu", "rocm", NULL};
+        const char **order = gpus > 0 ? order_gpu : order_cpu;
+        r = NULL;
+        for (int i = 0; order[i] != NULL && r == NULL; i++)
+            r = json_object_get(v, order[i]);
+    }
+    return r;
+}
+
+static void env_set(json_t *env, const char *name, const char *value)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(env, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "name")) ?: "", name) == 0) {
+            json_object_set_new(e, "value", json_string(value));
+            return;
+        }
+    }
+    json_array_append_new(env, json_pack("{s:s,s:s}", "name", name, "value", value));
+}
+
+static const json_t *get_path(const json_t *o, const char *a, const char *b)
+{
+    const json_t *v = json_object_get(o, a);
+    return b != NULL ? json_object_get(v, b) : v;
+}
+
+/* The user's environment.pod_spec, checked: a Pod manifest (object) without metadata.name. */
+static int user_pod(const json_t *cfg, json_t **out, char *err)
+{
+    int rc = 0;
+    const json_t *ps = get_path(json_object_get(cfg, "environment"), "pod_spec", NULL);
+    *out = NULL;
+    if (ps == NULL || json_is_null(ps)) {
+        *out = json_object();
+        goto out;
+    }
+    if (!json_is_object(ps)) {
+        rc = kd_seterr(err, KD_EINVALID, "environment.pod_spec: expected a Pod manifest (mapping)");
+        goto out;
+    }
+    if (json_object_get(json_object_get(ps, "metadata"), "name") != NULL) {
+        rc = kd_seterr(err, KD_EINVALID,
+                       "environment.pod_spec.metadata.name: not allowed (kdet names trial pods)");
+        goto out;
+    }
+    json_t *spec = json_object_get(ps, "spec");
+    if (spec != NULL && !json_is_object(spec)) {
+        rc = kd_seterr(err, KD_EINVALID, "environment.pod_spec.spec: expected a mapping");
+        goto out;
+    }
+    *out = json_deep_copy(ps);
+out:
+    return rc;
+}
+
+static const char *meta(const json_t *obj, const char *field)
+{
+    const char *s = json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
+    return s != NULL ? s : "";
+}
+
+static json_t *owner_ref(const json_t *trial)
+{
+    return json_pack("{s:s,s:s,s:s,s:s,s:b,s:b}", "apiVersion", "kdet.io/v1alpha1", "kind", "Trial",
+                     "name", meta(trial, "name"), "uid", meta(trial, "uid"), "controller", 1,
+                     "blockOwnerDeletion", 1);
+}
+
+/* The user's environment_variables ("NAME=value" strings) into env. */
+static int user_env(json_t *env, const json_t *cfg, int gpus, char *err)
+{
+    int rc = 0;
+    const json_t *ev = flavor(get_path(cfg, "environment", "environment_variables"), gpus);
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        const char *s = json_string_value(e);
+        const char *eq = s != NULL ? strchr(s, '=') : NULL;
+        if (eq == NULL || eq == s) {
+            rc = kd_seterr(err, KD_EINVALID,
+                           "environment.environment_variables[%zu]: expected NAME=value", i);
+            goto out;
+        }
+        char *name = kd_xstrndup(s, (size_t)(eq - s));
+        env_set(env, name, eq + 1);
+        free(name);
+    }
+out:
+    return rc;
+}
+
+/* resources.shm_size (bytes or a size string) as a Kubernetes quantity; NULL when unset. */
+static char *shm_quantity(const json_t *cfg)
+{
+    const json_t *v = get_path(cfg, "resources", "shm_size");
+    char *q = NULL;
+    uint64_t n;
+    if (json_is_integer(v) && json_integer_value(v) > 0)
+        q = kd_xasprintf("%" PRId64, (int64_t)json_integer_value(v));
+    else if (json_is_string(v) && kd_parse_size(json_string_value(v), &n) == 0)
+        q = kd_xasprintf("%" PRIu64, n);
+    else if (json_is_string(v))
+        q = kd_xstrdup(json_string_value(v));
+    return q;
+}
+
+/* Find (or append) the container named name (or determined-container) in containers. */
+static json_t *our_container(json_t *containers)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(containers, i, c)
+    {
+        const char *n = json_string_value(json_object_get(c, "name"));
+        if (n != NULL &&
+            (strcmp(n, KD_POD_CONTAINER) == 0 || strcmp(n, "determined-container") == 0)) {
+            json_object_set_new(c, "name", json_string(KD_POD_CONTAINER));
+            return c;
+        }
+    }
+    c = json_object();
+    json_object_set_new(c, "name", json_string(KD_POD_CONTAINER));
+    json_array_insert_new(containers, 0, c);
+    return c;
+}
+
+static json_t *child(json_t *o, const char *key, bool array)
+{
+    json_t *v = json_object_get(o, key);
+    if (array ? !json_is_array(v) : !json_is_object(v)) {
+        v = array ? json_array() : json_object();
+        json_object_set_new(o, key, v);
+    }
+    return v;
+}
+
+int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
+                 const char *const *nodes, int gpus, int npods, const struct kd_pod_opts *o,
+                 json_t **out, char *err)
+{
+    int rc = 0, argc = 0;
+    char **argv = NULL;
+    json_t *pods = json_array(), *base = NULL;
+    char *shm = NULL, *hp = NULL;
+    const json_t *spec = json_object_get(trial, "spec");
+    const char *tname = meta(trial, "name"), *ns = meta(trial, "namespace");
+    const char *image = json_string_value(flavor(get_path(cfg, "environment", "image"), gpus));
+    const char *launcher = o->launcher != NULL ? o->launcher : "kdet-launch";
+    int port = o->master_port > 0 ? o->master_port : KD_POD_DEFAULT_PORT;
+    char svc[32], chief[320], buf[64];
+    *out = NULL;
+    if (npods < 1 || npods > 65536 || gpus < 0) {
+        rc = kd_seterr(err, KD_EINVAL, "pods: %d pods of %d GPUs is not a valid placement", npods,
+                       gpus);
+        goto out;
+    }
+    if ((rc = kd_config_launch_argv(json_object_get(cfg, "entrypoint"), &argv, &argc, err)) != 0)
+        goto out;
+    if ((rc = user_pod(cfg, &base, err)) != 0)
+        goto out;
+    shm = shm_quantity(cfg);
+    hp = json_object_get(spec, "hparams") != NULL
+             ? json_dumps(json_object_get(spec, "hparams"), JSON_COMPACT | JSON_SORT_KEYS)
+             : kd_xstrdup("{}");
+    if (hp == NULL)
+        kd_oom(0);
+    kd_pod_service_name(meta(trial, "uid"), svc, sizeof(svc));
+    if (npods == 1)
+        kd_strlcpy(chief, "127.0.0.1", sizeof(chief));
+    else
+        snprintf(chief, sizeof(chief), "node0.%s.%s.svc", svc, ns);
+    const char *pool = json_string_value(get_path(cfg, "resources", "resource_pool"));
+    int priority = (int)json_integer_value(get_path(cfg, "resources", "priority"));
+    for (int r = 0; r < npods; r++) {
+        json_t *pod = json_deep_copy(base);
+        json_object_set_new(pod, "apiVersion", json_string("v1"));
+        json_object_set_new(pod, "kind", json_string("Pod"));
+        json_t *md = child(pod, "metadata", false);
+        char pname[256];
+        if ((rc = kd_pod_name(tname, r, pname, sizeof(pname))) != 0) {
+            kd_seterr(err, rc, "metadata.name: trial name %s is too long for its pod names", tname);
+            json_decref(pod);
+            goto out;
+        }
+        json_object_set_new(md, "name", json_string(pname));
+        json_object_set_new(md, "namespace", json_string(ns));
+        json_t *labels = child(md, "labels", false);
+        snprintf(buf, sizeof(buf), "%d", r);
+        json_object_set_new(
+            labels, KD_POD_LABEL_EXPERIMENT,
+            json_string(json_string_value(json_object_get(spec, "experiment")) ?: ""));
+        json_object_set_new(labels, KD_POD_LABEL_TRIAL, json_string(tname));
+        json_object_set_new(
+            labels, KD_POD_LABEL_REQUEST,
+            json_string(json_string_value(json_object_get(spec, "requestId")) ?: ""));
+        json_object_set_new(labels, KD_POD_LABEL_RUN, json_string(run_id));
+        json_object_set_new(labels, KD_POD_LABEL_RANK, json_string(buf));
+        snprintf(buf, sizeof(buf), "%" PRId64,
+                 (int64_t)json_integer_value(json_object_get(spec, "validateAfter")));
+        json_object_set_new(child(md, "annotations", false), KD_POD_ANN_TARGET, json_string(buf));
+        json_t *owners = json_array();
+        json_array_append_new(owners, owner_ref(trial));
+        json_object_set_new(md, "ownerReferences", owners);
+
+        json_t *ps = child(pod, "spec", false);
+        json_object_set_new(ps, "restartPolicy", json_string("Never"));
+        json_object_set_new(ps, "terminationGracePeriodSeconds",
+                            json_integer(o->grace_period_s > 0 ? o->grace_period_s : 30));
+        if (o->priority_classes)
+            json_object_set_new(ps, "priorityClassName",
+                                json_string(kd_pod_priority_class(priority)));
+        json_t *sel = child(ps, "nodeSelector", false);
+        if (nodes != NULL && nodes[r] != NULL)
+            json_object_set_new(sel, "kubernetes.io/hostname", json_string(nodes[r]));
+        if (pool != NULL && pool[0] != '\0' && strcmp(pool, "default") != 0) {
+            json_object_set_new(sel, KD_POD_LABEL_POOL, json_string(pool));
+            json_array_append_new(child(ps, "tolerations", true),
+                                  json_pack("{s:s,s:s,s:s,s:s}", "key", KD_POD_LABEL_POOL,
+                                            "operator", "Equal", "value", pool, "effect",
+                                            "NoSchedule"));
+        }
+        if (json_object_size(sel) == 0)
+            json_object_del(ps, "nodeSelector");
+        if (npods > 1) {
+            snprintf(buf, sizeof(buf), "node%d", r);
+            json_object_set_new(ps, "hostname", json_string(buf));
+            json_object_set_new(ps, "subdomain", json_string(svc));
+        }
+
+        json_t *c = our_container(child(ps, "containers", true));
+        if (json_object_get(c, "image") == NULL || image != NULL)
+            json_object_set_new(c, "image",
+                                json_string(image != NULL      ? image
+                                            : o->image != NULL ? o->image
+                                                               : "kdet/trial:latest"));
+        json_t *cmd = json_array();
+        json_array_append_new(cmd, json_string(launcher));
+        snprintf(buf, sizeof(buf), "%d", gpus > 0 ? gpus : 1);
+        json_array_append_new(cmd, json_string("--nproc"));
+        json_array_append_new(cmd, json_string(buf));
+        for (int i = 0; i < argc; i++)
+            json_array_append_new(cmd, json_string(argv[i]));
+        json_object_set_new(c, "command", cmd);
+        json_object_del(c, "args");
+
+        json_t *env = child(c, "env", true);
+        if ((rc = user_env(env, cfg, gpus, err)) != 0) {
+            json_decref(pod);
+            goto out;
+        }
+        env_set(env, "KDET_TRIAL_ID", tname);
+        env_set(env, "KDET_EXPERIMENT",
+                json_string_value(json_object_get(spec, "experiment")) ?: "");
+        snprintf(buf, sizeof(buf), "%d", r);
+        env_set(env, "KDET_NODE_RANK", buf);
+        snprintf(buf, sizeof(buf), "%d", npods);
+        env_set(env, "KDET_NUM_NODES", buf);
+        env_set(env, "KDET_CHIEF_ADDR", chief);
+        snprintf(buf, sizeof(buf), "%d", port);
+        env_set(env, "KDET_MASTER_PORT", buf);
+        env_set(env, "KDET_RUN_ID", run_id);
+        env_set(env, "KDET_HPARAMS", hp);
+        snprintf(buf, sizeof(buf), "%" PRId64,
+                 (int64_t)json_integer_value(json_object_get(spec, "seed")));
+        env_set(env, "KDET_TRIAL_SEED", buf);
+        if (o->controller_url != NULL && o->controller_url[0] != '\0')
+            env_set(env, "KDET_CONTROLLER_URL", o->controller_url);
+
+        if (gpus > 0) {
+            json_t *res = child(c, "resources", false);
+            snprintf(buf, sizeof(buf), "%d", gpus);
+            json_object_set_new(child(res, "limits", false), "nvidia.com/gpu", json_string(buf));
+        }
+        if (shm != NULL) {
+            json_array_append_new(child(ps, "volumes", true),
+                                  json_pack("{s:s,s:{s:s,s:s}}", "name", "kdet-shm", "emptyDir",
+                                            "medium", "Memory", "sizeLimit", shm));
+            json_array_append_new(
+                child(c, "volumeMounts", true),
+                json_pack("{s:s,s:s}", "name", "kdet-shm", "mountPath", "/dev/shm"));
+        }
+        json_array_append_new(pods, pod);
+    }
+    *out = pods;
+    pods = NULL;
+out:
+    kd_config_argv_free(argv);
+    json_decref(pods);
+    json_decref(base);
+    free(shm);
+    free(hp);
+    return rc;
+}

@@ -1,0 +1,65 @@
+/*
+ * The pods of one attempt of a trial, built from the Trial, its
+ * experiment's configuration (defaults filled) and the scheduler's
+ * placement: the launcher command, the KDET_* environment contract of
+ * docs/launcher.md, GPU limits, shared memory, priority class, resource
+ * pool, owner references, and the user's environment.pod_spec merged in.
+ * Pure: no I/O, so golden files pin the output.
+ */
+#ifndef KD_CTRL_PODSPEC_H
+#define KD_CTRL_PODSPEC_H
+
+#include <stdbool.h>
+
+#include <jansson.h>
+
+#include "core/err.h"
+
+#define KD_POD_CONTAINER "trial"  /* kdet's container in every trial pod */
+#define KD_POD_DEFAULT_PORT 29400 /* rendezvous port on the chief */
+#define KD_POD_LABEL_EXPERIMENT "kdet.io/experiment"
+#define KD_POD_LABEL_TRIAL "kdet.io/trial"
+#define KD_POD_LABEL_REQUEST "kdet.io/request-id"
+#define KD_POD_LABEL_RUN "kdet.io/run-id"
+#define KD_POD_LABEL_RANK "kdet.io/node-rank"
+#define KD_POD_LABEL_POOL "kdet.io/resource-pool"
+#define KD_POD_ANN_TARGET "kdet.io/validate-after" /* the target an attempt was started for */
+
+struct kd_pod_opts {
+    const char *image;          /* image when environment.image is unset ["kdet/trial:latest"] */
+    const char *launcher;       /* the launcher program in the image ["kdet-launch"] */
+    const char *controller_url; /* KDET_CONTROLLER_URL; NULL: not set */
+    int master_port;            /* [29400] */
+    bool priority_classes;      /* set priorityClassName from resources.priority */
+    long grace_period_s;        /* terminationGracePeriodSeconds [30] */
+};
+
+/**
+ * The PriorityClass name for a Determined priority (1..99; 0 = unset):
+ * 1..29 "kdet-high", 30..69 and unset "kdet-normal", 70..99 "kdet-low".
+ * Static string.
+ */
+const char *kd_pod_priority_class(int priority);
+
+/** The headless Service of a multi-pod trial: "kdt-" + 12 hex digits of the trial's uid. */
+void kd_pod_service_name(const char *trial_uid, char *buf, size_t len);
+
+/** The name of the pod of node rank `rank`: "<trial>-<rank>". 0 or KD_ETOOBIG (> 253 bytes). */
+int kd_pod_name(const char *trial, int rank, char *buf, size_t len) KD_WUR;
+
+/**
+ * Build the npods pods of one attempt. `trial` is the Trial object (its
+ * metadata.name/namespace/uid, spec.hparams/seed/requestId/experiment are
+ * read); `cfg` the experiment configuration with defaults applied;
+ * `run_id` the attempt's KDET_RUN_ID; nodes[r] the node chosen for rank r
+ * (NULL entries or a NULL array: no pin) and gpus the GPUs of every pod.
+ * *out is a new JSON array of Pod objects (caller json_decref()s). Returns
+ * 0 or KD_EINVALID with the field in err (an entrypoint that cannot be
+ * turned into a launcher command, a pod_spec that is not an object or
+ * names metadata.name). Aborts on out-of-memory. Thread-safe.
+ */
+int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
+                 const char *const *nodes, int gpus, int npods, const struct kd_pod_opts *o,
+                 json_t **out, char *err) KD_WUR;
+
+#endif

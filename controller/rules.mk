@@ -1,0 +1,7 @@
+# controller/: kdet-controller (reconcilers, scheduler, pod generation).
+CTRL_LIB_SRCS := controller/scheduler.c controller/podspec.c controller/states.c \
+                 controller/experiment.c controller/trial.c controller/schedloop.c
+$(eval $(call kd_lib,ctrl,$(CTRL_LIB_SRCS)))
+CTRL_KD_LIBS := ctrl searcher hparams config yaml k8s core
+CTRL_LDLIBS := -lcurl -ljansson -lyaml -lm
+$(eval $(call kd_prog,kdet-controller,controller/main.c,$(CTRL_KD_LIBS),$(CTRL_LDLIBS)))

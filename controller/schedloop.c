@@ -1,0 +1,296 @@
+/*
+ * The scheduler loop: builds the scheduler's input from the informer
+ * caches (Nodes, Trials, Experiments, trial Pods), runs kd_sched_decide,
+ * and hands the outcome to the trial reconciler through in-memory
+ * admissions, preemptions and reasons. It never writes to the API itself,
+ * so one pass is cheap and runs every second or when kicked.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/time.h"
+#include "ctrl.h"
+#include "states.h"
+
+#define ADMIT_TTL_MS 120000 /* an admission not turned into pods by then is dropped */
+
+static int gpus_of(const json_t *quantity)
+{
+    int64_t v = 0;
+    if (json_is_integer(quantity))
+        v = json_integer_value(quantity);
+    else if (json_is_string(quantity) && kd_parse_i64(json_string_value(quantity), &v) != 0)
+        v = 0;
+    return v > 0 && v < 1 << 20 ? (int)v : 0;
+}
+
+static bool node_ready(const json_t *node)
+{
+    bool ready = false;
+    size_t i;
+    json_t *cnd;
+    json_array_foreach(json_object_get(json_object_get(node, "status"), "conditions"), i, cnd)
+    {
+        if (strcmp(json_string_value(json_object_get(cnd, "type")) ?: "", "Ready") == 0)
+            ready = strcmp(json_string_value(json_object_get(cnd, "status")) ?: "", "True") == 0;
+    }
+    return ready;
+}
+
+static int node_index(const struct kd_sched_node *nodes, size_t n, const char *name)
+{
+    for (size_t i = 0; name != NULL && i < n; i++)
+        if (strcmp(nodes[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* The node a pod runs on or is pinned to. */
+static const char *pod_node(const json_t *p)
+{
+    const char *n = kd_ctrl_str(p, "spec", "nodeName", NULL);
+    if (n == NULL)
+        n = kd_ctrl_str(p, "spec", "nodeSelector", "kubernetes.io/hostname");
+    return n;
+}
+
+static bool pod_live(const json_t *p)
+{
+    const char *phase = kd_ctrl_str(p, "status", "phase", NULL) ?: "Pending";
+    return strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0;
+}
+
+/* Queue position of an experiment: creation time, moved by kdet.io/ahead-of / behind-of. */
+static double exp_position(struct kd_ctrl *c, const json_t *exp, int depth)
+{
+    int64_t ms = 0;
+    const char *ts = kd_k8s_meta_str(exp, "creationTimestamp");
+    if (ts == NULL || kd_time_parse_rfc3339(ts, &ms) != 0)
+        ms = 0;
+    double pos = (double)ms;
+    const char *ahead = kd_ctrl_str(exp, "metadata", "annotations", KD_CTRL_AHEAD_OF);
+    const char *behind = kd_ctrl_str(exp, "metadata", "annotations", KD_CTRL_BEHIND_OF);
+    const char *other = ahead != NULL ? ahead : behind;
+    if (other != NULL && depth < 8) {
+        char key[600];
+        json_t *o = NULL;
+        snprintf(key, sizeof(key), "%s/%s", kd_k8s_meta_str(exp, "namespace"), other);
+        if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), key, &o) == 0) {
+            pos = exp_position(c, o, depth + 1) + (ahead != NULL ? -0.5 : 0.5) / (depth + 1);
+            json_decref(o);
+        }
+    }
+    return pos;
+}
+
+bool kd_ctrl_admission(struct kd_ctrl *c, const char *key, struct kd_ctrl_admit *out)
+{
+    bool found = false;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nadmits && !found; i++) {
+        if (strcmp(c->admits[i].key, key) == 0) {
+            *out = c->admits[i];
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+void kd_ctrl_schedule(struct kd_ctrl *c)
+{
+    json_t *nodes_j = kd_k8s_cache_list(kd_k8s_informer_cache(c->nodes), NULL);
+    json_t *trials_j = kd_k8s_cache_list(kd_k8s_informer_cache(c->trials), c->o.ns);
+    json_t *pods_j = kd_k8s_cache_list(kd_k8s_informer_cache(c->pods), c->o.ns);
+    size_t nn = json_array_size(nodes_j), nt = json_array_size(trials_j);
+    struct kd_sched_node *nodes = kd_xcalloc(nn + 1, sizeof(*nodes));
+    struct kd_sched_trial *ts = kd_xcalloc(nt + 1, sizeof(*ts));
+    char(*keys)[600] = kd_xcalloc(nt + 1, 600);
+    char(*groups)[600] = kd_xcalloc(nt + 1, 600);
+    json_t *by_trial = json_object(); /* trial name@ns -> [live pods] */
+    size_t n = 0, i;
+    json_t *o;
+    int64_t now = kd_mono_ms();
+
+    json_array_foreach(nodes_j, i, o)
+    {
+        struct kd_sched_node *nd = &nodes[i];
+        kd_strlcpy(nd->name, kd_k8s_meta_str(o, "name") ?: "", sizeof(nd->name));
+        const char *pool = kd_ctrl_str(o, "metadata", "labels", KD_POD_LABEL_POOL);
+        kd_strlcpy(nd->pool, pool != NULL ? pool : "default", sizeof(nd->pool));
+        nd->gpus = gpus_of(json_object_get(
+            json_object_get(json_object_get(o, "status"), "allocatable"), "nvidia.com/gpu"));
+        nd->unschedulable =
+            json_is_true(json_object_get(json_object_get(o, "spec"), "unschedulable")) ||
+            !node_ready(o);
+    }
+    json_array_foreach(pods_j, i, o)
+    {
+        const char *t = kd_ctrl_str(o, "metadata", "labels", KD_POD_LABEL_TRIAL);
+        if (t == NULL || !pod_live(o))
+            continue;
+        char k[600];
+        snprintf(k, sizeof(k), "%s/%s", kd_k8s_meta_str(o, "namespace"), t);
+        json_t *arr = json_object_get(by_trial, k);
+        if (arr == NULL) {
+            arr = json_array();
+            json_object_set_new(by_trial, k, arr);
+        }
+        json_array_append(arr, o);
+    }
+
+    pthread_mutex_lock(&c->mu);
+    json_array_foreach(trials_j, i, o)
+    {
+        enum kd_trial_state st;
+        if (!kd_trial_state_parse(kd_ctrl_str(o, "status", "state", NULL), &st))
+            st = KD_TRIAL_QUEUED;
+        char *key = keys[n];
+        if (kd_k8s_obj_key(o, key, 600) != 0)
+            continue;
+        json_t *live = json_object_get(by_trial, key);
+        if (kd_trial_state_terminal(st) && json_array_size(live) == 0)
+            continue;
+        char ekey[600];
+        json_t *exp = NULL;
+        snprintf(ekey, sizeof(ekey), "%s/%s", kd_k8s_meta_str(o, "namespace"),
+                 kd_ctrl_str(o, "spec", "experiment", NULL) ?: "");
+        if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), ekey, &exp) != 0)
+            continue;
+        struct kd_sched_trial *t = &ts[n];
+        const json_t *res = json_object_get(json_object_get(o, "spec"), "resources");
+        kd_strlcpy(groups[n], ekey, 600);
+        t->key = key;
+        t->group = groups[n];
+        kd_strlcpy(t->pool, json_string_value(json_object_get(res, "resourcePool")) ?: "default",
+                   sizeof(t->pool));
+        t->slots = (int)json_integer_value(json_object_get(res, "slots"));
+        t->priority = (int)json_integer_value(json_object_get(res, "priority"));
+        if (t->priority < 1 || t->priority > 99)
+            t->priority = 42; /* Determined's default priority */
+        t->weight = json_is_number(json_object_get(res, "weight"))
+                        ? json_number_value(json_object_get(res, "weight"))
+                        : 1.0;
+        t->group_max_slots = (int)json_integer_value(json_object_get(
+            json_object_get(json_object_get(exp, "spec"), "resources"), "max_slots"));
+        t->position = exp_position(c, exp, 0);
+        const char *tn = kd_k8s_meta_str(o, "name") ?: "";
+        const char *dash = strrchr(tn, '-');
+        int64_t idx = 0;
+        t->index = dash != NULL && kd_parse_i64(dash + 1, &idx) == 0 ? idx : 0;
+        bool paused = json_is_true(json_object_get(json_object_get(o, "spec"), "paused")) ||
+                      json_is_true(json_object_get(json_object_get(exp, "spec"), "paused")) ||
+                      json_is_true(json_object_get(json_object_get(exp, "spec"), "canceled"));
+        const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
+        bool exp_stopping =
+            strncmp(estate, "STOPPING_", 9) == 0 && strcmp(estate, "STOPPING_COMPLETED") != 0;
+        json_decref(exp);
+        /* Holding capacity: live pods, else a pending admission. */
+        struct kd_ctrl_admit *ad = NULL;
+        for (size_t k = 0; k < c->nadmits; k++)
+            if (strcmp(c->admits[k].key, key) == 0)
+                ad = &c->admits[k];
+        if (json_array_size(live) > 0) {
+            t->state = KD_SCHED_RUNNING;
+            size_t k;
+            json_t *p;
+            json_array_foreach(live, k, p)
+            {
+                int ni = node_index(nodes, nn, pod_node(p));
+                if (ni < 0 || t->nplace >= KD_SCHED_MAX_PODS)
+                    continue;
+                t->place[t->nplace++] = (struct kd_sched_place){
+                    ni,
+                    gpus_of(json_object_get(
+                        json_object_get(
+                            json_object_get(
+                                json_array_get(
+                                    json_object_get(json_object_get(p, "spec"), "containers"), 0),
+                                "resources"),
+                            "limits"),
+                        "nvidia.com/gpu"))};
+            }
+            t->stopping = paused || exp_stopping || st != KD_TRIAL_ACTIVE ||
+                          json_object_get(c->preempt, key) != NULL;
+        } else if (ad != NULL) {
+            t->state = KD_SCHED_RUNNING;
+            for (int k = 0; k < ad->nplace; k++) {
+                int ni = node_index(nodes, nn, ad->nodes[k]);
+                if (ni >= 0)
+                    t->place[t->nplace++] = (struct kd_sched_place){ni, ad->gpus};
+            }
+            t->stopping = true; /* not started yet: never a victim */
+        } else if (st == KD_TRIAL_QUEUED && !paused && !exp_stopping) {
+            t->state = KD_SCHED_WAITING;
+        } else {
+            continue;
+        }
+        n++;
+    }
+    /* Admissions whose pods exist now, or that were never used, are dropped. */
+    size_t w = 0;
+    for (size_t k = 0; k < c->nadmits; k++) {
+        json_t *live = json_object_get(by_trial, c->admits[k].key);
+        bool keep = (int)json_array_size(live) < c->admits[k].nplace &&
+                    now - c->admits[k].at_ms < ADMIT_TTL_MS;
+        if (keep)
+            c->admits[w++] = c->admits[k];
+    }
+    c->nadmits = w;
+    pthread_mutex_unlock(&c->mu);
+
+    struct kd_sched_opts so = {.type = c->o.sched_type, .preemption = c->o.preemption};
+    if (kd_sched_decide(&so, nodes, nn, ts, n) != 0) {
+        KD_ERROR("scheduler input rejected", "trials=%zu nodes=%zu", n, nn);
+        goto out;
+    }
+    pthread_mutex_lock(&c->mu);
+    for (size_t k = 0; k < n; k++) {
+        struct kd_sched_trial *t = &ts[k];
+        json_t *prev = json_object_get(c->reasons, t->key);
+        bool changed =
+            prev == NULL ||
+            strcmp(json_string_value(json_object_get(prev, "reason")) ?: "", t->reason) != 0;
+        if (t->decision == KD_SCHED_ADMIT) {
+            c->admits = kd_xrealloc(c->admits, (c->nadmits + 1) * sizeof(*c->admits));
+            struct kd_ctrl_admit *ad = &c->admits[c->nadmits++];
+            memset(ad, 0, sizeof(*ad));
+            kd_strlcpy(ad->key, t->key, sizeof(ad->key));
+            ad->nplace = t->nplace;
+            ad->gpus = t->nplace > 0 ? t->place[0].gpus : 0;
+            for (int p = 0; p < t->nplace; p++)
+                kd_strlcpy(ad->nodes[p], nodes[t->place[p].node].name, sizeof(ad->nodes[p]));
+            ad->at_ms = now;
+            KD_INFO("trial admitted", "trial=%s slots=%d pods=%d node=%s", kd_logq(t->key),
+                    t->slots, t->nplace, t->nplace > 0 ? kd_logq(ad->nodes[0]) : "");
+            json_object_del(c->reasons, t->key);
+            kd_k8s_queue_add(c->trialq, t->key);
+        } else if (t->decision == KD_SCHED_PREEMPT) {
+            if (json_object_get(c->preempt, t->key) == NULL) {
+                json_object_set_new(c->preempt, t->key, json_string(t->reason));
+                kd_k8s_queue_add(c->trialq, t->key);
+            }
+        } else if ((t->decision == KD_SCHED_WAIT || t->decision == KD_SCHED_NEVER) && changed) {
+            json_object_set_new(c->reasons, t->key,
+                                json_pack("{s:s,s:s}", "decision",
+                                          kd_sched_decision_name(t->decision), "reason",
+                                          t->reason));
+            kd_k8s_queue_add(c->trialq, t->key);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+out:
+    json_decref(nodes_j);
+    json_decref(trials_j);
+    json_decref(pods_j);
+    json_decref(by_trial);
+    free(nodes);
+    free(ts);
+    free(keys);
+    free(groups);
+}

@@ -1,0 +1,440 @@
+/*
+ * The trial scheduler's decisions (see sched.h and docs/scheduling.md):
+ * placement of one trial as a gang, priority order with optional
+ * preemption, and fair share by weight. Pure code over arrays, so the
+ * table-driven tests exercise exactly what the controller runs.
+ */
+#include "scheduler.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/str.h"
+
+int kd_sched_type_parse(const char *s, enum kd_sched_type *out)
+{
+    int rc = 0;
+    if (s != NULL && strcmp(s, "priority") == 0)
+        *out = KD_SCHED_PRIORITY;
+    else if (s != NULL && (strcmp(s, "fair_share") == 0 || strcmp(s, "fair-share") == 0))
+        *out = KD_SCHED_FAIR_SHARE;
+    else
+        rc = KD_EINVAL;
+    return rc;
+}
+
+const char *kd_sched_decision_name(enum kd_sched_decision d)
+{
+    switch (d) {
+    case KD_SCHED_WAIT: return "wait";
+    case KD_SCHED_ADMIT: return "admit";
+    case KD_SCHED_NEVER: return "never";
+    case KD_SCHED_KEEP: return "keep";
+    case KD_SCHED_PREEMPT: return "preempt";
+    }
+    return "unknown";
+}
+
+enum fit { FIT_OK, FIT_NOT_NOW, FIT_NEVER };
+
+static bool in_pool(const struct kd_sched_node *n, const char *pool)
+{
+    return !n->unschedulable && strcmp(n->pool, pool) == 0;
+}
+
+/*
+ * Try to place t on the free GPUs in avail[] (one entry per node). On
+ * FIT_OK the placement is written to t->place and subtracted from free.
+ */
+static enum fit place(struct kd_sched_trial *t, const struct kd_sched_node *nodes, size_t nnodes,
+                      int *avail, char *why, size_t whylen)
+{
+    enum fit rc = FIT_NOT_NOW;
+    int largest = 0, nlargest = 0, pool_nodes = 0, free_total = 0;
+    for (size_t i = 0; i < nnodes; i++) {
+        if (!in_pool(&nodes[i], t->pool))
+            continue;
+        pool_nodes++;
+        free_total += avail[i] > 0 ? avail[i] : 0;
+        if (nodes[i].gpus > largest) {
+            largest = nodes[i].gpus;
+            nlargest = 0;
+        }
+        if (nodes[i].gpus == largest)
+            nlargest++;
+    }
+    t->nplace = 0;
+    if (pool_nodes == 0) {
+        snprintf(why, whylen, "resource pool %s has no schedulable node", t->pool);
+        rc = FIT_NEVER;
+        goto out;
+    }
+    if (t->slots == 0) {
+        /* CPU only: one pod on the first node of the pool; kube-scheduler checks cpu/memory. */
+        for (size_t i = 0; i < nnodes; i++) {
+            if (in_pool(&nodes[i], t->pool)) {
+                t->place[0] = (struct kd_sched_place){(int)i, 0};
+                t->nplace = 1;
+                break;
+            }
+        }
+        rc = FIT_OK;
+        goto out;
+    }
+    if (largest == 0) {
+        snprintf(why, whylen, "resource pool %s has no GPUs; the trial needs %d", t->pool,
+                 t->slots);
+        rc = FIT_NEVER;
+        goto out;
+    }
+    if (t->slots <= largest) {
+        /* One pod: best fit (the node with the least free GPUs that suffice). */
+        int best = -1;
+        for (size_t i = 0; i < nnodes; i++) {
+            if (!in_pool(&nodes[i], t->pool) || avail[i] < t->slots)
+                continue;
+            if (best < 0 || avail[i] < avail[best])
+                best = (int)i;
+        }
+        if (best < 0) {
+            snprintf(why, whylen,
+                     "waiting for %d GPUs on one node of resource pool %s (%d free in the pool)",
+                     t->slots, t->pool, free_total);
+            goto out;
+        }
+        t->place[0] = (struct kd_sched_place){best, t->slots};
+        t->nplace = 1;
+        avail[best] -= t->slots;
+        rc = FIT_OK;
+        goto out;
+    }
+    if (t->slots % largest != 0) {
+        snprintf(why, whylen,
+                 "slots_per_trial=%d exceeds the largest node of resource pool %s (%d GPUs) and is "
+                 "not a multiple of it",
+                 t->slots, t->pool, largest);
+        rc = FIT_NEVER;
+        goto out;
+    }
+    int need = t->slots / largest;
+    if (need > nlargest || need > KD_SCHED_MAX_PODS) {
+        snprintf(why, whylen,
+                 "slots_per_trial=%d needs %d nodes with %d GPUs; resource pool %s has %d",
+                 t->slots, need, largest, t->pool, nlargest);
+        rc = FIT_NEVER;
+        goto out;
+    }
+    int got = 0;
+    for (size_t i = 0; i < nnodes && got < need; i++) {
+        if (in_pool(&nodes[i], t->pool) && nodes[i].gpus == largest && avail[i] == largest)
+            t->place[got++] = (struct kd_sched_place){(int)i, largest};
+    }
+    if (got < need) {
+        snprintf(why, whylen,
+                 "waiting for %d whole free nodes with %d GPUs in resource pool %s (%d free)", need,
+                 largest, t->pool, got);
+        t->nplace = 0;
+        goto out;
+    }
+    t->nplace = need;
+    for (int k = 0; k < need; k++)
+        avail[t->place[k].node] -= largest;
+    rc = FIT_OK;
+out:
+    return rc;
+}
+
+static int cmp_priority(const void *a, const void *b)
+{
+    const struct kd_sched_trial *x = *(struct kd_sched_trial *const *)a;
+    const struct kd_sched_trial *y = *(struct kd_sched_trial *const *)b;
+    if (x->priority != y->priority)
+        return x->priority < y->priority ? -1 : 1;
+    if (x->position != y->position)
+        return x->position < y->position ? -1 : 1;
+    if (x->index != y->index)
+        return x->index < y->index ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+static int cmp_fifo(const void *a, const void *b)
+{
+    const struct kd_sched_trial *x = *(struct kd_sched_trial *const *)a;
+    const struct kd_sched_trial *y = *(struct kd_sched_trial *const *)b;
+    if (x->position != y->position)
+        return x->position < y->position ? -1 : 1;
+    if (x->index != y->index)
+        return x->index < y->index ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+/* Victims first: lowest priority (largest number), then the newest. */
+static int cmp_victim(const void *a, const void *b)
+{
+    const struct kd_sched_trial *x = *(struct kd_sched_trial *const *)a;
+    const struct kd_sched_trial *y = *(struct kd_sched_trial *const *)b;
+    if (x->priority != y->priority)
+        return x->priority > y->priority ? -1 : 1;
+    if (x->position != y->position)
+        return x->position > y->position ? -1 : 1;
+    if (x->index != y->index)
+        return x->index > y->index ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+static int group_held(struct kd_sched_trial *trials, size_t ntrials, const char *group)
+{
+    int held = 0;
+    for (size_t i = 0; i < ntrials; i++) {
+        const struct kd_sched_trial *t = &trials[i];
+        if (strcmp(t->group, group) == 0 &&
+            (t->decision == KD_SCHED_KEEP || t->decision == KD_SCHED_ADMIT ||
+             t->decision == KD_SCHED_PREEMPT))
+            held += t->slots;
+    }
+    return held;
+}
+
+/* Whether t's experiment may take t->slots more under its max_slots. */
+static bool under_cap(struct kd_sched_trial *t, struct kd_sched_trial *trials, size_t ntrials)
+{
+    bool ok = true;
+    if (t->group_max_slots > 0) {
+        int held = group_held(trials, ntrials, t->group);
+        if (held + t->slots > t->group_max_slots) {
+            snprintf(t->reason, sizeof(t->reason),
+                     "experiment holds %d of its max_slots=%d; this trial needs %d more", held,
+                     t->group_max_slots, t->slots);
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+/*
+ * Free room for w by preempting lower-priority running trials. On success
+ * marks the victims PREEMPT, reserves w's placement in avail[] and returns
+ * true; otherwise changes nothing.
+ */
+static bool preempt_for(struct kd_sched_trial *w, const struct kd_sched_node *nodes, size_t nnodes,
+                        int *avail, struct kd_sched_trial **victims, size_t nv)
+{
+    bool ok = false;
+    int *trial_free = kd_xmalloc(nnodes * sizeof(int) + 1);
+    memcpy(trial_free, avail, nnodes * sizeof(int));
+    size_t used = 0;
+    char why[KD_SCHED_REASONLEN];
+    for (size_t k = 0; k < nv && !ok; k++) {
+        struct kd_sched_trial *v = victims[k];
+        if (v->decision != KD_SCHED_KEEP || v->stopping || v->priority <= w->priority ||
+            strcmp(v->pool, w->pool) != 0)
+            continue;
+        for (int p = 0; p < v->nplace; p++)
+            trial_free[v->place[p].node] += v->place[p].gpus;
+        used = k + 1;
+        int *copy = kd_xmalloc(nnodes * sizeof(int) + 1);
+        memcpy(copy, trial_free, nnodes * sizeof(int));
+        if (place(w, nodes, nnodes, copy, why, sizeof(why)) == FIT_OK) {
+            ok = true;
+            memcpy(avail, copy, nnodes * sizeof(int));
+        }
+        free(copy);
+    }
+    if (ok) {
+        /* Mark exactly the eligible victims up to the one that made it fit. */
+        int n = 0;
+        for (size_t k = 0; k < used; k++) {
+            struct kd_sched_trial *v = victims[k];
+            if (v->decision != KD_SCHED_KEEP || v->stopping || v->priority <= w->priority ||
+                strcmp(v->pool, w->pool) != 0)
+                continue;
+            v->decision = KD_SCHED_PREEMPT;
+            snprintf(v->reason, sizeof(v->reason), "preempted by %s (priority %d < %d)", w->key,
+                     w->priority, v->priority);
+            n++;
+        }
+        snprintf(w->reason, sizeof(w->reason), "waiting for %d preempted trial(s) to stop", n);
+        w->nplace = 0;
+    }
+    free(trial_free);
+    return ok;
+}
+
+static int decide_priority(const struct kd_sched_opts *opts, const struct kd_sched_node *nodes,
+                           size_t nnodes, int *avail, struct kd_sched_trial *trials, size_t ntrials)
+{
+    struct kd_sched_trial **q = kd_xcalloc(ntrials + 1, sizeof(*q));
+    struct kd_sched_trial **v = kd_xcalloc(ntrials + 1, sizeof(*v));
+    char(*blocked)[KD_SCHED_POOLLEN] = kd_xcalloc(ntrials + 1, KD_SCHED_POOLLEN);
+    size_t nq = 0, nv = 0, nblocked = 0;
+    for (size_t i = 0; i < ntrials; i++) {
+        if (trials[i].state == KD_SCHED_WAITING)
+            q[nq++] = &trials[i];
+        else
+            v[nv++] = &trials[i];
+    }
+    qsort(q, nq, sizeof(*q), cmp_priority);
+    qsort(v, nv, sizeof(*v), cmp_victim);
+    for (size_t k = 0; k < nq; k++) {
+        struct kd_sched_trial *t = q[k];
+        bool is_blocked = false;
+        for (size_t b = 0; b < nblocked; b++)
+            is_blocked = is_blocked || strcmp(blocked[b], t->pool) == 0;
+        if (is_blocked) {
+            t->decision = KD_SCHED_WAIT;
+            snprintf(t->reason, sizeof(t->reason),
+                     "queued behind a trial of higher priority or earlier in resource pool %s",
+                     t->pool);
+            continue;
+        }
+        if (!under_cap(t, trials, ntrials)) {
+            t->decision = KD_SCHED_WAIT;
+            continue;
+        }
+        enum fit f = place(t, nodes, nnodes, avail, t->reason, sizeof(t->reason));
+        if (f == FIT_OK) {
+            t->decision = KD_SCHED_ADMIT;
+            snprintf(t->reason, sizeof(t->reason), "admitted");
+        } else if (f == FIT_NEVER) {
+            t->decision = KD_SCHED_NEVER;
+        } else {
+            t->decision = KD_SCHED_WAIT;
+            if (opts->preemption)
+                (void)preempt_for(t, nodes, nnodes, avail, v, nv);
+            /* Nothing behind it in this pool may jump ahead (no backfill). */
+            kd_strlcpy(blocked[nblocked++], t->pool, KD_SCHED_POOLLEN);
+        }
+    }
+    free(q);
+    free(v);
+    free(blocked);
+    return 0;
+}
+
+static int decide_fair_share(const struct kd_sched_node *nodes, size_t nnodes, int *avail,
+                             struct kd_sched_trial *trials, size_t ntrials)
+{
+    struct kd_sched_trial **q = kd_xcalloc(ntrials + 1, sizeof(*q));
+    size_t nq = 0;
+    for (size_t i = 0; i < ntrials; i++) {
+        if (trials[i].state == KD_SCHED_WAITING) {
+            q[nq++] = &trials[i];
+            trials[i].decision = KD_SCHED_WAIT;
+            snprintf(trials[i].reason, sizeof(trials[i].reason),
+                     "waiting for its fair share of resource pool %s", trials[i].pool);
+        }
+    }
+    /* FIFO within an experiment: position, then index. Priority is ignored. */
+    qsort(q, nq, sizeof(*q), cmp_fifo);
+    bool *done_group = kd_xcalloc(nq + 1, sizeof(bool)); /* per head trial's group: blocked */
+    for (;;) {
+        struct kd_sched_trial *best = NULL;
+        double best_share = 0;
+        for (size_t k = 0; k < nq; k++) {
+            struct kd_sched_trial *t = q[k];
+            if (t->decision != KD_SCHED_WAIT || done_group[k])
+                continue;
+            /* only the group's first waiting trial competes */
+            bool first = true;
+            for (size_t j = 0; j < k && first; j++)
+                first = !(q[j]->decision == KD_SCHED_WAIT && strcmp(q[j]->group, t->group) == 0);
+            if (!first)
+                continue;
+            double w = t->weight > 0 ? t->weight : 1.0;
+            double share = group_held(trials, ntrials, t->group) / w;
+            if (best == NULL || share < best_share ||
+                (share == best_share && cmp_fifo(&t, &best) < 0)) {
+                best = t;
+                best_share = share;
+            }
+        }
+        if (best == NULL)
+            break;
+        if (!under_cap(best, trials, ntrials)) {
+            for (size_t k = 0; k < nq; k++)
+                if (strcmp(q[k]->group, best->group) == 0)
+                    done_group[k] = true;
+            continue;
+        }
+        enum fit f = place(best, nodes, nnodes, avail, best->reason, sizeof(best->reason));
+        if (f == FIT_OK) {
+            best->decision = KD_SCHED_ADMIT;
+            snprintf(best->reason, sizeof(best->reason), "admitted");
+        } else if (f == FIT_NEVER) {
+            best->decision = KD_SCHED_NEVER;
+        } else {
+            /* The group waits for room; the others may still fit smaller trials. */
+            for (size_t k = 0; k < nq; k++)
+                if (strcmp(q[k]->group, best->group) == 0)
+                    done_group[k] = true;
+        }
+    }
+    free(done_group);
+    free(q);
+    return 0;
+}
+
+int kd_sched_decide(const struct kd_sched_opts *opts, const struct kd_sched_node *nodes,
+                    size_t nnodes, struct kd_sched_trial *trials, size_t ntrials)
+{
+    int rc = 0;
+    int *free_gpus = kd_xcalloc(nnodes + 1, sizeof(int));
+    for (size_t i = 0; i < nnodes; i++)
+        free_gpus[i] = nodes[i].gpus - nodes[i].used;
+    for (size_t i = 0; i < ntrials; i++) {
+        struct kd_sched_trial *t = &trials[i];
+        t->reason[0] = '\0';
+        if (t->slots < 0 || t->key == NULL || t->group == NULL ||
+            (t->state == KD_SCHED_RUNNING && (t->nplace < 0 || t->nplace > KD_SCHED_MAX_PODS))) {
+            rc = KD_EINVAL;
+            goto out;
+        }
+        if (t->pool[0] == '\0')
+            kd_strlcpy(t->pool, "default", sizeof(t->pool));
+        if (t->state == KD_SCHED_RUNNING) {
+            t->decision = KD_SCHED_KEEP;
+            for (int p = 0; p < t->nplace; p++) {
+                if (t->place[p].node < 0 || (size_t)t->place[p].node >= nnodes) {
+                    rc = KD_EINVAL;
+                    goto out;
+                }
+                free_gpus[t->place[p].node] -= t->place[p].gpus;
+            }
+        } else {
+            t->decision = KD_SCHED_WAIT;
+            t->nplace = 0;
+        }
+    }
+    if (opts->type == KD_SCHED_FAIR_SHARE)
+        rc = decide_fair_share(nodes, nnodes, free_gpus, trials, ntrials);
+    else
+        rc = decide_priority(opts, nodes, nnodes, free_gpus, trials, ntrials);
+out:
+    free(free_gpus);
+    return rc;
+}
+
+static int builtin_decorate(void *pod, const char *trial_key, int rank, int npods)
+{
+    (void)pod;
+    (void)trial_key;
+    (void)rank;
+    (void)npods;
+    return 0;
+}
+
+const struct kd_gang_ops kd_gang_builtin = {
+    .name = "builtin",
+    .kdet_admits = true,
+    .decorate_pod = builtin_decorate,
+};
+
+const struct kd_gang_ops *kd_gang_find(const char *name)
+{
+    const struct kd_gang_ops *ops = NULL;
+    if (name != NULL && strcmp(name, "builtin") == 0)
+        ops = &kd_gang_builtin;
+    return ops;
+}

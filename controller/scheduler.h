@@ -1,0 +1,131 @@
+/*
+ * kdet's trial scheduler as a pure function: given the nodes of the
+ * cluster (GPUs per node and resource pool) and the trials that run or
+ * wait, decide which waiting trials to admit now (and on which nodes),
+ * which running ones to preempt, and why the others wait. No I/O, no
+ * clocks, no globals, so every rule is testable from a table.
+ */
+#ifndef KD_CTRL_SCHEDULER_H
+#define KD_CTRL_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+#define KD_SCHED_MAX_PODS 64   /* nodes one trial may span */
+#define KD_SCHED_NAMELEN 254   /* node names: DNS-1123 subdomain */
+#define KD_SCHED_POOLLEN 64    /* resource pool names */
+#define KD_SCHED_REASONLEN 256 /* the reason text of a decision */
+
+enum kd_sched_type {
+    KD_SCHED_PRIORITY = 0, /* smaller priority number first, FIFO within one */
+    KD_SCHED_FAIR_SHARE,   /* slots shared across experiments by weight */
+};
+
+/** "priority" | "fair_share" -> type. 0 or KD_EINVAL. */
+int kd_sched_type_parse(const char *s, enum kd_sched_type *out) KD_WUR;
+
+/** A node: allocatable GPUs and the pool it belongs to. */
+struct kd_sched_node {
+    char name[KD_SCHED_NAMELEN];
+    char pool[KD_SCHED_POOLLEN]; /* "default" when the node has no pool label */
+    int gpus;                    /* allocatable nvidia.com/gpu */
+    int used;                    /* GPUs held by pods the trials below do not list */
+    bool unschedulable;          /* cordoned or not Ready: never placed on */
+};
+
+/** One pod's share of a trial: a node and the GPUs it takes there. */
+struct kd_sched_place {
+    int node; /* index into the node array */
+    int gpus;
+};
+
+enum kd_sched_state {
+    KD_SCHED_WAITING = 0, /* queued: wants to be admitted */
+    KD_SCHED_RUNNING,     /* admitted: holds its placement */
+};
+
+enum kd_sched_decision {
+    KD_SCHED_WAIT = 0, /* stays queued for now (reason says why) */
+    KD_SCHED_ADMIT,    /* create its pods on `place` now */
+    KD_SCHED_NEVER,    /* can never fit as configured (reason says why); does not block others */
+    KD_SCHED_KEEP,     /* running and stays */
+    KD_SCHED_PREEMPT,  /* running, and must stop to make room for a higher-priority trial */
+};
+
+/** Stable name of a decision ("admit"...). Static. */
+const char *kd_sched_decision_name(enum kd_sched_decision d);
+
+/**
+ * A trial as the scheduler sees it. The caller fills the inputs; the
+ * scheduler fills decision, reason and (for ADMIT) nplace/place.
+ */
+struct kd_sched_trial {
+    /* inputs */
+    const char *key;   /* "namespace/name", unique; borrowed */
+    const char *group; /* the experiment ("namespace/name"): fair share and max_slots; borrowed */
+    char pool[KD_SCHED_POOLLEN];
+    int slots;           /* GPUs in all (0: CPU only, one pod) */
+    int priority;        /* 1..99, smaller first */
+    double weight;       /* fair-share weight of the group (> 0) */
+    int group_max_slots; /* resources.max_slots of the group; 0: no cap */
+    double position;     /* queue order within a priority, smaller first (e.g. creation ms) */
+    int64_t index;       /* tie-break after position (the trial's number) */
+    enum kd_sched_state state;
+    bool stopping; /* RUNNING but already being stopped: never chosen as a victim */
+    int nplace;    /* RUNNING: its placement */
+    struct kd_sched_place place[KD_SCHED_MAX_PODS];
+    /* outputs */
+    enum kd_sched_decision decision;
+    char reason[KD_SCHED_REASONLEN];
+};
+
+struct kd_sched_opts {
+    enum kd_sched_type type;
+    bool preemption; /* priority scheduler: preempt lower-priority trials */
+};
+
+/**
+ * Decide for every trial. Rules (docs/scheduling.md): a trial of S slots
+ * runs as one pod of S GPUs when S fits the largest node of its pool,
+ * otherwise as S/G pods of G GPUs on whole free nodes with G GPUs (G the
+ * largest node's count; S not a multiple of G, or more such nodes needed
+ * than the pool has, is NEVER). Gang: all pods are placed or none. The
+ * priority scheduler takes waiting trials by (priority, position, index)
+ * and stops at the first one of a pool that does not fit now (no
+ * backfill: a big gang is not starved by small ones behind it); with
+ * preemption it first frees room by preempting running trials of strictly
+ * lower priority (lowest priority, then newest, first) when that makes the
+ * trial fit. The fair-share scheduler repeatedly serves the experiment
+ * with the fewest held slots per unit of weight. Returns 0, or KD_EINVAL
+ * for a bad input (a node index out of range, negative slots). Pure;
+ * thread-safe on distinct arrays.
+ */
+int kd_sched_decide(const struct kd_sched_opts *opts, const struct kd_sched_node *nodes,
+                    size_t nnodes, struct kd_sched_trial *trials, size_t ntrials) KD_WUR;
+
+/**
+ * The seam for delegating gang admission to a batch scheduler installed in
+ * the cluster (Volcano PodGroups, Kueue Workloads). The built-in backend
+ * admits with kd_sched_decide and places pods on the nodes it chose; a
+ * delegating backend would create its PodGroup/Workload in `prepare`, mark
+ * the pods in `decorate_pod` (schedulerName, group annotations) and admit
+ * every trial at once, leaving the waiting to the batch scheduler. Only
+ * the built-in backend exists today.
+ */
+struct kd_gang_ops {
+    const char *name;
+    /* Whether kdet's own scheduler decides admission (true for built-in). */
+    bool kdet_admits;
+    /* Annotate a trial's pod (a json_t *, passed as void * to keep this header jansson-free). */
+    int (*decorate_pod)(void *pod, const char *trial_key, int rank, int npods);
+};
+
+extern const struct kd_gang_ops kd_gang_builtin;
+
+/** The backend named `name` ("builtin"), or NULL; `volcano`/`kueue` are not implemented. */
+const struct kd_gang_ops *kd_gang_find(const char *name);
+
+#endif

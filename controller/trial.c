@@ -1,0 +1,477 @@
+/*
+ * The Trial reconciler: once the scheduler admits a trial, create its pods
+ * (all of a gang, deterministic names, so re-creation is idempotent);
+ * follow their phases to completion, restart a failed attempt with backoff
+ * up to max_restarts, and remove the pods when the trial pauses, is
+ * preempted, is canceled or ends. Pods carry owner references, and every
+ * path that ends an attempt also deletes them explicitly.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/time.h"
+#include "ctrl.h"
+#include "states.h"
+
+struct attempt {
+    int npods, running, succeeded, failed, deleting;
+    json_int_t target; /* the validateAfter the attempt was started for (smallest over its pods) */
+    char run_id[64];
+    char failure[512];
+};
+
+static void summarize(json_t *pods, struct attempt *a)
+{
+    size_t i;
+    json_t *p;
+    memset(a, 0, sizeof(*a));
+    json_array_foreach(pods, i, p)
+    {
+        const char *phase = kd_ctrl_str(p, "status", "phase", NULL) ?: "Pending";
+        const char *rid = kd_ctrl_str(p, "metadata", "labels", KD_POD_LABEL_RUN);
+        a->npods++;
+        const char *tg = kd_ctrl_str(p, "metadata", "annotations", KD_POD_ANN_TARGET);
+        int64_t tv;
+        if (tg != NULL && kd_parse_i64(tg, &tv) == 0 && (a->target == 0 || tv < a->target))
+            a->target = tv;
+        if (rid != NULL && a->run_id[0] == '\0')
+            kd_strlcpy(a->run_id, rid, sizeof(a->run_id));
+        if (kd_ctrl_str(p, "metadata", "deletionTimestamp", NULL) != NULL)
+            a->deleting++;
+        if (strcmp(phase, "Succeeded") == 0) {
+            a->succeeded++;
+        } else if (strcmp(phase, "Failed") == 0) {
+            a->failed++;
+            if (a->failure[0] == '\0') {
+                json_t *cs = json_array_get(
+                    json_object_get(json_object_get(p, "status"), "containerStatuses"), 0);
+                json_t *term = json_object_get(json_object_get(cs, "state"), "terminated");
+                snprintf(a->failure, sizeof(a->failure), "pod %s failed (exit code %" JSON_INTEGER_FORMAT ", %s)",
+                         kd_k8s_meta_str(p, "name"),
+                         json_integer_value(json_object_get(term, "exitCode")),
+                         json_string_value(json_object_get(term, "reason"))
+                             ?: kd_ctrl_str(p, "status", "reason", NULL) ?: "Error");
+            }
+        } else {
+            a->running++;
+        }
+    }
+}
+
+static int delete_all(struct kd_ctrl *c, json_t *pods)
+{
+    int rc = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(pods, i, p)
+    {
+        if (kd_ctrl_str(p, "metadata", "deletionTimestamp", NULL) != NULL)
+            continue;
+        int r = kd_k8s_delete(c->client, &KD_K8S_PODS, kd_k8s_meta_str(p, "namespace"),
+                              kd_k8s_meta_str(p, "name"), NULL, NULL, NULL, NULL);
+        if (r == 0)
+            KD_INFO("pod deleted", "pod=%s", kd_logq(kd_k8s_meta_str(p, "name")));
+        if (r != 0 && r != KD_ENOTFOUND && rc == 0)
+            rc = r;
+    }
+    return rc;
+}
+
+static json_t *pods_of(struct kd_ctrl *c, const json_t *trial)
+{
+    json_t *all = kd_k8s_cache_by_label(kd_k8s_informer_cache(c->pods), KD_POD_LABEL_TRIAL,
+                                        kd_k8s_meta_str(trial, "name"));
+    json_t *out = json_array();
+    const char *ns = kd_k8s_meta_str(trial, "namespace") ?: "";
+    const char *uid = kd_k8s_meta_str(trial, "uid") ?: "";
+    size_t i;
+    json_t *p;
+    json_array_foreach(all, i, p)
+    {
+        if (strcmp(kd_k8s_meta_str(p, "namespace") ?: "", ns) != 0)
+            continue;
+        bool mine = false;
+        size_t k;
+        json_t *r;
+        json_array_foreach(json_object_get(json_object_get(p, "metadata"), "ownerReferences"), k, r)
+        {
+            if (strcmp(json_string_value(json_object_get(r, "uid")) ?: "", uid) == 0)
+                mine = true;
+        }
+        if (mine)
+            json_array_append(out, p);
+    }
+    json_decref(all);
+    return out;
+}
+
+/* Merge patch of the trial's status with `status` (only the fields given). */
+static int set_status(struct kd_ctrl *c, const json_t *trial, json_t *status, char *err)
+{
+    int rc = 0;
+    json_t *old = json_object_get(trial, "status");
+    bool same = true;
+    const char *k;
+    json_t *v;
+    json_object_foreach(status, k, v)
+    {
+        if (!json_equal(v, json_object_get(old, k)))
+            same = false;
+    }
+    if (!same)
+        rc = kd_ctrl_patch_status(c, &KD_K8S_TRIALS, trial, status, err);
+    return rc;
+}
+
+static json_t *state_status(const json_t *trial, enum kd_trial_state s, const char *message)
+{
+    char ts[40];
+    json_t *st = json_pack("{s:s,s:s,s:I}", "state", kd_trial_state_name(s), "message",
+                           message != NULL ? message : "", "observedGeneration",
+                           (json_int_t)json_integer_value(
+                               json_object_get(json_object_get(trial, "metadata"), "generation")));
+    if (kd_trial_state_terminal(s) && kd_ctrl_str(trial, "status", "endTime", NULL) == NULL)
+        json_object_set_new(st, "endTime",
+                            json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
+    return st;
+}
+
+static void new_run_id(const char *trial, char *buf, size_t len)
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        r = (uint64_t)kd_mono_ns() ^ (uint64_t)kd_wall_ms() << 20;
+    (void)trial;
+    snprintf(buf, len, "%016" PRIx64, r);
+}
+
+/* Create the pods of an admitted attempt. */
+static int start_attempt(struct kd_ctrl *c, const json_t *trial, const json_t *cfg,
+                         const struct kd_ctrl_admit *ad, const char *run_id, json_t **pods_status,
+                         char *err)
+{
+    int rc = 0;
+    json_t *pods = NULL;
+    const char *nodes[KD_SCHED_MAX_PODS];
+    for (int r = 0; r < ad->nplace; r++)
+        nodes[r] = ad->nodes[r][0] != '\0' ? ad->nodes[r] : NULL;
+    *pods_status = json_array();
+    if ((rc = kd_pod_build(trial, cfg, run_id, nodes, ad->gpus, ad->nplace, &c->o.pod, &pods,
+                           err)) != 0)
+        goto out;
+    if (ad->nplace > 1) {
+        char svc[32];
+        kd_pod_service_name(kd_k8s_meta_str(trial, "uid"), svc, sizeof(svc));
+        json_t *s = json_pack(
+            "{s:s,s:s,s:{s:s,s:s,s:{s:s},s:[{s:s,s:s,s:s,s:s,s:b,s:b}]},s:{s:s,s:b,s:{s:s},s:[{s:s,"
+            "s:i}]}}",
+            "apiVersion", "v1", "kind", "Service", "metadata", "name", svc, "namespace",
+            kd_k8s_meta_str(trial, "namespace"), "labels", KD_POD_LABEL_TRIAL,
+            kd_k8s_meta_str(trial, "name"), "ownerReferences", "apiVersion", "kdet.io/v1alpha1",
+            "kind", "Trial", "name", kd_k8s_meta_str(trial, "name"), "uid",
+            kd_k8s_meta_str(trial, "uid"), "controller", 1, "blockOwnerDeletion", 1, "spec",
+            "clusterIP", "None", "publishNotReadyAddresses", 1, "selector", KD_POD_LABEL_TRIAL,
+            kd_k8s_meta_str(trial, "name"), "ports", "name", "rendezvous", "port",
+            c->o.pod.master_port > 0 ? c->o.pod.master_port : KD_POD_DEFAULT_PORT);
+        rc = kd_k8s_create(c->client, &KD_K8S_SERVICES, NULL, s, NULL, NULL, err);
+        json_decref(s);
+        if (rc == KD_EEXIST)
+            rc = 0;
+        if (rc != 0)
+            goto out;
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(pods, i, p)
+    {
+        rc = kd_k8s_create(c->client, &KD_K8S_PODS, NULL, p, NULL, NULL, err);
+        if (rc == KD_EEXIST)
+            rc = 0;
+        if (rc != 0)
+            goto out;
+        json_array_append_new(*pods_status,
+                              json_pack("{s:s,s:s,s:s,s:i,s:i}", "name", kd_k8s_meta_str(p, "name"),
+                                        "node", ad->nodes[i], "phase", "Pending", "slots", ad->gpus,
+                                        "rankOffset", (int)i * (ad->gpus > 0 ? ad->gpus : 1)));
+    }
+    KD_INFO("trial pods created", "trial=%s pods=%d gpus_per_pod=%d run_id=%s",
+            kd_logq(kd_k8s_meta_str(trial, "name")), ad->nplace, ad->gpus, run_id);
+out:
+    json_decref(pods);
+    return rc;
+}
+
+static json_t *pods_status(json_t *pods)
+{
+    json_t *arr = json_array();
+    size_t i;
+    json_t *p;
+    json_array_foreach(pods, i, p)
+    {
+        json_t *e = json_pack("{s:s,s:s}", "name", kd_k8s_meta_str(p, "name"), "phase",
+                              kd_ctrl_str(p, "status", "phase", NULL) ?: "Pending");
+        const char *node = kd_ctrl_str(p, "spec", "nodeName", NULL);
+        if (node != NULL)
+            json_object_set_new(e, "node", json_string(node));
+        json_array_append_new(arr, e);
+    }
+    return arr;
+}
+
+int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
+{
+    struct kd_ctrl *c = ud;
+    int rc = 0;
+    json_t *trial = NULL, *exp = NULL, *pods = NULL, *cfg = NULL, *status = NULL, *pst = NULL;
+    char err[KD_ERRLEN] = "";
+    char ekey[600];
+    uint64_t seed;
+    if (!kd_ctrl_acting(c)) {
+        *requeue_after_ms = 2000;
+        goto out;
+    }
+    if (kd_k8s_cache_get(kd_k8s_informer_cache(c->trials), key, &trial) != 0) {
+        kd_ctrl_kick(c);
+        goto out;
+    }
+    if (kd_ctrl_str(trial, "metadata", "deletionTimestamp", NULL) != NULL)
+        goto out;
+    const char *tname = kd_k8s_meta_str(trial, "name");
+    snprintf(ekey, sizeof(ekey), "%s/%s", kd_k8s_meta_str(trial, "namespace"),
+             kd_ctrl_str(trial, "spec", "experiment", NULL) ?: "");
+    if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), ekey, &exp) != 0) {
+        *requeue_after_ms = 5000; /* the experiment is not in the cache (yet) */
+        goto out;
+    }
+    pods = pods_of(c, trial);
+    struct attempt a;
+    summarize(pods, &a);
+    enum kd_trial_state cur;
+    if (!kd_trial_state_parse(kd_ctrl_str(trial, "status", "state", NULL), &cur))
+        cur = KD_TRIAL_QUEUED;
+    const json_t *tstatus = json_object_get(trial, "status");
+
+    if (kd_trial_state_terminal(cur)) {
+        rc = delete_all(c, pods);
+        goto out;
+    }
+    const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
+    bool stop = json_is_true(json_object_get(json_object_get(exp, "spec"), "canceled")) ||
+                strcmp(estate, "STOPPING_CANCELED") == 0 || strcmp(estate, "STOPPING_ERROR") == 0 ||
+                strcmp(estate, "CANCELED") == 0 || strcmp(estate, "ERROR") == 0 ||
+                strcmp(estate, "COMPLETED") == 0 ||
+                kd_ctrl_str(exp, "metadata", "deletionTimestamp", NULL) != NULL;
+    bool paused = json_is_true(json_object_get(json_object_get(trial, "spec"), "paused")) ||
+                  json_is_true(json_object_get(json_object_get(exp, "spec"), "paused"));
+    if (stop || paused) {
+        if ((rc = delete_all(c, pods)) != 0)
+            goto out;
+        if (a.npods > 0) {
+            status = state_status(trial, stop ? KD_TRIAL_STOPPING_CANCELED : cur,
+                                  stop ? "stopping: the experiment was canceled"
+                                       : "pausing: deleting the trial's pods");
+            *requeue_after_ms = 1000;
+        } else {
+            status = state_status(trial, stop ? KD_TRIAL_CANCELED : KD_TRIAL_PAUSED,
+                                  stop ? "the experiment was canceled" : "paused");
+            json_object_set_new(status, "pods", json_array());
+        }
+        rc = set_status(c, trial, status, err);
+        kd_ctrl_kick(c);
+        goto out;
+    }
+    if ((rc = kd_ctrl_exp_config(c, exp, &cfg, &seed, err)) != 0)
+        goto out;
+    int max_restarts = (int)json_integer_value(json_object_get(cfg, "max_restarts"));
+    int restarts = (int)json_integer_value(json_object_get(tstatus, "restarts"));
+
+    /* Preempted by the scheduler: stop the attempt and queue the trial again. */
+    pthread_mutex_lock(&c->mu);
+    json_t *pre = json_incref(json_object_get(c->preempt, key));
+    json_object_del(c->preempt, key);
+    json_t *why = json_incref(json_object_get(c->reasons, key));
+    pthread_mutex_unlock(&c->mu);
+    if (pre != NULL && cur == KD_TRIAL_ACTIVE) {
+        status = state_status(trial, KD_TRIAL_QUEUED, json_string_value(pre));
+        kd_ctrl_set_condition(status, tstatus, "Preempted", true, "Preempted",
+                              json_string_value(pre), 0);
+        KD_INFO("trial preempted", "trial=%s reason=%s", kd_logq(key),
+                kd_logq(json_string_value(pre)));
+        json_decref(pre);
+        json_object_set_new(status, "pods", json_array());
+        if ((rc = set_status(c, trial, status, err)) == 0)
+            rc = delete_all(c, pods);
+        *requeue_after_ms = 1000;
+        json_decref(why);
+        goto out;
+    }
+    json_decref(pre);
+
+    if (cur == KD_TRIAL_PAUSED || cur == KD_TRIAL_STOPPING_CANCELED ||
+        cur == KD_TRIAL_STOPPING_KILLED || cur == KD_TRIAL_STOPPING_ERROR ||
+        cur == KD_TRIAL_STOPPING_COMPLETED)
+        cur = KD_TRIAL_QUEUED; /* resumed (or a stop that no longer applies) */
+
+    if (cur == KD_TRIAL_QUEUED) {
+        struct kd_ctrl_admit ad;
+        if (a.npods > 0 && (a.failed > 0 || a.succeeded > 0 || a.deleting > 0)) {
+            /* Leftovers of an earlier attempt: remove them before a new one starts. */
+            rc = delete_all(c, pods);
+            *requeue_after_ms = 1000;
+        } else if (a.npods > 0) {
+            /* Pods of an attempt whose status write was lost: adopt them. */
+            status = state_status(trial, KD_TRIAL_ACTIVE, "running");
+            json_object_set_new(status, "pods", pods_status(pods));
+            rc = set_status(c, trial, status, err);
+        } else if (kd_ctrl_admission(c, key, &ad)) {
+            char run_id[64];
+            new_run_id(tname, run_id, sizeof(run_id));
+            if ((rc = start_attempt(c, trial, cfg, &ad, run_id, &pst, err)) != 0) {
+                status = state_status(trial, KD_TRIAL_QUEUED, err);
+                (void)set_status(c, trial, status, NULL);
+                if (rc == KD_EINVALID) {
+                    json_decref(status);
+                    status = state_status(trial, KD_TRIAL_ERROR, err);
+                    rc = set_status(c, trial, status, err);
+                }
+                json_decref(why);
+                goto out;
+            }
+            status = state_status(trial, KD_TRIAL_ACTIVE, "pods created");
+            json_object_set_new(status, "pods", pst);
+            pst = NULL;
+            char ts[40];
+            if (kd_ctrl_str(trial, "status", "startTime", NULL) == NULL)
+                json_object_set_new(status, "startTime",
+                                    json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
+            kd_ctrl_set_condition(status, tstatus, "Scheduled", true, "Admitted",
+                                  "admitted by the kdet scheduler", 0);
+            rc = set_status(c, trial, status, err);
+        } else {
+            const char *reason = json_string_value(json_object_get(why, "reason"));
+            const char *decision = json_string_value(json_object_get(why, "decision"));
+            bool never = decision != NULL && strcmp(decision, "never") == 0;
+            status = state_status(trial, KD_TRIAL_QUEUED,
+                                  reason != NULL ? reason : "waiting for the scheduler");
+            if (reason != NULL)
+                kd_ctrl_set_condition(status, tstatus, "Scheduled", false,
+                                      never ? "Unschedulable" : "Waiting", reason, 0);
+            rc = set_status(c, trial, status, err);
+            kd_ctrl_kick(c);
+        }
+        json_decref(why);
+        goto out;
+    }
+    json_decref(why);
+
+    /* ACTIVE: follow the attempt. */
+    if (a.failed > 0) {
+        if (kd_trial_on_failure(restarts, max_restarts) == KD_TRIAL_RESTART) {
+            char msg[700];
+            snprintf(msg, sizeof(msg), "%s; restart %d of max_restarts=%d", a.failure, restarts + 1,
+                     max_restarts);
+            status = state_status(trial, KD_TRIAL_QUEUED, msg);
+            json_object_set_new(status, "restarts", json_integer(restarts + 1));
+            json_object_set_new(status, "pods", json_array());
+            KD_WARN("trial attempt failed", "trial=%s restarts=%d max_restarts=%d detail=%s",
+                    kd_logq(key), restarts + 1, max_restarts, kd_logq(a.failure));
+            if ((rc = set_status(c, trial, status, err)) == 0)
+                rc = delete_all(c, pods);
+            *requeue_after_ms = kd_trial_restart_backoff_ms(restarts);
+        } else {
+            char msg[700];
+            snprintf(msg, sizeof(msg), "%s; max_restarts=%d used up", a.failure, max_restarts);
+            status = state_status(trial, KD_TRIAL_ERROR, msg);
+            KD_WARN("trial failed", "trial=%s detail=%s", kd_logq(key), kd_logq(msg));
+            if ((rc = set_status(c, trial, status, err)) == 0)
+                rc = delete_all(c, pods);
+        }
+        kd_ctrl_kick(c);
+        goto out;
+    }
+    json_int_t target =
+        json_integer_value(json_object_get(json_object_get(trial, "spec"), "validateAfter"));
+    bool closed = json_is_true(json_object_get(json_object_get(trial, "spec"), "closed"));
+    json_int_t reached = json_integer_value(
+        json_object_get(json_object_get(tstatus, "latestValidation"), "batches"));
+    if (a.npods > 0 && a.succeeded == a.npods) {
+        if (reached < a.target) {
+            /* Interim until metrics flow: exit 0 means the attempt reached the target it was
+             * started for; it is recorded with no metric value. */
+            status = state_status(trial, KD_TRIAL_ACTIVE,
+                                  "reached the searcher's target; waiting for its next operation");
+            json_object_set_new(status, "latestValidation",
+                                json_pack("{s:s,s:I}", "metric",
+                                          kd_ctrl_str(cfg, "searcher", "metric", NULL) ?: "",
+                                          "batches", a.target));
+            json_object_set_new(status, "pods", pods_status(pods));
+            rc = set_status(c, trial, status, err);
+            *requeue_after_ms = 1000;
+            goto out;
+        }
+    }
+    if (a.running == 0 && target > 0 && reached >= target &&
+        (a.npods == 0 || a.succeeded == a.npods)) {
+        if (closed) {
+            status = state_status(trial, KD_TRIAL_COMPLETED, "completed");
+            json_object_set_new(status, "pods", json_array());
+            if ((rc = set_status(c, trial, status, err)) == 0)
+                rc = delete_all(c, pods);
+            KD_INFO("trial completed", "trial=%s", kd_logq(key));
+            kd_ctrl_kick(c);
+        } else {
+            *requeue_after_ms = c->o.resync_ms; /* waiting for the searcher's next operation */
+        }
+        goto out;
+    }
+    if (a.npods > 0 && a.succeeded == a.npods) {
+        /* The searcher asked for more training: a new attempt continues the trial. */
+        status = state_status(trial, KD_TRIAL_QUEUED, "more training asked by the searcher");
+        json_object_set_new(status, "pods", json_array());
+        if ((rc = set_status(c, trial, status, err)) == 0)
+            rc = delete_all(c, pods);
+        kd_ctrl_kick(c);
+        goto out;
+    }
+    if (a.npods == 0) {
+        /* Pods just created may not be in the cache yet: ask the API server. */
+        char sel[320];
+        json_t *list = NULL;
+        snprintf(sel, sizeof(sel), "%s=%s", KD_POD_LABEL_TRIAL, tname);
+        struct kd_k8s_query q = {.label_selector = sel};
+        if ((rc = kd_k8s_list(c->client, &KD_K8S_PODS, kd_k8s_meta_str(trial, "namespace"), &q,
+                              &list, NULL, err)) != 0)
+            goto out;
+        size_t n = json_array_size(json_object_get(list, "items"));
+        json_decref(list);
+        if (n > 0) {
+            *requeue_after_ms = 500;
+            goto out;
+        }
+        status = state_status(trial, KD_TRIAL_QUEUED, "the trial's pods disappeared; queued again");
+        json_object_set_new(status, "pods", json_array());
+        rc = set_status(c, trial, status, err);
+        kd_ctrl_kick(c);
+        goto out;
+    }
+    status = state_status(trial, KD_TRIAL_ACTIVE, "running");
+    json_object_set_new(status, "pods", pods_status(pods));
+    rc = set_status(c, trial, status, err);
+out:
+    if (rc != 0 && rc != KD_ECONFLICT)
+        KD_WARN("trial reconcile failed", "trial=%s err=%s detail=%s", kd_logq(key),
+                kd_err_name(rc), kd_logq(err));
+    json_decref(trial);
+    json_decref(exp);
+    json_decref(pods);
+    json_decref(cfg);
+    json_decref(status);
+    json_decref(pst);
+    return rc;
+}
