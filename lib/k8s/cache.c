@@ -2,6 +2,12 @@
  * The informer cache (see informer.h): objects by key in a uthash table,
  * plus one secondary table whose entries ("n:NS", "o:UID", "l:KEY=VALUE")
  * each hold a pointer set of the objects they index. One rwlock guards it.
+ *
+ * Objects are kept as compact JSON text, not as jansson trees: a tree
+ * takes about 8 times the memory of its text (7.7 KB against 0.9 KB for a
+ * typical Trial), which would put a controller caching 10,000 trials near
+ * 80 MiB. Getters decode a private copy (a few microseconds per object),
+ * which also means callers may change what they get.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -29,7 +35,10 @@ struct ixval {
 
 struct entry {
     char *key;
-    json_t *obj;
+    char *json; /* compact JSON text of the object */
+    size_t len;
+    char *rv;  /* metadata.resourceVersion ("" when absent) */
+    char *uid; /* metadata.uid ("" when absent) */
     char **ix; /* index keys this entry is in */
     size_t nix;
     UT_hash_handle hh;
@@ -94,9 +103,9 @@ static void ix_remove_all(struct kd_k8s_cache *c, struct entry *e)
     e->nix = 0;
 }
 
-static void ix_build(struct kd_k8s_cache *c, struct entry *e)
+static void ix_build(struct kd_k8s_cache *c, struct entry *e, const json_t *obj)
 {
-    json_t *meta = json_object_get(e->obj, "metadata");
+    json_t *meta = json_object_get(obj, "metadata");
     const char *ns = json_string_value(json_object_get(meta, "namespace"));
     json_t *owners = json_object_get(meta, "ownerReferences");
     json_t *labels = json_object_get(meta, "labels");
@@ -119,9 +128,20 @@ static void ix_build(struct kd_k8s_cache *c, struct entry *e)
 
 static void entry_free(struct entry *e)
 {
-    json_decref(e->obj);
+    free(e->json);
+    free(e->rv);
+    free(e->uid);
     free(e->key);
     free(e);
+}
+
+/* A private copy of the entry's object. The text was written by jansson, so it parses. */
+static json_t *decode(const struct entry *e)
+{
+    json_t *o = json_loadb(e->json, e->len, 0, NULL);
+    if (o == NULL)
+        kd_oom(e->len);
+    return o;
 }
 
 void kd_k8s_cache_free(struct kd_k8s_cache *c)
@@ -146,7 +166,7 @@ int kd_k8s_cache_get(struct kd_k8s_cache *c, const char *key, json_t **obj)
     pthread_rwlock_rdlock(&c->lock);
     HASH_FIND_STR(c->entries, key, e);
     if (e != NULL)
-        *obj = json_incref(e->obj);
+        *obj = decode(e);
     else
         rc = KD_ENOTFOUND;
     pthread_rwlock_unlock(&c->lock);
@@ -171,7 +191,7 @@ static json_t *by_index(struct kd_k8s_cache *c, const char *ixkey)
     if (v != NULL) {
         HASH_ITER(hh, v->refs, r, tmp)
         {
-            json_array_append(arr, r->e->obj);
+            json_array_append_new(arr, decode(r->e));
         }
     }
     pthread_rwlock_unlock(&c->lock);
@@ -191,7 +211,7 @@ json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns)
     pthread_rwlock_rdlock(&c->lock);
     HASH_ITER(hh, c->entries, e, tmp)
     {
-        json_array_append(arr, e->obj);
+        json_array_append_new(arr, decode(e));
     }
     pthread_rwlock_unlock(&c->lock);
     return arr;
@@ -213,23 +233,49 @@ json_t *kd_k8s_cache_by_label(struct kd_k8s_cache *c, const char *key, const cha
     return arr;
 }
 
-/* Insert or replace with the write lock held; returns the old object (ownership moves). */
-static json_t *put_locked(struct kd_k8s_cache *c, const char *key, json_t *obj)
+/* The text and versions of obj, computed before taking the lock. */
+struct enc {
+    char *json;
+    size_t len;
+    char *rv, *uid;
+};
+
+static void encode(const json_t *obj, struct enc *x)
+{
+    const char *rv = kd_k8s_meta_str(obj, "resourceVersion");
+    const char *uid = kd_k8s_meta_str(obj, "uid");
+    x->json = json_dumps(obj, JSON_COMPACT);
+    if (x->json == NULL)
+        kd_oom(0);
+    x->len = strlen(x->json);
+    x->rv = kd_xstrdup(rv != NULL ? rv : "");
+    x->uid = kd_xstrdup(uid != NULL ? uid : "");
+}
+
+/* Insert or replace with the write lock held (x is consumed); returns the old object decoded. */
+static json_t *put_locked(struct kd_k8s_cache *c, const char *key, const json_t *obj, struct enc *x)
 {
     struct entry *e = NULL;
     json_t *old = NULL;
     HASH_FIND_STR(c->entries, key, e);
     if (e != NULL) {
         ix_remove_all(c, e);
-        old = e->obj;
+        old = decode(e);
+        free(e->json);
+        free(e->rv);
+        free(e->uid);
     } else {
         e = kd_xcalloc(1, sizeof(*e));
         e->key = kd_xstrdup(key);
         HASH_ADD_KEYPTR(hh, c->entries, e->key, strlen(e->key), e);
         c->n++;
     }
-    e->obj = json_incref(obj);
-    ix_build(c, e);
+    e->json = x->json;
+    e->len = x->len;
+    e->rv = x->rv;
+    e->uid = x->uid;
+    memset(x, 0, sizeof(*x));
+    ix_build(c, e, obj);
     return old;
 }
 
@@ -241,7 +287,7 @@ static json_t *delete_locked(struct kd_k8s_cache *c, const char *key)
     if (e != NULL) {
         HASH_DEL(c->entries, e);
         ix_remove_all(c, e);
-        old = json_incref(e->obj);
+        old = decode(e);
         entry_free(e);
         c->n--;
     }
@@ -251,12 +297,14 @@ static json_t *delete_locked(struct kd_k8s_cache *c, const char *key)
 int kd_k8s_cache_put(struct kd_k8s_cache *c, json_t *obj, json_t **old)
 {
     char key[KEY_MAX];
+    struct enc x;
     json_t *prev;
     int rc = kd_k8s_obj_key(obj, key, sizeof(key));
     if (rc < 0)
         return KD_EINVAL;
+    encode(obj, &x);
     pthread_rwlock_wrlock(&c->lock);
-    prev = put_locked(c, key, obj);
+    prev = put_locked(c, key, obj, &x);
     pthread_rwlock_unlock(&c->lock);
     if (old != NULL)
         *old = prev;
@@ -280,17 +328,12 @@ int kd_k8s_cache_delete(struct kd_k8s_cache *c, const char *key, json_t **old)
     return 0;
 }
 
-static int same_version(const json_t *a, const json_t *b)
+static int same_version(const struct entry *e, const json_t *obj)
 {
-    const char *ra = kd_k8s_meta_str(a, "resourceVersion");
-    const char *rb = kd_k8s_meta_str(b, "resourceVersion");
-    const char *ua = kd_k8s_meta_str(a, "uid");
-    const char *ub = kd_k8s_meta_str(b, "uid");
-    if (ra == NULL || rb == NULL || strcmp(ra, rb) != 0)
-        return 0;
-    if ((ua == NULL) != (ub == NULL) || (ua != NULL && strcmp(ua, ub) != 0))
-        return 0;
-    return 1;
+    const char *rv = kd_k8s_meta_str(obj, "resourceVersion");
+    const char *uid = kd_k8s_meta_str(obj, "uid");
+    return rv != NULL && e->rv[0] != '\0' && strcmp(e->rv, rv) == 0 &&
+           strcmp(e->uid, uid != NULL ? uid : "") == 0;
 }
 
 int kd_k8s_cache_replace(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff_fn fn, void *ud)
@@ -326,9 +369,11 @@ int kd_k8s_cache_replace(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff_fn f
             HASH_ADD_KEYPTR(hh, seen, s->key, strlen(s->key), s);
         }
         HASH_FIND_STR(c->entries, key, cur);
-        if (cur != NULL && same_version(cur->obj, item))
+        if (cur != NULL && same_version(cur, item))
             continue;
-        json_t *old = put_locked(c, key, item);
+        struct enc x;
+        encode(item, &x); /* under the lock: a relist is one writer's batch anyway */
+        json_t *old = put_locked(c, key, item, &x);
         json_array_append_new(changes, json_pack("[i,o,O]", old ? KD_K8S_MODIFIED : KD_K8S_ADDED,
                                                  old ? old : json_null(), item));
     }

@@ -21,16 +21,17 @@
 
 /**
  * A thread-safe store of objects by "namespace/name" (or "name" for
- * cluster-scoped ones), indexed by namespace, owner uid and label. Stored
- * objects are shared and must be treated as read-only: every getter returns
- * a new reference (json_decref it), never a copy.
+ * cluster-scoped ones), indexed by namespace, owner uid and label. Objects
+ * are stored as compact JSON text (about a ninth of a jansson tree's
+ * memory); every getter decodes a private copy that the caller owns
+ * (json_decref it) and may change.
  */
 struct kd_k8s_cache;
 
 struct kd_k8s_cache *kd_k8s_cache_new(void);
 void kd_k8s_cache_free(struct kd_k8s_cache *c);
 
-/** The object under key, new reference, or KD_ENOTFOUND. */
+/** A copy of the object under key, or KD_ENOTFOUND. */
 int kd_k8s_cache_get(struct kd_k8s_cache *c, const char *key, json_t **obj) KD_WUR;
 
 /** Number of objects. */
@@ -46,13 +47,13 @@ json_t *kd_k8s_cache_by_owner(struct kd_k8s_cache *c, const char *uid);
 json_t *kd_k8s_cache_by_label(struct kd_k8s_cache *c, const char *key, const char *value);
 
 /**
- * Insert or replace obj (a reference is taken) under its key; *old (if not
- * NULL) gets the previous object (new reference) or NULL. 0 or KD_EINVAL
- * when obj has no metadata.name.
+ * Insert or replace obj (encoded; no reference is kept) under its key;
+ * *old (if not NULL) gets a copy of the previous object, or NULL. 0 or
+ * KD_EINVAL when obj has no metadata.name.
  */
 int kd_k8s_cache_put(struct kd_k8s_cache *c, json_t *obj, json_t **old) KD_WUR;
 
-/** Remove key; *old (if not NULL) gets the removed object. 0 or KD_ENOTFOUND. */
+/** Remove key; *old (if not NULL) gets a copy of the removed object. 0 or KD_ENOTFOUND. */
 int kd_k8s_cache_delete(struct kd_k8s_cache *c, const char *key, json_t **old) KD_WUR;
 
 /**
