@@ -1892,7 +1892,7 @@ out:
  */
 
 /* One pass (lock held): dependents of deleted owners, foreground/orphan finalizers, namespaces. */
-static void gc_pass(struct kd_api *api)
+static size_t gc_pass(struct kd_api *api)
 {
     const char **grs = NULL;
     size_t ng = kd_store_kinds(api->st, &grs);
@@ -2083,17 +2083,26 @@ static void gc_pass(struct kd_api *api)
         }
         /* grs may now point at freed tables only if a kind emptied; refresh next pass. */
     }
+    size_t pending = json_array_size(work);
     json_decref(work);
     json_decref(uids);
     free(grs);
+    return pending;
 }
 
 static void *gc_main(void *p)
 {
     struct kd_api *api = p;
+    uint64_t seen = UINT64_MAX;
+    size_t pending = 0;
     while (!atomic_load(&api->stop)) {
         kd_store_lock(api->st);
-        gc_pass(api);
+        /* A full pass only when something it acts on changed, or work is left over. */
+        uint64_t hint = kd_store_gc_hint(api->st);
+        if (hint != seen || pending > 0) {
+            seen = hint;
+            pending = gc_pass(api);
+        }
         kd_store_unlock(api->st);
         kd_sleep_ms(api->gc_ms);
     }

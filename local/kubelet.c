@@ -32,7 +32,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "quantity.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "store.h"
 
 #define MAX_GPUS 64

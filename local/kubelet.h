@@ -1,6 +1,6 @@
 /*
  * kdet-local's process kubelet: registers one Node for this machine, keeps
- * its Lease fresh, schedules pending pods onto it (sched.h), and runs each
+ * its Lease fresh, schedules pending pods onto it (scheduler.h), and runs each
  * container's command as a local process group (the image is ignored),
  * writing pod status the way the real kubelet does.
  */

@@ -250,8 +250,10 @@ int main(int argc, char **argv)
             goto out;
         kd_log_add_secret(token);
     }
-    struct kd_store_opts so = {
-        .data_dir = data_dir, .ring_events = (size_t)history, .compact_min_bytes = (size_t)compact};
+    struct kd_store_opts so = {.background_compaction = true,
+                               .data_dir = data_dir,
+                               .ring_events = (size_t)history,
+                               .compact_min_bytes = (size_t)compact};
     int64_t t0 = kd_mono_ms();
     rc = kd_store_open(&so, &st, err);
     if (rc != 0)

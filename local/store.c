@@ -18,6 +18,7 @@
 #include <uthash.h>
 
 #include "core/alloc.h"
+#include "core/buf.h"
 #include "core/log.h"
 
 #define DEFAULT_RING 20000u
@@ -50,6 +51,15 @@ struct kd_store {
     uint64_t jbytes;
     uint64_t snapshot_bytes;
     size_t compact_min;
+    uint64_t gc_hint;
+    /* Background compaction: the snapshot is written without the lock while
+     * new records also go to `tail`, which is appended under the lock. */
+    bool background;
+    bool compacting, compact_wanted, closing;
+    struct kd_buf tail;
+    pthread_cond_t ccv;
+    pthread_t compactor;
+    bool compactor_started;
 };
 
 static char *make_key(const char *ns, const char *name)
@@ -146,6 +156,11 @@ static int journal_write(struct kd_store *st, char *line)
     rc = write_all(st->jfd, line, n);
     if (rc == 0 && fdatasync(st->jfd) < 0)
         rc = -errno;
+    if (rc == 0 && st->compacting && kd_buf_append(&st->tail, line, n) != 0) {
+        KD_WARN("journal compaction tail overflow; the compaction will be dropped", "bytes=%zu",
+                st->tail.len);
+        st->compacting = false;
+    }
     if (rc == 0)
         st->jbytes += n;
     else
@@ -241,10 +256,133 @@ out:
     return rc;
 }
 
+struct snap_item {
+    char *gr, *ns, *name;
+    uint64_t rv;
+    json_t *obj;
+};
+
+/* The compactor thread: snapshot under the lock (references only), write without it. */
+static void *compactor_main(void *arg)
+{
+    struct kd_store *st = arg;
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        while (!st->compact_wanted && !st->closing)
+            pthread_cond_wait(&st->ccv, &st->mu);
+        if (st->closing)
+            break;
+        st->compact_wanted = false;
+        size_t n = 0, cap = 64;
+        struct snap_item *items = kd_xcalloc(cap, sizeof(*items));
+        struct table *t, *ttmp;
+        HASH_ITER(hh, st->tables, t, ttmp)
+        {
+            struct entry *e, *etmp;
+            HASH_ITER(hh, t->objs, e, etmp)
+            {
+                if (n == cap) {
+                    cap *= 2;
+                    items = kd_xrealloc(items, cap * sizeof(*items));
+                }
+                const char *slash = strchr(e->key, '/');
+                const char *rvs = json_string_value(
+                    json_object_get(json_object_get(e->obj, "metadata"), "resourceVersion"));
+                items[n].gr = kd_xstrdup(t->gr);
+                items[n].ns = kd_xstrndup(e->key, (size_t)(slash - e->key));
+                items[n].name = kd_xstrdup(slash + 1);
+                items[n].rv = rvs != NULL ? strtoull(rvs, NULL, 10) : 0;
+                items[n].obj = json_incref(e->obj);
+                n++;
+            }
+        }
+        uint64_t head_rv = st->rv;
+        uint64_t before = st->jbytes;
+        kd_buf_init(&st->tail, 1u << 30);
+        st->compacting = true;
+        char *tmp = kd_xasprintf("%s/journal.tmp", st->dir);
+        pthread_mutex_unlock(&st->mu);
+
+        int rc = 0;
+        uint64_t bytes = 0;
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+            rc = -errno;
+        char *line = record('h', head_rv, "", "", "", NULL);
+        if (rc == 0)
+            rc = write_all(fd, line, strlen(line));
+        bytes += strlen(line);
+        free(line);
+        for (size_t i = 0; i < n; i++) {
+            if (rc == 0) {
+                line =
+                    record('s', items[i].rv, items[i].gr, items[i].ns, items[i].name, items[i].obj);
+                rc = write_all(fd, line, strlen(line));
+                bytes += strlen(line);
+                free(line);
+            }
+            free(items[i].gr);
+            free(items[i].ns);
+            free(items[i].name);
+            json_decref(items[i].obj);
+        }
+        free(items);
+        if (rc == 0 && fsync(fd) < 0)
+            rc = -errno;
+
+        pthread_mutex_lock(&st->mu);
+        if (rc == 0 && !st->compacting)
+            rc = KD_ETOOBIG;
+        if (rc == 0 && st->tail.len > 0) {
+            rc = write_all(fd, st->tail.data, st->tail.len);
+            if (rc == 0 && fdatasync(fd) < 0)
+                rc = -errno;
+        }
+        if (fd >= 0 && close(fd) < 0 && rc == 0)
+            rc = -errno;
+        if (rc == 0 && rename(tmp, st->journal_path) < 0)
+            rc = -errno;
+        if (rc == 0)
+            rc = fsync_dir(st->dir);
+        if (rc == 0) {
+            int nfd = open(st->journal_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+            if (nfd < 0) {
+                rc = -errno;
+            } else {
+                close(st->jfd);
+                st->jfd = nfd;
+                st->jbytes = bytes + st->tail.len;
+                st->snapshot_bytes = bytes;
+            }
+        }
+        if (rc != 0) {
+            unlink(tmp);
+            KD_WARN("journal compaction failed; will retry", "err=%s", kd_logq(kd_strerror(rc)));
+            /* Back off: wait for as many new bytes again before the next try. */
+            st->snapshot_bytes = st->jbytes;
+        } else {
+            KD_INFO("journal compacted", "bytes_before=%llu bytes_after=%llu objects=%zu",
+                    (unsigned long long)before, (unsigned long long)st->jbytes, n);
+        }
+        st->compacting = false;
+        kd_buf_free(&st->tail);
+        free(tmp);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
 static void maybe_compact(struct kd_store *st)
 {
     if (st->jfd < 0 || st->jbytes < st->compact_min || st->jbytes < 2 * st->snapshot_bytes)
         return;
+    if (st->background) {
+        if (!st->compacting && !st->compact_wanted) {
+            st->compact_wanted = true;
+            pthread_cond_signal(&st->ccv);
+        }
+        return;
+    }
     int rc = kd_store_compact(st);
     if (rc != 0)
         KD_WARN("journal compaction failed; will retry", "err=%s", kd_logq(kd_strerror(rc)));
@@ -359,6 +497,7 @@ int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&st->cv, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_cond_init(&st->ccv, NULL);
     st->ring_cap = opts != NULL && opts->ring_events > 0 ? opts->ring_events : DEFAULT_RING;
     st->ring = kd_xcalloc(st->ring_cap, sizeof(*st->ring));
     st->compact_min =
@@ -385,6 +524,14 @@ int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char 
     /* Replayed history is served to watches that resume from a resourceVersion. */
     if (st->ring_len == 0)
         st->floor_rv = st->rv;
+    if (st->dir != NULL && opts->background_compaction) {
+        st->background = true;
+        if (pthread_create(&st->compactor, NULL, compactor_main, st) != 0) {
+            rc = kd_seterr(err, KD_EINTERNAL, "cannot start the journal compactor thread");
+            goto out;
+        }
+        st->compactor_started = true;
+    }
     *out = st;
     st = NULL;
 out:
@@ -396,6 +543,15 @@ void kd_store_close(struct kd_store *st)
 {
     if (st == NULL)
         return;
+    if (st->compactor_started) {
+        pthread_mutex_lock(&st->mu);
+        st->closing = true;
+        pthread_cond_signal(&st->ccv);
+        pthread_mutex_unlock(&st->mu);
+        pthread_join(st->compactor, NULL);
+    }
+    kd_buf_free(&st->tail);
+    pthread_cond_destroy(&st->ccv);
     struct table *t, *ttmp;
     HASH_ITER(hh, st->tables, t, ttmp)
     {
@@ -440,6 +596,11 @@ void kd_store_unlock(struct kd_store *st)
 uint64_t kd_store_rv(const struct kd_store *st)
 {
     return st->rv;
+}
+
+uint64_t kd_store_gc_hint(const struct kd_store *st)
+{
+    return st->gc_hint;
 }
 
 uint64_t kd_store_journal_bytes(const struct kd_store *st)
@@ -492,6 +653,10 @@ int kd_store_put(struct kd_store *st, const char *gr, const char *ns, const char
     e->obj = obj;
     if (stored != NULL)
         *stored = obj;
+    const json_t *md = json_object_get(obj, "metadata");
+    if (json_object_get(md, "deletionTimestamp") != NULL ||
+        json_object_get(md, "ownerReferences") != NULL)
+        st->gc_hint++;
     pthread_cond_broadcast(&st->cv);
     maybe_compact(st);
 out:
@@ -520,6 +685,7 @@ int kd_store_delete(struct kd_store *st, const char *gr, const char *ns, const c
         goto out;
     st->rv = rv;
     ring_push(st, rv, gr, KD_EV_DELETED, last, e->obj);
+    st->gc_hint++;
     HASH_DEL(t->objs, e);
     json_decref(e->obj);
     free(e->key);

@@ -26,9 +26,10 @@ struct kd_event {
 };
 
 struct kd_store_opts {
-    const char *data_dir;     /* NULL keeps everything in memory only */
-    size_t ring_events;       /* watch history kept; 0 means 20000 */
-    size_t compact_min_bytes; /* journal size that allows compaction; 0 means 8 MiB */
+    bool background_compaction; /* compact on a thread, writing without the lock */
+    const char *data_dir;       /* NULL keeps everything in memory only */
+    size_t ring_events;         /* watch history kept; 0 means 20000 */
+    size_t compact_min_bytes;   /* journal size that allows compaction; 0 means 8 MiB */
 };
 
 struct kd_store;
@@ -97,6 +98,13 @@ void kd_store_wait(struct kd_store *st, int ms);
 
 /** Wake every waiter (used at shutdown). */
 void kd_store_broadcast(struct kd_store *st);
+
+/**
+ * A counter that grows whenever something the garbage collector acts on
+ * changes: a delete, or a write of an object with deletionTimestamp or
+ * ownerReferences.
+ */
+uint64_t kd_store_gc_hint(const struct kd_store *st);
 
 /** Journal bytes written since the last compaction (for tests and metrics). */
 uint64_t kd_store_journal_bytes(const struct kd_store *st);

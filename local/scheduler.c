@@ -3,7 +3,7 @@
  * pods and nvidia.com/gpu, nodeSelector, and priority order, with the real
  * scheduler's Unschedulable messages ("0/1 nodes are available: ...").
  */
-#include "sched.h"
+#include "scheduler.h"
 
 #include <stdio.h>
 #include <stdlib.h>
