@@ -166,19 +166,6 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o, int *log_le
     return rc;
 }
 
-bool kd_ctrl_acting(struct kd_ctrl *c)
-{
-    return c->leader == NULL ? !c->o.leader_elect : kd_k8s_leader_is_leader(c->leader);
-}
-
-void kd_ctrl_kick(struct kd_ctrl *c)
-{
-    pthread_mutex_lock(&c->mu);
-    c->kicked = true;
-    pthread_cond_signal(&c->kick);
-    pthread_mutex_unlock(&c->mu);
-}
-
 static void kick_add(json_t *obj, void *ud)
 {
     (void)obj;

@@ -88,6 +88,19 @@ static double exp_position(struct kd_ctrl *c, const json_t *exp, int depth)
     return pos;
 }
 
+bool kd_ctrl_acting(struct kd_ctrl *c)
+{
+    return c->leader == NULL ? !c->o.leader_elect : kd_k8s_leader_is_leader(c->leader);
+}
+
+void kd_ctrl_kick(struct kd_ctrl *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->kicked = true;
+    pthread_cond_signal(&c->kick);
+    pthread_mutex_unlock(&c->mu);
+}
+
 bool kd_ctrl_admission(struct kd_ctrl *c, const char *key, struct kd_ctrl_admit *out)
 {
     bool found = false;

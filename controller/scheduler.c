@@ -218,37 +218,54 @@ static bool under_cap(struct kd_sched_trial *t, struct kd_sched_trial *trials, s
  * marks the victims PREEMPT, reserves w's placement in avail[] and returns
  * true; otherwise changes nothing.
  */
+static bool victim_ok(const struct kd_sched_trial *v, const struct kd_sched_trial *w)
+{
+    return v->decision == KD_SCHED_KEEP && !v->stopping && v->priority > w->priority &&
+           strcmp(v->pool, w->pool) == 0;
+}
+
 static bool preempt_for(struct kd_sched_trial *w, const struct kd_sched_node *nodes, size_t nnodes,
                         int *avail, struct kd_sched_trial **victims, size_t nv)
 {
     bool ok = false;
-    int *trial_free = kd_xmalloc(nnodes * sizeof(int) + 1);
-    memcpy(trial_free, avail, nnodes * sizeof(int));
-    size_t used = 0;
+    int *soon = kd_xmalloc(nnodes * sizeof(int) + 1);
+    int *copy = kd_xmalloc(nnodes * sizeof(int) + 1);
+    size_t used = 0, k;
     char why[KD_SCHED_REASONLEN];
-    for (size_t k = 0; k < nv && !ok; k++) {
+    memcpy(soon, avail, nnodes * sizeof(int));
+    /* Trials already stopping free their GPUs anyway. */
+    for (k = 0; k < nv; k++) {
+        if (victims[k]->decision == KD_SCHED_KEEP && victims[k]->stopping)
+            for (int p = 0; p < victims[k]->nplace; p++)
+                soon[victims[k]->place[p].node] += victims[k]->place[p].gpus;
+    }
+    memcpy(copy, soon, nnodes * sizeof(int));
+    if (place(w, nodes, nnodes, copy, why, sizeof(why)) == FIT_OK) {
+        snprintf(w->reason, sizeof(w->reason), "waiting for stopping trials to free their GPUs");
+        w->nplace = 0;
+        memcpy(avail, copy, nnodes * sizeof(int));
+        ok = true;
+        goto out;
+    }
+    for (k = 0; k < nv && !ok; k++) {
         struct kd_sched_trial *v = victims[k];
-        if (v->decision != KD_SCHED_KEEP || v->stopping || v->priority <= w->priority ||
-            strcmp(v->pool, w->pool) != 0)
+        if (!victim_ok(v, w))
             continue;
         for (int p = 0; p < v->nplace; p++)
-            trial_free[v->place[p].node] += v->place[p].gpus;
+            soon[v->place[p].node] += v->place[p].gpus;
         used = k + 1;
-        int *copy = kd_xmalloc(nnodes * sizeof(int) + 1);
-        memcpy(copy, trial_free, nnodes * sizeof(int));
+        memcpy(copy, soon, nnodes * sizeof(int));
         if (place(w, nodes, nnodes, copy, why, sizeof(why)) == FIT_OK) {
             ok = true;
             memcpy(avail, copy, nnodes * sizeof(int));
         }
-        free(copy);
     }
     if (ok) {
         /* Mark exactly the eligible victims up to the one that made it fit. */
         int n = 0;
-        for (size_t k = 0; k < used; k++) {
+        for (k = 0; k < used; k++) {
             struct kd_sched_trial *v = victims[k];
-            if (v->decision != KD_SCHED_KEEP || v->stopping || v->priority <= w->priority ||
-                strcmp(v->pool, w->pool) != 0)
+            if (!victim_ok(v, w))
                 continue;
             v->decision = KD_SCHED_PREEMPT;
             snprintf(v->reason, sizeof(v->reason), "preempted by %s (priority %d < %d)", w->key,
@@ -258,7 +275,9 @@ static bool preempt_for(struct kd_sched_trial *w, const struct kd_sched_node *no
         snprintf(w->reason, sizeof(w->reason), "waiting for %d preempted trial(s) to stop", n);
         w->nplace = 0;
     }
-    free(trial_free);
+out:
+    free(soon);
+    free(copy);
     return ok;
 }
 

@@ -1,0 +1,136 @@
+/*
+ * Golden-file tests of trial pod generation: each
+ * tests/data/controller/pods/NAME.input.json (trial, config, placement) must
+ * give exactly NAME.pods.json. KD_UPDATE_GOLDEN=1 rewrites the golden files
+ * (review the diff before committing). Also the errors for bad pod_specs and
+ * entrypoints, and the priority-class mapping.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config/config.h"
+#include "podspec.h"
+
+#define DIR "tests/data/controller/pods/"
+
+static void golden(const char *name)
+{
+    char path[512], err[KD_ERRLEN] = "";
+    json_error_t je;
+    snprintf(path, sizeof(path), DIR "%s.input.json", name);
+    json_t *in = json_load_file(path, 0, &je);
+    if (in == NULL)
+        fail_msg("%s:%d: %s", path, je.line, je.text);
+    json_t *cfg = json_deep_copy(json_object_get(in, "config"));
+    if (kd_config_check(cfg, err) != 0)
+        fail_msg("%s: config: %s", name, err);
+    assert_int_equal(kd_config_apply_defaults(cfg, err), 0);
+    const char *nodes[8] = {0};
+    json_t *jn = json_object_get(in, "nodes");
+    for (size_t i = 0; i < json_array_size(jn) && i < 8; i++)
+        nodes[i] = json_string_value(json_array_get(jn, i));
+    struct kd_pod_opts o = {.image = "kdet/trial:test",
+                            .controller_url = "http://kdet-controller.kdet:8080",
+                            .priority_classes = true};
+    json_t *pods = NULL;
+    int rc = kd_pod_build(
+        json_object_get(in, "trial"), cfg, json_string_value(json_object_get(in, "run_id")),
+        json_is_array(jn) ? nodes : NULL, (int)json_integer_value(json_object_get(in, "gpus")),
+        (int)json_integer_value(json_object_get(in, "npods")), &o, &pods, err);
+    if (rc != 0)
+        fail_msg("%s: kd_pod_build: %s (%s)", name, kd_err_name(rc), err);
+    snprintf(path, sizeof(path), DIR "%s.pods.json", name);
+    const char *upd = getenv("KD_UPDATE_GOLDEN");
+    if (upd != NULL && strcmp(upd, "1") == 0)
+        assert_int_equal(json_dump_file(pods, path, JSON_INDENT(2) | JSON_SORT_KEYS), 0);
+    json_t *want = json_load_file(path, 0, &je);
+    if (want == NULL)
+        fail_msg("%s: %s (KD_UPDATE_GOLDEN=1 writes it)", path, je.text);
+    if (!json_equal(want, pods)) {
+        char *got = json_dumps(pods, JSON_INDENT(2) | JSON_SORT_KEYS);
+        fail_msg("%s: pods differ from %s; got:\n%s", name, path, got);
+    }
+    json_decref(want);
+    json_decref(pods);
+    json_decref(cfg);
+    json_decref(in);
+}
+
+static void test_single(void **s)
+{
+    (void)s;
+    golden("single");
+}
+
+static void test_multi(void **s)
+{
+    (void)s;
+    golden("multi");
+}
+
+static void test_cpu(void **s)
+{
+    (void)s;
+    golden("cpu");
+}
+
+static void test_errors(void **s)
+{
+    (void)s;
+    char err[KD_ERRLEN] = "";
+    json_t *trial = json_pack("{s:{s:s,s:s,s:s},s:{s:s,s:s,s:i,s:{}}}", "metadata", "name", "t-1",
+                              "namespace", "default", "uid", "u", "spec", "experiment", "t",
+                              "requestId", "r0-1", "seed", 1, "hparams");
+    json_t *cfg = json_pack("{s:s,s:{s:{s:{s:s}}}}", "entrypoint", "train", "environment",
+                            "pod_spec", "metadata", "name", "mine");
+    struct kd_pod_opts o = {0};
+    json_t *pods = NULL;
+    assert_int_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err), KD_EINVALID);
+    assert_non_null(strstr(err, "environment.pod_spec.metadata.name"));
+    assert_null(pods);
+    json_object_set_new(json_object_get(cfg, "environment"), "pod_spec", json_string("x"));
+    assert_int_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err), KD_EINVALID);
+    assert_non_null(strstr(err, "environment.pod_spec"));
+    json_object_del(cfg, "environment");
+    json_object_set_new(cfg, "entrypoint", json_integer(3));
+    assert_int_not_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err), 0);
+    assert_int_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 0, &o, &pods, err), KD_EINVAL);
+    json_decref(trial);
+    json_decref(cfg);
+}
+
+static void test_priority_classes(void **s)
+{
+    (void)s;
+    assert_string_equal(kd_pod_priority_class(1), "kdet-high");
+    assert_string_equal(kd_pod_priority_class(29), "kdet-high");
+    assert_string_equal(kd_pod_priority_class(30), "kdet-normal");
+    assert_string_equal(kd_pod_priority_class(0), "kdet-normal");
+    assert_string_equal(kd_pod_priority_class(42), "kdet-normal");
+    assert_string_equal(kd_pod_priority_class(69), "kdet-normal");
+    assert_string_equal(kd_pod_priority_class(70), "kdet-low");
+    assert_string_equal(kd_pod_priority_class(99), "kdet-low");
+    char b[64];
+    kd_pod_service_name("aaaabbbb-cccc-dddd", b, sizeof(b));
+    assert_string_equal(b, "kdt-aaaabbbbcccc");
+    assert_int_equal(kd_pod_name("x", 3, b, sizeof(b)), 0);
+    assert_string_equal(b, "x-3");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single),
+        cmocka_unit_test(test_multi),
+        cmocka_unit_test(test_cpu),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_priority_classes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,231 @@
+/*
+ * Table-driven tests of the trial scheduler: every file in
+ * tests/data/controller/sched/ describes nodes, trials and the expected
+ * decisions (format in that folder's README), and is run through
+ * kd_sched_decide.
+ */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/str.h"
+#include "scheduler.h"
+
+#define MAXN 32
+#define MAXT 64
+
+struct tcase {
+    struct kd_sched_opts opts;
+    struct kd_sched_node nodes[MAXN];
+    size_t nn;
+    struct kd_sched_trial trials[MAXT];
+    char keys[MAXT][64], groups[MAXT][64];
+    size_t nt;
+};
+
+static int node_idx(struct tcase *c, const char *name)
+{
+    for (size_t i = 0; i < c->nn; i++)
+        if (strcmp(c->nodes[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static struct kd_sched_trial *find(struct tcase *c, const char *key)
+{
+    for (size_t i = 0; i < c->nt; i++)
+        if (strcmp(c->trials[i].key, key) == 0)
+            return &c->trials[i];
+    return NULL;
+}
+
+static int kv_int(const char *tok, const char *key, int *out)
+{
+    size_t n = strlen(key);
+    if (strncmp(tok, key, n) != 0 || tok[n] != '=')
+        return 0;
+    if (kd_parse_int(tok + n + 1, out) != 0)
+        fail_msg("bad integer in %s", tok);
+    return 1;
+}
+
+static void parse_trial(struct tcase *c, char *save, const char *file, int line)
+{
+    struct kd_sched_trial *t = &c->trials[c->nt];
+    char *key = strtok_r(NULL, " \t", &save), *group = strtok_r(NULL, " \t", &save), *tok;
+    if (key == NULL || group == NULL || c->nt >= MAXT)
+        fail_msg("%s:%d: trial KEY GROUP ...", file, line);
+    kd_strlcpy(c->keys[c->nt], key, 64);
+    kd_strlcpy(c->groups[c->nt], group, 64);
+    t->key = c->keys[c->nt];
+    t->group = c->groups[c->nt];
+    t->priority = 42;
+    t->weight = 1;
+    t->index = (int64_t)c->nt;
+    t->position = (double)c->nt;
+    while ((tok = strtok_r(NULL, " \t", &save)) != NULL) {
+        int v;
+        double d;
+        if (kv_int(tok, "slots", &t->slots) || kv_int(tok, "prio", &t->priority) ||
+            kv_int(tok, "max", &t->group_max_slots))
+            continue;
+        if (kv_int(tok, "pos", &v)) {
+            t->position = v;
+        } else if (strncmp(tok, "weight=", 7) == 0 && kd_parse_double(tok + 7, &d) == 0) {
+            t->weight = d;
+        } else if (strncmp(tok, "pool=", 5) == 0) {
+            kd_strlcpy(t->pool, tok + 5, sizeof(t->pool));
+        } else if (strcmp(tok, "stopping") == 0) {
+            t->stopping = true;
+        } else if (strncmp(tok, "running=", 8) == 0) {
+            char *s2 = NULL, *pl;
+            t->state = KD_SCHED_RUNNING;
+            for (pl = strtok_r(tok + 8, ",", &s2); pl != NULL; pl = strtok_r(NULL, ",", &s2)) {
+                char *colon = strchr(pl, ':');
+                if (colon == NULL)
+                    fail_msg("%s:%d: running=NODE:GPUS,...", file, line);
+                *colon = '\0';
+                int ni = node_idx(c, pl), g;
+                if (ni < 0 || kd_parse_int(colon + 1, &g) != 0)
+                    fail_msg("%s:%d: unknown node %s", file, line, pl);
+                t->place[t->nplace++] = (struct kd_sched_place){ni, g};
+            }
+        } else {
+            fail_msg("%s:%d: unknown trial field %s", file, line, tok);
+        }
+    }
+    c->nt++;
+}
+
+static void run_file(const char *path, const char *file)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int ln = 0, expects = 0;
+    struct tcase *c = calloc(1, sizeof(*c));
+    bool decided = false;
+    assert_non_null(f);
+    c->opts.preemption = true;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        ln++;
+        line[strcspn(line, "\r\n")] = '\0';
+        char *save = NULL, *w = strtok_r(line, " \t", &save);
+        if (w == NULL || w[0] == '#')
+            continue;
+        if (strcmp(w, "type") == 0) {
+            assert_int_equal(kd_sched_type_parse(strtok_r(NULL, " \t", &save), &c->opts.type), 0);
+        } else if (strcmp(w, "preemption") == 0) {
+            c->opts.preemption = strcmp(strtok_r(NULL, " \t", &save), "on") == 0;
+        } else if (strcmp(w, "node") == 0) {
+            struct kd_sched_node *n = &c->nodes[c->nn++];
+            char *tok;
+            kd_strlcpy(n->name, strtok_r(NULL, " \t", &save), sizeof(n->name));
+            assert_int_equal(kd_parse_int(strtok_r(NULL, " \t", &save), &n->gpus), 0);
+            kd_strlcpy(n->pool, "default", sizeof(n->pool));
+            while ((tok = strtok_r(NULL, " \t", &save)) != NULL) {
+                if (strncmp(tok, "pool=", 5) == 0)
+                    kd_strlcpy(n->pool, tok + 5, sizeof(n->pool));
+                else if (kv_int(tok, "used", &n->used))
+                    ;
+                else if (strcmp(tok, "unschedulable") == 0)
+                    n->unschedulable = true;
+                else
+                    fail_msg("%s:%d: unknown node field %s", file, ln, tok);
+            }
+        } else if (strcmp(w, "trial") == 0) {
+            parse_trial(c, save, file, ln);
+        } else if (strcmp(w, "expect") == 0 || strcmp(w, "reason") == 0) {
+            if (!decided) {
+                assert_int_equal(kd_sched_decide(&c->opts, c->nodes, c->nn, c->trials, c->nt), 0);
+                decided = true;
+            }
+            char *key = strtok_r(NULL, " \t", &save);
+            struct kd_sched_trial *t = find(c, key);
+            if (t == NULL)
+                fail_msg("%s:%d: unknown trial %s", file, ln, key);
+            if (strcmp(w, "reason") == 0) {
+                const char *sub = save;
+                if (strstr(t->reason, sub) == NULL)
+                    fail_msg("%s:%d: %s: reason \"%s\" does not contain \"%s\"", file, ln, key,
+                             t->reason, sub);
+            } else {
+                const char *want = strtok_r(NULL, " \t", &save);
+                if (strcmp(kd_sched_decision_name(t->decision), want) != 0)
+                    fail_msg("%s:%d: %s: decision %s (%s), expected %s", file, ln, key,
+                             kd_sched_decision_name(t->decision), t->reason, want);
+                char *nodes = strtok_r(NULL, " \t", &save);
+                if (nodes != NULL) {
+                    char got[512] = "";
+                    for (int p = 0; p < t->nplace; p++) {
+                        size_t l = strlen(got);
+                        snprintf(got + l, sizeof(got) - l, "%s%s:%d", p ? "," : "",
+                                 c->nodes[t->place[p].node].name, t->place[p].gpus);
+                    }
+                    if (strcmp(got, nodes) != 0)
+                        fail_msg("%s:%d: %s placed on %s, expected %s", file, ln, key, got, nodes);
+                }
+            }
+            expects++;
+        } else {
+            fail_msg("%s:%d: unknown directive %s", file, ln, w);
+        }
+    }
+    fclose(f);
+    free(c);
+    if (expects == 0)
+        fail_msg("%s: no expectations", file);
+}
+
+static void test_table(void **state)
+{
+    (void)state;
+    const char *dir = "tests/data/controller/sched";
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL) {
+        if (!kd_str_has_suffix(e->d_name, ".case"))
+            continue;
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        print_message("case %s\n", e->d_name);
+        run_file(path, e->d_name);
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 8);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    struct kd_sched_opts o = {0};
+    struct kd_sched_node n = {.name = "a", .pool = "default", .gpus = 4};
+    struct kd_sched_trial t = {.key = "x", .group = "g", .slots = -1};
+    assert_int_equal(kd_sched_decide(&o, &n, 1, &t, 1), KD_EINVAL);
+    t.slots = 1;
+    t.state = KD_SCHED_RUNNING;
+    t.nplace = 1;
+    t.place[0].node = 3;
+    assert_int_equal(kd_sched_decide(&o, &n, 1, &t, 1), KD_EINVAL);
+    enum kd_sched_type ty;
+    assert_int_equal(kd_sched_type_parse("fifo", &ty), KD_EINVAL);
+    assert_non_null(kd_gang_find("builtin"));
+    assert_null(kd_gang_find("volcano"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
