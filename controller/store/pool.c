@@ -39,7 +39,8 @@ int kd_pg_error(PGconn *c, const PGresult *r, const char *what, char *err)
         cmsg[strcspn(cmsg, "\n")] = '\0';
         msg = cmsg;
     }
-    if (!c || PQstatus(c) != CONNECTION_OK)
+    /* No SQLSTATE: libpq made the error itself (connection lost, server gone). */
+    if (!c || PQstatus(c) != CONNECTION_OK || !state)
         code = KD_ECONNECT;
     else if (state && strcmp(state, "57014") == 0)
         code = KD_ETIMEDOUT;

@@ -128,8 +128,8 @@ int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, in
                          char *err) KD_WUR;
 
 /**
- * Wait until every batch queued so far is committed in PostgreSQL (not
- * just spooled). 0, or KD_ETIMEDOUT.
+ * Wait until every batch queued so far, and everything in the spool, is
+ * committed in PostgreSQL (not just spooled). 0, or KD_ETIMEDOUT.
  */
 int kd_store_metrics_flush(struct kd_store *s, int timeout_ms) KD_WUR;
 

@@ -28,6 +28,7 @@
 #define SPOOL_READ (1u << 20)
 #define CHUNK_BYTES (16u << 20) /* most JSON bytes sent in one statement */
 #define STOP_WAIT_MS 5000
+#define FULL_WAIT_MS 1000 /* how long a put waits for room before KD_EAGAIN */
 
 struct qitem {
     struct qitem *next;
@@ -671,8 +672,13 @@ static void *writer_main(void *arg)
         }
         /* Spool first, to keep the order; newer batches join it when someone
          * waits for durability or memory is over its bound. */
-        if ((spool_pending && w->waiters > 0) || w->qbytes > w->s->opts.mem_limit)
+        if (w->head && w->fd >= 0 &&
+            ((spool_pending && w->waiters > 0) || w->qbytes > w->s->opts.mem_limit)) {
+            uint64_t before = w->spilled_batches;
             spill(w);
+            if (w->spilled_batches != before)
+                continue; /* the queue changed: look again */
+        }
         int64_t now = kd_mono_ms();
         if (!w->db_up && now < w->next_try_ms) {
             if (w->waiters > 0 || w->qbytes > w->s->opts.mem_limit)
@@ -777,6 +783,22 @@ static void deadline_ts(struct timespec *ts, int ms)
     }
 }
 
+/*
+ * Whether a batch of len bytes may be queued now. Memory takes up to
+ * mem_limit; beyond that (up to twice as much, while the writer moves it)
+ * only when the spool has room for everything queued. A caller who waits
+ * for durability while the database is down needs room in the spool.
+ */
+static bool has_room(const struct kd_writer *w, size_t len, bool durable)
+{
+    const struct kd_store_opts *o = &w->s->opts;
+    bool fits_mem = w->qbytes + len <= o->mem_limit;
+    bool fits_spool = w->fd >= 0 && (size_t)w->spool_size + w->qbytes + len <= o->spool_limit;
+    if (durable && !w->db_up)
+        return fits_spool && w->qbytes + len <= 2 * o->mem_limit;
+    return fits_mem || (fits_spool && w->qbytes + len <= 2 * o->mem_limit);
+}
+
 int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, int timeout_ms,
                          char *err)
 {
@@ -802,16 +824,22 @@ int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, in
         rc = kd_seterr(err, KD_ESTATE, "metrics: the store is closing");
         goto out;
     }
-    /* Memory beyond mem_limit only while the writer moves it to the spool. */
-    bool spool_room = w->fd >= 0 &&
-                      (size_t)w->spool_size + w->qbytes + len <= w->s->opts.spool_limit &&
-                      w->qbytes + len <= 2 * w->s->opts.mem_limit;
-    if (w->qbytes + len > w->s->opts.mem_limit && !spool_room) {
-        rc = kd_seterr(err, KD_EAGAIN,
-                       "metrics buffer full (%zu bytes in memory, %lld in the spool); database: %s",
-                       w->qbytes, (long long)w->spool_size, w->db_up ? "writing" : w->last_err);
-        pthread_mutex_unlock(&w->mu);
-        goto out;
+    /* Room check, waiting up to FULL_WAIT_MS for the writer to make room. */
+    int64_t full_dl = kd_mono_ms() + FULL_WAIT_MS;
+    while (!has_room(w, len, timeout_ms > 0)) {
+        if (kd_mono_ms() >= full_dl || w->stop) {
+            rc = kd_seterr(err, KD_EAGAIN,
+                           "metrics buffer full (%zu bytes in memory, %lld in the spool); "
+                           "database: %s",
+                           w->qbytes, (long long)(w->spool_size - w->replay_off),
+                           w->db_up ? "writing" : w->last_err);
+            pthread_mutex_unlock(&w->mu);
+            goto out;
+        }
+        struct timespec ts;
+        deadline_ts(&ts, 50);
+        pthread_cond_signal(&w->wake);
+        pthread_cond_timedwait(&w->done, &w->mu, &ts);
     }
     q->seq = ++w->next_seq;
     if (w->tail)
@@ -859,9 +887,10 @@ int kd_store_metrics_flush(struct kd_store *s, int timeout_ms)
     pthread_mutex_lock(&w->mu);
     uint64_t target = w->next_seq;
     pthread_cond_signal(&w->wake);
-    while (w->committed_seq < target) {
+    /* Also wait for a spool left by an earlier run, which has no sequence numbers. */
+    while (w->committed_seq < target || (w->fd >= 0 && w->replay_off < w->spool_size)) {
         if (pthread_cond_timedwait(&w->done, &w->mu, &dl) == ETIMEDOUT) {
-            rc = w->committed_seq < target ? KD_ETIMEDOUT : 0;
+            rc = KD_ETIMEDOUT;
             break;
         }
     }

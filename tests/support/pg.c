@@ -171,7 +171,7 @@ static int start_server(struct kd_pg *pg, char *err)
     snprintf(logf, sizeof(logf), "%s/server.log", pg->dir);
     snprintf(opts, sizeof(opts),
              "-c listen_addresses='' -k %s -c fsync=off -c full_page_writes=off "
-             "-c synchronous_commit=off -c max_connections=60 -c shared_buffers=32MB",
+             "-c max_connections=60 -c shared_buffers=32MB",
              pg->dir);
     const char *args[] = {"-D", data, "-w", "-t", "60", "-l", logf, "-o", opts, "start", NULL};
     if (run_pg(pg, "pg_ctl", args) != 0) {
