@@ -292,6 +292,11 @@ static void test_informer_converges(void **state)
     del_cm("new-7");
     put_cm("elsewhere", "ignored", "x");
     wait_converged(inf, "suite=inf", "after changes");
+    /* the cache changes first, then the handlers run: give them a moment */
+    for (int64_t end = kd_mono_ms() + 5000; kd_mono_ms() < end; kd_sleep_ms(20)) {
+        if (atomic_load(&n.add) >= 14 && atomic_load(&n.update) >= 2 && atomic_load(&n.del) >= 2)
+            break;
+    }
     struct kd_k8s_informer_stats s;
     kd_k8s_informer_stats(inf, &s);
     printf("adds %d updates %d deletes %d; lists %llu watches %llu events %llu; queue %zu\n",
@@ -354,7 +359,14 @@ static void test_informer_relists_after_restart(void **state)
     for (int i = 0; i < HISTORY_N + 5; i++)
         put_cm("restart", "r-new", i % 2 ? "a" : "b");
     wait_converged(inf, "suite=restart", "after the restart");
+    /* the cache changes first, then the handlers run: give them a moment */
     struct kd_k8s_informer_stats s;
+    for (int64_t end = kd_mono_ms() + 5000; kd_mono_ms() < end; kd_sleep_ms(20)) {
+        kd_k8s_informer_stats(inf, &s);
+        if (s.lists >= 2 && atomic_load(&n.del) >= 2 && atomic_load(&n.add) >= 6 &&
+            atomic_load(&n.update) >= 1)
+            break;
+    }
     kd_k8s_informer_stats(inf, &s);
     printf("after restart: lists %llu gone %llu errors %llu; adds %d updates %d deletes %d\n",
            (unsigned long long)s.lists, (unsigned long long)s.gone, (unsigned long long)s.errors,
