@@ -146,7 +146,7 @@ static void test_backoff_timing(void **state)
         int64_t dt = kd_mono_ms() - t0;
         printf("failure %d: requeued after %lld ms (want %ld)\n", i + 1, (long long)dt, want[i]);
         assert_true(dt >= want[i]);
-        assert_true(dt < want[i] + 250);
+        assert_true(dt < want[i] + 400); /* generous: the build machine is shared */
         kd_k8s_queue_done(q, k);
         free(k);
     }
@@ -155,7 +155,7 @@ static void test_backoff_timing(void **state)
     int64_t t0 = kd_mono_ms();
     kd_k8s_queue_add_rate_limited(q, "x");
     char *k = get(q);
-    assert_true(kd_mono_ms() - t0 < 20 + 250);
+    assert_true(kd_mono_ms() - t0 < 20 + 400);
     kd_k8s_queue_done(q, k);
     free(k);
     kd_k8s_queue_free(q);
@@ -176,8 +176,8 @@ static void test_add_after(void **state)
     int64_t tb = kd_mono_ms() - t0;
     assert_string_equal(a, "soon");
     assert_string_equal(b, "late");
-    assert_true(ta >= 30 && ta < 30 + 250);
-    assert_true(tb >= 60 && tb < 60 + 250);
+    assert_true(ta >= 30 && ta < 30 + 400);
+    assert_true(tb >= 60 && tb < 60 + 400);
     kd_k8s_queue_done(q, a);
     kd_k8s_queue_done(q, b);
     free(a);
