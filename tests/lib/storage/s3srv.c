@@ -86,8 +86,10 @@ static int spawn(struct s3srv *s)
         /* s3rver makes list continuation tokens with DES, which Node's
          * OpenSSL 3 only offers through the legacy provider */
         setenv("NODE_OPTIONS", "--openssl-legacy-provider", 1);
+        /* --service-endpoint localhost: BUCKET.s3.localhost is virtual-hosted
+         * addressing (libcurl resolves *.localhost to the loopback) */
         execl(prog, prog, "-d", s->dir, "-a", "127.0.0.1", "-p", port, "--silent",
-              "--configure-bucket", s->bucket, (char *)NULL);
+              "--service-endpoint", "localhost", "--configure-bucket", s->bucket, (char *)NULL);
         _exit(127);
     }
     deadline = kd_mono_ms() + 20000;

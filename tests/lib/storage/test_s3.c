@@ -87,6 +87,33 @@ static void test_objects(void **state)
     kd_storage_close(st);
 }
 
+static void test_virtual_hosted(void **state)
+{
+    (void)state;
+    struct kd_storage_config cfg;
+    struct kd_storage *st = NULL, *ps = NULL;
+    struct kd_buf b = KD_BUF_INIT(1024);
+    char err[KD_ERRLEN] = "";
+    const char *k[] = {"vhost/obj"};
+
+    /* BUCKET.s3.localhost:PORT, the bucket in the host name */
+    s3srv_config(&srv, "vh", &cfg);
+    snprintf(cfg.endpoint_url, sizeof(cfg.endpoint_url), "http://s3.localhost:%d", srv.port);
+    cfg.path_style = 0;
+    assert_int_equal(kd_storage_open(&cfg, &st, err), 0);
+    assert_int_equal(kd_storage_put_mem(st, "vhost/obj", "virtual", 7, err), 0);
+    /* the same object seen through path-style addressing */
+    ps = open_st("vh", 0);
+    assert_int_equal(kd_storage_get_mem(ps, "vhost/obj", &b, err), 0);
+    assert_string_equal(kd_buf_str(&b), "virtual");
+    assert_int_equal(kd_storage_delete(st, k, 1, err), 0);
+    kd_buf_reset(&b);
+    assert_int_equal(kd_storage_get_mem(ps, "vhost/obj", &b, err), KD_ENOTFOUND);
+    kd_buf_free(&b);
+    kd_storage_close(st);
+    kd_storage_close(ps);
+}
+
 static void test_wrong_access_key(void **state)
 {
     (void)state;
@@ -362,6 +389,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_objects),
+        cmocka_unit_test(test_virtual_hosted),
         cmocka_unit_test(test_wrong_access_key),
         cmocka_unit_test(test_no_credentials),
         cmocka_unit_test(test_checkpoint_roundtrip),
