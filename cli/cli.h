@@ -1,21 +1,30 @@
 /*
  * det, the kdet command line: shared exit codes, the command table entry
- * points and the small helpers the commands use to report errors.
+ * points, the argument parser every verb uses, output helpers (tables,
+ * -o json|yaml, durations) and the connection to the Kubernetes API.
  */
 #ifndef KD_CLI_CLI_H
 #define KD_CLI_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
 
 #include "core/err.h"
+#include "k8s/client.h"
 
 /* Exit codes (documented in docs/cli.md and `det --help`). */
 enum det_exit {
     DET_EXIT_OK = 0,
-    DET_EXIT_ERROR = 1,      /* anything else: I/O, internal */
-    DET_EXIT_USAGE = 2,      /* bad command line */
-    DET_EXIT_INVALID = 3,    /* invalid config, template or context */
-    DET_EXIT_NO_CONTROL = 4, /* needs kdet-controller, not in this build */
+    DET_EXIT_ERROR = 1,    /* anything else: I/O, internal, an API error not listed below */
+    DET_EXIT_USAGE = 2,    /* bad command line */
+    DET_EXIT_INVALID = 3,  /* invalid config, template or context; the API server refused it */
+    DET_EXIT_CLUSTER = 4,  /* no kubeconfig, API unreachable, 401/403, CRDs not installed */
+    DET_EXIT_NOTFOUND = 5, /* the experiment, trial or template does not exist */
+    DET_EXIT_FAILED = 6,   /* wait: the experiment ended CANCELED or ERROR */
+    DET_EXIT_TIMEOUT = 7,  /* wait: --timeout passed */
 };
 
 /** Print "det: <message>" to stderr. */
@@ -25,11 +34,131 @@ void det_err(const char *fmt, ...) KD_PRINTF(1, 2);
 void det_usage_suggest(const char *what, const char *word, const char *const *cands,
                        const char *help_cmd);
 
+/* ---- arguments ----------------------------------------------------------- */
+
+#define DET_MAX_POS 4
+
+/** Every option any verb takes; a verb lists the ones it accepts. */
+struct det_args {
+    const char *pos[DET_MAX_POS];
+    int npos;
+    const char *kubeconfig, *context, *ns, *output, *timeout, *template_ref;
+    const char *data_dir, *port;
+    bool all, yes, follow, dry_run;
+};
+
+/**
+ * Parse argv[1..] (argv[0] is the verb) into a. `flags` is a
+ * NULL-terminated list of the long options this verb accepts ("--all",
+ * "--kubeconfig", ...; "-n", "-o", "-a", "-y", "-f" are the short forms of
+ * --namespace, --output, --all, --yes, --follow). `posnames` names the
+ * positional arguments (NULL-terminated); the first `minpos` are required.
+ * Returns 0, 1 when --help was printed (usage to stdout), or KD_EINVAL
+ * after printing the error (naming the option or argument) to stderr.
+ */
+int det_parse_args(int argc, char **argv, const char *const *flags, const char *const *posnames,
+                   int minpos, const char *usage, const char *cmd, struct det_args *a);
+
+/** Map det_parse_args' result to an exit code (help: 0, error: 2). */
+int det_args_exit(int r);
+
+/* ---- output -------------------------------------------------------------- */
+
+enum det_format { DET_FMT_TABLE, DET_FMT_JSON, DET_FMT_YAML };
+
+/** Parse -o: NULL/"table" → table, "json", "yaml". KD_EINVAL after printing an error. */
+int det_format_parse(const char *s, enum det_format *out);
+
+/** Print v as JSON or YAML to stdout. 0 or an exit code. */
+int det_print_obj(const json_t *v, enum det_format f);
+
+/** A table printed like kubectl's: upper-case headers, columns three spaces apart. */
+struct det_table;
+struct det_table *det_table_new(const char *const *headers);
+/** Add a row: as many cells as headers (NULL prints as ""). Cells are copied. */
+void det_table_row(struct det_table *t, const char *const *cells);
+void det_table_print(struct det_table *t);
+void det_table_free(struct det_table *t);
+
+/** "3s", "4m12s", "2h5m", "3d4h" for a duration in ms (negative: "-"). */
+void det_fmt_duration(int64_t ms, char *buf, size_t len);
+/** An RFC 3339 timestamp as "2026-11-21 17:30:00" (UTC) or "" when NULL/unparsable. */
+void det_fmt_time(const char *rfc3339, char *buf, size_t len);
+/** Parse a --timeout: "90", "90s", "15m", "2h" into ms. KD_EINVAL when malformed. */
+int det_parse_duration(const char *s, int64_t *ms);
+
+/** Dotted path lookup ("status.trials.total") on obj; borrowed or NULL. */
+json_t *det_get(const json_t *obj, const char *path);
+/** The string at path, or def. */
+const char *det_get_str(const json_t *obj, const char *path, const char *def);
+
+/* ---- the Kubernetes API -------------------------------------------------- */
+
+/** det's connection: the resolved kubeconfig, a client and the namespace to use. */
+struct det_kube {
+    struct kd_k8s_config cfg;
+    struct kd_k8s_client *c;
+    char ns[254];
+};
+
+/**
+ * Load the kubeconfig (a->kubeconfig, $KUBECONFIG, in-cluster,
+ * ~/.kube/config; a->context) and make a client; the namespace is a->ns,
+ * else the context's. Prints the error and returns an exit code
+ * (DET_EXIT_CLUSTER when there is no usable config). Blocks on file reads.
+ */
+int det_kube_open(const struct det_args *a, struct det_kube *k);
+void det_kube_close(struct det_kube *k);
+
+/**
+ * Explain a failed API call on stderr and return its exit code. `verb`
+ * ("get", "patch", ...), `what` ("experiment", "template") and `name`
+ * (may be NULL) name the request: 404 names the object and namespace (or
+ * says that the CRDs are not installed, when the resource type itself is
+ * missing), 403 names the verb and resource RBAC denies, a connection
+ * error names the server.
+ */
+int det_kube_fail(struct det_kube *k, int rc, const struct kd_k8s_status *st, const char *err,
+                  const char *verb, const struct kd_k8s_gvr *gvr, const char *what,
+                  const char *name);
+
+/**
+ * Resolve an ID (exact name, or a unique prefix of one) of a resource in
+ * k->ns into *name (malloc'd). Prints the error and returns an exit code:
+ * DET_EXIT_NOTFOUND when nothing matches, DET_EXIT_USAGE when the prefix is
+ * ambiguous (listing the matches). *obj (optional) gets the object.
+ */
+int det_resolve(struct det_kube *k, const struct kd_k8s_gvr *gvr, const char *what, const char *id,
+                char **name, json_t **obj);
+
+/* ---- commands ------------------------------------------------------------ */
+
 /** `det experiment ...`: argv[0] is "experiment". Returns an exit code. */
 int det_cmd_experiment(int argc, char **argv);
+/** The experiment verbs that work on existing experiments (list, describe, ...). */
+int det_cmd_experiment_verb(const char *verb, int argc, char **argv, bool *handled);
+/** `det trial ...`. */
+int det_cmd_trial(int argc, char **argv);
+/** `det template ...`. */
+int det_cmd_template(int argc, char **argv);
+/** `det deploy ...`. */
+int det_cmd_deploy(int argc, char **argv);
 
-/** The experiments.kdet.io CRD YAML, built in from crds/experiments.yaml. */
+/**
+ * Fetch template NAME's YAML from the cluster (ConfigMap labelled
+ * kdet.io/template=NAME, key template.yaml). *yaml malloc'd. Exit code.
+ */
+int det_template_fetch(struct det_kube *k, const char *name, char **yaml);
+
+/* Labels and keys shared with kdet-controller (docs/cli.md). */
+#define DET_TEMPLATE_LABEL "kdet.io/template"
+#define DET_TEMPLATE_KEY "template.yaml"
+#define DET_KILL_ANNOTATION "kdet.io/kill"
+
+/** The CRD YAML built in from crds/ (experiments.yaml, trials.yaml). */
 extern const unsigned char det_crd_experiments[];
 extern const size_t det_crd_experiments_len;
+extern const unsigned char det_crd_trials[];
+extern const size_t det_crd_trials_len;
 
 #endif

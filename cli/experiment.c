@@ -5,9 +5,12 @@
  * and an Experiment custom resource, checked against the built-in CRD
  * schema exactly as the API server will check it.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -33,32 +36,41 @@ static const char exp_usage[] =
     "usage: det experiment VERB ...\n"
     "\n"
     "verbs:\n"
-    "  create CONFIG CONTEXT_DIR [--template FILE] [--dry-run] [--namespace NS]\n"
-    "         validate the config, pack the context directory and create the experiment\n"
+    "  create CONFIG CONTEXT_DIR   validate, pack the context and submit the experiment\n"
+    "  list [--all]                the experiments of the namespace\n"
+    "  describe ID                 state, progress, best validation, trials\n"
+    "  pause | activate ID         set spec.paused\n"
+    "  cancel | kill ID            set spec.canceled (kill: delete the pods at once)\n"
+    "  archive | unarchive ID      set spec.archived\n"
+    "  delete ID [--yes]           delete the experiment, its trials and pods\n"
+    "  wait ID [--timeout D]       follow the progress until the experiment ends\n"
     "\n"
+    "ID is the experiment's resource name or a unique prefix of it. Every verb takes\n"
+    "-n/--namespace, --kubeconfig and --context like kubectl.\n"
     "Run 'det experiment VERB --help' for a verb's options.\n";
 
 static const char create_usage[] =
-    "usage: det experiment create CONFIG CONTEXT_DIR [--template FILE] [--dry-run]\n"
-    "                             [--namespace NS]\n"
+    "usage: det experiment create CONFIG CONTEXT_DIR [--template FILE|NAME] [--dry-run]\n"
+    "                             [-n NS] [--kubeconfig FILE] [--context CTX]\n"
     "\n"
     "Validate the experiment config CONFIG (Determined's format, see docs/config.md),\n"
     "pack CONTEXT_DIR (the training code; .detignore is honoured, *.pyc and __pycache__\n"
-    "are always left out, 95 MiB at most) and create the experiment.\n"
+    "are always left out, 95 MiB at most) and create the experiment: a ConfigMap holding\n"
+    "the packed context and the Experiment resource. kdet-controller then runs it.\n"
     "\n"
     "options:\n"
-    "  --template FILE    merge CONFIG over the template FILE first (Determined's rules)\n"
-    "  --dry-run          print the resources that would be created, as YAML, and stop:\n"
-    "                     a ConfigMap holding the packed context (when it fits in 1 MiB)\n"
-    "                     and the Experiment. Pipe it to 'kubectl apply -f -'.\n"
-    "  -n, --namespace NS namespace of the resources (default: default)\n"
-    "  -h, --help         this help\n"
+    "  --template FILE|NAME  merge CONFIG over a template first (Determined's rules): a\n"
+    "                        file, or else a template stored with 'det template set'\n"
+    "  --dry-run             print the resources that would be created, as YAML, and stop;\n"
+    "                        pipe it to 'kubectl apply -f -'\n"
+    "  -n, --namespace NS    namespace of the resources (default: the kubeconfig context's,\n"
+    "                        or default)\n"
+    "  --kubeconfig FILE     kubeconfig to use (default $KUBECONFIG, ~/.kube/config)\n"
+    "  --context CTX         kubeconfig context to use\n"
+    "  -h, --help            this help\n"
     "\n"
-    "Without --dry-run, det needs kdet-controller to submit the experiment; this build\n"
-    "does not include it yet, so det validates everything and exits with code 4.\n"
-    "\n"
-    "exit codes: 0 ok, 1 error, 2 usage, 3 invalid config/template/context,\n"
-    "            4 submitting needs kdet-controller (not in this build)\n";
+    "exit codes: 0 ok, 1 error, 2 usage, 3 invalid config/template/context or refused by\n"
+    "            the API server, 4 no kubeconfig / API unreachable / CRDs not installed\n";
 
 struct create_args {
     const char *config;
@@ -233,85 +245,161 @@ static json_t *build_resources(const struct create_args *a, const json_t *cfg,
     return docs;
 }
 
-/* Parse create's arguments into a. Returns 0, 1 when help was printed, or
- * KD_EINVAL after printing the usage error. */
-static int parse_create_args(int argc, char **argv, struct create_args *a)
+/* A template from the cluster, written to a private temp file NAME.yaml for kd_config_load. */
+static int template_to_file(const struct det_args *a, const char *name, char *dir, size_t dirlen,
+                            char **path)
 {
-    static const char *const opts[] = {"--template", "--dry-run", "--namespace", "--help", NULL};
-    int npos = 0, rc = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
-            fputs(create_usage, stdout);
-            rc = 1;
-            goto out;
-        } else if (strcmp(s, "--dry-run") == 0) {
-            a->dry_run = true;
-        } else if (strcmp(s, "--template") == 0 || strcmp(s, "--namespace") == 0 ||
-                   strcmp(s, "-n") == 0) {
-            if (i + 1 >= argc) {
-                det_err("%s needs a value (see 'det experiment create --help')", s);
-                rc = KD_EINVAL;
-                goto out;
-            }
-            if (strcmp(s, "--template") == 0)
-                a->template_path = argv[++i];
-            else
-                a->ns = argv[++i];
-        } else if (kd_str_has_prefix(s, "--template=")) {
-            a->template_path = s + strlen("--template=");
-        } else if (kd_str_has_prefix(s, "--namespace=")) {
-            a->ns = s + strlen("--namespace=");
-        } else if (s[0] == '-' && s[1] != '\0') {
-            det_usage_suggest("option", s, opts, "det experiment create");
-            rc = KD_EINVAL;
-            goto out;
-        } else if (npos == 0) {
-            a->config = s;
-            npos++;
-        } else if (npos == 1) {
-            a->context = s;
-            npos++;
-        } else {
-            det_err("unexpected argument \"%s\": create takes CONFIG and CONTEXT_DIR (see 'det "
-                    "experiment create --help')",
-                    s);
-            rc = KD_EINVAL;
+    struct det_kube k = {0};
+    char *yaml = NULL;
+    FILE *f = NULL;
+    int rc = det_kube_open(a, &k);
+    *path = NULL;
+    if (rc != 0)
+        goto out;
+    rc = det_template_fetch(&k, name, &yaml);
+    if (rc != 0)
+        goto out;
+    snprintf(dir, dirlen, "/tmp/det-template-XXXXXX");
+    if (mkdtemp(dir) == NULL) {
+        det_err("cannot make a temp directory for template %s: %s", name, strerror(errno));
+        dir[0] = '\0';
+        rc = DET_EXIT_ERROR;
+        goto out;
+    }
+    *path = kd_xasprintf("%s/%s.yaml", dir, name);
+    f = fopen(*path, "w");
+    if (f == NULL || fputs(yaml, f) < 0 || fclose(f) != 0) {
+        det_err("cannot write %s: %s", *path, strerror(errno));
+        f = NULL;
+        rc = DET_EXIT_ERROR;
+        goto out;
+    }
+    f = NULL;
+out:
+    if (f != NULL)
+        fclose(f);
+    free(yaml);
+    det_kube_close(&k);
+    return rc;
+}
+
+/* The ConfigMap and the Experiment, created; the ConfigMap then owned by the Experiment. */
+static int submit(const struct det_args *a, json_t *docs)
+{
+    static const struct kd_k8s_gvr cm_gvr = KD_K8S_CONFIGMAPS, exp_gvr = KD_K8S_EXPERIMENTS;
+    struct det_kube k = {0};
+    struct kd_k8s_status st = {0};
+    json_t *created = NULL, *res = NULL, *patch = NULL;
+    char err[KD_ERRLEN] = "";
+    int rc = det_kube_open(a, &k), r;
+    size_t n = json_array_size(docs);
+    json_t *exp = json_array_get(docs, n - 1), *cm = n > 1 ? json_array_get(docs, 0) : NULL;
+    const char *name = kd_k8s_meta_str(exp, "name");
+    if (rc != 0)
+        goto out;
+    json_object_set_new(json_object_get(exp, "metadata"), "namespace", json_string(k.ns));
+    if (cm != NULL) {
+        json_object_set_new(json_object_get(cm, "metadata"), "namespace", json_string(k.ns));
+        r = kd_k8s_create(k.c, &cm_gvr, k.ns, cm, NULL, &st, err);
+        if (r != 0 && r != KD_EEXIST) {
+            rc = det_kube_fail(&k, r, &st, err, "create", &cm_gvr, "configmap",
+                               kd_k8s_meta_str(cm, "name"));
             goto out;
         }
     }
-    if (npos < 2) {
-        det_err("missing %s (usage: det experiment create CONFIG CONTEXT_DIR [--template FILE] "
-                "[--dry-run])",
-                npos == 0 ? "CONFIG and CONTEXT_DIR" : "CONTEXT_DIR");
-        rc = KD_EINVAL;
+    r = kd_k8s_create(k.c, &exp_gvr, k.ns, exp, &created, &st, err);
+    if (r == KD_EEXIST) {
+        det_err("experiment %s already exists in namespace \"%s\": the same config and context "
+                "were submitted before. See 'det experiment describe %s'; delete it first "
+                "('det experiment delete %s') to run it again.",
+                name, k.ns, name, name);
+        rc = DET_EXIT_ERROR;
         goto out;
     }
-    if (!is_dns_label(a->ns)) {
-        det_err("--namespace \"%s\": must be a DNS label (lowercase letters, digits and '-', at "
-                "most 63)",
-                a->ns);
-        rc = KD_EINVAL;
+    if (r != 0) {
+        rc = det_kube_fail(&k, r, &st, err, "create", &exp_gvr, "experiment", name);
+        goto out;
     }
+    if (cm != NULL) {
+        /* the context goes with the experiment when it is deleted */
+        patch = json_pack("{s:{s:[{s:s, s:s, s:s, s:s}]}}", "metadata", "ownerReferences",
+                          "apiVersion", "kdet.io/v1alpha1", "kind", "Experiment", "name", name,
+                          "uid", kd_k8s_meta_str(created, "uid"));
+        if (patch == NULL)
+            kd_oom(256);
+        r = kd_k8s_patch(k.c, &cm_gvr, k.ns, kd_k8s_meta_str(cm, "name"), NULL, KD_K8S_PATCH_MERGE,
+                         patch, &res, &st, err);
+        if (r != 0)
+            det_err("warning: could not make experiment %s the owner of its context ConfigMap: "
+                    "%s",
+                    name, err);
+    }
+    printf("%s\n", name);
+    fprintf(stderr,
+            "det: created experiment %s in namespace \"%s\"%s\n"
+            "det: kdet-controller runs it; follow it with 'det experiment wait %s' or "
+            "'kubectl get exp %s -n %s'\n",
+            name, k.ns, cm ? " (and its context ConfigMap)" : "", name, name, k.ns);
 out:
+    json_decref(created);
+    json_decref(res);
+    json_decref(patch);
+    kd_k8s_status_free(&st);
+    det_kube_close(&k);
     return rc;
 }
 
 static int cmd_create(int argc, char **argv)
 {
+    static const char *const flags[] = {"--template",   "--dry-run", "--namespace",
+                                        "--kubeconfig", "--context", NULL};
+    static const char *const posn[] = {"CONFIG", "CONTEXT_DIR", NULL};
     int rc = DET_EXIT_ERROR, r;
+    struct det_args da = {0};
     struct create_args a = {NULL, NULL, NULL, "default", false};
     json_t *cfg = NULL, *docs = NULL, *schema = NULL, *causes = NULL, *unknown = NULL;
     struct kd_context ctx = {0};
     struct kd_buf out = KD_BUF_INIT(OUT_MAX);
-    char err[KD_ERRLEN] = "";
+    char err[KD_ERRLEN] = "", tdir[64] = "";
+    char *tpath = NULL;
     char h1[32], h2[32];
     bool cm_fits = false;
 
-    r = parse_create_args(argc, argv, &a);
+    r = det_parse_args(argc, argv, flags, posn, 2, create_usage, "det experiment create", &da);
     if (r != 0) {
-        rc = r == 1 ? DET_EXIT_OK : DET_EXIT_USAGE;
+        rc = det_args_exit(r);
         goto out;
+    }
+    a.config = da.pos[0];
+    a.context = da.pos[1];
+    a.dry_run = da.dry_run;
+    if (da.ns != NULL && !is_dns_label(da.ns)) {
+        det_err("--namespace \"%s\": must be a DNS label (lowercase letters, digits and '-', at "
+                "most 63)",
+                da.ns);
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
+    if (da.ns != NULL)
+        a.ns = da.ns;
+    if (da.template_ref != NULL) {
+        struct stat sb;
+        if (stat(da.template_ref, &sb) == 0 || strchr(da.template_ref, '/') != NULL ||
+            kd_str_has_suffix(da.template_ref, ".yaml") ||
+            kd_str_has_suffix(da.template_ref, ".yml")) {
+            a.template_path = da.template_ref;
+        } else if (!is_dns_label(da.template_ref)) {
+            det_err("--template %s: no such file, and not a template name (a DNS label)",
+                    da.template_ref);
+            rc = DET_EXIT_INVALID;
+            goto out;
+        } else {
+            rc = template_to_file(&da, da.template_ref, tdir, sizeof(tdir), &tpath);
+            if (rc != 0)
+                goto out;
+            rc = DET_EXIT_ERROR;
+            a.template_path = tpath;
+        }
     }
     r = kd_config_load(a.config, a.template_path, &cfg, err);
     if (r != 0) {
@@ -322,7 +410,8 @@ static int cmd_create(int argc, char **argv)
     }
     fprintf(stderr, "det: %s: config is valid%s%s%s\n", a.config,
             a.template_path ? " (merged over template " : "",
-            a.template_path ? a.template_path : "", a.template_path ? ")" : "");
+            tpath ? da.template_ref : (a.template_path ? a.template_path : ""),
+            a.template_path ? ")" : "");
     fprintf(stderr, "det: packing context %s ...\n", a.context);
     r = kd_context_pack(a.context, 0, &ctx, err);
     if (r != 0) {
@@ -369,13 +458,12 @@ static int cmd_create(int argc, char **argv)
     }
 
     if (!a.dry_run) {
-        det_err("the config and context are valid, but submitting an experiment needs "
-                "kdet-controller, which is not part of this build yet (exit code 4). To see or "
-                "apply the resources, run:\n  det experiment create %s %s%s%s --dry-run | kubectl "
-                "apply -f -",
-                a.config, a.context, a.template_path ? " --template " : "",
-                a.template_path ? a.template_path : "");
-        rc = DET_EXIT_NO_CONTROL;
+        if (!cm_fits) {
+            det_err("not submitted: the context has no location the trials could fetch it from");
+            rc = DET_EXIT_INVALID;
+            goto out;
+        }
+        rc = submit(&da, docs);
         goto out;
     }
     for (size_t i = 0; i < json_array_size(docs); i++) {
@@ -392,6 +480,11 @@ static int cmd_create(int argc, char **argv)
             json_array_size(docs), json_array_size(docs) == 1 ? "" : "s");
     rc = DET_EXIT_OK;
 out:
+    if (tpath != NULL)
+        unlink(tpath);
+    if (tdir[0])
+        rmdir(tdir);
+    free(tpath);
     json_decref(cfg);
     json_decref(docs);
     json_decref(schema);
@@ -404,8 +497,11 @@ out:
 
 int det_cmd_experiment(int argc, char **argv)
 {
-    static const char *const verbs[] = {"create", NULL};
+    static const char *const verbs[] = {"create",    "list",   "describe", "pause",
+                                        "activate",  "cancel", "kill",     "archive",
+                                        "unarchive", "delete", "wait",     NULL};
     int rc = DET_EXIT_USAGE;
+    bool handled = false;
     if (argc < 2) {
         fputs(exp_usage, stderr);
         goto out;
@@ -417,7 +513,11 @@ int det_cmd_experiment(int argc, char **argv)
     } else if (strcmp(verb, "create") == 0) {
         rc = cmd_create(argc - 1, argv + 1);
     } else {
-        det_usage_suggest("experiment verb", verb, verbs, "det experiment");
+        rc = det_cmd_experiment_verb(verb, argc - 1, argv + 1, &handled);
+        if (!handled) {
+            det_usage_suggest("experiment verb", verb, verbs, "det experiment");
+            rc = DET_EXIT_USAGE;
+        }
     }
 out:
     return rc;

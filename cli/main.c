@@ -4,6 +4,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -18,15 +19,26 @@ static const char usage[] =
     "kdet's command line: experiments on Kubernetes in Determined's format.\n"
     "\n"
     "commands:\n"
-    "  experiment (e)  create experiments from a config file and a context directory\n"
-    "                  det experiment create CONFIG CONTEXT_DIR [--template FILE] [--dry-run]\n"
+    "  experiment (e)  det experiment create CONFIG CONTEXT_DIR [--template FILE|NAME] "
+    "[--dry-run]\n"
+    "                  det experiment list | describe | pause | activate | cancel | kill |\n"
+    "                                 archive | unarchive | delete | wait ...\n"
+    "  trial (t)       det trial list EXPERIMENT | describe TRIAL | logs TRIAL [-f]\n"
+    "  template        det template set NAME FILE | list | describe NAME | rm NAME\n"
+    "  deploy          det deploy local up | down | status [--data-dir DIR] [--port N]\n"
+    "\n"
+    "det talks to the Kubernetes API through kubeconfig ($KUBECONFIG, ~/.kube/config,\n"
+    "--kubeconfig, --context, -n/--namespace), like kubectl.\n"
     "\n"
     "exit codes:\n"
     "  0  success\n"
-    "  1  error (I/O, internal)\n"
-    "  2  usage error (unknown command or option, missing argument)\n"
-    "  3  invalid experiment config, template or context directory\n"
-    "  4  the command needs kdet-controller, which this build does not include yet\n"
+    "  1  error (I/O, internal, an API error not listed below)\n"
+    "  2  usage error (unknown command or option, missing argument, ambiguous ID)\n"
+    "  3  invalid experiment config, template or context directory; refused by the API server\n"
+    "  4  no kubeconfig, API server unreachable, credentials or RBAC refused, CRDs not installed\n"
+    "  5  the experiment, trial or template does not exist\n"
+    "  6  det experiment wait: the experiment ended CANCELED or ERROR\n"
+    "  7  det experiment wait: --timeout passed\n"
     "\n"
     "Run 'det COMMAND --help' for a command's options. docs/cli.md has the details.\n";
 
@@ -53,9 +65,10 @@ void det_usage_suggest(const char *what, const char *word, const char *const *ca
 
 int main(int argc, char **argv)
 {
-    static const char *const nouns[] = {"experiment", "e", NULL};
+    static const char *const nouns[] = {"experiment", "trial", "template", "deploy", NULL};
     int rc = DET_EXIT_USAGE;
-    kd_log_init("det", -1, -1);
+    /* the client library's retry warnings are noise in a CLI: errors only, unless asked */
+    kd_log_init("det", getenv("KDET_LOG_LEVEL") ? -1 : KD_LOG_ERROR, -1);
     if (argc < 2) {
         fputs(usage, stderr);
         goto out;
@@ -69,6 +82,12 @@ int main(int argc, char **argv)
         rc = DET_EXIT_OK;
     } else if (strcmp(cmd, "experiment") == 0 || strcmp(cmd, "e") == 0) {
         rc = det_cmd_experiment(argc - 1, argv + 1);
+    } else if (strcmp(cmd, "trial") == 0 || strcmp(cmd, "t") == 0) {
+        rc = det_cmd_trial(argc - 1, argv + 1);
+    } else if (strcmp(cmd, "template") == 0) {
+        rc = det_cmd_template(argc - 1, argv + 1);
+    } else if (strcmp(cmd, "deploy") == 0) {
+        rc = det_cmd_deploy(argc - 1, argv + 1);
     } else if (cmd[0] == '-') {
         det_err("unknown option \"%s\" (see 'det --help')", cmd);
     } else {

@@ -292,15 +292,27 @@ static void test_context_sizes(void **state)
     det_run_free(&r);
 }
 
-static void test_submit_needs_controller(void **state)
+static void test_submit_needs_cluster(void **state)
 {
     (void)state;
     struct det_run r;
+    /* a kubeconfig that does not exist: the config is checked first, then det says so */
+    setenv("KUBECONFIG", path("no-such-kubeconfig"), 1);
     det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("ctx"), NULL});
-    expect(&r, 4, NULL, "needs kdet-controller, which is not part of this build yet");
-    assert_non_null(strstr(r.err, "--dry-run | kubectl apply -f -"));
+    expect(&r, 4, "", "no-such-kubeconfig: No such file or directory");
+    assert_non_null(strstr(r.err, "config is valid"));
     assert_string_equal(r.out, "");
     det_run_free(&r);
+    /* a server that is not there: named, with the hint */
+    put_file(tmp, "kc",
+             "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
+             "    server: http://127.0.0.1:1\ncontexts:\n- name: x\n  context:\n"
+             "    cluster: c\n    user: u\ncurrent-context: x\nusers:\n- name: u\n"
+             "  user: {}\n");
+    det_run(&r, (const char *[]){"experiment", "list", "--kubeconfig", path("kc"), NULL});
+    expect(&r, 4, "", "cannot reach the Kubernetes API server at http://127.0.0.1:1");
+    det_run_free(&r);
+    unsetenv("KUBECONFIG");
 }
 
 int main(void)
@@ -312,7 +324,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_template_merge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_context_sizes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_submit_needs_controller, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_submit_needs_cluster, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,715 @@
+/*
+ * The experiment verbs that act on existing Experiment resources through
+ * the Kubernetes API: list and describe (Determined-style tables or -o
+ * json|yaml), the desired-state patches (pause, activate, cancel, kill,
+ * archive, unarchive), delete, and wait (a watch with a progress line).
+ */
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "core/alloc.h"
+#include "core/str.h"
+#include "core/time.h"
+
+static const struct kd_k8s_gvr exp_gvr = KD_K8S_EXPERIMENTS;
+static const struct kd_k8s_gvr trial_gvr = KD_K8S_TRIALS;
+
+#define KUBE_FLAGS "--kubeconfig", "--context", "--namespace"
+
+static const char list_usage[] =
+    "usage: det experiment list [--all] [-o table|json|yaml] [-n NS] [--kubeconfig FILE]\n"
+    "                           [--context CTX]\n"
+    "\n"
+    "List the experiments of the namespace (archived ones only with --all).\n"
+    "Columns: ID (the resource name), NAME, STATE, PROGRESS, TRIALS, BEST (best validation\n"
+    "of the searcher metric), STARTED, DURATION.\n";
+
+static const char describe_usage[] =
+    "usage: det experiment describe ID [-o table|json|yaml] [-n NS] [--kubeconfig FILE]\n"
+    "\n"
+    "Show one experiment: desired and observed state, searcher, progress, best\n"
+    "validation, conditions and its trials. ID is the name or a unique prefix of it.\n";
+
+static const char patch_usage[] =
+    "usage: det experiment pause|activate|cancel|kill|archive|unarchive ID [-n NS]\n"
+    "                      [--kubeconfig FILE] [--context CTX]\n"
+    "\n"
+    "  pause      spec.paused=true: trials checkpoint and stop, nothing new starts\n"
+    "  activate   spec.paused=false: resume from the checkpoints\n"
+    "  cancel     spec.canceled=true: trials checkpoint and stop; the experiment ends CANCELED\n"
+    "  kill       cancel, and annotate kdet.io/kill so kdet-controller deletes the pods at once\n"
+    "             (no checkpoint)\n"
+    "  archive    spec.archived=true: hidden from 'det experiment list' (not from --all)\n"
+    "  unarchive  spec.archived=false\n";
+
+static const char delete_usage[] =
+    "usage: det experiment delete ID [--yes] [-n NS] [--kubeconfig FILE] [--context CTX]\n"
+    "\n"
+    "Delete the experiment, its context ConfigMap and (by garbage collection) its trials\n"
+    "and their pods. Asks for confirmation unless --yes is given.\n";
+
+static const char wait_usage[] =
+    "usage: det experiment wait ID [--timeout DURATION] [-n NS] [--kubeconfig FILE]\n"
+    "\n"
+    "Watch the experiment and print its progress until it ends. Exit code 0 when it is\n"
+    "COMPLETED, 6 when it ends CANCELED or ERROR (the reason is printed), 7 when\n"
+    "--timeout (e.g. 90s, 15m, 2h; plain numbers are seconds) passes first.\n";
+
+static bool terminal(const char *state)
+{
+    return state && (strcmp(state, "COMPLETED") == 0 || strcmp(state, "CANCELED") == 0 ||
+                     strcmp(state, "ERROR") == 0);
+}
+
+/* The state shown to users: status.state, or why there is none. */
+static const char *shown_state(const json_t *exp)
+{
+    const char *s = det_get_str(exp, "status.state", NULL);
+    if (s == NULL || s[0] == '\0')
+        return "WAITING";
+    return s;
+}
+
+static void fmt_number(const json_t *v, char *buf, size_t len)
+{
+    if (json_is_integer(v))
+        snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+    else if (json_is_number(v))
+        snprintf(buf, len, "%.4g", json_number_value(v));
+    else
+        snprintf(buf, len, "%s", "");
+}
+
+static void fmt_progress(const json_t *obj, char *buf, size_t len)
+{
+    const char *p = det_get_str(obj, "status.progressPercent", NULL);
+    json_t *f = det_get(obj, "status.progress");
+    if (p)
+        snprintf(buf, len, "%s", p);
+    else if (json_is_number(f))
+        snprintf(buf, len, "%.0f%%", json_number_value(f) * 100);
+    else
+        snprintf(buf, len, "%s", "");
+}
+
+/* Duration from status.startTime to endTime (or now). */
+static void fmt_span(const json_t *obj, char *buf, size_t len)
+{
+    int64_t t0, t1;
+    const char *s = det_get_str(obj, "status.startTime", NULL);
+    const char *e = det_get_str(obj, "status.endTime", NULL);
+    if (s == NULL || kd_time_parse_rfc3339(s, &t0) != 0) {
+        snprintf(buf, len, "%s", "");
+        return;
+    }
+    if (e == NULL || kd_time_parse_rfc3339(e, &t1) != 0)
+        t1 = kd_wall_ms();
+    det_fmt_duration(t1 - t0, buf, len);
+}
+
+static int cmp_created(const void *a, const void *b)
+{
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    const char *cx = kd_k8s_meta_str(x, "creationTimestamp");
+    const char *cy = kd_k8s_meta_str(y, "creationTimestamp");
+    int c = strcmp(cx ? cx : "", cy ? cy : "");
+    if (c == 0)
+        c = strcmp(kd_k8s_meta_str(x, "name"), kd_k8s_meta_str(y, "name"));
+    return c;
+}
+
+/* items sorted by creation time (a new array of borrowed-then-increfed items). */
+static json_t *sorted(json_t *items)
+{
+    size_t n = json_array_size(items);
+    json_t **v = kd_xcalloc(n ? n : 1, sizeof(*v));
+    json_t *out = json_array();
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_array_get(items, i);
+    qsort(v, n, sizeof(*v), cmp_created);
+    for (size_t i = 0; i < n; i++)
+        json_array_append(out, v[i]);
+    free(v);
+    return out;
+}
+
+static int cmd_list(int argc, char **argv)
+{
+    static const char *const flags[] = {"--all", "--output", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {NULL};
+    struct det_args a = {0};
+    struct det_kube k = {0};
+    struct kd_k8s_status st = {0};
+    json_t *list = NULL, *items = NULL, *shown = json_array();
+    struct det_table *t = NULL;
+    enum det_format fmt;
+    char err[KD_ERRLEN] = "";
+    int rc, r;
+    r = det_parse_args(argc, argv, flags, pos, 0, list_usage, "det experiment list", &a);
+    if (r != 0 || det_format_parse(a.output, &fmt) != 0) {
+        rc = r == 0 ? DET_EXIT_USAGE : det_args_exit(r);
+        goto out;
+    }
+    rc = det_kube_open(&a, &k);
+    if (rc != 0)
+        goto out;
+    r = kd_k8s_list_all(k.c, &exp_gvr, k.ns, NULL, &list, &st, err);
+    if (r != 0) {
+        rc = det_kube_fail(&k, r, &st, err, "list", &exp_gvr, "experiment", NULL);
+        goto out;
+    }
+    items = sorted(json_object_get(list, "items"));
+    size_t i;
+    json_t *e;
+    json_array_foreach(items, i, e)
+    {
+        if (!a.all && json_is_true(det_get(e, "spec.archived")))
+            continue;
+        json_array_append(shown, e);
+    }
+    if (fmt != DET_FMT_TABLE) {
+        json_t *l =
+            json_pack("{s:s, s:s, s:O}", "apiVersion", "v1", "kind", "List", "items", shown);
+        rc = det_print_obj(l, fmt);
+        json_decref(l);
+        goto out;
+    }
+    if (json_array_size(shown) == 0) {
+        fprintf(stderr, "det: no experiments in namespace \"%s\"%s\n", k.ns,
+                a.all ? "" : " (archived ones are listed with --all)");
+        goto out;
+    }
+    t = det_table_new((const char *const[]){"ID", "NAME", "STATE", "PROGRESS", "TRIALS", "BEST",
+                                            "STARTED", "DURATION", NULL});
+    json_array_foreach(shown, i, e)
+    {
+        char prog[32], trials[32], best[32], started[32], dur[32];
+        fmt_progress(e, prog, sizeof(prog));
+        fmt_number(det_get(e, "status.trials.total"), trials, sizeof(trials));
+        fmt_number(det_get(e, "status.bestValidation.value"), best, sizeof(best));
+        det_fmt_time(det_get_str(e, "status.startTime", NULL), started, sizeof(started));
+        fmt_span(e, dur, sizeof(dur));
+        const char *row[] = {kd_k8s_meta_str(e, "name"),
+                             det_get_str(e, "spec.name", ""),
+                             shown_state(e),
+                             prog,
+                             trials,
+                             best,
+                             started,
+                             dur};
+        det_table_row(t, row);
+    }
+    det_table_print(t);
+out:
+    det_table_free(t);
+    json_decref(list);
+    json_decref(items);
+    json_decref(shown);
+    kd_k8s_status_free(&st);
+    det_kube_close(&k);
+    return rc;
+}
+
+/* Trials of experiment `name` (spec.experiment), sorted by creation. New array. */
+static int exp_trials(struct det_kube *k, const char *name, json_t **out)
+{
+    json_t *list = NULL;
+    struct kd_k8s_status st = {0};
+    char err[KD_ERRLEN] = "";
+    int rc = DET_EXIT_OK;
+    *out = json_array();
+    int r = kd_k8s_list_all(k->c, &trial_gvr, k->ns, NULL, &list, &st, err);
+    if (r != 0) {
+        rc = det_kube_fail(k, r, &st, err, "list", &trial_gvr, "trial", NULL);
+        goto out;
+    }
+    json_t *all = sorted(json_object_get(list, "items"));
+    size_t i;
+    json_t *t;
+    json_array_foreach(all, i, t)
+    {
+        if (strcmp(det_get_str(t, "spec.experiment", ""), name) == 0)
+            json_array_append(*out, t);
+    }
+    json_decref(all);
+out:
+    json_decref(list);
+    kd_k8s_status_free(&st);
+    return rc;
+}
+
+/* Print the trials of an experiment as a table (shared with `det trial list`). */
+void det_print_trials(const json_t *trials);
+void det_print_trials(const json_t *trials)
+{
+    struct det_table *t = det_table_new((const char *const[]){"ID", "STATE", "PROGRESS", "BATCHES",
+                                                              "BEST", "RESTARTS", "HPARAMS", NULL});
+    size_t i;
+    json_t *tr;
+    json_array_foreach(trials, i, tr)
+    {
+        char prog[32], batches[32], best[32], restarts[32];
+        char *hp = json_dumps(det_get(tr, "spec.hparams"),
+                              JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
+        const char *state = det_get_str(tr, "status.state", "WAITING");
+        fmt_progress(tr, prog, sizeof(prog));
+        fmt_number(det_get(tr, "status.batchesTrained"), batches, sizeof(batches));
+        fmt_number(det_get(tr, "status.bestValidation.value"), best, sizeof(best));
+        fmt_number(det_get(tr, "status.restarts"), restarts, sizeof(restarts));
+        if (hp && strlen(hp) > 60)
+            memcpy(hp + 56, "...}", 5);
+        const char *row[] = {
+            kd_k8s_meta_str(tr, "name"), state, prog, batches, best, restarts, hp ? hp : ""};
+        det_table_row(t, row);
+        free(hp);
+    }
+    det_table_print(t);
+    det_table_free(t);
+}
+
+static void describe_print(const json_t *e, const json_t *trials)
+{
+    const char *state = det_get_str(e, "status.state", NULL);
+    json_t *og = det_get(e, "status.observedGeneration");
+    json_int_t gen = json_integer_value(det_get(e, "metadata.generation"));
+    char buf[64], buf2[64];
+    printf("ID:          %s\n", kd_k8s_meta_str(e, "name"));
+    printf("Name:        %s\n", det_get_str(e, "spec.name", ""));
+    printf("Namespace:   %s\n", kd_k8s_meta_str(e, "namespace"));
+    if (state == NULL || state[0] == '\0' || !json_is_integer(og)) {
+        printf("State:       WAITING for kdet-controller: nothing has acted on this experiment "
+               "yet (no status.state / status.observedGeneration). Is kdet-controller running "
+               "and watching namespace \"%s\"?\n",
+               kd_k8s_meta_str(e, "namespace"));
+    } else {
+        printf("State:       %s\n", state);
+        if (json_integer_value(og) < gen)
+            printf("             (kdet-controller has not yet acted on the latest change: "
+                   "generation %lld, observed %lld)\n",
+                   (long long)gen, (long long)json_integer_value(og));
+    }
+    const char *msg = det_get_str(e, "status.message", NULL);
+    if (msg && msg[0])
+        printf("Message:     %s\n", msg);
+    printf("Desired:     paused=%s canceled=%s archived=%s%s\n",
+           json_is_true(det_get(e, "spec.paused")) ? "true" : "false",
+           json_is_true(det_get(e, "spec.canceled")) ? "true" : "false",
+           json_is_true(det_get(e, "spec.archived")) ? "true" : "false",
+           json_object_get(json_object_get(json_object_get(e, "metadata"), "annotations"),
+                           DET_KILL_ANNOTATION)
+               ? " (killed)"
+               : "");
+    fmt_number(det_get(e, "spec.searcher.max_trials"), buf, sizeof(buf));
+    printf("Searcher:    %s, metric %s (%s)%s%s\n", det_get_str(e, "spec.searcher.name", "?"),
+           det_get_str(e, "spec.searcher.metric", "?"),
+           json_is_true(det_get(e, "spec.searcher.smaller_is_better")) ||
+                   !det_get(e, "spec.searcher.smaller_is_better")
+               ? "smaller is better"
+               : "larger is better",
+           buf[0] ? ", max_trials " : "", buf);
+    fmt_progress(e, buf, sizeof(buf));
+    if (buf[0])
+        printf("Progress:    %s\n", buf);
+    json_t *tc = det_get(e, "status.trials");
+    if (json_is_object(tc)) {
+        const char *keys[] = {"total",    "queued",    "active",   "paused",
+                              "stopping", "completed", "canceled", "errored"};
+        printf("Trials:     ");
+        for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+            json_t *v = json_object_get(tc, keys[i]);
+            if (json_is_integer(v))
+                printf(" %s %lld", keys[i], (long long)json_integer_value(v));
+        }
+        printf("\n");
+    }
+    json_t *best = det_get(e, "status.bestValidation");
+    if (json_is_object(best)) {
+        fmt_number(json_object_get(best, "value"), buf, sizeof(buf));
+        fmt_number(json_object_get(best, "batches"), buf2, sizeof(buf2));
+        printf("Best:        %s = %s (trial %s, %s batches%s%s)\n",
+               det_get_str(best, "metric", "?"), buf, det_get_str(best, "trial", "?"), buf2,
+               json_object_get(best, "checkpoint") ? ", checkpoint " : "",
+               det_get_str(best, "checkpoint", ""));
+    }
+    det_fmt_time(kd_k8s_meta_str(e, "creationTimestamp"), buf, sizeof(buf));
+    printf("Created:     %s\n", buf);
+    det_fmt_time(det_get_str(e, "status.startTime", NULL), buf, sizeof(buf));
+    if (buf[0])
+        printf("Started:     %s\n", buf);
+    det_fmt_time(det_get_str(e, "status.endTime", NULL), buf, sizeof(buf));
+    if (buf[0])
+        printf("Ended:       %s\n", buf);
+    fmt_span(e, buf, sizeof(buf));
+    if (buf[0])
+        printf("Duration:    %s\n", buf);
+    const char *cm = det_get_str(e, "spec.context.configMap", NULL);
+    printf("Context:     %s%s, sha256 %.12s\n", cm ? "ConfigMap " : "",
+           cm ? cm : det_get_str(e, "spec.context.url", det_get_str(e, "spec.context.path", "-")),
+           det_get_str(e, "spec.context.sha256", "-"));
+    json_t *conds = det_get(e, "status.conditions");
+    if (json_array_size(conds) > 0) {
+        printf("Conditions:\n");
+        size_t i;
+        json_t *c;
+        json_array_foreach(conds, i, c)
+        {
+            printf("  %-14s %-7s %s%s%s\n", det_get_str(c, "type", "?"),
+                   det_get_str(c, "status", "?"), det_get_str(c, "reason", ""),
+                   json_object_get(c, "message") ? ": " : "", det_get_str(c, "message", ""));
+        }
+    }
+    if (json_array_size(trials) == 0) {
+        printf("Trials:      none yet\n");
+    } else {
+        printf("\n");
+        det_print_trials(trials);
+    }
+    fflush(stdout);
+}
+
+static int cmd_describe(int argc, char **argv)
+{
+    static const char *const flags[] = {"--output", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"ID", NULL};
+    struct det_args a = {0};
+    struct det_kube k = {0};
+    json_t *e = NULL, *trials = NULL;
+    char *name = NULL;
+    enum det_format fmt;
+    int rc, r;
+    r = det_parse_args(argc, argv, flags, pos, 1, describe_usage, "det experiment describe", &a);
+    if (r != 0 || det_format_parse(a.output, &fmt) != 0) {
+        rc = r == 0 ? DET_EXIT_USAGE : det_args_exit(r);
+        goto out;
+    }
+    rc = det_kube_open(&a, &k);
+    if (rc != 0)
+        goto out;
+    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, &e);
+    if (rc != 0)
+        goto out;
+    rc = exp_trials(&k, name, &trials);
+    if (rc != 0)
+        goto out;
+    if (fmt != DET_FMT_TABLE) {
+        json_t *both = json_pack("{s:O, s:O}", "experiment", e, "trials", trials);
+        rc = det_print_obj(both, fmt);
+        json_decref(both);
+    } else {
+        describe_print(e, trials);
+    }
+out:
+    free(name);
+    json_decref(e);
+    json_decref(trials);
+    det_kube_close(&k);
+    return rc;
+}
+
+static int cmd_patch(const char *verb, int argc, char **argv)
+{
+    static const char *const flags[] = {KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"ID", NULL};
+    struct det_args a = {0};
+    struct det_kube k = {0};
+    struct kd_k8s_status st = {0};
+    json_t *e = NULL, *patch = NULL, *res = NULL;
+    char *name = NULL, cmd[64], err[KD_ERRLEN] = "", now[32];
+    const char *what;
+    int rc, r;
+    snprintf(cmd, sizeof(cmd), "det experiment %s", verb);
+    r = det_parse_args(argc, argv, flags, pos, 1, patch_usage, cmd, &a);
+    if (r != 0) {
+        rc = det_args_exit(r);
+        goto out;
+    }
+    rc = det_kube_open(&a, &k);
+    if (rc != 0)
+        goto out;
+    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, &e);
+    if (rc != 0)
+        goto out;
+    const char *state = det_get_str(e, "status.state", "");
+    bool canceled = json_is_true(det_get(e, "spec.canceled"));
+    if ((strcmp(verb, "pause") == 0 || strcmp(verb, "activate") == 0) &&
+        (canceled || terminal(state))) {
+        det_err("experiment %s is %s; it cannot be %s", name, terminal(state) ? state : "canceled",
+                strcmp(verb, "pause") == 0 ? "paused" : "activated");
+        rc = DET_EXIT_ERROR;
+        goto out;
+    }
+    kd_time_rfc3339(kd_wall_ms(), 0, now, sizeof(now));
+    if (strcmp(verb, "pause") == 0) {
+        patch = json_pack("{s:{s:b}}", "spec", "paused", 1);
+        what = "paused (spec.paused=true): its trials checkpoint and stop";
+    } else if (strcmp(verb, "activate") == 0) {
+        patch = json_pack("{s:{s:b}}", "spec", "paused", 0);
+        what = "activated (spec.paused=false): its trials resume from their checkpoints";
+    } else if (strcmp(verb, "cancel") == 0) {
+        patch = json_pack("{s:{s:b}}", "spec", "canceled", 1);
+        what = "canceled (spec.canceled=true): its trials checkpoint and stop";
+    } else if (strcmp(verb, "kill") == 0) {
+        patch = json_pack("{s:{s:b}, s:{s:{s:s}}}", "spec", "canceled", 1, "metadata",
+                          "annotations", DET_KILL_ANNOTATION, now);
+        what = "killed (spec.canceled=true, annotation " DET_KILL_ANNOTATION
+               "): its pods are deleted at once, without a checkpoint";
+    } else if (strcmp(verb, "archive") == 0) {
+        patch = json_pack("{s:{s:b}}", "spec", "archived", 1);
+        what = "archived (spec.archived=true): 'det experiment list' shows it only with --all";
+    } else {
+        patch = json_pack("{s:{s:b}}", "spec", "archived", 0);
+        what = "unarchived (spec.archived=false)";
+    }
+    if (patch == NULL)
+        kd_oom(256);
+    r = kd_k8s_patch(k.c, &exp_gvr, k.ns, name, NULL, KD_K8S_PATCH_MERGE, patch, &res, &st, err);
+    if (r != 0) {
+        rc = det_kube_fail(&k, r, &st, err, "patch", &exp_gvr, "experiment", name);
+        goto out;
+    }
+    printf("experiment %s %s\n", name, what);
+    if (strcmp(verb, "archive") == 0 && !terminal(state))
+        fprintf(stderr, "det: note: archiving takes effect in a terminal state; %s is %s\n", name,
+                state[0] ? state : "not started by kdet-controller yet");
+out:
+    free(name);
+    json_decref(e);
+    json_decref(patch);
+    json_decref(res);
+    kd_k8s_status_free(&st);
+    det_kube_close(&k);
+    return rc;
+}
+
+static int cmd_delete(int argc, char **argv)
+{
+    static const char *const flags[] = {"--yes", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"ID", NULL};
+    struct det_args a = {0};
+    struct det_kube k = {0};
+    struct kd_k8s_status st = {0};
+    struct kd_k8s_delete_opts del = {.propagation_policy = "Background"};
+    static const struct kd_k8s_gvr cm_gvr = KD_K8S_CONFIGMAPS;
+    json_t *e = NULL;
+    char *name = NULL, err[KD_ERRLEN] = "";
+    int rc, r;
+    r = det_parse_args(argc, argv, flags, pos, 1, delete_usage, "det experiment delete", &a);
+    if (r != 0) {
+        rc = det_args_exit(r);
+        goto out;
+    }
+    rc = det_kube_open(&a, &k);
+    if (rc != 0)
+        goto out;
+    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, &e);
+    if (rc != 0)
+        goto out;
+    if (!a.yes) {
+        char line[16] = "";
+        if (!isatty(0)) {
+            det_err("refusing to delete experiment %s without confirmation: stdin is not a "
+                    "terminal; pass --yes",
+                    name);
+            rc = DET_EXIT_USAGE;
+            goto out;
+        }
+        fprintf(stderr, "Delete experiment %s, its trials, their pods and its context? [y/N] ",
+                name);
+        if (fgets(line, sizeof(line), stdin) == NULL || (line[0] != 'y' && line[0] != 'Y')) {
+            det_err("not deleted");
+            rc = DET_EXIT_ERROR;
+            goto out;
+        }
+    }
+    r = kd_k8s_delete(k.c, &exp_gvr, k.ns, name, &del, NULL, &st, err);
+    if (r != 0) {
+        rc = det_kube_fail(&k, r, &st, err, "delete", &exp_gvr, "experiment", name);
+        goto out;
+    }
+    const char *cm = det_get_str(e, "spec.context.configMap", NULL);
+    if (cm != NULL) {
+        r = kd_k8s_delete(k.c, &cm_gvr, k.ns, cm, NULL, NULL, &st, err);
+        if (r != 0 && r != KD_ENOTFOUND)
+            det_err("warning: the context ConfigMap %s was not deleted: %s", cm, err);
+    }
+    printf("experiment %s deleted (its trials and pods are removed by garbage collection)\n", name);
+out:
+    free(name);
+    json_decref(e);
+    kd_k8s_status_free(&st);
+    det_kube_close(&k);
+    return rc;
+}
+
+/* ---- wait ------------------------------------------------------------------ */
+
+struct waiter {
+    const char *name;
+    int64_t t0;
+    bool tty;
+    char last[256];
+    char state[32];
+    char message[512];
+    bool deleted;
+};
+
+static void progress_line(struct waiter *w, const json_t *e)
+{
+    char line[256], prog[32], best[32], el[32];
+    const char *state = det_get_str(e, "status.state", "");
+    fmt_progress(e, prog, sizeof(prog));
+    fmt_number(det_get(e, "status.bestValidation.value"), best, sizeof(best));
+    det_fmt_duration(kd_mono_ms() - w->t0, el, sizeof(el));
+    if (state[0] == '\0')
+        snprintf(line, sizeof(line), "%s: waiting for kdet-controller to act on it", w->name);
+    else
+        snprintf(line, sizeof(line), "%s: %s%s%s, trials %lld (%lld active, %lld completed)%s%s",
+                 w->name, state, prog[0] ? " " : "", prog,
+                 (long long)json_integer_value(det_get(e, "status.trials.total")),
+                 (long long)json_integer_value(det_get(e, "status.trials.active")),
+                 (long long)json_integer_value(det_get(e, "status.trials.completed")),
+                 best[0] ? ", best " : "", best);
+    if (strcmp(line, w->last) != 0 || w->tty) {
+        if (w->tty)
+            fprintf(stderr, "\r\033[K%s  [%s]", line, el);
+        else
+            fprintf(stderr, "%s  [%s]\n", line, el);
+        kd_strlcpy(w->last, line, sizeof(w->last));
+    }
+    kd_strlcpy(w->state, state, sizeof(w->state));
+    kd_strlcpy(w->message, det_get_str(e, "status.message", ""), sizeof(w->message));
+}
+
+static int on_event(enum kd_k8s_event_type type, json_t *obj, void *ud)
+{
+    struct waiter *w = ud;
+    if (type == KD_K8S_DELETED) {
+        w->deleted = true;
+        return 1;
+    }
+    if (type != KD_K8S_ADDED && type != KD_K8S_MODIFIED)
+        return 0;
+    progress_line(w, obj);
+    return terminal(w->state) ? 1 : 0;
+}
+
+static int cmd_wait(int argc, char **argv)
+{
+    static const char *const flags[] = {"--timeout", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"ID", NULL};
+    struct det_args a = {0};
+    struct det_kube k = {0};
+    struct kd_k8s_status st = {0};
+    struct waiter w = {0};
+    json_t *e = NULL;
+    char *name = NULL, err[KD_ERRLEN] = "", sel[300], rv[64];
+    int64_t timeout_ms = 0, deadline = 0;
+    int rc, r;
+    static const atomic_int no_stop = 0;
+    r = det_parse_args(argc, argv, flags, pos, 1, wait_usage, "det experiment wait", &a);
+    if (r != 0) {
+        rc = det_args_exit(r);
+        goto out;
+    }
+    if (a.timeout && (det_parse_duration(a.timeout, &timeout_ms) != 0 || timeout_ms == 0)) {
+        det_err("--timeout %s: expected a duration such as 90s, 15m or 2h", a.timeout);
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
+    rc = det_kube_open(&a, &k);
+    if (rc != 0)
+        goto out;
+    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, &e);
+    if (rc != 0)
+        goto out;
+    w.name = name;
+    w.t0 = kd_mono_ms();
+    w.tty = isatty(2);
+    deadline = timeout_ms ? w.t0 + timeout_ms : 0;
+    snprintf(sel, sizeof(sel), "metadata.name=%s", name);
+    kd_strlcpy(rv, kd_k8s_meta_str(e, "resourceVersion"), sizeof(rv));
+    progress_line(&w, e);
+    while (!terminal(w.state) && !w.deleted) {
+        long secs = 60;
+        if (deadline) {
+            int64_t left = deadline - kd_mono_ms();
+            if (left <= 0)
+                break;
+            secs = (long)((left + 999) / 1000);
+            if (secs > 60)
+                secs = 60;
+        }
+        struct kd_k8s_query q = {.field_selector = sel,
+                                 .resource_version = rv,
+                                 .timeout_seconds = secs,
+                                 .allow_watch_bookmarks = true};
+        r = kd_k8s_watch(k.c, &exp_gvr, k.ns, &q, on_event, &w, &no_stop, &st, err);
+        if (r < 0 && r != KD_EGONE) {
+            if (w.tty)
+                fputc('\n', stderr);
+            rc = det_kube_fail(&k, r, &st, err, "watch", &exp_gvr, "experiment", name);
+            goto out;
+        }
+        /* re-read to resume (after a 410, or a server-side timeout) from a fresh version */
+        json_decref(e);
+        e = NULL;
+        r = kd_k8s_get(k.c, &exp_gvr, k.ns, name, &e, &st, err);
+        if (r == KD_ENOTFOUND) {
+            w.deleted = true;
+            break;
+        }
+        if (r != 0) {
+            rc = det_kube_fail(&k, r, &st, err, "get", &exp_gvr, "experiment", name);
+            goto out;
+        }
+        kd_strlcpy(rv, kd_k8s_meta_str(e, "resourceVersion"), sizeof(rv));
+        progress_line(&w, e);
+    }
+    if (w.tty)
+        fputc('\n', stderr);
+    if (w.deleted) {
+        det_err("experiment %s was deleted while waiting", name);
+        rc = DET_EXIT_NOTFOUND;
+    } else if (!terminal(w.state)) {
+        det_err("timed out after %s waiting for experiment %s (state %s)", a.timeout, name,
+                w.state[0] ? w.state : "WAITING for kdet-controller");
+        rc = DET_EXIT_TIMEOUT;
+    } else if (strcmp(w.state, "COMPLETED") == 0) {
+        printf("experiment %s COMPLETED\n", name);
+    } else {
+        det_err("experiment %s ended %s%s%s", name, w.state, w.message[0] ? ": " : "", w.message);
+        rc = DET_EXIT_FAILED;
+    }
+out:
+    free(name);
+    json_decref(e);
+    kd_k8s_status_free(&st);
+    det_kube_close(&k);
+    return rc;
+}
+
+int det_cmd_experiment_verb(const char *verb, int argc, char **argv, bool *handled)
+{
+    int rc = DET_EXIT_USAGE;
+    *handled = true;
+    if (strcmp(verb, "list") == 0 || strcmp(verb, "ls") == 0)
+        rc = cmd_list(argc, argv);
+    else if (strcmp(verb, "describe") == 0)
+        rc = cmd_describe(argc, argv);
+    else if (strcmp(verb, "pause") == 0 || strcmp(verb, "activate") == 0 ||
+             strcmp(verb, "cancel") == 0 || strcmp(verb, "kill") == 0 ||
+             strcmp(verb, "archive") == 0 || strcmp(verb, "unarchive") == 0)
+        rc = cmd_patch(verb, argc, argv);
+    else if (strcmp(verb, "delete") == 0)
+        rc = cmd_delete(argc, argv);
+    else if (strcmp(verb, "wait") == 0)
+        rc = cmd_wait(argc, argv);
+    else
+        *handled = false;
+    return rc;
+}

@@ -1,0 +1,519 @@
+/*
+ * `det trial list|describe|logs`: an experiment's Trial resources and the
+ * logs of their pods, read through the API server's pods/log subresource
+ * (following with -f, one stream per pod, lines prefixed by the pod when a
+ * trial has several).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "cli.h"
+#include "core/alloc.h"
+#include "core/buf.h"
+#include "core/str.h"
+#include "core/time.h"
+
+static const struct kd_k8s_gvr exp_gvr = KD_K8S_EXPERIMENTS;
+static const struct kd_k8s_gvr trial_gvr = KD_K8S_TRIALS;
+static const struct kd_k8s_gvr pod_gvr = KD_K8S_PODS;
+
+#define KUBE_FLAGS "--kubeconfig", "--context", "--namespace"
+#define MAX_PODS 64
+/* One log line longer than this is passed on in pieces. */
+#define LINE_MAX_BYTES (64 * 1024)
+
+void det_print_trials(const json_t *trials);
+
+static const char trial_usage[] =
+    "usage: det trial VERB ...\n"
+    "\n"
+    "verbs:\n"
+    "  list EXPERIMENT   the trials of an experiment (ID or unique prefix)\n"
+    "  describe TRIAL    a trial's state, hyperparameters, progress and pods\n"
+    "  logs TRIAL [-f]   its pods' logs (-f follows them until the pods end)\n"
+    "\n"
+    "Every verb takes -n/--namespace, --kubeconfig and --context; list and describe\n"
+    "take -o table|json|yaml.\n";
+
+static int cmd_list(int argc, char **argv)
+{
+    static const char *const flags[] = {"--output", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"EXPERIMENT", NULL};
+    struct det_args a = {0};
+    struct det_kube k = {0};
+    struct kd_k8s_status st = {0};
+    json_t *list = NULL, *mine = json_array();
+    char *name = NULL, err[KD_ERRLEN] = "";
+    enum det_format fmt;
+    int rc, r;
+    r = det_parse_args(argc, argv, flags, pos, 1, trial_usage, "det trial list", &a);
+    if (r != 0 || det_format_parse(a.output, &fmt) != 0) {
+        rc = r == 0 ? DET_EXIT_USAGE : det_args_exit(r);
+        goto out;
+    }
+    rc = det_kube_open(&a, &k);
+    if (rc != 0)
+        goto out;
+    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, NULL);
+    if (rc != 0)
+        goto out;
+    r = kd_k8s_list_all(k.c, &trial_gvr, k.ns, NULL, &list, &st, err);
+    if (r != 0) {
+        rc = det_kube_fail(&k, r, &st, err, "list", &trial_gvr, "trial", NULL);
+        goto out;
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(list, "items"), i, t)
+    {
+        if (strcmp(det_get_str(t, "spec.experiment", ""), name) == 0)
+            json_array_append(mine, t);
+    }
+    if (fmt != DET_FMT_TABLE) {
+        json_t *l = json_pack("{s:s, s:s, s:O}", "apiVersion", "v1", "kind", "List", "items", mine);
+        rc = det_print_obj(l, fmt);
+        json_decref(l);
+    } else if (json_array_size(mine) == 0) {
+        fprintf(stderr, "det: experiment %s has no trials yet%s\n", name,
+                "; kdet-controller creates them once it runs the experiment");
+    } else {
+        det_print_trials(mine);
+    }
+out:
+    free(name);
+    json_decref(list);
+    json_decref(mine);
+    kd_k8s_status_free(&st);
+    det_kube_close(&k);
+    return rc;
+}
+
+/* Names of the trial's pods: status.pods[].name, else pods labelled kdet.io/trial=NAME. */
+static int trial_pods(struct det_kube *k, const json_t *trial, const char *name, json_t **pods)
+{
+    struct kd_k8s_status st = {0};
+    json_t *list = NULL;
+    char sel[300], err[KD_ERRLEN] = "";
+    int rc = DET_EXIT_OK;
+    size_t i;
+    json_t *p;
+    *pods = json_array();
+    json_array_foreach(det_get(trial, "status.pods"), i, p)
+    {
+        const char *pn = det_get_str(p, "name", NULL);
+        if (pn)
+            json_array_append_new(*pods, json_string(pn));
+    }
+    if (json_array_size(*pods) > 0)
+        goto out;
+    snprintf(sel, sizeof(sel), "kdet.io/trial=%s", name);
+    struct kd_k8s_query q = {.label_selector = sel};
+    int r = kd_k8s_list_all(k->c, &pod_gvr, k->ns, &q, &list, &st, err);
+    if (r != 0) {
+        rc = det_kube_fail(k, r, &st, err, "list", &pod_gvr, "pod", NULL);
+        goto out;
+    }
+    json_array_foreach(json_object_get(list, "items"), i, p)
+    {
+        json_array_append_new(*pods, json_string(kd_k8s_meta_str(p, "name")));
+    }
+out:
+    json_decref(list);
+    kd_k8s_status_free(&st);
+    return rc;
+}
+
+static int cmd_describe(int argc, char **argv)
+{
+    static const char *const flags[] = {"--output", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"TRIAL", NULL};
+    struct det_args a = {0};
+    struct det_kube k = {0};
+    json_t *t = NULL, *pods = NULL;
+    char *name = NULL, buf[64];
+    enum det_format fmt;
+    int rc, r;
+    r = det_parse_args(argc, argv, flags, pos, 1, trial_usage, "det trial describe", &a);
+    if (r != 0 || det_format_parse(a.output, &fmt) != 0) {
+        rc = r == 0 ? DET_EXIT_USAGE : det_args_exit(r);
+        goto out;
+    }
+    rc = det_kube_open(&a, &k);
+    if (rc != 0)
+        goto out;
+    rc = det_resolve(&k, &trial_gvr, "trial", a.pos[0], &name, &t);
+    if (rc != 0)
+        goto out;
+    if (fmt != DET_FMT_TABLE) {
+        rc = det_print_obj(t, fmt);
+        goto out;
+    }
+    rc = trial_pods(&k, t, name, &pods);
+    if (rc != 0)
+        goto out;
+    char *hp = json_dumps(det_get(t, "spec.hparams"),
+                          JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
+    printf("ID:           %s\n", name);
+    printf("Experiment:   %s\n", det_get_str(t, "spec.experiment", ""));
+    printf("State:        %s\n",
+           det_get_str(t, "status.state", "WAITING for kdet-controller (no status yet)"));
+    if (det_get_str(t, "status.message", NULL))
+        printf("Message:      %s\n", det_get_str(t, "status.message", ""));
+    printf("Hparams:      %s\n", hp ? hp : "{}");
+    free(hp);
+    json_t *seed = det_get(t, "spec.seed");
+    printf("Seed:         %lld\n", (long long)json_integer_value(seed));
+    json_t *va = det_get(t, "spec.validateAfter");
+    if (json_is_integer(va))
+        printf("Target:       %lld %s%s\n", (long long)json_integer_value(va),
+               det_get_str(t, "spec.lengthUnit", "batches"),
+               json_is_true(det_get(t, "spec.closed")) ? " (closed: last target)" : "");
+    json_t *bt = det_get(t, "status.batchesTrained");
+    if (json_is_integer(bt))
+        printf("Trained:      %lld batches\n", (long long)json_integer_value(bt));
+    json_t *rs = det_get(t, "status.restarts");
+    if (json_is_integer(rs))
+        printf("Restarts:     %lld\n", (long long)json_integer_value(rs));
+    json_t *best = det_get(t, "status.bestValidation");
+    if (json_is_object(best))
+        printf("Best:         %s = %g at %lld batches\n", det_get_str(best, "metric", "?"),
+               json_number_value(json_object_get(best, "value")),
+               (long long)json_integer_value(json_object_get(best, "batches")));
+    json_t *ck = det_get(t, "status.latestCheckpoint");
+    if (json_is_object(ck))
+        printf("Checkpoint:   %s at %lld batches\n", det_get_str(ck, "uuid", "?"),
+               (long long)json_integer_value(json_object_get(ck, "batches")));
+    det_fmt_time(det_get_str(t, "status.startTime", NULL), buf, sizeof(buf));
+    if (buf[0])
+        printf("Started:      %s\n", buf);
+    det_fmt_time(det_get_str(t, "status.endTime", NULL), buf, sizeof(buf));
+    if (buf[0])
+        printf("Ended:        %s\n", buf);
+    printf("Pods:        ");
+    size_t i;
+    json_t *p;
+    if (json_array_size(pods) == 0)
+        printf(" none");
+    json_array_foreach(pods, i, p)
+    {
+        printf(" %s", json_string_value(p));
+    }
+    printf("\n");
+    fflush(stdout);
+out:
+    free(name);
+    json_decref(t);
+    json_decref(pods);
+    det_kube_close(&k);
+    return rc;
+}
+
+/* ---- logs ---------------------------------------------------------------- */
+
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct stream {
+    struct det_kube *k;
+    const char *pod;
+    const char *container; /* NULL: the only one */
+    const char *prefix;    /* "" or "[pod] " */
+    bool follow;
+    struct kd_buf line; /* partial line */
+    struct kd_buf errbody;
+    long http;
+    bool waiting; /* 400: the container has not started yet */
+    int rc;       /* exit code */
+    char curlerr[CURL_ERROR_SIZE];
+};
+
+static void emit(struct stream *s, const char *p, size_t n)
+{
+    pthread_mutex_lock(&out_lock);
+    fputs(s->prefix, stdout);
+    fwrite(p, 1, n, stdout);
+    fflush(stdout);
+    pthread_mutex_unlock(&out_lock);
+}
+
+static size_t on_data(char *p, size_t size, size_t n, void *ud)
+{
+    struct stream *s = ud;
+    size_t len = size * n;
+    if (s->http >= 300 || s->http == 0) {
+        /* an error body: keep it (capped, the rest dropped) for the message */
+        if (kd_buf_append(&s->errbody, p, len) != 0)
+            return len;
+        return len;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (kd_buf_putc(&s->line, p[i]) != 0 || p[i] == '\n') {
+            emit(s, s->line.data, s->line.len);
+            kd_buf_reset(&s->line);
+            if (p[i] != '\n' && kd_buf_putc(&s->line, p[i]) != 0)
+                return 0;
+        }
+    }
+    return len;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *ud)
+{
+    struct stream *s = ud;
+    size_t len = size * n;
+    if (len > 9 && strncmp(p, "HTTP/", 5) == 0) {
+        const char *sp = memchr(p, ' ', len);
+        if (sp != NULL) {
+            long code = 0;
+            for (sp++; sp < p + len && *sp >= '0' && *sp <= '9'; sp++)
+                code = code * 10 + (*sp - '0');
+            s->http = code;
+        }
+    }
+    return len;
+}
+
+/* Stream one pod's log to stdout. Sets s->rc. */
+static void stream_log(struct stream *s)
+{
+    struct kd_k8s_config *cfg = &s->k->cfg;
+    struct kd_buf url = KD_BUF_INIT(4096);
+    struct curl_slist *hl = NULL;
+    char *auth = NULL;
+    CURL *h = curl_easy_init();
+    static const struct kd_k8s_gvr pods = KD_K8S_PODS;
+    if (h == NULL)
+        kd_oom(1);
+    s->rc = DET_EXIT_ERROR;
+    if (kd_buf_puts(&url, cfg->server) != 0 ||
+        kd_k8s_path(&url, &pods, s->k->ns, s->pod, "log", NULL, NULL) != 0 ||
+        kd_buf_printf(&url, "?follow=%s", s->follow ? "true" : "false") != 0)
+        goto out;
+    if (s->container &&
+        (kd_buf_puts(&url, "&container=") != 0 || kd_k8s_urlencode(&url, s->container) != 0))
+        goto out;
+    curl_easy_setopt(h, CURLOPT_URL, kd_buf_str(&url));
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "kdet-det");
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, s->curlerr);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, s);
+    if (!s->follow)
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 60000L);
+    /* TLS and credentials exactly as lib/k8s sets them */
+    if (cfg->ca_data != NULL) {
+        struct curl_blob blob = {cfg->ca_data, cfg->ca_data_len, CURL_BLOB_COPY};
+        curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &blob);
+    } else if (cfg->ca_file != NULL) {
+        curl_easy_setopt(h, CURLOPT_CAINFO, cfg->ca_file);
+    }
+    if (cfg->cert_data != NULL) {
+        struct curl_blob blob = {cfg->cert_data, cfg->cert_data_len, CURL_BLOB_COPY};
+        curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &blob);
+        curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+    } else if (cfg->cert_file != NULL) {
+        curl_easy_setopt(h, CURLOPT_SSLCERT, cfg->cert_file);
+    }
+    if (cfg->key_data != NULL) {
+        struct curl_blob blob = {cfg->key_data, cfg->key_data_len, CURL_BLOB_COPY};
+        curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &blob);
+        curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+    } else if (cfg->key_file != NULL) {
+        curl_easy_setopt(h, CURLOPT_SSLKEY, cfg->key_file);
+    }
+    if (cfg->insecure) {
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    char *token = cfg->token;
+    if (token == NULL && cfg->token_file != NULL &&
+        kd_k8s_read_token(cfg->token_file, &token, NULL) != 0)
+        token = NULL;
+    if (token != NULL) {
+        auth = kd_xasprintf("Authorization: Bearer %s", token);
+        hl = curl_slist_append(hl, auth);
+        if (token != cfg->token)
+            free(token);
+    } else if (cfg->username != NULL) {
+        curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(h, CURLOPT_USERNAME, cfg->username);
+        curl_easy_setopt(h, CURLOPT_PASSWORD, cfg->password ? cfg->password : "");
+    }
+    hl = curl_slist_append(hl, "Accept: */*");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    CURLcode cc = curl_easy_perform(h);
+    if (s->line.len > 0) {
+        emit(s, s->line.data, s->line.len);
+        emit(s, "\n", 1);
+    }
+    if (cc != CURLE_OK && s->http == 0) {
+        struct kd_k8s_status st = {0};
+        snprintf(st.message, sizeof(st.message), "%s",
+                 s->curlerr[0] ? s->curlerr : curl_easy_strerror(cc));
+        s->rc = det_kube_fail(s->k, KD_ECONNECT, &st, NULL, "get", &pods, "pod", s->pod);
+    } else if (s->http >= 300) {
+        struct kd_k8s_status st = {0};
+        char err[KD_ERRLEN] = "";
+        int r = kd_k8s_map_status((int)s->http, s->errbody.data, s->errbody.len, &st, err);
+        if (r == KD_EINVAL) {
+            /* 400: the container has not started (or the pod has several containers) */
+            s->waiting = strstr(st.message, "waiting to start") != NULL ||
+                         strstr(st.message, "ContainerCreating") != NULL;
+            if (!s->waiting || !s->follow)
+                det_err("logs of pod %s: %s", s->pod, st.message);
+            s->rc = DET_EXIT_ERROR;
+        } else {
+            s->rc = det_kube_fail(s->k, r, &st, err, "get", &pods, "pod", s->pod);
+        }
+        kd_k8s_status_free(&st);
+    } else {
+        s->rc = DET_EXIT_OK;
+    }
+out:
+    free(auth);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(h);
+    kd_buf_free(&url);
+}
+
+/* stream_log; with -f, a container that has not started yet is waited for (5 min at most). */
+static void stream_wait(struct stream *s)
+{
+    int64_t t0 = kd_mono_ms();
+    bool said = false;
+    for (;;) {
+        s->http = 0;
+        s->waiting = false;
+        kd_buf_reset(&s->errbody);
+        stream_log(s);
+        if (!s->follow || !s->waiting || kd_mono_ms() - t0 > 300000)
+            break;
+        if (!said) {
+            pthread_mutex_lock(&out_lock);
+            fprintf(stderr, "det: pod %s: waiting for its container to start...\n", s->pod);
+            pthread_mutex_unlock(&out_lock);
+            said = true;
+        }
+        kd_sleep_ms(1000);
+    }
+    if (s->waiting && s->follow)
+        det_err("pod %s: its container did not start within 5 minutes", s->pod);
+}
+
+static void *stream_thread(void *ud)
+{
+    stream_wait(ud);
+    return NULL;
+}
+
+static int cmd_logs(int argc, char **argv)
+{
+    static const char *const flags[] = {"--follow", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"TRIAL", NULL};
+    struct det_args a = {0};
+    struct det_kube k = {0};
+    struct kd_k8s_status st = {0};
+    json_t *t = NULL, *pods = NULL;
+    struct stream *ss = NULL;
+    pthread_t *th = NULL;
+    char *name = NULL, **prefixes = NULL;
+    size_t npods = 0;
+    int rc, r;
+    r = det_parse_args(argc, argv, flags, pos, 1, trial_usage, "det trial logs", &a);
+    if (r != 0) {
+        rc = det_args_exit(r);
+        goto out;
+    }
+    rc = det_kube_open(&a, &k);
+    if (rc != 0)
+        goto out;
+    rc = det_resolve(&k, &trial_gvr, "trial", a.pos[0], &name, &t);
+    if (rc != 0)
+        goto out;
+    rc = trial_pods(&k, t, name, &pods);
+    if (rc != 0)
+        goto out;
+    npods = json_array_size(pods);
+    if (npods == 0) {
+        det_err("trial %s has no pods (state %s): nothing to show yet", name,
+                det_get_str(t, "status.state", "WAITING for kdet-controller"));
+        rc = DET_EXIT_NOTFOUND;
+        goto out;
+    }
+    if (npods > MAX_PODS)
+        npods = MAX_PODS;
+    ss = kd_xcalloc(npods, sizeof(*ss));
+    th = kd_xcalloc(npods, sizeof(*th));
+    prefixes = kd_xcalloc(npods, sizeof(*prefixes));
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    for (size_t i = 0; i < npods; i++) {
+        const char *pod = json_string_value(json_array_get(pods, i));
+        prefixes[i] = npods > 1 ? kd_xasprintf("[%s] ", pod) : kd_xstrdup("");
+        ss[i].k = &k;
+        ss[i].pod = pod;
+        ss[i].prefix = prefixes[i];
+        ss[i].follow = a.follow;
+        kd_buf_init(&ss[i].line, LINE_MAX_BYTES);
+        kd_buf_init(&ss[i].errbody, 64 * 1024);
+    }
+    if (a.follow && npods > 1) {
+        for (size_t i = 0; i < npods; i++)
+            if (pthread_create(&th[i], NULL, stream_thread, &ss[i]) != 0)
+                kd_oom(0);
+        for (size_t i = 0; i < npods; i++)
+            pthread_join(th[i], NULL);
+    } else {
+        for (size_t i = 0; i < npods; i++)
+            stream_wait(&ss[i]);
+    }
+    for (size_t i = 0; i < npods; i++)
+        if (ss[i].rc != 0 && rc == 0)
+            rc = ss[i].rc;
+out:
+    for (size_t i = 0; ss && i < npods; i++) {
+        kd_buf_free(&ss[i].line);
+        kd_buf_free(&ss[i].errbody);
+        free(prefixes[i]);
+    }
+    free(ss);
+    free(th);
+    free(prefixes);
+    free(name);
+    json_decref(t);
+    json_decref(pods);
+    kd_k8s_status_free(&st);
+    det_kube_close(&k);
+    return rc;
+}
+
+int det_cmd_trial(int argc, char **argv)
+{
+    static const char *const verbs[] = {"list", "describe", "logs", NULL};
+    int rc = DET_EXIT_USAGE;
+    if (argc < 2) {
+        fputs(trial_usage, stderr);
+        goto out;
+    }
+    const char *verb = argv[1];
+    if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0 || strcmp(verb, "help") == 0) {
+        fputs(trial_usage, stdout);
+        rc = DET_EXIT_OK;
+    } else if (strcmp(verb, "list") == 0 || strcmp(verb, "ls") == 0) {
+        rc = cmd_list(argc - 1, argv + 1);
+    } else if (strcmp(verb, "describe") == 0) {
+        rc = cmd_describe(argc - 1, argv + 1);
+    } else if (strcmp(verb, "logs") == 0) {
+        rc = cmd_logs(argc - 1, argv + 1);
+    } else {
+        det_usage_suggest("trial verb", verb, verbs, "det trial");
+    }
+out:
+    return rc;
+}

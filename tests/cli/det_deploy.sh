@@ -1,0 +1,128 @@
+#!/bin/bash
+# det deploy local: up on a fresh data dir (kdet-local on a free port, a
+# private PostgreSQL on a unix socket, the CRDs) → status healthy → kubectl
+# works with the printed KUBECONFIG → down → nothing left running → status
+# says stopped → up again resumes the same objects and the same database.
+set -u
+build=${KD_BUILD:-$PWD/build}
+cd "${KD_SRC:-.}"
+det=$build/bin/det
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/     /' "$2" | head -40; fail=$((fail + 1)); }
+
+if ! command -v kubectl >/dev/null || ! { command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; }; then
+    echo "skip: kubectl or PostgreSQL is not installed"; echo "1 passed, 0 failed"; exit 0
+fi
+tmp=$(mktemp -d /tmp/kd-det-deploy-XXXXXX)
+dd=$tmp/data
+# every pid that ever ran here, to prove nothing is left behind
+pids() {
+    for f in "$dd/run/kdet-local.pid" "$dd/run/kdet-controller.pid" "$dd/postgres/postmaster.pid"; do
+        [ -s "$f" ] && head -1 "$f"
+    done
+}
+seen=""
+# processes still running whose command line names the data dir (pids may be reused by others)
+leftover() {
+    for p in $seen; do
+        [ -r "/proc/$p/cmdline" ] && tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qF "$dd" && echo -n " $p"
+    done
+    for f in /proc/[0-9]*/cmdline; do
+        tr '\0' ' ' < "$f" 2>/dev/null | grep -qF -- "--data-dir $dd" && echo -n " ${f//[^0-9]/}"
+    done
+}
+cleanup() {
+    "$det" deploy local down --data-dir "$dd" > /dev/null 2>&1
+    for p in $(leftover); do kill -9 "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+chmod 755 "$tmp"
+
+# ---- up
+if timeout 120 "$det" deploy local up --data-dir "$dd" --port 0 > "$tmp/up.out" 2> "$tmp/up.err"; then
+    ok "deploy local up"
+else
+    bad "deploy local up" "$tmp/up.err"; echo "$pass passed, $fail failed"; exit 1
+fi
+seen="$seen $(pids)"
+grep -q "^export KUBECONFIG=$dd/kubeconfig$" "$tmp/up.out" && ok "up prints export KUBECONFIG=..." || bad "export line" "$tmp/up.out"
+for part in kdet-local postgres crds; do
+    grep -qE "^det: $part +.*\([0-9.]+m?s\)$" "$tmp/up.err" && ok "up shows progress for $part, with its time" ||
+        bad "progress line for $part" "$tmp/up.err"
+done
+eval "$(cat "$tmp/up.out")"
+[ "$KUBECONFIG" = "$dd/kubeconfig" ] || bad "KUBECONFIG from up"
+port=$(cat "$dd/port")
+
+# ---- status
+if "$det" deploy local status --data-dir "$dd" > "$tmp/st" 2>&1 &&
+    grep -qE "^  kdet-local +healthy +pid [0-9]+, http://127.0.0.1:$port" "$tmp/st" &&
+    grep -qE "^  postgres +healthy +pid [0-9]+, socket $dd/run/pg" "$tmp/st" &&
+    grep -qE "^  crds +installed" "$tmp/st"; then
+    ok "status: every part healthy, exit 0"
+else bad "status after up" "$tmp/st"; fi
+
+# ---- kubectl with the printed KUBECONFIG; the API only on 127.0.0.1; PostgreSQL only on its socket
+if timeout 30 kubectl get nodes > "$tmp/out" 2>&1 && grep -q " Ready " "$tmp/out"; then ok "kubectl get nodes"
+else bad "kubectl get nodes" "$tmp/out"; fi
+if ss -ltn 2>/dev/null | grep -q ":$port "; then
+    ss -ltn | grep ":$port " | grep -qv "127.0.0.1:$port" && bad "the API listens beyond 127.0.0.1" || ok "the API listens on 127.0.0.1 only"
+fi
+grep -q "^listen_addresses = ''" "$dd/postgres/postgresql.conf" && [ -S "$dd/run/pg/.s.PGSQL.5432" ] &&
+    ok "PostgreSQL: no TCP, a unix socket in the data dir" || bad "PostgreSQL listen settings"
+if command -v psql > /dev/null; then
+    psql -h "$dd/run/pg" -U kdet kdet -qc "create table kept (v text); insert into kept values ('still here')" > "$tmp/out" 2>&1 &&
+        ok "the database kdet takes writes" || bad "psql write" "$tmp/out"
+fi
+timeout 30 kubectl create configmap kept --from-literal=k=v --dry-run=client -o yaml | timeout 30 kubectl apply -f - > "$tmp/out" 2>&1 &&
+    ok "an object created before down" || bad "create a ConfigMap" "$tmp/out"
+"$det" experiment create examples/fashion-mnist-c/const.yaml examples/fashion-mnist-c > "$tmp/out" 2>&1 &&
+    ok "det experiment create against the deployment" || bad "det experiment create" "$tmp/out"
+check_up_again() {
+    timeout 60 "$det" deploy local up --data-dir "$dd" > "$tmp/up2.out" 2> "$tmp/up2.err"
+}
+check_up_again && grep -q "kdet-local       already running" "$tmp/up2.err" && ok "up on a running deployment says so" ||
+    bad "up twice" "$tmp/up2.err"
+
+# ---- down: nothing left running
+if timeout 90 "$det" deploy local down --data-dir "$dd" > "$tmp/down" 2>&1; then ok "deploy local down"; else bad "down" "$tmp/down"; fi
+grep -qE "^det: postgres +stopped" "$tmp/down" && grep -qE "^det: kdet-local +stopped" "$tmp/down" &&
+    ok "down reports each part stopped" || bad "down output" "$tmp/down"
+left=$(leftover)
+[ -z "$left" ] && ok "no process left after down" || bad "processes left:$left"
+[ -S "$dd/run/pg/.s.PGSQL.5432" ] && bad "the PostgreSQL socket is still there" || ok "the socket is gone"
+"$det" deploy local status --data-dir "$dd" > "$tmp/st" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -qE "kdet-local +stopped" "$tmp/st" && grep -qE "postgres +stopped" "$tmp/st" &&
+    ok "status after down: stopped, non-zero exit" || bad "status after down (exit $rc)" "$tmp/st"
+
+# ---- up again resumes
+if timeout 120 "$det" deploy local up --data-dir "$dd" > "$tmp/up3.out" 2> "$tmp/up3.err"; then ok "up again"
+else bad "up again" "$tmp/up3.err"; fi
+seen="$seen $(pids)"
+grep -q "initialized a new database cluster" "$tmp/up3.err" && bad "up again ran initdb" "$tmp/up3.err" || ok "up again reuses the database cluster"
+[ "$(cat "$dd/port")" = "$port" ] && ok "up again reuses the port" || bad "port changed"
+[ "$(timeout 30 kubectl get configmap kept -o jsonpath='{.data.k}')" = v ] && ok "the object is still there" ||
+    bad "ConfigMap kept lost"
+"$det" experiment list > "$tmp/out" 2>&1 && grep -q "fashion-mnist-c-const" "$tmp/out" && ok "the experiment is still there" ||
+    bad "experiment lost" "$tmp/out"
+if command -v psql > /dev/null; then
+    [ "$(psql -h "$dd/run/pg" -U kdet kdet -Atc 'select v from kept' 2>&1)" = "still here" ] &&
+        ok "the database kept its rows" || bad "database rows lost"
+fi
+timeout 90 "$det" deploy local down --data-dir "$dd" > "$tmp/down" 2>&1 || bad "down again" "$tmp/down"
+left=$(leftover)
+[ -z "$left" ] && ok "no process left at the end" || bad "processes left at the end:$left"
+
+# ---- usage errors
+"$det" deploy cloud up > "$tmp/out" 2>&1; [ $? -eq 2 ] && grep -q "only 'det deploy local' exists" "$tmp/out" &&
+    ok "deploy cloud: usage error" || bad "deploy cloud" "$tmp/out"
+"$det" deploy local upp > "$tmp/out" 2>&1; [ $? -eq 2 ] && grep -q 'did you mean "up"' "$tmp/out" &&
+    ok "deploy local upp: suggestion" || bad "deploy local upp" "$tmp/out"
+"$det" deploy local status --data-dir "$tmp/none" > "$tmp/out" 2>&1; [ $? -eq 5 ] && grep -q "nothing was deployed there" "$tmp/out" &&
+    ok "status of an empty data dir" || bad "status of a missing data dir" "$tmp/out"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
