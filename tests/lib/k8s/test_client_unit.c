@@ -3,7 +3,11 @@
  * which verbs, Retry-After header parsing, curl error mapping, and option
  * checks of client creation.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <setjmp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
@@ -99,13 +103,49 @@ static void test_client_new_checks(void **state)
     kd_k8s_client_free(NULL);
 }
 
+static void test_request_timeout(void **state)
+{
+    (void)state;
+    /* a listening socket that never answers: the TCP handshake completes, no response comes */
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 8), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    char url[64], err[KD_ERRLEN];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", ntohs(a.sin_port));
+    struct kd_k8s_config cfg = {.server = url};
+    struct kd_k8s_client_opts o = {
+        .timeout_ms = 300, .max_retries = 1, .backoff_base_ms = 10, .backoff_max_ms = 10};
+    struct kd_k8s_client *c = NULL;
+    struct kd_k8s_client_stats s;
+    assert_int_equal(kd_k8s_client_new(&cfg, &o, &c, err), 0);
+    int64_t t0 = kd_mono_ms();
+    assert_int_equal(kd_k8s_get(c, &KD_K8S_PODS, "ns", "p", NULL, NULL, err), KD_ETIMEDOUT);
+    int64_t dt = kd_mono_ms() - t0;
+    kd_k8s_client_stats(c, &s);
+    printf("GET timed out twice in %lld ms: %s\n", (long long)dt, err);
+    assert_int_equal(s.requests, 2); /* a GET is retried after a timeout */
+    assert_true(dt >= 600 && dt < 3000);
+    assert_non_null(strstr(err, "GET /api/v1/namespaces/ns/pods/p"));
+    /* a POST is not: the server may have acted on it */
+    json_t *pod = json_pack("{s:{s:s}}", "metadata", "name", "p");
+    assert_int_equal(kd_k8s_create(c, &KD_K8S_PODS, "ns", pod, NULL, NULL, err), KD_ETIMEDOUT);
+    kd_k8s_client_stats(c, &s);
+    assert_int_equal(s.requests, 3);
+    json_decref(pod);
+    kd_k8s_client_free(c);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_retry_policy),
-        cmocka_unit_test(test_retry_after_header),
-        cmocka_unit_test(test_curl_errors),
-        cmocka_unit_test(test_client_new_checks),
+        cmocka_unit_test(test_retry_policy),    cmocka_unit_test(test_retry_after_header),
+        cmocka_unit_test(test_curl_errors),     cmocka_unit_test(test_client_new_checks),
+        cmocka_unit_test(test_request_timeout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
