@@ -28,6 +28,7 @@
 #include "kubelet.h"
 #include "openapi/openapi.h"
 #include "patch.h"
+#include "proto.h"
 #include "registry.h"
 #include "selector.h"
 #include "table.h"
@@ -498,8 +499,19 @@ static void serve_openapi(struct kd_api *api, struct kd_http_req *r, char **s, s
 static json_t *body_object(struct kd_http_req *r)
 {
     const char *ct = kd_http_header(r, "Content-Type");
-    if (ct != NULL && (strstr(ct, "protobuf") != NULL || strstr(ct, "cbor") != NULL ||
-                       strstr(ct, "yaml") != NULL)) {
+    if (ct != NULL && strstr(ct, "protobuf") != NULL) {
+        size_t plen;
+        const char *pb = kd_http_body(r, &plen);
+        char err[KD_ERRLEN] = "";
+        json_t *j = NULL;
+        int rc = kd_proto_decode(pb, plen, &j, err);
+        if (rc == KD_ENOTSUP)
+            respond_status(r, 415, "UnsupportedMediaType", err, NULL);
+        else if (rc != 0)
+            bad_request(r, err);
+        return j;
+    }
+    if (ct != NULL && (strstr(ct, "cbor") != NULL || strstr(ct, "yaml") != NULL)) {
         char msg[400];
         snprintf(msg, sizeof(msg),
                  "the body of the request was in an unknown format - accepted media types "

@@ -64,8 +64,7 @@ until_ok() {
     return 1
 }
 jp() { $K get "$1" -o "jsonpath=$2" 2>&1; }
-# mkcm NAME [METADATA-JSON-FIELDS]: create a ConfigMap through JSON (kubectl's
-# `create configmap` generator sends protobuf, which kdet-local does not read).
+# mkcm NAME [METADATA-JSON-FIELDS]: create a ConfigMap through JSON.
 mkcm() {
     printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"%s"%s}}' "$1" "${2:+,$2}" | $K create -f -
 }
@@ -112,6 +111,11 @@ printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"generateName":"gen-"}
 expect "generateName makes a unique name" '^configmap/gen-[a-z0-9]{5} created' $K create -f "$work/gen.json"
 expect "creating in a missing namespace is NotFound" 'namespaces "kdconf-missing-ns" not found' \
     kubectl -n kdconf-missing-ns create -f "$work/gen.json"
+
+expect "kubectl create configmap (protobuf)" 'configmap/gen-cm created' $K create configmap gen-cm --from-literal=a=1 --from-literal=b=2
+expect "the protobuf ConfigMap's data" '^\{"a":"1","b":"2"\}$' jp cm/gen-cm '{.data}'
+expect "kubectl create secret generic (protobuf)" 'secret/gen-sec created' $K create secret generic gen-sec --from-literal=key=AKIAEXAMPLE
+expect "the protobuf Secret's data is base64" '^QUtJQUVYQU1QTEU=$' jp secret/gen-sec '{.data.key}'
 
 # ---- patch ---------------------------------------------------------------------------
 expect "merge patch" 'patched' $K patch cm c1 --type=merge -p '{"data":{"m":"1"}}'
