@@ -5,12 +5,16 @@
 # restricted to TCP loopback (--mca btl tcp,self; dtrain transport tcp).
 # Prints latency and algorithm bandwidth (bytes / time) side by side and the
 # ratio dtrain / OpenMPI of bandwidth (> 1: dtrain is faster).
-# Env: BENCH_SIZES (default 4K..256M), BENCH_RANKS (default "2 4").
+# Each size runs as BENCH_REPS timed groups (default 5) and the fastest group
+# counts, for both programs alike, so that a burst of load from elsewhere on
+# the machine does not decide the comparison.
+# Env: BENCH_SIZES (default 4K..256M), BENCH_RANKS (default "2 4"), BENCH_REPS.
 set -euo pipefail
 build=${KD_BUILD:?KD_BUILD must point at the build dir}
 src=${KD_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 sizes=${BENCH_SIZES:-4K..256M}
 ranks=${BENCH_RANKS:-2 4}
+reps=${BENCH_REPS:-5}
 lo=${sizes%%..*}
 hi=${sizes##*..}
 out=$(mktemp -d /tmp/kdet-bench-allreduce.XXXXXX)
@@ -28,7 +32,7 @@ run_dtrain() { # np transport file
     for ((r = 0; r < np; r++)); do
         RANK=$r LOCAL_RANK=$r WORLD_SIZE=$np LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 \
         MASTER_PORT=$port KDET_RUN_ID=bench KDET_LOG_LEVEL=warn \
-            "$build/bin/dtrain" bench allreduce --size "$sizes" --transport "$tr" \
+            "$build/bin/dtrain" bench allreduce --size "$sizes" --transport "$tr" --reps "$reps" \
             > "$f.$r" 2>&1 &
         pids+=($!)
     done
@@ -42,7 +46,7 @@ run_mpi() { # np btl-args file
     local np=$1 f=$3
     # shellcheck disable=SC2086
     mpirun --allow-run-as-root --oversubscribe -np "$np" $2 \
-        "$build/bench/mpi_allreduce" "$lo" "$hi" > "$f.raw" 2>&1 || { cat "$f.raw"; return 1; }
+        "$build/bench/mpi_allreduce" "$lo" "$hi" "$reps" > "$f.raw" 2>&1 || { cat "$f.raw"; return 1; }
     grep -E '^ +[0-9]+[KM]? ' "$f.raw" > "$f"
 }
 

@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/str.h"
 #include "core/time.h"
 
 #define SOCKBUF_BYTES (4 << 20)
@@ -42,10 +43,16 @@ int dt_set_nonblock(int fd, bool on)
 void dt_tune_socket(int fd)
 {
     int one = 1, sz = SOCKBUF_BYTES;
-    /* Best effort: the kernel caps the buffers at net.core.*mem_max. */
+    uint64_t v = 0;
+    const char *env = getenv("DTRAIN_SOCKET_BUFFER");
+    if (env != NULL && kd_parse_size(env, &v) == 0 && v <= (256u << 20))
+        sz = (int)v;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+    if (sz > 0) { /* 0: leave the kernel's autotuning on */
+        /* Best effort: the kernel caps the buffers at net.core.*mem_max. */
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+    }
 }
 
 void dt_keepalive(int fd)

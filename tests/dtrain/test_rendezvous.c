@@ -189,7 +189,45 @@ static void test_check_tool(void **s)
     rk_cleanup(&j);
 }
 
-static const struct rk_worker workers[] = {{"join", w_join}, {"tool", w_tool}, {NULL, NULL}};
+static int w_bench(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/bin/dtrain",
+             getenv("KD_BUILD") ? getenv("KD_BUILD") : "build");
+    char *argv[] = {path, "bench",  "allreduce", "--size",  "4K..16K", "--iters",
+                    "6",  "--reps", "3",         "--dtype", "bf16",    NULL};
+    execv(path, argv);
+    perror("execv dtrain");
+    return 9;
+}
+
+static void test_bench_tool(void **s)
+{
+    (void)s;
+    struct rk_job j;
+    const char *tcp[] = {"DTRAIN_TRANSPORT=tcp", NULL};
+    rk_init(&j, 2);
+    rk_spawn(&j, "bench", 0, tcp);
+    rk_spawn(&j, "bench", 1, tcp);
+    assert_int_equal(rk_wait_all(&j, 30000), 0);
+    const char *log = rk_log(&j, 0);
+    if (rk_code(&j, 0) != 0 || rk_code(&j, 1) != 0)
+        fprintf(stderr, "---- rank 0:\n%s\n---- rank 1:\n%s\n", log, rk_log(&j, 1));
+    assert_int_equal(rk_code(&j, 0), 0);
+    assert_int_equal(rk_code(&j, 1), 0);
+    assert_non_null(strstr(log, "2 ranks, transport tcp, dtype bfloat16, op sum"));
+    const char *sizes[] = {"4K", "8K", "16K"};
+    for (int i = 0; i < 3; i++) {
+        char want[64];
+        snprintf(want, sizeof(want), "%10s %8d ", sizes[i], 6);
+        assert_non_null(strstr(log, want));
+    }
+    assert_null(strstr(log, "32K"));
+    rk_cleanup(&j);
+}
+
+static const struct rk_worker workers[] = {
+    {"join", w_join}, {"tool", w_tool}, {"bench", w_bench}, {NULL, NULL}};
 
 int main(int argc, char **argv)
 {
@@ -201,6 +239,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rank_collision),
         cmocka_unit_test(test_timeouts_name_what_is_missing),
         cmocka_unit_test(test_check_tool),
+        cmocka_unit_test(test_bench_tool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
