@@ -262,6 +262,10 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
         goto out;
     }
     const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
+    if (strcmp(estate, "ERROR") == 0 &&
+        json_integer_value(json_object_get(json_object_get(exp, "status"), "observedGeneration")) !=
+            json_integer_value(json_object_get(json_object_get(exp, "metadata"), "generation")))
+        estate = ""; /* an ERROR for an older spec (a fixed configuration is being retried) */
     bool stop = json_is_true(json_object_get(json_object_get(exp, "spec"), "canceled")) ||
                 strcmp(estate, "STOPPING_CANCELED") == 0 || strcmp(estate, "STOPPING_ERROR") == 0 ||
                 strcmp(estate, "CANCELED") == 0 || strcmp(estate, "ERROR") == 0 ||

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# A grid search whose trials exit 0 completes with one Trial and one pod per
+# grid point and nothing left; an invalid Experiment gets state ERROR and a
+# condition quoting the validation error; a fixed configuration is retried.
+. "$(dirname "$0")/lib.sh"
+trap 'finish; exit $?' EXIT
+start_local 4 || exit 1
+start_ctrl
+
+experiment grid '  entrypoint: sh -c "sleep 0.3; exit 0"
+  hyperparameters:
+    lr: {type: double, minval: 0.1, maxval: 0.3, count: 3}
+    depth: {type: categorical, vals: [1, 2]}
+  searcher: {name: grid, metric: loss, max_length: {batches: 100}}
+  resources: {slots_per_trial: 1}'
+log "grid experiment created"
+check "grid experiment COMPLETED" wait_for 60 exp_state_is grid COMPLETED
+check "6 trials, all COMPLETED" test "$(kubectl get trial -l kdet.io/experiment=grid \
+    -o 'jsonpath={range .items[*]}{.status.state}{"\n"}{end}' | grep -c '^COMPLETED$')" = 6
+check "status counts 6 completed" test "$(field exp grid '{.status.trials.completed}')" = 6
+check "progress 100%" test "$(field exp grid '{.status.progressPercent}')" = "100%"
+check "one pod per trial was created" test "$(grep -c 'msg="trial pods created".*trial=grid-' "$T/ctrl.log")" = 6
+check "no pods left" wait_for 10 no_pods kdet.io/experiment=grid
+check "searcher state ConfigMap owned by the experiment" test \
+    "$(field cm grid-searcher '{.metadata.ownerReferences[0].kind}')" = Experiment
+check "trial seed and hparams set" test -n "$(field trial grid-1 '{.spec.seed}')$(field trial grid-1 '{.spec.hparams.lr}')"
+check "grid points distinct" test "$(kubectl get trial -l kdet.io/experiment=grid \
+    -o 'jsonpath={range .items[*]}{.spec.hparams}{"\n"}{end}' | sort -u | wc -l)" = 6
+
+experiment bad '  entrypoint: sh -c "exit 0"
+  hyperparameters:
+    lr: {type: double, minval: 0.1, maxval: 0.3}
+  searcher: {name: grid, metric: loss, max_length: {batches: 100}}'
+check "invalid experiment ERROR" wait_for 20 exp_state_is bad ERROR
+msg=$(field exp bad '{.status.conditions[?(@.type=="Valid")].message}')
+echo "# condition: $msg"
+check "condition quotes the field" eval 'case "$msg" in *hyperparameters.lr*count*) true ;; *) false ;; esac'
+check "condition reason InvalidConfig" test "$(field exp bad '{.status.conditions[?(@.type=="Valid")].reason}')" = InvalidConfig
+check "no trial for the invalid experiment" test "$(kubectl get trial -l kdet.io/experiment=bad -o name | grep -c .)" = 0
+kubectl patch exp bad --type=merge -p '{"spec":{"hyperparameters":{"lr":{"type":"double","minval":0.1,"maxval":0.3,"count":2}}}}' >/dev/null
+check "fixed experiment runs to COMPLETED" wait_for 60 exp_state_is bad COMPLETED
+
+kubectl delete exp grid --wait=true --timeout=30s >/dev/null 2>&1
+check "deleting the experiment removes its trials" wait_for 20 test "$(kubectl get trial -l kdet.io/experiment=grid -o name | grep -c .)" = 0

@@ -1,0 +1,104 @@
+# Shared helpers of the kdet-controller end-to-end scenarios: a private
+# kdet-local (free port, temp data dir, fake GPUs), the CRDs and priority
+# classes, kdet-controller, polling helpers, and a cleanup that checks
+# nothing is left behind. Sourced by e2e/controller/*.sh.
+set -u
+KD_SRC=${KD_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+KD_BUILD=${KD_BUILD:-$KD_SRC/build}
+PASSED=0
+FAILED=0
+T=$(mktemp -d /tmp/kdet-e2e-ctrl.XXXXXX)
+LOCAL_PID=
+CTRL_PID=
+export KUBECONFIG=$T/kubeconfig
+
+ok() { PASSED=$((PASSED + 1)); echo "ok - $*"; }
+bad() { FAILED=$((FAILED + 1)); echo "FAIL - $*"; }
+check() { d=$1; shift; if "$@"; then ok "$d"; else bad "$d"; fi; }
+log() { echo "# $(date -u +%H:%M:%S) $*"; }
+
+# wait_for SECONDS COMMAND...: poll every 0.2 s until COMMAND succeeds.
+wait_for() {
+    local limit=$1 i=0
+    shift
+    while ! "$@" >/dev/null 2>&1; do
+        i=$((i + 1))
+        [ $i -ge $((limit * 5)) ] && return 1
+        sleep 0.2
+    done
+    return 0
+}
+
+# start_local GPUS: kdet-local on a free port with GPUS fake GPUs; CRDs and priority classes applied.
+start_local() {
+    PATH=$KD_BUILD/bin:$PATH "$KD_BUILD/bin/kdet-local" --data-dir "$T/data" --port 0 \
+        --port-file "$T/port" --kubeconfig-out "$T/kubeconfig" --fake-gpus "$1" \
+        --node-name kdet-e2e >"$T/local.log" 2>&1 &
+    LOCAL_PID=$!
+    wait_for 10 test -s "$T/kubeconfig" || { echo "kdet-local did not start"; tail "$T/local.log"; return 1; }
+    wait_for 10 kubectl get nodes kdet-e2e || return 1
+    kubectl apply -f "$KD_SRC/crds/" >/dev/null &&
+        kubectl apply -f "$KD_SRC/manifests/priorityclasses.yaml" >/dev/null
+}
+
+# start_ctrl [ARGS...]: kdet-controller against that kdet-local (log appended to $T/ctrl.log).
+start_ctrl() {
+    "$KD_BUILD/bin/kdet-controller" --kubeconfig "$T/kubeconfig" --workers 2 --resync 5 "$@" \
+        >>"$T/ctrl.log" 2>&1 &
+    CTRL_PID=$!
+}
+
+stop_ctrl() {
+    if [ -n "$CTRL_PID" ]; then
+        kill -TERM "$CTRL_PID" 2>/dev/null
+        wait "$CTRL_PID" 2>/dev/null
+        CTRL_PID=
+    fi
+}
+
+# field KIND NAME JSONPATH
+field() { kubectl get "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
+exp_state_is() { [ "$(field exp "$1" '{.status.state}')" = "$2" ]; }
+trial_state_is() { [ "$(field trial "$1" '{.status.state}')" = "$2" ]; }
+# live_pods [SELECTOR]: trial pods not yet Succeeded/Failed
+live_pods() {
+    kubectl get pods -l "${1:-kdet.io/trial}" -o \
+        'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null |
+        grep -cE '^(Pending|Running|)$' | head -1
+}
+count_pods() { kubectl get pods -l "${1:-kdet.io/trial}" -o name 2>/dev/null | grep -c .; }
+no_pods() { [ "$(count_pods "${1:-kdet.io/trial}")" = 0 ]; }
+running_pods() {
+    kubectl get pods -l "${1:-kdet.io/trial}" -o \
+        'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null | grep -c '^Running$'
+}
+
+# experiment NAME EXTRA_SPEC_YAML: apply an Experiment; EXTRA is indented spec YAML.
+experiment() {
+    printf 'apiVersion: kdet.io/v1alpha1\nkind: Experiment\nmetadata:\n  name: %s\nspec:\n  name: %s\n%s\n' \
+        "$1" "$1" "$2" | kubectl apply -f - >/dev/null
+}
+
+finish() {
+    stop_ctrl
+    if [ -n "$LOCAL_PID" ]; then
+        kill -TERM "$LOCAL_PID" 2>/dev/null
+        wait "$LOCAL_PID" 2>/dev/null
+    fi
+    sleep 0.5
+    if pgrep -f "$T" >/dev/null 2>&1; then
+        bad "processes left behind: $(pgrep -af "$T" | head -3)"
+        pkill -KILL -f "$T" 2>/dev/null # only processes of this test's own temp dir
+    else
+        ok "no process left behind"
+    fi
+    if [ "$FAILED" -gt 0 ]; then
+        echo "---- controller log (tail)"
+        tail -40 "$T/ctrl.log" 2>/dev/null
+        echo "---- kdet-local log (tail)"
+        tail -15 "$T/local.log" 2>/dev/null
+    fi
+    rm -rf "$T"
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+}

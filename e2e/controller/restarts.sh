@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# A worker that fails: the trial restarts up to max_restarts (a new attempt
+# each time, with backoff), then ERROR; the experiment ends ERROR.
+. "$(dirname "$0")/lib.sh"
+trap 'finish; exit $?' EXIT
+start_local 2 || exit 1
+start_ctrl
+
+experiment failing '  entrypoint: sh -c "echo boom >&2; exit 3"
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  max_restarts: 2
+  resources: {slots_per_trial: 1}'
+check "trial ERROR" wait_for 60 trial_state_is failing-1 ERROR
+check "restarts = max_restarts = 2" test "$(field trial failing-1 '{.status.restarts}')" = 2
+msg=$(field trial failing-1 '{.status.message}')
+echo "# message: $msg"
+check "message names the exit code" eval 'case "$msg" in *"exit code 3"*max_restarts=2*) true ;; *) false ;; esac'
+check "three attempts, three run ids" test "$(grep 'msg="trial pods created" trial=failing-1' "$T/ctrl.log" |
+    sed 's/.*run_id=//' | sort -u | wc -l)" = 3
+check "experiment ERROR" wait_for 20 exp_state_is failing ERROR
+check "no pods left" wait_for 10 no_pods kdet.io/experiment=failing
