@@ -75,7 +75,9 @@ static const char create_usage[] =
 struct create_args {
     const char *config;
     const char *context;
-    const char *template_path;
+    const char *template_path;   /* the file merged into the config (a file or a stored one) */
+    const char *stored_template; /* a stored template: recorded in spec.template, merged by
+                                    kdet-controller */
     const char *ns;
     bool dry_run;
 };
@@ -198,11 +200,8 @@ static json_t *build_resources(const struct create_args *a, const json_t *cfg,
         kd_oom(4096);
     size_t b64len = 4 * ((ctx->len + 2) / 3);
     *cm_fits = b64len + CM_OVERHEAD <= CM_MAX_BYTES;
-    if (a->template_path) {
-        char *t = template_name(a->template_path);
-        json_object_set_new(spec, "template", json_string(t));
-        free(t);
-    }
+    if (a->stored_template)
+        json_object_set_new(spec, "template", json_string(a->stored_template));
     json_object_set_new(context, "sha256", json_string(ctx->sha256));
     json_object_set_new(context, "size", json_integer((json_int_t)ctx->len));
     json_object_set_new(context, "files", json_integer((json_int_t)ctx->files));
@@ -236,6 +235,14 @@ static json_t *build_resources(const struct create_args *a, const json_t *cfg,
                   "app.kubernetes.io/managed-by", "det", "spec", spec);
     if (exp == NULL)
         kd_oom(4096);
+    if (a->template_path && !a->stored_template) {
+        /* a template file was merged here: say which, outside spec.template (which names a
+         * stored template that kdet-controller merges) */
+        char *t = template_name(a->template_path);
+        json_object_set_new(json_object_get(exp, "metadata"), "annotations",
+                            json_pack("{s:s}", "kdet.io/template-file", t));
+        free(t);
+    }
     json_array_append_new(docs, exp);
     json_decref(spec);
     free(name);
@@ -356,7 +363,7 @@ static int cmd_create(int argc, char **argv)
     static const char *const posn[] = {"CONFIG", "CONTEXT_DIR", NULL};
     int rc = DET_EXIT_ERROR, r;
     struct det_args da = {0};
-    struct create_args a = {NULL, NULL, NULL, "default", false};
+    struct create_args a = {NULL, NULL, NULL, NULL, "default", false};
     json_t *cfg = NULL, *docs = NULL, *schema = NULL, *causes = NULL, *unknown = NULL;
     struct kd_context ctx = {0};
     struct kd_buf out = KD_BUF_INIT(OUT_MAX);
@@ -399,6 +406,7 @@ static int cmd_create(int argc, char **argv)
                 goto out;
             rc = DET_EXIT_ERROR;
             a.template_path = tpath;
+            a.stored_template = da.template_ref;
         }
     }
     r = kd_config_load(a.config, a.template_path, &cfg, err);
@@ -407,6 +415,20 @@ static int cmd_create(int argc, char **argv)
         /* anything wrong with the files the user named, missing ones included */
         rc = (r == KD_ENOMEM || r == KD_EINTERNAL) ? DET_EXIT_ERROR : DET_EXIT_INVALID;
         goto out;
+    }
+    if (a.stored_template != NULL) {
+        /* the merged config is valid; submit the config as written, kdet-controller merges
+         * the stored template (so that it is merged once, as with kubectl apply) */
+        struct kd_yaml_doc *doc = NULL;
+        r = kd_yaml_parse_file(a.config, &doc, err);
+        if (r != 0) {
+            det_err("%s", err);
+            rc = DET_EXIT_INVALID;
+            goto out;
+        }
+        json_decref(cfg);
+        cfg = json_deep_copy(kd_yaml_root(doc));
+        kd_yaml_free(doc);
     }
     fprintf(stderr, "det: %s: config is valid%s%s%s\n", a.config,
             a.template_path ? " (merged over template " : "",

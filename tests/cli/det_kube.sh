@@ -136,10 +136,14 @@ check "template set again replaces it" 0 "template gpu updated" -- "$det" templa
     ok "the template is a ConfigMap labelled kdet.io/template with template.yaml" || bad "template ConfigMap"
 check "template list" 0 "^gpu +resources,labels" -- "$det" template list
 check "template describe" 0 "slots_per_trial: 2" -- "$det" template describe gpu
-check "create --template NAME merges the stored template" 0 "slots_per_trial: 2" \
+check "create --template NAME checks the merge with the stored template" 0 "merged over template gpu" \
     -- "$det" experiment create $ex/const.yaml $ex --template gpu --dry-run
-grep -q "template: gpu" "$tmp/out" && grep -q "from-template" "$tmp/out" && ok "spec.template names it" ||
-    bad "spec.template after --template NAME" "$tmp/out"
+grep -q "^  template: gpu$" "$tmp/out" && ! grep -q "from-template" "$tmp/out" &&
+    ok "spec.template names it; kdet-controller merges it (once)" || bad "spec.template after --template NAME" "$tmp/out"
+printf 'resources: {slots_per_trial: -2}\n' > "$tmp/t2.yaml"
+"$det" template set neg "$tmp/t2.yaml" > /dev/null 2>&1
+check "a stored template that makes the config invalid" 3 "slots_per_trial" \
+    -- "$det" experiment create $ex/const.yaml $ex --template neg --dry-run
 printf 'a: [1\n' > "$tmp/bad.yaml"
 check "template set refuses bad YAML" 3 "bad.yaml:" -- "$det" template set broken "$tmp/bad.yaml"
 check "template set refuses a bad name" 2 "template name \"Bad_Name\"" -- "$det" template set Bad_Name "$tmp/t.yaml"

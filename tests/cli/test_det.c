@@ -202,9 +202,12 @@ static void test_template_merge(void **state)
     struct det_run r;
     det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("ctx"),
                                  "--template", path("tmpl.yaml"), "--dry-run", NULL});
-    expect(&r, 0, "template: tmpl", "(merged over template");
+    /* a template file is merged here and named in an annotation; spec.template is kept for
+     * stored templates, which kdet-controller merges */
+    expect(&r, 0, "kdet.io/template-file: tmpl", "(merged over template");
     json_t *docs = parse_docs(r.out, r.out_len);
     json_t *spec = json_object_get(json_array_get(docs, 1), "spec");
+    assert_null(json_object_get(spec, "template"));
     json_t *res = json_object_get(spec, "resources");
     assert_int_equal(json_integer_value(json_object_get(res, "slots_per_trial")), 2);
     assert_string_equal(json_string_value(json_object_get(
