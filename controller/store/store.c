@@ -22,7 +22,8 @@ int kd_store__exec(struct kd_store *s, const char *what, const char *sql, int n,
     PGresult *r = NULL;
     if (res)
         *res = NULL;
-    for (int attempt = 0; attempt < 2; attempt++) {
+    /* Every idle connection may have died with the server: try each once, then a new one. */
+    for (int attempt = 0; attempt <= s->opts.pool_size; attempt++) {
         rc = kd_pool_get(s->pool, &c, err);
         if (rc != 0)
             goto out;
@@ -37,7 +38,7 @@ int kd_store__exec(struct kd_store *s, const char *what, const char *sql, int n,
         r = NULL;
         kd_pool_put(s->pool, c);
         c = NULL;
-        /* A pooled connection that died while idle (server restart): try a fresh one. */
+        /* A pooled connection that died while idle (server restart): try another. */
         if (rc != KD_ECONNECT || !retry)
             goto out;
     }

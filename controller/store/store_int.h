@@ -88,9 +88,9 @@ struct kd_store {
 
 /**
  * Run one parameterised statement on a pooled connection. *res (may be
- * NULL) gets the result, which the caller PQclear()s. Retries once on a
- * fresh connection when the pooled one turns out to be broken and `retry`
- * is set (idempotent statements only).
+ * NULL) gets the result, which the caller PQclear()s. When the pooled
+ * connection turns out to be broken and `retry` is set (idempotent
+ * statements only), tries the other pooled connections and then a new one.
  */
 int kd_store__exec(struct kd_store *s, const char *what, const char *sql, int n,
                    const char *const *params, bool retry, PGresult **res, char *err) KD_WUR;

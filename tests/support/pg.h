@@ -29,7 +29,8 @@ struct kd_pg {
  * in $KD_PG_BINDIR, `pg_config --bindir`, /usr/lib/postgresql/N/bin and
  * PATH. fsync is off (a crash of the machine loses data, a crash of the
  * server does not); synchronous_commit stays on, so a commit that returned
- * survives `kd_pg_stop(pg, "immediate")`. Blocks for a few seconds. 0 or a negative KD_E*, with detail in err.
+ * survives `kd_pg_stop(pg, "immediate")`. Blocks for a few seconds. 0 or a negative KD_E*, with
+ * detail in err.
  */
 int kd_pg_start(struct kd_pg *pg, char *err) KD_WUR;
 

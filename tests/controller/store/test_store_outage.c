@@ -220,10 +220,8 @@ static void memory_bound_spills(void **state)
 {
     (void)state;
     char ci[512], err[KD_ERRLEN] = "";
-    struct kd_store_opts o = {.spool_dir = spool_dir,
-                              .backoff_min_ms = 20,
-                              .backoff_max_ms = 200,
-                              .mem_limit = 4096};
+    struct kd_store_opts o = {
+        .spool_dir = spool_dir, .backoff_min_ms = 20, .backoff_max_ms = 200, .mem_limit = 4096};
     struct kd_store *s = fx_store(&o, ci, sizeof(ci));
     int64_t t = fx_trial(s, "mem", NULL);
     pg_down("immediate");
