@@ -121,12 +121,20 @@ static void set_rv(struct kd_k8s_informer *inf, const char *rv)
     pthread_mutex_unlock(&inf->lock);
 }
 
+/* Drop what the informer's users never read before it takes memory in the cache. */
+static void trim(const struct kd_k8s_informer *inf, json_t *obj)
+{
+    if (!inf->opts.keep_managed_fields)
+        json_object_del(json_object_get(obj, "metadata"), "managedFields");
+}
+
 static int on_event(enum kd_k8s_event_type type, json_t *obj, void *ud)
 {
     struct kd_k8s_informer *inf = ud;
     json_t *old = NULL;
     char key[512];
     int rc = 0;
+    trim(inf, obj); /* the event is ours: kd_k8s_watch parsed it for this call */
     if (type == KD_K8S_BOOKMARK) {
         pthread_mutex_lock(&inf->lock);
         inf->stats.bookmarks++;
@@ -201,6 +209,9 @@ static int relist(struct kd_k8s_informer *inf)
                 kd_err_name(rc), kd_logq(err));
         goto out;
     }
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(list, "items"), i, item) trim(inf, item);
     rc = kd_k8s_cache_replace(inf->cache, json_object_get(list, "items"), on_diff, inf);
     if (rc < 0) {
         KD_WARN("informer list has an item without a name", "resource=%s", inf->resource);

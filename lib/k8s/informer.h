@@ -108,6 +108,9 @@ struct kd_k8s_informer_opts {
     long watch_timeout_s;       /* server-side watch timeout; each watch uses 1-2x this [300] */
     long backoff_base_ms;       /* reconnect backoff [500] */
     long backoff_max_ms;        /* [30000] */
+    /* metadata.managedFields (server-side apply bookkeeping, often a third of
+     * an object) is dropped before caching and delivery unless this is set. */
+    bool keep_managed_fields;
 };
 
 struct kd_k8s_informer;

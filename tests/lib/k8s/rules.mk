@@ -7,6 +7,7 @@ $(eval $(call kd_test,test_k8s_queue,tests/lib/k8s/test_queue.c,$(K8S_LIBS),$(K8
 $(eval $(call kd_test,test_k8s_cache,tests/lib/k8s/test_cache.c,$(K8S_LIBS),$(K8S_LDLIBS),60))
 $(eval $(call kd_test,test_k8s_ratelimit,tests/lib/k8s/test_ratelimit.c,$(K8S_LIBS),$(K8S_LDLIBS),60))
 $(eval $(call kd_test,test_k8s_client_unit,tests/lib/k8s/test_client_unit.c,$(K8S_LIBS),$(K8S_LDLIBS),30))
+$(eval $(call kd_test,test_k8s_informer_unit,tests/lib/k8s/test_informer_unit.c,$(K8S_LIBS),$(K8S_LDLIBS),30))
 $(eval $(call kd_test,test_k8s_watch_lines,tests/lib/k8s/test_watch_lines.c,$(K8S_LIBS),$(K8S_LDLIBS),30))
 $(eval $(call kd_test,test_k8s_config,tests/lib/k8s/test_config.c,$(K8S_LIBS),$(K8S_LDLIBS),30))
 # Integration tests against a real kdet-local, built first as their dependency. Without
