@@ -54,7 +54,13 @@ struct kd_k8s_cache {
 struct kd_k8s_cache *kd_k8s_cache_new(void)
 {
     struct kd_k8s_cache *c = kd_xcalloc(1, sizeof(*c));
-    pthread_rwlock_init(&c->lock, NULL);
+    pthread_rwlockattr_t a;
+    /* glibc's default prefers readers: busy workers reading the cache could
+     * starve the informer's writes. */
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&c->lock, &a);
+    pthread_rwlockattr_destroy(&a);
     return c;
 }
 
