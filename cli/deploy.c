@@ -827,7 +827,7 @@ static int up_controller(const struct deploy *d, bool *present)
     char *pgh = kd_xasprintf("PGHOST=%s", d->pgsock);
     char *dsn = kd_xasprintf("KDET_DATABASE_URL=host=%s user=kdet dbname=kdet", d->pgsock);
     char *env[] = {kc, pgh, "PGUSER=kdet", "PGDATABASE=kdet", dsn, NULL};
-    char *argv[] = {prog, NULL};
+    char *argv[] = {prog, "--kubeconfig", (char *)d->kubeconfig, NULL};
     pid = spawn_daemon(argv, env, log);
     free(kc);
     free(pgh);

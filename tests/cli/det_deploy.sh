@@ -63,6 +63,14 @@ if "$det" deploy local status --data-dir "$dd" > "$tmp/st" 2>&1 &&
     grep -qE "^  crds +installed" "$tmp/st"; then
     ok "status: every part healthy, exit 0"
 else bad "status after up" "$tmp/st"; fi
+if [ -x "$build/bin/kdet-controller" ]; then
+    grep -qE "^  kdet-controller +running +pid [0-9]+" "$tmp/st" && ok "kdet-controller runs (it is next to det)" ||
+        bad "kdet-controller in status" "$tmp/st"
+    grep -qE "^det: kdet-controller +started" "$tmp/up.err" && ok "up shows progress for kdet-controller" ||
+        bad "kdet-controller progress line" "$tmp/up.err"
+else
+    grep -qE "^  kdet-controller +absent" "$tmp/st" && ok "no kdet-controller: status says absent" || bad "absent controller" "$tmp/st"
+fi
 
 # ---- kubectl with the printed KUBECONFIG; the API only on 127.0.0.1; PostgreSQL only on its socket
 if timeout 30 kubectl get nodes > "$tmp/out" 2>&1 && grep -q " Ready " "$tmp/out"; then ok "kubectl get nodes"
@@ -89,6 +97,7 @@ check_up_again && grep -q "kdet-local       already running" "$tmp/up2.err" && o
 # ---- down: nothing left running
 if timeout 90 "$det" deploy local down --data-dir "$dd" > "$tmp/down" 2>&1; then ok "deploy local down"; else bad "down" "$tmp/down"; fi
 grep -qE "^det: postgres +stopped" "$tmp/down" && grep -qE "^det: kdet-local +stopped" "$tmp/down" &&
+    { [ ! -x "$build/bin/kdet-controller" ] || grep -qE "^det: kdet-controller +stopped" "$tmp/down"; } &&
     ok "down reports each part stopped" || bad "down output" "$tmp/down"
 left=$(leftover)
 [ -z "$left" ] && ok "no process left after down" || bad "processes left:$left"

@@ -8,8 +8,9 @@ ifneq ($(wildcard local/rules.mk),)
 $(eval $(call kd_test_script,test_cli_kubectl,tests/cli/kubectl.sh,120,,$(O)/bin/det $(O)/bin/kdet-local))
 # det's verbs over the Kubernetes API, against kdet-local.
 $(eval $(call kd_test_script,test_det_kube,tests/cli/det_kube.sh,180,,$(O)/bin/det $(O)/bin/kdet-local))
-# det deploy local up/status/down/up again (kdet-local + a private PostgreSQL).
-$(eval $(call kd_test_script,test_det_deploy,tests/cli/det_deploy.sh,180,,$(O)/bin/det $(O)/bin/kdet-local))
+# det deploy local up/status/down/up again (kdet-local, a private PostgreSQL and, where the
+# tree has it, kdet-controller).
+$(eval $(call kd_test_script,test_det_deploy,tests/cli/det_deploy.sh,180,,$(O)/bin/det $(O)/bin/kdet-local $(if $(wildcard controller/main.c),$(O)/bin/kdet-controller)))
 endif
 endif
 # The PyTorch example trains for a few batches (one process, then two ranks).
