@@ -411,6 +411,50 @@ out:
     return rc;
 }
 
+/*
+ * kill: delete the pods of the experiment's trials at once (grace period 0), so
+ * that they stop now whether or not kdet-controller has seen the annotation yet.
+ * Returns the number of pods deleted; errors are warnings.
+ */
+static int kill_pods(struct det_kube *k, const char *name)
+{
+    static const struct kd_k8s_gvr pod_gvr = KD_K8S_PODS;
+    struct kd_k8s_delete_opts now = {.has_grace_period = true, .grace_period_seconds = 0};
+    struct kd_k8s_status st = {0};
+    json_t *trials = NULL, *pods = NULL;
+    char sel[320], err[KD_ERRLEN] = "";
+    int n = 0;
+    if (exp_trials(k, name, &trials) != 0)
+        goto out;
+    size_t i, j;
+    json_t *t, *p;
+    json_array_foreach(trials, i, t)
+    {
+        snprintf(sel, sizeof(sel), "kdet.io/trial=%s", kd_k8s_meta_str(t, "name"));
+        struct kd_k8s_query q = {.label_selector = sel};
+        json_decref(pods);
+        pods = NULL;
+        if (kd_k8s_list_all(k->c, &pod_gvr, k->ns, &q, &pods, &st, err) != 0) {
+            det_err("warning: listing the pods of trial %s: %s", kd_k8s_meta_str(t, "name"), err);
+            continue;
+        }
+        json_array_foreach(json_object_get(pods, "items"), j, p)
+        {
+            int r = kd_k8s_delete(k->c, &pod_gvr, k->ns, kd_k8s_meta_str(p, "name"), &now, NULL,
+                                  &st, err);
+            if (r == 0)
+                n++;
+            else if (r != KD_ENOTFOUND)
+                det_err("warning: deleting pod %s: %s", kd_k8s_meta_str(p, "name"), err);
+        }
+    }
+out:
+    json_decref(trials);
+    json_decref(pods);
+    kd_k8s_status_free(&st);
+    return n;
+}
+
 static int cmd_patch(const char *verb, int argc, char **argv)
 {
     static const char *const flags[] = {KUBE_FLAGS, NULL};
@@ -473,6 +517,10 @@ static int cmd_patch(const char *verb, int argc, char **argv)
         goto out;
     }
     printf("experiment %s %s\n", name, what);
+    if (strcmp(verb, "kill") == 0) {
+        int n = kill_pods(&k, name);
+        printf("deleted %d trial pod%s with grace period 0\n", n, n == 1 ? "" : "s");
+    }
     if (strcmp(verb, "archive") == 0 && !terminal(state))
         fprintf(stderr, "det: note: archiving takes effect in a terminal state; %s is %s\n", name,
                 state[0] ? state : "not started by kdet-controller yet");

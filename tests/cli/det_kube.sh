@@ -105,7 +105,27 @@ check "unarchive" 0 "unarchived" -- "$det" experiment unarchive "$name"
 check "cancel" 0 "canceled \(spec.canceled=true\)" -- "$det" experiment cancel "$name"
 [ "$(spec canceled)" = "true" ] && ok "cancel sets spec.canceled" || bad "spec.canceled"
 check "activating a canceled experiment is refused" 1 "is canceled; it cannot be activated" -- "$det" experiment activate "$name"
-check "kill" 0 "killed" -- "$det" experiment kill "$name"
+cat > "$tmp/long.yaml" <<EOF
+apiVersion: kdet.io/v1alpha1
+kind: Trial
+metadata: {name: $name-1}
+spec: {experiment: $name, requestId: r-000001, hparams: {}, seed: 1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: $name-1-0, labels: {kdet.io/trial: $name-1}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 60
+  containers:
+  - {name: main, image: none, command: [sleep, "300"]}
+EOF
+k apply -f "$tmp/long.yaml" > "$tmp/out" 2>&1 || bad "apply a long-running trial pod" "$tmp/out"
+for _ in $(seq 100); do [ "$(k get pod "$name-1-0" -o jsonpath='{.status.phase}')" = Running ] && break; sleep 0.1; done
+check "kill" 0 "deleted 1 trial pod with grace period 0" -- "$det" experiment kill "$name"
+gone=0
+for _ in $(seq 50); do k get pod "$name-1-0" > /dev/null 2>&1 || { gone=1; break; }; sleep 0.1; done
+[ $gone = 1 ] && ok "kill deletes the trial's pods at once" || bad "the killed trial's pod is still there"
 [ -n "$(k get exp "$name" -o jsonpath='{.metadata.annotations.kdet\.io/kill}')" ] && ok "kill annotates kdet.io/kill" ||
     bad "kdet.io/kill annotation"
 
