@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,7 +58,8 @@ struct kd_writer {
     int64_t next_try_ms;
     int backoff_ms;
     char last_err[256];
-    int solo_left; /* after a permanent error: write this many batches one by one */
+    int solo_left;       /* after a permanent error: write this many batches one by one */
+    int64_t progress_ms; /* last replay progress line */
     /* spool */
     char *path;
     int fd;
@@ -524,6 +526,11 @@ static void replay_step(struct kd_writer *w)
         rc = write_batches(w, kd_buf_str(&chunk), &k, err);
     pthread_mutex_lock(&w->mu);
     kd_buf_free(&chunk);
+    if (rc == 0 && kd_mono_ms() - w->progress_ms >= 5000) {
+        w->progress_ms = kd_mono_ms();
+        KD_INFO("replaying metrics spool", "path=%s done_bytes=%lld total_bytes=%lld",
+                kd_logq(w->path), (long long)(w->replay_off + consumed), (long long)w->spool_size);
+    }
     if (rc != 0 && transient(rc)) {
         mark_down(w, err);
         return;
@@ -670,10 +677,13 @@ static void *writer_main(void *arg)
             timed_wait(w, 1000);
             continue;
         }
-        /* Spool first, to keep the order; newer batches join it when someone
-         * waits for durability or memory is over its bound. */
+        /* The spool is written first, to keep the order. Newer batches join
+         * it when memory is over its bound, or when someone waits for
+         * durability while the database is down. While the database is up
+         * they wait in memory for the replay to finish: spilling them too
+         * would keep the spool from ever draining under steady load. */
         if (w->head && w->fd >= 0 &&
-            ((spool_pending && w->waiters > 0) || w->qbytes > w->s->opts.mem_limit)) {
+            ((spool_pending && w->waiters > 0 && !w->db_up) || w->qbytes > w->s->opts.mem_limit)) {
             uint64_t before = w->spilled_batches;
             spill(w);
             if (w->spilled_batches != before)
@@ -721,6 +731,20 @@ int kd_writer__start(struct kd_store *s, struct kd_writer **out, char *err)
         if (w->fd < 0 || fstat(w->fd, &st) != 0) {
             rc = kd_seterr(err, -errno, "spool %s: %s", w->path, strerror(errno));
             goto out;
+        }
+        /* One process per spool: a second controller on the same dir would interleave. */
+        if (flock(w->fd, LOCK_EX | LOCK_NB) != 0) {
+            rc = kd_seterr(err, errno == EWOULDBLOCK ? KD_ECONFLICT : -errno,
+                           "spool %s is in use by another process", w->path);
+            goto out;
+        }
+        /* Make the file's directory entry durable once, before anything is acknowledged. */
+        int dfd = open(s->opts.spool_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            if (fsync(dfd) != 0)
+                KD_WARN("metrics spool: cannot fsync its directory", "path=%s",
+                        kd_logq(s->opts.spool_dir));
+            close(dfd);
         }
         w->spool_size = st.st_size;
         if (st.st_size > 0)
