@@ -29,6 +29,7 @@ cleanup() {
     rm -rf "$W"
 }
 trap cleanup EXIT
+trap "exit 1" INT TERM
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 mkdir -p "$W/s3" "$W/big" "$W/small"

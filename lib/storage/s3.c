@@ -77,7 +77,8 @@ struct s3_req {
     CURL *easy;
     struct curl_slist *hdrs;
     struct s3_batch *batch;
-    int index; /* caller's tag */
+    EVP_MD_CTX *md; /* sha256 of the body as it arrives (whole-object GETs) */
+    int index;      /* caller's tag */
 };
 
 struct s3_batch {
@@ -216,6 +217,8 @@ static const char *xml_get(const char *p, const char *end, const char *tag, char
 
 static void req_reset_io(struct s3_req *r)
 {
+    if (r->md != NULL)
+        EVP_DigestInit_ex(r->md, EVP_sha256(), NULL);
     r->sent = 0;
     r->received = 0;
     r->etag[0] = '\0';
@@ -229,6 +232,8 @@ static void req_free(struct s3_req *r)
 {
     if (r == NULL)
         return;
+    EVP_MD_CTX_free(r->md);
+    r->md = NULL;
     free(r->url);
     kd_buf_free(&r->errbody);
     if (r->own_src && r->src_fd >= 0)
@@ -321,6 +326,8 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *arg)
         return kd_buf_append(r->dst_buf, ptr, n) == 0 ? n : 0;
     if (r->dst_fd < 0)
         return n; /* body not wanted */
+    if (r->md != NULL)
+        EVP_DigestUpdate(r->md, ptr, n);
     while (off < n) {
         ssize_t w = pwrite(r->dst_fd, ptr + off, n - off, (off_t)(r->dst_off + r->received));
         if (w < 0 && errno == EINTR)
@@ -1117,6 +1124,7 @@ static int s3_get_files(struct kd_storage *st, struct kd_storage_get *gets, size
         uint64_t sz = gets[i].size;
         dls[i].fd = -1;
         gets[i].result = 0;
+        gets[i].verified = 0;
         dls[i].nreqs = (sz == UINT64_MAX || sz <= chunk) ? 1 : (int)((sz + chunk - 1) / chunk);
         maxreq += (size_t)dls[i].nreqs;
         total += sz != UINT64_MAX ? sz : 0;
@@ -1152,6 +1160,11 @@ static int s3_get_files(struct kd_storage *st, struct kd_storage_get *gets, size
             ptrs[nreq++] = r;
             if (d->nreqs == 1) {
                 r->dst_path = d->tmp; /* opened when the request starts */
+                /* hash on the fly: no second read to verify a small file */
+                if (gets[i].sha256 != NULL && (r->md = EVP_MD_CTX_new()) == NULL) {
+                    rc = kd_seterr(err, KD_ENOMEM, "s3: out of memory");
+                    goto out;
+                }
             } else {
                 uint64_t off = (uint64_t)k * chunk;
                 uint64_t end = off + chunk > gets[i].size ? gets[i].size : off + chunk;
@@ -1196,6 +1209,22 @@ static int s3_get_files(struct kd_storage *st, struct kd_storage_get *gets, size
                 kd_seterr(err, KD_ECORRUPT, "s3: object %s: got %llu bytes, expected %llu",
                           gets[i].key, (unsigned long long)got, (unsigned long long)gets[i].size);
             goto out;
+        }
+        if (d->nreqs == 1 && d->first->md != NULL) {
+            unsigned char md[32];
+            unsigned int mdlen = 0;
+            char hexd[65];
+            if (got == 0) /* no body arrived: the digest was never started */
+                EVP_DigestInit_ex(d->first->md, EVP_sha256(), NULL);
+            EVP_DigestFinal_ex(d->first->md, md, &mdlen);
+            hex(md, 32, hexd);
+            if (strcmp(hexd, gets[i].sha256) != 0) {
+                rc = gets[i].result =
+                    kd_seterr(err, KD_ECORRUPT, "%s: sha256 %s, the manifest says %s", gets[i].key,
+                              hexd, gets[i].sha256);
+                goto out;
+            }
+            gets[i].verified = 1;
         }
         if (d->nreqs == 1 && got == 0) {
             /* an empty object: the sink may never have been written */

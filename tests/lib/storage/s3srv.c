@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -79,6 +80,8 @@ static int spawn(struct s3srv *s)
         return -1;
     if (s->pid == 0) {
         int fd = open(s->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        /* never outlive the test, even when it is killed by its timeout */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (fd >= 0) {
             dup2(fd, 1);
             dup2(fd, 2);

@@ -22,6 +22,7 @@ cleanup() {
     rm -rf "$T"
 }
 trap cleanup EXIT
+trap "exit 1" INT TERM
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 mkdir -p "$T/s3" "$T/src/nested dir" "$T/fs"
 NODE_OPTIONS=--openssl-legacy-provider "$S3RVER" -d "$T/s3" -a 127.0.0.1 -p "$port" --silent --configure-bucket ckpts > "$T/s3rver.log" 2>&1 &
