@@ -137,6 +137,14 @@ int det_resolve(struct det_kube *k, const struct kd_k8s_gvr *gvr, const char *wh
 int det_cmd_experiment(int argc, char **argv);
 /** The experiment verbs that work on existing experiments (list, describe, ...). */
 int det_cmd_experiment_verb(const char *verb, int argc, char **argv, bool *handled);
+/**
+ * Watch experiment `name` in k->ns until it ends, printing a progress line
+ * on stderr at each change; timeout_ms 0 waits for ever. Returns
+ * DET_EXIT_OK (COMPLETED, printed on stdout), DET_EXIT_FAILED (CANCELED or
+ * ERROR, with status.message), DET_EXIT_TIMEOUT, DET_EXIT_NOTFOUND
+ * (deleted meanwhile) or another exit code from det_kube_fail. Blocks.
+ */
+int det_exp_wait(struct det_kube *k, const char *name, int64_t timeout_ms);
 /** `det trial ...`. */
 int det_cmd_trial(int argc, char **argv);
 /** `det template ...`. */

@@ -63,6 +63,8 @@ static const char create_usage[] =
     "                        file, or else a template stored with 'det template set'\n"
     "  --dry-run             print the resources that would be created, as YAML, and stop;\n"
     "                        pipe it to 'kubectl apply -f -'\n"
+    "  -f, --follow          after creating it, follow the experiment like 'det experiment\n"
+    "                        wait' (same exit codes 0, 6)\n"
     "  -n, --namespace NS    namespace of the resources (default: the kubeconfig context's,\n"
     "                        or default)\n"
     "  --kubeconfig FILE     kubeconfig to use (default $KUBECONFIG, ~/.kube/config)\n"
@@ -342,6 +344,15 @@ static int submit(const struct det_args *a, json_t *docs)
                     name, err);
     }
     printf("%s\n", name);
+    fflush(stdout);
+    if (a->follow) {
+        fprintf(stderr,
+                "det: created experiment %s in namespace \"%s\"; following it (Ctrl-C "
+                "stops following, not the experiment)\n",
+                name, k.ns);
+        rc = det_exp_wait(&k, name, 0);
+        goto out;
+    }
     fprintf(stderr,
             "det: created experiment %s in namespace \"%s\"%s\n"
             "det: kdet-controller runs it; follow it with 'det experiment wait %s' or "
@@ -358,7 +369,7 @@ out:
 
 static int cmd_create(int argc, char **argv)
 {
-    static const char *const flags[] = {"--template",   "--dry-run", "--namespace",
+    static const char *const flags[] = {"--template",   "--dry-run", "--follow", "--namespace",
                                         "--kubeconfig", "--context", NULL};
     static const char *const posn[] = {"CONFIG", "CONTEXT_DIR", NULL};
     int rc = DET_EXIT_ERROR, r;

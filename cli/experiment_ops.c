@@ -608,9 +608,23 @@ struct waiter {
 
 static void progress_line(struct waiter *w, const json_t *e)
 {
-    char line[256], prog[32], best[32], el[32];
+    char line[512], pct[32], prog[64], best[32], el[32];
     const char *state = det_get_str(e, "status.state", "");
-    fmt_progress(e, prog, sizeof(prog));
+    json_t *frac = det_get(e, "status.progress");
+    fmt_progress(e, pct, sizeof(pct));
+    if (json_is_number(frac)) {
+        /* a 20-column bar, as Determined's progress bars */
+        char bar[21];
+        double f = json_number_value(frac);
+        int full = (int)(f * 20 + 0.5);
+        full = full < 0 ? 0 : full > 20 ? 20 : full;
+        for (int i = 0; i < 20; i++)
+            bar[i] = i < full ? '#' : '.';
+        bar[20] = '\0';
+        snprintf(prog, sizeof(prog), "[%s] %s", bar, pct);
+    } else {
+        snprintf(prog, sizeof(prog), "%s", pct);
+    }
     fmt_number(det_get(e, "status.bestValidation.value"), best, sizeof(best));
     det_fmt_duration(kd_mono_ms() - w->t0, el, sizeof(el));
     if (state[0] == '\0')
@@ -646,35 +660,20 @@ static int on_event(enum kd_k8s_event_type type, json_t *obj, void *ud)
     return terminal(w->state) ? 1 : 0;
 }
 
-static int cmd_wait(int argc, char **argv)
+int det_exp_wait(struct det_kube *k, const char *name, int64_t timeout_ms)
 {
-    static const char *const flags[] = {"--timeout", KUBE_FLAGS, NULL};
-    static const char *const pos[] = {"ID", NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
     struct kd_k8s_status st = {0};
     struct waiter w = {0};
     json_t *e = NULL;
-    char *name = NULL, err[KD_ERRLEN] = "", sel[300], rv[64];
-    int64_t timeout_ms = 0, deadline = 0;
-    int rc, r;
+    char err[KD_ERRLEN] = "", sel[300], rv[64], tmo[32];
+    int64_t deadline = 0;
+    int rc = DET_EXIT_OK, r;
     static const atomic_int no_stop = 0;
-    r = det_parse_args(argc, argv, flags, pos, 1, wait_usage, "det experiment wait", &a);
+    r = kd_k8s_get(k->c, &exp_gvr, k->ns, name, &e, &st, err);
     if (r != 0) {
-        rc = det_args_exit(r);
+        rc = det_kube_fail(k, r, &st, err, "get", &exp_gvr, "experiment", name);
         goto out;
     }
-    if (a.timeout && (det_parse_duration(a.timeout, &timeout_ms) != 0 || timeout_ms == 0)) {
-        det_err("--timeout %s: expected a duration such as 90s, 15m or 2h", a.timeout);
-        rc = DET_EXIT_USAGE;
-        goto out;
-    }
-    rc = det_kube_open(&a, &k);
-    if (rc != 0)
-        goto out;
-    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, &e);
-    if (rc != 0)
-        goto out;
     w.name = name;
     w.t0 = kd_mono_ms();
     w.tty = isatty(2);
@@ -696,23 +695,23 @@ static int cmd_wait(int argc, char **argv)
                                  .resource_version = rv,
                                  .timeout_seconds = secs,
                                  .allow_watch_bookmarks = true};
-        r = kd_k8s_watch(k.c, &exp_gvr, k.ns, &q, on_event, &w, &no_stop, &st, err);
+        r = kd_k8s_watch(k->c, &exp_gvr, k->ns, &q, on_event, &w, &no_stop, &st, err);
         if (r < 0 && r != KD_EGONE) {
             if (w.tty)
                 fputc('\n', stderr);
-            rc = det_kube_fail(&k, r, &st, err, "watch", &exp_gvr, "experiment", name);
+            rc = det_kube_fail(k, r, &st, err, "watch", &exp_gvr, "experiment", name);
             goto out;
         }
         /* re-read to resume (after a 410, or a server-side timeout) from a fresh version */
         json_decref(e);
         e = NULL;
-        r = kd_k8s_get(k.c, &exp_gvr, k.ns, name, &e, &st, err);
+        r = kd_k8s_get(k->c, &exp_gvr, k->ns, name, &e, &st, err);
         if (r == KD_ENOTFOUND) {
             w.deleted = true;
             break;
         }
         if (r != 0) {
-            rc = det_kube_fail(&k, r, &st, err, "get", &exp_gvr, "experiment", name);
+            rc = det_kube_fail(k, r, &st, err, "get", &exp_gvr, "experiment", name);
             goto out;
         }
         kd_strlcpy(rv, kd_k8s_meta_str(e, "resourceVersion"), sizeof(rv));
@@ -724,19 +723,51 @@ static int cmd_wait(int argc, char **argv)
         det_err("experiment %s was deleted while waiting", name);
         rc = DET_EXIT_NOTFOUND;
     } else if (!terminal(w.state)) {
-        det_err("timed out after %s waiting for experiment %s (state %s)", a.timeout, name,
+        det_fmt_duration(timeout_ms, tmo, sizeof(tmo));
+        det_err("timed out after %s waiting for experiment %s (state %s)", tmo, name,
                 w.state[0] ? w.state : "WAITING for kdet-controller");
         rc = DET_EXIT_TIMEOUT;
     } else if (strcmp(w.state, "COMPLETED") == 0) {
         printf("experiment %s COMPLETED\n", name);
+        fflush(stdout);
     } else {
         det_err("experiment %s ended %s%s%s", name, w.state, w.message[0] ? ": " : "", w.message);
         rc = DET_EXIT_FAILED;
     }
 out:
-    free(name);
     json_decref(e);
     kd_k8s_status_free(&st);
+    return rc;
+}
+
+static int cmd_wait(int argc, char **argv)
+{
+    static const char *const flags[] = {"--timeout", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"ID", NULL};
+    struct det_args a = {0};
+    struct det_kube k = {0};
+    char *name = NULL;
+    int64_t timeout_ms = 0;
+    int rc, r;
+    r = det_parse_args(argc, argv, flags, pos, 1, wait_usage, "det experiment wait", &a);
+    if (r != 0) {
+        rc = det_args_exit(r);
+        goto out;
+    }
+    if (a.timeout && (det_parse_duration(a.timeout, &timeout_ms) != 0 || timeout_ms == 0)) {
+        det_err("--timeout %s: expected a duration such as 90s, 15m or 2h", a.timeout);
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
+    rc = det_kube_open(&a, &k);
+    if (rc != 0)
+        goto out;
+    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, NULL);
+    if (rc != 0)
+        goto out;
+    rc = det_exp_wait(&k, name, timeout_ms);
+out:
+    free(name);
     det_kube_close(&k);
     return rc;
 }

@@ -136,12 +136,21 @@ st() { k patch exp "$1" --subresource=status --type=merge -p "$2" > /dev/null; }
  sleep 1; st "$other" '{"status":{"state":"COMPLETED","observedGeneration":1,"progress":1,"progressPercent":"100%","trials":{"total":4,"completed":4},"bestValidation":{"trial":"t1","metric":"validation_loss","value":0.25,"batches":100}}}') &
 bgpid=$!
 check "wait exits 0 on COMPLETED" 0 "experiment $other COMPLETED" -- timeout 60 "$det" experiment wait "$other" --timeout 50s
-grep -q "ACTIVE 25%, trials 4 (4 active" "$tmp/out" && ok "wait shows the progress line" || bad "wait progress line" "$tmp/out"
+grep -qF "ACTIVE [#####...............] 25%, trials 4 (4 active" "$tmp/out" && ok "wait shows the progress line" || bad "wait progress line" "$tmp/out"
 wait $bgpid; bgpid=""
 check "list shows state, progress, trials, best" 0 "^$other +fashion-mnist-c-adaptive +COMPLETED +100% +4 +0.25" -- "$det" experiment list
 (sleep 1; st "$name" '{"status":{"state":"ERROR","observedGeneration":9,"message":"trial 3 failed 2 times"}}') &
 bgpid=$!
 check "wait exits 6 on ERROR with the reason" 6 "ended ERROR: trial 3 failed 2 times" -- timeout 60 "$det" experiment wait "$name"
+wait $bgpid; bgpid=""
+(for _ in $(seq 100); do n=$(k get exp -n kube-node-lease -o name 2>/dev/null | head -1 | cut -d/ -f2); [ -n "$n" ] && break; sleep 0.1; done
+ sleep 1
+ k patch exp "$n" -n kube-node-lease --subresource=status --type=merge \
+     -p '{"status":{"state":"CANCELED","observedGeneration":1,"message":"canceled by a test"}}' > /dev/null) &
+bgpid=$!
+check "create --follow follows it to the end (exit 6 when CANCELED)" 6 "ended CANCELED: canceled by a test" \
+    -- timeout 60 "$det" experiment create $ex/const.yaml $ex -n kube-node-lease --follow
+grep -q "following it" "$tmp/out" && ok "create --follow says it follows" || bad "create --follow" "$tmp/out"
 wait $bgpid; bgpid=""
 check "wait on a terminal experiment returns at once" 0 "COMPLETED" -- timeout 10 "$det" experiment wait "$other"
 "$det" experiment create $ex/const.yaml $ex -n kube-public > /dev/null 2>&1
