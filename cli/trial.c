@@ -420,7 +420,7 @@ static int cmd_logs(int argc, char **argv)
     struct det_args a = {0};
     struct det_kube k = {0};
     struct kd_k8s_status st = {0};
-    json_t *t = NULL, *pods = NULL;
+    json_t *t = NULL, *pods = NULL, *targets = NULL;
     struct stream *ss = NULL;
     pthread_t *th = NULL;
     char *name = NULL, **prefixes = NULL;
@@ -440,13 +440,34 @@ static int cmd_logs(int argc, char **argv)
     rc = trial_pods(&k, t, name, &pods);
     if (rc != 0)
         goto out;
-    npods = json_array_size(pods);
-    if (npods == 0) {
+    if (json_array_size(pods) == 0) {
         det_err("trial %s has no pods (state %s): nothing to show yet", name,
                 det_get_str(t, "status.state", "WAITING for kdet-controller"));
         rc = DET_EXIT_NOTFOUND;
         goto out;
     }
+    /* one stream per (pod, container); the container is named only when a pod has several */
+    targets = json_array();
+    size_t pi;
+    json_t *pv;
+    json_array_foreach(pods, pi, pv)
+    {
+        json_t *pod = NULL, *cs;
+        const char *pn = json_string_value(pv);
+        if (kd_k8s_get(k.c, &pod_gvr, k.ns, pn, &pod, &st, NULL) == 0 &&
+            json_array_size(cs = det_get(pod, "spec.containers")) > 1) {
+            size_t ci;
+            json_t *c;
+            json_array_foreach(cs, ci, c)
+            {
+                json_array_append_new(targets, json_pack("[s,s]", pn, det_get_str(c, "name", "")));
+            }
+        } else {
+            json_array_append_new(targets, json_pack("[s,n]", pn));
+        }
+        json_decref(pod);
+    }
+    npods = json_array_size(targets);
     if (npods > MAX_PODS)
         npods = MAX_PODS;
     ss = kd_xcalloc(npods, sizeof(*ss));
@@ -454,10 +475,18 @@ static int cmd_logs(int argc, char **argv)
     prefixes = kd_xcalloc(npods, sizeof(*prefixes));
     curl_global_init(CURL_GLOBAL_DEFAULT);
     for (size_t i = 0; i < npods; i++) {
-        const char *pod = json_string_value(json_array_get(pods, i));
-        prefixes[i] = npods > 1 ? kd_xasprintf("[%s] ", pod) : kd_xstrdup("");
+        json_t *tg = json_array_get(targets, i);
+        const char *pod = json_string_value(json_array_get(tg, 0));
+        const char *ctr = json_string_value(json_array_get(tg, 1));
+        if (npods == 1)
+            prefixes[i] = kd_xstrdup("");
+        else if (ctr != NULL)
+            prefixes[i] = kd_xasprintf("[%s/%s] ", pod, ctr);
+        else
+            prefixes[i] = kd_xasprintf("[%s] ", pod);
         ss[i].k = &k;
         ss[i].pod = pod;
+        ss[i].container = ctr;
         ss[i].prefix = prefixes[i];
         ss[i].follow = a.follow;
         kd_buf_init(&ss[i].line, LINE_MAX_BYTES);
@@ -488,6 +517,7 @@ out:
     free(name);
     json_decref(t);
     json_decref(pods);
+    json_decref(targets);
     kd_k8s_status_free(&st);
     det_kube_close(&k);
     return rc;

@@ -204,6 +204,34 @@ check "trial describe" 0 "Pods: +$other-1-0" -- "$det" trial describe "$other-1"
 check "trial logs -f follows the pod to its end" 0 "step 3" -- timeout 60 "$det" trial logs "$other-1" -f
 [ "$(grep -c 'step' "$tmp/out")" = 3 ] && grep -q '^done$' "$tmp/out" && ok "logs -f: every line once" || bad "logs -f lines" "$tmp/out"
 check "trial logs (no follow)" 0 "^\[rank=0\] step 1$" -- "$det" trial logs "$other-1"
+cat > "$tmp/trial2.yaml" <<EOF
+apiVersion: kdet.io/v1alpha1
+kind: Trial
+metadata: {name: $other-2}
+spec: {experiment: $other, requestId: r-000002, hparams: {lr: 0.1}, seed: 8}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: $other-2-0, labels: {kdet.io/trial: $other-2}}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: worker, image: none, command: [sh, -c, 'echo from-worker']}
+  - {name: sidecar, image: none, command: [sh, -c, 'echo from-sidecar']}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: $other-2-1, labels: {kdet.io/trial: $other-2}}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: worker, image: none, command: [sh, -c, 'echo rank-1']}
+EOF
+k apply -f "$tmp/trial2.yaml" > "$tmp/out" 2>&1 || bad "apply a trial with two pods" "$tmp/out"
+check "trial logs -f of several pods and containers, prefixed" 0 "^\[$other-2-0/sidecar\] from-sidecar$" \
+    -- timeout 60 "$det" trial logs "$other-2" -f
+grep -q "^\[$other-2-0/worker\] from-worker$" "$tmp/out" && grep -q "^\[$other-2-1\] rank-1$" "$tmp/out" &&
+    ok "each pod and container has its prefix" || bad "prefixes of several pods" "$tmp/out"
 check "trial logs of a missing trial" 5 "trial \"$other-9\" not found" -- "$det" trial logs "$other-9"
 
 # ---- delete
