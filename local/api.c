@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "events.h"
 #include "http/http.h"
 #include "kubelet.h"
 #include "openapi/openapi.h"
@@ -2107,8 +2108,16 @@ static void *gc_main(void *p)
     struct kd_api *api = p;
     uint64_t seen = UINT64_MAX;
     size_t pending = 0;
+    int64_t next_expiry = kd_mono_ms() + 60000;
     while (!atomic_load(&api->stop)) {
         kd_store_lock(api->st);
+        if (kd_mono_ms() >= next_expiry) {
+            /* Events live an hour, as with kube-apiserver's default --event-ttl. */
+            int n = kd_events_expire(api->st, 3600);
+            if (n > 0)
+                KD_INFO("expired events", "count=%d", n);
+            next_expiry = kd_mono_ms() + 60000;
+        }
         /* A full pass only when something it acts on changed, or work is left over. */
         uint64_t hint = kd_store_gc_hint(api->st);
         if (hint != seen || pending > 0) {

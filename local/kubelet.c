@@ -15,6 +15,7 @@
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "events.h"
 #include "quantity.h"
 #include "scheduler.h"
 #include "store.h"
@@ -269,6 +271,20 @@ static void renew_lease(struct kd_kubelet *k)
     if (kd_store_put(k->st, "coordination.k8s.io/leases", "kube-node-lease", k->node, lease,
                      NULL) != 0)
         KD_WARN("node lease renewal failed", "node=%s", kd_logq(k->node));
+}
+
+static void pod_event(struct kd_kubelet *k, const json_t *pod, const char *type, const char *reason,
+                      const char *fmt, ...) KD_PRINTF(5, 6);
+static void pod_event(struct kd_kubelet *k, const json_t *pod, const char *type, const char *reason,
+                      const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (kd_events_record(k->st, pod, "Pod", "v1", type, reason, msg, "kubelet", k->node) != 0)
+        KD_WARN("event not recorded", "reason=%s", reason);
 }
 
 /* ---- pod runtime --------------------------------------------------------------------------- */
@@ -812,6 +828,8 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
     posix_spawnattr_t attr;
     bool fa_init = false, attr_init = false;
     if (build_env(k, p, pod, cs, &e, err) != 0 || mount_volumes(k, p, pod, cs, err) != 0) {
+        if (c->wait_reason == NULL || strcmp(c->wait_reason, "CreateContainerConfigError") != 0)
+            pod_event(k, pod, "Warning", "Failed", "Error: %s", err);
         set_waiting(c, "CreateContainerConfigError", err);
         c->next_start_ms = kd_mono_ms() + 1000;
         goto out;
@@ -870,6 +888,7 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
     c->pid = pid;
     c->state = C_RUNNING;
     c->ever_started = true;
+    pod_event(k, pod, "Normal", "Started", "Started container %s", c->name);
     KD_INFO("container started", "namespace=%s pod=%s container=%s pid=%d restarts=%d",
             kd_logq(p->ns), kd_logq(p->name), kd_logq(c->name), (int)pid, c->restarts);
     goto out;
@@ -892,6 +911,7 @@ fail:
         }
         free(line);
     }
+    pod_event(k, pod, "Warning", "Failed", "Error: %s", err);
     KD_WARN("container could not start", "namespace=%s pod=%s container=%s err=%s", kd_logq(p->ns),
             kd_logq(p->name), kd_logq(c->name), kd_logq(err));
 out:
@@ -974,8 +994,12 @@ static bool may_restart(const char *policy, int exit_code)
 }
 
 /* Schedule a restart of a terminated container with the kubelet's back-off. */
-static void plan_restart(struct ctr *c)
+static void plan_restart(struct kd_kubelet *k, const struct podrt *p, const json_t *pod,
+                         struct ctr *c)
 {
+    pod_event(k, pod, "Warning", "BackOff",
+              "Back-off restarting failed container %s in pod %s_%s(%s)", c->name, p->name, p->ns,
+              p->uid);
     json_decref(c->last);
     c->last = json_pack("{s:{s:i,s:s,s:s,s:s}}", "terminated", "exitCode", c->exit_code, "reason",
                         c->term_reason ? c->term_reason : "Error", "startedAt", c->started,
@@ -1003,6 +1027,10 @@ static void drive(struct kd_kubelet *k, struct podrt *p, const json_t *pod)
                 json_integer_value(json_object_get(md, "deletionGracePeriodSeconds"));
             p->kill_at_ms = now + grace * 1000;
             signal_all(p, SIGTERM);
+            for (size_t i = 0; i < p->nc; i++) {
+                if (p->c[i].pid > 0)
+                    pod_event(k, pod, "Normal", "Killing", "Stopping container %s", p->c[i].name);
+            }
             KD_INFO("pod terminating", "namespace=%s pod=%s grace_s=%lld", kd_logq(p->ns),
                     kd_logq(p->name), (long long)grace);
         } else if (now >= p->kill_at_ms) {
@@ -1054,7 +1082,7 @@ static void drive(struct kd_kubelet *k, struct podrt *p, const json_t *pod)
                 p->done = true;
                 return;
             }
-            plan_restart(c);
+            plan_restart(k, p, pod, c);
         }
         if (c->state == C_WAITING && now >= c->next_start_ms)
             start_container(k, p, pod, i);
@@ -1066,7 +1094,7 @@ static void drive(struct kd_kubelet *k, struct podrt *p, const json_t *pod)
             strcmp(c->wait_reason, "PodInitializing") == 0)
             set_waiting(c, "ContainerCreating", NULL);
         if (c->state == C_TERMINATED && may_restart(policy, c->exit_code))
-            plan_restart(c);
+            plan_restart(k, p, pod, c);
         if (c->state == C_WAITING && now >= c->next_start_ms)
             start_container(k, p, pod, i);
     }

@@ -13,6 +13,7 @@
 #include "core/buf.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "events.h"
 #include "quantity.h"
 #include "store.h"
 
@@ -219,6 +220,7 @@ int kd_sched_pass(struct kd_store *st, const char *node_name)
         const json_t *md = json_object_get(pod, "metadata");
         json_t *next = json_deep_copy(pod);
         bool write;
+        char *event_msg = NULL;
         if (reasons == 0) {
             json_object_set_new(json_object_get(next, "spec"), "nodeName", json_string(node_name));
             set_scheduled(next, "True", NULL, NULL);
@@ -232,17 +234,30 @@ int kd_sched_pass(struct kd_store *st, const char *node_name)
                                      "available: 1 No preemption victims found for incoming pod.",
                                      kd_buf_str(&why));
             write = set_scheduled(next, "False", "Unschedulable", msg);
-            free(msg);
+            event_msg = msg;
         }
         kd_buf_free(&why);
         if (!write) {
             json_decref(next);
+            free(event_msg);
             continue;
         }
         /* The put frees the old pod, and md with it: copy the names first. */
         char *ns = kd_xstrdup(jstr(md, "namespace") ? jstr(md, "namespace") : "");
         char *name = kd_xstrdup(jstr(md, "name") ? jstr(md, "name") : "");
         int rc = kd_store_put(st, "/pods", ns, name, next, NULL);
+        if (rc == 0) {
+            /* next is the stored pod now (valid while the lock is held). */
+            char *m = event_msg != NULL
+                          ? kd_xstrdup(event_msg)
+                          : kd_xasprintf("Successfully assigned %s/%s to %s", ns, name, node_name);
+            if (kd_events_record(st, next, "Pod", "v1", reasons ? "Warning" : "Normal",
+                                 reasons ? "FailedScheduling" : "Scheduled", m, "default-scheduler",
+                                 node_name) != 0)
+                KD_WARN("event not recorded", "pod=%s", kd_logq(name));
+            free(m);
+        }
+        free(event_msg);
         if (rc == 0 && reasons == 0) {
             bound++;
             KD_INFO("pod bound", "namespace=%s pod=%s node=%s", kd_logq(ns), kd_logq(name),

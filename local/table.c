@@ -311,6 +311,17 @@ static json_t *columns_for(const struct kd_restype *rt)
         json_array_append_new(c, age_col());
     } else if (strcmp(r, "customresourcedefinitions") == 0) {
         json_array_append_new(c, col("Created At", "date", "", "Creation time.", 0));
+    } else if (strcmp(r, "events") == 0) {
+        json_array_remove(c, 0);
+        json_array_append_new(c,
+                              col("Last Seen", "string", "", "Time since the last occurrence.", 0));
+        json_array_append_new(c, col("Type", "string", "", "Normal or Warning.", 0));
+        json_array_append_new(c, col("Reason", "string", "", "Why the event happened.", 0));
+        json_array_append_new(c, col("Object", "string", "", "The object it is about.", 0));
+        json_array_append_new(c, col("Message", "string", "", "What happened.", 0));
+        json_array_append_new(c, col("Count", "integer", "", "Occurrences.", 1));
+        json_array_append_new(c, name_col());
+        json_object_set_new(json_array_get(c, json_array_size(c) - 1), "priority", json_integer(1));
     } else {
         json_array_append_new(c, age_col());
     }
@@ -383,6 +394,24 @@ static json_t *cells_for(const struct kd_restype *rt, const json_t *o, int64_t n
     }
     if (strcmp(r, "customresourcedefinitions") == 0)
         return json_pack("[s,s]", name, created ? created : "");
+    if (strcmp(r, "events") == 0) {
+        const json_t *io = json_object_get(o, "involvedObject");
+        char objname[512];
+        const char *k = jstr(io, "kind") ? jstr(io, "kind") : "";
+        char lower[64];
+        size_t i;
+        for (i = 0; k[i] != '\0' && i < sizeof(lower) - 1; i++)
+            lower[i] = (char)(k[i] >= 'A' && k[i] <= 'Z' ? k[i] + 32 : k[i]);
+        lower[i] = '\0';
+        snprintf(objname, sizeof(objname), "%s/%s", lower,
+                 jstr(io, "name") ? jstr(io, "name") : "");
+        const char *last = jstr(o, "lastTimestamp") ? jstr(o, "lastTimestamp") : created;
+        return json_pack("[o,s,s,s,s,I,s]", age_cell(last, now_ms),
+                         jstr(o, "type") ? jstr(o, "type") : "",
+                         jstr(o, "reason") ? jstr(o, "reason") : "", objname,
+                         jstr(o, "message") ? jstr(o, "message") : "",
+                         json_integer_value(json_object_get(o, "count")), name);
+    }
     return json_pack("[s,o]", name, age_cell(created, now_ms));
 }
 

@@ -142,13 +142,15 @@ if printf '%s' "$page2" | grep -q '"name":"c4"' && ! printf '%s' "$page2" | grep
 
 # ---- watch ---------------------------------------------------------------------------------
 rv=$(kubectl get --raw "/api/v1/namespaces/$NS/configmaps" | sed -n 's/.*"metadata":{"resourceVersion":"\([0-9]*\)".*/\1/p' | head -1)
-( kubectl get --raw "/api/v1/namespaces/$NS/configmaps?watch=1&resourceVersion=$rv&timeoutSeconds=3" > "$work/watch.out" 2>&1 ) &
+kubectl get --raw "/api/v1/namespaces/$NS/configmaps?watch=1&resourceVersion=$rv&timeoutSeconds=30" > "$work/watch.out" 2>&1 &
 wpid=$!
-sleep 0.5
 mkcm w1 >/dev/null
 $K patch cm w1 --type=merge -p '{"data":{"x":"1"}}' >/dev/null
 $K delete cm w1 >/dev/null
-wait $wpid
+# The watch started from $rv, so it sees all three even if it connected late.
+for _ in $(seq 1 300); do grep -q '"type":"DELETED"' "$work/watch.out" && break; sleep 0.1; done
+kill $wpid 2>/dev/null
+wait $wpid 2>/dev/null
 types=$(grep -o '"type":"[A-Z]*","object":{[^}]*"name":"w1"' "$work/watch.out" | cut -d'"' -f4 | tr '\n' ' ')
 if [ "$types" = "ADDED MODIFIED DELETED " ]; then ok "watch from a resourceVersion: ADDED MODIFIED DELETED"; else bad "watch from a resourceVersion: ADDED MODIFIED DELETED" "got: $types" "$(head -c 400 "$work/watch.out")"; fi
 expect "watch without resourceVersion starts with ADDED for existing objects" '"type":"ADDED".*"name":"c1"' \
@@ -292,6 +294,9 @@ pod huge Never 'true' ',"resources":{"requests":{"cpu":"100000"}}'
 until_ok 20 sh -c "$K get pod huge -o 'jsonpath={.status.conditions[0].reason}' | grep -q Unschedulable"
 expect "a pod that does not fit is Unschedulable, as the scheduler reports it" '^Pending False Unschedulable 0/[0-9]+ nodes are available: .*Insufficient cpu' \
     jp pod/huge '{.status.phase} {.status.conditions[?(@.type=="PodScheduled")].status} {.status.conditions[?(@.type=="PodScheduled")].reason} {.status.conditions[?(@.type=="PodScheduled")].message}'
+expect "a FailedScheduling event explains it" 'Warning +FailedScheduling .*Insufficient cpu' sh -c "$K describe pod huge | tail -5"
+evs=$($K get events --field-selector involvedObject.name=ok -o 'jsonpath={range .items[*]}{.reason}:{.source.component} {end}')
+case "$evs" in *Scheduled:default-scheduler*Started:kubelet*|*Started:kubelet*Scheduled:default-scheduler*) ok "Scheduled and Started events for a pod that ran" ;; *) bad "Scheduled and Started events for a pod that ran" "$evs" ;; esac
 pod picky Never 'true' '' ',"nodeSelector":{"kdet.io/no-such-label":"x"}'
 until_ok 20 sh -c "$K get pod picky -o 'jsonpath={.status.conditions[0].reason}' | grep -q Unschedulable"
 expect "nodeSelector is honoured" "didn't match Pod's node affinity/selector" jp pod/picky '{.status.conditions[?(@.type=="PodScheduled")].message}'
