@@ -4,9 +4,11 @@
  * timeout on every connection, and the mapping of libpq errors to KD_E*.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "core/alloc.h"
@@ -66,13 +68,66 @@ static void on_notice(void *arg, const char *msg)
     KD_DEBUG("postgres notice", "text=%s", kd_logq(msg));
 }
 
+PGresult *kd_pg_exec(PGconn *c, const char *sql, int n, const char *const *params, int timeout_ms,
+                     bool *timed_out)
+{
+    PGresult *res = NULL, *r;
+    *timed_out = false;
+    if (timeout_ms <= 0)
+        return PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+    if (!PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0))
+        return NULL;
+    int64_t deadline = kd_mono_ms() + timeout_ms;
+    for (;;) {
+        while (!PQisBusy(c)) {
+            r = PQgetResult(c);
+            if (!r)
+                return res;
+            /* One statement gives one result; keep the first (an error stays an error). */
+            if (res)
+                PQclear(r);
+            else
+                res = r;
+        }
+        int64_t left = deadline - kd_mono_ms();
+        if (left <= 0)
+            break;
+        struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+        int k = poll(&pfd, 1, left > 1000 ? 1000 : (int)left);
+        if (k < 0 && errno != EINTR)
+            break;
+        if (k > 0 && !PQconsumeInput(c))
+            continue; /* the connection broke: PQgetResult reports it */
+    }
+    /*
+     * No answer in time: the server or the network hangs, so the server's
+     * statement_timeout cannot help. Cut the connection (a cancel request
+     * would need the same hung server); the pool drops it.
+     */
+    *timed_out = true;
+    shutdown(PQsocket(c), SHUT_RDWR);
+    (void)PQconsumeInput(c);
+    while (!PQisBusy(c) && (r = PQgetResult(c)) != NULL)
+        PQclear(r);
+    PQclear(res);
+    return NULL;
+}
+
 int kd_pool_connect(const struct kd_pool_opts *o, PGconn **out, char *err)
 {
     int rc = 0;
     PGconn *c = NULL;
     PGresult *r = NULL;
     *out = NULL;
-    c = PQconnectdb(o->conninfo);
+    /*
+     * Defaults first, then the user's conninfo (expanded from "dbname"),
+     * which overrides them: a bounded connect, and TCP keepalives so a dead
+     * peer is noticed (ignored on unix sockets).
+     */
+    const char *const keys[] = {"connect_timeout",  "keepalives_idle", "keepalives_interval",
+                                "keepalives_count", "dbname",          NULL};
+    const char *const vals[] = {"10", "30", "10", "3", o->conninfo, NULL};
+    c = PQconnectdbParams(keys, vals, 1);
     if (!c) {
         rc = kd_seterr(err, KD_ENOMEM, "connect: out of memory");
         goto out;

@@ -14,6 +14,14 @@
 
 #define JSON_RESULT_MAX (64u << 20) /* a list result larger than this is refused */
 
+/* How long the client waits for an answer: the server's limit plus a grace period. */
+static int client_timeout(const struct kd_store *s)
+{
+    if (s->opts.statement_timeout_ms <= 0)
+        return 0;
+    return s->opts.statement_timeout_ms + KD_STORE_CLIENT_GRACE_MS;
+}
+
 int kd_store__exec(struct kd_store *s, const char *what, const char *sql, int n,
                    const char *const *params, bool retry, PGresult **res, char *err)
 {
@@ -27,7 +35,14 @@ int kd_store__exec(struct kd_store *s, const char *what, const char *sql, int n,
         rc = kd_pool_get(s->pool, &c, err);
         if (rc != 0)
             goto out;
-        r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+        bool hung = false;
+        r = kd_pg_exec(c, sql, n, params, client_timeout(s), &hung);
+        if (hung) {
+            rc = kd_seterr(err, KD_ETIMEDOUT,
+                           "%s: no answer from the database in %d ms; connection dropped", what,
+                           client_timeout(s));
+            goto out;
+        }
         ExecStatusType st = PQresultStatus(r);
         if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
             rc = 0;

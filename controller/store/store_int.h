@@ -46,6 +46,17 @@ void kd_pool_put(struct kd_pool *p, PGconn *c);
 /** Open one connection outside the pool with the pool's settings; caller PQfinish()es it. */
 int kd_pool_connect(const struct kd_pool_opts *o, PGconn **out, char *err) KD_WUR;
 
+/* Extra time the client gives the server beyond statement_timeout before it cuts the connection. */
+#define KD_STORE_CLIENT_GRACE_MS 5000
+
+/**
+ * PQexecParams with a client-side deadline: when no answer came within
+ * timeout_ms (> 0), the connection is shut down (unusable afterwards),
+ * *timed_out is set and NULL returned. timeout_ms <= 0 waits forever.
+ */
+PGresult *kd_pg_exec(PGconn *c, const char *sql, int n, const char *const *params, int timeout_ms,
+                     bool *timed_out);
+
 /** Map a failed result (or connection) to a KD_E* code and a message in err. */
 int kd_pg_error(PGconn *c, const PGresult *r, const char *what, char *err);
 

@@ -288,7 +288,18 @@ static int write_batches(struct kd_writer *w, const char *json, struct counts *k
     rc = ensure_conn(w, err);
     if (rc != 0)
         goto out;
-    r = PQexecParams(w->conn, INSERT_SQL, 1, NULL, params, NULL, NULL, 0);
+    bool hung = false;
+    int limit = w->s->opts.statement_timeout_ms;
+    limit = limit > 0 ? limit + KD_STORE_CLIENT_GRACE_MS : 0;
+    r = kd_pg_exec(w->conn, INSERT_SQL, 1, params, limit, &hung);
+    if (hung) {
+        /* The statement may still commit when the server wakes: the keys make the retry safe. */
+        PQfinish(w->conn);
+        w->conn = NULL;
+        rc = kd_seterr(err, KD_ETIMEDOUT, "write metrics: no answer from the database in %d ms",
+                       limit);
+        goto out;
+    }
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
         rc = kd_pg_error(w->conn, r, "write metrics", err);
         goto out;

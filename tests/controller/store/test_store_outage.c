@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 
 #include "core/time.h"
 #include "fx.h"
+#include "store/store_int.h"
 
 #define ROWS 5
 
@@ -337,6 +339,47 @@ static void torn_spool_tail(void **state)
     kd_store_close(s);
 }
 
+/*
+ * The writer's backend stops answering in the middle of a write (SIGSTOP).
+ * The client gives up after its deadline, spools the batch, reconnects and
+ * writes it; when the stopped backend wakes, it may commit the same batch
+ * too. Either way it is stored once.
+ */
+static void hung_writer(void **state)
+{
+    (void)state;
+    char ci[512], ci2[600], err[KD_ERRLEN] = "";
+    fx_newdb(ci, sizeof(ci));
+    snprintf(ci2, sizeof(ci2), "%s application_name=kdwhang", ci);
+    struct kd_store *s = NULL;
+    struct kd_store_opts o = {.conninfo = ci2,
+                              .spool_dir = spool_dir,
+                              .statement_timeout_ms = 300,
+                              .backoff_min_ms = 20,
+                              .backoff_max_ms = 200};
+    assert_int_equal(kd_store_open(&o, &s, err), 0);
+    int64_t t = fx_trial(s, "hang", NULL);
+    assert_int_equal(put_batch(s, t, "h", 0, 5000, err), 0);
+    PGconn *c = fx_conn(ci);
+    long long pid = fx_int(c, "SELECT pid FROM pg_stat_activity WHERE application_name ="
+                              " 'kdwhang' AND query LIKE 'WITH b AS%' LIMIT 1");
+    assert_true(pid > 0);
+    assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
+    int64_t t0 = kd_mono_ms();
+    int rc = put_batch(s, t, "h", 1, 20000, err);
+    int64_t ms = kd_mono_ms() - t0;
+    kill((pid_t)pid, SIGCONT);
+    if (rc != 0)
+        fail_msg("put while the backend hangs: %s", err);
+    assert_true(ms >= 300 + KD_STORE_CLIENT_GRACE_MS - 100);
+    assert_int_equal(put_batch(s, t, "h", 2, 5000, err), 0);
+    assert_int_equal(kd_store_metrics_flush(s, 20000), 0);
+    kd_sleep_ms(200); /* let the woken backend finish whatever it does */
+    check_stored(ci, t, 3);
+    PQfinish(c);
+    kd_store_close(s);
+}
+
 /* Two controllers on one spool would interleave their batches: the second is refused. */
 static void spool_in_use(void **state)
 {
@@ -364,6 +407,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(full_buffers_refuse, setup, teardown),
         cmocka_unit_test_setup_teardown(torn_spool_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(spool_in_use, setup, teardown),
+        cmocka_unit_test_setup_teardown(hung_writer, setup, teardown),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }

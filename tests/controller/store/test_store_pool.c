@@ -5,6 +5,7 @@
  * an unreachable server is retried with back-off.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -182,12 +183,42 @@ static void unreachable_backs_off(void **state)
     assert_non_null(strstr(err, "pool_size"));
 }
 
+/* A backend that stops answering (SIGSTOP): the server's statement_timeout cannot fire, the
+ * client's deadline does, and the next call gets a new connection. */
+static void hung_server(void **state)
+{
+    (void)state;
+    char ci[512], ci2[600], err[KD_ERRLEN] = "";
+    fx_newdb(ci, sizeof(ci));
+    snprintf(ci2, sizeof(ci2), "%s application_name=kdhang", ci);
+    struct kd_store *s = NULL;
+    struct kd_store_opts o = {.conninfo = ci2, .pool_size = 1, .statement_timeout_ms = 300};
+    assert_int_equal(kd_store_open(&o, &s, err), 0);
+    assert_int_equal(kd_store__exec(s, "ping", "SELECT 1", 0, NULL, true, NULL, err), 0);
+    PGconn *c = fx_conn(ci);
+    long long pid = fx_int(c, "SELECT pid FROM pg_stat_activity WHERE application_name ="
+                              " 'kdhang' LIMIT 1");
+    assert_true(pid > 0);
+    assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
+    int64_t t0 = kd_mono_ms();
+    int rc = kd_store__exec(s, "ping", "SELECT 1", 0, NULL, true, NULL, err);
+    int64_t ms = kd_mono_ms() - t0;
+    kill((pid_t)pid, SIGCONT);
+    assert_int_equal(rc, KD_ETIMEDOUT);
+    assert_non_null(strstr(err, "no answer"));
+    assert_true(ms >= 300 + KD_STORE_CLIENT_GRACE_MS - 100 &&
+                ms < 300 + KD_STORE_CLIENT_GRACE_MS + 3000);
+    assert_int_equal(kd_store__exec(s, "ping", "SELECT 1", 0, NULL, true, NULL, err), 0);
+    PQfinish(c);
+    kd_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(concurrency_bounded),   cmocka_unit_test(reconnects_after_kill),
         cmocka_unit_test(statement_timeout),     cmocka_unit_test(pool_wait_bounded),
-        cmocka_unit_test(unreachable_backs_off),
+        cmocka_unit_test(unreachable_backs_off), cmocka_unit_test(hung_server),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
