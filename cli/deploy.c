@@ -267,11 +267,12 @@ static int run_capture(const struct deploy *d, bool drop, char *const *argv, str
                 dprintf(2, "cannot switch to user %s: %s\n", d->pg_user, strerror(-r));
                 _exit(126);
             }
-            if (access(d->pgdata, R_OK | W_OK | X_OK) != 0) {
+            if (access(d->dir, X_OK) != 0) {
                 dprintf(2,
-                        "user %s cannot use %s: %s. Choose a --data-dir whose parent "
-                        "directories that user may enter (e.g. under /var/lib or /tmp).\n",
-                        d->pg_user, d->pgdata, strerror(errno));
+                        "user %s (who runs PostgreSQL) cannot enter %s: %s. Choose a --data-dir "
+                        "whose parent directories that user may enter (e.g. under /var/lib or "
+                        "/tmp), or set KDET_PG_USER.\n",
+                        d->pg_user, d->dir, strerror(errno));
                 _exit(126);
             }
         }
@@ -871,6 +872,20 @@ static int cmd_up(const struct det_args *a)
     if ((rc = mkdir_mode(d.run, m)) != 0 || (rc = mkdir_mode(d.logs, m)) != 0 ||
         (rc = mkdir_mode(d.pgsock, 0700)) != 0)
         goto out;
+    if (d.drop) {
+        /* PostgreSQL runs as another user: check it can reach the data dir before starting
+         * anything */
+        struct kd_buf out = KD_BUF_INIT(CAPTURE_MAX);
+        char *argv[] = {"/bin/true", NULL};
+        int r = run_capture(&d, true, argv, &out);
+        if (r != 0) {
+            det_err("%s", kd_buf_str(&out));
+            rc = DET_EXIT_ERROR;
+        }
+        kd_buf_free(&out);
+        if (rc != 0)
+            goto out;
+    }
     rc = up_api(&d);
     if (rc == 0)
         rc = up_pg(&d);

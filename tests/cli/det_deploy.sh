@@ -44,7 +44,16 @@ chmod 755 "$tmp"
 if timeout 120 "$det" deploy local up --data-dir "$dd" --port 0 > "$tmp/up.out" 2> "$tmp/up.err"; then
     ok "deploy local up"
 else
-    bad "deploy local up" "$tmp/up.err"; echo "$pass passed, $fail failed"; exit 1
+    bad "deploy local up" "$tmp/up.err"; if [ "$(id -u)" = 0 ]; then
+    mkdir -m 700 "$tmp/private"
+    "$det" deploy local up --data-dir "$tmp/private/d" --port 0 > "$tmp/out" 2>&1; rc=$?
+    [ $rc -eq 1 ] && grep -q "cannot enter $tmp/private/d" "$tmp/out" && ! grep -q "kdet-local  *started" "$tmp/out" &&
+        ok "root: a data dir the PostgreSQL user cannot enter is refused before anything starts" ||
+        bad "private data dir (exit $rc)" "$tmp/out"
+    "$det" deploy local down --data-dir "$tmp/private/d" > /dev/null 2>&1
+fi
+
+echo "$pass passed, $fail failed"; exit 1
 fi
 seen="$seen $(pids)"
 grep -q "^export KUBECONFIG=$dd/kubeconfig$" "$tmp/up.out" && ok "up prints export KUBECONFIG=..." || bad "export line" "$tmp/up.out"
@@ -132,6 +141,15 @@ left=$(leftover)
     ok "deploy local upp: suggestion" || bad "deploy local upp" "$tmp/out"
 "$det" deploy local status --data-dir "$tmp/none" > "$tmp/out" 2>&1; [ $? -eq 5 ] && grep -q "nothing was deployed there" "$tmp/out" &&
     ok "status of an empty data dir" || bad "status of a missing data dir" "$tmp/out"
+
+if [ "$(id -u)" = 0 ]; then
+    mkdir -m 700 "$tmp/private"
+    "$det" deploy local up --data-dir "$tmp/private/d" --port 0 > "$tmp/out" 2>&1; rc=$?
+    [ $rc -eq 1 ] && grep -q "cannot enter $tmp/private/d" "$tmp/out" && ! grep -q "kdet-local  *started" "$tmp/out" &&
+        ok "root: a data dir the PostgreSQL user cannot enter is refused before anything starts" ||
+        bad "private data dir (exit $rc)" "$tmp/out"
+    "$det" deploy local down --data-dir "$tmp/private/d" > /dev/null 2>&1
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
