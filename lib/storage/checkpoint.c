@@ -287,8 +287,9 @@ static int cmp_files(const void *a, const void *b)
     return strcmp(((const struct kd_ckpt_file *)a)->path, ((const struct kd_ckpt_file *)b)->path);
 }
 
-int kd_ckpt_manifest_build(const char *dir, const char *uuid, const json_t *metadata, int parallel,
-                           struct kd_ckpt_manifest *m, char *err)
+/* The manifest without hashes: every file's path, size and mtime. */
+static int manifest_walk(const char *dir, const char *uuid, const json_t *metadata,
+                         struct kd_ckpt_manifest *m, char *err)
 {
     size_t cap = 0;
     int rc;
@@ -307,9 +308,17 @@ int kd_ckpt_manifest_build(const char *dir, const char *uuid, const json_t *meta
         goto out;
     if (m->nfiles > 1)
         qsort(m->files, m->nfiles, sizeof(m->files[0]), cmp_files);
-    rc = hash_all(dir, m->files, m->nfiles, 0, parallel, err);
 out:
     if (rc != 0)
+        kd_ckpt_manifest_free(m);
+    return rc;
+}
+
+int kd_ckpt_manifest_build(const char *dir, const char *uuid, const json_t *metadata, int parallel,
+                           struct kd_ckpt_manifest *m, char *err)
+{
+    int rc = manifest_walk(dir, uuid, metadata, m, err);
+    if (rc == 0 && (rc = hash_all(dir, m->files, m->nfiles, 0, parallel, err)) != 0)
         kd_ckpt_manifest_free(m);
     return rc;
 }
@@ -528,10 +537,8 @@ int kd_ckpt_upload(struct kd_storage *st, const char *uuid, const char *dir, con
                        uuid, kd_storage_location(st));
         goto out;
     }
-    report(progress, arg, "hash", 0, 0, 0);
-    if ((rc = kd_ckpt_manifest_build(dir, uuid, metadata, par > 4 ? 4 : par, &m, err)) != 0)
+    if ((rc = manifest_walk(dir, uuid, metadata, &m, err)) != 0)
         goto out;
-    report(progress, arg, "hash", m.total_size, m.total_size, m.nfiles);
     puts = calloc(m.nfiles ? m.nfiles : 1, sizeof(*puts));
     keys = calloc(m.nfiles ? m.nfiles * 2 : 1, sizeof(*keys));
     if (puts == NULL || keys == NULL) {
@@ -554,11 +561,38 @@ int kd_ckpt_upload(struct kd_storage *st, const char *uuid, const char *dir, con
         puts[i].key = keys[2 * i];
         puts[i].path = keys[2 * i + 1];
         puts[i].size = m.files[i].size;
+        puts[i].sha256_out = m.files[i].sha256; /* hashed in the same read where possible */
     }
     pc.files = m.nfiles;
     uploaded = 1;
     if ((rc = kd_storage_put_files(st, puts, m.nfiles, storage_progress, &pc, err)) != 0)
         goto out;
+    {
+        /* hash the files the backend could not hash on the way (multipart) */
+        struct kd_ckpt_file *rest = calloc(m.nfiles ? m.nfiles : 1, sizeof(*rest));
+        size_t k = 0;
+        uint64_t bytes = 0;
+        if (rest == NULL) {
+            rc = kd_seterr(err, KD_ENOMEM, "checkpoint upload: out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < m.nfiles; i++)
+            if (!puts[i].hashed) {
+                rest[k++] = m.files[i];
+                bytes += m.files[i].size;
+            }
+        if (k > 0) {
+            report(progress, arg, "hash", 0, bytes, k);
+            rc = hash_all(dir, rest, k, 0, par > 4 ? 4 : par, err);
+            report(progress, arg, "hash", bytes, bytes, k);
+        }
+        for (size_t i = 0, j = 0; rc == 0 && i < m.nfiles; i++)
+            if (!puts[i].hashed)
+                memcpy(m.files[i].sha256, rest[j++].sha256, sizeof(m.files[i].sha256));
+        free(rest);
+        if (rc != 0)
+            goto out;
+    }
     /* A file rewritten while we uploaded it would not match its hash. */
     for (size_t i = 0; i < m.nfiles; i++) {
         struct stat sb;

@@ -77,7 +77,8 @@ struct s3_req {
     CURL *easy;
     struct curl_slist *hdrs;
     struct s3_batch *batch;
-    EVP_MD_CTX *md; /* sha256 of the body as it arrives (whole-object GETs) */
+    EVP_MD_CTX *md; /* sha256 of the body as it is sent or arrives (whole objects) */
+    int md_bad;     /* a rewind to the middle: the hash is not of the whole body */
     int index;      /* caller's tag */
 };
 
@@ -219,6 +220,7 @@ static void req_reset_io(struct s3_req *r)
 {
     if (r->md != NULL)
         EVP_DigestInit_ex(r->md, EVP_sha256(), NULL);
+    r->md_bad = 0;
     r->sent = 0;
     r->received = 0;
     r->etag[0] = '\0';
@@ -293,6 +295,8 @@ static size_t on_read(char *ptr, size_t size, size_t nmemb, void *arg)
         if (n <= 0) /* a file that shrank or failed: abort the transfer */
             return CURL_READFUNC_ABORT;
     }
+    if (r->md != NULL && !r->md_bad)
+        EVP_DigestUpdate(r->md, ptr, (size_t)n);
     r->sent += (uint64_t)n;
     r->batch->bytes += (uint64_t)n;
     return (size_t)n;
@@ -306,6 +310,12 @@ static int on_seek(void *arg, curl_off_t offset, int origin)
     if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > len)
         return CURL_SEEKFUNC_CANTSEEK;
     r->sent = (uint64_t)offset;
+    if (r->md != NULL) { /* the hash restarts with the body, or is given up */
+        if (offset == 0)
+            EVP_DigestInit_ex(r->md, EVP_sha256(), NULL);
+        else
+            r->md_bad = 1;
+    }
     return CURL_SEEKFUNC_OK;
 }
 
@@ -972,6 +982,11 @@ static int s3_put_files(struct kd_storage *st, struct kd_storage_put *puts, size
         r->src_len = puts[i].size;
         kd_strlcpy(r->content_sha256, "UNSIGNED-PAYLOAD", sizeof(r->content_sha256));
         ptrs[nreq++] = r;
+        puts[i].hashed = 0;
+        if (puts[i].sha256_out != NULL && (r->md = EVP_MD_CTX_new()) == NULL) {
+            rc = kd_seterr(err, KD_ENOMEM, "s3: out of memory");
+            goto out;
+        }
         if ((rc = make_url(s, puts[i].key, 0, NULL, &r->url)) != 0) {
             rc = kd_seterr(err, rc, "s3: URL too long for key %s", puts[i].key);
             goto out;
@@ -1000,9 +1015,19 @@ static int s3_put_files(struct kd_storage *st, struct kd_storage_put *puts, size
         }
     }
     rc = s3_exec(s, ptrs, nreq, kd_storage__parallel(st), progress, arg, total, err);
-    for (size_t i = 0; i < nreq; i++)
-        if (ptrs[i]->rc != 0 && puts[ptrs[i]->index].result == 0)
-            puts[ptrs[i]->index].result = ptrs[i]->rc;
+    for (size_t i = 0; i < nreq; i++) {
+        struct s3_req *r = ptrs[i];
+        struct kd_storage_put *p = &puts[r->index];
+        if (r->rc != 0 && p->result == 0)
+            p->result = r->rc;
+        if (r->rc == 0 && r->md != NULL && !r->md_bad && r->sent == p->size) {
+            unsigned char md[32];
+            unsigned int mdlen = 0;
+            EVP_DigestFinal_ex(r->md, md, &mdlen);
+            hex(md, 32, p->sha256_out);
+            p->hashed = 1;
+        }
+    }
     if (rc != 0)
         goto out;
     /* Phase 3: complete the multipart uploads. */

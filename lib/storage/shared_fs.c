@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "core/log.h"
 #include "core/str.h"
 #include "storage/storage_int.h"
@@ -169,14 +171,86 @@ out:
 }
 
 /*
+ * Copy while hashing, so the data is read once: a save fills the manifest's
+ * sha256 and a restore verifies it (want) in the same pass. All-zero chunks
+ * are not written, so holes stay holes. got_hex receives the hex sha256;
+ * KD_ECORRUPT when want is given and differs.
+ */
+static int copy_hashed(int src, int dst, uint64_t size, const char *want,
+                       atomic_uint_fast64_t *done, char *got_hex)
+{
+    static const char digits[] = "0123456789abcdef";
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char *buf = malloc(COPY_CHUNK), md[32];
+    unsigned int mdlen = 0;
+    uint64_t pos = 0;
+    int rc = 0;
+
+    if (ctx == NULL || buf == NULL) {
+        rc = KD_ENOMEM;
+        goto out;
+    }
+    posix_fadvise(src, 0, 0, POSIX_FADV_SEQUENTIAL);
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    while (pos < size) {
+        size_t want_n = size - pos < COPY_CHUNK ? (size_t)(size - pos) : COPY_CHUNK, k;
+        ssize_t n = pread(src, buf, want_n, (off_t)pos);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = -errno;
+            goto out;
+        }
+        if (n == 0) { /* the file shrank under us */
+            rc = KD_EIO;
+            goto out;
+        }
+        EVP_DigestUpdate(ctx, buf, (size_t)n);
+        for (k = 0; k < (size_t)n && buf[k] == 0; k++)
+            ;
+        for (ssize_t off = 0; k < (size_t)n && off < n;) {
+            ssize_t w = pwrite(dst, buf + off, (size_t)(n - off), (off_t)pos + off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                rc = w < 0 ? -errno : KD_EIO;
+                goto out;
+            }
+            off += w;
+        }
+        pos += (uint64_t)n;
+        if (done != NULL)
+            atomic_fetch_add(done, (uint64_t)n);
+    }
+    if (ftruncate(dst, (off_t)size) != 0) {
+        rc = -errno;
+        goto out;
+    }
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    for (int i = 0; i < 32; i++) {
+        got_hex[2 * i] = digits[md[i] >> 4];
+        got_hex[2 * i + 1] = digits[md[i] & 15];
+    }
+    got_hex[64] = '\0';
+    if (want != NULL && strcmp(got_hex, want) != 0)
+        rc = KD_ECORRUPT;
+out:
+    free(buf);
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}
+
+/*
  * Copy src to dst atomically (temp file + rename), or straight to dst when
  * direct (dst is inside a staging directory nobody reads). `lastdir` (a
  * PATH_MAX buffer of the calling thread) remembers the last directory
  * created, so files of one directory cost one mkdir walk.
  */
-static int copy_atomic(struct fs *fs, const char *src, const char *dst, uint64_t expect, int direct,
-                       char *lastdir, atomic_uint_fast64_t *done, char *err)
+static int copy_atomic(struct fs *fs, const char *src, const char *dst, uint64_t expect,
+                       const char *want_sha, char *out_sha, int direct, char *lastdir,
+                       atomic_uint_fast64_t *done, char *err)
 {
+    char got[65];
     char tmp[PATH_MAX + 64], dir[PATH_MAX];
     int in = -1, outfd = -1, rc = 0;
     struct stat sb;
@@ -218,7 +292,19 @@ static int copy_atomic(struct fs *fs, const char *src, const char *dst, uint64_t
         rc = kd_seterr(err, -errno, "shared_fs: create %s: %s", tmp, strerror(errno));
         goto out;
     }
-    if ((rc = copy_fd(in, outfd, (uint64_t)sb.st_size, done)) != 0) {
+    if (want_sha != NULL || out_sha != NULL) {
+        rc = copy_hashed(in, outfd, (uint64_t)sb.st_size, want_sha, done, got);
+        if (rc == KD_ECORRUPT) {
+            rc = kd_seterr(err, rc, "%s: sha256 %s, the manifest says %s", src, got, want_sha);
+            goto out;
+        }
+        if (rc != 0) {
+            rc = kd_seterr(err, rc, "shared_fs: copy %s -> %s: %s", src, dst, kd_strerror(rc));
+            goto out;
+        }
+        if (out_sha != NULL)
+            memcpy(out_sha, got, sizeof(got));
+    } else if ((rc = copy_fd(in, outfd, (uint64_t)sb.st_size, done)) != 0) {
         rc = kd_seterr(err, rc, "shared_fs: copy %s -> %s: %s", src, dst, kd_strerror(rc));
         goto out;
     }
@@ -285,28 +371,30 @@ static void batch_one(struct fs_batch *b, size_t i, char *lastdir)
     char path[PATH_MAX], e[KD_ERRLEN];
     int rc = 0;
     e[0] = '\0';
-    if (b->put && b->stage != NULL) {
-        if ((size_t)snprintf(path, sizeof(path), "%s/%s", b->stage,
-                             b->puts[i].key + b->stage_skip) >= sizeof(path))
-            rc = kd_seterr(e, -ENAMETOOLONG, "shared_fs: path too long for %s", b->puts[i].key);
+    if (b->put) {
+        struct kd_storage_put *p = &b->puts[i];
+        if (b->stage != NULL) {
+            if ((size_t)snprintf(path, sizeof(path), "%s/%s", b->stage, p->key + b->stage_skip) >=
+                sizeof(path))
+                rc = kd_seterr(e, -ENAMETOOLONG, "shared_fs: path too long for %s", p->key);
+        } else {
+            rc = fs_path(b->st, p->key, path, sizeof(path), e);
+        }
         if (rc == 0)
-            rc =
-                copy_atomic(b->fs, b->puts[i].path, path, b->puts[i].size, 1, lastdir, &b->done, e);
-        b->puts[i].result = rc;
-    } else if (b->put) {
-        rc = fs_path(b->st, b->puts[i].key, path, sizeof(path), e);
-        if (rc == 0)
-            rc =
-                copy_atomic(b->fs, b->puts[i].path, path, b->puts[i].size, 0, lastdir, &b->done, e);
-        b->puts[i].result = rc;
+            rc = copy_atomic(b->fs, p->path, path, p->size, NULL, p->sha256_out, b->stage != NULL,
+                             lastdir, &b->done, e);
+        p->hashed = rc == 0 && p->sha256_out != NULL;
+        p->result = rc;
     } else {
-        rc = fs_path(b->st, b->gets[i].key, path, sizeof(path), e);
+        struct kd_storage_get *g = &b->gets[i];
+        rc = fs_path(b->st, g->key, path, sizeof(path), e);
         if (rc == 0)
-            rc =
-                copy_atomic(b->fs, path, b->gets[i].path, b->gets[i].size, 0, lastdir, &b->done, e);
+            rc = copy_atomic(b->fs, path, g->path, g->size, g->sha256, NULL, 0, lastdir, &b->done,
+                             e);
         if (rc == KD_ENOTFOUND)
-            kd_seterr(e, rc, "shared_fs: object %s not found", b->gets[i].key);
-        b->gets[i].result = rc;
+            kd_seterr(e, rc, "shared_fs: object %s not found", g->key);
+        g->verified = rc == 0 && g->sha256 != NULL;
+        g->result = rc;
     }
     if (rc != 0) {
         pthread_mutex_lock(&b->lock);

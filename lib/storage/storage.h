@@ -135,8 +135,10 @@ const struct kd_storage_config *kd_storage_get_config(const struct kd_storage *s
 struct kd_storage_put {
     const char *key;
     const char *path;
-    uint64_t size; /* the file's size, as stat'ed by the caller */
-    int result;    /* out: 0 or a negative code */
+    uint64_t size;    /* the file's size, as stat'ed by the caller */
+    char *sha256_out; /* 65 bytes, or NULL: a backend that reads the file in order fills it */
+    int hashed;       /* out: sha256_out holds the hex sha256 of the bytes stored */
+    int result;       /* out: 0 or a negative code */
 };
 
 /** One object to download into a local file (created or truncated). */
