@@ -155,6 +155,11 @@ wait $bgpid; bgpid=""
 check "wait on a terminal experiment returns at once" 0 "COMPLETED" -- timeout 10 "$det" experiment wait "$other"
 "$det" experiment create $ex/const.yaml $ex -n kube-public > /dev/null 2>&1
 check "wait --timeout exits 7" 7 "timed out after 1s" -- timeout 30 "$det" experiment wait fashion -n kube-public --timeout 1s
+pub=$(k get exp -n kube-public -o name | head -1 | cut -d/ -f2)
+k patch exp "$pub" -n kube-public --subresource=status --type=merge -p '{"status":{"state":"ACTIVE","observedGeneration":1}}' > /dev/null
+"$det" experiment pause "$pub" -n kube-public > /dev/null 2>&1
+check "describe says when the controller has not seen the latest change" 0 \
+    "has not yet acted on the latest change: generation 2, observed 1" -- "$det" experiment describe "$pub" -n kube-public
 check "a bad --timeout" 2 "--timeout soon: expected a duration" -- "$det" experiment wait "$name" --timeout soon
 
 # ---- templates
