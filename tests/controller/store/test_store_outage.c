@@ -308,7 +308,8 @@ static void full_buffers_refuse(void **state)
     kd_store_close(s);
 }
 
-/* A crash during an append leaves a torn last line: it is cut, the rest is written. */
+/* A crash during an append leaves a torn last line: it is cut, the rest is written. A
+ * damaged line is dropped alone. */
 static void torn_spool_tail(void **state)
 {
     (void)state;
@@ -326,6 +327,9 @@ static void torn_spool_tail(void **state)
                  "\"r\":[[%d,1700000000000,{\"acc\":0.5}]]}\n",
                  (long long)t, i, i);
         fputs(line, f);
+        /* A damaged line in the middle: refused alone, the others are written. */
+        if (i == 0)
+            fputs("{\"n\":1,\"t\":garbage}\n", f);
     }
     fputs("{\"n\":1,\"t\":", f);
     fclose(f);
@@ -336,6 +340,10 @@ static void torn_spool_tail(void **state)
     PGconn *c = fx_conn(ci);
     assert_int_equal(fx_int(c, "SELECT count(*) FROM metrics WHERE kind = 'validation'"), 2);
     PQfinish(c);
+    struct kd_store_metrics_stats st;
+    kd_store_metrics_stats(s, &st);
+    assert_int_equal(st.rejected_batches, 1);
+    assert_int_equal(st.written_batches, 2);
     kd_store_close(s);
 }
 
