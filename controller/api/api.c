@@ -1,0 +1,673 @@
+/*
+ * The API server: start and stop, routing with 404/405, bearer-token checks
+ * (a trial's HMAC token or the user token, compared in constant time),
+ * JSON errors that name the field, the logfmt access log, and the shared
+ * helpers that read Trials and Experiments and write Trial status.
+ */
+#include "api/api_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/time.h"
+
+/* ---- tokens ----------------------------------------------------------------------------- */
+
+static void b64url(const unsigned char *in, size_t n, char *out)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)in[i + 1] << 8;
+        if (i + 2 < n)
+            v |= in[i + 2];
+        out[o++] = tab[(v >> 18) & 63];
+        out[o++] = tab[(v >> 12) & 63];
+        if (i + 1 < n)
+            out[o++] = tab[(v >> 6) & 63];
+        if (i + 2 < n)
+            out[o++] = tab[v & 63];
+    }
+    out[o] = '\0';
+}
+
+int kd_api_trial_token(const unsigned char *key, size_t keylen, const char *ns, const char *name,
+                       const char *uid, char *out, size_t outlen)
+{
+    int rc = 0;
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int maclen = 0;
+    char *msg = NULL;
+    if (key == NULL || keylen == 0 || ns == NULL || name == NULL || uid == NULL ||
+        outlen < KD_API_TOKEN_LEN + 1) {
+        rc = KD_EINVAL;
+        goto out;
+    }
+    msg = kd_xasprintf("kdet-trial-token/v1\n%s\n%s\n%s", ns, name, uid);
+    if (HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)msg, strlen(msg), mac,
+             &maclen) == NULL ||
+        maclen != 32) {
+        rc = KD_EINTERNAL;
+        goto out;
+    }
+    b64url(mac, maclen, out);
+out:
+    free(msg);
+    return rc;
+}
+
+/* ---- responses ---------------------------------------------------------------------------- */
+
+void api_json(struct api_rq *q, int status, json_t *j)
+{
+    q->status = status;
+    kd_http_respond_json(q->r, status, j);
+    json_decref(j);
+}
+
+int api_error(struct api_rq *q, int status, const char *field, const char *fmt, ...)
+{
+    char msg[KD_ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    json_t *j = json_pack("{s:s}", "error", msg);
+    if (field != NULL && field[0] != '\0')
+        json_object_set_new(j, "field", json_string(field));
+    if (status == 401)
+        kd_http_add_header(q->r, "WWW-Authenticate", "Bearer realm=\"kdet\"");
+    if (status == 503)
+        kd_http_add_header(q->r, "Retry-After", "1");
+    api_json(q, status, j);
+    return status;
+}
+
+int api_fail(struct api_rq *q, int rc, const char *field, const char *err)
+{
+    const char *m = err != NULL && err[0] != '\0' ? err : kd_strerror(rc);
+    switch (rc) {
+    case KD_EINVAL:
+    case KD_EPARSE: api_error(q, 400, field, "%s", m); break;
+    case KD_ENOTFOUND: api_error(q, 404, field, "%s", m); break;
+    case KD_ECONFLICT:
+    case KD_EEXIST: api_error(q, 409, field, "%s", m); break;
+    case KD_EINVALID: api_error(q, 422, field, "%s", m); break;
+    case KD_ETOOBIG: api_error(q, 413, field, "%s", m); break;
+    case KD_EFORBIDDEN: api_error(q, 403, field, "%s", m); break;
+    case KD_EAGAIN:
+    case KD_ETIMEDOUT:
+    case KD_ECONNECT: api_error(q, 503, field, "%s", m); break;
+    default: api_error(q, 500, field, "%s", m); break;
+    }
+    return rc;
+}
+
+int api_body(struct api_rq *q, size_t cap, json_t **out)
+{
+    int rc = 0;
+    size_t len = 0;
+    json_error_t je;
+    const char *body = kd_http_body(q->r, &len);
+    *out = NULL;
+    if (len > cap) {
+        api_error(q, 413, "body",
+                  "the request body is %zu bytes; this endpoint accepts at most %zu", len, cap);
+        rc = KD_ETOOBIG;
+        goto out;
+    }
+    if (len == 0) {
+        api_error(q, 400, "body", "a JSON object is required");
+        rc = KD_EINVAL;
+        goto out;
+    }
+    *out = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (*out == NULL) {
+        api_error(q, 400, "body", "invalid JSON at line %d column %d: %s", je.line, je.column,
+                  je.text);
+        rc = KD_EPARSE;
+        goto out;
+    }
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        api_error(q, 400, "body", "must be a JSON object");
+        rc = KD_EINVAL;
+    }
+out:
+    return rc;
+}
+
+int api_only_keys(struct api_rq *q, const json_t *obj, const char *prefix,
+                  const char *const *allowed)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)obj, k, v)
+    {
+        bool ok = false;
+        for (int i = 0; allowed[i] != NULL; i++)
+            if (strcmp(k, allowed[i]) == 0)
+                ok = true;
+        if (!ok) {
+            const char *s = kd_suggest(k, allowed);
+            char field[300];
+            snprintf(field, sizeof(field), "%s%s", prefix, k);
+            api_error(q, 400, field, "%s: unknown field%s%s%s", field, s ? " (did you mean " : "",
+                      s ? s : "", s ? "?)" : "");
+            return KD_EINVAL;
+        }
+    }
+    return 0;
+}
+
+int api_query_int(struct api_rq *q, const char *name, long lo, long hi, long def, long *out)
+{
+    const char *s = kd_http_query(q->r, name);
+    int64_t v = def;
+    if (s != NULL && (kd_parse_i64(s, &v) != 0 || v < lo || v > hi)) {
+        api_error(q, 400, name, "query parameter %s=%s: must be an integer from %ld to %ld", name,
+                  kd_logq(s), lo, hi);
+        return KD_EINVAL;
+    }
+    *out = (long)v;
+    return 0;
+}
+
+/* ---- resources ---------------------------------------------------------------------------- */
+
+static int get_obj(struct kd_api *a, struct kd_k8s_informer *inf, const struct kd_k8s_gvr *gvr,
+                   const char *ns, const char *name, json_t **out, char *err)
+{
+    char key[600];
+    int rc;
+    snprintf(key, sizeof(key), "%s/%s", ns, name);
+    if (a->ns != NULL && strcmp(ns, a->ns) != 0) {
+        rc = kd_seterr(err, KD_ENOTFOUND, "namespace %s is not served by this controller", ns);
+        goto out;
+    }
+    rc = kd_k8s_cache_get(kd_k8s_informer_cache(inf), key, out);
+    if (rc == KD_ENOTFOUND) /* the cache may lag behind a create: ask the API server */
+        rc = kd_k8s_get(a->o.k8s, gvr, ns, name, out, NULL, err);
+    if (rc == KD_ENOTFOUND)
+        kd_seterr(err, rc, "%s %s/%s not found", gvr->resource, ns, name);
+out:
+    return rc;
+}
+
+int api_get_trial(struct kd_api *a, const char *ns, const char *name, json_t **out, char *err)
+{
+    return get_obj(a, a->trials, &KD_K8S_TRIALS, ns, name, out, err);
+}
+
+int api_get_experiment(struct kd_api *a, const char *ns, const char *name, json_t **out, char *err)
+{
+    return get_obj(a, a->exps, &KD_K8S_EXPERIMENTS, ns, name, out, err);
+}
+
+int api_auth_trial(struct api_rq *q, const char *ns, const char *name, json_t **trial)
+{
+    int rc = 0;
+    char err[KD_ERRLEN] = "", want[KD_API_TOKEN_LEN + 1];
+    const char *auth = kd_http_header(q->r, "Authorization");
+    *trial = NULL;
+    if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0) {
+        rc = KD_EUNAUTHORIZED;
+        api_error(q, 401, "Authorization", "a trial token is required (Authorization: Bearer)");
+        goto out;
+    }
+    const char *tok = auth + 7;
+    if ((rc = api_get_trial(q->api, ns, name, trial, err)) != 0) {
+        /* Unknown trials get the same answer as bad tokens: nothing is revealed. */
+        if (rc == KD_ENOTFOUND) {
+            rc = KD_EUNAUTHORIZED;
+            api_error(q, 401, "Authorization", "the token is not valid for trial %s/%s", ns, name);
+        } else {
+            api_fail(q, rc, NULL, err);
+        }
+        goto out;
+    }
+    const char *uid = kd_k8s_meta_str(*trial, "uid");
+    if (uid == NULL ||
+        kd_api_trial_token(q->api->key, q->api->keylen, ns, name, uid, want, sizeof(want)) != 0 ||
+        strlen(tok) != KD_API_TOKEN_LEN || CRYPTO_memcmp(tok, want, KD_API_TOKEN_LEN) != 0) {
+        rc = KD_EUNAUTHORIZED;
+        api_error(q, 401, "Authorization", "the token is not valid for trial %s/%s", ns, name);
+        goto out;
+    }
+out:
+    OPENSSL_cleanse(want, sizeof(want));
+    if (rc != 0) {
+        json_decref(*trial);
+        *trial = NULL;
+    }
+    return rc;
+}
+
+static int auth_user(struct api_rq *q)
+{
+    const char *auth = kd_http_header(q->r, "Authorization");
+    const char *want = q->api->user_token;
+    if (want == NULL) {
+        api_error(q, 401, "Authorization",
+                  "user API disabled: the controller was started without a user token");
+        return KD_EUNAUTHORIZED;
+    }
+    if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0 || strlen(auth + 7) != strlen(want) ||
+        CRYPTO_memcmp(auth + 7, want, strlen(want)) != 0) {
+        api_error(q, 401, "Authorization",
+                  "a valid user token is required (Authorization: Bearer)");
+        return KD_EUNAUTHORIZED;
+    }
+    return 0;
+}
+
+static const char *res_state(const json_t *obj)
+{
+    return json_string_value(json_object_get(json_object_get(obj, "status"), "state"));
+}
+
+/* Find the experiment row by uid (newest first, pages of 1000) or create it. */
+int api_exp_row(struct kd_api *a, const json_t *exp, bool create, int64_t *id, char *err)
+{
+    int rc = 0;
+    json_t *page = NULL, *cfg = NULL;
+    const char *uid = kd_k8s_meta_str(exp, "uid"), *ns = kd_k8s_meta_str(exp, "namespace");
+    *id = 0;
+    for (int off = 0; off < 100000 && *id == 0; off += 1000) {
+        size_t i;
+        json_t *e;
+        if ((rc = kd_store_experiments_list(a->o.store, ns, 1000, off, &page, err)) != 0)
+            goto out;
+        json_array_foreach(page, i, e)
+        {
+            if (uid != NULL && strcmp(json_string_value(json_object_get(e, "uid")) ?: "", uid) == 0)
+                *id = json_integer_value(json_object_get(e, "id"));
+        }
+        size_t n = json_array_size(page);
+        json_decref(page);
+        page = NULL;
+        if (n < 1000)
+            break;
+    }
+    if (*id == 0 && !create) {
+        rc = kd_seterr(err, KD_ENOTFOUND, "experiment %s/%s has no stored data yet", ns,
+                       kd_k8s_meta_str(exp, "name"));
+        goto out;
+    }
+    if (*id == 0) {
+        cfg = json_deep_copy(json_object_get(exp, "spec"));
+        if (cfg == NULL)
+            cfg = json_object();
+        const char *state = res_state(exp);
+        struct kd_store_experiment se = {uid, ns, kd_k8s_meta_str(exp, "name"), cfg,
+                                         state != NULL ? state : "ACTIVE"};
+        rc = kd_store_experiment_upsert(a->o.store, &se, id, err);
+    }
+out:
+    json_decref(cfg);
+    json_decref(page);
+    return rc;
+}
+
+int api_store_ids(struct kd_api *a, const json_t *trial, bool create, int64_t *exp_id,
+                  int64_t *trial_id, char *err)
+{
+    int rc = 0;
+    json_t *exp = NULL, *list = NULL;
+    const char *uid = kd_k8s_meta_str(trial, "uid"), *ns = kd_k8s_meta_str(trial, "namespace");
+    const json_t *spec = json_object_get(trial, "spec");
+    *exp_id = *trial_id = 0;
+    pthread_mutex_lock(&a->mu);
+    json_t *ids = json_object_get(a->ids, uid);
+    if (ids != NULL) {
+        *exp_id = json_integer_value(json_array_get(ids, 0));
+        *trial_id = json_integer_value(json_array_get(ids, 1));
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (*trial_id != 0)
+        goto out;
+    const char *ename = json_string_value(json_object_get(spec, "experiment"));
+    if (ename == NULL) {
+        rc = kd_seterr(err, KD_EINVALID, "trial %s/%s has no spec.experiment", ns,
+                       kd_k8s_meta_str(trial, "name"));
+        goto out;
+    }
+    if ((rc = api_get_experiment(a, ns, ename, &exp, err)) != 0)
+        goto out;
+    if ((rc = api_exp_row(a, exp, create, exp_id, err)) != 0)
+        goto out;
+    if ((rc = kd_store_trials_list(a->o.store, *exp_id, &list, err)) != 0)
+        goto out;
+    size_t i;
+    json_t *t;
+    json_array_foreach(list, i, t)
+    {
+        if (strcmp(json_string_value(json_object_get(t, "uid")) ?: "", uid) == 0)
+            *trial_id = json_integer_value(json_object_get(t, "id"));
+    }
+    if (*trial_id == 0 && !create) {
+        rc = kd_seterr(err, KD_ENOTFOUND, "trial %s/%s has no stored data yet", ns,
+                       kd_k8s_meta_str(trial, "name"));
+        goto out;
+    }
+    if (*trial_id == 0) {
+        const char *state = res_state(trial);
+        struct kd_store_trial st = {uid,
+                                    *exp_id,
+                                    json_string_value(json_object_get(spec, "requestId")) ?: "",
+                                    json_object_get(spec, "hparams"),
+                                    json_integer_value(json_object_get(spec, "seed")),
+                                    state != NULL ? state : "QUEUED"};
+        if ((rc = kd_store_trial_upsert(a->o.store, &st, trial_id, err)) != 0)
+            goto out;
+    }
+    pthread_mutex_lock(&a->mu);
+    json_object_set_new(a->ids, uid,
+                        json_pack("[I,I]", (json_int_t)*exp_id, (json_int_t)*trial_id));
+    pthread_mutex_unlock(&a->mu);
+out:
+    json_decref(exp);
+    json_decref(list);
+    return rc;
+}
+
+int api_status_update(struct kd_api *a, const char *ns, const char *name, const char *uid,
+                      api_status_fn fn, void *ctx, char *err)
+{
+    int rc = 0;
+    json_t *obj = NULL;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        json_decref(obj);
+        obj = NULL;
+        if ((rc = kd_k8s_get(a->o.k8s, &KD_K8S_TRIALS, ns, name, &obj, NULL, err)) != 0)
+            goto out;
+        if (uid != NULL && strcmp(kd_k8s_meta_str(obj, "uid") ?: "", uid) != 0) {
+            rc = kd_seterr(err, KD_ENOTFOUND, "trial %s/%s was replaced", ns, name);
+            goto out;
+        }
+        json_t *status = json_object_get(obj, "status");
+        if (!json_is_object(status)) {
+            status = json_object();
+            json_object_set_new(obj, "status", status);
+        }
+        if (!fn(status, ctx)) {
+            rc = 0;
+            goto out;
+        }
+        rc = kd_k8s_update(a->o.k8s, &KD_K8S_TRIALS, ns, "status", obj, NULL, NULL, err);
+        if (rc != KD_ECONFLICT)
+            goto out;
+        kd_sleep_ms(10 + attempt * 20);
+    }
+out:
+    json_decref(obj);
+    return rc;
+}
+
+void api_wait_change(struct kd_api *a, uint64_t *seen, long timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&a->mu);
+    while (a->changes == *seen) {
+        if (pthread_cond_timedwait(&a->changed, &a->mu, &ts) != 0)
+            break;
+    }
+    *seen = a->changes;
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void on_change(struct kd_api *a)
+{
+    pthread_mutex_lock(&a->mu);
+    a->changes++;
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void h_add(json_t *obj, void *ud)
+{
+    (void)obj;
+    on_change(ud);
+}
+
+static void h_update(json_t *old, json_t *obj, void *ud)
+{
+    (void)old;
+    (void)obj;
+    on_change(ud);
+}
+
+/* ---- routing ------------------------------------------------------------------------------ */
+
+enum auth { AUTH_NONE, AUTH_USER, AUTH_TRIAL };
+
+struct route {
+    const char *method;
+    const char *pattern; /* segments; "*" matches one */
+    enum auth auth;
+    void (*fn)(struct api_rq *q);
+};
+
+static void h_health(struct api_rq *q)
+{
+    api_json(q, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+#define NSP "api/v1/namespaces/*/"
+static const struct route routes[] = {
+    {"GET", "healthz", AUTH_NONE, h_health},
+    {"POST", NSP "trials/*/metrics", AUTH_TRIAL, api_worker_metrics},
+    {"GET", NSP "trials/*/searcher/operation", AUTH_TRIAL, api_worker_searcher},
+    {"GET", NSP "trials/*/preemption", AUTH_TRIAL, api_worker_preemption},
+    {"POST", NSP "trials/*/checkpoints", AUTH_TRIAL, api_worker_checkpoint},
+    {"POST", NSP "trials/*/early_exit", AUTH_TRIAL, api_worker_early_exit},
+    {"GET", NSP "experiments", AUTH_USER, api_user_experiments},
+    {"GET", NSP "experiments/*", AUTH_USER, api_user_experiment},
+    {"GET", NSP "experiments/*/trials", AUTH_USER, api_user_experiment_trials},
+    {"GET", NSP "experiments/*/checkpoints", AUTH_USER, api_user_experiment_checkpoints},
+    {"GET", NSP "experiments/*/events", AUTH_USER, api_user_experiment_events},
+    {"GET", NSP "experiments/*/metrics/stream", AUTH_USER, api_user_stream},
+    {"POST", NSP "experiments/*/pause", AUTH_USER, api_user_experiment_action},
+    {"POST", NSP "experiments/*/activate", AUTH_USER, api_user_experiment_action},
+    {"POST", NSP "experiments/*/cancel", AUTH_USER, api_user_experiment_action},
+    {"POST", NSP "experiments/*/archive", AUTH_USER, api_user_experiment_action},
+    {"POST", NSP "experiments/*/unarchive", AUTH_USER, api_user_experiment_action},
+    {"GET", NSP "trials/*", AUTH_USER, api_user_trial},
+    {"GET", NSP "trials/*/metrics", AUTH_USER, api_user_trial_metrics},
+    {"GET", NSP "trials/*/checkpoints", AUTH_USER, api_user_trial_checkpoints},
+    {"GET", NSP "trials/*/metrics/stream", AUTH_USER, api_user_stream},
+    {"GET", "api/v1/jobs", AUTH_USER, api_user_jobs},
+};
+
+static bool match(const char *pattern, struct api_rq *q)
+{
+    char buf[128];
+    int n = 0;
+    kd_strlcpy(buf, pattern, sizeof(buf));
+    char *save = NULL;
+    for (char *s = strtok_r(buf, "/", &save); s != NULL; s = strtok_r(NULL, "/", &save)) {
+        if (n >= q->nseg)
+            return false;
+        if (strcmp(s, "*") != 0 && strcmp(s, q->seg[n]) != 0)
+            return false;
+        n++;
+    }
+    return n == q->nseg;
+}
+
+static int split_path(struct api_rq *q)
+{
+    char *p = kd_http_strdup(q->r, kd_http_path(q->r));
+    char *save = NULL;
+    q->nseg = 0;
+    for (char *s = strtok_r(p, "/", &save); s != NULL; s = strtok_r(NULL, "/", &save)) {
+        if (q->nseg == API_MAX_SEGS)
+            return KD_ETOOBIG;
+        q->seg[q->nseg++] = s;
+    }
+    return 0;
+}
+
+static void dispatch(struct kd_http_req *r, void *ud)
+{
+    struct api_rq q = {.api = ud, .r = r};
+    int64_t t0 = kd_mono_ns();
+    const char *method = kd_http_method(r);
+    const struct route *hit = NULL;
+    char allow[64] = "";
+    if (split_path(&q) == 0) {
+        for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+            if (!match(routes[i].pattern, &q))
+                continue;
+            if (strcmp(routes[i].method, method) == 0 ||
+                (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0))
+                hit = &routes[i];
+            else if (strstr(allow, routes[i].method) == NULL)
+                snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
+                         allow[0] ? ", " : "", routes[i].method);
+        }
+    }
+    if (q.nseg >= 5 && strcmp(q.seg[2], "namespaces") == 0)
+        q.trial_log = kd_http_printf(r, "%s/%s", q.seg[3], q.seg[4]);
+    if (hit == NULL && allow[0] != '\0') {
+        kd_http_add_header(r, "Allow", allow);
+        api_error(&q, 405, NULL, "method %s is not allowed on %s; allowed: %s", method,
+                  kd_http_path(r), allow);
+    } else if (hit == NULL) {
+        api_error(&q, 404, NULL, "no such endpoint: %s %s", method, kd_http_path(r));
+    } else if (hit->auth == AUTH_USER && auth_user(&q) != 0) {
+        /* answered */
+    } else {
+        hit->fn(&q); /* worker handlers authenticate with api_auth_trial */
+    }
+    double ms = (double)(kd_mono_ns() - t0) / 1e6;
+    size_t blen = 0;
+    (void)kd_http_body(r, &blen);
+    KD_INFO("http request", "method=%s path=%s status=%d latency_ms=%.1f bytes_in=%zu", method,
+            kd_logq(kd_http_path(r)), q.status, ms, blen);
+}
+
+/* ---- start / stop ------------------------------------------------------------------------- */
+
+static int start_informer(struct kd_api *a, const struct kd_k8s_gvr *gvr,
+                          struct kd_k8s_informer **out, char *err)
+{
+    int rc;
+    struct kd_k8s_informer_opts io = {.gvr = *gvr, .ns = a->ns, .watch_timeout_s = 300};
+    struct kd_k8s_handlers h = {
+        .on_add = h_add, .on_update = h_update, .on_delete = h_add, .ud = a};
+    if ((rc = kd_k8s_informer_new(a->o.k8s, &io, out, err)) != 0)
+        goto out;
+    if ((rc = kd_k8s_informer_add_handlers(*out, &h)) != 0)
+        goto out;
+    if ((rc = kd_k8s_informer_start(*out)) != 0) {
+        kd_seterr(err, rc, "cannot start the %s informer", gvr->resource);
+        goto out;
+    }
+    if ((rc = kd_k8s_informer_wait_synced(*out, 10000)) != 0)
+        kd_seterr(err, rc, "the %s informer did not list within 10 s", gvr->resource);
+out:
+    return rc;
+}
+
+int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
+{
+    int rc = 0;
+    struct kd_api *a = NULL;
+    *out = NULL;
+    if (opts == NULL || opts->store == NULL || opts->k8s == NULL) {
+        rc = kd_seterr(err, KD_EINVAL, "kd_api_opts: store and k8s are required");
+        goto out;
+    }
+    if (opts->token_key == NULL || opts->token_key_len < KD_API_KEY_MIN ||
+        opts->token_key_len > 256) {
+        rc = kd_seterr(err, KD_EINVAL, "kd_api_opts.token_key: %zu bytes; needs %d to 256",
+                       opts->token_key == NULL ? 0 : opts->token_key_len, KD_API_KEY_MIN);
+        goto out;
+    }
+    a = kd_xcalloc(1, sizeof(*a));
+    a->o = *opts;
+    if (a->o.long_poll_max_s <= 0)
+        a->o.long_poll_max_s = 60;
+    if (a->o.metrics_timeout_ms <= 0)
+        a->o.metrics_timeout_ms = 10000;
+    memcpy(a->key, opts->token_key, opts->token_key_len);
+    a->keylen = opts->token_key_len;
+    a->user_token = opts->user_token ? kd_xstrdup(opts->user_token) : NULL;
+    if (a->user_token != NULL)
+        kd_log_add_secret(a->user_token);
+    a->ns = opts->ns ? kd_xstrdup(opts->ns) : NULL;
+    a->o.user_token = NULL;
+    a->o.token_key = NULL;
+    a->o.ns = a->ns;
+    a->ids = json_object();
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->changed, NULL);
+    api_hub_init(&a->hub);
+    if ((rc = start_informer(a, &KD_K8S_TRIALS, &a->trials, err)) != 0)
+        goto out;
+    if ((rc = start_informer(a, &KD_K8S_EXPERIMENTS, &a->exps, err)) != 0)
+        goto out;
+    struct kd_http_opts ho = {.bind_addr = opts->listen_addr,
+                              .port = opts->port,
+                              .max_body = KD_API_MAX_METRICS_BODY + (64u << 10),
+                              .max_conns = opts->max_conns ? opts->max_conns : 256,
+                              .handler = dispatch,
+                              .ud = a};
+    if ((rc = kd_http_start(&ho, &a->http, err)) != 0)
+        goto out;
+    KD_INFO("controller API listening", "addr=%s port=%d namespace=%s user_api=%s",
+            opts->listen_addr ? opts->listen_addr : "127.0.0.1", kd_http_port(a->http),
+            a->ns ? a->ns : "*", a->user_token ? "on" : "off");
+    *out = a;
+    a = NULL;
+out:
+    kd_api_stop(a);
+    return rc;
+}
+
+int kd_api_port(const struct kd_api *api)
+{
+    return kd_http_port(api->http);
+}
+
+void kd_api_stop(struct kd_api *a)
+{
+    if (a == NULL)
+        return;
+    if (a->http != NULL) {
+        api_hub_wake(&a->hub);
+        on_change(a);
+        kd_http_stop(a->http);
+    }
+    kd_k8s_informer_free(a->trials);
+    kd_k8s_informer_free(a->exps);
+    api_hub_destroy(&a->hub);
+    json_decref(a->ids);
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->changed);
+    OPENSSL_cleanse(a->key, sizeof(a->key));
+    free(a->user_token);
+    free(a->ns);
+    free(a);
+}

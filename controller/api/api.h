@@ -1,0 +1,86 @@
+/*
+ * The controller's HTTP API (JSON under /api/v1, docs/api.md): worker
+ * endpoints authenticated per trial (metrics, searcher operation,
+ * preemption, checkpoints, early exit) and user endpoints behind a bearer
+ * token (experiments, trials, metric series, checkpoints, events, the job
+ * queue, pause/activate/cancel, a live metric stream). It runs inside
+ * kdet-controller on top of lib/http, the PostgreSQL store and lib/k8s.
+ */
+#ifndef KD_CONTROLLER_API_H
+#define KD_CONTROLLER_API_H
+
+#include <stddef.h>
+
+#include "core/err.h"
+#include "k8s/client.h"
+#include "store/store.h"
+
+/* Length of a trial token (base64url of an HMAC-SHA256, no padding). */
+#define KD_API_TOKEN_LEN 43
+/* Shortest accepted token key. */
+#define KD_API_KEY_MIN 32
+
+/* Body caps per endpoint (413 names the cap). */
+#define KD_API_MAX_METRICS_BODY (8u << 20)
+#define KD_API_MAX_CHECKPOINT_BODY (256u << 10)
+#define KD_API_MAX_SMALL_BODY (16u << 10)
+
+struct kd_api;
+
+struct kd_api_opts {
+    /** The store (required, borrowed; must outlive the API). */
+    struct kd_store *store;
+    /** A Kubernetes client (required, borrowed; must outlive the API). */
+    struct kd_k8s_client *k8s;
+    /** Namespace whose Experiments and Trials are served; NULL: all namespaces. */
+    const char *ns;
+    /** Numeric IPv4 address to listen on; NULL: 127.0.0.1 ("0.0.0.0" in a cluster). */
+    const char *listen_addr;
+    /** TCP port; 0 picks a free one (kd_api_port). */
+    int port;
+    /** The controller's token key (required, at least KD_API_KEY_MIN bytes; copied). */
+    const unsigned char *token_key;
+    size_t token_key_len;
+    /**
+     * Bearer token for the user endpoints (copied). NULL: the user
+     * endpoints answer 401 "user API disabled".
+     */
+    const char *user_token;
+    /** Longest long-poll a client may ask for, seconds [60]. */
+    int long_poll_max_s;
+    /** How long a metrics POST waits for the store to make the batch durable, ms [10000]. */
+    int metrics_timeout_ms;
+    /** Most simultaneous connections [256]. */
+    unsigned max_conns;
+};
+
+/**
+ * Start the API: informers on Experiments and Trials (waiting up to 10 s
+ * for their first list), then the HTTP server. Returns 0 and *out, or a
+ * negative KD_E* with the cause in err (KD_ERRLEN, optional): KD_EINVAL
+ * for a bad option (named), -EADDRINUSE when the port is taken,
+ * KD_ETIMEDOUT when the informers cannot list. Blocks while starting.
+ * Stop with kd_api_stop.
+ */
+int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err) KD_WUR;
+
+/** The port the API listens on. */
+int kd_api_port(const struct kd_api *api);
+
+/**
+ * Stop serving (open long-polls and streams end), stop the informers and
+ * free everything. Blocks until every connection thread has ended.
+ * NULL-safe. The store and client are not closed.
+ */
+void kd_api_stop(struct kd_api *api);
+
+/**
+ * The token of one trial: base64url without padding of
+ * HMAC-SHA256(key, "kdet-trial-token/v1\n" ns "\n" name "\n" uid), into out
+ * (at least KD_API_TOKEN_LEN + 1 bytes). Pure and thread-safe; the
+ * controller calls it to fill the trial's token Secret. 0 or KD_EINVAL.
+ */
+int kd_api_trial_token(const unsigned char *key, size_t keylen, const char *ns, const char *name,
+                       const char *uid, char *out, size_t outlen) KD_WUR;
+
+#endif

@@ -1,0 +1,138 @@
+/*
+ * Internals shared by the API's files: the server struct, the per-request
+ * context, JSON error helpers, trial authentication and resolution, the
+ * Trial status writer and the live metrics hub. Not for other modules.
+ */
+#ifndef KD_CONTROLLER_API_INT_H
+#define KD_CONTROLLER_API_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "api/api.h"
+#include "core/buf.h"
+#include "http/http.h"
+#include "k8s/informer.h"
+
+#define API_MAX_SEGS 12
+
+/* The live metrics hub: a bounded ring of recently stored batches. */
+struct api_hub_entry {
+    uint64_t seq;
+    char *ns, *trial, *experiment;
+    char *json; /* the event's data line */
+};
+
+#define API_HUB_SLOTS 4096
+#define API_HUB_MAX_BYTES (32u << 20)
+
+struct api_hub {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    struct api_hub_entry ring[API_HUB_SLOTS];
+    uint64_t next_seq; /* seq of the next entry; entries hold [first_seq, next_seq) */
+    uint64_t first_seq;
+    size_t bytes;
+};
+
+struct kd_api {
+    struct kd_api_opts o;
+    unsigned char key[256];
+    size_t keylen;
+    char *user_token;
+    char *ns;
+    struct kd_http_server *http;
+    struct kd_k8s_informer *trials, *exps;
+
+    pthread_mutex_t mu; /* guards changes and ids */
+    pthread_cond_t changed;
+    uint64_t changes; /* bumped on every informer event */
+    json_t *ids;      /* trial uid -> [experiment_id, trial_id] */
+
+    struct api_hub hub;
+};
+
+/* One request as the handlers see it. */
+struct api_rq {
+    struct kd_api *api;
+    struct kd_http_req *r;
+    const char *seg[API_MAX_SEGS];
+    int nseg;
+    int status;
+    const char *trial_log; /* "ns/name" for the access log */
+};
+
+/* ---- responses (api.c) ---- */
+void api_json(struct api_rq *q, int status, json_t *j); /* steals j */
+int api_error(struct api_rq *q, int status, const char *field, const char *fmt, ...)
+    KD_PRINTF(4, 5);
+/** Map a KD_E* error to an HTTP answer with err as message; returns rc. */
+int api_fail(struct api_rq *q, int rc, const char *field, const char *err);
+
+/** Parse the body as a JSON object under a cap; answers 400/413 itself on failure. */
+int api_body(struct api_rq *q, size_t cap, json_t **out);
+/** Reject keys of obj not in `allowed` (NULL-terminated), naming prefix.key. Answers 400. */
+int api_only_keys(struct api_rq *q, const json_t *obj, const char *prefix,
+                  const char *const *allowed);
+/** Integer query argument in [lo, hi] with a default; answers 400. */
+int api_query_int(struct api_rq *q, const char *name, long lo, long hi, long def, long *out);
+
+/* ---- resources (api.c) ---- */
+/** A private copy of ns/name from the informer cache, falling back to a GET. KD_ENOTFOUND. */
+int api_get_trial(struct kd_api *a, const char *ns, const char *name, json_t **out, char *err);
+int api_get_experiment(struct kd_api *a, const char *ns, const char *name, json_t **out, char *err);
+/** Authenticate the trial's token; answers 401/404 itself. *trial: the Trial (caller frees). */
+int api_auth_trial(struct api_rq *q, const char *ns, const char *name, json_t **trial);
+/**
+ * The store ids of a Trial; with create, its rows are made when the
+ * controller has not made them yet, else KD_ENOTFOUND.
+ */
+int api_store_ids(struct kd_api *a, const json_t *trial, bool create, int64_t *exp_id,
+                  int64_t *trial_id, char *err);
+/** The store id of an Experiment (found by uid), created when `create`. */
+int api_exp_row(struct kd_api *a, const json_t *exp, bool create, int64_t *id, char *err);
+/**
+ * Read-modify-write the Trial's status with its resourceVersion (retried on
+ * conflict). fn edits status in place and returns true when it changed it.
+ */
+typedef bool (*api_status_fn)(json_t *status, void *ctx);
+int api_status_update(struct kd_api *a, const char *ns, const char *name, const char *uid,
+                      api_status_fn fn, void *ctx, char *err);
+/** Wait for an informer change after *seen (or timeout_ms); updates *seen. */
+void api_wait_change(struct kd_api *a, uint64_t *seen, long timeout_ms);
+
+/* ---- handlers ---- */
+void api_worker_metrics(struct api_rq *q);
+void api_worker_searcher(struct api_rq *q);
+void api_worker_preemption(struct api_rq *q);
+void api_worker_checkpoint(struct api_rq *q);
+void api_worker_early_exit(struct api_rq *q);
+
+void api_user_experiments(struct api_rq *q);
+void api_user_experiment(struct api_rq *q);
+void api_user_experiment_trials(struct api_rq *q);
+void api_user_experiment_action(struct api_rq *q);
+void api_user_experiment_checkpoints(struct api_rq *q);
+void api_user_experiment_events(struct api_rq *q);
+void api_user_trial(struct api_rq *q);
+void api_user_trial_metrics(struct api_rq *q);
+void api_user_trial_checkpoints(struct api_rq *q);
+void api_user_jobs(struct api_rq *q);
+void api_user_stream(struct api_rq *q);
+
+/** Preemption state of a trial from the caches: true with a reason. */
+bool api_should_preempt(const json_t *trial, const json_t *exp, const char **reason);
+
+/* ---- hub.c ---- */
+void api_hub_init(struct api_hub *h);
+void api_hub_destroy(struct api_hub *h);
+/** Publish one stored batch (data is copied). */
+void api_hub_publish(struct api_hub *h, const char *ns, const char *trial, const char *experiment,
+                     const char *data);
+/** Wake streams (at stop). */
+void api_hub_wake(struct api_hub *h);
+
+#endif

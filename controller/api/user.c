@@ -1,0 +1,457 @@
+/*
+ * The user endpoints (det, a web UI): experiments and trials read from the
+ * informer caches, history (metric series, checkpoints, events) read from
+ * the store, writes that map onto resources (pause = merge-patch
+ * spec.paused), the job queue, and server-sent-event streams of new
+ * metrics.
+ */
+#include "api/api_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/time.h"
+
+#define NS(q) ((q)->seg[3])
+#define NAME(q) ((q)->seg[5])
+
+static json_t *summary(const json_t *obj)
+{
+    json_t *md = json_object_get(obj, "metadata");
+    return json_pack("{s:O?,s:O?,s:O?,s:O?,s:O?,s:O?}", "name", json_object_get(md, "name"),
+                     "namespace", json_object_get(md, "namespace"), "uid",
+                     json_object_get(md, "uid"), "created",
+                     json_object_get(md, "creationTimestamp"), "spec", json_object_get(obj, "spec"),
+                     "status", json_object_get(obj, "status"));
+}
+
+static int by_created(const void *pa, const void *pb)
+{
+    const json_t *a = *(json_t *const *)pa, *b = *(json_t *const *)pb;
+    const char *ca = kd_k8s_meta_str(a, "creationTimestamp") ?: "";
+    const char *cb = kd_k8s_meta_str(b, "creationTimestamp") ?: "";
+    int c = strcmp(ca, cb);
+    if (c == 0)
+        c = strcmp(kd_k8s_meta_str(a, "name") ?: "", kd_k8s_meta_str(b, "name") ?: "");
+    return c;
+}
+
+/* The array `items` sorted by creation time (a new array of borrowed... references kept). */
+static json_t *sorted(json_t *items)
+{
+    size_t n = json_array_size(items);
+    json_t **v = kd_xcalloc(n ? n : 1, sizeof(*v));
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_array_get(items, i);
+    qsort(v, n, sizeof(*v), by_created);
+    json_t *out = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append(out, v[i]);
+    free(v);
+    return out;
+}
+
+static json_t *trials_of(struct kd_api *a, const char *ns, const char *exp)
+{
+    json_t *all = kd_k8s_cache_list(kd_k8s_informer_cache(a->trials), ns);
+    json_t *mine = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(all, i, t)
+    {
+        const char *e =
+            json_string_value(json_object_get(json_object_get(t, "spec"), "experiment"));
+        if (e != NULL && strcmp(e, exp) == 0)
+            json_array_append(mine, t);
+    }
+    json_decref(all);
+    json_t *s = sorted(mine);
+    json_decref(mine);
+    return s;
+}
+
+void api_user_experiments(struct api_rq *q)
+{
+    struct kd_api *a = q->api;
+    bool archived = kd_http_query(q->r, "archived") != NULL &&
+                    strcmp(kd_http_query(q->r, "archived"), "true") == 0;
+    json_t *all = kd_k8s_cache_list(kd_k8s_informer_cache(a->exps), NS(q));
+    json_t *s = sorted(all), *out = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(s, i, e)
+    {
+        if (!archived && json_is_true(json_object_get(json_object_get(e, "spec"), "archived")))
+            continue;
+        json_array_append_new(out, summary(e));
+    }
+    json_decref(all);
+    json_decref(s);
+    api_json(q, 200, json_pack("{s:o}", "experiments", out));
+}
+
+void api_user_experiment(struct api_rq *q)
+{
+    json_t *exp = NULL;
+    char err[KD_ERRLEN] = "";
+    int rc = api_get_experiment(q->api, NS(q), NAME(q), &exp, err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    json_t *trials = trials_of(q->api, NS(q), NAME(q)), *ts = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t) json_array_append_new(ts, summary(t));
+    json_decref(trials);
+    api_json(q, 200, json_pack("{s:o,s:o}", "experiment", summary(exp), "trials", ts));
+out:
+    json_decref(exp);
+}
+
+void api_user_experiment_trials(struct api_rq *q)
+{
+    json_t *exp = NULL;
+    char err[KD_ERRLEN] = "";
+    int rc = api_get_experiment(q->api, NS(q), NAME(q), &exp, err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    json_t *trials = trials_of(q->api, NS(q), NAME(q)), *ts = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t) json_array_append_new(ts, summary(t));
+    json_decref(trials);
+    api_json(q, 200, json_pack("{s:o}", "trials", ts));
+out:
+    json_decref(exp);
+}
+
+void api_user_experiment_action(struct api_rq *q)
+{
+    struct kd_api *a = q->api;
+    json_t *exp = NULL, *patch = NULL, *obj = NULL;
+    char err[KD_ERRLEN] = "";
+    const char *verb = q->seg[6];
+    int rc;
+    if ((rc = api_get_experiment(a, NS(q), NAME(q), &exp, err)) != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    if (strcmp(verb, "pause") == 0)
+        patch = json_pack("{s:{s:b}}", "spec", "paused", 1);
+    else if (strcmp(verb, "activate") == 0)
+        patch = json_pack("{s:{s:b}}", "spec", "paused", 0);
+    else if (strcmp(verb, "cancel") == 0)
+        patch = json_pack("{s:{s:b}}", "spec", "canceled", 1);
+    else if (strcmp(verb, "archive") == 0)
+        patch = json_pack("{s:{s:b}}", "spec", "archived", 1);
+    else
+        patch = json_pack("{s:{s:b}}", "spec", "archived", 0);
+    rc = kd_k8s_patch(a->o.k8s, &KD_K8S_EXPERIMENTS, NS(q), NAME(q), NULL, KD_K8S_PATCH_MERGE,
+                      patch, &obj, NULL, err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    KD_INFO("experiment changed through the API", "experiment=%s/%s action=%s", NS(q), NAME(q),
+            verb);
+    api_json(q, 200, json_pack("{s:o}", "experiment", summary(obj)));
+out:
+    json_decref(exp);
+    json_decref(patch);
+    json_decref(obj);
+}
+
+/* The store id of the experiment NAME(q); answers itself on failure. 0 with *id = 0: no data. */
+static int exp_id_of(struct api_rq *q, int64_t *id)
+{
+    json_t *exp = NULL;
+    char err[KD_ERRLEN] = "";
+    int rc = api_get_experiment(q->api, NS(q), NAME(q), &exp, err);
+    *id = 0;
+    if (rc == 0)
+        rc = api_exp_row(q->api, exp, false, id, err);
+    if (rc == KD_ENOTFOUND && exp != NULL)
+        rc = 0; /* exists, nothing stored yet */
+    if (rc != 0)
+        api_fail(q, rc, NULL, err);
+    json_decref(exp);
+    return rc;
+}
+
+void api_user_experiment_checkpoints(struct api_rq *q)
+{
+    int64_t id;
+    json_t *out = NULL;
+    char err[KD_ERRLEN] = "";
+    if (exp_id_of(q, &id) != 0)
+        return;
+    bool deleted = kd_http_query(q->r, "deleted") != NULL &&
+                   strcmp(kd_http_query(q->r, "deleted"), "true") == 0;
+    int rc = id == 0 ? 0 : kd_store_checkpoints_list(q->api->o.store, id, 0, deleted, &out, err);
+    if (rc != 0)
+        api_fail(q, rc, NULL, err);
+    else
+        api_json(q, 200, json_pack("{s:o}", "checkpoints", out ? out : json_array()));
+}
+
+void api_user_experiment_events(struct api_rq *q)
+{
+    int64_t id;
+    long after, limit;
+    json_t *out = NULL;
+    char err[KD_ERRLEN] = "";
+    if (exp_id_of(q, &id) != 0)
+        return;
+    if (api_query_int(q, "after", 0, INT64_MAX / 2, 0, &after) != 0 ||
+        api_query_int(q, "limit", 1, 1000, 100, &limit) != 0)
+        return;
+    int rc = id == 0 ? 0 : kd_store_events_list(q->api->o.store, id, after, (int)limit, &out, err);
+    if (rc != 0)
+        api_fail(q, rc, NULL, err);
+    else
+        api_json(q, 200, json_pack("{s:o}", "events", out ? out : json_array()));
+}
+
+void api_user_trial(struct api_rq *q)
+{
+    json_t *t = NULL;
+    char err[KD_ERRLEN] = "";
+    int rc = api_get_trial(q->api, NS(q), NAME(q), &t, err);
+    if (rc != 0)
+        api_fail(q, rc, NULL, err);
+    else
+        api_json(q, 200, json_pack("{s:o}", "trial", summary(t)));
+    json_decref(t);
+}
+
+/* The store id of trial NAME(q); answers itself on failure. 0 with *id = 0: no data. */
+static int trial_id_of(struct api_rq *q, int64_t *id)
+{
+    json_t *t = NULL;
+    int64_t eid;
+    char err[KD_ERRLEN] = "";
+    int rc = api_get_trial(q->api, NS(q), NAME(q), &t, err);
+    *id = 0;
+    if (rc == 0)
+        rc = api_store_ids(q->api, t, false, &eid, id, err);
+    if (rc == KD_ENOTFOUND && t != NULL)
+        rc = 0;
+    if (rc != 0)
+        api_fail(q, rc, NULL, err);
+    json_decref(t);
+    return rc;
+}
+
+void api_user_trial_metrics(struct api_rq *q)
+{
+    int64_t id;
+    long maxp;
+    json_t *out = NULL;
+    char err[KD_ERRLEN] = "";
+    enum kd_metric_kind kind = KD_METRIC_TRAINING;
+    const char *ks = kd_http_query(q->r, "kind");
+    if (ks != NULL && kd_metric_kind_parse(ks, &kind) != 0) {
+        api_error(q, 400, "kind",
+                  "query parameter kind=%s: must be training, validation or "
+                  "profiling",
+                  kd_logq(ks));
+        return;
+    }
+    if (api_query_int(q, "max_points", 0, 100000, 0, &maxp) != 0)
+        return;
+    if (trial_id_of(q, &id) != 0)
+        return;
+    int rc = id == 0 ? 0 : kd_store_metrics_series(q->api->o.store, id, kind, (int)maxp, &out, err);
+    if (rc != 0)
+        api_fail(q, rc, NULL, err);
+    else
+        api_json(q, 200,
+                 json_pack("{s:s,s:o}", "kind", kd_metric_kind_name(kind), "metrics",
+                           out ? out : json_array()));
+}
+
+void api_user_trial_checkpoints(struct api_rq *q)
+{
+    int64_t id;
+    json_t *out = NULL;
+    char err[KD_ERRLEN] = "";
+    if (trial_id_of(q, &id) != 0)
+        return;
+    int rc = id == 0 ? 0 : kd_store_checkpoints_list(q->api->o.store, 0, id, true, &out, err);
+    if (rc != 0)
+        api_fail(q, rc, NULL, err);
+    else
+        api_json(q, 200, json_pack("{s:o}", "checkpoints", out ? out : json_array()));
+}
+
+/* ---- the job queue ---------------------------------------------------------------------- */
+
+static int job_rank(const json_t *t)
+{
+    const char *st = json_string_value(json_object_get(json_object_get(t, "status"), "state"));
+    if (st == NULL || strcmp(st, "QUEUED") == 0)
+        return 1;
+    if (strcmp(st, "ACTIVE") == 0 || strncmp(st, "STOPPING_", 9) == 0)
+        return 0;
+    if (strcmp(st, "PAUSED") == 0)
+        return 2;
+    return -1; /* terminal: not a job */
+}
+
+static json_int_t prio(const json_t *t)
+{
+    json_t *p =
+        json_object_get(json_object_get(json_object_get(t, "spec"), "resources"), "priority");
+    return json_is_integer(p) ? json_integer_value(p) : 42;
+}
+
+static int by_queue(const void *pa, const void *pb)
+{
+    const json_t *a = *(json_t *const *)pa, *b = *(json_t *const *)pb;
+    int ra = job_rank(a), rb = job_rank(b);
+    if (ra != rb)
+        return ra - rb;
+    if (prio(a) != prio(b))
+        return prio(a) < prio(b) ? -1 : 1;
+    return by_created(pa, pb);
+}
+
+void api_user_jobs(struct api_rq *q)
+{
+    struct kd_api *a = q->api;
+    const char *ns = kd_http_query(q->r, "namespace");
+    json_t *all = kd_k8s_cache_list(kd_k8s_informer_cache(a->trials), ns);
+    size_t n = json_array_size(all), m = 0;
+    json_t **v = kd_xcalloc(n ? n : 1, sizeof(*v));
+    for (size_t i = 0; i < n; i++)
+        if (job_rank(json_array_get(all, i)) >= 0)
+            v[m++] = json_array_get(all, i);
+    qsort(v, m, sizeof(*v), by_queue);
+    json_t *jobs = json_array();
+    int queued = 0;
+    for (size_t i = 0; i < m; i++) {
+        json_t *t = v[i], *st = json_object_get(t, "status");
+        json_t *res = json_object_get(json_object_get(t, "spec"), "resources");
+        json_t *j = json_pack(
+            "{s:s?,s:s?,s:s?,s:s,s:I,s:I,s:s,s:s,s:s?}", "namespace",
+            kd_k8s_meta_str(t, "namespace"), "trial", kd_k8s_meta_str(t, "name"), "experiment",
+            json_string_value(json_object_get(json_object_get(t, "spec"), "experiment")), "state",
+            json_string_value(json_object_get(st, "state")) ?: "QUEUED", "priority", prio(t),
+            "slots", json_integer_value(json_object_get(res, "slots")), "resource_pool",
+            json_string_value(json_object_get(res, "resourcePool")) ?: "default", "message",
+            json_string_value(json_object_get(st, "message")) ?: "", "submitted",
+            kd_k8s_meta_str(t, "creationTimestamp"));
+        if (job_rank(t) == 1)
+            json_object_set_new(j, "queue_position", json_integer(++queued));
+        json_array_append_new(jobs, j);
+    }
+    free(v);
+    json_decref(all);
+    api_json(q, 200, json_pack("{s:o}", "jobs", jobs));
+}
+
+/* ---- live metric streams (server-sent events) ------------------------------------------- */
+
+struct stream {
+    struct kd_api *api;
+    char ns[256], name[256];
+    bool experiment; /* filter on the experiment, else on the trial */
+    uint64_t last;   /* last seq sent */
+    struct kd_buf out;
+    int64_t last_write_ms;
+};
+
+static void stream_free(void *p)
+{
+    struct stream *s = p;
+    kd_buf_free(&s->out);
+    free(s);
+}
+
+static ssize_t stream_fill(void *p, char *buf, size_t max)
+{
+    struct stream *s = p;
+    struct api_hub *h = &s->api->hub;
+    if (s->out.len == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_mutex_lock(&h->mu);
+        if (h->next_seq <= s->last + 1)
+            pthread_cond_timedwait(&h->cond, &h->mu, &ts);
+        if (s->last + 1 < h->first_seq) {
+            int rc = kd_buf_printf(&s->out, "event: lost\ndata: {\"missed\":%llu}\n\n",
+                                   (unsigned long long)(h->first_seq - s->last - 1));
+            (void)rc;
+            s->last = h->first_seq - 1;
+        }
+        for (uint64_t q = s->last + 1; q < h->next_seq; q++) {
+            const struct api_hub_entry *e = &h->ring[q % API_HUB_SLOTS];
+            s->last = q;
+            if (strcmp(e->ns, s->ns) != 0 ||
+                strcmp(s->experiment ? e->experiment : e->trial, s->name) != 0)
+                continue;
+            if (kd_buf_printf(&s->out, "id: %llu\nevent: metrics\ndata: %s\n\n",
+                              (unsigned long long)e->seq, e->json) != 0) {
+                s->last = q - 1; /* the buffer is full: send what it has first */
+                break;
+            }
+        }
+        pthread_mutex_unlock(&h->mu);
+        if (s->out.len == 0 && kd_mono_ms() - s->last_write_ms > 15000) {
+            int rc = kd_buf_puts(&s->out, ": keepalive\n\n");
+            (void)rc;
+        }
+    }
+    if (s->out.len == 0)
+        return 0;
+    size_t n = s->out.len < max ? s->out.len : max;
+    memcpy(buf, s->out.data, n);
+    kd_buf_consume(&s->out, n);
+    s->last_write_ms = kd_mono_ms();
+    return (ssize_t)n;
+}
+
+void api_user_stream(struct api_rq *q)
+{
+    struct kd_api *a = q->api;
+    json_t *obj = NULL;
+    char err[KD_ERRLEN] = "";
+    bool exp = strcmp(q->seg[4], "experiments") == 0;
+    int rc = exp ? api_get_experiment(a, NS(q), NAME(q), &obj, err)
+                 : api_get_trial(a, NS(q), NAME(q), &obj, err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    struct stream *s = kd_xcalloc(1, sizeof(*s));
+    s->api = a;
+    s->experiment = exp;
+    snprintf(s->ns, sizeof(s->ns), "%s", NS(q));
+    snprintf(s->name, sizeof(s->name), "%s", NAME(q));
+    kd_buf_init(&s->out, 8u << 20);
+    pthread_mutex_lock(&a->hub.mu);
+    s->last = a->hub.next_seq - 1;
+    /* Last-Event-ID: resume after that batch when the ring still holds what follows. */
+    const char *lei = kd_http_header(q->r, "Last-Event-ID");
+    int64_t from;
+    if (lei != NULL && kd_parse_i64(lei, &from) == 0 && from >= 0 &&
+        (uint64_t)from < a->hub.next_seq)
+        s->last = (uint64_t)from;
+    pthread_mutex_unlock(&a->hub.mu);
+    rc = kd_buf_puts(&s->out, "retry: 2000\n: connected\n\n");
+    (void)rc;
+    s->last_write_ms = kd_mono_ms();
+    kd_http_add_header(q->r, "Cache-Control", "no-cache");
+    q->status = 200;
+    kd_http_respond_stream(q->r, 200, "text/event-stream", stream_fill, s, stream_free);
+out:
+    json_decref(obj);
+}

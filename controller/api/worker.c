@@ -1,0 +1,574 @@
+/*
+ * The worker endpoints: what a trial's processes call with the trial's
+ * token. Metric batches go to the store (durably, with idempotency keys);
+ * validations, checkpoints and early exits are also written to the Trial's
+ * status so the reconcilers act on them level-triggered; the searcher
+ * operation and the preemption signal are long-polls over the informer
+ * caches.
+ */
+#include "api/api_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/time.h"
+
+#define NS(q) ((q)->seg[3])
+#define TRIAL(q) ((q)->seg[5])
+
+static const char *spec_str(const json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(json_object_get(o, "spec"), k));
+}
+
+static bool spec_true(const json_t *o, const char *k)
+{
+    return json_is_true(json_object_get(json_object_get(o, "spec"), k));
+}
+
+static const char *state_of(const json_t *o)
+{
+    return json_string_value(json_object_get(json_object_get(o, "status"), "state")) ?: "";
+}
+
+static void now_rfc3339(char *buf, size_t len)
+{
+    kd_time_rfc3339(kd_wall_ms(), 0, buf, len);
+}
+
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+struct val_ctx {
+    const char *metric;
+    double value;
+    bool has_value;
+    bool smaller_is_better;
+    int64_t batches;
+    char time[40];
+};
+
+static bool set_validation(json_t *status, void *ctx)
+{
+    struct val_ctx *v = ctx;
+    bool changed = false;
+    json_t *latest = json_object_get(status, "latestValidation");
+    json_int_t cur = json_integer_value(json_object_get(latest, "batches"));
+    bool had_value = json_is_number(json_object_get(latest, "value"));
+    if (latest == NULL || v->batches > cur || (v->batches == cur && !had_value)) {
+        json_t *o = json_pack("{s:s,s:I,s:s}", "metric", v->metric ? v->metric : "", "batches",
+                              (json_int_t)v->batches, "time", v->time);
+        if (v->has_value)
+            json_object_set_new(o, "value", json_real(v->value));
+        json_object_set_new(status, "latestValidation", o);
+        changed = true;
+    }
+    json_t *best = json_object_get(status, "bestValidation");
+    json_t *bv = json_object_get(best, "value");
+    if (v->has_value &&
+        (!json_is_number(bv) || (v->smaller_is_better ? v->value < json_number_value(bv)
+                                                      : v->value > json_number_value(bv)))) {
+        json_object_set_new(status, "bestValidation",
+                            json_pack("{s:s,s:f,s:I,s:s}", "metric", v->metric, "value", v->value,
+                                      "batches", (json_int_t)v->batches, "time", v->time));
+        changed = true;
+    }
+    if (v->batches > json_integer_value(json_object_get(status, "batchesTrained"))) {
+        json_object_set_new(status, "batchesTrained", json_integer(v->batches));
+        changed = true;
+    }
+    return changed;
+}
+
+/* Check the rows and build the store's rows; answers 400 itself. */
+static int parse_rows(struct api_rq *q, json_t *rows, struct kd_metric_row **out, size_t *n,
+                      const char *metric, bool validation)
+{
+    static const char *const row_keys[] = {"batches", "metrics", "reported_at", NULL};
+    struct kd_metric_row *mr = NULL;
+    int rc = 0;
+    char field[400];
+    *out = NULL;
+    *n = 0;
+    if (!json_is_array(rows) || json_array_size(rows) == 0 ||
+        json_array_size(rows) > KD_STORE_MAX_BATCH_ROWS) {
+        rc = api_error(q, 400, "rows", "rows: must be an array of 1 to %d metric rows",
+                       KD_STORE_MAX_BATCH_ROWS);
+        goto out;
+    }
+    mr = kd_http_alloc(q->r, json_array_size(rows) * sizeof(*mr));
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        snprintf(field, sizeof(field), "rows[%zu]", i);
+        if (!json_is_object(row)) {
+            rc = api_error(q, 400, field, "%s: must be an object", field);
+            goto out;
+        }
+        snprintf(field, sizeof(field), "rows[%zu].", i);
+        if ((rc = api_only_keys(q, row, field, row_keys)) != 0)
+            goto out;
+        json_t *b = json_object_get(row, "batches"), *m = json_object_get(row, "metrics");
+        json_t *ts = json_object_get(row, "reported_at");
+        memset(&mr[i], 0, sizeof(mr[i]));
+        if (!json_is_integer(b) || json_integer_value(b) < 0) {
+            snprintf(field, sizeof(field), "rows[%zu].batches", i);
+            rc = api_error(q, 400, field, "%s: %s", field,
+                           b == NULL ? "required (batches completed when measured)"
+                                     : "must be an integer >= 0");
+            goto out;
+        }
+        if (!json_is_object(m)) {
+            snprintf(field, sizeof(field), "rows[%zu].metrics", i);
+            rc = api_error(q, 400, field, "%s: %s", field,
+                           m == NULL ? "required (an object of metric names to values)"
+                                     : "must be an object of metric names to values");
+            goto out;
+        }
+        if (ts != NULL && (!json_is_string(ts) ||
+                           kd_time_parse_rfc3339(json_string_value(ts), &mr[i].reported_ms) != 0)) {
+            snprintf(field, sizeof(field), "rows[%zu].reported_at", i);
+            rc = api_error(q, 400, field, "%s: must be an RFC 3339 time such as %s", field,
+                           "2026-11-21T17:30:00Z");
+            goto out;
+        }
+        if (validation && metric != NULL) {
+            json_t *v = json_object_get(m, metric);
+            if (!json_is_number(v)) {
+                snprintf(field, sizeof(field), "rows[%zu].metrics.%s", i, metric);
+                rc = api_error(q, 400, field, "%s: %s (the searcher metric must be a number)",
+                               field, v == NULL ? "missing" : "not a number");
+                goto out;
+            }
+        }
+        mr[i].step = json_integer_value(b);
+        mr[i].metrics = m;
+    }
+    *out = mr;
+    *n = json_array_size(rows);
+out:
+    return rc;
+}
+
+void api_worker_metrics(struct api_rq *q)
+{
+    static const char *const keys[] = {"kind", "key", "rows", NULL};
+    struct kd_api *a = q->api;
+    json_t *trial = NULL, *body = NULL, *exp = NULL;
+    char err[KD_ERRLEN] = "";
+    int rc;
+    int64_t exp_id, trial_id;
+    if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
+        goto out;
+    if (api_body(q, KD_API_MAX_METRICS_BODY, &body) != 0 || api_only_keys(q, body, "", keys) != 0)
+        goto out;
+    enum kd_metric_kind kind;
+    const char *ks = json_string_value(json_object_get(body, "kind"));
+    if (ks == NULL || kd_metric_kind_parse(ks, &kind) != 0) {
+        api_error(q, 400, "kind", "kind: %s",
+                  "must be \"training\", \"validation\" or \"profiling\"");
+        goto out;
+    }
+    const char *key = json_string_value(json_object_get(body, "key"));
+    if (key == NULL) {
+        api_error(q, 400, "key", "key: required (an idempotency key, reused when retrying)");
+        goto out;
+    }
+    const char *ename = spec_str(trial, "experiment") ?: "";
+    if ((rc = api_get_experiment(a, NS(q), ename, &exp, err)) != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    json_t *searcher = json_object_get(json_object_get(exp, "spec"), "searcher");
+    const char *metric = json_string_value(json_object_get(searcher, "metric"));
+    json_t *sib = json_object_get(searcher, "smaller_is_better");
+    struct kd_metric_row *rows = NULL;
+    size_t n = 0;
+    if (parse_rows(q, json_object_get(body, "rows"), &rows, &n, metric,
+                   kind == KD_METRIC_VALIDATION) != 0)
+        goto out;
+    if ((rc = api_store_ids(a, trial, true, &exp_id, &trial_id, err)) != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    struct kd_metric_batch b = {trial_id, kind, key, rows, n};
+    rc = kd_store_metrics_put(a->o.store, &b, a->o.metrics_timeout_ms, err);
+    if (rc != 0) {
+        if (rc == KD_EINVAL) {
+            /* The store names the field: "rows[3].metrics.tag: ..." or "key: ...". */
+            char field[200] = "";
+            size_t fl = strcspn(err, ": ");
+            if (fl < sizeof(field))
+                memcpy(field, err, fl);
+            field[fl < sizeof(field) ? fl : 0] = '\0';
+            api_error(q, 400, field, "%s", err);
+        } else {
+            api_fail(q, rc, NULL, err);
+        }
+        goto out;
+    }
+    if (kind == KD_METRIC_VALIDATION) {
+        /* The row with the most batches is the trial's latest validation. */
+        size_t last = 0;
+        for (size_t i = 1; i < n; i++)
+            if (rows[i].step >= rows[last].step)
+                last = i;
+        struct val_ctx v = {.metric = metric,
+                            .batches = rows[last].step,
+                            .smaller_is_better = sib == NULL || json_is_true(sib)};
+        json_t *mv = metric ? json_object_get(rows[last].metrics, metric) : NULL;
+        if (json_is_number(mv) && isfinite(json_number_value(mv))) {
+            v.value = json_number_value(mv);
+            v.has_value = true;
+        }
+        now_rfc3339(v.time, sizeof(v.time));
+        rc = api_status_update(a, NS(q), TRIAL(q), kd_k8s_meta_str(trial, "uid"), set_validation,
+                               &v, err);
+        if (rc != 0) {
+            api_error(q, 503, NULL,
+                      "the metrics are stored but the trial's status could not be updated (%s); "
+                      "retry with the same key",
+                      err);
+            goto out;
+        }
+    }
+    /* Tell the live streams. */
+    json_t *ev = json_pack("{s:s,s:s,s:s,s:s,s:O}", "namespace", NS(q), "trial", TRIAL(q),
+                           "experiment", ename, "kind", ks, "rows", json_object_get(body, "rows"));
+    char *data = json_dumps(ev, JSON_COMPACT);
+    if (data != NULL)
+        api_hub_publish(&a->hub, NS(q), TRIAL(q), ename, data);
+    free(data);
+    json_decref(ev);
+    api_json(q, 200, json_pack("{s:I,s:s}", "accepted", (json_int_t)n, "key", key));
+out:
+    json_decref(trial);
+    json_decref(body);
+    json_decref(exp);
+}
+
+/* ---- searcher operation and preemption ---------------------------------------------------- */
+
+bool api_should_preempt(const json_t *trial, const json_t *exp, const char **reason)
+{
+    const char *st = state_of(trial);
+    if (trial == NULL || exp == NULL) {
+        *reason = "the trial or its experiment was deleted";
+        return true;
+    }
+    if (kd_k8s_meta_str(trial, "deletionTimestamp") || kd_k8s_meta_str(exp, "deletionTimestamp")) {
+        *reason = "the trial is being deleted";
+        return true;
+    }
+    if (spec_true(exp, "canceled")) {
+        *reason = "the experiment was canceled";
+        return true;
+    }
+    if (spec_true(exp, "paused")) {
+        *reason = "the experiment was paused";
+        return true;
+    }
+    if (spec_true(trial, "paused")) {
+        *reason = "the trial was paused";
+        return true;
+    }
+    if (strncmp(st, "STOPPING_", 9) == 0 || strcmp(st, "PAUSED") == 0 ||
+        strcmp(st, "CANCELED") == 0 || strcmp(st, "ERROR") == 0 || strcmp(st, "COMPLETED") == 0) {
+        *reason = "the trial is stopping";
+        return true;
+    }
+    if (strcmp(st, "QUEUED") == 0) {
+        size_t i;
+        json_t *c;
+        json_array_foreach(json_object_get(json_object_get(trial, "status"), "conditions"), i, c)
+        {
+            if (strcmp(json_string_value(json_object_get(c, "type")) ?: "", "Preempted") == 0 &&
+                strcmp(json_string_value(json_object_get(c, "status")) ?: "", "True") == 0) {
+                *reason = "the scheduler preempted the trial";
+                return true;
+            }
+        }
+    }
+    *reason = "";
+    return false;
+}
+
+/* Read the trial (uid checked) and its experiment from the caches; NULL when gone. */
+static void load_pair(struct kd_api *a, const char *ns, const char *name, const char *uid,
+                      json_t **trial, json_t **exp)
+{
+    char err[KD_ERRLEN];
+    *trial = *exp = NULL;
+    if (api_get_trial(a, ns, name, trial, err) != 0)
+        return;
+    if (strcmp(kd_k8s_meta_str(*trial, "uid") ?: "", uid) != 0) {
+        json_decref(*trial);
+        *trial = NULL;
+        return;
+    }
+    if (api_get_experiment(a, ns, spec_str(*trial, "experiment") ?: "", exp, err) != 0)
+        *exp = NULL;
+}
+
+void api_worker_searcher(struct api_rq *q)
+{
+    struct kd_api *a = q->api;
+    json_t *trial = NULL, *t = NULL, *e = NULL, *ans = NULL;
+    long completed, timeout_s;
+    uint64_t seen = 0;
+    if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
+        goto out;
+    if (api_query_int(q, "completed", 0, INT64_MAX / 2, 0, &completed) != 0 ||
+        api_query_int(q, "timeout", 0, a->o.long_poll_max_s, 0, &timeout_s) != 0)
+        goto out;
+    const char *uid = kd_k8s_meta_str(trial, "uid");
+    int64_t deadline = kd_mono_ms() + timeout_s * 1000;
+    for (;;) {
+        const char *reason = "";
+        json_decref(t);
+        json_decref(e);
+        load_pair(a, NS(q), TRIAL(q), uid, &t, &e);
+        bool preempt = api_should_preempt(t, e, &reason);
+        const char *st = state_of(t);
+        json_int_t target =
+            json_integer_value(json_object_get(json_object_get(t, "spec"), "validateAfter"));
+        if (t == NULL || e == NULL || spec_true(e, "canceled") ||
+            kd_k8s_meta_str(t, "deletionTimestamp") || strcmp(st, "CANCELED") == 0 ||
+            strcmp(st, "ERROR") == 0 || strcmp(st, "COMPLETED") == 0 ||
+            strcmp(st, "STOPPING_CANCELED") == 0 || strcmp(st, "STOPPING_KILLED") == 0 ||
+            strcmp(st, "STOPPING_ERROR") == 0) {
+            ans = json_pack("{s:s,s:s,s:b}", "op", "stop", "reason",
+                            reason[0] ? reason : "the trial has ended", "preempt", 1);
+        } else if (target > completed) {
+            ans = json_pack("{s:s,s:I,s:s,s:b}", "op", "validate_after", "length", target, "unit",
+                            spec_str(t, "lengthUnit") ?: "batches", "preempt", preempt);
+        } else if (spec_true(t, "closed")) {
+            ans = json_pack("{s:s,s:s,s:b}", "op", "stop", "reason",
+                            "the searcher needs no more training", "preempt", preempt);
+        } else if (preempt || kd_mono_ms() >= deadline ||
+                   kd_http_stopping(kd_http_req_server(q->r))) {
+            ans = json_pack("{s:s,s:b}", "op", "pending", "preempt", preempt);
+            if (preempt)
+                json_object_set_new(ans, "reason", json_string(reason));
+        }
+        if (ans != NULL)
+            break;
+        int64_t left = deadline - kd_mono_ms();
+        api_wait_change(a, &seen, left < 1000 ? (left > 0 ? left : 1) : 1000);
+    }
+    api_json(q, 200, ans);
+out:
+    json_decref(trial);
+    json_decref(t);
+    json_decref(e);
+}
+
+void api_worker_preemption(struct api_rq *q)
+{
+    struct kd_api *a = q->api;
+    json_t *trial = NULL, *t = NULL, *e = NULL;
+    long timeout_s;
+    uint64_t seen = 0;
+    if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
+        goto out;
+    if (api_query_int(q, "timeout", 0, a->o.long_poll_max_s, 0, &timeout_s) != 0)
+        goto out;
+    const char *uid = kd_k8s_meta_str(trial, "uid");
+    int64_t deadline = kd_mono_ms() + timeout_s * 1000;
+    const char *reason = "";
+    bool preempt;
+    for (;;) {
+        json_decref(t);
+        json_decref(e);
+        load_pair(a, NS(q), TRIAL(q), uid, &t, &e);
+        preempt = api_should_preempt(t, e, &reason);
+        if (preempt || kd_mono_ms() >= deadline || kd_http_stopping(kd_http_req_server(q->r)))
+            break;
+        int64_t left = deadline - kd_mono_ms();
+        api_wait_change(a, &seen, left < 1000 ? (left > 0 ? left : 1) : 1000);
+    }
+    json_t *ans = json_pack("{s:b}", "preempt", preempt);
+    if (preempt)
+        json_object_set_new(ans, "reason", json_string(reason));
+    api_json(q, 200, ans);
+out:
+    json_decref(trial);
+    json_decref(t);
+    json_decref(e);
+}
+
+/* ---- checkpoints -------------------------------------------------------------------------- */
+
+struct ckpt_ctx {
+    const char *uuid;
+    int64_t batches, size;
+    char time[40];
+};
+
+static bool set_checkpoint(json_t *status, void *ctx)
+{
+    struct ckpt_ctx *c = ctx;
+    json_t *cur = json_object_get(status, "latestCheckpoint");
+    if (cur != NULL && json_integer_value(json_object_get(cur, "batches")) > c->batches)
+        return false;
+    if (cur != NULL && strcmp(json_string_value(json_object_get(cur, "uuid")) ?: "", c->uuid) == 0)
+        return false;
+    json_object_set_new(status, "latestCheckpoint",
+                        json_pack("{s:s,s:I,s:s,s:I}", "uuid", c->uuid, "batches",
+                                  (json_int_t)c->batches, "time", c->time, "size",
+                                  (json_int_t)c->size));
+    return true;
+}
+
+static int want_str(struct api_rq *q, json_t *body, const char *k, size_t max, bool required,
+                    const char **out)
+{
+    json_t *v = json_object_get(body, k);
+    *out = json_string_value(v);
+    if (v == NULL && !required)
+        return 0;
+    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > max)
+        return api_error(q, 400, k, "%s: %s (a string of 1 to %zu bytes)", k,
+                         v == NULL ? "required" : "invalid", max);
+    return 0;
+}
+
+static int want_i64(struct api_rq *q, json_t *body, const char *k, int64_t *out)
+{
+    json_t *v = json_object_get(body, k);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return api_error(q, 400, k, "%s: %s", k,
+                         v == NULL ? "required (an integer >= 0)" : "must be an integer >= 0");
+    *out = json_integer_value(v);
+    return 0;
+}
+
+void api_worker_checkpoint(struct api_rq *q)
+{
+    static const char *const keys[] = {"uuid", "batches", "storage_path", "size", "metadata", NULL};
+    struct kd_api *a = q->api;
+    json_t *trial = NULL, *body = NULL;
+    char err[KD_ERRLEN] = "";
+    struct ckpt_ctx c = {0};
+    const char *path = NULL;
+    int64_t exp_id, trial_id;
+    int rc;
+    if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
+        goto out;
+    if (api_body(q, KD_API_MAX_CHECKPOINT_BODY, &body) != 0 ||
+        api_only_keys(q, body, "", keys) != 0)
+        goto out;
+    if (want_str(q, body, "uuid", 128, true, &c.uuid) != 0 ||
+        want_i64(q, body, "batches", &c.batches) != 0 ||
+        want_str(q, body, "storage_path", 4096, true, &path) != 0 ||
+        want_i64(q, body, "size", &c.size) != 0)
+        goto out;
+    json_t *md = json_object_get(body, "metadata");
+    if (md != NULL && !json_is_object(md)) {
+        api_error(q, 400, "metadata", "metadata: must be an object");
+        goto out;
+    }
+    if ((rc = api_store_ids(a, trial, true, &exp_id, &trial_id, err)) != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    struct kd_store_checkpoint sc = {c.uuid, trial_id, c.batches, path, c.size, md};
+    if ((rc = kd_store_checkpoint_add(a->o.store, &sc, err)) != 0) {
+        api_fail(q, rc, rc == KD_ECONFLICT || rc == KD_EINVAL ? "uuid" : NULL, err);
+        goto out;
+    }
+    now_rfc3339(c.time, sizeof(c.time));
+    rc = api_status_update(a, NS(q), TRIAL(q), kd_k8s_meta_str(trial, "uid"), set_checkpoint, &c,
+                           err);
+    if (rc != 0) {
+        api_error(q, 503, NULL,
+                  "the checkpoint is registered but the trial's status could not be updated (%s); "
+                  "retry",
+                  err);
+        goto out;
+    }
+    KD_INFO("checkpoint registered", "trial=%s/%s uuid=%s batches=%lld size=%lld", NS(q), TRIAL(q),
+            kd_logq(c.uuid), (long long)c.batches, (long long)c.size);
+    api_json(q, 200, json_pack("{s:s,s:I}", "uuid", c.uuid, "batches", (json_int_t)c.batches));
+out:
+    json_decref(trial);
+    json_decref(body);
+}
+
+/* ---- early exit --------------------------------------------------------------------------- */
+
+struct exit_ctx {
+    const char *reason, *message;
+    char time[40];
+};
+
+static bool set_early_exit(json_t *status, void *ctx)
+{
+    struct exit_ctx *x = ctx;
+    json_t *conds = json_object_get(status, "conditions");
+    if (!json_is_array(conds)) {
+        conds = json_array();
+        json_object_set_new(status, "conditions", conds);
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(conds, i, c)
+    {
+        if (strcmp(json_string_value(json_object_get(c, "type")) ?: "", "EarlyExit") == 0) {
+            if (strcmp(json_string_value(json_object_get(c, "reason")) ?: "", x->reason) == 0)
+                return false; /* already recorded: a retry */
+            json_array_remove(conds, i);
+            break;
+        }
+    }
+    json_array_append_new(conds, json_pack("{s:s,s:s,s:s,s:s,s:s}", "type", "EarlyExit", "status",
+                                           "True", "lastTransitionTime", x->time, "reason",
+                                           x->reason, "message", x->message));
+    return true;
+}
+
+void api_worker_early_exit(struct api_rq *q)
+{
+    static const char *const keys[] = {"reason", "message", NULL};
+    static const char *const reasons[] = {"errored", "invalid_hp", "user_canceled", NULL};
+    static const char *const cond_reasons[] = {"Errored", "InvalidHP", "UserCanceled"};
+    struct kd_api *a = q->api;
+    json_t *trial = NULL, *body = NULL;
+    char err[KD_ERRLEN] = "";
+    struct exit_ctx x = {0};
+    const char *why = NULL;
+    int rc, idx = -1;
+    if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
+        goto out;
+    if (api_body(q, KD_API_MAX_SMALL_BODY, &body) != 0 || api_only_keys(q, body, "", keys) != 0)
+        goto out;
+    why = json_string_value(json_object_get(body, "reason"));
+    for (int i = 0; why != NULL && reasons[i] != NULL; i++)
+        if (strcmp(why, reasons[i]) == 0)
+            idx = i;
+    if (idx < 0) {
+        api_error(q, 400, "reason",
+                  "reason: must be \"errored\", \"invalid_hp\" or \"user_canceled\"");
+        goto out;
+    }
+    if (want_str(q, body, "message", 4096, false, &x.message) != 0)
+        goto out;
+    x.reason = cond_reasons[idx];
+    if (x.message == NULL)
+        x.message = why;
+    now_rfc3339(x.time, sizeof(x.time));
+    rc = api_status_update(a, NS(q), TRIAL(q), kd_k8s_meta_str(trial, "uid"), set_early_exit, &x,
+                           err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    KD_INFO("trial exited early", "trial=%s/%s reason=%s", NS(q), TRIAL(q), why);
+    api_json(q, 200, json_pack("{s:s}", "reason", why));
+out:
+    json_decref(trial);
+    json_decref(body);
+}

@@ -1,0 +1,61 @@
+/*
+ * Fixtures for the API tests: a private PostgreSQL, a real kdet-local with
+ * the CRDs applied, a store, a Kubernetes client and the API itself on a
+ * free 127.0.0.1 port; helpers to create Experiments and Trials, compute
+ * trial tokens and make HTTP requests with libcurl.
+ */
+#ifndef KD_TESTS_API_FX_H
+#define KD_TESTS_API_FX_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "api/api.h"
+#include "k8s/client.h"
+#include "store/store.h"
+
+struct fx {
+    struct kd_store *store;
+    struct kd_k8s_client *k8s;
+    struct kd_api *api;
+    char conninfo[512];
+    char url[64]; /* http://127.0.0.1:PORT */
+    int port;
+};
+
+extern struct fx fx;
+extern const unsigned char fx_key[32];
+#define FX_USER_TOKEN "user-token-0123456789abcdef"
+
+/** cmocka group setup/teardown: PostgreSQL, kdet-local (CRDs applied), store, client, API. */
+int fx_setup(void **state);
+int fx_teardown(void **state);
+
+/** Start the API again (after fx_api_stop) on `port` (0: a free one). */
+void fx_api_start(int port);
+void fx_api_stop(void);
+
+/** Create an Experiment named `name` (searcher metric `metric`, smaller is better). */
+void fx_experiment(const char *name, const char *metric);
+/** Create a Trial of `exp` with spec.validateAfter = target; *uid gets its uid. */
+void fx_trial(const char *exp, const char *name, int64_t target, char *uid, size_t uidlen);
+/** The trial's token. */
+void fx_token(const char *name, const char *uid, char *tok, size_t len);
+/** A merge patch on a Trial or Experiment ("trials"/"experiments"), fails the test on error. */
+void fx_patch(const char *resource, const char *name, const char *sub, const char *json);
+/** GET a Trial from the API server (caller decrefs). */
+json_t *fx_get_trial(const char *name);
+
+/**
+ * One HTTP request to the API: returns the status; *out (may be NULL) the
+ * parsed JSON answer (caller decrefs; NULL when not JSON). token may be NULL.
+ */
+int fx_http(const char *method, const char *path, const char *token, const char *body,
+            json_t **out);
+/** The value of `header` of the last fx_http answer ("" when absent). */
+const char *fx_last_header(const char *header);
+
+/** Count rows in the store (SQL on a direct connection). */
+long long fx_sql_int(const char *sql);
+
+#endif

@@ -1,0 +1,426 @@
+/*
+ * The worker endpoints against a real private PostgreSQL and a real
+ * kdet-local: metrics stored as sent, retries not duplicated, tokens
+ * scoped to their trial, caps and malformed payloads, validations and
+ * checkpoints in the Trial status, the searcher-operation and preemption
+ * long-polls, early exits.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/alloc.h"
+#include "core/time.h"
+#include "fx.h"
+
+#define T(name) "/api/v1/namespaces/default/trials/" name
+
+static void test_metrics_stored_as_sent(void **state)
+{
+    (void)state;
+    char uid[64], tok[64];
+    json_t *out = NULL;
+    fx_experiment("e-metrics", "validation_loss");
+    fx_trial("e-metrics", "e-metrics-1", 100, uid, sizeof(uid));
+    fx_token("e-metrics-1", uid, tok, sizeof(tok));
+    const char *body = "{\"kind\":\"training\",\"key\":\"rank0-1\",\"rows\":["
+                       "{\"batches\":10,\"metrics\":{\"loss\":0.75,\"acc\":0.5}},"
+                       "{\"batches\":20,\"metrics\":{\"loss\":0.5,\"acc\":0.625,"
+                       "\"note\":\"'; DROP TABLE metrics; --\"}}]}";
+    assert_int_equal(fx_http("POST", T("e-metrics-1/metrics"), tok, body, &out), 200);
+    assert_int_equal(json_integer_value(json_object_get(out, "accepted")), 2);
+    json_decref(out);
+    /* The same batch again (a retry): not duplicated. */
+    assert_int_equal(fx_http("POST", T("e-metrics-1/metrics"), tok, body, NULL), 200);
+    assert_int_equal(kd_store_metrics_flush(fx.store, 5000), 0);
+    assert_int_equal(fx_sql_int("SELECT count(*) FROM metrics"), 2);
+    /* What the user API returns equals what was sent. */
+    assert_int_equal(
+        fx_http("GET", T("e-metrics-1/metrics?kind=training"), FX_USER_TOKEN, NULL, &out), 200);
+    json_t *m = json_object_get(out, "metrics");
+    assert_int_equal(json_array_size(m), 2);
+    json_t *r1 = json_array_get(m, 1);
+    assert_int_equal(json_integer_value(json_object_get(r1, "step")), 20);
+    json_t *exp =
+        json_pack("{s:f,s:f,s:s}", "loss", 0.5, "acc", 0.625, "note", "'; DROP TABLE metrics; --");
+    assert_true(json_equal(json_object_get(r1, "metrics"), exp));
+    json_decref(exp);
+    json_decref(out);
+    /* Downsampling on request: the last point only. */
+    assert_int_equal(fx_http("GET", T("e-metrics-1/metrics?kind=training&max_points=1"),
+                             FX_USER_TOKEN, NULL, &out),
+                     200);
+    assert_int_equal(json_array_size(json_object_get(out, "metrics")), 1);
+    json_decref(out);
+}
+
+static void test_tokens(void **state)
+{
+    (void)state;
+    char ua[64], ub[64], ta[64], tb[64];
+    json_t *out = NULL;
+    fx_experiment("e-tok", "validation_loss");
+    fx_trial("e-tok", "e-tok-a", 100, ua, sizeof(ua));
+    fx_trial("e-tok", "e-tok-b", 100, ub, sizeof(ub));
+    fx_token("e-tok-a", ua, ta, sizeof(ta));
+    fx_token("e-tok-b", ub, tb, sizeof(tb));
+    long long before = fx_sql_int("SELECT count(*) FROM metric_batches");
+    const char *body =
+        "{\"kind\":\"training\",\"key\":\"k1\",\"rows\":[{\"batches\":1,\"metrics\":{\"x\":1}}]}";
+    /* Missing, wrong and another trial's token: 401, nothing written. */
+    assert_int_equal(fx_http("POST", T("e-tok-a/metrics"), NULL, body, &out), 401);
+    assert_string_equal(json_string_value(json_object_get(out, "field")), "Authorization");
+    json_decref(out);
+    assert_string_equal(fx_last_header("WWW-Authenticate"), "Bearer realm=\"kdet\"");
+    assert_int_equal(fx_http("POST", T("e-tok-a/metrics"), "not-a-token", body, NULL), 401);
+    assert_int_equal(fx_http("POST", T("e-tok-a/metrics"), tb, body, NULL), 401);
+    assert_int_equal(fx_http("POST", T("e-tok-a/checkpoints"), tb,
+                             "{\"uuid\":\"u\",\"batches\":1,\"storage_path\":\"/x\",\"size\":1}",
+                             NULL),
+                     401);
+    assert_int_equal(fx_http("POST", T("e-tok-a/early_exit"), tb, "{\"reason\":\"errored\"}", NULL),
+                     401);
+    assert_int_equal(fx_http("GET", T("e-tok-a/searcher/operation"), tb, NULL, NULL), 401);
+    /* A trial that does not exist answers the same as a bad token. */
+    assert_int_equal(fx_http("POST", T("e-tok-zz/metrics"), ta, body, NULL), 401);
+    /* The user token is not a trial token, and a trial token is not a user token. */
+    assert_int_equal(fx_http("POST", T("e-tok-a/metrics"), FX_USER_TOKEN, body, NULL), 401);
+    assert_int_equal(fx_http("GET", "/api/v1/namespaces/default/experiments", ta, NULL, NULL), 401);
+    assert_int_equal(kd_store_metrics_flush(fx.store, 5000), 0);
+    assert_int_equal(fx_sql_int("SELECT count(*) FROM metric_batches"), before);
+    json_t *t = fx_get_trial("e-tok-a");
+    assert_null(json_object_get(json_object_get(t, "status"), "conditions"));
+    json_decref(t);
+    /* The right token works. */
+    assert_int_equal(fx_http("POST", T("e-tok-a/metrics"), ta, body, NULL), 200);
+    /* A token is bound to the trial's uid: a re-created trial of the same name needs a new one. */
+    char err[KD_ERRLEN];
+    assert_int_equal(
+        kd_k8s_delete(fx.k8s, &KD_K8S_TRIALS, "default", "e-tok-b", NULL, NULL, NULL, err), 0);
+    char ub2[64];
+    for (int i = 0; i < 50; i++) { /* wait for the delete to reach the informer */
+        if (fx_http("GET", T("e-tok-b"), FX_USER_TOKEN, NULL, NULL) == 404)
+            break;
+        kd_sleep_ms(50);
+    }
+    fx_trial("e-tok", "e-tok-b", 100, ub2, sizeof(ub2));
+    assert_string_not_equal(ub, ub2);
+    for (int i = 0; i < 100; i++) { /* wait for the new uid to reach the informer */
+        json_t *o = NULL;
+        fx_http("GET", T("e-tok-b"), FX_USER_TOKEN, NULL, &o);
+        const char *u = json_string_value(json_object_get(json_object_get(o, "trial"), "uid"));
+        bool fresh = u != NULL && strcmp(u, ub2) == 0;
+        json_decref(o);
+        if (fresh)
+            break;
+        kd_sleep_ms(50);
+    }
+    assert_int_equal(fx_http("POST", T("e-tok-b/metrics"), tb, body, NULL), 401);
+}
+
+static void test_caps_and_malformed(void **state)
+{
+    (void)state;
+    char uid[64], tok[64];
+    json_t *out = NULL;
+    fx_experiment("e-bad", "validation_loss");
+    fx_trial("e-bad", "e-bad-1", 100, uid, sizeof(uid));
+    fx_token("e-bad-1", uid, tok, sizeof(tok));
+    long long before = fx_sql_int("SELECT count(*) FROM metric_batches");
+    /* Oversized: a checkpoint body over 256 KiB. */
+    size_t big = 300 * 1024;
+    char *b = kd_xmalloc(big + 100);
+    int n = snprintf(b, big + 100, "{\"uuid\":\"u1\",\"batches\":1,\"storage_path\":\"");
+    memset(b + n, 'x', big);
+    snprintf(b + n + big, 100, "\",\"size\":1}");
+    assert_int_equal(fx_http("POST", T("e-bad-1/checkpoints"), tok, b, &out), 413);
+    assert_non_null(strstr(json_string_value(json_object_get(out, "error")), "262144"));
+    json_decref(out);
+    free(b);
+    /* Over the server-wide cap (metrics bodies up to 8 MiB). */
+    big = (9u << 20);
+    b = kd_xmalloc(big + 1);
+    memset(b, ' ', big);
+    b[big] = '\0';
+    assert_int_equal(fx_http("POST", T("e-bad-1/metrics"), tok, b, &out), 413);
+    json_decref(out);
+    free(b);
+
+    struct {
+        const char *body, *field, *words;
+    } cases[] = {
+        {"{\"kind\":\"training\",\"key\":\"k\",\"rows\":[{\"batches\":1,\"metrics\":{}}]", "body",
+         "invalid JSON"},
+        {"[1,2]", "body", "must be a JSON object"},
+        {"{\"kind\":\"train\",\"key\":\"k\",\"rows\":[]}", "kind", "training"},
+        {"{\"kind\":\"training\",\"rows\":[{\"batches\":1,\"metrics\":{}}]}", "key", "required"},
+        {"{\"kind\":\"training\",\"key\":\"k\",\"rows\":[]}", "rows", "1 to"},
+        {"{\"kind\":\"training\",\"key\":\"k\",\"rows\":[{\"batches\":\"1\",\"metrics\":{}}]}",
+         "rows[0].batches", "integer"},
+        {"{\"kind\":\"training\",\"key\":\"k\",\"rows\":[{\"batches\":1,\"metrics\":{}},"
+         "{\"batches\":-2,\"metrics\":{}}]}",
+         "rows[1].batches", ">= 0"},
+        {"{\"kind\":\"training\",\"key\":\"k\",\"rows\":[{\"batches\":1,\"metrics\":[1]}]}",
+         "rows[0].metrics", "object"},
+        {"{\"kind\":\"training\",\"key\":\"k\",\"rows\":[{\"batches\":1,\"metrix\":{}}]}",
+         "rows[0].metrix", "did you mean metrics"},
+        {"{\"kind\":\"training\",\"key\":\"k\",\"rows\":[{\"batches\":1,\"metrics\":{},"
+         "\"reported_at\":\"yesterday\"}]}",
+         "rows[0].reported_at", "RFC 3339"},
+        {"{\"kind\":\"validation\",\"key\":\"k\",\"rows\":[{\"batches\":1,\"metrics\":"
+         "{\"loss\":1}}]}",
+         "rows[0].metrics.validation_loss", "missing"},
+        {"{\"kind\":\"validation\",\"key\":\"k\",\"rows\":[{\"batches\":1,\"metrics\":"
+         "{\"validation_loss\":\"low\"}}]}",
+         "rows[0].metrics.validation_loss", "not a number"},
+        {"{\"kind\":\"training\",\"key\":\"bad\\tkey\",\"rows\":[{\"batches\":1,\"metrics\":{}}]}",
+         "key", "printable"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int code = fx_http("POST", T("e-bad-1/metrics"), tok, cases[i].body, &out);
+        const char *err = json_string_value(json_object_get(out, "error"));
+        const char *field = json_string_value(json_object_get(out, "field"));
+        if (code != 400 || field == NULL || strcmp(field, cases[i].field) != 0 || err == NULL ||
+            strstr(err, cases[i].words) == NULL)
+            fail_msg("case %zu: HTTP %d field=%s error=%s (want 400 %s ~%s)", i, code,
+                     field ? field : "-", err ? err : "-", cases[i].field, cases[i].words);
+        json_decref(out);
+    }
+    /* Checkpoint and early-exit payloads. */
+    assert_int_equal(fx_http("POST", T("e-bad-1/checkpoints"), tok,
+                             "{\"uuid\":\"u\",\"batches\":1,\"size\":1}", &out),
+                     400);
+    assert_string_equal(json_string_value(json_object_get(out, "field")), "storage_path");
+    json_decref(out);
+    assert_int_equal(fx_http("POST", T("e-bad-1/early_exit"), tok, "{\"reason\":\"bored\"}", &out),
+                     400);
+    assert_string_equal(json_string_value(json_object_get(out, "field")), "reason");
+    json_decref(out);
+    assert_int_equal(fx_http("GET", T("e-bad-1/searcher/operation?timeout=9999"), tok, NULL, &out),
+                     400);
+    assert_string_equal(json_string_value(json_object_get(out, "field")), "timeout");
+    json_decref(out);
+    /* Nothing of the above was written. */
+    assert_int_equal(kd_store_metrics_flush(fx.store, 5000), 0);
+    assert_int_equal(fx_sql_int("SELECT count(*) FROM metric_batches"), before);
+    /* Routing: unknown route 404, wrong method 405 with Allow. */
+    assert_int_equal(fx_http("GET", "/api/v1/nothing", tok, NULL, NULL), 404);
+    assert_int_equal(fx_http("DELETE", T("e-bad-1/metrics"), tok, NULL, &out), 405);
+    assert_string_equal(fx_last_header("Allow"), "POST, GET");
+    json_decref(out);
+}
+
+static void test_validation_updates_status(void **state)
+{
+    (void)state;
+    char uid[64], tok[64];
+    fx_experiment("e-val", "validation_loss");
+    fx_trial("e-val", "e-val-1", 100, uid, sizeof(uid));
+    fx_token("e-val-1", uid, tok, sizeof(tok));
+    assert_int_equal(fx_http("POST", T("e-val-1/metrics"), tok,
+                             "{\"kind\":\"validation\",\"key\":\"v1\",\"rows\":[{\"batches\":100,"
+                             "\"metrics\":{\"validation_loss\":0.25,\"acc\":0.9}}]}",
+                             NULL),
+                     200);
+    json_t *t = fx_get_trial("e-val-1");
+    json_t *st = json_object_get(t, "status");
+    json_t *lv = json_object_get(st, "latestValidation");
+    assert_int_equal(json_integer_value(json_object_get(lv, "batches")), 100);
+    assert_true(json_number_value(json_object_get(lv, "value")) == 0.25);
+    assert_string_equal(json_string_value(json_object_get(lv, "metric")), "validation_loss");
+    assert_true(
+        json_number_value(json_object_get(json_object_get(st, "bestValidation"), "value")) == 0.25);
+    assert_int_equal(json_integer_value(json_object_get(st, "batchesTrained")), 100);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "ACTIVE");
+    json_decref(t);
+    /* A worse, later validation moves latest but not best. */
+    assert_int_equal(fx_http("POST", T("e-val-1/metrics"), tok,
+                             "{\"kind\":\"validation\",\"key\":\"v2\",\"rows\":[{\"batches\":200,"
+                             "\"metrics\":{\"validation_loss\":0.5}}]}",
+                             NULL),
+                     200);
+    t = fx_get_trial("e-val-1");
+    st = json_object_get(t, "status");
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(st, "latestValidation"), "batches")),
+        200);
+    assert_true(
+        json_number_value(json_object_get(json_object_get(st, "bestValidation"), "value")) == 0.25);
+    json_decref(t);
+}
+
+struct later {
+    int delay_ms;
+    const char *resource, *name, *sub, *patch;
+};
+
+static void *patch_later(void *p)
+{
+    struct later *l = p;
+    kd_sleep_ms(l->delay_ms);
+    fx_patch(l->resource, l->name, l->sub, l->patch);
+    return NULL;
+}
+
+static void test_searcher_long_poll(void **state)
+{
+    (void)state;
+    char uid[64], tok[64];
+    json_t *out = NULL;
+    fx_experiment("e-op", "validation_loss");
+    fx_trial("e-op", "e-op-1", 100, uid, sizeof(uid));
+    fx_token("e-op-1", uid, tok, sizeof(tok));
+    /* Nothing done yet: train to 100. */
+    assert_int_equal(fx_http("GET", T("e-op-1/searcher/operation?completed=0"), tok, NULL, &out),
+                     200);
+    assert_string_equal(json_string_value(json_object_get(out, "op")), "validate_after");
+    assert_int_equal(json_integer_value(json_object_get(out, "length")), 100);
+    json_decref(out);
+    /* Done 100: waits; a short timeout says pending. */
+    int64_t t0 = kd_mono_ms();
+    assert_int_equal(
+        fx_http("GET", T("e-op-1/searcher/operation?completed=100&timeout=1"), tok, NULL, &out),
+        200);
+    assert_string_equal(json_string_value(json_object_get(out, "op")), "pending");
+    assert_true(kd_mono_ms() - t0 >= 900);
+    json_decref(out);
+    /* The searcher raises the target while the worker waits: the poll returns at once. */
+    pthread_t th;
+    struct later l = {500, "trials", "e-op-1", NULL, "{\"spec\":{\"validateAfter\":300}}"};
+    pthread_create(&th, NULL, patch_later, &l);
+    t0 = kd_mono_ms();
+    assert_int_equal(
+        fx_http("GET", T("e-op-1/searcher/operation?completed=100&timeout=20"), tok, NULL, &out),
+        200);
+    int64_t took = kd_mono_ms() - t0;
+    pthread_join(th, NULL);
+    assert_string_equal(json_string_value(json_object_get(out, "op")), "validate_after");
+    assert_int_equal(json_integer_value(json_object_get(out, "length")), 300);
+    assert_true(took >= 400 && took < 5000);
+    json_decref(out);
+    /* Closed: stop once the target is reached. */
+    struct later l2 = {300, "trials", "e-op-1", NULL, "{\"spec\":{\"closed\":true}}"};
+    pthread_create(&th, NULL, patch_later, &l2);
+    assert_int_equal(
+        fx_http("GET", T("e-op-1/searcher/operation?completed=300&timeout=20"), tok, NULL, &out),
+        200);
+    pthread_join(th, NULL);
+    assert_string_equal(json_string_value(json_object_get(out, "op")), "stop");
+    json_decref(out);
+}
+
+static void test_preemption_long_poll(void **state)
+{
+    (void)state;
+    char uid[64], tok[64];
+    json_t *out = NULL;
+    fx_experiment("e-pre", "validation_loss");
+    fx_trial("e-pre", "e-pre-1", 100, uid, sizeof(uid));
+    fx_token("e-pre-1", uid, tok, sizeof(tok));
+    assert_int_equal(fx_http("GET", T("e-pre-1/preemption"), tok, NULL, &out), 200);
+    assert_false(json_is_true(json_object_get(out, "preempt")));
+    json_decref(out);
+    /* Pausing the experiment (through the user API) flips a waiting poll. */
+    pthread_t th;
+    struct later l = {500, "experiments", "e-pre", NULL, "{\"spec\":{\"paused\":true}}"};
+    pthread_create(&th, NULL, patch_later, &l);
+    int64_t t0 = kd_mono_ms();
+    assert_int_equal(fx_http("GET", T("e-pre-1/preemption?timeout=20"), tok, NULL, &out), 200);
+    int64_t took = kd_mono_ms() - t0;
+    pthread_join(th, NULL);
+    assert_true(json_is_true(json_object_get(out, "preempt")));
+    assert_string_equal(json_string_value(json_object_get(out, "reason")),
+                        "the experiment was paused");
+    assert_true(took >= 400 && took < 5000);
+    json_decref(out);
+    /* Activate through the user API: no longer preempted. */
+    assert_int_equal(fx_http("POST", "/api/v1/namespaces/default/experiments/e-pre/activate",
+                             FX_USER_TOKEN, NULL, NULL),
+                     200);
+    for (int i = 0; i < 100; i++) {
+        fx_http("GET", T("e-pre-1/preemption"), tok, NULL, &out);
+        bool p = json_is_true(json_object_get(out, "preempt"));
+        json_decref(out);
+        if (!p)
+            break;
+        assert_true(i < 99);
+        kd_sleep_ms(50);
+    }
+    /* The scheduler's preemption (state QUEUED with the Preempted condition). */
+    fx_patch("trials", "e-pre-1", "status",
+             "{\"status\":{\"state\":\"QUEUED\",\"conditions\":[{\"type\":\"Preempted\","
+             "\"status\":\"True\",\"lastTransitionTime\":\"2026-11-21T00:00:00Z\",\"reason\":"
+             "\"Preempted\",\"message\":\"a higher-priority trial needs the slots\"}]}}");
+    assert_int_equal(fx_http("GET", T("e-pre-1/preemption?timeout=10"), tok, NULL, &out), 200);
+    assert_true(json_is_true(json_object_get(out, "preempt")));
+    json_decref(out);
+}
+
+static void test_checkpoint_and_early_exit(void **state)
+{
+    (void)state;
+    char uid[64], tok[64];
+    json_t *out = NULL;
+    fx_experiment("e-ck", "validation_loss");
+    fx_trial("e-ck", "e-ck-1", 100, uid, sizeof(uid));
+    fx_token("e-ck-1", uid, tok, sizeof(tok));
+    const char *ck = "{\"uuid\":\"6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c11\",\"batches\":100,"
+                     "\"storage_path\":\"s3://bucket/ckpt/6f1d\",\"size\":4096,"
+                     "\"metadata\":{\"framework\":\"c\"}}";
+    assert_int_equal(fx_http("POST", T("e-ck-1/checkpoints"), tok, ck, NULL), 200);
+    assert_int_equal(fx_http("POST", T("e-ck-1/checkpoints"), tok, ck, NULL), 200); /* retry */
+    assert_int_equal(fx_sql_int("SELECT count(*) FROM checkpoints WHERE uuid = "
+                                "'6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c11' AND size_bytes = 4096 "
+                                "AND steps_completed = 100"),
+                     1);
+    json_t *t = fx_get_trial("e-ck-1");
+    json_t *lc = json_object_get(json_object_get(t, "status"), "latestCheckpoint");
+    assert_string_equal(json_string_value(json_object_get(lc, "uuid")),
+                        "6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c11");
+    assert_int_equal(json_integer_value(json_object_get(lc, "batches")), 100);
+    assert_int_equal(json_integer_value(json_object_get(lc, "size")), 4096);
+    json_decref(t);
+    /* The user API lists it. */
+    assert_int_equal(fx_http("GET", "/api/v1/namespaces/default/experiments/e-ck/checkpoints",
+                             FX_USER_TOKEN, NULL, &out),
+                     200);
+    assert_int_equal(json_array_size(json_object_get(out, "checkpoints")), 1);
+    json_decref(out);
+    /* Another trial cannot claim the same uuid. */
+    char uid2[64], tok2[64];
+    fx_trial("e-ck", "e-ck-2", 100, uid2, sizeof(uid2));
+    fx_token("e-ck-2", uid2, tok2, sizeof(tok2));
+    assert_int_equal(fx_http("POST", T("e-ck-2/checkpoints"), tok2, ck, &out), 409);
+    assert_string_equal(json_string_value(json_object_get(out, "field")), "uuid");
+    json_decref(out);
+    /* Early exit: recorded as a condition. */
+    assert_int_equal(fx_http("POST", T("e-ck-1/early_exit"), tok,
+                             "{\"reason\":\"invalid_hp\",\"message\":\"lr too large\"}", NULL),
+                     200);
+    t = fx_get_trial("e-ck-1");
+    json_t *c = json_array_get(json_object_get(json_object_get(t, "status"), "conditions"), 0);
+    assert_string_equal(json_string_value(json_object_get(c, "type")), "EarlyExit");
+    assert_string_equal(json_string_value(json_object_get(c, "reason")), "InvalidHP");
+    assert_string_equal(json_string_value(json_object_get(c, "message")), "lr too large");
+    json_decref(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_metrics_stored_as_sent),
+        cmocka_unit_test(test_tokens),
+        cmocka_unit_test(test_caps_and_malformed),
+        cmocka_unit_test(test_validation_updates_status),
+        cmocka_unit_test(test_searcher_long_poll),
+        cmocka_unit_test(test_preemption_long_poll),
+        cmocka_unit_test(test_checkpoint_and_early_exit),
+    };
+    return cmocka_run_group_tests(tests, fx_setup, fx_teardown);
+}
