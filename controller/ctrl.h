@@ -54,6 +54,7 @@ struct kd_ctrl_admit {
     char nodes[KD_SCHED_MAX_PODS][KD_SCHED_NAMELEN];
     int gpus; /* per pod */
     int64_t at_ms;
+    bool used; /* pods were created for it; kept only as a reservation */
 };
 
 struct kd_ctrl {
@@ -104,8 +105,18 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud);
 /** One scheduler pass over the caches: admissions, preemptions, reasons. */
 void kd_ctrl_schedule(struct kd_ctrl *c);
 
-/** Take the admission of trial `key` (copied into *out). true when there is one. Thread-safe. */
+/**
+ * Take the admission of trial `key` (copied into *out): true when there is
+ * an unused one, which is then marked used (it stays a reservation for the
+ * scheduler until the pods show up in the cache). Thread-safe.
+ */
 bool kd_ctrl_admission(struct kd_ctrl *c, const char *key, struct kd_ctrl_admit *out);
+
+/** Forget a used admission: the trial's pods are in the cache and account for themselves. */
+void kd_ctrl_admission_drop(struct kd_ctrl *c, const char *key);
+
+/** Give an admission back unused (its pods could not be created). Thread-safe. */
+void kd_ctrl_admission_unuse(struct kd_ctrl *c, const char *key);
 
 /* Small helpers shared by the reconcilers (ctrl_util in experiment.c). */
 const char *kd_ctrl_str(const json_t *obj, const char *a, const char *b, const char *c2);

@@ -106,13 +106,34 @@ bool kd_ctrl_admission(struct kd_ctrl *c, const char *key, struct kd_ctrl_admit 
     bool found = false;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->nadmits && !found; i++) {
-        if (strcmp(c->admits[i].key, key) == 0) {
+        if (strcmp(c->admits[i].key, key) == 0 && !c->admits[i].used) {
             *out = c->admits[i];
+            c->admits[i].used = true;
             found = true;
         }
     }
     pthread_mutex_unlock(&c->mu);
     return found;
+}
+
+void kd_ctrl_admission_drop(struct kd_ctrl *c, const char *key)
+{
+    size_t w = 0;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nadmits; i++)
+        if (!(c->admits[i].used && strcmp(c->admits[i].key, key) == 0))
+            c->admits[w++] = c->admits[i];
+    c->nadmits = w;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void kd_ctrl_admission_unuse(struct kd_ctrl *c, const char *key)
+{
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nadmits; i++)
+        if (strcmp(c->admits[i].key, key) == 0)
+            c->admits[i].used = false;
+    pthread_mutex_unlock(&c->mu);
 }
 
 void kd_ctrl_schedule(struct kd_ctrl *c)

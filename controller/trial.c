@@ -224,6 +224,20 @@ static json_t *pods_status(json_t *pods)
     return arr;
 }
 
+/* Pods of the trial according to the API server (not the cache). */
+static int api_pod_count(struct kd_ctrl *c, const json_t *trial, size_t *n, char *err)
+{
+    char sel[320];
+    json_t *list = NULL;
+    snprintf(sel, sizeof(sel), "%s=%s", KD_POD_LABEL_TRIAL, kd_k8s_meta_str(trial, "name"));
+    struct kd_k8s_query q = {.label_selector = sel};
+    int rc = kd_k8s_list(c->client, &KD_K8S_PODS, kd_k8s_meta_str(trial, "namespace"), &q, &list,
+                         NULL, err);
+    *n = json_array_size(json_object_get(list, "items"));
+    json_decref(list);
+    return rc;
+}
+
 int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
 {
     struct kd_ctrl *c = ud;
@@ -252,6 +266,8 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
     pods = pods_of(c, trial);
     struct attempt a;
     summarize(pods, &a);
+    if (a.npods > 0)
+        kd_ctrl_admission_drop(c, key); /* the pods now hold (or no longer hold) the GPUs */
     enum kd_trial_state cur;
     if (!kd_trial_state_parse(kd_ctrl_str(trial, "status", "state", NULL), &cur))
         cur = KD_TRIAL_QUEUED;
@@ -335,8 +351,17 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
             rc = set_status(c, trial, status, err);
         } else if (kd_ctrl_admission(c, key, &ad)) {
             char run_id[64];
+            size_t existing = 0;
+            /* The pod cache may lag behind our own creates: ask the API server. */
+            if ((rc = api_pod_count(c, trial, &existing, err)) != 0 || existing > 0) {
+                kd_ctrl_admission_unuse(c, key);
+                *requeue_after_ms = 500;
+                json_decref(why);
+                goto out;
+            }
             new_run_id(tname, run_id, sizeof(run_id));
             if ((rc = start_attempt(c, trial, cfg, &ad, run_id, &pst, err)) != 0) {
+                kd_ctrl_admission_unuse(c, key);
                 status = state_status(trial, KD_TRIAL_QUEUED, err);
                 (void)set_status(c, trial, status, NULL);
                 if (rc == KD_EINVALID) {
@@ -445,15 +470,9 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
     }
     if (a.npods == 0) {
         /* Pods just created may not be in the cache yet: ask the API server. */
-        char sel[320];
-        json_t *list = NULL;
-        snprintf(sel, sizeof(sel), "%s=%s", KD_POD_LABEL_TRIAL, tname);
-        struct kd_k8s_query q = {.label_selector = sel};
-        if ((rc = kd_k8s_list(c->client, &KD_K8S_PODS, kd_k8s_meta_str(trial, "namespace"), &q,
-                              &list, NULL, err)) != 0)
+        size_t n = 0;
+        if ((rc = api_pod_count(c, trial, &n, err)) != 0)
             goto out;
-        size_t n = json_array_size(json_object_get(list, "items"));
-        json_decref(list);
         if (n > 0) {
             *requeue_after_ms = 500;
             goto out;
