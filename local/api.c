@@ -2538,7 +2538,9 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_store *st, struct kd_
                               .port = opts->port,
                               .max_body = opts->max_body,
                               .handler = handle,
-                              .ud = api};
+                              .ud = api,
+                              .tls_cert_pem = opts->tls_cert_pem,
+                              .tls_key_pem = opts->tls_key_pem};
     rc = kd_http_start(&ho, &api->http, err);
     if (rc != 0)
         goto out;

@@ -14,12 +14,14 @@ struct kd_store;
 struct kd_api;
 
 struct kd_api_opts {
-    int port;              /* 0 picks a free port */
-    const char *token;     /* bearer token required on every request, or NULL for none */
-    int bookmark_ms;       /* interval between watch BOOKMARK events; 0 means 60000 */
-    int gc_interval_ms;    /* garbage collector period; 0 means 200 */
-    size_t max_body;       /* request body cap; 0 means 3 MiB */
-    const char *state_dir; /* the kubelet state dir, for pods/log; NULL: no logs */
+    int port;                 /* 0 picks a free port */
+    const char *token;        /* bearer token required on every request, or NULL for none */
+    int bookmark_ms;          /* interval between watch BOOKMARK events; 0 means 60000 */
+    int gc_interval_ms;       /* garbage collector period; 0 means 200 */
+    size_t max_body;          /* request body cap; 0 means 3 MiB */
+    const char *state_dir;    /* the kubelet state dir, for pods/log; NULL: no logs */
+    const char *tls_cert_pem; /* with tls_key_pem: serve HTTPS */
+    const char *tls_key_pem;
 };
 
 /**

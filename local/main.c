@@ -12,6 +12,8 @@
 #include <string.h>
 #include <stdbool.h>
 #include <ftw.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -20,6 +22,7 @@
 #include "core/time.h"
 #include "api.h"
 #include "kubelet.h"
+#include "tls.h"
 #include "store.h"
 
 #define MAX_TOKEN 4096
@@ -40,6 +43,8 @@ static void usage(FILE *f)
             "  --data-dir DIR          journal and state (default: memory only, lost on exit)\n"
             "  --port N                TCP port on 127.0.0.1 (default 6443; 0 picks a free one)\n"
             "  --token-file FILE       require this bearer token (first line of FILE)\n"
+            "  --tls                   serve HTTPS with a self-signed certificate kept in the\n"
+            "                          data dir (kubectl sends a bearer token only over HTTPS)\n"
             "  --kubeconfig-out FILE   write a kubeconfig for this server\n"
             "  --port-file FILE        write the port once listening (for scripts)\n"
             "  --bookmark-interval S   seconds between watch bookmarks (default 60)\n"
@@ -112,15 +117,26 @@ out:
     return rc;
 }
 
-static int write_kubeconfig(const char *path, int port, const char *token, char *err)
+static int write_kubeconfig(const char *path, int port, const char *token, const char *cert,
+                            char *err)
 {
+    char *ca = NULL;
+    if (cert != NULL) {
+        size_t n = strlen(cert);
+        ca = kd_xmalloc(4 * ((n + 2) / 3) + 1);
+        EVP_EncodeBlock((unsigned char *)ca, (const unsigned char *)cert, (int)n);
+    }
+    char *cluster = cert != NULL ? kd_xasprintf("    server: https://127.0.0.1:%d\n"
+                                                "    certificate-authority-data: %s\n",
+                                                port, ca)
+                                 : kd_xasprintf("    server: http://127.0.0.1:%d\n", port);
     char *user = token != NULL ? kd_xasprintf("    token: %s\n", token) : kd_xstrdup("    {}\n");
     char *cfg = kd_xasprintf("apiVersion: v1\n"
                              "kind: Config\n"
                              "clusters:\n"
                              "- name: kdet-local\n"
                              "  cluster:\n"
-                             "    server: http://127.0.0.1:%d\n"
+                             "%s"
                              "contexts:\n"
                              "- name: kdet-local\n"
                              "  context:\n"
@@ -132,10 +148,12 @@ static int write_kubeconfig(const char *path, int port, const char *token, char 
                              "- name: kdet-local\n"
                              "  user:\n"
                              "%s",
-                             port, token != NULL ? user : "    {}\n");
+                             cluster, token != NULL ? user : "    {}\n");
     int rc = write_file_atomic(path, cfg, err);
     free(cfg);
     free(user);
+    free(cluster);
+    free(ca);
     return rc;
 }
 
@@ -150,6 +168,8 @@ int main(int argc, char **argv)
     const char *node_name = NULL;
     int fake_gpus = -1, max_pods = 0;
     bool no_kubelet = false;
+    bool use_tls = false;
+    char *cert = NULL, *key = NULL;
     char *state_dir = NULL;
     bool tmp_state = false;
     struct kd_kubelet *kubelet = NULL;
@@ -168,6 +188,7 @@ int main(int argc, char **argv)
                                              {"fake-gpus", required_argument, NULL, 'g'},
                                              {"max-pods", required_argument, NULL, 'm'},
                                              {"no-kubelet", no_argument, NULL, 'K'},
+                                             {"tls", no_argument, NULL, 'T'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int c;
@@ -212,6 +233,7 @@ int main(int argc, char **argv)
             break;
         case 'n': node_name = optarg; break;
         case 'K': no_kubelet = true; break;
+        case 'T': use_tls = true; break;
         case 'g':
             if (kd_parse_int(optarg, &fake_gpus) < 0 || fake_gpus < 0 || fake_gpus > 64) {
                 fprintf(stderr, "kdet-local: --fake-gpus %s: expected an integer in 0..64\n",
@@ -274,8 +296,19 @@ int main(int argc, char **argv)
         }
         tmp_state = true;
     }
-    struct kd_api_opts ao = {
-        .port = port, .token = token, .bookmark_ms = bookmark_s * 1000, .state_dir = state_dir};
+    if (use_tls) {
+        char *tls_dir = kd_xasprintf("%s/tls", data_dir != NULL ? data_dir : state_dir);
+        rc = kd_local_tls(tls_dir, &cert, &key, err);
+        free(tls_dir);
+        if (rc != 0)
+            goto out;
+    }
+    struct kd_api_opts ao = {.port = port,
+                             .token = token,
+                             .bookmark_ms = bookmark_s * 1000,
+                             .state_dir = state_dir,
+                             .tls_cert_pem = cert,
+                             .tls_key_pem = key};
     rc = kd_api_start(&ao, st, &api, err);
     if (rc != 0)
         goto out;
@@ -291,7 +324,7 @@ int main(int argc, char **argv)
             goto out;
     }
     if (kubeconfig != NULL) {
-        rc = write_kubeconfig(kubeconfig, actual, token, err);
+        rc = write_kubeconfig(kubeconfig, actual, token, cert, err);
         if (rc != 0)
             goto out;
     }
@@ -302,8 +335,9 @@ int main(int argc, char **argv)
         if (rc != 0)
             goto out;
     }
-    KD_INFO("serving", "addr=127.0.0.1 port=%d auth=%s kubeconfig=%s", actual,
-            token != NULL ? "bearer" : "none", kd_logq(kubeconfig != NULL ? kubeconfig : ""));
+    KD_INFO("serving", "addr=127.0.0.1 port=%d scheme=%s auth=%s kubeconfig=%s", actual,
+            cert != NULL ? "https" : "http", token != NULL ? "bearer" : "none",
+            kd_logq(kubeconfig != NULL ? kubeconfig : ""));
     int sig = 0;
     while (sigwait(&sigs, &sig) != 0)
         ;
@@ -319,6 +353,10 @@ out:
     if (tmp_state)
         nftw(state_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(state_dir);
+    free(cert);
+    if (key != NULL)
+        OPENSSL_cleanse(key, strlen(key));
+    free(key);
     free(token);
     return rc == 0 ? 0 : 1;
 }

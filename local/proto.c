@@ -217,16 +217,23 @@ static int decode(const uint8_t *p, size_t n, const struct field *schema, json_t
         }
         int rc = 0;
         switch (f->type) {
+        /* Empty scalars are what Go's omitempty leaves out of the JSON form. */
         case F_STRING:
-            if (bp != NULL)
+            if (bp != NULL && bn > 0)
                 json_object_set_new(obj, f->name, json_stringn((const char *)bp, bn));
             break;
         case F_BYTES:
             if (bp != NULL)
                 json_object_set_new(obj, f->name, b64(bp, bn));
             break;
-        case F_BOOL: json_object_set_new(obj, f->name, json_boolean(v != 0)); break;
-        case F_INT: json_object_set_new(obj, f->name, json_integer((json_int_t)(int64_t)v)); break;
+        case F_BOOL:
+            if (v != 0)
+                json_object_set_new(obj, f->name, json_true());
+            break;
+        case F_INT:
+            if (v != 0)
+                json_object_set_new(obj, f->name, json_integer((json_int_t)(int64_t)v));
+            break;
         case F_TIME: break; /* server-set; ignored on create */
         case F_MSG:
             if (bp != NULL)

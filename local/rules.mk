@@ -1,7 +1,7 @@
 # local/: kdet-local, the embedded single-node control plane.
 LOCAL_LIB_SRCS := local/api.c local/registry.c local/store.c local/selector.c local/patch.c \
                   local/quantity.c local/scheduler.c local/kubelet.c local/table.c \
-                  local/proto.c local/events.c
+                  local/proto.c local/events.c local/tls.c
 $(eval $(call kd_lib,local,$(LOCAL_LIB_SRCS)))
 $(eval $(call kd_prog,kdet-local,local/main.c,local openapi http core,-lmicrohttpd -ljansson -lcrypto -lm -ldl))
 DEB_PACKAGES += libmicrohttpd-dev libjansson-dev libssl-dev uthash-dev

@@ -28,6 +28,7 @@
 
 struct kd_http_server {
     struct MHD_Daemon *mhd;
+    char *cert, *key; /* PEM, kept for MHD's lifetime */
     struct kd_http_opts opts;
     atomic_bool stopping;
     int port;
@@ -375,12 +376,26 @@ int kd_http_start(const struct kd_http_opts *opts, struct kd_http_server **out, 
         }
         close(probe);
     }
+    unsigned flags =
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    bool tls = opts->tls_cert_pem != NULL && opts->tls_key_pem != NULL;
+    if (tls) {
+        if (!MHD_is_feature_supported(MHD_FEATURE_TLS)) {
+            rc = kd_seterr(err, KD_ENOTSUP, "http: this libmicrohttpd was built without TLS");
+            goto out;
+        }
+        s->cert = kd_xstrdup(opts->tls_cert_pem);
+        s->key = kd_xstrdup(opts->tls_key_pem);
+        flags |= MHD_USE_TLS;
+    }
+    /* Without TLS the option list ends before the certificate pair. */
     s->mhd = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
-        NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sin,
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sin,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
         s->opts.max_conns, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        on_mhd_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+        tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, s->cert, MHD_OPTION_HTTPS_MEM_KEY, s->key,
+        MHD_OPTION_END);
     if (s->mhd == NULL) {
         rc = kd_seterr(err, KD_EIO, "http: cannot start the server on %s:%d", addr, opts->port);
         goto out;
@@ -390,6 +405,10 @@ int kd_http_start(const struct kd_http_opts *opts, struct kd_http_server **out, 
     *out = s;
     s = NULL;
 out:
+    if (s != NULL) {
+        free(s->cert);
+        free(s->key);
+    }
     free(s);
     return rc;
 }
@@ -401,5 +420,7 @@ void kd_http_stop(struct kd_http_server *s)
     atomic_store(&s->stopping, true);
     if (s->mhd != NULL)
         MHD_stop_daemon(s->mhd);
+    free(s->cert);
+    free(s->key);
     free(s);
 }

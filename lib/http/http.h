@@ -33,6 +33,8 @@ struct kd_http_opts {
     unsigned max_conns;    /* 0 means 1024 */
     kd_http_handler handler;
     void *ud;
+    const char *tls_cert_pem; /* with tls_key_pem: serve HTTPS (PEM strings, copied) */
+    const char *tls_key_pem;
 };
 
 /**

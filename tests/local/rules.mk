@@ -7,3 +7,4 @@ $(eval $(call kd_test,test_local_http,tests/local/test_http.c,http core,-lmicroh
 $(eval $(call kd_test_script,test_local_durability,tests/local/durability.sh,180,slow,$(O)/bin/kdet-local))
 $(eval $(call kd_test,test_local_table,tests/local/test_table.c,local core,-ljansson -lm,30))
 $(eval $(call kd_test,test_local_proto,tests/local/test_proto.c,local core,-ljansson -lcrypto,30))
+$(eval $(call kd_test_script,test_local_auth,tests/local/auth.sh,60,,$(O)/bin/kdet-local))
