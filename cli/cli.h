@@ -145,6 +145,8 @@ int det_cmd_experiment_verb(const char *verb, int argc, char **argv, bool *handl
  * (deleted meanwhile) or another exit code from det_kube_fail. Blocks.
  */
 int det_exp_wait(struct det_kube *k, const char *name, int64_t timeout_ms);
+/** Print trials (Trial objects) as det's trial table on stdout. */
+void det_print_trials(const json_t *trials);
 /** `det trial ...`. */
 int det_cmd_trial(int argc, char **argv);
 /** `det template ...`. */

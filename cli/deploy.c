@@ -190,33 +190,34 @@ static int drop_to(const struct deploy *d)
  */
 static pid_t spawn_daemon(char *const *argv, char *const *env, const char *log)
 {
-    int pfd[2];
-    pid_t child, pid = -1;
-    int st;
-    if (pipe2(pfd, O_CLOEXEC) != 0)
-        return -errno;
+    int pfd[2] = {-1, -1}, st;
+    pid_t child, pid = -ECHILD;
+    int32_t v = -1;
+    char drain[16];
+    if (pipe2(pfd, O_CLOEXEC) != 0) {
+        pid = -errno;
+        goto out;
+    }
     child = fork();
     if (child < 0) {
-        close(pfd[0]);
-        close(pfd[1]);
-        return -errno;
+        pid = -errno;
+        goto out;
     }
     if (child == 0) {
+        /* the intermediate child: a new session, the daemon, then exit (never returns) */
         setsid();
         pid_t g = fork();
         if (g != 0) {
-            int32_t v = (int32_t)g;
-            if (write(pfd[1], &v, sizeof(v)) != sizeof(v))
-                _exit(1);
-            _exit(g > 0 ? 0 : 1);
+            v = (int32_t)g;
+            _exit(write(pfd[1], &v, sizeof(v)) == sizeof(v) && g > 0 ? 0 : 1);
         }
         int in = open("/dev/null", O_RDONLY);
-        int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (in < 0 || out < 0)
+        int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (in < 0 || lfd < 0)
             _exit(126);
         dup2(in, 0);
-        dup2(out, 1);
-        dup2(out, 2);
+        dup2(lfd, 1);
+        dup2(lfd, 2);
         /* pfd[1] is close-on-exec: the parent reads EOF once exec has happened */
         close_fds_from(3, pfd[1]);
         for (size_t i = 0; env && env[i]; i++)
@@ -227,34 +228,35 @@ static pid_t spawn_daemon(char *const *argv, char *const *env, const char *log)
         _exit(127);
     }
     close(pfd[1]);
-    int32_t v = -1;
-    char drain[16];
-    if (read(pfd[0], &v, sizeof(v)) == sizeof(v))
+    pfd[1] = -1;
+    if (read(pfd[0], &v, sizeof(v)) == sizeof(v) && v > 0)
         pid = v;
     while (read(pfd[0], drain, sizeof(drain)) > 0)
         ; /* EOF: the daemon has exec'd (or died) */
-    close(pfd[0]);
     waitpid(child, &st, 0);
-    return pid > 0 ? pid : -ECHILD;
+out:
+    if (pfd[0] >= 0)
+        close(pfd[0]);
+    if (pfd[1] >= 0)
+        close(pfd[1]);
+    return pid;
 }
 
 /*
- * Run argv to completion (as the PostgreSQL user when `drop`), output
- * captured into out (capped). Returns the exit status, or -1.
+ * Run argv to completion (as the PostgreSQL user when `drop`, after
+ * checking that user can enter the data dir), output captured into out
+ * (capped; the rest is drained). Returns the exit status, or -1.
  */
 static int run_capture(const struct deploy *d, bool drop, char *const *argv, struct kd_buf *out)
 {
-    int pfd[2], st = 0;
+    int pfd[2] = {-1, -1}, st = 0, rc = -1;
     char buf[4096];
     ssize_t n;
     if (pipe2(pfd, O_CLOEXEC) != 0)
-        return -1;
+        goto out;
     pid_t pid = fork();
-    if (pid < 0) {
-        close(pfd[0]);
-        close(pfd[1]);
-        return -1;
-    }
+    if (pid < 0)
+        goto out;
     if (pid == 0) {
         int in = open("/dev/null", O_RDONLY);
         dup2(in, 0);
@@ -282,13 +284,18 @@ static int run_capture(const struct deploy *d, bool drop, char *const *argv, str
         _exit(127);
     }
     close(pfd[1]);
+    pfd[1] = -1;
     while ((n = read(pfd[0], buf, sizeof(buf))) > 0)
         if (kd_buf_append(out, buf, (size_t)n) != 0)
             continue; /* over the cap: drain the rest */
-    close(pfd[0]);
-    if (waitpid(pid, &st, 0) != pid)
-        return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    if (waitpid(pid, &st, 0) == pid)
+        rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+out:
+    if (pfd[0] >= 0)
+        close(pfd[0]);
+    if (pfd[1] >= 0)
+        close(pfd[1]);
+    return rc;
 }
 
 /* SIGTERM, wait up to grace_ms, then SIGKILL to the process group and the process. */
@@ -384,32 +391,35 @@ static bool find_pgbin(struct deploy *d)
 
 static int mkdir_mode(const char *p, mode_t mode)
 {
+    int rc = 0;
     if (mkdir(p, mode) != 0 && errno != EEXIST) {
         det_err("cannot create %s: %s", p, strerror(errno));
-        return DET_EXIT_ERROR;
-    }
-    if (chmod(p, mode) != 0) {
+        rc = DET_EXIT_ERROR;
+    } else if (chmod(p, mode) != 0) {
         det_err("cannot chmod %s: %s", p, strerror(errno));
-        return DET_EXIT_ERROR;
+        rc = DET_EXIT_ERROR;
     }
-    return 0;
+    return rc;
 }
 
 static int mkdir_p(const char *path, mode_t mode)
 {
     char p[PATH_MAX];
+    int rc = 0;
     snprintf(p, sizeof(p), "%s", path);
-    for (char *s = p + 1; *s; s++) {
+    for (char *s = p + 1; *s && rc == 0; s++) {
         if (*s == '/') {
             *s = '\0';
             if (mkdir(p, 0755) != 0 && errno != EEXIST) {
                 det_err("cannot create %s: %s", p, strerror(errno));
-                return DET_EXIT_ERROR;
+                rc = DET_EXIT_ERROR;
             }
             *s = '/';
         }
     }
-    return mkdir_mode(p, mode);
+    if (rc == 0)
+        rc = mkdir_mode(p, mode);
+    return rc;
 }
 
 static int setup(struct deploy *d, const struct det_args *a, bool create)

@@ -4,7 +4,6 @@
  * json|yaml), the desired-state patches (pause, activate, cancel, kill,
  * archive, unarchive), delete, and wait (a watch with a progress line).
  */
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,8 +242,6 @@ out:
     return rc;
 }
 
-/* Print the trials of an experiment as a table (shared with `det trial list`). */
-void det_print_trials(const json_t *trials);
 void det_print_trials(const json_t *trials)
 {
     struct det_table *t = det_table_new((const char *const[]){"ID", "STATE", "PROGRESS", "BATCHES",

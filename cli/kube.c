@@ -64,8 +64,10 @@ static int served(struct det_kube *k, const struct kd_k8s_gvr *gvr)
     json_t *doc = NULL;
     int rc = -1;
     char path[256];
-    if (gvr->group == NULL || gvr->group[0] == '\0')
-        return 1;
+    if (gvr->group == NULL || gvr->group[0] == '\0') {
+        rc = 1; /* the core group is always there */
+        goto out;
+    }
     snprintf(path, sizeof(path), "/apis/%s/%s", gvr->group, gvr->version);
     int r = kd_k8s_request(k->c, "GET", path, NULL, NULL, &doc, NULL, NULL);
     if (r == KD_ENOTFOUND) {
@@ -81,6 +83,7 @@ static int served(struct det_kube *k, const struct kd_k8s_gvr *gvr)
                 rc = 1;
         }
     }
+out:
     json_decref(doc);
     return rc;
 }

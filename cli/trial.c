@@ -26,8 +26,6 @@ static const struct kd_k8s_gvr pod_gvr = KD_K8S_PODS;
 /* One log line longer than this is passed on in pieces. */
 #define LINE_MAX_BYTES (64 * 1024)
 
-void det_print_trials(const json_t *trials);
-
 static const char trial_usage[] =
     "usage: det trial VERB ...\n"
     "\n"
