@@ -129,6 +129,17 @@ int kd_store_experiment_set_state(struct kd_store *s, int64_t id, const char *st
                     2, p, err);
 }
 
+int kd_store_experiment_delete(struct kd_store *s, int64_t id, char *err)
+{
+    char b[24];
+    int rc = check_id("experiment_id", id, err);
+    if (rc != 0)
+        return rc;
+    const char *p[1] = {i64(b, id)};
+    return exec_one(s, "delete experiment", "DELETE FROM experiments WHERE id = $1::bigint", 1, p,
+                    err);
+}
+
 int kd_store_experiment_get(struct kd_store *s, int64_t id, json_t **out, char *err)
 {
     char b[24];

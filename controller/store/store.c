@@ -96,6 +96,11 @@ out:
     return rc;
 }
 
+int kd_store_ping(struct kd_store *s, char *err)
+{
+    return kd_store__exec(s, "ping", "SELECT 1", 0, NULL, true, NULL, err);
+}
+
 int kd_store_migrate(struct kd_store *s, char *err)
 {
     PGconn *c = NULL;

@@ -70,6 +70,9 @@ int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char 
  */
 void kd_store_close(struct kd_store *s);
 
+/** One round trip to the database (for readiness probes). 0 or KD_ECONNECT/KD_ETIMEDOUT. */
+int kd_store_ping(struct kd_store *s, char *err) KD_WUR;
+
 /* ---- migrations -------------------------------------------------------- */
 
 /** Apply the compiled-in migrations (done by kd_store_open). Idempotent; safe across processes. */
@@ -195,6 +198,13 @@ int kd_store_experiment_get(struct kd_store *s, int64_t id, json_t **out, char *
 /** Experiments by id descending, optionally in one namespace (NULL = all); limit <= 1000. */
 int kd_store_experiments_list(struct kd_store *s, const char *namespace_, int limit, int offset,
                               json_t **out, char *err) KD_WUR;
+
+/**
+ * Delete an experiment and, by cascade, its trials, metrics, checkpoint
+ * rows, snapshots and events (`det experiment delete`, retention). The
+ * checkpoint files are the caller's to delete first. KD_ENOTFOUND when absent.
+ */
+int kd_store_experiment_delete(struct kd_store *s, int64_t id, char *err) KD_WUR;
 
 struct kd_store_trial {
     const char *uid; /* the Trial resource's metadata.uid */

@@ -322,11 +322,51 @@ static void templates(void **state)
     kd_store_close(s);
 }
 
+/* Deleting an experiment removes everything hanging off it, and nothing else. */
+static void delete_cascades(void **state)
+{
+    (void)state;
+    char ci[512], err[KD_ERRLEN] = "";
+    struct kd_store *s = fx_store(NULL, ci, sizeof(ci));
+    assert_int_equal(kd_store_ping(s, err), 0);
+    int64_t e1 = 0, e2 = 0;
+    int64_t t1 = fx_trial(s, "del1", &e1), t2 = fx_trial(s, "del2", &e2);
+    int64_t trials[2] = {t1, t2}, exps[2] = {e1, e2};
+    for (int i = 0; i < 2; i++) {
+        json_t *m = json_pack("{sf}", "loss", 0.1);
+        struct kd_metric_row rows[1] = {{1, 0, m}};
+        struct kd_metric_batch b = {trials[i], KD_METRIC_VALIDATION, "k", rows, 1};
+        assert_int_equal(kd_store_metrics_put(s, &b, 10000, err), 0);
+        char uuid[32];
+        snprintf(uuid, sizeof(uuid), "ck-%d", i);
+        struct kd_store_checkpoint c = {uuid, trials[i], 1, "/ckpt", 1, NULL};
+        assert_int_equal(kd_store_checkpoint_add(s, &c, err), 0);
+        struct kd_store_event ev = {exps[i], trials[i], "searcher", "create", "r", NULL};
+        assert_int_equal(kd_store_event_add(s, &ev, NULL, err), 0);
+        assert_int_equal(kd_store_snapshot_save(s, exps[i], 1, m, err), 0);
+        json_decref(m);
+    }
+    assert_int_equal(kd_store_experiment_delete(s, e1, err), 0);
+    assert_int_equal(kd_store_experiment_delete(s, e1, err), KD_ENOTFOUND);
+    PGconn *c = fx_conn(ci);
+    const char *tables[] = {"experiments", "trials", "metrics",           "metric_batches",
+                            "checkpoints", "events", "searcher_snapshots"};
+    for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+        char q[96];
+        snprintf(q, sizeof(q), "SELECT count(*) FROM %s", tables[i]);
+        if (fx_int(c, q) != 1)
+            fail_msg("%s: %lld rows left, want the other experiment's 1", tables[i], fx_int(c, q));
+    }
+    PQfinish(c);
+    kd_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(experiments), cmocka_unit_test(trials), cmocka_unit_test(checkpoints),
-        cmocka_unit_test(snapshots),   cmocka_unit_test(events), cmocka_unit_test(templates),
+        cmocka_unit_test(experiments),     cmocka_unit_test(trials), cmocka_unit_test(checkpoints),
+        cmocka_unit_test(snapshots),       cmocka_unit_test(events), cmocka_unit_test(templates),
+        cmocka_unit_test(delete_cascades),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
