@@ -123,8 +123,11 @@ static pid_t read_pid(const char *path)
     return (pid_t)v;
 }
 
-/* Whether pid runs a program whose command line contains `name` (not a zombie). */
-static bool alive(pid_t pid, const char *name)
+/*
+ * Whether pid runs (not a zombie) a program whose command line contains
+ * `name` and the data dir `dir` (every part gets a path in it as an argument).
+ */
+static bool alive(pid_t pid, const char *name, const char *dir)
 {
     char path[64], buf[4096];
     if (pid <= 1 || kill(pid, 0) != 0)
@@ -147,7 +150,8 @@ static bool alive(pid_t pid, const char *name)
         if (buf[i] == '\0')
             buf[i] = ' ';
     buf[n] = '\0';
-    return strstr(buf, name) != NULL;
+    /* the program, and our data dir in its arguments: never another deployment's process */
+    return strstr(buf, name) != NULL && strstr(buf, dir) != NULL;
 }
 
 /* Close every fd >= lo but `keep` (-1: none). */
@@ -299,20 +303,20 @@ out:
 }
 
 /* SIGTERM, wait up to grace_ms, then SIGKILL to the process group and the process. */
-static void stop_pid(pid_t pid, const char *name, int64_t grace_ms, bool *killed)
+static void stop_pid(pid_t pid, const char *name, const char *dir, int64_t grace_ms, bool *killed)
 {
     int64_t t0 = kd_mono_ms();
     *killed = false;
-    if (!alive(pid, name))
+    if (!alive(pid, name, dir))
         return;
     kill(pid, SIGTERM);
-    while (alive(pid, name) && kd_mono_ms() - t0 < grace_ms)
+    while (alive(pid, name, dir) && kd_mono_ms() - t0 < grace_ms)
         kd_sleep_ms(50);
-    if (alive(pid, name)) {
+    if (alive(pid, name, dir)) {
         kill(-pid, SIGKILL);
         kill(pid, SIGKILL);
         *killed = true;
-        while (alive(pid, name) && kd_mono_ms() - t0 < grace_ms + 5000)
+        while (alive(pid, name, dir) && kd_mono_ms() - t0 < grace_ms + 5000)
             kd_sleep_ms(50);
     }
 }
@@ -564,7 +568,7 @@ static int up_api(struct deploy *d)
     snprintf(portfile, sizeof(portfile), "%s/kdet-local.port", d->run);
     snprintf(log, sizeof(log), "%s/kdet-local.log", d->logs);
     pid_t pid = read_pid(pf);
-    if (alive(pid, "kdet-local") && api_version(d, ver, sizeof(ver), err) == 0) {
+    if (alive(pid, "kdet-local", d->dir) && api_version(d, ver, sizeof(ver), err) == 0) {
         progress("kdet-local", "already running", t0);
         goto out;
     }
@@ -589,7 +593,7 @@ static int up_api(struct deploy *d)
     write_small(pf, pbuf, 0644);
     /* wait for the port file, then for /version */
     while (kd_mono_ms() - t0 < START_TIMEOUT_MS) {
-        if (!alive(pid, "kdet-local")) {
+        if (!alive(pid, "kdet-local", d->dir)) {
             det_err("kdet-local exited while starting (port %d in use?)", d->port);
             tail_log(log);
             unlink(pf);
@@ -698,7 +702,7 @@ static int up_pg(struct deploy *d)
         progress("postgres", "initialized a new database cluster", t0);
     }
     t0 = kd_mono_ms();
-    if (pg_pid(d) > 0 && alive(pg_pid(d), "postgres")) {
+    if (pg_pid(d) > 0 && alive(pg_pid(d), "postgres", d->dir)) {
         progress("postgres", "already running", t0);
         goto out;
     }
@@ -830,7 +834,7 @@ static int up_controller(const struct deploy *d, bool *present)
     pidfile(d, "kdet-controller", pf, sizeof(pf));
     snprintf(log, sizeof(log), "%s/kdet-controller.log", d->logs);
     pid_t pid = read_pid(pf);
-    if (alive(pid, "kdet-controller")) {
+    if (alive(pid, "kdet-controller", d->dir)) {
         progress("kdet-controller", "already running", t0);
         goto out;
     }
@@ -851,9 +855,9 @@ static int up_controller(const struct deploy *d, bool *present)
     snprintf(pbuf, sizeof(pbuf), "%d\n", (int)pid);
     write_small(pf, pbuf, 0644);
     /* give it a moment to fail on bad settings */
-    while (kd_mono_ms() - t0 < 1000 && alive(pid, "kdet-controller"))
+    while (kd_mono_ms() - t0 < 1000 && alive(pid, "kdet-controller", d->dir))
         kd_sleep_ms(50);
-    if (!alive(pid, "kdet-controller")) {
+    if (!alive(pid, "kdet-controller", d->dir)) {
         det_err("kdet-controller exited right after starting");
         tail_log(log);
         unlink(pf);
@@ -935,8 +939,8 @@ static int cmd_down(const struct det_args *a)
     int64_t t0 = kd_mono_ms();
     pidfile(&d, "kdet-controller", pf, sizeof(pf));
     pid_t pid = read_pid(pf);
-    if (alive(pid, "kdet-controller")) {
-        stop_pid(pid, "kdet-controller", STOP_GRACE_MS, &killed);
+    if (alive(pid, "kdet-controller", d.dir)) {
+        stop_pid(pid, "kdet-controller", d.dir, STOP_GRACE_MS, &killed);
         progress("kdet-controller", killed ? "killed (SIGKILL after 15 s)" : "stopped", t0);
     } else {
         progress("kdet-controller", "not running", t0);
@@ -944,14 +948,14 @@ static int cmd_down(const struct det_args *a)
     unlink(pf);
     t0 = kd_mono_ms();
     pid = pg_pid(&d);
-    if (pid > 0 && alive(pid, "postgres")) {
+    if (pid > 0 && alive(pid, "postgres", d.dir)) {
         int r = -1;
         if (find_pgbin(&d)) {
             char *args[] = {"-D", d.pgdata, "-m", "fast", "-w", "-t", "30", "stop", NULL};
             r = pg_run(&d, "pg_ctl", args, &out);
         }
         if (r != 0) {
-            stop_pid(pid, "postgres", STOP_GRACE_MS, &killed);
+            stop_pid(pid, "postgres", d.dir, STOP_GRACE_MS, &killed);
             progress("postgres", killed ? "killed" : "stopped (SIGTERM)", t0);
         } else {
             progress("postgres", "stopped", t0);
@@ -962,8 +966,8 @@ static int cmd_down(const struct det_args *a)
     t0 = kd_mono_ms();
     pidfile(&d, "kdet-local", pf, sizeof(pf));
     pid = read_pid(pf);
-    if (alive(pid, "kdet-local")) {
-        stop_pid(pid, "kdet-local", STOP_GRACE_MS, &killed);
+    if (alive(pid, "kdet-local", d.dir)) {
+        stop_pid(pid, "kdet-local", d.dir, STOP_GRACE_MS, &killed);
         progress("kdet-local", killed ? "killed (SIGKILL after 15 s)" : "stopped", t0);
     } else {
         progress("kdet-local", "not running", t0);
@@ -990,7 +994,7 @@ static int cmd_status(const struct det_args *a)
     pidfile(&d, "kdet-local", pf, sizeof(pf));
     pid_t pid = read_pid(pf);
     bool api_up = false;
-    if (!alive(pid, "kdet-local")) {
+    if (!alive(pid, "kdet-local", d.dir)) {
         printf("  %-16s %-9s %s\n", "kdet-local", "stopped", "no process");
         ok = false;
     } else if (api_version(&d, ver, sizeof(ver), err) != 0) {
@@ -1004,7 +1008,7 @@ static int cmd_status(const struct det_args *a)
     }
     pid = pg_pid(&d);
     int r = -1;
-    if (pid > 0 && alive(pid, "postgres") && find_pgbin(&d)) {
+    if (pid > 0 && alive(pid, "postgres", d.dir) && find_pgbin(&d)) {
         char *args[] = {"-D", d.pgdata, "status", NULL};
         r = pg_run(&d, "pg_ctl", args, &out);
     }
@@ -1026,7 +1030,7 @@ static int cmd_status(const struct det_args *a)
     pid = read_pid(pf);
     if (!find_in(d.bindir, "kdet-controller", prog, sizeof(prog)))
         printf("  %-16s %-9s %s\n", "kdet-controller", "absent", "not installed next to det");
-    else if (alive(pid, "kdet-controller"))
+    else if (alive(pid, "kdet-controller", d.dir))
         printf("  %-16s %-9s pid %d\n", "kdet-controller", "running", (int)pid);
     else {
         printf("  %-16s %-9s %s\n", "kdet-controller", "stopped", "no process");
