@@ -7,3 +7,5 @@ $(eval $(call kd_test,test_store_metrics,tests/controller/store/test_store_metri
 $(eval $(call kd_test,test_store_outage,tests/controller/store/test_store_outage.c $(STORE_TEST_SRCS),store core,$(STORE_TEST_LIBS),180))
 $(eval $(call kd_test,test_store_pool,tests/controller/store/test_store_pool.c $(STORE_TEST_SRCS),store core,$(STORE_TEST_LIBS),120))
 $(eval $(call kd_test,test_store_registry,tests/controller/store/test_store_registry.c $(STORE_TEST_SRCS),store core,$(STORE_TEST_LIBS),120))
+# Random kills of the server while four workers stream (bounded, about a minute).
+$(eval $(call kd_test,test_store_soak,tests/controller/store/test_store_soak.c $(STORE_TEST_SRCS),store core,$(STORE_TEST_LIBS),240,slow))
