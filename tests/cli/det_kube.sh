@@ -160,6 +160,11 @@ k patch exp "$pub" -n kube-public --subresource=status --type=merge -p '{"status
 "$det" experiment pause "$pub" -n kube-public > /dev/null 2>&1
 check "describe says when the controller has not seen the latest change" 0 \
     "has not yet acted on the latest change: generation 2, observed 1" -- "$det" experiment describe "$pub" -n kube-public
+(sleep 1; k delete exp "$pub" -n kube-public > /dev/null) &
+bgpid=$!
+check "wait exits 5 when the experiment is deleted meanwhile" 5 "was deleted while waiting" \
+    -- timeout 60 "$det" experiment wait "$pub" -n kube-public
+wait $bgpid; bgpid=""
 check "a bad --timeout" 2 "--timeout soon: expected a duration" -- "$det" experiment wait "$name" --timeout soon
 
 # ---- templates
