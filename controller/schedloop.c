@@ -221,8 +221,7 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
                       json_is_true(json_object_get(json_object_get(exp, "spec"), "paused")) ||
                       json_is_true(json_object_get(json_object_get(exp, "spec"), "canceled"));
         const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
-        bool exp_stopping =
-            strncmp(estate, "STOPPING_", 9) == 0 && strcmp(estate, "STOPPING_COMPLETED") != 0;
+        bool exp_stopping = strncmp(estate, "STOPPING_", 9) == 0;
         json_decref(exp);
         /* Holding capacity: live pods, else a pending admission. */
         struct kd_ctrl_admit *ad = NULL;
@@ -266,6 +265,18 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
         }
         n++;
     }
+    /* Forget what was said about trials that are gone. */
+    json_t *seen = json_object();
+    for (size_t k = 0; k < n; k++)
+        json_object_set_new(seen, ts[k].key, json_true());
+    const char *rk;
+    json_t *rv, *tmp;
+    json_object_foreach_safe(c->reasons, tmp, rk, rv)
+    {
+        if (json_object_get(seen, rk) == NULL)
+            json_object_del(c->reasons, rk);
+    }
+    json_decref(seen);
     /* Admissions whose pods exist now, or that were never used, are dropped. */
     size_t w = 0;
     for (size_t k = 0; k < c->nadmits; k++) {

@@ -257,6 +257,8 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
     if (kd_ctrl_str(trial, "metadata", "deletionTimestamp", NULL) != NULL)
         goto out;
     const char *tname = kd_k8s_meta_str(trial, "name");
+    json_int_t gen =
+        json_integer_value(json_object_get(json_object_get(trial, "metadata"), "generation"));
     snprintf(ekey, sizeof(ekey), "%s/%s", kd_k8s_meta_str(trial, "namespace"),
              kd_ctrl_str(trial, "spec", "experiment", NULL) ?: "");
     if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), ekey, &exp) != 0) {
@@ -308,6 +310,20 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
     }
     if ((rc = kd_ctrl_exp_config(c, exp, &cfg, &seed, err)) != 0)
         goto out;
+    json_int_t target0 =
+        json_integer_value(json_object_get(json_object_get(trial, "spec"), "validateAfter"));
+    json_int_t reached0 = json_integer_value(
+        json_object_get(json_object_get(tstatus, "latestValidation"), "batches"));
+    if (strcmp(estate, "STOPPING_COMPLETED") == 0 && a.running == 0) {
+        /* The search is over: nothing new starts; a trial that reached its target is done. */
+        bool done = target0 > 0 && reached0 >= target0;
+        status = state_status(trial, done ? KD_TRIAL_COMPLETED : KD_TRIAL_CANCELED,
+                              done ? "completed" : "the search ended before this trial ran");
+        json_object_set_new(status, "pods", json_array());
+        if ((rc = set_status(c, trial, status, err)) == 0)
+            rc = delete_all(c, pods);
+        goto out;
+    }
     int max_restarts = (int)json_integer_value(json_object_get(cfg, "max_restarts"));
     int restarts = (int)json_integer_value(json_object_get(tstatus, "restarts"));
 
@@ -320,7 +336,7 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
     if (pre != NULL && cur == KD_TRIAL_ACTIVE) {
         status = state_status(trial, KD_TRIAL_QUEUED, json_string_value(pre));
         kd_ctrl_set_condition(status, tstatus, "Preempted", true, "Preempted",
-                              json_string_value(pre), 0);
+                              json_string_value(pre), gen);
         KD_INFO("trial preempted", "trial=%s reason=%s", kd_logq(key),
                 kd_logq(json_string_value(pre)));
         json_decref(pre);
@@ -380,7 +396,7 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
                 json_object_set_new(status, "startTime",
                                     json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
             kd_ctrl_set_condition(status, tstatus, "Scheduled", true, "Admitted",
-                                  "admitted by the kdet scheduler", 0);
+                                  "admitted by the kdet scheduler", gen);
             rc = set_status(c, trial, status, err);
         } else {
             const char *reason = json_string_value(json_object_get(why, "reason"));
@@ -390,7 +406,7 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
                                   reason != NULL ? reason : "waiting for the scheduler");
             if (reason != NULL)
                 kd_ctrl_set_condition(status, tstatus, "Scheduled", false,
-                                      never ? "Unschedulable" : "Waiting", reason, 0);
+                                      never ? "Unschedulable" : "Waiting", reason, gen);
             rc = set_status(c, trial, status, err);
             kd_ctrl_kick(c);
         }

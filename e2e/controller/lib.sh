@@ -52,7 +52,9 @@ stop_ctrl() {
     if [ -n "$CTRL_PID" ]; then
         kill -TERM "$CTRL_PID" 2>/dev/null
         wait "$CTRL_PID" 2>/dev/null
+        local st=$?
         CTRL_PID=
+        check "kdet-controller stopped cleanly on SIGTERM (status $st)" test "$st" = 0
     fi
 }
 
@@ -91,6 +93,10 @@ finish() {
         pkill -KILL -f "$T" 2>/dev/null # only processes of this test's own temp dir
     else
         ok "no process left behind"
+    fi
+    if grep -qE 'Sanitizer|runtime error:' "$T/ctrl.log" 2>/dev/null; then
+        bad "sanitizer report in the controller log"
+        grep -A15 -E 'Sanitizer|runtime error:' "$T/ctrl.log" | head -40
     fi
     if [ "$FAILED" -gt 0 ]; then
         echo "---- controller log (tail)"
