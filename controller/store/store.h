@@ -32,7 +32,12 @@ struct kd_store_opts {
     int pool_size;
     /** How long a caller waits for a free connection (default 5000 ms). */
     int pool_wait_ms;
-    /** statement_timeout set on every connection (default 30000 ms; 0 keeps the server's). */
+    /**
+     * statement_timeout set on every connection (0: the default, 30000 ms).
+     * The client also gives up this long plus 5 s after sending a
+     * statement (a hung server). Negative: keep the server's setting and
+     * wait for answers without a client-side limit.
+     */
     int statement_timeout_ms;
     /** Reconnect back-off: first and longest wait (defaults 100 and 5000 ms). */
     int backoff_min_ms;
