@@ -91,7 +91,7 @@ static void parse_trial(struct tcase *c, char *save, const char *file, int line)
                 if (colon == NULL)
                     fail_msg("%s:%d: running=NODE:GPUS,...", file, line);
                 *colon = '\0';
-                int ni = node_idx(c, pl), g;
+                int ni = node_idx(c, pl), g = 0;
                 if (ni < 0 || kd_parse_int(colon + 1, &g) != 0)
                     fail_msg("%s:%d: unknown node %s", file, line, pl);
                 t->place[t->nplace++] = (struct kd_sched_place){ni, g};
