@@ -31,6 +31,7 @@
 #include "patch.h"
 #include "proto.h"
 #include "registry.h"
+#include "scheduler.h"
 #include "selector.h"
 #include "table.h"
 #include "store.h"
@@ -799,7 +800,9 @@ static int pod_defaults(struct kd_api *api, struct kd_http_req *r, const struct 
         free(pcs);
     }
     json_object_set_new(spec, "priority", json_integer(prio));
-    json_object_set_new(pod, "status", json_pack("{s:s}", "phase", "Pending"));
+    json_object_set_new(
+        pod, "status",
+        json_pack("{s:s,s:s}", "phase", "Pending", "qosClass", kd_sched_qos_class(pod)));
     return 0;
 }
 

@@ -845,10 +845,11 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
     mkdir_p(logdir);
     logpath = kd_kubelet_log_path(k->state_dir, p->uid, c->name, c->restarts);
     now3339(c->started, sizeof(c->started));
-    if (json_array_size(cmd) == 0) {
+    /* With no command, args run as the command: an image with no ENTRYPOINT does that. */
+    if (json_array_size(cmd) == 0 && json_array_size(args) == 0) {
         snprintf(err, sizeof(err),
                  "kdet-local runs containers as local processes and ignores the image (%s): "
-                 "spec.%s[%zu].command is required",
+                 "spec.%s[%zu].command (or args) is required",
                  jstr(cs, "image") ? jstr(cs, "image") : "none",
                  c->init ? "initContainers" : "containers", c->init ? i : i - p->ninit);
         goto fail;
@@ -1165,28 +1166,6 @@ static json_t *condition(struct podrt *p, const char *type, bool ok, const char 
     return c;
 }
 
-static const char *qos_class(const json_t *pod)
-{
-    bool any = false, guaranteed = true;
-    size_t i;
-    json_t *c;
-    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c)
-    {
-        const json_t *res = json_object_get(c, "resources");
-        const json_t *req = json_object_get(res, "requests");
-        const json_t *lim = json_object_get(res, "limits");
-        if (json_object_size(req) > 0 || json_object_size(lim) > 0)
-            any = true;
-        if (jstr(lim, "cpu") == NULL || jstr(lim, "memory") == NULL)
-            guaranteed = false;
-        if ((jstr(req, "cpu") && jstr(lim, "cpu") && strcmp(jstr(req, "cpu"), jstr(lim, "cpu"))) ||
-            (jstr(req, "memory") && jstr(lim, "memory") &&
-             strcmp(jstr(req, "memory"), jstr(lim, "memory"))))
-            guaranteed = false;
-    }
-    return !any ? "BestEffort" : guaranteed ? "Guaranteed" : "Burstable";
-}
-
 static json_t *pod_status(struct podrt *p, const json_t *pod)
 {
     const json_t *spec = json_object_get(pod, "spec");
@@ -1253,10 +1232,11 @@ static json_t *pod_status(struct podrt *p, const json_t *pod)
                                            terminal ? "PodCompleted" : "ContainersNotReady",
                                            terminal ? NULL : unready_msg));
     json_array_append_new(conds, condition(p, "PodScheduled", true, NULL, NULL));
-    json_t *st = json_pack("{s:s,s:o,s:s,s:[{s:s}],s:s,s:[{s:s}],s:s,s:o,s:s}", "phase", phase,
-                           "conditions", conds, "hostIP", "127.0.0.1", "hostIPs", "ip", "127.0.0.1",
-                           "podIP", "127.0.0.1", "podIPs", "ip", "127.0.0.1", "startTime",
-                           p->start_time, "containerStatuses", cs, "qosClass", qos_class(pod));
+    json_t *st =
+        json_pack("{s:s,s:o,s:s,s:[{s:s}],s:s,s:[{s:s}],s:s,s:o,s:s}", "phase", phase, "conditions",
+                  conds, "hostIP", "127.0.0.1", "hostIPs", "ip", "127.0.0.1", "podIP", "127.0.0.1",
+                  "podIPs", "ip", "127.0.0.1", "startTime", p->start_time, "containerStatuses", cs,
+                  "qosClass", kd_sched_qos_class(pod));
     if (p->ninit > 0)
         json_object_set_new(st, "initContainerStatuses", ics);
     else

@@ -76,6 +76,28 @@ void kd_sched_pod_requests(const json_t *pod, struct kd_res *out)
     *out = sum;
 }
 
+const char *kd_sched_qos_class(const json_t *pod)
+{
+    bool any = false, guaranteed = true;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c)
+    {
+        const json_t *res = json_object_get(c, "resources");
+        const json_t *req = json_object_get(res, "requests");
+        const json_t *lim = json_object_get(res, "limits");
+        if (json_object_size(req) > 0 || json_object_size(lim) > 0)
+            any = true;
+        if (jstr(lim, "cpu") == NULL || jstr(lim, "memory") == NULL)
+            guaranteed = false;
+        if ((jstr(req, "cpu") && jstr(lim, "cpu") && strcmp(jstr(req, "cpu"), jstr(lim, "cpu"))) ||
+            (jstr(req, "memory") && jstr(lim, "memory") &&
+             strcmp(jstr(req, "memory"), jstr(lim, "memory"))))
+            guaranteed = false;
+    }
+    return !any ? "BestEffort" : guaranteed ? "Guaranteed" : "Burstable";
+}
+
 static bool terminal(const json_t *pod)
 {
     const char *phase = jstr(json_object_get(pod, "status"), "phase");

@@ -22,6 +22,10 @@ struct kd_res {
 /** The requests of a pod spec: max(sum of containers, each init container), pods = 1. */
 void kd_sched_pod_requests(const json_t *pod, struct kd_res *out);
 
+/** The pod's QoS class from its containers' requests and limits (BestEffort, Burstable,
+ * Guaranteed). */
+const char *kd_sched_qos_class(const json_t *pod);
+
 /**
  * One scheduling pass (store lock held): every unbound, undeleted pod whose
  * schedulerName is default-scheduler (or unset) is bound to node_name when
