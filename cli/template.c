@@ -200,7 +200,7 @@ static int cmd_set(int argc, char **argv)
         printf("template %s created (ConfigMap %s in namespace %s)\n", a.pos[0], cmname, k.ns);
     }
     if (r != 0)
-        rc = det_kube_fail(&k, r, &st, err, "write", &cm_gvr, "template", a.pos[0]);
+        rc = det_kube_fail(&k, r, &st, err, "create", &cm_gvr, "template", a.pos[0]);
 out:
     free(text);
     free(cmname);

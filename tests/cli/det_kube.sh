@@ -132,8 +132,8 @@ for _ in $(seq 50); do k get pod "$name-1-0" > /dev/null 2>&1 || { gone=1; break
 # ---- wait on a status written through the status subresource
 other=$(k get exp -o name | grep -v "$name" | head -1 | cut -d/ -f2)
 st() { k patch exp "$1" --subresource=status --type=merge -p "$2" > /dev/null; }
-(sleep 1; st "$other" '{"status":{"state":"ACTIVE","observedGeneration":1,"progress":0.25,"progressPercent":"25%","trials":{"total":4,"active":4}}}'
- sleep 1; st "$other" '{"status":{"state":"COMPLETED","observedGeneration":1,"progress":1,"progressPercent":"100%","trials":{"total":4,"completed":4},"bestValidation":{"trial":"t1","metric":"validation_loss","value":0.25,"batches":100}}}') &
+(sleep 2; st "$other" '{"status":{"state":"ACTIVE","observedGeneration":1,"progress":0.25,"progressPercent":"25%","trials":{"total":4,"active":4}}}'
+ sleep 2; st "$other" '{"status":{"state":"COMPLETED","observedGeneration":1,"progress":1,"progressPercent":"100%","trials":{"total":4,"completed":4},"bestValidation":{"trial":"t1","metric":"validation_loss","value":0.25,"batches":100}}}') &
 bgpid=$!
 check "wait exits 0 on COMPLETED" 0 "experiment $other COMPLETED" -- timeout 60 "$det" experiment wait "$other" --timeout 50s
 grep -qF "ACTIVE [#####...............] 25%, trials 4 (4 active" "$tmp/out" && ok "wait shows the progress line" || bad "wait progress line" "$tmp/out"
@@ -160,7 +160,7 @@ k patch exp "$pub" -n kube-public --subresource=status --type=merge -p '{"status
 "$det" experiment pause "$pub" -n kube-public > /dev/null 2>&1
 check "describe says when the controller has not seen the latest change" 0 \
     "has not yet acted on the latest change: generation 2, observed 1" -- "$det" experiment describe "$pub" -n kube-public
-(sleep 1; k delete exp "$pub" -n kube-public > /dev/null) &
+(sleep 2; k delete exp "$pub" -n kube-public > /dev/null) &
 bgpid=$!
 check "wait exits 5 when the experiment is deleted meanwhile" 5 "was deleted while waiting" \
     -- timeout 60 "$det" experiment wait "$pub" -n kube-public
@@ -186,6 +186,8 @@ check "a stored template that makes the config invalid" 3 "slots_per_trial" \
 printf 'a: [1\n' > "$tmp/bad.yaml"
 check "template set refuses bad YAML" 3 "bad.yaml:" -- "$det" template set broken "$tmp/bad.yaml"
 check "template set refuses a bad name" 2 "template name \"Bad_Name\"" -- "$det" template set Bad_Name "$tmp/t.yaml"
+check "template set in a namespace that does not exist" 5 "cannot create template gpu in namespace \"nope\".*does the namespace exist" \
+    -- "$det" template set gpu "$tmp/t.yaml" -n nope
 check "template rm" 0 "template gpu deleted" -- "$det" template rm gpu
 check "template describe after rm" 5 "template \"gpu\" not found in namespace \"default\"" -- "$det" template describe gpu
 check "create --template of a missing template" 5 "template \"nope\" not found" \
