@@ -53,7 +53,7 @@ on_exit() {
 		kube_log "start failed (exit $rc); stopping what was started. Last log lines:"
 		local f
 		for f in "$dir"/logs/*.log; do
-			[[ -f "$f" ]] || continue
+			[[ -f "$f" && "$f" != */openssl.log ]] || continue
 			echo "---- $f" >&2
 			tail -n 15 "$f" >&2
 		done
