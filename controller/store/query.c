@@ -47,6 +47,32 @@ int kd_store_metrics_series(struct kd_store *s, int64_t trial_id, enum kd_metric
     return kd_store__json(s, "metric series", SERIES_SQL, 3, p, out, err);
 }
 
+int kd_store_metrics_since(struct kd_store *s, int64_t experiment_id, int64_t trial_id,
+                           int64_t after_id, int limit, json_t **out, char *err)
+{
+    char eb[24], tb[24], ab[24], lb[24];
+    *out = NULL;
+    if (experiment_id <= 0 && trial_id <= 0)
+        return kd_seterr(err, KD_EINVAL, "metrics: give an experiment id or a trial id");
+    if (limit <= 0 || limit > 10000)
+        return kd_seterr(err, KD_EINVAL, "limit: %d out of range 1..10000", limit);
+    snprintf(eb, sizeof(eb), "%lld", (long long)(experiment_id > 0 ? experiment_id : 0));
+    snprintf(tb, sizeof(tb), "%lld", (long long)(trial_id > 0 ? trial_id : 0));
+    snprintf(ab, sizeof(ab), "%lld", (long long)(after_id > 0 ? after_id : 0));
+    snprintf(lb, sizeof(lb), "%d", limit);
+    const char *p[4] = {eb, tb, ab, lb};
+    return kd_store__json(
+        s, "new metrics",
+        "SELECT coalesce(json_agg(x ORDER BY x.id), '[]') FROM (SELECT m.id, m.trial_id, m.kind,"
+        " m.step, " TS("m.reported_at") " AS reported_at, m.metrics"
+                                        " FROM metrics m JOIN trials t ON t.id = m.trial_id"
+                                        " WHERE ($1::bigint = 0 OR t.experiment_id = $1::bigint)"
+                                        " AND ($2::bigint = 0 OR m.trial_id = $2::bigint) AND m.id "
+                                        "> $3::bigint"
+                                        " ORDER BY m.id LIMIT $4::bigint) x",
+        4, p, out, err);
+}
+
 #define BEST_SQL(dir)                                                                              \
     "SELECT coalesce(json_agg(b ORDER BY b.trial_id), '[]') FROM ("                                \
     " SELECT DISTINCT ON (m.trial_id) m.trial_id, m.step,"                                         \

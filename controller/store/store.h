@@ -166,6 +166,16 @@ int kd_store_metrics_series(struct kd_store *s, int64_t trial_id, enum kd_metric
                             int max_points, json_t **out, char *err) KD_WUR;
 
 /**
+ * Metric rows stored after row id after_id, oldest first, at most limit
+ * (1..10000), of one trial (trial_id > 0) or of every trial of an
+ * experiment (experiment_id > 0): [{"id","trial_id","kind","step",
+ * "reported_at","metrics"}]. For live streams: poll with the last id seen.
+ * Ids grow in commit order because one writer thread inserts metrics.
+ */
+int kd_store_metrics_since(struct kd_store *s, int64_t experiment_id, int64_t trial_id,
+                           int64_t after_id, int limit, json_t **out, char *err) KD_WUR;
+
+/**
  * Per trial of an experiment, the validation row with the best numeric
  * value of `metric` (smallest when smaller_is_better):
  * [{"trial_id":N,"step":N,"value":X,"metrics":{...}}, ...] by trial id.

@@ -367,6 +367,68 @@ static void best_validation(void **state)
     kd_store_close(s);
 }
 
+/* Polling for new rows: everything exactly once, in order, per trial or per experiment. */
+static void since_polling(void **state)
+{
+    (void)state;
+    char ci[512], err[KD_ERRLEN] = "";
+    struct kd_store *s = fx_store(NULL, ci, sizeof(ci));
+    int64_t exp = 0;
+    int64_t t1 = fx_trial(s, "p1", &exp), t2 = 0;
+    struct kd_store_trial tr = {"trial-p2", exp, "r2", NULL, 0, "ACTIVE"};
+    assert_int_equal(kd_store_trial_upsert(s, &tr, &t2, err), 0);
+    int64_t other = fx_trial(s, "p3", NULL);
+    int64_t seen_exp = 0, seen_t1 = 0;
+    int got_exp = 0, got_t1 = 0;
+    for (int round = 0; round < 5; round++) {
+        int64_t ts[3] = {t1, t2, other};
+        for (int k = 0; k < 3; k++) {
+            struct kd_metric_row rows[3];
+            for (int j = 0; j < 3; j++)
+                rows[j] = (struct kd_metric_row){round * 3 + j, 0, json_pack("{si}", "r", round)};
+            char key[32];
+            snprintf(key, sizeof(key), "r%d", round);
+            struct kd_metric_batch b = {ts[k], KD_METRIC_TRAINING, key, rows, 3};
+            assert_int_equal(kd_store_metrics_put(s, &b, 10000, err), 0);
+            for (int j = 0; j < 3; j++)
+                json_decref(rows[j].metrics);
+        }
+        /* Poll in small pages until nothing new. */
+        for (;;) {
+            json_t *page = NULL;
+            assert_int_equal(kd_store_metrics_since(s, exp, 0, seen_exp, 4, &page, err), 0);
+            size_t n = json_array_size(page);
+            for (size_t i = 0; i < n; i++) {
+                json_t *r = json_array_get(page, i);
+                int64_t id = json_integer_value(json_object_get(r, "id"));
+                assert_true(id > seen_exp);
+                assert_int_not_equal(json_integer_value(json_object_get(r, "trial_id")), other);
+                seen_exp = id;
+                got_exp++;
+            }
+            json_decref(page);
+            if (n == 0)
+                break;
+        }
+        json_t *page = NULL;
+        assert_int_equal(kd_store_metrics_since(s, 0, t1, seen_t1, 1000, &page, err), 0);
+        for (size_t i = 0; i < json_array_size(page); i++) {
+            json_t *r = json_array_get(page, i);
+            assert_int_equal(json_integer_value(json_object_get(r, "trial_id")), t1);
+            seen_t1 = json_integer_value(json_object_get(r, "id"));
+            got_t1++;
+        }
+        json_decref(page);
+    }
+    assert_int_equal(got_exp, 5 * 3 * 2);
+    assert_int_equal(got_t1, 5 * 3);
+    json_t *page = NULL;
+    assert_int_equal(kd_store_metrics_since(s, 0, 0, 0, 10, &page, err), KD_EINVAL);
+    assert_int_equal(kd_store_metrics_since(s, exp, 0, 0, 0, &page, err), KD_EINVAL);
+    assert_non_null(strstr(err, "limit"));
+    kd_store_close(s);
+}
+
 static void deleted_trial(void **state)
 {
     (void)state;
@@ -442,7 +504,7 @@ int main(void)
         cmocka_unit_test(round_trip),          cmocka_unit_test(duplicate_batches),
         cmocka_unit_test(bad_batches_refused), cmocka_unit_test(downsampling),
         cmocka_unit_test(best_validation),     cmocka_unit_test(deleted_trial),
-        cmocka_unit_test(ingestion_rate),
+        cmocka_unit_test(since_polling),       cmocka_unit_test(ingestion_rate),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
