@@ -153,6 +153,7 @@ out:
 int api_only_keys(struct api_rq *q, const json_t *obj, const char *prefix,
                   const char *const *allowed)
 {
+    int rc = 0;
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)obj, k, v)
@@ -167,23 +168,26 @@ int api_only_keys(struct api_rq *q, const json_t *obj, const char *prefix,
             snprintf(field, sizeof(field), "%s%s", prefix, k);
             api_error(q, 400, field, "%s: unknown field%s%s%s", field, s ? " (did you mean " : "",
                       s ? s : "", s ? "?)" : "");
-            return KD_EINVAL;
+            rc = KD_EINVAL;
+            break;
         }
     }
-    return 0;
+    return rc;
 }
 
 int api_query_int(struct api_rq *q, const char *name, long lo, long hi, long def, long *out)
 {
+    int rc = 0;
     const char *s = kd_http_query(q->r, name);
     int64_t v = def;
     if (s != NULL && (kd_parse_i64(s, &v) != 0 || v < lo || v > hi)) {
         api_error(q, 400, name, "query parameter %s=%s: must be an integer from %ld to %ld", name,
                   kd_logq(s), lo, hi);
-        return KD_EINVAL;
+        rc = KD_EINVAL;
+    } else {
+        *out = (long)v;
     }
-    *out = (long)v;
-    return 0;
+    return rc;
 }
 
 /* ---- resources ---------------------------------------------------------------------------- */
@@ -258,20 +262,21 @@ out:
 
 static int auth_user(struct api_rq *q)
 {
+    int rc = 0;
     const char *auth = kd_http_header(q->r, "Authorization");
     const char *want = q->api->user_token;
     if (want == NULL) {
         api_error(q, 401, "Authorization",
                   "user API disabled: the controller was started without a user token");
-        return KD_EUNAUTHORIZED;
-    }
-    if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0 || strlen(auth + 7) != strlen(want) ||
-        CRYPTO_memcmp(auth + 7, want, strlen(want)) != 0) {
+        rc = KD_EUNAUTHORIZED;
+    } else if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0 ||
+               strlen(auth + 7) != strlen(want) ||
+               CRYPTO_memcmp(auth + 7, want, strlen(want)) != 0) {
         api_error(q, 401, "Authorization",
                   "a valid user token is required (Authorization: Bearer)");
-        return KD_EUNAUTHORIZED;
+        rc = KD_EUNAUTHORIZED;
     }
-    return 0;
+    return rc;
 }
 
 static const char *res_state(const json_t *obj)
@@ -503,29 +508,31 @@ static bool match(const char *pattern, struct api_rq *q)
 {
     char buf[128];
     int n = 0;
+    bool ok = true;
     kd_strlcpy(buf, pattern, sizeof(buf));
     char *save = NULL;
-    for (char *s = strtok_r(buf, "/", &save); s != NULL; s = strtok_r(NULL, "/", &save)) {
-        if (n >= q->nseg)
-            return false;
-        if (strcmp(s, "*") != 0 && strcmp(s, q->seg[n]) != 0)
-            return false;
+    for (char *s = strtok_r(buf, "/", &save); s != NULL && ok; s = strtok_r(NULL, "/", &save)) {
+        if (n >= q->nseg || (strcmp(s, "*") != 0 && strcmp(s, q->seg[n]) != 0))
+            ok = false;
         n++;
     }
-    return n == q->nseg;
+    return ok && n == q->nseg;
 }
 
 static int split_path(struct api_rq *q)
 {
+    int rc = 0;
     char *p = kd_http_strdup(q->r, kd_http_path(q->r));
     char *save = NULL;
     q->nseg = 0;
     for (char *s = strtok_r(p, "/", &save); s != NULL; s = strtok_r(NULL, "/", &save)) {
-        if (q->nseg == API_MAX_SEGS)
-            return KD_ETOOBIG;
+        if (q->nseg == API_MAX_SEGS) {
+            rc = KD_ETOOBIG;
+            break;
+        }
         q->seg[q->nseg++] = s;
     }
-    return 0;
+    return rc;
 }
 
 static void dispatch(struct kd_http_req *r, void *ud)
@@ -547,8 +554,6 @@ static void dispatch(struct kd_http_req *r, void *ud)
                          allow[0] ? ", " : "", routes[i].method);
         }
     }
-    if (q.nseg >= 5 && strcmp(q.seg[2], "namespaces") == 0)
-        q.trial_log = kd_http_printf(r, "%s/%s", q.seg[3], q.seg[4]);
     if (hit == NULL && allow[0] != '\0') {
         kd_http_add_header(r, "Allow", allow);
         api_error(&q, 405, NULL, "method %s is not allowed on %s; allowed: %s", method,
@@ -621,6 +626,7 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
     a->o.token_key = NULL;
     a->o.ns = a->ns;
     a->ids = json_object();
+    a->progress = json_object();
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->changed, NULL);
     api_hub_init(&a->hub);
@@ -664,6 +670,7 @@ void kd_api_stop(struct kd_api *a)
     kd_k8s_informer_free(a->exps);
     api_hub_destroy(&a->hub);
     json_decref(a->ids);
+    json_decref(a->progress);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->changed);
     OPENSSL_cleanse(a->key, sizeof(a->key));

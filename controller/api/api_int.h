@@ -18,6 +18,8 @@
 #include "k8s/informer.h"
 
 #define API_MAX_SEGS 12
+/* Training reports update status.batchesTrained at most this often per trial. */
+#define API_PROGRESS_MS 10000
 
 /* The live metrics hub: a bounded ring of recently stored batches. */
 struct api_hub_entry {
@@ -51,6 +53,7 @@ struct kd_api {
     pthread_cond_t changed;
     uint64_t changes; /* bumped on every informer event */
     json_t *ids;      /* trial uid -> [experiment_id, trial_id] */
+    json_t *progress; /* trial uid -> [mono ms of the last batchesTrained write, batches] */
 
     struct api_hub hub;
 };
@@ -61,8 +64,7 @@ struct api_rq {
     struct kd_http_req *r;
     const char *seg[API_MAX_SEGS];
     int nseg;
-    int status;
-    const char *trial_log; /* "ns/name" for the access log */
+    int status; /* the answer's status, for the access log */
 };
 
 /* ---- responses (api.c) ---- */

@@ -190,15 +190,17 @@ void api_user_experiment_checkpoints(struct api_rq *q)
     int64_t id;
     json_t *out = NULL;
     char err[KD_ERRLEN] = "";
-    if (exp_id_of(q, &id) != 0)
-        return;
     bool deleted = kd_http_query(q->r, "deleted") != NULL &&
                    strcmp(kd_http_query(q->r, "deleted"), "true") == 0;
+    if (exp_id_of(q, &id) != 0)
+        goto out;
     int rc = id == 0 ? 0 : kd_store_checkpoints_list(q->api->o.store, id, 0, deleted, &out, err);
     if (rc != 0)
         api_fail(q, rc, NULL, err);
     else
         api_json(q, 200, json_pack("{s:o}", "checkpoints", out ? out : json_array()));
+out:
+    return;
 }
 
 void api_user_experiment_events(struct api_rq *q)
@@ -207,16 +209,16 @@ void api_user_experiment_events(struct api_rq *q)
     long after, limit;
     json_t *out = NULL;
     char err[KD_ERRLEN] = "";
-    if (exp_id_of(q, &id) != 0)
-        return;
     if (api_query_int(q, "after", 0, INT64_MAX / 2, 0, &after) != 0 ||
-        api_query_int(q, "limit", 1, 1000, 100, &limit) != 0)
-        return;
+        api_query_int(q, "limit", 1, 1000, 100, &limit) != 0 || exp_id_of(q, &id) != 0)
+        goto out;
     int rc = id == 0 ? 0 : kd_store_events_list(q->api->o.store, id, after, (int)limit, &out, err);
     if (rc != 0)
         api_fail(q, rc, NULL, err);
     else
         api_json(q, 200, json_pack("{s:o}", "events", out ? out : json_array()));
+out:
+    return;
 }
 
 void api_user_trial(struct api_rq *q)
@@ -259,15 +261,12 @@ void api_user_trial_metrics(struct api_rq *q)
     const char *ks = kd_http_query(q->r, "kind");
     if (ks != NULL && kd_metric_kind_parse(ks, &kind) != 0) {
         api_error(q, 400, "kind",
-                  "query parameter kind=%s: must be training, validation or "
-                  "profiling",
+                  "query parameter kind=%s: must be training, validation or profiling",
                   kd_logq(ks));
-        return;
+        goto out;
     }
-    if (api_query_int(q, "max_points", 0, 100000, 0, &maxp) != 0)
-        return;
-    if (trial_id_of(q, &id) != 0)
-        return;
+    if (api_query_int(q, "max_points", 0, 100000, 0, &maxp) != 0 || trial_id_of(q, &id) != 0)
+        goto out;
     int rc = id == 0 ? 0 : kd_store_metrics_series(q->api->o.store, id, kind, (int)maxp, &out, err);
     if (rc != 0)
         api_fail(q, rc, NULL, err);
@@ -275,6 +274,8 @@ void api_user_trial_metrics(struct api_rq *q)
         api_json(q, 200,
                  json_pack("{s:s,s:o}", "kind", kd_metric_kind_name(kind), "metrics",
                            out ? out : json_array()));
+out:
+    return;
 }
 
 void api_user_trial_checkpoints(struct api_rq *q)
@@ -283,12 +284,14 @@ void api_user_trial_checkpoints(struct api_rq *q)
     json_t *out = NULL;
     char err[KD_ERRLEN] = "";
     if (trial_id_of(q, &id) != 0)
-        return;
+        goto out;
     int rc = id == 0 ? 0 : kd_store_checkpoints_list(q->api->o.store, 0, id, true, &out, err);
     if (rc != 0)
         api_fail(q, rc, NULL, err);
     else
         api_json(q, 200, json_pack("{s:o}", "checkpoints", out ? out : json_array()));
+out:
+    return;
 }
 
 /* ---- the job queue ---------------------------------------------------------------------- */
@@ -296,13 +299,14 @@ void api_user_trial_checkpoints(struct api_rq *q)
 static int job_rank(const json_t *t)
 {
     const char *st = json_string_value(json_object_get(json_object_get(t, "status"), "state"));
+    int rank = -1; /* terminal: not a job */
     if (st == NULL || strcmp(st, "QUEUED") == 0)
-        return 1;
-    if (strcmp(st, "ACTIVE") == 0 || strncmp(st, "STOPPING_", 9) == 0)
-        return 0;
-    if (strcmp(st, "PAUSED") == 0)
-        return 2;
-    return -1; /* terminal: not a job */
+        rank = 1;
+    else if (strcmp(st, "ACTIVE") == 0 || strncmp(st, "STOPPING_", 9) == 0)
+        rank = 0;
+    else if (strcmp(st, "PAUSED") == 0)
+        rank = 2;
+    return rank;
 }
 
 static json_int_t prio(const json_t *t)
@@ -316,11 +320,12 @@ static int by_queue(const void *pa, const void *pb)
 {
     const json_t *a = *(json_t *const *)pa, *b = *(json_t *const *)pb;
     int ra = job_rank(a), rb = job_rank(b);
-    if (ra != rb)
-        return ra - rb;
-    if (prio(a) != prio(b))
-        return prio(a) < prio(b) ? -1 : 1;
-    return by_created(pa, pb);
+    int c = ra - rb;
+    if (c == 0 && prio(a) != prio(b))
+        c = prio(a) < prio(b) ? -1 : 1;
+    if (c == 0)
+        c = by_created(pa, pb);
+    return c;
 }
 
 void api_user_jobs(struct api_rq *q)
@@ -410,12 +415,12 @@ static ssize_t stream_fill(void *p, char *buf, size_t max)
             (void)rc;
         }
     }
-    if (s->out.len == 0)
-        return 0;
     size_t n = s->out.len < max ? s->out.len : max;
-    memcpy(buf, s->out.data, n);
-    kd_buf_consume(&s->out, n);
-    s->last_write_ms = kd_mono_ms();
+    if (n > 0) {
+        memcpy(buf, s->out.data, n);
+        kd_buf_consume(&s->out, n);
+        s->last_write_ms = kd_mono_ms();
+    }
     return (ssize_t)n;
 }
 

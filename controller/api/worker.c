@@ -82,6 +82,42 @@ static bool set_validation(json_t *status, void *ctx)
     return changed;
 }
 
+static bool set_batches(json_t *status, void *ctx)
+{
+    int64_t b = *(int64_t *)ctx;
+    bool more = b > json_integer_value(json_object_get(status, "batchesTrained"));
+    if (more)
+        json_object_set_new(status, "batchesTrained", json_integer(b));
+    return more;
+}
+
+/*
+ * Training progress into status.batchesTrained, at most once per
+ * API_PROGRESS_MS per trial (each write is a Kubernetes API call). Best
+ * effort: the metrics are stored whatever happens here.
+ */
+static void note_progress(struct kd_api *a, const json_t *trial, int64_t batches)
+{
+    const char *uid = kd_k8s_meta_str(trial, "uid");
+    int64_t now = kd_mono_ms();
+    bool write = false;
+    char err[KD_ERRLEN] = "";
+    pthread_mutex_lock(&a->mu);
+    json_t *p = json_object_get(a->progress, uid);
+    if (p == NULL || (batches > json_integer_value(json_array_get(p, 1)) &&
+                      now - json_integer_value(json_array_get(p, 0)) >= API_PROGRESS_MS)) {
+        json_object_set_new(a->progress, uid,
+                            json_pack("[I,I]", (json_int_t)now, (json_int_t)batches));
+        write = true;
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (write &&
+        api_status_update(a, kd_k8s_meta_str(trial, "namespace"), kd_k8s_meta_str(trial, "name"),
+                          uid, set_batches, &batches, err) != 0)
+        KD_WARN("cannot record training progress", "trial=%s/%s err=%s",
+                kd_k8s_meta_str(trial, "namespace"), kd_k8s_meta_str(trial, "name"), kd_logq(err));
+}
+
 /* Check the rows and build the store's rows; answers 400 itself. */
 static int parse_rows(struct api_rq *q, json_t *rows, struct kd_metric_row **out, size_t *n,
                       const char *metric, bool validation)
@@ -235,6 +271,13 @@ void api_worker_metrics(struct api_rq *q)
             goto out;
         }
     }
+    if (kind == KD_METRIC_TRAINING) {
+        int64_t most = 0;
+        for (size_t i = 0; i < n; i++)
+            if (rows[i].step > most)
+                most = rows[i].step;
+        note_progress(a, trial, most);
+    }
     /* Tell the live streams. */
     json_t *ev = json_pack("{s:s,s:s,s:s,s:s,s:O}", "namespace", NS(q), "trial", TRIAL(q),
                            "experiment", ename, "kind", ks, "rows", json_object_get(body, "rows"));
@@ -252,48 +295,43 @@ out:
 
 /* ---- searcher operation and preemption ---------------------------------------------------- */
 
+static bool preempted_condition(const json_t *trial)
+{
+    bool yes = false;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(json_object_get(trial, "status"), "conditions"), i, c)
+    {
+        if (strcmp(json_string_value(json_object_get(c, "type")) ?: "", "Preempted") == 0 &&
+            strcmp(json_string_value(json_object_get(c, "status")) ?: "", "True") == 0)
+            yes = true;
+    }
+    return yes;
+}
+
 bool api_should_preempt(const json_t *trial, const json_t *exp, const char **reason)
 {
     const char *st = state_of(trial);
-    if (trial == NULL || exp == NULL) {
+    if (trial == NULL || exp == NULL)
         *reason = "the trial or its experiment was deleted";
-        return true;
-    }
-    if (kd_k8s_meta_str(trial, "deletionTimestamp") || kd_k8s_meta_str(exp, "deletionTimestamp")) {
+    else if (kd_k8s_meta_str(trial, "deletionTimestamp") ||
+             kd_k8s_meta_str(exp, "deletionTimestamp"))
         *reason = "the trial is being deleted";
-        return true;
-    }
-    if (spec_true(exp, "canceled")) {
+    else if (spec_true(exp, "canceled"))
         *reason = "the experiment was canceled";
-        return true;
-    }
-    if (spec_true(exp, "paused")) {
+    else if (spec_true(exp, "paused"))
         *reason = "the experiment was paused";
-        return true;
-    }
-    if (spec_true(trial, "paused")) {
+    else if (spec_true(trial, "paused"))
         *reason = "the trial was paused";
-        return true;
-    }
-    if (strncmp(st, "STOPPING_", 9) == 0 || strcmp(st, "PAUSED") == 0 ||
-        strcmp(st, "CANCELED") == 0 || strcmp(st, "ERROR") == 0 || strcmp(st, "COMPLETED") == 0) {
+    else if (strncmp(st, "STOPPING_", 9) == 0 || strcmp(st, "PAUSED") == 0 ||
+             strcmp(st, "CANCELED") == 0 || strcmp(st, "ERROR") == 0 ||
+             strcmp(st, "COMPLETED") == 0)
         *reason = "the trial is stopping";
-        return true;
-    }
-    if (strcmp(st, "QUEUED") == 0) {
-        size_t i;
-        json_t *c;
-        json_array_foreach(json_object_get(json_object_get(trial, "status"), "conditions"), i, c)
-        {
-            if (strcmp(json_string_value(json_object_get(c, "type")) ?: "", "Preempted") == 0 &&
-                strcmp(json_string_value(json_object_get(c, "status")) ?: "", "True") == 0) {
-                *reason = "the scheduler preempted the trial";
-                return true;
-            }
-        }
-    }
-    *reason = "";
-    return false;
+    else if (strcmp(st, "QUEUED") == 0 && preempted_condition(trial))
+        *reason = "the scheduler preempted the trial";
+    else
+        *reason = "";
+    return (*reason)[0] != '\0';
 }
 
 /* Read the trial (uid checked) and its experiment from the caches; NULL when gone. */
@@ -303,14 +341,16 @@ static void load_pair(struct kd_api *a, const char *ns, const char *name, const 
     char err[KD_ERRLEN];
     *trial = *exp = NULL;
     if (api_get_trial(a, ns, name, trial, err) != 0)
-        return;
+        goto out;
     if (strcmp(kd_k8s_meta_str(*trial, "uid") ?: "", uid) != 0) {
         json_decref(*trial);
         *trial = NULL;
-        return;
+        goto out;
     }
     if (api_get_experiment(a, ns, spec_str(*trial, "experiment") ?: "", exp, err) != 0)
         *exp = NULL;
+out:
+    return;
 }
 
 void api_worker_searcher(struct api_rq *q)
@@ -426,24 +466,26 @@ static bool set_checkpoint(json_t *status, void *ctx)
 static int want_str(struct api_rq *q, json_t *body, const char *k, size_t max, bool required,
                     const char **out)
 {
+    int rc = 0;
     json_t *v = json_object_get(body, k);
     *out = json_string_value(v);
-    if (v == NULL && !required)
-        return 0;
-    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > max)
-        return api_error(q, 400, k, "%s: %s (a string of 1 to %zu bytes)", k,
-                         v == NULL ? "required" : "invalid", max);
-    return 0;
+    if ((v != NULL || required) &&
+        (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > max))
+        rc = api_error(q, 400, k, "%s: %s (a string of 1 to %zu bytes)", k,
+                       v == NULL ? "required" : "invalid", max);
+    return rc;
 }
 
 static int want_i64(struct api_rq *q, json_t *body, const char *k, int64_t *out)
 {
+    int rc = 0;
     json_t *v = json_object_get(body, k);
     if (!json_is_integer(v) || json_integer_value(v) < 0)
-        return api_error(q, 400, k, "%s: %s", k,
-                         v == NULL ? "required (an integer >= 0)" : "must be an integer >= 0");
-    *out = json_integer_value(v);
-    return 0;
+        rc = api_error(q, 400, k, "%s: %s", k,
+                       v == NULL ? "required (an integer >= 0)" : "must be an integer >= 0");
+    else
+        *out = json_integer_value(v);
+    return rc;
 }
 
 void api_worker_checkpoint(struct api_rq *q)
@@ -515,19 +557,22 @@ static bool set_early_exit(json_t *status, void *ctx)
     }
     size_t i;
     json_t *c;
+    bool same = false;
     json_array_foreach(conds, i, c)
     {
         if (strcmp(json_string_value(json_object_get(c, "type")) ?: "", "EarlyExit") == 0) {
-            if (strcmp(json_string_value(json_object_get(c, "reason")) ?: "", x->reason) == 0)
-                return false; /* already recorded: a retry */
-            json_array_remove(conds, i);
+            /* The same reason again is a retry: nothing to change. */
+            same = strcmp(json_string_value(json_object_get(c, "reason")) ?: "", x->reason) == 0;
+            if (!same)
+                json_array_remove(conds, i);
             break;
         }
     }
-    json_array_append_new(conds, json_pack("{s:s,s:s,s:s,s:s,s:s}", "type", "EarlyExit", "status",
-                                           "True", "lastTransitionTime", x->time, "reason",
-                                           x->reason, "message", x->message));
-    return true;
+    if (!same)
+        json_array_append_new(conds, json_pack("{s:s,s:s,s:s,s:s,s:s}", "type", "EarlyExit",
+                                               "status", "True", "lastTransitionTime", x->time,
+                                               "reason", x->reason, "message", x->message));
+    return !same;
 }
 
 void api_worker_early_exit(struct api_rq *q)

@@ -71,12 +71,10 @@ static char *dupstr(const char *s)
 
 static bool dns_name(const char *s)
 {
-    if (s == NULL || s[0] == '\0' || strlen(s) > 253)
-        return false;
-    for (const char *p = s; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.'))
-            return false;
-    return true;
+    bool ok = s != NULL && s[0] != '\0' && strlen(s) <= 253;
+    for (const char *p = s; ok && *p; p++)
+        ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
+    return ok;
 }
 
 void dtrain_client_free(struct dtrain_client *c)
@@ -182,32 +180,40 @@ out:
 
 int dtrain_client_from_env(struct dtrain_client **out, char *err)
 {
+    int rc = 0;
     struct dtrain_client_opts o = {0};
     char prefix[128];
     *out = NULL;
     o.url = getenv("KDET_CONTROLLER_URL");
-    if (o.url == NULL || o.url[0] == '\0')
-        return seterr(err, DTRAIN_ENOTFOUND,
-                      "KDET_CONTROLLER_URL is not set: not running as a kdet trial");
     o.token = getenv("KDET_TOKEN");
     o.trial = getenv("KDET_TRIAL_ID");
     o.ns = getenv("KDET_NAMESPACE");
-    if (o.token == NULL || o.token[0] == '\0')
-        return seterr(err, DTRAIN_EINVAL, "KDET_TOKEN: required with KDET_CONTROLLER_URL");
-    if (o.trial == NULL || o.trial[0] == '\0')
-        return seterr(err, DTRAIN_EINVAL, "KDET_TRIAL_ID: required with KDET_CONTROLLER_URL");
+    if (o.url == NULL || o.url[0] == '\0') {
+        rc = seterr(err, DTRAIN_ENOTFOUND,
+                    "KDET_CONTROLLER_URL is not set: not running as a kdet trial");
+        goto out;
+    }
+    if (o.token == NULL || o.token[0] == '\0') {
+        rc = seterr(err, DTRAIN_EINVAL, "KDET_TOKEN: required with KDET_CONTROLLER_URL");
+        goto out;
+    }
+    if (o.trial == NULL || o.trial[0] == '\0') {
+        rc = seterr(err, DTRAIN_EINVAL, "KDET_TRIAL_ID: required with KDET_CONTROLLER_URL");
+        goto out;
+    }
     const char *run = getenv("KDET_RUN_ID"), *rank = getenv("RANK");
     uint32_t r = 0;
     if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
         r = (uint32_t)kd_mono_ns();
     snprintf(prefix, sizeof(prefix), "%.64s-r%.8s-%08x", run ? run : "run", rank ? rank : "0", r);
     o.key_prefix = prefix;
-    int rc = dtrain_client_new(&o, out, err);
+    rc = dtrain_client_new(&o, out, err);
     if (rc == DTRAIN_EINVAL && err != NULL) {
         char tmp[DTRAIN_ERRLEN];
         snprintf(tmp, sizeof(tmp), "kdet environment: %s", err);
         snprintf(err, DTRAIN_ERRLEN, "%s", tmp);
     }
+out:
     return rc;
 }
 
@@ -489,14 +495,17 @@ out:
 int dtrain_client_flush(struct dtrain_client *c, char *err)
 {
     int rc = 0;
-    if (c == NULL)
-        return seterr(err, DTRAIN_EINVAL, "client: NULL");
+    if (c == NULL) {
+        rc = seterr(err, DTRAIN_EINVAL, "client: NULL");
+        goto out;
+    }
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < 3 && rc == 0; i++)
         rc = seal(c, i);
     pthread_mutex_unlock(&c->mu);
     if (rc == 0)
         rc = send_queue(c, err);
+out:
     return rc;
 }
 
@@ -547,18 +556,21 @@ out:
 
 int dtrain_should_preempt(struct dtrain_client *c, long wait_ms, int *preempt, char *err)
 {
-    int rc;
+    int rc = 0;
     char tail[64], path[700];
     json_t *resp = NULL;
     *preempt = 0;
-    if (c == NULL || wait_ms < 0)
-        return seterr(err, DTRAIN_EINVAL, "wait_ms: must be >= 0");
+    if (c == NULL || wait_ms < 0) {
+        rc = seterr(err, DTRAIN_EINVAL, "wait_ms: must be >= 0");
+        goto out;
+    }
     long s = wait_ms / 1000 > 60 ? 60 : wait_ms / 1000;
     snprintf(tail, sizeof(tail), "preemption?timeout=%ld", s);
     trial_path(c, tail, path, sizeof(path));
     rc = call(c, "GET", path, NULL, c->timeout_ms + s * 1000, c->timeout_ms + s * 1000, &resp, err);
     if (rc == 0)
         *preempt = json_is_true(json_object_get(resp, "preempt"));
+out:
     json_decref(resp);
     return rc;
 }

@@ -115,7 +115,6 @@ static void test_events_and_jobs(void **state)
     fx_patch("trials", "u-ev-2", "status",
              "{\"status\":{\"state\":\"QUEUED\",\"message\":\"waiting for 2 slots\"}}");
     fx_patch("trials", "u-ev-2", NULL, "{\"spec\":{\"resources\":{\"priority\":10,\"slots\":2}}}");
-    fx_token("u-ev-1", uid, tok, sizeof(tok));
     /* No data stored yet: empty lists. */
     assert_int_equal(fx_http("GET", NSP "experiments/u-ev/events", FX_USER_TOKEN, NULL, &out), 200);
     assert_int_equal(json_array_size(json_object_get(out, "events")), 0);

@@ -36,6 +36,11 @@ static void test_metrics_stored_as_sent(void **state)
     assert_int_equal(fx_http("POST", T("e-metrics-1/metrics"), tok, body, &out), 200);
     assert_int_equal(json_integer_value(json_object_get(out, "accepted")), 2);
     json_decref(out);
+    /* Training progress reaches the Trial's status. */
+    json_t *t = fx_get_trial("e-metrics-1");
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(t, "status"), "batchesTrained")), 20);
+    json_decref(t);
     /* The same batch again (a retry): not duplicated. */
     assert_int_equal(fx_http("POST", T("e-metrics-1/metrics"), tok, body, NULL), 200);
     assert_int_equal(kd_store_metrics_flush(fx.store, 5000), 0);
