@@ -7,3 +7,5 @@ API_TEST_DEPS := $(if $(wildcard local/rules.mk),$(O)/bin/kdet-local)
 $(O)/obj/tests/controller/api/%.o: KD_CFLAGS += -Itests -Itests/controller/api
 $(eval $(call kd_test,test_api_worker,tests/controller/api/test_api_worker.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 $(eval $(call kd_test,test_api_user,tests/controller/api/test_api_user.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
+# Figures (latency, rows/s, long-poll wake-up); `slow`, so not in the sanitizer pass.
+$(eval $(call kd_test,test_api_perf,tests/controller/api/test_api_perf.c dtrain/src/client.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),180,slow,$(API_TEST_DEPS)))
