@@ -611,6 +611,16 @@ void api_worker_early_exit(struct api_rq *q)
         api_fail(q, rc, NULL, err);
         goto out;
     }
+    /* Also in the experiment's event history (best effort: the condition is what counts). */
+    int64_t exp_id, trial_id;
+    if (api_store_ids(a, trial, true, &exp_id, &trial_id, err) == 0) {
+        json_t *details = json_pack("{s:s}", "trial", TRIAL(q));
+        struct kd_store_event ev = {exp_id, trial_id, "trial", "early_exit", x.message, details};
+        if (kd_store_event_add(a->o.store, &ev, NULL, err) != 0)
+            KD_WARN("cannot record the early exit event", "trial=%s/%s err=%s", NS(q), TRIAL(q),
+                    kd_logq(err));
+        json_decref(details);
+    }
     KD_INFO("trial exited early", "trial=%s/%s reason=%s", NS(q), TRIAL(q), why);
     api_json(q, 200, json_pack("{s:s}", "reason", why));
 out:

@@ -9,3 +9,4 @@ $(eval $(call kd_test,test_api_worker,tests/controller/api/test_api_worker.c $(A
 $(eval $(call kd_test,test_api_user,tests/controller/api/test_api_user.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 # Figures (latency, rows/s, long-poll wake-up); `slow`, so not in the sanitizer pass.
 $(eval $(call kd_test,test_api_perf,tests/controller/api/test_api_perf.c dtrain/src/client.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),180,slow,$(API_TEST_DEPS)))
+$(eval $(call kd_test,test_api_log,tests/controller/api/test_api_log.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))

@@ -414,6 +414,14 @@ static void test_checkpoint_and_early_exit(void **state)
     assert_string_equal(json_string_value(json_object_get(c, "reason")), "InvalidHP");
     assert_string_equal(json_string_value(json_object_get(c, "message")), "lr too large");
     json_decref(t);
+    /* ... and in the experiment's events. */
+    assert_int_equal(fx_http("GET", "/api/v1/namespaces/default/experiments/e-ck/events",
+                             FX_USER_TOKEN, NULL, &out),
+                     200);
+    json_t *ev = json_array_get(json_object_get(out, "events"), 0);
+    assert_string_equal(json_string_value(json_object_get(ev, "decision")), "early_exit");
+    assert_string_equal(json_string_value(json_object_get(ev, "reason")), "lr too large");
+    json_decref(out);
 }
 
 int main(void)
