@@ -405,8 +405,13 @@ static ssize_t stream_fill(void *p, char *buf, size_t max)
                 continue;
             if (kd_buf_printf(&s->out, "id: %llu\nevent: metrics\ndata: %s\n\n",
                               (unsigned long long)e->seq, e->json) != 0) {
-                s->last = q - 1; /* the buffer is full: send what it has first */
-                break;
+                if (s->out.len > 0) {
+                    s->last = q - 1; /* the buffer is full: send what it has first */
+                    break;
+                }
+                /* One batch larger than a stream's buffer: say so and go on. */
+                int rc = kd_buf_printf(&s->out, "event: lost\ndata: {\"missed\":1}\n\n");
+                (void)rc;
             }
         }
         pthread_mutex_unlock(&h->mu);
@@ -441,7 +446,7 @@ void api_user_stream(struct api_rq *q)
     s->experiment = exp;
     snprintf(s->ns, sizeof(s->ns), "%s", NS(q));
     snprintf(s->name, sizeof(s->name), "%s", NAME(q));
-    kd_buf_init(&s->out, 8u << 20);
+    kd_buf_init(&s->out, 16u << 20);
     pthread_mutex_lock(&a->hub.mu);
     s->last = a->hub.next_seq - 1;
     /* Last-Event-ID: resume after that batch when the ring still holds what follows. */
