@@ -800,12 +800,37 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
 
 /* ---- running containers --------------------------------------------------------------------- */
 
+/* A process's start time in clock ticks since boot (/proc/PID/stat field 22), or 0. */
+static unsigned long long proc_starttime(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long long start = 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    /* Fields after the command: state is field 3, starttime field 22. */
+    for (int field = 2; p != NULL && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    if (p != NULL)
+        start = strtoull(p + 1, NULL, 10);
+    return start;
+}
+
+/*
+ * Remember each container's process group with its leader's start time, so
+ * that a later run kills only these processes (never a reused pid).
+ */
 static void save_pgid(struct podrt *p, pid_t pid)
 {
     char *path = kd_xasprintf("%s/pids", p->dir);
     FILE *f = fopen(path, "a");
     if (f != NULL) {
-        fprintf(f, "%d\n", (int)pid);
+        fprintf(f, "%d %llu\n", (int)pid, proc_starttime(pid));
         fclose(f);
     }
     free(path);
@@ -1374,8 +1399,10 @@ static void kill_leftovers(const char *state_dir)
             char *path = kd_xasprintf("%s/%s/pids", pods, e->d_name);
             FILE *f = fopen(path, "r");
             int pid;
-            while (f != NULL && fscanf(f, "%d", &pid) == 1) {
-                if (pid > 1 && kill(-pid, SIGKILL) == 0)
+            unsigned long long start;
+            while (f != NULL && fscanf(f, "%d %llu", &pid, &start) == 2) {
+                if (pid > 1 && start != 0 && proc_starttime(pid) == start &&
+                    kill(-pid, SIGKILL) == 0)
                     KD_INFO("killed a container left by a previous run", "pgid=%d", pid);
             }
             if (f != NULL)
