@@ -43,6 +43,34 @@ static void test_user_token(void **state)
         fx_http("GET", "/api/v1/namespaces/other/experiments/x", FX_USER_TOKEN, NULL, NULL), 404);
 }
 
+static void test_user_api_disabled(void **state)
+{
+    (void)state;
+    char err[KD_ERRLEN] = "", url[64];
+    struct kd_api *api = NULL;
+    struct kd_api_opts o = {.store = fx.store,
+                            .k8s = fx.k8s,
+                            .ns = "default",
+                            .token_key = fx_key,
+                            .token_key_len = sizeof(fx_key)};
+    /* A short key is refused, naming the option. */
+    o.token_key_len = 8;
+    assert_int_equal(kd_api_start(&o, &api, err), KD_EINVAL);
+    assert_non_null(strstr(err, "token_key"));
+    o.token_key_len = sizeof(fx_key);
+    assert_int_equal(kd_api_start(&o, &api, err), 0);
+    /* Without a user token the user endpoints are closed, whatever is sent. */
+    snprintf(url, sizeof(url), "%s", fx.url);
+    snprintf(fx.url, sizeof(fx.url), "http://127.0.0.1:%d", kd_api_port(api));
+    json_t *out = NULL;
+    assert_int_equal(fx_http("GET", NSP "experiments", FX_USER_TOKEN, NULL, &out), 401);
+    assert_non_null(strstr(json_string_value(json_object_get(out, "error")), "disabled"));
+    json_decref(out);
+    assert_int_equal(fx_http("GET", NSP "experiments", "", NULL, NULL), 401);
+    snprintf(fx.url, sizeof(fx.url), "%s", url);
+    kd_api_stop(api);
+}
+
 static void test_experiments_and_actions(void **state)
 {
     (void)state;
@@ -287,6 +315,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_user_token),
+        cmocka_unit_test(test_user_api_disabled),
         cmocka_unit_test(test_experiments_and_actions),
         cmocka_unit_test(test_events_and_jobs),
         cmocka_unit_test(test_stream),

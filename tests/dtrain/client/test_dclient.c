@@ -210,12 +210,63 @@ static void test_api_restart(void **state)
     dtrain_client_free(r.c);
 }
 
+struct shared {
+    struct dtrain_client *c;
+    int base, rc;
+    char err[DTRAIN_ERRLEN];
+};
+
+static void *report_shared(void *p)
+{
+    struct shared *s = p;
+    char m[64];
+    for (int i = 0; i < 500 && s->rc == 0; i++) {
+        snprintf(m, sizeof(m), "{\"thread\":%d}", s->base);
+        s->rc = dtrain_report_metrics(s->c, "training", s->base * 1000 + i, m, s->err);
+    }
+    return NULL;
+}
+
+static void test_shared_handle(void **state)
+{
+    (void)state;
+    char tok[64], uid[64], err[DTRAIN_ERRLEN] = "";
+    struct dtrain_client *c = NULL;
+    fx_trial("d-exp", "d-exp-3", 100, uid, sizeof(uid));
+    fx_token("d-exp-3", uid, tok, sizeof(tok));
+    struct dtrain_client_opts o = {
+        .url = fx.url, .token = tok, .trial = "d-exp-3", .batch_rows = 7};
+    assert_int_equal(dtrain_client_new(&o, &c, err), 0);
+    struct shared sh[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        sh[i] = (struct shared){.c = c, .base = i + 1};
+        pthread_create(&th[i], NULL, report_shared, &sh[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        if (sh[i].rc != 0)
+            fail_msg("thread %d: %s", i, sh[i].err);
+    }
+    assert_int_equal(dtrain_client_flush(c, err), 0);
+    dtrain_client_free(c);
+    /* 4 x 500 rows from one handle, each stored once. */
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT count(DISTINCT step) FROM metrics WHERE trial_id = (SELECT id FROM trials "
+             "WHERE uid = '%s')",
+             uid);
+    assert_int_equal(fx_sql_int(sql), 2000);
+    assert_int_equal(rows_of(uid, "training"), 2000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_env),
         cmocka_unit_test(test_report_and_ops),
         cmocka_unit_test(test_api_restart),
+        cmocka_unit_test(test_shared_handle),
     };
     return cmocka_run_group_tests(tests, fx_setup, fx_teardown);
 }
