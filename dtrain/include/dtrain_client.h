@@ -117,13 +117,19 @@ int dtrain_report_metrics(struct dtrain_client *c, const char *kind, int64_t bat
 /** Send every buffered row and queued batch now. Errors as dtrain_report_metrics. */
 int dtrain_client_flush(struct dtrain_client *c, char *err);
 
+/* What dtrain_searcher_next puts in *stop. */
+#define DTRAIN_SEARCHER_STOP 1    /* done: the searcher closed the trial, or it was canceled */
+#define DTRAIN_SEARCHER_PREEMPT 2 /* paused or preempted: checkpoint, register it, exit */
+
 /**
  * The searcher's next operation for a worker that has trained `completed`
  * batches (in the trial's length unit): *length gets the length to train
- * to before the next validation, or *stop is set to 1 when the trial
- * should finish (the searcher closed it, or it was canceled). Long-polls
- * until there is an answer, retrying across controller restarts, for up to
- * timeout_ms (< 0: no limit): DTRAIN_ETIMEDOUT then.
+ * to before the next validation (with *stop 0), or *stop is set to
+ * DTRAIN_SEARCHER_STOP when the trial should finish (exit 0), or to
+ * DTRAIN_SEARCHER_PREEMPT when it should checkpoint and exit now (the
+ * experiment or trial was paused, or the scheduler needs the slots).
+ * Long-polls until there is an answer, retrying across controller
+ * restarts, for up to timeout_ms (< 0: no limit): DTRAIN_ETIMEDOUT then.
  */
 int dtrain_searcher_next(struct dtrain_client *c, int64_t completed, long timeout_ms,
                          int64_t *length, int *stop, char *err);

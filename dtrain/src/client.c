@@ -538,10 +538,12 @@ int dtrain_searcher_next(struct dtrain_client *c, int64_t completed, long timeou
         if (rc != 0)
             goto out;
         const char *op = json_string_value(json_object_get(resp, "op"));
-        if (op != NULL && strcmp(op, "validate_after") == 0) {
+        if (op != NULL && strcmp(op, "stop") == 0) {
+            *stop = DTRAIN_SEARCHER_STOP;
+        } else if (json_is_true(json_object_get(resp, "preempt"))) {
+            *stop = DTRAIN_SEARCHER_PREEMPT; /* before training further, whatever the target */
+        } else if (op != NULL && strcmp(op, "validate_after") == 0) {
             *length = json_integer_value(json_object_get(resp, "length"));
-        } else if (op != NULL && strcmp(op, "stop") == 0) {
-            *stop = 1;
         } else if (op == NULL || strcmp(op, "pending") != 0) {
             rc = seterr(err, DTRAIN_EPROTO, "GET %s: unexpected answer (op %s)", path,
                         op ? op : "missing");

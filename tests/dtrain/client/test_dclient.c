@@ -119,7 +119,20 @@ static void test_report_and_ops(void **state)
     assert_int_equal(dtrain_searcher_next(c, 100, 10000, &len, &stop, err), 0);
     assert_int_equal(len, 400);
     assert_int_equal(dtrain_searcher_next(c, 400, 10000, &len, &stop, err), 0);
-    assert_int_equal(stop, 1);
+    assert_int_equal(stop, DTRAIN_SEARCHER_STOP);
+    /* Paused while waiting: the worker is told to checkpoint and exit, at once. */
+    fx_patch("trials", "d-exp-1", NULL, "{\"spec\":{\"validateAfter\":800,\"closed\":false}}");
+    fx_patch("trials", "d-exp-1", NULL, "{\"spec\":{\"paused\":true}}");
+    int64_t t0 = kd_mono_ms();
+    for (int i = 0; i < 100; i++) { /* until the informer has the pause */
+        assert_int_equal(dtrain_searcher_next(c, 400, 10000, &len, &stop, err), 0);
+        if (stop == DTRAIN_SEARCHER_PREEMPT)
+            break;
+        kd_sleep_ms(20);
+    }
+    assert_int_equal(stop, DTRAIN_SEARCHER_PREEMPT);
+    assert_true(kd_mono_ms() - t0 < 5000);
+    fx_patch("trials", "d-exp-1", NULL, "{\"spec\":{\"paused\":false}}");
 
     /* Preemption. */
     int pre = -1;
