@@ -551,6 +551,8 @@ int dtrain_searcher_next(struct dtrain_client *c, int64_t completed, long timeou
         json_decref(resp);
         if (rc != 0 || *length > 0 || *stop)
             goto out;
+        if (poll_s == 0) /* under a second left: the server did not wait, so we do */
+            kd_sleep_ms(left < 100 ? left : 100);
     }
 out:
     return rc;
