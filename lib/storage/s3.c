@@ -47,6 +47,25 @@ struct s3 {
 
 enum req_state { RQ_PENDING = 0, RQ_ACTIVE, RQ_WAIT, RQ_DONE };
 
+struct s3_req;
+
+/*
+ * A file being downloaded: into a temp name, renamed when whole. Ranged
+ * downloads are hashed in file order as the ranges arrive (bytes that came
+ * early are read back from the page cache when their turn comes), so the
+ * verification overlaps the transfer instead of following it.
+ */
+struct dl {
+    char tmp[PATH_MAX + 64];
+    int fd;
+    int nreqs;
+    struct s3_req *first;
+    uint64_t chunk;
+    EVP_MD_CTX *md;  /* ranged: sha256 in file order */
+    uint64_t cursor; /* bytes hashed so far */
+    int bad;         /* a range was retried or unreadable: verify after the download */
+};
+
 /* One HTTP request; filled by the caller, run by s3_exec. */
 struct s3_req {
     const char *method;
@@ -77,6 +96,8 @@ struct s3_req {
     CURL *easy;
     struct curl_slist *hdrs;
     struct s3_batch *batch;
+    struct dl *dl;  /* the file a ranged GET belongs to */
+    uint64_t rlen;  /* a ranged GET's length */
     EVP_MD_CTX *md; /* sha256 of the body as it is sent or arrives (whole objects) */
     int md_bad;     /* a rewind to the middle: the hash is not of the whole body */
     int index;      /* caller's tag */
@@ -221,6 +242,8 @@ static void req_reset_io(struct s3_req *r)
     if (r->md != NULL)
         EVP_DigestInit_ex(r->md, EVP_sha256(), NULL);
     r->md_bad = 0;
+    if (r->dl != NULL && r->attempts > 0)
+        r->dl->bad = 1;
     r->sent = 0;
     r->received = 0;
     r->etag[0] = '\0';
@@ -319,6 +342,51 @@ static int on_seek(void *arg, curl_off_t offset, int origin)
     return CURL_SEEKFUNC_OK;
 }
 
+/* Hash [d->cursor, end) of what is already in the file. */
+static void dl_hash_file(struct dl *d, uint64_t end)
+{
+    unsigned char buf[65536];
+    while (!d->bad && d->cursor < end) {
+        size_t want = end - d->cursor < sizeof(buf) ? (size_t)(end - d->cursor) : sizeof(buf);
+        ssize_t n = pread(d->fd, buf, want, (off_t)d->cursor);
+        if (n <= 0) {
+            d->bad = 1;
+            break;
+        }
+        EVP_DigestUpdate(d->md, buf, (size_t)n);
+        d->cursor += (uint64_t)n;
+    }
+}
+
+/* Where the data received so far stops being contiguous from the cursor. */
+static uint64_t dl_contiguous(const struct dl *d)
+{
+    uint64_t end = d->cursor;
+    for (int k = (int)(d->cursor / d->chunk); k < d->nreqs; k++) {
+        const struct s3_req *q = &d->first[k];
+        if (q->dst_off > end)
+            break;
+        if (q->dst_off + q->received > end)
+            end = q->dst_off + q->received;
+        if (q->received < q->rlen)
+            break;
+    }
+    return end;
+}
+
+/* n bytes of a ranged GET landed at file offset `at`: hash what is now in order. */
+static void dl_feed(struct dl *d, const char *ptr, size_t n, uint64_t at)
+{
+    if (d->md == NULL || d->bad)
+        return;
+    if (d->cursor < at && dl_contiguous(d) >= at)
+        dl_hash_file(d, at);
+    if (!d->bad && d->cursor == at) {
+        EVP_DigestUpdate(d->md, ptr, n);
+        d->cursor += n;
+    }
+}
+
 static size_t on_write(char *ptr, size_t size, size_t nmemb, void *arg)
 {
     struct s3_req *r = arg;
@@ -347,6 +415,8 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *arg)
         off += (size_t)w;
         r->received += (uint64_t)w;
     }
+    if (r->dl != NULL)
+        dl_feed(r->dl, ptr, n, r->dst_off + r->received - n);
     r->batch->bytes += n;
     return n;
 }
@@ -1122,14 +1192,6 @@ static int s3_get_mem(struct kd_storage *st, const char *key, struct kd_buf *out
     return rc;
 }
 
-/* A file being downloaded: into a temp name, renamed when whole. */
-struct dl {
-    char tmp[PATH_MAX + 64];
-    int fd;
-    int nreqs;
-    struct s3_req *first;
-};
-
 static int s3_get_files(struct kd_storage *st, struct kd_storage_get *gets, size_t n,
                         kd_storage_progress_fn progress, void *arg, char *err)
 {
@@ -1194,7 +1256,14 @@ static int s3_get_files(struct kd_storage *st, struct kd_storage_get *gets, size
                 uint64_t off = (uint64_t)k * chunk;
                 uint64_t end = off + chunk > gets[i].size ? gets[i].size : off + chunk;
                 if (d->fd < 0) {
-                    d->fd = open(d->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                    d->fd = open(d->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                    d->chunk = chunk;
+                    if (gets[i].sha256 != NULL && (d->md = EVP_MD_CTX_new()) == NULL) {
+                        rc = kd_seterr(err, KD_ENOMEM, "s3: out of memory");
+                        goto out;
+                    }
+                    if (d->md != NULL)
+                        EVP_DigestInit_ex(d->md, EVP_sha256(), NULL);
                     if (d->fd < 0) {
                         rc = kd_seterr(err, -errno, "%s: %s", d->tmp, strerror(errno));
                         goto out;
@@ -1202,6 +1271,8 @@ static int s3_get_files(struct kd_storage *st, struct kd_storage_get *gets, size
                 }
                 r->dst_fd = d->fd;
                 r->dst_off = off;
+                r->rlen = end - off;
+                r->dl = d;
                 snprintf(r->range, sizeof(r->range), "bytes=%llu-%llu", (unsigned long long)off,
                          (unsigned long long)(end - 1));
             }
@@ -1251,6 +1322,23 @@ static int s3_get_files(struct kd_storage *st, struct kd_storage_get *gets, size
             }
             gets[i].verified = 1;
         }
+        if (d->md != NULL && !d->bad) {
+            unsigned char md[32];
+            unsigned int mdlen = 0;
+            char hexd[65];
+            dl_hash_file(d, gets[i].size); /* ranges that arrived ahead of the cursor */
+            if (!d->bad) {
+                EVP_DigestFinal_ex(d->md, md, &mdlen);
+                hex(md, 32, hexd);
+                if (strcmp(hexd, gets[i].sha256) != 0) {
+                    rc = gets[i].result =
+                        kd_seterr(err, KD_ECORRUPT, "%s: sha256 %s, the manifest says %s",
+                                  gets[i].key, hexd, gets[i].sha256);
+                    goto out;
+                }
+                gets[i].verified = 1;
+            }
+        }
         if (d->nreqs == 1 && got == 0) {
             /* an empty object: the sink may never have been written */
             int fd = open(d->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -1268,6 +1356,7 @@ out:
     for (size_t i = 0; i < nreq; i++)
         req_free(&reqs[i]);
     for (size_t i = 0; dls != NULL && i < n; i++) {
+        EVP_MD_CTX_free(dls[i].md);
         if (dls[i].fd >= 0)
             close(dls[i].fd);
         if (dls[i].tmp[0] != '\0')

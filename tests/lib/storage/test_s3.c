@@ -191,7 +191,7 @@ static int count_progress(void *arg, const struct kd_ckpt_progress *p)
 static void test_checkpoint_roundtrip(void **state)
 {
     (void)state;
-    /* part size 5 MiB: the 23 MiB file goes up in 5 parallel parts */
+    /* part size 5 MiB: the big file goes up in parallel parts */
     struct kd_storage *st = open_st("exp-1", 5u << 20);
     char src[PATH_MAX], dst[PATH_MAX], err[KD_ERRLEN] = "";
     struct kd_ckpt_info *infos = NULL;
@@ -202,7 +202,8 @@ static void test_checkpoint_roundtrip(void **state)
 
     make_tmpdir(src, sizeof(src), "src");
     make_tmpdir(dst, sizeof(dst), "dst");
-    make_tree(src, (23u << 20) + 17);
+    /* 70 MiB: up in 5 MiB parts, down in three ranges hashed in order as they arrive */
+    make_tree(src, (70u << 20) + 17);
     assert_int_equal(kd_ckpt_upload(st, "c0ffee-01", src, meta, count_progress, &calls, err), 0);
     assert_true(calls >= 2);
     assert_int_equal(kd_ckpt_upload(st, "c0ffee-01", src, meta, NULL, NULL, err), KD_EEXIST);
@@ -217,6 +218,21 @@ static void test_checkpoint_roundtrip(void **state)
     assert_int_equal(kd_ckpt_download(st, "c0ffee-01", dst, NULL, NULL, err), 0);
     compare_trees(src, dst);
     assert_int_equal(kd_ckpt_verify(st, "c0ffee-01", 1, NULL, NULL, err), 0);
+    {
+        /* the same size, other bytes, in a ranged object: caught by the in-order hash */
+        char other[PATH_MAX];
+        struct kd_storage_put p = {
+            "c0ffee-01/model/weights.bin", NULL, (70u << 20) + 17, NULL, 0, 0};
+        make_tmpdir(other, sizeof(other), "other");
+        assert_int_equal(write_pattern(other, "w.bin", (70u << 20) + 17, 99), 0);
+        snprintf(other + strlen(other), sizeof(other) - strlen(other), "/w.bin");
+        p.path = other;
+        assert_int_equal(kd_storage_put_files(st, &p, 1, NULL, NULL, err), 0);
+        assert_int_equal(kd_ckpt_download(st, "c0ffee-01", dst, NULL, NULL, err), KD_ECORRUPT);
+        assert_non_null(strstr(err, "model/weights.bin: sha256"));
+        *strrchr(other, '/') = '\0';
+        s3srv_rm_tree(other);
+    }
     assert_int_equal(kd_ckpt_delete(st, "c0ffee-01", err), 0);
     assert_int_equal(kd_ckpt_list(st, 0, &infos, &n, err), 0);
     assert_int_equal(n, 0);
