@@ -412,7 +412,14 @@ int api_status_update(struct kd_api *a, const char *ns, const char *name, const 
             rc = 0;
             goto out;
         }
-        rc = kd_k8s_update(a->o.k8s, &KD_K8S_TRIALS, ns, "status", obj, NULL, NULL, err);
+        /* A merge patch of the whole status with the resourceVersion read: the API server
+         * refuses it (409) when anything changed in between, as an update would, and RBAC
+         * needs only `patch` on trials/status. */
+        json_t *patch = json_pack("{s:{s:s},s:O}", "metadata", "resourceVersion",
+                                  kd_k8s_meta_str(obj, "resourceVersion") ?: "", "status", status);
+        rc = kd_k8s_patch(a->o.k8s, &KD_K8S_TRIALS, ns, name, "status", KD_K8S_PATCH_MERGE, patch,
+                          NULL, NULL, err);
+        json_decref(patch);
         if (rc != KD_ECONFLICT)
             goto out;
         kd_sleep_ms(10 + attempt * 20);

@@ -260,6 +260,57 @@ static void test_validation_updates_status(void **state)
     json_decref(t);
 }
 
+struct val_thread {
+    const char *tok;
+    int base, code;
+};
+
+static void *post_validations(void *p)
+{
+    struct val_thread *v = p;
+    char body[256];
+    for (int i = 0; i < 5 && v->code == 200; i++) {
+        int b = 1000 + v->base * 10 + i;
+        snprintf(body, sizeof(body),
+                 "{\"kind\":\"validation\",\"key\":\"cv%d\",\"rows\":[{\"batches\":%d,"
+                 "\"metrics\":{\"validation_loss\":%d}}]}",
+                 b, b, b);
+        v->code = fx_http("POST", T("e-val-1/metrics"), v->tok, body, NULL);
+    }
+    return NULL;
+}
+
+static void test_concurrent_validations(void **state)
+{
+    (void)state;
+    /* 4 workers validating at once: every status write is conditional on the
+     * resourceVersion and retried, so the newest validation wins. */
+    json_t *t = fx_get_trial("e-val-1");
+    char tok[64];
+    fx_token("e-val-1", kd_k8s_meta_str(t, "uid"), tok, sizeof(tok));
+    json_decref(t);
+    struct val_thread v[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        v[i] = (struct val_thread){tok, i, 200};
+        pthread_create(&th[i], NULL, post_validations, &v[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(v[i].code, 200);
+    }
+    t = fx_get_trial("e-val-1");
+    json_t *st = json_object_get(t, "status");
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(st, "latestValidation"), "batches")),
+        1034);
+    assert_int_equal(json_integer_value(json_object_get(st, "batchesTrained")), 1034);
+    /* The best stays the earlier 0.25. */
+    assert_true(
+        json_number_value(json_object_get(json_object_get(st, "bestValidation"), "value")) == 0.25);
+    json_decref(t);
+}
+
 struct later {
     int delay_ms;
     const char *resource, *name, *sub, *patch;
@@ -431,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_caps_and_malformed),
         cmocka_unit_test(test_validation_updates_status),
+        cmocka_unit_test(test_concurrent_validations),
         cmocka_unit_test(test_searcher_long_poll),
         cmocka_unit_test(test_preemption_long_poll),
         cmocka_unit_test(test_checkpoint_and_early_exit),
