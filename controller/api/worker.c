@@ -236,7 +236,8 @@ void api_worker_metrics(struct api_rq *q)
         if (rc == KD_EINVAL) {
             /* The store names the field: "rows[3].metrics.tag: ..." or "key: ...". */
             char field[200] = "";
-            size_t fl = strcspn(err, ": ");
+            const char *colon = strstr(err, ": ");
+            size_t fl = colon != NULL ? (size_t)(colon - err) : 0;
             if (fl < sizeof(field))
                 memcpy(field, err, fl);
             field[fl < sizeof(field) ? fl : 0] = '\0';
@@ -279,8 +280,9 @@ void api_worker_metrics(struct api_rq *q)
         note_progress(a, trial, most);
     }
     /* Tell the live streams. */
-    json_t *ev = json_pack("{s:s,s:s,s:s,s:s,s:O}", "namespace", NS(q), "trial", TRIAL(q),
-                           "experiment", ename, "kind", ks, "rows", json_object_get(body, "rows"));
+    json_t *ev =
+        json_pack("{s:s,s:s,s:s,s:s,s:s,s:O}", "namespace", NS(q), "trial", TRIAL(q), "experiment",
+                  ename, "kind", ks, "key", key, "rows", json_object_get(body, "rows"));
     char *data = json_dumps(ev, JSON_COMPACT);
     if (data != NULL)
         api_hub_publish(&a->hub, NS(q), TRIAL(q), ename, data);
