@@ -346,6 +346,15 @@ static const json_t *prev_status(const json_t *pod, const char *list, const char
     return NULL;
 }
 
+static bool may_restart(const char *policy, int exit_code)
+{
+    if (strcmp(policy, "Always") == 0)
+        return true;
+    if (strcmp(policy, "OnFailure") == 0)
+        return exit_code != 0;
+    return false;
+}
+
 static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
 {
     const json_t *md = json_object_get(pod, "metadata");
@@ -369,12 +378,36 @@ static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
         /* Keep counting restarts across a kdet-local restart. */
         const json_t *ps =
             prev_status(pod, init ? "initContainerStatuses" : "containerStatuses", p->c[i].name);
-        p->c[i].restarts = (int)json_integer_value(json_object_get(ps, "restartCount"));
-        if (ps != NULL && json_object_get(json_object_get(ps, "state"), "running") != NULL)
-            p->c[i].restarts++;
-        p->c[i].backoff_ms = BACKOFF_START_MS;
-        set_waiting(&p->c[i], init || p->ninit == 0 ? "ContainerCreating" : "PodInitializing",
-                    NULL);
+        struct ctr *ct = &p->c[i];
+        const char *policy = jstr(spec, "restartPolicy") ? jstr(spec, "restartPolicy") : "Always";
+        const json_t *pst = json_object_get(ps, "state");
+        const json_t *was_term = json_object_get(pst, "terminated");
+        bool was_running = json_object_get(pst, "running") != NULL;
+        ct->restarts = (int)json_integer_value(json_object_get(ps, "restartCount"));
+        ct->backoff_ms = BACKOFF_START_MS;
+        set_waiting(ct, init || p->ninit == 0 ? "ContainerCreating" : "PodInitializing", NULL);
+        int code =
+            was_term != NULL ? (int)json_integer_value(json_object_get(was_term, "exitCode")) : 137;
+        if (!init && (was_term != NULL || was_running) && !may_restart(policy, code)) {
+            /* kdet-local stopped meanwhile: a container that may not restart stays ended. */
+            ct->state = C_TERMINATED;
+            ct->exit_code = code;
+            ct->term_reason = kd_xstrdup(
+                was_term != NULL && jstr(was_term, "reason") ? jstr(was_term, "reason") : "Error");
+            if (was_running)
+                ct->term_msg = kd_xstrdup("kdet-local stopped while the container was running");
+            const char *sa =
+                jstr(was_term != NULL ? was_term : json_object_get(pst, "running"), "startedAt");
+            kd_strlcpy(ct->started, sa != NULL ? sa : "", sizeof(ct->started));
+            const char *fa = jstr(was_term, "finishedAt");
+            if (fa != NULL)
+                kd_strlcpy(ct->finished, fa, sizeof(ct->finished));
+            else
+                now3339(ct->finished, sizeof(ct->finished));
+            ct->ever_started = true;
+        } else if (was_running) {
+            ct->restarts++;
+        }
     }
     now3339(p->start_time, sizeof(p->start_time));
     return p;
@@ -1007,15 +1040,6 @@ static bool any_running(const struct podrt *p)
         if (p->c[i].pid > 0)
             return true;
     }
-    return false;
-}
-
-static bool may_restart(const char *policy, int exit_code)
-{
-    if (strcmp(policy, "Always") == 0)
-        return true;
-    if (strcmp(policy, "OnFailure") == 0)
-        return exit_code != 0;
     return false;
 }
 

@@ -59,6 +59,12 @@ if [ "$(printf '%s\n' "$rvs" | sort -n -c 2>&1)" = "" ] && [ "$(printf '%s\n' "$
 
 # ---- kill -9 during writes ----------------------------------------------------------
 rm -f "$work"/acked.*
+# A running container that kdet-local's crash leaves behind must not survive the restart.
+marker="kdorphan$$"
+curl -s -o /dev/null -X POST -H 'Content-Type: application/json' "${base%/configmaps}/pods" \
+    --data "{\"metadata\":{\"name\":\"orphan\"},\"spec\":{\"restartPolicy\":\"Never\",\"containers\":[{\"name\":\"m\",\"image\":\"busybox\",\"command\":[\"sh\",\"-c\",\"sleep 300; echo $marker\"]}]}}"
+for _ in $(seq 1 100); do pgrep -f "$marker" >/dev/null && break; sleep 0.1; done
+old_pids=$(pgrep -f "$marker" | tr '\n' ' ')
 before=$(curl -s "$base" | sed -n 's/.*"metadata":{"resourceVersion":"\([0-9]*\)".*/\1/p' | head -1)
 for w in 5 6; do writer "$w" 400 & wpids="$wpids $!"; done
 sleep 1.5
@@ -68,6 +74,14 @@ for p in $wpids; do wait "$p"; done
 wpids=""
 n_acked=$(cat "$work"/acked.* 2>/dev/null | wc -l)
 start
+sleep 1
+left=""
+# (a killed orphan may stay a zombie under a parent that does not reap: that is not running)
+for p in $old_pids; do
+    st=$(ps -o stat= -p "$p" 2>/dev/null)
+    [ -n "$st" ] && [ "${st#Z}" = "$st" ] && left="$left $p"
+done
+if [ -n "$old_pids" ] && [ -z "$left" ]; then ok "the restart killed the containers the crash left behind ($old_pids)"; else bad "the restart killed the containers the crash left behind" "before: '$old_pids' still running: '$left'"; fi
 missing=0
 for name in $(cat "$work"/acked.*); do
     code=$(curl -s -o /dev/null -w '%{http_code}' "$base/$name")
@@ -79,10 +93,15 @@ if [ "${after:-0}" -gt "$before" ] 2>/dev/null; then ok "resourceVersions keep g
 curl -sN "$base?watch=1&resourceVersion=$before&timeoutSeconds=1" > "$work/watch2"
 resumed=$(grep -c '"type":"ADDED"' "$work/watch2")
 if [ "$resumed" -ge "$n_acked" ] || grep -q '"code":410' "$work/watch2"; then ok "a watch from before the crash resumes ($resumed events) or gets 410"; else bad "a watch from before the crash resumes or gets 410" "$(head -c 300 "$work/watch2")"; fi
+orphan_state=$(curl -s "${base%/configmaps}/pods/orphan" | grep -o '"phase":"[A-Za-z]*"')
+if [ "$orphan_state" = '"phase":"Failed"' ]; then ok "a restartPolicy Never pod cut off by the crash ends Failed, not re-run"; else bad "a restartPolicy Never pod cut off by the crash ends Failed, not re-run" "$orphan_state"; fi
 nc=$(grep -c 'msg="journal compacted"' "$work/server.log")
 if [ "$nc" -ge 3 ]; then ok "journal compactions ran during the writes ($nc, 2 of them at start)"; else bad "journal compactions ran during the writes" "$nc"; fi
 kill "$pid"
 if wait "$pid"; then ok "clean shutdown"; else bad "clean shutdown" "$(tail -5 "$work/server.log")"; fi
+pid=""
+sleep 0.5
+if pgrep -f "$marker" | while read -r p; do st=$(ps -o stat= -p "$p"); [ "${st#Z}" = "$st" ] && echo "$p"; done | grep -q .; then bad "no container processes are left after the stop" "$(pgrep -af "$marker")"; else ok "no container processes are left after the stop"; fi
 pid=""
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
