@@ -18,6 +18,9 @@
 #include "k8s/informer.h"
 
 #define API_MAX_SEGS 12
+/* Experiment annotations naming the searcher metric when spec does not (stored templates). */
+#define API_ANN_METRIC "kdet.io/searcher-metric"
+#define API_ANN_SMALLER "kdet.io/smaller-is-better"
 /* Training reports update status.batchesTrained at most this often per trial. */
 #define API_PROGRESS_MS 10000
 

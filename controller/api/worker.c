@@ -221,6 +221,14 @@ void api_worker_metrics(struct api_rq *q)
     json_t *searcher = json_object_get(json_object_get(exp, "spec"), "searcher");
     const char *metric = json_string_value(json_object_get(searcher, "metric"));
     json_t *sib = json_object_get(searcher, "smaller_is_better");
+    bool smaller = sib == NULL || json_is_true(sib);
+    if (metric == NULL) {
+        /* From a stored template: the controller names it in annotations. */
+        json_t *ann = json_object_get(json_object_get(exp, "metadata"), "annotations");
+        metric = json_string_value(json_object_get(ann, API_ANN_METRIC));
+        const char *s = json_string_value(json_object_get(ann, API_ANN_SMALLER));
+        smaller = s == NULL || strcmp(s, "false") != 0;
+    }
     struct kd_metric_row *rows = NULL;
     size_t n = 0;
     if (parse_rows(q, json_object_get(body, "rows"), &rows, &n, metric,
@@ -253,9 +261,8 @@ void api_worker_metrics(struct api_rq *q)
         for (size_t i = 1; i < n; i++)
             if (rows[i].step >= rows[last].step)
                 last = i;
-        struct val_ctx v = {.metric = metric,
-                            .batches = rows[last].step,
-                            .smaller_is_better = sib == NULL || json_is_true(sib)};
+        struct val_ctx v = {
+            .metric = metric, .batches = rows[last].step, .smaller_is_better = smaller};
         json_t *mv = metric ? json_object_get(rows[last].metrics, metric) : NULL;
         if (json_is_number(mv) && isfinite(json_number_value(mv))) {
             v.value = json_number_value(mv);

@@ -260,6 +260,44 @@ static void test_validation_updates_status(void **state)
     json_decref(t);
 }
 
+static void test_metric_from_annotations(void **state)
+{
+    (void)state;
+    char uid[64], tok[64], err[KD_ERRLEN] = "";
+    /* The searcher metric comes from a stored template: the controller names it in
+     * annotations, larger is better here. */
+    json_t *o = json_pack("{s:s,s:s,s:{s:s,s:{s:s,s:s}},s:{s:s,s:s,s:{s:s}}}", "apiVersion",
+                          "kdet.io/v1alpha1", "kind", "Experiment", "metadata", "name", "e-ann",
+                          "annotations", "kdet.io/searcher-metric", "accuracy",
+                          "kdet.io/smaller-is-better", "false", "spec", "entrypoint", "train",
+                          "template", "gpu-defaults", "searcher", "name", "single");
+    assert_int_equal(kd_k8s_create(fx.k8s, &KD_K8S_EXPERIMENTS, "default", o, NULL, NULL, err), 0);
+    json_decref(o);
+    fx_trial("e-ann", "e-ann-1", 100, uid, sizeof(uid));
+    fx_token("e-ann-1", uid, tok, sizeof(tok));
+    json_t *out = NULL;
+    assert_int_equal(fx_http("POST", T("e-ann-1/metrics"), tok,
+                             "{\"kind\":\"validation\",\"key\":\"a1\",\"rows\":[{\"batches\":10,"
+                             "\"metrics\":{\"loss\":1}}]}",
+                             &out),
+                     400);
+    assert_string_equal(json_string_value(json_object_get(out, "field")),
+                        "rows[0].metrics.accuracy");
+    json_decref(out);
+    const char *fmt = "{\"kind\":\"validation\",\"key\":\"a%d\",\"rows\":[{\"batches\":%d,"
+                      "\"metrics\":{\"accuracy\":%s}}]}";
+    char body[256];
+    snprintf(body, sizeof(body), fmt, 2, 10, "0.5");
+    assert_int_equal(fx_http("POST", T("e-ann-1/metrics"), tok, body, NULL), 200);
+    snprintf(body, sizeof(body), fmt, 3, 20, "0.75");
+    assert_int_equal(fx_http("POST", T("e-ann-1/metrics"), tok, body, NULL), 200);
+    json_t *t = fx_get_trial("e-ann-1");
+    json_t *best = json_object_get(json_object_get(t, "status"), "bestValidation");
+    assert_true(json_number_value(json_object_get(best, "value")) == 0.75);
+    assert_string_equal(json_string_value(json_object_get(best, "metric")), "accuracy");
+    json_decref(t);
+}
+
 struct val_thread {
     const char *tok;
     int base, code;
@@ -483,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_caps_and_malformed),
         cmocka_unit_test(test_validation_updates_status),
         cmocka_unit_test(test_concurrent_validations),
+        cmocka_unit_test(test_metric_from_annotations),
         cmocka_unit_test(test_searcher_long_poll),
         cmocka_unit_test(test_preemption_long_poll),
         cmocka_unit_test(test_checkpoint_and_early_exit),
