@@ -83,7 +83,12 @@ void kd_ctrl_set_condition(json_t *status, const json_t *old_status, const char 
 int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const json_t *obj,
                          json_t *status, char *err)
 {
-    json_t *patch = json_pack("{s:O}", "status", status);
+    /* The resourceVersion makes the patch conditional: a status computed from a stale cache
+     * gets 409 Conflict (and the key is retried) instead of overwriting a newer one. */
+    json_t *rv = json_object_get(json_object_get(obj, "metadata"), "resourceVersion");
+    json_t *patch =
+        rv != NULL ? json_pack("{s:{s:O},s:O}", "metadata", "resourceVersion", rv, "status", status)
+                   : json_pack("{s:O}", "status", status);
     int rc = kd_k8s_patch(c->client, gvr, kd_k8s_meta_str(obj, "namespace"),
                           kd_k8s_meta_str(obj, "name"), "status", KD_K8S_PATCH_MERGE, patch, NULL,
                           NULL, err);

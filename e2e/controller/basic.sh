@@ -40,5 +40,28 @@ check "no trial for the invalid experiment" test "$(kubectl get trial -l kdet.io
 kubectl patch exp bad --type=merge -p '{"spec":{"hyperparameters":{"lr":{"type":"double","minval":0.1,"maxval":0.3,"count":2}}}}' >/dev/null
 check "fixed experiment runs to COMPLETED" wait_for 60 exp_state_is bad COMPLETED
 
+# A stored template: a ConfigMap labelled kdet.io/template=NAME, merged under the spec.
+kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: tmpl-two-gpus
+  labels: {kdet.io/template: two-gpus}
+data:
+  template.yaml: |
+    resources: {slots_per_trial: 2, priority: 20}
+    environment:
+      environment_variables: [FROM_TEMPLATE=yes]
+YAML
+experiment templ '  template: two-gpus
+  entrypoint: [sh, -c, "test \"$FROM_TEMPLATE\" = yes"]
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  max_restarts: 0'
+check "templated experiment COMPLETED" wait_for 40 exp_state_is templ COMPLETED
+check "template's slots_per_trial reached the trial" test "$(field trial templ-1 '{.spec.resources.slots}')" = 2
+check "template's priority reached the trial" test "$(field trial templ-1 '{.spec.resources.priority}')" = 20
+check "the stored spec is not rewritten" test -z "$(field exp templ '{.spec.resources}')"
+
 kubectl delete exp grid --wait=true --timeout=30s >/dev/null 2>&1
 check "deleting the experiment removes its trials" wait_for 20 test "$(kubectl get trial -l kdet.io/experiment=grid -o name | grep -c .)" = 0

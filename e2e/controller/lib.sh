@@ -72,7 +72,7 @@ count_pods() { kubectl get pods -l "${1:-kdet.io/trial}" -o name 2>/dev/null | g
 no_pods() { [ "$(count_pods "${1:-kdet.io/trial}")" = 0 ]; }
 running_pods() {
     kubectl get pods -l "${1:-kdet.io/trial}" -o \
-        'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null | grep -c '^Running$'
+        'jsonpath={range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}' 2>>"$T/kubectl.err" | tee -a "$T/phases" | grep -c '=Running$'
 }
 
 # experiment NAME EXTRA_SPEC_YAML: apply an Experiment; EXTRA is indented spec YAML.
@@ -101,6 +101,11 @@ finish() {
     if [ "$FAILED" -gt 0 ]; then
         echo "---- controller log (tail)"
         tail -40 "$T/ctrl.log" 2>/dev/null
+        echo "---- kubectl errors"
+        sort "$T/kubectl.err" 2>/dev/null | uniq -c | head -5
+        sort "$T/phases" 2>/dev/null | uniq -c | head -8
+        echo "---- kdet-local log (pods, first lines)"
+        grep -E 'msg="(pod|container)' "$T/local.log" 2>/dev/null | head -30
         echo "---- kdet-local log (tail)"
         tail -15 "$T/local.log" 2>/dev/null
     fi

@@ -11,7 +11,8 @@ experiment life '  entrypoint: sh -c "sleep 600"
     x: {type: int, minval: 1, maxval: 2, count: 2}
   searcher: {name: grid, metric: loss, max_length: {batches: 10}}
   resources: {slots_per_trial: 1}'
-check "two trial pods running" wait_for 30 test "$(running_pods kdet.io/experiment=life)" = 2
+check "two trial pods running" wait_for 30 test "$(running_pods kdet.io/experiment=life)" = 2 ||
+    { kubectl get pods -o wide; kubectl get trial -o yaml | grep -E 'name:|state|message'; grep -E 'pod (bound|terminating|deleted)|container' "$T/local.log" | head -20; }
 run1=$(field pod life-1-0 '{.metadata.labels.kdet\.io/run-id}')
 
 kubectl patch exp life --type=merge -p '{"spec":{"paused":true}}' >/dev/null

@@ -12,3 +12,5 @@ $(eval $(call kd_test_script,test_ctrl_e2e_restarts,e2e/controller/restarts.sh,1
 $(eval $(call kd_test_script,test_ctrl_e2e_preempt,e2e/controller/preempt.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_kill,e2e/controller/kill.sh,300,slow,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_manifests,tests/controller/manifests.sh,30,noasan,))
+$(eval $(call kd_test_script,test_ctrl_e2e_leader,e2e/controller/leader.sh,150,,$(CTRL_E2E_DEPS)))
+$(eval $(call kd_test_script,test_ctrl_e2e_apirestart,e2e/controller/apirestart.sh,150,,$(CTRL_E2E_DEPS)))
