@@ -63,5 +63,20 @@ check "template's slots_per_trial reached the trial" test "$(field trial templ-1
 check "template's priority reached the trial" test "$(field trial templ-1 '{.spec.resources.priority}')" = 20
 check "the stored spec is not rewritten" test -z "$(field exp templ '{.spec.resources}')"
 
+# An experiment as det creates it (ConfigMap with the packed context + Experiment).
+mkdir -p "$T/ctx" && echo 'print(1)' >"$T/ctx/train.py"
+cat >"$T/det.yaml" <<'YAML'
+name: det-made
+entrypoint: sh -c "exit 0"
+hyperparameters:
+  lr: {type: double, minval: 0.1, maxval: 0.3}
+searcher: {name: random, metric: loss, max_trials: 3, max_length: {batches: 10}}
+resources: {slots_per_trial: 1}
+YAML
+"$KD_BUILD/bin/det" experiment create "$T/det.yaml" "$T/ctx" --dry-run | kubectl apply -f - >/dev/null
+dm=$(kubectl get exp -o name | sed -n 's|.*/\(det-made-.*\)|\1|p')
+check "det --dry-run | kubectl apply: $dm COMPLETED with 3 trials" wait_for 40 \
+    eval 'exp_state_is "$dm" COMPLETED && test "$(field exp "$dm" "{.status.trials.completed}")" = 3'
+
 kubectl delete exp grid --wait=true --timeout=30s >/dev/null 2>&1
 check "deleting the experiment removes its trials" wait_for 20 test "$(kubectl get trial -l kdet.io/experiment=grid -o name | grep -c .)" = 0

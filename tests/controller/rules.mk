@@ -4,7 +4,7 @@ $(eval $(call kd_test,test_ctrl_sched,tests/controller/test_ctrl_sched.c,ctrl co
 $(eval $(call kd_test,test_ctrl_podspec,tests/controller/test_ctrl_podspec.c,ctrl config yaml hparams core,-ljansson -lyaml -lm,30))
 $(eval $(call kd_test,test_ctrl_states,tests/controller/test_ctrl_states.c,$(CTRL_KD_LIBS),$(CTRL_LDLIBS),30))
 # End-to-end scenarios on a private kdet-local (e2e/controller/*.sh).
-CTRL_E2E_DEPS := $(O)/bin/kdet-controller $(O)/bin/kdet-local $(O)/bin/kdet-launch
+CTRL_E2E_DEPS := $(O)/bin/kdet-controller $(O)/bin/kdet-local $(O)/bin/kdet-launch $(O)/bin/det
 $(eval $(call kd_test_script,test_ctrl_e2e_basic,e2e/controller/basic.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_capacity,e2e/controller/capacity.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_lifecycle,e2e/controller/lifecycle.sh,120,,$(CTRL_E2E_DEPS)))
