@@ -85,6 +85,7 @@ struct kd_kubelet {
     struct kd_store *st;
     char *node;
     char *state_dir;
+    char *kubeconfig;
     int api_port;
     int ngpus;
     bool gpu_used[MAX_GPUS];
@@ -755,6 +756,9 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
     env_set(e, "HOSTNAME", p->name);
     env_set(e, "KUBERNETES_SERVICE_HOST", "127.0.0.1");
     env_set(e, "KUBERNETES_SERVICE_PORT", port);
+    /* No service account token in a process: clients find the API through this instead. */
+    if (k->kubeconfig != NULL)
+        env_set(e, "KUBECONFIG", k->kubeconfig);
     char gpus[MAX_GPUS * 4 + 1] = "";
     for (int i = 0; i < p->ngpus; i++) {
         size_t l = strlen(gpus);
@@ -1456,6 +1460,7 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
         *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
     k->node = kd_xstrdup(host);
     k->api_port = opts->api_port;
+    k->kubeconfig = opts->kubeconfig != NULL ? realpath(opts->kubeconfig, NULL) : NULL;
     k->ngpus = opts->fake_gpus >= 0 ? opts->fake_gpus : count_gpus();
     if (k->ngpus > MAX_GPUS)
         k->ngpus = MAX_GPUS;
@@ -1524,5 +1529,6 @@ void kd_kubelet_stop(struct kd_kubelet *k)
     }
     free(k->node);
     free(k->state_dir);
+    free(k->kubeconfig);
     free(k);
 }

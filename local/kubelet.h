@@ -13,11 +13,12 @@ struct kd_store;
 struct kd_kubelet;
 
 struct kd_kubelet_opts {
-    const char *node_name; /* NULL: the host name */
-    const char *state_dir; /* pod directories and container logs (required) */
-    int fake_gpus;         /* < 0: count GPUs with NVML; >= 0: advertise this many */
-    int api_port;          /* given to containers as KUBERNETES_SERVICE_PORT */
-    int max_pods;          /* 0 means 110 */
+    const char *node_name;  /* NULL: the host name */
+    const char *state_dir;  /* pod directories and container logs (required) */
+    int fake_gpus;          /* < 0: count GPUs with NVML; >= 0: advertise this many */
+    int api_port;           /* given to containers as KUBERNETES_SERVICE_PORT */
+    int max_pods;           /* 0 means 110 */
+    const char *kubeconfig; /* given to containers as KUBECONFIG when set (absolute path) */
 };
 
 /**

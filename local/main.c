@@ -313,18 +313,19 @@ int main(int argc, char **argv)
     if (rc != 0)
         goto out;
     int actual = kd_api_port(api);
+    if (kubeconfig != NULL) {
+        rc = write_kubeconfig(kubeconfig, actual, token, cert, err);
+        if (rc != 0)
+            goto out;
+    }
     if (!no_kubelet) {
         struct kd_kubelet_opts ko = {.node_name = node_name,
                                      .state_dir = state_dir,
                                      .fake_gpus = fake_gpus,
                                      .api_port = actual,
-                                     .max_pods = max_pods};
+                                     .max_pods = max_pods,
+                                     .kubeconfig = kubeconfig};
         rc = kd_kubelet_start(&ko, st, &kubelet, err);
-        if (rc != 0)
-            goto out;
-    }
-    if (kubeconfig != NULL) {
-        rc = write_kubeconfig(kubeconfig, actual, token, cert, err);
         if (rc != 0)
             goto out;
     }

@@ -304,6 +304,10 @@ expect "an unknown priorityClassName is Forbidden" 'Forbidden.*no PriorityClass 
     sh -c "printf '{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"np\"},\"spec\":{\"priorityClassName\":\"kdconf-nope\",\"containers\":[{\"name\":\"m\",\"image\":\"busybox\"}]}}' | $K create -f -"
 $K delete pod huge picky ok fails full flaky --wait=false >/dev/null 2>&1
 if [ "$LOCAL" = 1 ]; then
+    # A process pod has no service account token: KUBECONFIG points it at kdet-local.
+    pod selfcheck Never 'kubectl get ns default -o name'
+    until_ok 60 phase_is selfcheck Succeeded
+    expect "a pod reaches the API through the KUBECONFIG it is given" '^namespace/default$' $K logs selfcheck
     # GPUs: two fake GPUs, each pod gets its own, a third waits; then priority decides.
     printf '{"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"kdconf-high"},"value":1000}' | kubectl create -f - >/dev/null
     gpu=',"resources":{"limits":{"nvidia.com/gpu":1}}'
