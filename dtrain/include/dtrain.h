@@ -26,10 +26,13 @@ extern "C" {
 #define DTRAIN_EINVAL (-1001)
 #define DTRAIN_ENOMEM (-1002)
 #define DTRAIN_ENOTFOUND (-1003)
+#define DTRAIN_ECONFLICT (-1004)
+#define DTRAIN_EAGAIN (-1006)
 #define DTRAIN_ETIMEDOUT (-1007)
 #define DTRAIN_EIO (-1008)
 #define DTRAIN_EPARSE (-1009)
 #define DTRAIN_ETOOBIG (-1010)
+#define DTRAIN_EUNAUTHORIZED (-1012)
 #define DTRAIN_EPROTO (-1015)
 #define DTRAIN_ENOTSUP (-1016)
 #define DTRAIN_EPEER (-1018)
@@ -226,6 +229,9 @@ int dtrain_dev_memcpy(struct dtrain *h, void *dst, const void *src, size_t bytes
 #if defined(__has_include)
 #if __has_include("dtrain_checkpoint.h")
 #include "dtrain_checkpoint.h"
+#endif
+#if __has_include("dtrain_client.h")
+#include "dtrain_client.h"
 #endif
 #endif
 
