@@ -211,13 +211,14 @@ out:
 static json_t *state_trial(json_t *state, const char *rid)
 {
     size_t i;
-    json_t *t;
+    json_t *t, *found = NULL;
     json_array_foreach(json_object_get(state, "trials"), i, t)
     {
-        if (strcmp(json_string_value(json_object_get(t, "request_id")) ?: "", rid) == 0)
-            return t;
+        if (found == NULL &&
+            strcmp(json_string_value(json_object_get(t, "request_id")) ?: "", rid) == 0)
+            found = t;
     }
-    return NULL;
+    return found;
 }
 
 /* Fold searcher operations into the state's trial table. */
@@ -334,13 +335,13 @@ static void trial_name(const char *exp, json_int_t index, char *buf, size_t len)
 static json_t *find_trial(json_t *trials, const char *name)
 {
     size_t i;
-    json_t *t;
+    json_t *t, *found = NULL;
     json_array_foreach(trials, i, t)
     {
-        if (strcmp(kd_k8s_meta_str(t, "name") ?: "", name) == 0)
-            return t;
+        if (found == NULL && strcmp(kd_k8s_meta_str(t, "name") ?: "", name) == 0)
+            found = t;
     }
-    return NULL;
+    return found;
 }
 
 /* The desired spec of a state trial. */

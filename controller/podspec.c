@@ -60,15 +60,16 @@ static const json_t *flavor(const json_t *v, int gpus)
 static void env_set(json_t *env, const char *name, const char *value)
 {
     size_t i;
-    json_t *e;
+    json_t *e, *found = NULL;
     json_array_foreach(env, i, e)
     {
-        if (strcmp(json_string_value(json_object_get(e, "name")) ?: "", name) == 0) {
-            json_object_set_new(e, "value", json_string(value));
-            return;
-        }
+        if (found == NULL && strcmp(json_string_value(json_object_get(e, "name")) ?: "", name) == 0)
+            found = e;
     }
-    json_array_append_new(env, json_pack("{s:s,s:s}", "name", name, "value", value));
+    if (found != NULL)
+        json_object_set_new(found, "value", json_string(value));
+    else
+        json_array_append_new(env, json_pack("{s:s,s:s}", "name", name, "value", value));
 }
 
 static const json_t *get_path(const json_t *o, const char *a, const char *b)
@@ -162,20 +163,20 @@ static char *shm_quantity(const json_t *cfg)
 static json_t *our_container(json_t *containers)
 {
     size_t i;
-    json_t *c;
+    json_t *c, *found = NULL;
     json_array_foreach(containers, i, c)
     {
         const char *n = json_string_value(json_object_get(c, "name"));
-        if (n != NULL &&
-            (strcmp(n, KD_POD_CONTAINER) == 0 || strcmp(n, "determined-container") == 0)) {
-            json_object_set_new(c, "name", json_string(KD_POD_CONTAINER));
-            return c;
-        }
+        if (found == NULL && n != NULL &&
+            (strcmp(n, KD_POD_CONTAINER) == 0 || strcmp(n, "determined-container") == 0))
+            found = c;
     }
-    c = json_object();
-    json_object_set_new(c, "name", json_string(KD_POD_CONTAINER));
-    json_array_insert_new(containers, 0, c);
-    return c;
+    if (found == NULL) {
+        found = json_object();
+        json_array_insert_new(containers, 0, found);
+    }
+    json_object_set_new(found, "name", json_string(KD_POD_CONTAINER));
+    return found;
 }
 
 static json_t *child(json_t *o, const char *key, bool array)

@@ -44,10 +44,11 @@ static bool node_ready(const json_t *node)
 
 static int node_index(const struct kd_sched_node *nodes, size_t n, const char *name)
 {
-    for (size_t i = 0; name != NULL && i < n; i++)
+    int found = -1;
+    for (size_t i = 0; name != NULL && i < n && found < 0; i++)
         if (strcmp(nodes[i].name, name) == 0)
-            return (int)i;
-    return -1;
+            found = (int)i;
+    return found;
 }
 
 /* The node a pod runs on or is pinned to. */

@@ -12,7 +12,7 @@ experiment ar '  entrypoint: sh -c "sleep 2; exit 0"
     x: {type: int, minval: 1, maxval: 4, count: 4}
   searcher: {name: grid, metric: loss, max_length: {batches: 10}}
   resources: {slots_per_trial: 2}'
-check "trials running" wait_for 20 test "$(running_pods kdet.io/experiment=ar)" = 2
+check "trials running" wait_for 20 n_is 2 running_pods kdet.io/experiment=ar
 kill -9 "$LOCAL_PID"
 wait "$LOCAL_PID" 2>/dev/null
 log "kdet-local killed"

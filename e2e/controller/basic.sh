@@ -79,4 +79,4 @@ check "det --dry-run | kubectl apply: $dm COMPLETED with 3 trials" wait_for 40 \
     eval 'exp_state_is "$dm" COMPLETED && test "$(field exp "$dm" "{.status.trials.completed}")" = 3'
 
 kubectl delete exp grid --wait=true --timeout=30s >/dev/null 2>&1
-check "deleting the experiment removes its trials" wait_for 20 test "$(kubectl get trial -l kdet.io/experiment=grid -o name | grep -c .)" = 0
+check "deleting the experiment removes its trials" wait_for 20 n_is 0 count_trials kdet.io/experiment=grid

@@ -68,6 +68,13 @@ live_pods() {
         'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null |
         grep -cE '^(Pending|Running|)$' | head -1
 }
+# n_is N COMMAND...: the command prints N (for wait_for, which re-runs it each time).
+n_is() {
+    local want=$1
+    shift
+    [ "$("$@")" = "$want" ]
+}
+count_trials() { kubectl get trial -l "$1" -o name 2>/dev/null | grep -c .; }
 count_pods() { kubectl get pods -l "${1:-kdet.io/trial}" -o name 2>/dev/null | grep -c .; }
 no_pods() { [ "$(count_pods "${1:-kdet.io/trial}")" = 0 ]; }
 running_pods() {

@@ -11,8 +11,7 @@ experiment life '  entrypoint: sh -c "sleep 600"
     x: {type: int, minval: 1, maxval: 2, count: 2}
   searcher: {name: grid, metric: loss, max_length: {batches: 10}}
   resources: {slots_per_trial: 1}'
-check "two trial pods running" wait_for 30 test "$(running_pods kdet.io/experiment=life)" = 2 ||
-    { kubectl get pods -o wide; kubectl get trial -o yaml | grep -E 'name:|state|message'; grep -E 'pod (bound|terminating|deleted)|container' "$T/local.log" | head -20; }
+check "two trial pods running" wait_for 30 n_is 2 running_pods kdet.io/experiment=life
 run1=$(field pod life-1-0 '{.metadata.labels.kdet\.io/run-id}')
 
 kubectl patch exp life --type=merge -p '{"spec":{"paused":true}}' >/dev/null
@@ -25,7 +24,7 @@ check "trial spec.paused copied" test "$(field trial life-2 '{.spec.paused}')" =
 kubectl patch exp life --type=merge -p '{"spec":{"paused":false}}' >/dev/null
 log "activated"
 check "experiment ACTIVE" wait_for 20 exp_state_is life ACTIVE
-check "pods running again" wait_for 30 test "$(running_pods kdet.io/experiment=life)" = 2
+check "pods running again" wait_for 30 n_is 2 running_pods kdet.io/experiment=life
 run2=$(field pod life-1-0 '{.metadata.labels.kdet\.io/run-id}')
 check "a new run id for the new attempt ($run1 -> $run2)" test -n "$run2" -a "$run1" != "$run2"
 check "no restart counted for a pause" test "$(field trial life-1 '{.status.restarts}')" = ""

@@ -12,7 +12,7 @@ experiment low '  entrypoint: sh -c "sleep 600"
     x: {type: int, minval: 1, maxval: 2, count: 2}
   searcher: {name: grid, metric: loss, max_length: {batches: 10}}
   resources: {slots_per_trial: 2, priority: 80}'
-check "low-priority trials running" wait_for 30 test "$(running_pods kdet.io/experiment=low)" = 2
+check "low-priority trials running" wait_for 30 n_is 2 running_pods kdet.io/experiment=low
 check "low pods get priority class kdet-low" test "$(field pod low-1-0 '{.spec.priorityClassName}')" = kdet-low
 
 experiment high '  entrypoint: sh -c "sleep 2; exit 0"
@@ -24,7 +24,7 @@ check "high-priority experiment COMPLETED" wait_for 60 exp_state_is high COMPLET
 check "low trials were preempted" test "$(grep -c 'msg="trial preempted"' "$T/ctrl.log")" -ge 2
 check "Preempted condition on a low trial" test \
     "$(field trial low-1 '{.status.conditions[?(@.type=="Preempted")].reason}')" = Preempted
-check "low trials resume" wait_for 30 test "$(running_pods kdet.io/experiment=low)" = 2
+check "low trials resume" wait_for 30 n_is 2 running_pods kdet.io/experiment=low
 check "preemption is not a restart" test "$(field trial low-1 '{.status.restarts}')" = ""
 kubectl patch exp low --type=merge -p '{"spec":{"canceled":true}}' >/dev/null
 check "low experiment CANCELED" wait_for 40 exp_state_is low CANCELED
