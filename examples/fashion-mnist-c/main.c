@@ -5,8 +5,14 @@
  * libdtrain's gradient buckets (the second layer's allreduce runs while the
  * first layer's gradient is computed), so all ranks apply the same update
  * and keep bit-identical weights. Loss and accuracy are printed per epoch.
+ * Run by the kdet controller (KDET_CONTROLLER_URL set) it is a trial: rank 0
+ * asks the searcher how far to train, reports metrics, watches for
+ * preemption and makes checkpoints, and broadcasts every decision so all
+ * ranks take the same steps (docs/launcher.md lists the environment).
  */
+#include <ftw.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +21,9 @@
 
 #include "data.h"
 #include "dtrain.h"
+#include "kdet.h"
 #include "mlp.h"
+#include "state.h"
 
 void openblas_set_num_threads(int num_threads);
 
@@ -26,6 +34,7 @@ struct cfg {
     size_t train_limit, test_limit;
     int64_t seed;
     int check_sync, quiet;
+    int report_every, preempt_every; /* optimizer steps, as a kdet trial */
     const char *save;
 };
 
@@ -80,6 +89,7 @@ static void usage(FILE *f)
                "         [--hidden N] [--momentum X] [--weight-decay X] [--batch-size N]\n"
                "         [--aggregation-frequency N] [--train-limit N] [--test-limit N]\n"
                "         [--seed N] [--check-sync] [--save-weights FILE] [--quiet]\n"
+               "         [--report-every STEPS] [--preempt-check-every STEPS]\n"
                "Hyperparameters come from KDET_HPARAMS (learning_rate, hidden_units, momentum,\n"
                "weight_decay, global_batch_size, aggregation_frequency); flags override them.\n"
                "Run one process per rank under kdet-launch (see docs/dtrain.md).\n");
@@ -102,6 +112,8 @@ static int parse_args(int argc, char **argv, struct cfg *c, unsigned *set)
                                        {"check-sync", no_argument, NULL, 'c'},
                                        {"save-weights", required_argument, NULL, 'S'},
                                        {"quiet", no_argument, NULL, 'q'},
+                                       {"report-every", required_argument, NULL, 'r'},
+                                       {"preempt-check-every", required_argument, NULL, 'p'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     int o, li = 0;
@@ -133,6 +145,8 @@ static int parse_args(int argc, char **argv, struct cfg *c, unsigned *set)
         case 'c': c->check_sync = 1; break;
         case 'S': c->save = optarg; break;
         case 'q': c->quiet = 1; break;
+        case 'r': c->report_every = (int)v; break;
+        case 'p': c->preempt_every = (int)v; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -198,6 +212,360 @@ static int evaluate(struct mlp *m, const struct fm_set *s, int rank, int world, 
     return 0;
 }
 
+/* Everything the training loop carries between steps. */
+struct run {
+    struct cfg *c;
+    struct dtrain *h;
+    struct mlp *m;
+    struct train *t;
+    const struct fm_set *train, *test;
+    size_t *perm;
+    struct fm_kdet *k;
+    int rank, world, nl, perm_ep;
+    size_t lo, spe; /* this rank's slice of a batch; optimizer steps per epoch */
+    float scale;
+    int64_t g;         /* optimizer steps taken */
+    double tl, t0, wl; /* loss sums: this epoch, window of training metrics */
+    long tc, wc;       /* correct predictions: this epoch, window */
+    int64_t wn;        /* samples in the window */
+    double test_acc;
+    char err[DTRAIN_ERRLEN];
+};
+
+/*
+ * One optimizer step (aggregation_frequency micro-batches). Returns 1 when
+ * it ended an epoch, 0, or -1 after a libdtrain error (-2 weights differ).
+ */
+static int one_step(struct run *r)
+{
+    struct cfg *c = r->c;
+    struct mlp *m = r->m;
+    int ep = (int)(r->g / (int64_t)r->spe) + 1;
+    size_t st = (size_t)(r->g % (int64_t)r->spe);
+    if (r->perm_ep != ep) {
+        shuffle(r->perm, r->train->n, (uint64_t)c->seed * 1000003u + (uint64_t)ep);
+        r->perm_ep = ep;
+    }
+    if (st == 0) {
+        r->tl = 0;
+        r->tc = 0;
+        r->t0 = now_s();
+    }
+    double before = r->tl;
+    long cbefore = r->tc;
+    for (int a = 0; a < c->agg; a++) {
+        const uint8_t *imgs[512];
+        uint8_t labels[512];
+        size_t base = (st * (size_t)c->agg + (size_t)a) * (size_t)c->batch + r->lo;
+        for (int q = 0; q < r->nl; q++) {
+            size_t idx = r->perm[base + (size_t)q];
+            imgs[q] = r->train->images + idx * FM_PIXELS;
+            labels[q] = r->train->labels[idx];
+        }
+        mlp_set_input(m, imgs, r->nl);
+        r->t->ready = a == c->agg - 1;
+        mlp_step(m, r->nl, labels, r->scale, &r->tl, &r->tc, on_tensor_done, r->t);
+        if (r->t->err < 0)
+            return -1;
+    }
+    r->wl += r->tl - before;
+    r->wc += r->tc - cbefore;
+    r->wn += (int64_t)c->agg * r->nl;
+    if (dtrain_grads_wait(r->h) < 0)
+        return -1;
+    mlp_update(m, (float)c->lr, (float)c->momentum, (float)c->wd);
+    if (c->check_sync) {
+        int64_t mine = (int64_t)fnv(m->params, m->nparams * sizeof(float)), all[256];
+        if (r->world > 256 || dtrain_allgather(r->h, &mine, all, 1, DTRAIN_INT64) < 0)
+            return -1;
+        for (int q = 1; q < r->world; q++) {
+            if (all[q] != all[0]) {
+                fprintf(stderr,
+                        "fashion-mnist-c: weights differ between rank 0 and rank %d after epoch "
+                        "%d step %zu\n",
+                        q, ep, st + 1);
+                return -2;
+            }
+        }
+    }
+    if (r->rank == 0 && !c->quiet && (st + 1) % 200 == 0)
+        printf("epoch %d step %zu/%zu local_loss=%.4f\n", ep, st + 1, r->spe,
+               r->tl / (double)((st + 1) * (size_t)c->agg * (size_t)r->nl));
+    fflush(stdout);
+    r->g++;
+    return r->g % (int64_t)r->spe == 0;
+}
+
+/* The standalone end of an epoch: train and test loss and accuracy. */
+static int epoch_end(struct run *r)
+{
+    int ep = (int)(r->g / (int64_t)r->spe);
+    double sums[3] = {r->tl, (double)r->tc, (double)(r->spe * (size_t)r->c->agg * (size_t)r->nl)};
+    double test_loss = 0;
+    if (dtrain_allreduce(r->h, sums, 3, DTRAIN_FLOAT64, DTRAIN_SUM) < 0 ||
+        evaluate(r->m, r->test, r->rank, r->world, &test_loss, &r->test_acc, r->h) < 0)
+        return -1;
+    if (r->rank == 0)
+        printf("epoch %d: train_loss=%.4f train_accuracy=%.4f test_loss=%.4f "
+               "test_accuracy=%.4f steps=%zu time=%.1fs\n",
+               ep, sums[0] / sums[2], sums[1] / sums[2], test_loss, r->test_acc, r->spe,
+               now_s() - r->t0);
+    fflush(stdout);
+    return 0;
+}
+
+/* Rank 0's value v on every rank (-1 and h's message when the broadcast fails). */
+static int64_t agree(struct run *r, int64_t v)
+{
+    if (dtrain_broadcast(r->h, &v, 1, DTRAIN_INT64, 0) < 0) {
+        snprintf(r->err, sizeof(r->err), "%s", dtrain_errmsg(r->h));
+        return DTRAIN_EPEER;
+    }
+    return v;
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *f)
+{
+    (void)sb, (void)flag, (void)f;
+    return remove(p);
+}
+
+static int make_dir(char *out, size_t len, const char *what)
+{
+    const char *tmp = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+    snprintf(out, len, "%s/fashion-mnist-c-%s-XXXXXX", tmp, what);
+    return mkdtemp(out) != NULL ? 0 : -1;
+}
+
+/*
+ * A checkpoint at the current step (every rank calls it: the epoch sums
+ * are collected to rank 0). `val` is the validation's metrics or NULL.
+ */
+static int checkpoint(struct run *r, const char *val)
+{
+    int rc = 0;
+    double sums[2] = {r->tl, (double)r->tc};
+    char dir[512], uuid[DTRAIN_CKPT_UUIDLEN], md[1024], e[256];
+    if (dtrain_allreduce(r->h, sums, 2, DTRAIN_FLOAT64, DTRAIN_SUM) < 0) {
+        snprintf(r->err, sizeof(r->err), "%s", dtrain_errmsg(r->h));
+        return DTRAIN_EPEER;
+    }
+    if (r->rank == 0) {
+        struct fm_state st = {
+            .steps = r->g, .seed = r->c->seed, .ep_loss = sums[0], .ep_correct = (int64_t)sums[1]};
+        snprintf(st.trial, sizeof(st.trial), "%s", r->k->trial);
+        long long size = -1;
+        if (make_dir(dir, sizeof(dir), "ckpt") != 0) {
+            rc = DTRAIN_EIO;
+            snprintf(r->err, sizeof(r->err), "cannot make a checkpoint directory in %.400s", dir);
+        } else if ((size = fm_state_save(dir, r->m, &st, e)) < 0) {
+            rc = DTRAIN_EIO;
+            snprintf(r->err, sizeof(r->err), "%s", e);
+            nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        } else {
+            int n = snprintf(md, sizeof(md),
+                             "{\"trial_id\":\"%s\",\"steps_completed\":%lld,\"framework\":"
+                             "\"fashion-mnist-c\",\"format\":\"fmnistc1\",\"hidden_units\":%d",
+                             r->k->trial, (long long)(r->g * r->c->agg), r->m->hidden);
+            snprintf(md + n, sizeof(md) - (size_t)n, "%s%s}", val ? ",\"validation_metrics\":" : "",
+                     val ? val : "");
+            rc = fm_kdet_save(r->k, dir, r->g * r->c->agg, size, md, uuid, r->err);
+            if (rc != 0)
+                nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        }
+    }
+    return (int)agree(r, rc);
+}
+
+/* Restore KDET_LATEST_CHECKPOINT (rank 0 downloads; every rank gets the state). */
+static int restore(struct run *r, const char *uuid)
+{
+    int64_t hdr[3] = {0, 0, 0}; /* rc, steps, epoch correct */
+    double tl = 0;
+    char dir[512], e[256];
+    if (r->rank == 0) {
+        struct fm_state st = {0};
+        int rc = make_dir(dir, sizeof(dir), "restore");
+        if (rc != 0)
+            snprintf(r->err, sizeof(r->err), "cannot make a directory in %.400s", dir);
+        else if ((rc = fm_kdet_restore(r->k, uuid, dir, r->err)) == 0 &&
+                 (rc = fm_state_load(dir, r->m, &st, e)) != 0)
+            snprintf(r->err, sizeof(r->err), "checkpoint %s: %s", uuid, e);
+        if (rc == 0)
+            nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        /* Another trial's checkpoint (PBT, warm start): its weights, our own step count. */
+        bool warm = strcmp(st.trial, r->k->trial) != 0;
+        hdr[0] = rc != 0 ? DTRAIN_EIO : 0;
+        if (rc == 0 && !warm) {
+            hdr[1] = st.steps;
+            hdr[2] = st.ep_correct;
+            tl = st.ep_loss;
+        }
+        if (rc == 0)
+            printf("restored checkpoint %s (batches=%lld%s)\n", uuid,
+                   (long long)(st.steps * r->c->agg),
+                   warm ? ", weights only: another trial's" : "");
+    }
+    if (dtrain_broadcast(r->h, hdr, 3, DTRAIN_INT64, 0) < 0 ||
+        (hdr[0] == 0 &&
+         dtrain_broadcast(r->h, r->m->velocity, r->m->nparams, DTRAIN_FLOAT32, 0) < 0)) {
+        snprintf(r->err, sizeof(r->err), "%s", dtrain_errmsg(r->h));
+        return DTRAIN_EPEER;
+    }
+    if (hdr[0] != 0)
+        return (int)hdr[0];
+    r->g = hdr[1];
+    if (r->rank == 0) { /* epoch sums held by rank 0 only: the others add their share */
+        r->tl = tl;
+        r->tc = (long)hdr[2];
+    }
+    r->perm_ep = 0;
+    if (r->g % (int64_t)r->spe != 0)
+        r->t0 = now_s();
+    return 0;
+}
+
+/* Lengths in the searcher's unit <-> optimizer steps. */
+static int64_t to_steps(const struct run *r, int64_t len)
+{
+    int64_t per = (int64_t)r->c->batch * r->c->agg;
+    switch (r->k->unit) {
+    case FM_UNIT_EPOCHS: return len * (int64_t)r->spe;
+    case FM_UNIT_RECORDS: return (len + per - 1) / per;
+    default: return (len + r->c->agg - 1) / r->c->agg;
+    }
+}
+
+static int64_t from_steps(const struct run *r, int64_t steps)
+{
+    switch (r->k->unit) {
+    case FM_UNIT_EPOCHS: return steps / (int64_t)r->spe;
+    case FM_UNIT_RECORDS: return steps * r->c->batch * r->c->agg;
+    default: return steps * r->c->agg;
+    }
+}
+
+/* Training metrics of the window since the last report (every rank; rank 0 sends them). */
+static int report_training(struct run *r)
+{
+    double s[3] = {r->wl, (double)r->wc, (double)r->wn};
+    char js[256];
+    r->wl = 0, r->wc = 0, r->wn = 0;
+    if (dtrain_allreduce(r->h, s, 3, DTRAIN_FLOAT64, DTRAIN_SUM) < 0) {
+        snprintf(r->err, sizeof(r->err), "%s", dtrain_errmsg(r->h));
+        return DTRAIN_EPEER;
+    }
+    if (r->rank == 0 && s[2] > 0 && isfinite(s[0])) {
+        snprintf(js, sizeof(js), "{\"loss\":%.17g,\"accuracy\":%.17g,\"batches\":%lld}",
+                 s[0] / s[2], s[1] / s[2], (long long)(r->g * r->c->agg));
+        /* A refused or late training report is not worth stopping the trial for. */
+        if (dtrain_report_metrics(r->k->cl, "training", r->g * r->c->agg, js, r->err) != 0)
+            fprintf(stderr, "fashion-mnist-c: training metrics: %s\n", r->err);
+    }
+    return 0;
+}
+
+/*
+ * Train to `target` optimizer steps, checking for preemption every
+ * preempt_every steps. 1 when preempted, 0, or an error.
+ */
+static int train_to(struct run *r, int64_t target)
+{
+    while (r->g < target) {
+        if (r->g % r->c->preempt_every == 0) {
+            int64_t p = agree(r, r->rank == 0 ? atomic_load(&r->k->preempt) : 0);
+            if (p != 0)
+                return p < 0 ? (int)p : 1;
+        }
+        int rc = one_step(r);
+        if (rc < 0) {
+            snprintf(r->err, sizeof(r->err), "%s",
+                     rc == -1 ? dtrain_errmsg(r->h) : "weights differ between ranks");
+            return DTRAIN_EPEER;
+        }
+        if (r->g % r->c->report_every == 0 && (rc = report_training(r)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Validate and report (all ranks evaluate; rank 0 reports). js gets the metrics. */
+static int validate(struct run *r, char *js, size_t len)
+{
+    double loss = 0, acc = 0;
+    int rc = 0;
+    if (evaluate(r->m, r->test, r->rank, r->world, &loss, &acc, r->h) < 0) {
+        snprintf(r->err, sizeof(r->err), "%s", dtrain_errmsg(r->h));
+        return DTRAIN_EPEER;
+    }
+    r->test_acc = acc;
+    snprintf(js, len, "{\"validation_loss\":%.17g,\"accuracy\":%.17g}", loss, acc);
+    if (r->rank == 0) {
+        printf("validation batches=%lld validation_loss=%.17g accuracy=%.17g\n",
+               (long long)(r->g * r->c->agg), loss, acc);
+        fflush(stdout);
+        if ((rc = report_training(r)) == 0)
+            rc = dtrain_report_metrics(r->k->cl, "validation", r->g * r->c->agg, js, r->err);
+    } else {
+        rc = report_training(r);
+    }
+    return (int)agree(r, rc);
+}
+
+/*
+ * The searcher loop of a kdet trial: ask how far to train, train, validate,
+ * report, checkpoint; until "stop" (0) or preemption (checkpoint, 0).
+ */
+static int run_trial(struct run *r)
+{
+    int rc = 0, preempted = 0;
+    int64_t last_ckpt = r->g;
+    char js[256];
+    for (;;) {
+        int64_t msg[3] = {0, 0, 0}; /* rc, stop, target steps */
+        if (r->rank == 0) {
+            int64_t len = 0;
+            int stop = 0;
+            msg[0] = dtrain_searcher_next(r->k->cl, from_steps(r, r->g), -1, &len, &stop, r->err);
+            msg[1] = stop;
+            msg[2] = to_steps(r, len);
+        }
+        if (dtrain_broadcast(r->h, msg, 3, DTRAIN_INT64, 0) < 0) {
+            snprintf(r->err, sizeof(r->err), "%s", dtrain_errmsg(r->h));
+            rc = DTRAIN_EPEER;
+            goto out;
+        }
+        if ((rc = (int)msg[0]) != 0)
+            goto out;
+        if (msg[1] == DTRAIN_SEARCHER_STOP)
+            break;
+        if (msg[1] == DTRAIN_SEARCHER_PREEMPT) {
+            preempted = 1;
+            break;
+        }
+        if ((rc = train_to(r, msg[2])) < 0)
+            goto out;
+        if (rc == 1) {
+            preempted = 1;
+            rc = 0;
+            break;
+        }
+        if ((rc = validate(r, js, sizeof(js))) != 0)
+            goto out;
+        if (r->k->ck != NULL || agree(r, r->rank == 0 && r->k->ck != NULL) == 1) {
+            if ((rc = checkpoint(r, js)) != 0)
+                goto out;
+            last_ckpt = r->g;
+        }
+    }
+    if (r->rank == 0 && preempted)
+        printf("preempted at batches=%lld: checkpoint and exit\n", (long long)(r->g * r->c->agg));
+    if (agree(r, r->rank == 0 && r->k->ck != NULL) == 1 && r->g != last_ckpt)
+        rc = checkpoint(r, NULL);
+out:
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     struct cfg c = {.data = "/usr/share/datasets/fashion-mnist",
@@ -207,16 +575,24 @@ int main(int argc, char **argv)
                     .agg = 1,
                     .lr = 0.05,
                     .momentum = 0.9,
-                    .wd = 1e-4};
+                    .wd = 1e-4,
+                    .report_every = 50,
+                    .preempt_every = 10};
     unsigned set = 0;
     struct dtrain *h = NULL;
     struct fm_set train = {0}, test = {0};
     struct mlp m = {0};
+    struct fm_kdet k = {0};
+    struct run r = {0};
     size_t *perm = NULL;
     char err[DTRAIN_ERRLEN];
-    int rc = 1;
+    int rc = 1, trc = 0;
     if (parse_args(argc, argv, &c, &set) < 0)
         return 2;
+    if (c.report_every < 1 || c.preempt_every < 1) {
+        fprintf(stderr, "fashion-mnist-c: --report-every and --preempt-check-every must be >= 1\n");
+        return 2;
+    }
     if (dtrain_init(&h, err) < 0) {
         fprintf(stderr, "fashion-mnist-c: %s\n", err);
         return 1;
@@ -224,13 +600,27 @@ int main(int argc, char **argv)
     if (apply_hparams(h, &c, set) < 0)
         goto out;
     int rank = dtrain_rank(h), world = dtrain_world_size(h);
+    /* Rank 0 talks to kdet; whether this is a trial is its word, for every rank. */
+    if (rank == 0 && (trc = fm_kdet_open(&k, err)) != 0)
+        fprintf(stderr, "fashion-mnist-c: %s\n", err);
+    int64_t mode[2] = {trc, k.cl != NULL};
+    if (dtrain_broadcast(h, mode, 2, DTRAIN_INT64, 0) < 0)
+        goto dterr;
+    if (mode[0] != 0)
+        goto out;
+    if (rank != 0)
+        k.trial = getenv("KDET_TRIAL_ID") ? getenv("KDET_TRIAL_ID") : "";
+    int managed = (int)mode[1];
     if (c.hidden < 1 || c.hidden > 8192 || c.batch < world || c.batch > 512 * world || c.agg < 1 ||
         c.agg > 1024 || !(c.lr > 0)) {
-        fprintf(stderr,
-                "fashion-mnist-c: hidden_units %d must be in 1..8192, global_batch_size %d in "
-                "%d..%d (world size %d), aggregation_frequency %d in 1..1024, learning_rate "
-                "%g > 0\n",
-                c.hidden, c.batch, world, 512 * world, world, c.agg, c.lr);
+        char msg[512];
+        snprintf(msg, sizeof(msg),
+                 "hidden_units %d must be in 1..8192, global_batch_size %d in %d..%d (world "
+                 "size %d), aggregation_frequency %d in 1..1024, learning_rate %g > 0",
+                 c.hidden, c.batch, world, 512 * world, world, c.agg, c.lr);
+        fprintf(stderr, "fashion-mnist-c: %s\n", msg);
+        if (k.cl != NULL && dtrain_exit_early(k.cl, "invalid_hp", msg, err) != 0)
+            fprintf(stderr, "fashion-mnist-c: early exit: %s\n", err);
         goto out;
     }
     if (dtrain_local_world_size(h) > 1)
@@ -248,14 +638,11 @@ int main(int argc, char **argv)
     }
     struct train t = {.h = h};
     static const int order[] = {MLP_B2, MLP_W2, MLP_B1, MLP_W1}; /* backprop order */
-    for (int k = 0; k < MLP_NTENSORS; k++) {
-        int tn = order[k];
+    for (int q = 0; q < MLP_NTENSORS; q++) {
+        int tn = order[q];
         if (dtrain_grads_register(h, m.grads + m.off[tn], m.len[tn], &t.ids[tn]) < 0)
             goto dterr;
     }
-    /* Same init everywhere by seed; broadcast anyway so a rank with another seed cannot drift. */
-    if (dtrain_broadcast(h, m.params, m.nparams, DTRAIN_FLOAT32, 0) < 0)
-        goto dterr;
     size_t steps = train.n / (size_t)c.batch / (size_t)c.agg;
     if (c.batches > 0 && (size_t)c.batches < steps)
         steps = (size_t)c.batches;
@@ -265,70 +652,51 @@ int main(int argc, char **argv)
                 perm ? "fewer training samples than one global batch" : "out of memory");
         goto out;
     }
+    r = (struct run){.c = &c,
+                     .h = h,
+                     .m = &m,
+                     .t = &t,
+                     .train = &train,
+                     .test = &test,
+                     .perm = perm,
+                     .k = &k,
+                     .rank = rank,
+                     .world = world,
+                     .spe = steps,
+                     .lo = (size_t)c.batch * (size_t)rank / (size_t)world,
+                     .scale = (float)world / ((float)c.batch * (float)c.agg),
+                     .t0 = now_s()};
+    r.nl = (int)((size_t)c.batch * (size_t)(rank + 1) / (size_t)world - r.lo);
+    const char *latest = getenv("KDET_LATEST_CHECKPOINT");
+    if (latest != NULL && latest[0] != '\0' && (trc = restore(&r, latest)) != 0)
+        goto trerr;
+    /* Same init everywhere by seed; broadcast anyway so a rank with another seed cannot drift. */
+    if (dtrain_broadcast(h, m.params, m.nparams, DTRAIN_FLOAT32, 0) < 0)
+        goto dterr;
     if (rank == 0)
         printf("fashion-mnist-c: %d ranks (%s), %zu train / %zu test samples, hidden %d, global "
                "batch %d, aggregation %d, lr %g, momentum %g, weight decay %g, %zu steps/epoch\n",
                world, dtrain_transport_name(h), train.n, test.n, c.hidden, c.batch, c.agg, c.lr,
                c.momentum, c.wd, steps);
-    size_t lo = (size_t)c.batch * (size_t)rank / (size_t)world;
-    int nl = (int)((size_t)c.batch * (size_t)(rank + 1) / (size_t)world - lo);
-    float scale = (float)world / ((float)c.batch * (float)c.agg);
-    double test_acc = 0;
-    for (int ep = 1; ep <= c.epochs; ep++) {
-        double t0 = now_s(), tl = 0;
-        long tc = 0;
-        shuffle(perm, train.n, (uint64_t)c.seed * 1000003u + (uint64_t)ep);
-        for (size_t st = 0; st < steps; st++) {
-            for (int a = 0; a < c.agg; a++) {
-                const uint8_t *imgs[512];
-                uint8_t labels[512];
-                size_t base = (st * (size_t)c.agg + (size_t)a) * (size_t)c.batch + lo;
-                for (int k = 0; k < nl; k++) {
-                    size_t idx = perm[base + (size_t)k];
-                    imgs[k] = train.images + idx * FM_PIXELS;
-                    labels[k] = train.labels[idx];
-                }
-                mlp_set_input(&m, imgs, nl);
-                t.ready = a == c.agg - 1;
-                mlp_step(&m, nl, labels, scale, &tl, &tc, on_tensor_done, &t);
-                if (t.err < 0)
-                    goto dterr;
-            }
-            if (dtrain_grads_wait(h) < 0)
+    if (managed) {
+        if (rank == 0 && (trc = fm_kdet_watch(&k, r.err)) != 0)
+            goto trerr;
+        if ((trc = run_trial(&r)) != 0)
+            goto trerr;
+    } else {
+        int64_t total = (int64_t)c.epochs * (int64_t)steps;
+        while (r.g < total) {
+            int s = one_step(&r);
+            if (s == -2)
+                goto out;
+            if (s < 0 || (s == 1 && epoch_end(&r) < 0))
                 goto dterr;
-            mlp_update(&m, (float)c.lr, (float)c.momentum, (float)c.wd);
-            if (c.check_sync) {
-                int64_t mine = (int64_t)fnv(m.params, m.nparams * sizeof(float)), all[256];
-                if (world > 256 || dtrain_allgather(h, &mine, all, 1, DTRAIN_INT64) < 0)
-                    goto dterr;
-                for (int q = 1; q < world; q++) {
-                    if (all[q] != all[0]) {
-                        fprintf(stderr,
-                                "fashion-mnist-c: weights differ between rank 0 and "
-                                "rank %d after epoch %d step %zu\n",
-                                q, ep, st + 1);
-                        goto out;
-                    }
-                }
-            }
-            if (rank == 0 && !c.quiet && (st + 1) % 200 == 0)
-                printf("epoch %d step %zu/%zu local_loss=%.4f\n", ep, st + 1, steps,
-                       tl / (double)((st + 1) * (size_t)c.agg * (size_t)nl));
-            fflush(stdout);
         }
-        double sums[3] = {tl, (double)tc, (double)(steps * (size_t)c.agg * (size_t)nl)};
-        if (dtrain_allreduce(h, sums, 3, DTRAIN_FLOAT64, DTRAIN_SUM) < 0)
-            goto dterr;
-        double test_loss = 0;
-        if (evaluate(&m, &test, rank, world, &test_loss, &test_acc, h) < 0)
-            goto dterr;
-        if (rank == 0)
-            printf("epoch %d: train_loss=%.4f train_accuracy=%.4f test_loss=%.4f "
-                   "test_accuracy=%.4f steps=%zu time=%.1fs\n",
-                   ep, sums[0] / sums[2], sums[1] / sums[2], test_loss, test_acc, steps,
-                   now_s() - t0);
-        fflush(stdout);
+        if (agree(&r, rank == 0 && k.ck != NULL) == 1 && (trc = checkpoint(&r, NULL)) != 0)
+            goto trerr;
     }
+    if (rank == 0 && (trc = fm_kdet_finish(&k, r.err)) != 0)
+        goto trerr;
     if (c.check_sync && rank == 0)
         printf("weights identical on all %d ranks after every step\n", world);
     if (c.save != NULL && rank == 0) {
@@ -341,13 +709,18 @@ int main(int argc, char **argv)
         }
         fclose(f);
     }
-    if (rank == 0)
-        printf("final test_accuracy=%.4f\n", test_acc);
+    if (rank == 0 && !managed)
+        printf("final test_accuracy=%.4f\n", r.test_acc);
     rc = 0;
+    goto out;
+trerr:
+    /* Rank 0 has the cause; the others only know that rank 0 gave up. */
+    fprintf(stderr, "fashion-mnist-c: rank %d: %s\n", rank, r.err[0] ? r.err : "failed");
     goto out;
 dterr:
     fprintf(stderr, "fashion-mnist-c: rank %d: %s\n", dtrain_rank(h), dtrain_errmsg(h));
 out:
+    fm_kdet_close(&k);
     free(perm);
     mlp_free(&m);
     fm_free(&train);
