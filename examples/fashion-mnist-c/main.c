@@ -222,6 +222,7 @@ struct run {
     size_t *perm;
     struct fm_kdet *k;
     int rank, world, nl, perm_ep;
+    int ckpt;       /* rank 0 has checkpoint storage */
     size_t lo, spe; /* this rank's slice of a batch; optimizer steps per epoch */
     float scale;
     int64_t g;         /* optimizer steps taken */
@@ -386,13 +387,14 @@ static int restore(struct run *r, const char *uuid)
     if (r->rank == 0) {
         struct fm_state st = {0};
         int rc = make_dir(dir, sizeof(dir), "restore");
-        if (rc != 0)
+        if (rc != 0) {
             snprintf(r->err, sizeof(r->err), "cannot make a directory in %.400s", dir);
-        else if ((rc = fm_kdet_restore(r->k, uuid, dir, r->err)) == 0 &&
-                 (rc = fm_state_load(dir, r->m, &st, e)) != 0)
-            snprintf(r->err, sizeof(r->err), "checkpoint %s: %s", uuid, e);
-        if (rc == 0)
-            nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        } else {
+            if ((rc = fm_kdet_restore(r->k, uuid, dir, r->err)) == 0 &&
+                (rc = fm_state_load(dir, r->m, &st, e)) != 0)
+                snprintf(r->err, sizeof(r->err), "checkpoint %s: %s", uuid, e);
+            nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS); /* read: not needed any more */
+        }
         /* Another trial's checkpoint (PBT, warm start): its weights, our own step count. */
         bool warm = strcmp(st.trial, r->k->trial) != 0;
         hdr[0] = rc != 0 ? DTRAIN_EIO : 0;
@@ -552,7 +554,7 @@ static int run_trial(struct run *r)
         }
         if ((rc = validate(r, js, sizeof(js))) != 0)
             goto out;
-        if (r->k->ck != NULL || agree(r, r->rank == 0 && r->k->ck != NULL) == 1) {
+        if (r->ckpt) {
             if ((rc = checkpoint(r, js)) != 0)
                 goto out;
             last_ckpt = r->g;
@@ -560,7 +562,7 @@ static int run_trial(struct run *r)
     }
     if (r->rank == 0 && preempted)
         printf("preempted at batches=%lld: checkpoint and exit\n", (long long)(r->g * r->c->agg));
-    if (agree(r, r->rank == 0 && r->k->ck != NULL) == 1 && r->g != last_ckpt)
+    if (r->ckpt && r->g != last_ckpt)
         rc = checkpoint(r, NULL);
 out:
     return rc;
@@ -603,8 +605,8 @@ int main(int argc, char **argv)
     /* Rank 0 talks to kdet; whether this is a trial is its word, for every rank. */
     if (rank == 0 && (trc = fm_kdet_open(&k, err)) != 0)
         fprintf(stderr, "fashion-mnist-c: %s\n", err);
-    int64_t mode[2] = {trc, k.cl != NULL};
-    if (dtrain_broadcast(h, mode, 2, DTRAIN_INT64, 0) < 0)
+    int64_t mode[3] = {trc, k.cl != NULL, k.ck != NULL};
+    if (dtrain_broadcast(h, mode, 3, DTRAIN_INT64, 0) < 0)
         goto dterr;
     if (mode[0] != 0)
         goto out;
@@ -665,6 +667,7 @@ int main(int argc, char **argv)
                      .spe = steps,
                      .lo = (size_t)c.batch * (size_t)rank / (size_t)world,
                      .scale = (float)world / ((float)c.batch * (float)c.agg),
+                     .ckpt = (int)mode[2],
                      .t0 = now_s()};
     r.nl = (int)((size_t)c.batch * (size_t)(rank + 1) / (size_t)world - r.lo);
     const char *latest = getenv("KDET_LATEST_CHECKPOINT");
@@ -692,7 +695,7 @@ int main(int argc, char **argv)
             if (s < 0 || (s == 1 && epoch_end(&r) < 0))
                 goto dterr;
         }
-        if (agree(&r, rank == 0 && k.ck != NULL) == 1 && (trc = checkpoint(&r, NULL)) != 0)
+        if (r.ckpt && (trc = checkpoint(&r, NULL)) != 0)
             goto trerr;
     }
     if (rank == 0 && (trc = fm_kdet_finish(&k, r.err)) != 0)
