@@ -385,7 +385,11 @@ shutdown:
     kd_k8s_informer_free(c.trials);
     kd_k8s_informer_free(c.pods);
     kd_k8s_informer_free(c.nodes);
-    KD_INFO("stopped");
+    struct kd_k8s_client_stats cs;
+    kd_k8s_client_stats(c.client, &cs);
+    KD_INFO("stopped", "api_requests=%llu api_retries=%llu connections=%llu",
+            (unsigned long long)cs.requests, (unsigned long long)cs.retries,
+            (unsigned long long)cs.connects);
 out:
     kd_k8s_queue_free(c.expq);
     kd_k8s_queue_free(c.trialq);
