@@ -13,6 +13,7 @@
 #include <ftw.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,6 +211,15 @@ static int evaluate(struct mlp *m, const struct fm_set *s, int rank, int world, 
     *loss = sums[0] / sums[2];
     *acc = sums[1] / sums[2];
     return 0;
+}
+
+/* Set by SIGTERM in a trial (kdet-launch forwards it when the pods are deleted). */
+static volatile sig_atomic_t got_term;
+
+static void on_term(int sig)
+{
+    (void)sig;
+    got_term = 1;
 }
 
 /* Everything the training loop carries between steps. */
@@ -475,7 +485,7 @@ static int train_to(struct run *r, int64_t target)
 {
     while (r->g < target) {
         if (r->g % r->c->preempt_every == 0) {
-            int64_t p = agree(r, r->rank == 0 ? atomic_load(&r->k->preempt) : 0);
+            int64_t p = agree(r, r->rank == 0 ? atomic_load(&r->k->preempt) || got_term : 0);
             if (p != 0)
                 return p < 0 ? (int)p : 1;
         }
@@ -529,7 +539,7 @@ static int run_trial(struct run *r)
             int64_t len = 0;
             int stop = 0;
             msg[0] = dtrain_searcher_next(r->k->cl, from_steps(r, r->g), -1, &len, &stop, r->err);
-            msg[1] = stop;
+            msg[1] = msg[0] == 0 && got_term ? DTRAIN_SEARCHER_PREEMPT : stop;
             msg[2] = to_steps(r, len);
         }
         if (dtrain_broadcast(r->h, msg, 3, DTRAIN_INT64, 0) < 0) {
@@ -561,7 +571,8 @@ static int run_trial(struct run *r)
         }
     }
     if (r->rank == 0 && preempted)
-        printf("preempted at batches=%lld: checkpoint and exit\n", (long long)(r->g * r->c->agg));
+        printf("preempted at batches=%lld%s: checkpoint and exit\n", (long long)(r->g * r->c->agg),
+               got_term ? " (SIGTERM)" : "");
     if (r->ckpt && r->g != last_ckpt)
         rc = checkpoint(r, NULL);
 out:
@@ -682,6 +693,10 @@ int main(int argc, char **argv)
                world, dtrain_transport_name(h), train.n, test.n, c.hidden, c.batch, c.agg, c.lr,
                c.momentum, c.wd, steps);
     if (managed) {
+        /* Every rank: the launcher signals them all; rank 0's flag decides for everyone. */
+        struct sigaction sa = {.sa_handler = on_term, .sa_flags = SA_RESTART};
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
         if (rank == 0 && (trc = fm_kdet_watch(&k, r.err)) != 0)
             goto trerr;
         if ((trc = run_trial(&r)) != 0)

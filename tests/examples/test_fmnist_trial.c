@@ -6,7 +6,8 @@
  * store equal what the program printed, it exits 0 on "stop", its
  * checkpoints are registered and lie in shared_fs storage with a manifest;
  * a second attempt resumes from the latest one, and a pause preempts it
- * (checkpoint, exit 0).
+ * (checkpoint, exit 0); a third one checkpoints when kdet-launch gets
+ * SIGTERM.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -298,6 +299,27 @@ static void test_trial(void **state)
     assert_string_not_equal(second, first);
     /* No validation for attempt 2: the target was never reached. */
     assert_int_equal(count_where(uid, "metrics", "kind = 'validation'"), 2);
+
+    /* Attempt 3 from the pause's checkpoint, stopped by SIGTERM to kdet-launch (pods deleted):
+     * the workers checkpoint on the way out, the launcher reports the signal (143). */
+    char third[64];
+    snprintf(third, sizeof(third), "%s", second);
+    fx_patch("trials", "fm-exp-1", NULL, "{\"spec\":{\"paused\":false}}");
+    start(&l, "fm-exp-1", tok, third, 3);
+    char cond[128];
+    snprintf(cond, sizeof(cond), "kind = 'training' AND step > %lld", at + 20);
+    wait_rows(&l, uid, "metrics", cond, 1);
+    kill(l.pid, SIGTERM);
+    rc = finish(&l, 30000);
+    log = slurp(l.log);
+    if (rc != 143)
+        fail_msg("kdet-launch exited %d after SIGTERM, not 143; its log:\n%s", rc, dump(l.log));
+    p = strstr(log, "[rank=0] preempted at batches=");
+    assert_non_null(p);
+    long long at3 = strtoll(p + strlen("[rank=0] preempted at batches="), NULL, 10);
+    assert_non_null(strstr(p, "(SIGTERM)"));
+    assert_true(at3 > at + 20);
+    latest_checkpoint(uid, at3);
 }
 
 static int setup(void **state)
