@@ -36,6 +36,7 @@ struct cfg {
     int64_t seed;
     int check_sync, quiet;
     int report_every, preempt_every; /* optimizer steps, as a kdet trial */
+    int ckpt_period;                 /* batches between checkpoints of a trial, 0: none */
     const char *save;
 };
 
@@ -91,6 +92,7 @@ static void usage(FILE *f)
                "         [--aggregation-frequency N] [--train-limit N] [--test-limit N]\n"
                "         [--seed N] [--check-sync] [--save-weights FILE] [--quiet]\n"
                "         [--report-every STEPS] [--preempt-check-every STEPS]\n"
+               "         [--checkpoint-period BATCHES]\n"
                "Hyperparameters come from KDET_HPARAMS (learning_rate, hidden_units, momentum,\n"
                "weight_decay, global_batch_size, aggregation_frequency); flags override them.\n"
                "Run one process per rank under kdet-launch (see docs/dtrain.md).\n");
@@ -115,6 +117,7 @@ static int parse_args(int argc, char **argv, struct cfg *c, unsigned *set)
                                        {"quiet", no_argument, NULL, 'q'},
                                        {"report-every", required_argument, NULL, 'r'},
                                        {"preempt-check-every", required_argument, NULL, 'p'},
+                                       {"checkpoint-period", required_argument, NULL, 'k'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     int o, li = 0;
@@ -148,6 +151,7 @@ static int parse_args(int argc, char **argv, struct cfg *c, unsigned *set)
         case 'q': c->quiet = 1; break;
         case 'r': c->report_every = (int)v; break;
         case 'p': c->preempt_every = (int)v; break;
+        case 'k': c->ckpt_period = (int)v; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -481,7 +485,7 @@ static int report_training(struct run *r)
  * Train to `target` optimizer steps, checking for preemption every
  * preempt_every steps. 1 when preempted, 0, or an error.
  */
-static int train_to(struct run *r, int64_t target)
+static int train_to(struct run *r, int64_t target, int64_t *last_ckpt)
 {
     while (r->g < target) {
         if (r->g % r->c->preempt_every == 0) {
@@ -497,6 +501,14 @@ static int train_to(struct run *r, int64_t target)
         }
         if (r->g % r->c->report_every == 0 && (rc = report_training(r)) != 0)
             return rc;
+        /* min_checkpoint_period: on the first step at or past each multiple (at the target,
+         * the checkpoint after the validation is the one) */
+        int64_t per = r->c->ckpt_period, b = r->g * r->c->agg;
+        if (r->ckpt && per > 0 && b / per != (b - r->c->agg) / per && r->g != target) {
+            if ((rc = checkpoint(r, NULL)) != 0)
+                return rc;
+            *last_ckpt = r->g;
+        }
     }
     return 0;
 }
@@ -555,7 +567,7 @@ static int run_trial(struct run *r)
             preempted = 1;
             break;
         }
-        if ((rc = train_to(r, msg[2])) < 0)
+        if ((rc = train_to(r, msg[2], &last_ckpt)) < 0)
             goto out;
         if (rc == 1) {
             preempted = 1;
@@ -616,8 +628,9 @@ int main(int argc, char **argv)
     /* Rank 0 talks to kdet; whether this is a trial is its word, for every rank. */
     if (rank == 0 && (trc = fm_kdet_open(&k, err)) != 0)
         fprintf(stderr, "fashion-mnist-c: %s\n", err);
-    int64_t mode[3] = {trc, k.cl != NULL, k.ck != NULL};
-    if (dtrain_broadcast(h, mode, 3, DTRAIN_INT64, 0) < 0)
+    const char *latest = getenv("KDET_LATEST_CHECKPOINT");
+    int64_t mode[4] = {trc, k.cl != NULL, k.ck != NULL, latest != NULL && latest[0] != '\0'};
+    if (dtrain_broadcast(h, mode, 4, DTRAIN_INT64, 0) < 0)
         goto dterr;
     if (mode[0] != 0)
         goto out;
@@ -681,8 +694,7 @@ int main(int argc, char **argv)
                      .ckpt = (int)mode[2],
                      .t0 = now_s()};
     r.nl = (int)((size_t)c.batch * (size_t)(rank + 1) / (size_t)world - r.lo);
-    const char *latest = getenv("KDET_LATEST_CHECKPOINT");
-    if (latest != NULL && latest[0] != '\0' && (trc = restore(&r, latest)) != 0)
+    if (mode[3] && (trc = restore(&r, latest)) != 0) /* only rank 0 reads `latest` */
         goto trerr;
     /* Same init everywhere by seed; broadcast anyway so a rank with another seed cannot drift. */
     if (dtrain_broadcast(h, m.params, m.nparams, DTRAIN_FLOAT32, 0) < 0)

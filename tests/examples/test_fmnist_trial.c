@@ -111,7 +111,8 @@ static void start(struct launch *l, const char *name, const char *tok, const cha
         if (f == NULL || dup2(1, 2) < 0)
             _exit(97);
         execl(bin, bin, "--nproc", "2", "--grace-period", "2", prog, "--train-limit", "3200",
-              "--test-limit", "500", "--report-every", "5", "--quiet", (char *)NULL);
+              "--test-limit", "500", "--report-every", "5", "--checkpoint-period", "15", "--quiet",
+              (char *)NULL);
         _exit(98);
     }
 }
@@ -275,6 +276,9 @@ static void test_trial(void **state)
     assert_null(strstr(log, tok)); /* the token is never printed */
     assert_true(count_where(uid, "metrics", "kind = 'training'") >= 8); /* every 5 batches */
     assert_int_equal(count_where(uid, "checkpoints", "steps_completed IN (20, 40)"), 2);
+    /* --checkpoint-period 15 (min_checkpoint_period) adds 15 and 30, and nothing else */
+    assert_int_equal(count_where(uid, "checkpoints", "steps_completed IN (15, 30)"), 2);
+    assert_int_equal(count_where(uid, "checkpoints", "true"), 4);
     char first[64];
     snprintf(first, sizeof(first), "%s", latest_checkpoint(uid, 40));
     assert_non_null(strstr(log, "registered"));
