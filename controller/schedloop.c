@@ -266,6 +266,26 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
         }
         n++;
     }
+    /* Forget the configurations of experiments that are gone. */
+    json_t *exps_j = kd_k8s_cache_list(kd_k8s_informer_cache(c->exps), c->o.ns);
+    json_t *uids = json_object();
+    size_t ei;
+    json_t *eo;
+    json_array_foreach(exps_j, ei, eo)
+    {
+        const char *uid = kd_k8s_meta_str(eo, "uid");
+        if (uid != NULL)
+            json_object_set_new(uids, uid, json_true());
+    }
+    const char *ck;
+    json_t *cv, *ctmp;
+    json_object_foreach_safe(c->cfgs, ctmp, ck, cv)
+    {
+        if (json_object_get(uids, ck) == NULL)
+            json_object_del(c->cfgs, ck);
+    }
+    json_decref(uids);
+    json_decref(exps_j);
     /* Forget what was said about trials that are gone. */
     json_t *seen = json_object();
     for (size_t k = 0; k < n; k++)

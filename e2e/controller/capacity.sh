@@ -30,3 +30,20 @@ check "8 trials COMPLETED" test "$(field exp cap '{.status.trials.completed}')" 
 echo "# cap-8 while queued: ${why:-}"
 check "a queued trial says why it waits" eval 'case "${why:-}" in *"waiting for 2 GPUs"*|*"queued behind"*) true ;; *) false ;; esac'
 check "no pods left" wait_for 10 no_pods kdet.io/experiment=cap
+
+# A trial that can never fit stays QUEUED with a clear reason, and does not block others.
+experiment huge '  entrypoint: sh -c "exit 0"
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  resources: {slots_per_trial: 6}'
+experiment small '  entrypoint: sh -c "exit 0"
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  resources: {slots_per_trial: 1}'
+unsched() { [ "$(field trial huge-1 '{.status.conditions[?(@.type=="Scheduled")].reason}')" = Unschedulable ]; }
+check "the 6-GPU trial is Unschedulable" wait_for 30 unsched
+why=$(field trial huge-1 '{.status.conditions[?(@.type=="Scheduled")].message}')
+echo "# huge-1: $why"
+check "its reason names the rule" eval 'case "$why" in *"slots_per_trial=6 exceeds the largest node"*"(4 GPUs)"*) true ;; *) false ;; esac'
+check "it stays QUEUED" trial_state_is huge-1 QUEUED
+check "a later 1-GPU experiment still completes" wait_for 30 exp_state_is small COMPLETED
