@@ -7,7 +7,7 @@
  * checkpoints are registered and lie in shared_fs storage with a manifest;
  * a second attempt resumes from the latest one, and a pause preempts it
  * (checkpoint, exit 0); a third one checkpoints when kdet-launch gets
- * SIGTERM.
+ * SIGTERM; a PBT child starts from that checkpoint with lengths in epochs.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -30,8 +30,9 @@
 #include "core/time.h"
 #include "fx.h"
 
-static char tmp[64];      /* checkpoints and logs */
-static char storage[256]; /* KDET_CHECKPOINT_STORAGE */
+static char tmp[64];                 /* checkpoints and logs */
+static char storage[256];            /* KDET_CHECKPOINT_STORAGE */
+static const char *unit = "batches"; /* KDET_LENGTH_UNIT */
 
 struct launch {
     pid_t pid;
@@ -98,7 +99,7 @@ static void start(struct launch *l, const char *name, const char *tok, const cha
         setenv("KDET_RUN_ID", rid, 1);
         setenv("KDET_MASTER_PORT", port, 1);
         setenv("KDET_CHECKPOINT_STORAGE", storage, 1);
-        setenv("KDET_LENGTH_UNIT", "batches", 1);
+        setenv("KDET_LENGTH_UNIT", unit, 1);
         setenv("KDET_HPARAMS", "{\"global_batch_size\": 64, \"hidden_units\": 64}", 1);
         setenv("OPENBLAS_NUM_THREADS", "1", 1);
         setenv("TMPDIR", tmp, 1);
@@ -224,7 +225,7 @@ static int check_validations(const char *uid, const char *log)
 }
 
 /* The checkpoint with the most batches: its uuid; its files and manifest are in storage. */
-static const char *latest_checkpoint(const char *uid, long long batches)
+static const char *latest_checkpoint(const char *trial, const char *uid, long long batches)
 {
     static char uuid[64];
     char sql[512], path[512];
@@ -246,7 +247,7 @@ static const char *latest_checkpoint(const char *uid, long long batches)
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal((long long)sb.st_size, size);
     /* The Trial's status points at it too. */
-    json_t *t = fx_get_trial("fm-exp-1");
+    json_t *t = fx_get_trial(trial);
     json_t *lc = json_object_get(json_object_get(t, "status"), "latestCheckpoint");
     assert_string_equal(json_string_value(json_object_get(lc, "uuid")), uuid);
     json_decref(t);
@@ -280,7 +281,7 @@ static void test_trial(void **state)
     assert_int_equal(count_where(uid, "checkpoints", "steps_completed IN (15, 30)"), 2);
     assert_int_equal(count_where(uid, "checkpoints", "true"), 4);
     char first[64];
-    snprintf(first, sizeof(first), "%s", latest_checkpoint(uid, 40));
+    snprintf(first, sizeof(first), "%s", latest_checkpoint("fm-exp-1", uid, 40));
     assert_non_null(strstr(log, "registered"));
 
     /* Attempt 2 resumes from it; a pause preempts it: checkpoint, register, exit 0. */
@@ -299,7 +300,7 @@ static void test_trial(void **state)
     assert_non_null(p);
     long long at = strtoll(p + strlen("[rank=0] preempted at batches="), NULL, 10);
     assert_true(at > 60 && at < 1000000);
-    const char *second = latest_checkpoint(uid, at);
+    const char *second = latest_checkpoint("fm-exp-1", uid, at);
     assert_string_not_equal(second, first);
     /* No validation for attempt 2: the target was never reached. */
     assert_int_equal(count_where(uid, "metrics", "kind = 'validation'"), 2);
@@ -323,7 +324,28 @@ static void test_trial(void **state)
     long long at3 = strtoll(p + strlen("[rank=0] preempted at batches="), NULL, 10);
     assert_non_null(strstr(p, "(SIGTERM)"));
     assert_true(at3 > at + 20);
-    latest_checkpoint(uid, at3);
+    snprintf(third, sizeof(third), "%s", latest_checkpoint("fm-exp-1", uid, at3));
+
+    /* A PBT child: another trial starts from that checkpoint (weights only, its own batches
+     * from 0), with lengths in epochs (3200 samples / 64 = 50 batches an epoch). */
+    char uid2[64], tok2[128];
+    fx_trial("fm-exp", "fm-exp-2", 1, uid2, sizeof(uid2));
+    fx_token("fm-exp-2", uid2, tok2, sizeof(tok2));
+    unit = "epochs";
+    start(&l, "fm-exp-2", tok2, third, 4);
+    wait_rows(&l, uid2, "metrics", "kind = 'validation'", 1);
+    fx_patch("trials", "fm-exp-2", NULL, "{\"spec\":{\"closed\":true}}");
+    rc = finish(&l, 60000);
+    unit = "batches";
+    log = slurp(l.log);
+    if (rc != 0)
+        fail_msg("the PBT child exited %d; its log:\n%s", rc, dump(l.log));
+    snprintf(want, sizeof(want), "[rank=0] restored checkpoint %s (batches=%lld, weights only",
+             third, at3);
+    assert_non_null(strstr(log, want));
+    assert_non_null(strstr(log, "[rank=0] validation batches=50 "));
+    assert_int_equal(check_validations(uid2, log), 1);
+    latest_checkpoint("fm-exp-2", uid2, 50);
 }
 
 static int setup(void **state)
