@@ -232,6 +232,18 @@ else bad "gc: orphan delete keeps the dependent and drops its ownerReference" "$
 "${K[@]}" create -f <(cm dangling '[{"apiVersion":"v1","kind":"ConfigMap","name":"ghost","uid":"00000000-0000-0000-0000-000000000001"}]') >/dev/null
 if within "$gc_timeout" gone cm/dangling; then ok "gc: dependent of a missing owner is collected"; else bad "gc: dependent of a missing owner is collected"; fi
 
+# --- RBAC with the kdet-controller identity (real control plane only) ----------
+if [[ -n "${KDET_KUBE_CONTROLLER_KUBECONFIG:-}" ]]; then
+	C=(env KUBECONFIG="$KDET_KUBE_CONTROLLER_KUBECONFIG" kubectl -n "$NS")
+	expect "rbac: kdet-controller is authenticated as its service account" 'system:serviceaccount:kdet:kdet-controller' \
+		"${C[@]}" get trials
+	expect "rbac: without a binding it is 403 Forbidden" 'Forbidden|cannot list resource "trials"' "${C[@]}" get trials
+	"${K[@]}" create role trial-reader --verb=get,list,watch --resource=trials.kdet.io >/dev/null
+	"${K[@]}" create rolebinding trial-reader --role=trial-reader --serviceaccount=kdet:kdet-controller >/dev/null
+	if within 20 "${C[@]}" get trials; then ok "rbac: a RoleBinding to the service account grants list"; else bad "rbac: a RoleBinding to the service account grants list"; fi
+	expect "rbac: and nothing more (delete is 403)" 'Forbidden' "${C[@]}" delete trial t1
+fi
+
 # --- the real scheduler (real control plane only: a Node object with no kubelet) ---
 if [[ -n "${KDET_KUBE_ETCD:-}" ]]; then
 	node="kdapi-node-$$"

@@ -26,6 +26,13 @@ KD_BUILD="${KD_BUILD:-$KD_SRC/build}"
 suite_timeout="${KDET_KUBE_SUITE_TIMEOUT:-900}"
 suites=("$@")
 ((${#suites[@]})) || suites=(api)
+for s in "${suites[@]}"; do
+	case "$s" in
+	api | conformance) ;;
+	*) kube_die "unknown suite $s (api, conformance)" ;;
+	esac
+done
+[[ -x "$KD_BUILD/bin/det" ]] || kube_log "warning: $KD_BUILD/bin/det missing; the det checks will fail (make $KD_BUILD/bin/det)"
 
 t0=$(date +%s)
 if ! kube_cached; then
