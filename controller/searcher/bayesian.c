@@ -44,10 +44,10 @@ struct mixture {
 };
 
 struct tpe {
-    struct kd__simple d;
-    size_t nd, nc; /* numeric and categorical leaves */
-    size_t *num;   /* leaf index of each numeric dimension */
-    size_t *catd;  /* leaf index of each categorical dimension */
+    struct kd__simple d; /* first: the simple driver's state (searcher_int.h) */
+    size_t nd, nc;       /* numeric and categorical leaves */
+    size_t *num;         /* leaf index of each numeric dimension */
+    size_t *catd;        /* leaf index of each categorical dimension */
 };
 
 static double to_unit(const struct kd_hp_param *p, double v)
@@ -349,44 +349,14 @@ static void mfree(struct kd_searcher *s)
     free(tp);
 }
 
-static int initial(struct kd_searcher *s)
-{
-    struct tpe *tp = s->mstate;
-    return kd__simple_fill(s, &tp->d);
-}
-
-static int finished(struct kd_searcher *s, struct kd__trial *t)
-{
-    struct tpe *tp = s->mstate;
-    return kd__simple_finished(s, &tp->d, t);
-}
-
-static double progress(const struct kd_searcher *s)
-{
-    const struct tpe *tp = s->mstate;
-    return kd__simple_progress(s, &tp->d);
-}
-
-static json_t *snapshot(const struct kd_searcher *s)
-{
-    const struct tpe *tp = s->mstate;
-    return kd__simple_snapshot(&tp->d);
-}
-
-static int restore(struct kd_searcher *s, const json_t *st, char *err)
-{
-    struct tpe *tp = s->mstate;
-    return kd__simple_restore(&tp->d, st, err);
-}
-
 const struct kd__method kd__bayesian = {
     .name = "bayesian",
     .init = init,
     .free = mfree,
-    .initial = initial,
+    .initial = kd__simple_initial,
     .validated = kd__simple_validated,
-    .finished = finished,
-    .progress = progress,
-    .snapshot = snapshot,
-    .restore = restore,
+    .finished = kd__simple_finished,
+    .progress = kd__simple_progress,
+    .snapshot = kd__simple_snapshot,
+    .restore = kd__simple_restore,
 };

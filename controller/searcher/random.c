@@ -30,44 +30,14 @@ static int init(struct kd_searcher *s, const json_t *scfg, char *err)
     return 0;
 }
 
-static void mfree(struct kd_searcher *s)
-{
-    free(s->mstate);
-}
-
-static int initial(struct kd_searcher *s)
-{
-    return kd__simple_fill(s, s->mstate);
-}
-
-static int finished(struct kd_searcher *s, struct kd__trial *t)
-{
-    return kd__simple_finished(s, s->mstate, t);
-}
-
-static double progress(const struct kd_searcher *s)
-{
-    return kd__simple_progress(s, s->mstate);
-}
-
-static json_t *snapshot(const struct kd_searcher *s)
-{
-    return kd__simple_snapshot(s->mstate);
-}
-
-static int restore(struct kd_searcher *s, const json_t *st, char *err)
-{
-    return kd__simple_restore(s->mstate, st, err);
-}
-
 const struct kd__method kd__random = {
     .name = "random",
     .init = init,
-    .free = mfree,
-    .initial = initial,
+    .free = kd__simple_free,
+    .initial = kd__simple_initial,
     .validated = kd__simple_validated,
-    .finished = finished,
-    .progress = progress,
-    .snapshot = snapshot,
-    .restore = restore,
+    .finished = kd__simple_finished,
+    .progress = kd__simple_progress,
+    .snapshot = kd__simple_snapshot,
+    .restore = kd__simple_restore,
 };

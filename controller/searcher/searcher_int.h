@@ -143,16 +143,21 @@ struct kd__simple {
     int64_t drawn;
     bool redraw_invalid; /* random, bayesian: replace invalid_hp trials */
 };
-json_t *kd__simple_snapshot(const struct kd__simple *d);
-int kd__simple_restore(struct kd__simple *d, const json_t *st, char *err);
 /** Parse {batches|records|epochs: N} at `path`. */
 int kd__parse_length(const json_t *v, const char *path, char *unit, int64_t *len, char *err);
 /** KD_EINVAL "searcher.max_length: required by the X searcher" when it is missing. */
 int kd__need_max_length(const struct kd_searcher *s, char *err);
-int kd__simple_fill(struct kd_searcher *s, struct kd__simple *d);
+/*
+ * The simple driver's method entry points: s->mstate must be, or begin with,
+ * a struct kd__simple. kd__simple_free frees a bare one.
+ */
+int kd__simple_initial(struct kd_searcher *s);
 int kd__simple_validated(struct kd_searcher *s, struct kd__trial *t, double loss);
-int kd__simple_finished(struct kd_searcher *s, struct kd__simple *d, struct kd__trial *t);
-double kd__simple_progress(const struct kd_searcher *s, const struct kd__simple *d);
+int kd__simple_finished(struct kd_searcher *s, struct kd__trial *t);
+double kd__simple_progress(const struct kd_searcher *s);
+json_t *kd__simple_snapshot(const struct kd_searcher *s);
+int kd__simple_restore(struct kd_searcher *s, const json_t *st, char *err);
+void kd__simple_free(struct kd_searcher *s);
 
 /* JSON helpers for snapshots and configs (searcher.c). */
 int kd__get_int(const json_t *o, const char *key, const char *path, bool required, int64_t min,

@@ -1,7 +1,9 @@
 /*
  * The driver shared by single, grid, random and bayesian: each trial trains
  * to max_length, validates once and is closed; at most max_concurrent_trials
- * run at once; the next point comes from the method's propose().
+ * run at once; the next point comes from the method's propose(). Its entry
+ * points have the method signatures, so those methods' tables name them
+ * directly: their state (s->mstate) is, or begins with, a struct kd__simple.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -11,7 +13,7 @@
 #include "core/alloc.h"
 #include "searcher/searcher_int.h"
 
-int kd__simple_fill(struct kd_searcher *s, struct kd__simple *d)
+static int fill(struct kd_searcher *s, struct kd__simple *d)
 {
     int64_t conc = s->max_concurrent > 0 ? s->max_concurrent : 16;
     double *x = kd_xcalloc(s->sp->n ? s->sp->n : 1, sizeof(double));
@@ -38,8 +40,14 @@ int kd__simple_validated(struct kd_searcher *s, struct kd__trial *t, double loss
     return 0;
 }
 
-int kd__simple_finished(struct kd_searcher *s, struct kd__simple *d, struct kd__trial *t)
+int kd__simple_initial(struct kd_searcher *s)
 {
+    return fill(s, s->mstate);
+}
+
+int kd__simple_finished(struct kd_searcher *s, struct kd__trial *t)
+{
+    struct kd__simple *d = s->mstate;
     /* A trial whose hyperparameters were invalid does not count: draw another, up to a limit. */
     if (t->exited && t->exit_reason == KD_SEARCH_EXIT_INVALID_HP && d->redraw_invalid) {
         if (s->ninvalid > d->total + 100) {
@@ -48,11 +56,12 @@ int kd__simple_finished(struct kd_searcher *s, struct kd__simple *d, struct kd__
         }
         d->counted--;
     }
-    return kd__simple_fill(s, d);
+    return fill(s, d);
 }
 
-double kd__simple_progress(const struct kd_searcher *s, const struct kd__simple *d)
+double kd__simple_progress(const struct kd_searcher *s)
 {
+    const struct kd__simple *d = s->mstate;
     double done = 0;
     for (size_t i = 0; i < s->ntrials; i++) {
         const struct kd__trial *t = &s->trials[i];
@@ -64,19 +73,26 @@ double kd__simple_progress(const struct kd_searcher *s, const struct kd__simple 
     return d->total > 0 ? done / (double)d->total : 0;
 }
 
-json_t *kd__simple_snapshot(const struct kd__simple *d)
+json_t *kd__simple_snapshot(const struct kd_searcher *s)
 {
+    const struct kd__simple *d = s->mstate;
     return json_pack("{sIsI}", "counted", (json_int_t)d->counted, "drawn", (json_int_t)d->drawn);
 }
 
-int kd__simple_restore(struct kd__simple *d, const json_t *st, char *err)
+int kd__simple_restore(struct kd_searcher *s, const json_t *st, char *err)
 {
+    struct kd__simple *d = s->mstate;
     if (!json_is_integer(json_object_get(st, "counted")) ||
         !json_is_integer(json_object_get(st, "drawn")))
         return kd_seterr(err, KD_ECORRUPT, "snapshot.method: expected counted and drawn");
     d->counted = json_integer_value(json_object_get(st, "counted"));
     d->drawn = json_integer_value(json_object_get(st, "drawn"));
     return 0;
+}
+
+void kd__simple_free(struct kd_searcher *s)
+{
+    free(s->mstate);
 }
 
 int kd__need_max_length(const struct kd_searcher *s, char *err)
