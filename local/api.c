@@ -2218,42 +2218,6 @@ static ssize_t log_read(void *ctx, char *buf, size_t max)
     return 0;
 }
 
-/* Offset of the last `tail` lines of a file of `size` bytes (a final newline ends the last line).
- */
-static off_t tail_offset(const char *path, off_t size, int64_t tail)
-{
-    off_t start = 0;
-    int fd = -1;
-    if (tail == 0) {
-        start = size;
-        goto out;
-    }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        goto out;
-    char chunk[4096];
-    off_t pos = size;
-    int64_t seen = 0;
-    while (pos > 0) {
-        size_t want = pos > (off_t)sizeof(chunk) ? sizeof(chunk) : (size_t)pos;
-        ssize_t got = pread(fd, chunk, want, pos - (off_t)want);
-        if (got != (ssize_t)want)
-            goto out;
-        for (size_t i = want; i-- > 0;) {
-            off_t at = pos - (off_t)want + (off_t)i;
-            if (chunk[i] == '\n' && at != size - 1 && ++seen == tail) {
-                start = at + 1;
-                goto out;
-            }
-        }
-        pos -= (off_t)want;
-    }
-out:
-    if (fd >= 0)
-        close(fd);
-    return start;
-}
-
 static void do_log(struct kd_api *api, struct kd_http_req *r, const struct target *t)
 {
     const char *container = kd_http_query(r, "container");
@@ -2350,7 +2314,7 @@ static void do_log(struct kd_api *api, struct kd_http_req *r, const struct targe
     /* Where to start: the last tailLines lines (or limitBytes), read from the end. */
     struct stat sb;
     if (stat(l->path, &sb) == 0) {
-        off_t start = tail >= 0 ? tail_offset(l->path, sb.st_size, tail) : 0;
+        off_t start = tail >= 0 ? kd_kubelet_tail_offset(l->path, sb.st_size, tail) : 0;
         l->off = start;
         if (limit > 0 && !l->follow && sb.st_size - start > limit) {
             data = kd_xmalloc((size_t)limit);

@@ -32,6 +32,8 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "http/http.h"
+#include "k8s/client.h"
 #include "events.h"
 #include "quantity.h"
 #include "scheduler.h"
@@ -42,6 +44,9 @@
 #define BACKOFF_START_MS 10000
 #define BACKOFF_MAX_MS 300000
 #define LEASE_PERIOD_MS 10000
+#define NODE_STATUS_PERIOD_MS 10000
+#define POLL_MS 500
+#define MAX_PATH_PART 253
 
 extern char **environ;
 
@@ -94,6 +99,14 @@ struct kd_kubelet {
     bool started;
     atomic_bool stop;
     int64_t next_lease_ms;
+    int max_pods;
+    /* Node agent mode (st == NULL): the API server is reached through kc. */
+    struct kd_k8s_client *kc;
+    pthread_mutex_t mu; /* guards pods for the log server (agent mode) */
+    struct kd_http_server *http;
+    int kubelet_port;
+    char ready_since[40];
+    int64_t next_node_ms;
 };
 
 static const char *jstr(const json_t *o, const char *k)
@@ -206,14 +219,44 @@ static int64_t mem_total_ki(void)
     return kb;
 }
 
-static int register_node(struct kd_kubelet *k, int max_pods)
+/* The Node this kubelet registers (uid and creationTimestamp only for the in-process store). */
+static json_t *node_object(struct kd_kubelet *k, const char *uid, const char *created)
 {
-    char now[40], cpu[32], mem[32], gpus[16], pods[16], uid[40];
+    char now[40], cpu[32], mem[32], gpus[16], pods[16];
     now3339(now, sizeof(now));
     snprintf(cpu, sizeof(cpu), "%ld", sysconf(_SC_NPROCESSORS_ONLN));
     snprintf(mem, sizeof(mem), "%lldKi", (long long)mem_total_ki());
     snprintf(gpus, sizeof(gpus), "%d", k->ngpus);
-    snprintf(pods, sizeof(pods), "%d", max_pods);
+    snprintf(pods, sizeof(pods), "%d", k->max_pods);
+    json_t *res = json_pack("{s:s,s:s,s:s,s:s}", "cpu", cpu, "memory", mem, "pods", pods,
+                            "nvidia.com/gpu", gpus);
+    json_t *node = json_pack(
+        "{s:s,s:s,s:{s:s,s:{s:s,s:s,s:s,s:s,s:s}},s:{},"
+        "s:{s:O,s:o,s:[{s:s,s:s,s:s,s:s,s:s,s:s}],s:[{s:s,s:s},{s:s,s:s}],"
+        "s:{s:s,s:s,s:s,s:s,s:s,s:s},s:{s:{s:i}}}}",
+        "kind", "Node", "apiVersion", "v1", "metadata", "name", k->node, "labels",
+        "kubernetes.io/hostname", k->node, "kubernetes.io/os", "linux", "kubernetes.io/arch",
+        "amd64", "beta.kubernetes.io/os", "linux", "node.kubernetes.io/instance-type", "kdet-local",
+        "spec", "status", "capacity", res, "allocatable", res, "conditions", "type", "Ready",
+        "status", "True", "lastHeartbeatTime", now, "lastTransitionTime", k->ready_since, "reason",
+        "KubeletReady", "message", "kdet-local kubelet is posting ready status", "addresses",
+        "type", "InternalIP", "address", "127.0.0.1", "type", "Hostname", "address", k->node,
+        "nodeInfo", "kubeletVersion", "v1.32.0-kdet-local", "operatingSystem", "linux",
+        "architecture", "amd64", "containerRuntimeVersion", "kdet-local://process", "osImage",
+        "Linux", "kernelVersion", "", "daemonEndpoints", "kubeletEndpoint", "Port",
+        k->kubelet_port);
+    json_t *md = json_object_get(node, "metadata");
+    if (uid != NULL)
+        json_object_set_new(md, "uid", json_string(uid));
+    if (created != NULL)
+        json_object_set_new(md, "creationTimestamp", json_string(created));
+    return node;
+}
+
+static int register_node(struct kd_kubelet *k)
+{
+    char now[40], uid[40];
+    now3339(now, sizeof(now));
     json_t *cur = kd_store_get(k->st, "/nodes", NULL, k->node);
     const char *cur_uid = cur != NULL ? jstr(json_object_get(cur, "metadata"), "uid") : NULL;
     const char *cur_ts =
@@ -229,23 +272,79 @@ static int register_node(struct kd_kubelet *k, int max_pods)
                  b[2], b[3], b[4], b[5], b[6] & 15, b[7], b[8] & 15, b[9], b[10], b[11], b[12],
                  b[13], b[14], b[15]);
     }
-    json_t *res = json_pack("{s:s,s:s,s:s,s:s}", "cpu", cpu, "memory", mem, "pods", pods,
-                            "nvidia.com/gpu", gpus);
-    json_t *node = json_pack(
-        "{s:s,s:s,s:{s:s,s:s,s:s,s:{s:s,s:s,s:s,s:s,s:s}},s:{},"
-        "s:{s:O,s:o,s:[{s:s,s:s,s:s,s:s,s:s,s:s}],s:[{s:s,s:s},{s:s,s:s}],"
-        "s:{s:s,s:s,s:s,s:s,s:s,s:s}}}",
-        "kind", "Node", "apiVersion", "v1", "metadata", "name", k->node, "uid", uid,
-        "creationTimestamp", cur_ts != NULL ? cur_ts : now, "labels", "kubernetes.io/hostname",
-        k->node, "kubernetes.io/os", "linux", "kubernetes.io/arch", "amd64",
-        "beta.kubernetes.io/os", "linux", "node.kubernetes.io/instance-type", "kdet-local", "spec",
-        "status", "capacity", res, "allocatable", res, "conditions", "type", "Ready", "status",
-        "True", "lastHeartbeatTime", now, "lastTransitionTime", now, "reason", "KubeletReady",
-        "message", "kdet-local kubelet is posting ready status", "addresses", "type", "InternalIP",
-        "address", "127.0.0.1", "type", "Hostname", "address", k->node, "nodeInfo",
-        "kubeletVersion", "v1.32.0-kdet-local", "operatingSystem", "linux", "architecture", "amd64",
-        "containerRuntimeVersion", "kdet-local://process", "osImage", "Linux", "kernelVersion", "");
+    json_t *node = node_object(k, uid, cur_ts != NULL ? cur_ts : now);
+    json_object_del(json_object_get(node, "status"), "daemonEndpoints");
     return kd_store_put(k->st, "/nodes", NULL, k->node, node, NULL);
+}
+
+/*
+ * Agent mode: create the Node when absent, then write its status (capacity,
+ * Ready with a fresh heartbeat, daemonEndpoints) through the status
+ * subresource, as the kubelet's node status loop does.
+ */
+static int remote_node(struct kd_kubelet *k, char *err)
+{
+    int rc = 0;
+    struct kd_k8s_gvr gvr = KD_K8S_NODES;
+    struct kd_k8s_status st = {0};
+    json_t *cur = NULL, *node = node_object(k, NULL, NULL);
+    rc = kd_k8s_get(k->kc, &gvr, NULL, k->node, &cur, &st, err);
+    if (rc == KD_ENOTFOUND) {
+        kd_k8s_status_free(&st);
+        rc = kd_k8s_create(k->kc, &gvr, NULL, node, NULL, &st, err);
+        if (rc == 0)
+            KD_INFO("node created", "node=%s", kd_logq(k->node));
+    }
+    if (rc != 0)
+        goto out;
+    json_t *patch = json_pack("{s:O}", "status", json_object_get(node, "status"));
+    kd_k8s_status_free(&st);
+    rc = kd_k8s_patch(k->kc, &gvr, NULL, k->node, "status", KD_K8S_PATCH_MERGE, patch, NULL, &st,
+                      err);
+    json_decref(patch);
+out:
+    kd_k8s_status_free(&st);
+    json_decref(cur);
+    json_decref(node);
+    return rc;
+}
+
+/* Agent mode: renew (or create) the node's Lease in kube-node-lease. */
+static void remote_lease(struct kd_kubelet *k, const char *micro)
+{
+    struct kd_k8s_gvr gvr = KD_K8S_LEASES;
+    struct kd_k8s_status st = {0};
+    char err[KD_ERRLEN] = "";
+    json_t *patch = json_pack("{s:{s:s,s:i,s:s}}", "spec", "holderIdentity", k->node,
+                              "leaseDurationSeconds", 40, "renewTime", micro);
+    int rc = kd_k8s_patch(k->kc, &gvr, "kube-node-lease", k->node, NULL, KD_K8S_PATCH_MERGE, patch,
+                          NULL, &st, err);
+    if (rc == KD_ENOTFOUND) {
+        json_t *lease =
+            json_pack("{s:s,s:s,s:{s:s,s:s},s:O}", "kind", "Lease", "apiVersion",
+                      "coordination.k8s.io/v1", "metadata", "name", k->node, "namespace",
+                      "kube-node-lease", "spec", json_object_get(patch, "spec"));
+        for (int attempt = 0; attempt < 2 && rc == KD_ENOTFOUND; attempt++) {
+            kd_k8s_status_free(&st);
+            rc = kd_k8s_create(k->kc, &gvr, "kube-node-lease", lease, NULL, &st, err);
+            if (rc == KD_ENOTFOUND) {
+                /* The namespace is missing (an API server that does not make it itself). */
+                struct kd_k8s_gvr nsg = KD_K8S_NAMESPACES;
+                json_t *ns = json_pack("{s:s,s:s,s:{s:s}}", "kind", "Namespace", "apiVersion", "v1",
+                                       "metadata", "name", "kube-node-lease");
+                struct kd_k8s_status st2 = {0};
+                if (kd_k8s_create(k->kc, &nsg, NULL, ns, NULL, &st2, NULL) != 0)
+                    KD_WARN("cannot create namespace kube-node-lease", "http=%d", st2.http);
+                kd_k8s_status_free(&st2);
+                json_decref(ns);
+            }
+        }
+        json_decref(lease);
+    }
+    if (rc != 0)
+        KD_WARN("node lease renewal failed", "node=%s err=%s", kd_logq(k->node), kd_logq(err));
+    kd_k8s_status_free(&st);
+    json_decref(patch);
 }
 
 static void renew_lease(struct kd_kubelet *k)
@@ -255,6 +354,10 @@ static void renew_lease(struct kd_kubelet *k)
     /* RFC 3339 with microseconds, as MicroTime is written. */
     char micro[48];
     snprintf(micro, sizeof(micro), "%.23s000Z", now);
+    if (k->kc != NULL) {
+        remote_lease(k, micro);
+        return;
+    }
     json_t *cur = kd_store_get(k->st, "coordination.k8s.io/leases", "kube-node-lease", k->node);
     json_t *lease;
     if (cur != NULL) {
@@ -284,8 +387,32 @@ static void pod_event(struct kd_kubelet *k, const json_t *pod, const char *type,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (kd_events_record(k->st, pod, "Pod", "v1", type, reason, msg, "kubelet", k->node) != 0)
-        KD_WARN("event not recorded", "reason=%s", reason);
+    if (k->kc == NULL) {
+        if (kd_events_record(k->st, pod, "Pod", "v1", type, reason, msg, "kubelet", k->node) != 0)
+            KD_WARN("event not recorded", "reason=%s", reason);
+        return;
+    }
+    /* Agent mode: one Event per occurrence, named as client-go's recorder names them. */
+    const json_t *md = json_object_get(pod, "metadata");
+    char now[40], name[320];
+    now3339(now, sizeof(now));
+    snprintf(name, sizeof(name), "%.253s.%llx", jstr(md, "name") ? jstr(md, "name") : "pod",
+             (unsigned long long)kd_wall_ms() * 1000000ull);
+    json_t *ev = json_pack(
+        "{s:s,s:s,s:{s:s,s:s},s:{s:s,s:s,s:s,s:s,s:s},s:s,s:s,s:s,s:{s:s,s:s},s:s,s:s,s:i}", "kind",
+        "Event", "apiVersion", "v1", "metadata", "name", name, "namespace",
+        jstr(md, "namespace") ? jstr(md, "namespace") : "default", "involvedObject", "kind", "Pod",
+        "apiVersion", "v1", "namespace", jstr(md, "namespace") ? jstr(md, "namespace") : "default",
+        "name", jstr(md, "name") ? jstr(md, "name") : "", "uid",
+        jstr(md, "uid") ? jstr(md, "uid") : "", "type", type, "reason", reason, "message", msg,
+        "source", "component", "kubelet", "host", k->node, "firstTimestamp", now, "lastTimestamp",
+        now, "count", 1);
+    struct kd_k8s_gvr gvr = KD_K8S_EVENTS;
+    struct kd_k8s_status st = {0};
+    if (kd_k8s_create(k->kc, &gvr, NULL, ev, NULL, &st, NULL) != 0)
+        KD_WARN("event not recorded", "reason=%s http=%d", reason, st.http);
+    kd_k8s_status_free(&st);
+    json_decref(ev);
 }
 
 /* ---- pod runtime --------------------------------------------------------------------------- */
@@ -414,6 +541,24 @@ static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
     return p;
 }
 
+/* ---- API access: the in-process store or, in agent mode, the API server ---------------- */
+
+/* A ConfigMap (cm) or Secret, as a new reference, or NULL when absent. */
+static json_t *get_obj(struct kd_kubelet *k, bool cm, const char *ns, const char *name)
+{
+    json_t *obj = NULL;
+    if (k->kc == NULL) {
+        obj = kd_store_get(k->st, cm ? "/configmaps" : "/secrets", ns, name);
+        return obj != NULL ? json_incref(obj) : NULL;
+    }
+    struct kd_k8s_gvr gvr = cm ? KD_K8S_CONFIGMAPS : KD_K8S_GVR("", "v1", "secrets");
+    struct kd_k8s_status st = {0};
+    if (name[0] == '\0' || kd_k8s_get(k->kc, &gvr, ns, name, &obj, &st, NULL) != 0)
+        obj = NULL;
+    kd_k8s_status_free(&st);
+    return obj;
+}
+
 /* ---- volumes ------------------------------------------------------------------------------- */
 
 static unsigned char *b64dec(const char *s, size_t *len)
@@ -514,8 +659,7 @@ static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *
         } else if (cm != NULL || sec != NULL) {
             const char *src = cm != NULL ? jstr(cm, "name") : jstr(sec, "secretName");
             bool optional = json_is_true(json_object_get(cm != NULL ? cm : sec, "optional"));
-            json_t *obj = kd_store_get(k->st, cm != NULL ? "/configmaps" : "/secrets", p->ns,
-                                       src != NULL ? src : "");
+            json_t *obj = get_obj(k, cm != NULL, p->ns, src != NULL ? src : "");
             if (obj == NULL && !optional) {
                 rc = kd_seterr(err, KD_ENOTFOUND, "%s \"%s\" not found",
                                cm != NULL ? "configmap" : "secret", src ? src : "");
@@ -523,6 +667,7 @@ static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *
                 rc = project_keys(dir, obj, sec != NULL,
                                   json_object_get(cm != NULL ? cm : sec, "items"), err);
             }
+            json_decref(obj);
         } else if (hp != NULL) {
             const char *type = jstr(hp, "type");
             if (type != NULL && strcmp(type, "DirectoryOrCreate") == 0)
@@ -726,18 +871,21 @@ static const char *field_ref(const json_t *pod, const char *path, char *buf, siz
 static char *source_key(struct kd_kubelet *k, const char *ns, bool secret, const char *name,
                         const char *key)
 {
-    json_t *obj = kd_store_get(k->st, secret ? "/secrets" : "/configmaps", ns, name);
-    if (obj == NULL)
-        return NULL;
+    char *out = NULL;
+    json_t *obj = get_obj(k, !secret, ns, name);
     const char *v = jstr(json_object_get(obj, "data"), key);
-    if (v == NULL || !secret)
-        return v != NULL ? kd_xstrdup(v) : NULL;
+    if (v == NULL || !secret) {
+        out = v != NULL ? kd_xstrdup(v) : NULL;
+        goto out;
+    }
     size_t len = 0;
     unsigned char *raw = b64dec(v, &len);
-    if (raw == NULL)
-        return NULL;
-    raw[len] = '\0';
-    return (char *)raw;
+    if (raw != NULL)
+        raw[len] = '\0';
+    out = (char *)raw;
+out:
+    json_decref(obj);
+    return out;
 }
 
 /* Build the environment of container c (lock held). 0, or the reason in err. */
@@ -775,8 +923,7 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
         const json_t *sr = json_object_get(ef, "secretRef");
         const json_t *ref = cmr != NULL ? cmr : sr;
         const char *prefix = jstr(ef, "prefix") ? jstr(ef, "prefix") : "";
-        json_t *obj = kd_store_get(k->st, cmr != NULL ? "/configmaps" : "/secrets", p->ns,
-                                   jstr(ref, "name") ? jstr(ref, "name") : "");
+        json_t *obj = get_obj(k, cmr != NULL, p->ns, jstr(ref, "name") ? jstr(ref, "name") : "");
         if (obj == NULL) {
             if (json_is_true(json_object_get(ref, "optional")))
                 continue;
@@ -797,6 +944,7 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
             }
             free(name);
         }
+        json_decref(obj);
     }
     json_t *ev;
     json_array_foreach(json_object_get(c, "env"), i, ev)
@@ -1310,6 +1458,20 @@ static void write_status(struct kd_kubelet *k, struct podrt *p, json_t *pod, jso
         json_decref(merged);
         return;
     }
+    if (k->kc != NULL) {
+        /* Through the status subresource, guarded by the uid as the kubelet's status manager. */
+        struct kd_k8s_gvr gvr = KD_K8S_PODS;
+        struct kd_k8s_status st = {0};
+        char err[KD_ERRLEN] = "";
+        json_t *patch = json_pack("{s:{s:s},s:O}", "metadata", "uid", p->uid, "status", status);
+        if (kd_k8s_patch(k->kc, &gvr, p->ns, p->name, "status", KD_K8S_PATCH_MERGE, patch, NULL,
+                         &st, err) != 0)
+            KD_WARN("pod status write failed", "pod=%s err=%s", kd_logq(p->name), kd_logq(err));
+        kd_k8s_status_free(&st);
+        json_decref(patch);
+        json_decref(merged);
+        return;
+    }
     json_t *next = json_deep_copy(pod);
     json_object_set_new(next, "status", merged);
     if (kd_store_put(k->st, "/pods", p->ns, p->name, next, NULL) != 0)
@@ -1319,6 +1481,21 @@ static void write_status(struct kd_kubelet *k, struct podrt *p, json_t *pod, jso
 static void finish_deleted(struct kd_kubelet *k, struct podrt *p, json_t *pod)
 {
     const json_t *md = json_object_get(pod, "metadata");
+    if (k->kc != NULL) {
+        /* As the kubelet: the final delete, at once and only of this very pod. */
+        struct kd_k8s_gvr gvr = KD_K8S_PODS;
+        struct kd_k8s_status st = {0};
+        char err[KD_ERRLEN] = "";
+        struct kd_k8s_delete_opts o = {
+            .precondition_uid = p->uid, .has_grace_period = true, .grace_period_seconds = 0};
+        int rc = kd_k8s_delete(k->kc, &gvr, p->ns, p->name, &o, NULL, &st, err);
+        if (rc == 0)
+            KD_INFO("pod deleted", "namespace=%s pod=%s", kd_logq(p->ns), kd_logq(p->name));
+        else if (rc != KD_ENOTFOUND && rc != KD_ECONFLICT)
+            KD_WARN("pod delete failed", "pod=%s err=%s", kd_logq(p->name), kd_logq(err));
+        kd_k8s_status_free(&st);
+        return;
+    }
     if (json_array_size(json_object_get(md, "finalizers")) > 0) {
         if (json_integer_value(json_object_get(md, "deletionGracePeriodSeconds")) != 0) {
             json_t *next = json_deep_copy(pod);
@@ -1333,19 +1510,64 @@ static void finish_deleted(struct kd_kubelet *k, struct podrt *p, json_t *pod)
         KD_INFO("pod deleted", "namespace=%s pod=%s", kd_logq(p->ns), kd_logq(p->name));
 }
 
+/*
+ * Agent mode: the pods bound to this node (fieldSelector spec.nodeName), as
+ * borrowed pointers into *list. False when the list failed: then nothing may
+ * be taken as deleted.
+ */
+static bool list_remote(struct kd_kubelet *k, json_t **list, json_t ***pods, size_t *n)
+{
+    struct kd_k8s_gvr gvr = KD_K8S_PODS;
+    struct kd_k8s_status st = {0};
+    char err[KD_ERRLEN] = "", sel[320];
+    snprintf(sel, sizeof(sel), "spec.nodeName=%s", k->node);
+    struct kd_k8s_query q = {.field_selector = sel};
+    int rc = kd_k8s_list_all(k->kc, &gvr, NULL, &q, list, &st, err);
+    kd_k8s_status_free(&st);
+    if (rc != 0) {
+        KD_WARN("pod list failed", "node=%s err=%s", kd_logq(k->node), kd_logq(err));
+        *list = NULL;
+        return false;
+    }
+    json_t *items = json_object_get(*list, "items");
+    *n = json_array_size(items);
+    *pods = kd_xcalloc(*n + 1, sizeof(**pods));
+    for (size_t i = 0; i < *n; i++)
+        (*pods)[i] = json_array_get(items, i);
+    return true;
+}
+
 static void loop_once(struct kd_kubelet *k)
 {
+    json_t **pods = NULL, *list = NULL;
+    size_t n = 0;
+    bool listed = true;
+    pthread_mutex_lock(&k->mu);
     reap(k);
-    kd_store_lock(k->st);
     int64_t now = kd_mono_ms();
-    if (now >= k->next_lease_ms) {
-        renew_lease(k);
-        k->next_lease_ms = now + LEASE_PERIOD_MS;
+    if (k->kc == NULL) {
+        kd_store_lock(k->st);
+        if (now >= k->next_lease_ms) {
+            renew_lease(k);
+            k->next_lease_ms = now + LEASE_PERIOD_MS;
+        }
+        if (kd_sched_pass(k->st, k->node) < 0)
+            KD_WARN("scheduling pass failed", "node=%s", kd_logq(k->node));
+        n = kd_store_list(k->st, "/pods", NULL, &pods);
+    } else {
+        if (now >= k->next_lease_ms) {
+            renew_lease(k);
+            k->next_lease_ms = now + LEASE_PERIOD_MS;
+        }
+        if (now >= k->next_node_ms) {
+            char err[KD_ERRLEN] = "";
+            if (remote_node(k, err) != 0)
+                KD_WARN("node status update failed", "node=%s err=%s", kd_logq(k->node),
+                        kd_logq(err));
+            k->next_node_ms = now + NODE_STATUS_PERIOD_MS;
+        }
+        listed = list_remote(k, &list, &pods, &n);
     }
-    if (kd_sched_pass(k->st, k->node) < 0)
-        KD_WARN("scheduling pass failed", "node=%s", kd_logq(k->node));
-    json_t **pods = NULL;
-    size_t n = kd_store_list(k->st, "/pods", NULL, &pods);
     /* Mark runtimes still backed by a pod. */
     json_t *seen = json_object();
     for (size_t i = 0; i < n; i++) {
@@ -1387,11 +1609,12 @@ static void loop_once(struct kd_kubelet *k)
         json_decref(pod);
     }
     free(pods);
+    json_decref(list);
     /* Runtimes whose pod is gone: kill what is left and clean up. */
     struct podrt *p, *tmp;
     HASH_ITER(hh, k->pods, p, tmp)
     {
-        if (json_object_get(seen, p->uid) != NULL)
+        if (!listed || json_object_get(seen, p->uid) != NULL)
             continue;
         if (any_running(p)) {
             signal_all(p, SIGKILL);
@@ -1402,8 +1625,14 @@ static void loop_once(struct kd_kubelet *k)
         podrt_free(k, p);
     }
     json_decref(seen);
-    kd_store_wait(k->st, 100);
-    kd_store_unlock(k->st);
+    if (k->kc == NULL) {
+        kd_store_wait(k->st, 100);
+        kd_store_unlock(k->st);
+        pthread_mutex_unlock(&k->mu);
+        return;
+    }
+    pthread_mutex_unlock(&k->mu);
+    kd_sleep_ms(POLL_MS);
 }
 
 static void *kubelet_main(void *arg)
@@ -1413,6 +1642,205 @@ static void *kubelet_main(void *arg)
         loop_once(k);
     return NULL;
 }
+
+/* ---- the kubelet API (agent mode): /healthz and /containerLogs over HTTPS ------------------- */
+
+struct logstream {
+    struct kd_kubelet *k;
+    char *uid, *container, *path;
+    int run;
+    bool follow;
+    off_t off;
+    int idle_rounds;
+    int fd; /* held open: a deleted pod's files are removed */
+};
+
+static void logstream_free(void *ctx)
+{
+    struct logstream *l = ctx;
+    if (l == NULL)
+        return;
+    free(l->uid);
+    free(l->container);
+    free(l->path);
+    if (l->fd >= 0)
+        close(l->fd);
+    free(l);
+}
+
+/* The container named `name` of p, or NULL. */
+static struct ctr *find_ctr(struct podrt *p, const char *name)
+{
+    for (size_t i = 0; i < p->nc; i++) {
+        if (strcmp(p->c[i].name, name) == 0)
+            return &p->c[i];
+    }
+    return NULL;
+}
+
+/* Is this run of the container still running (so a follow waits for more)? */
+static bool log_live(struct logstream *l)
+{
+    bool live = false;
+    struct podrt *p = NULL;
+    pthread_mutex_lock(&l->k->mu);
+    HASH_FIND_STR(l->k->pods, l->uid, p);
+    struct ctr *c = p != NULL ? find_ctr(p, l->container) : NULL;
+    live = c != NULL && c->state == C_RUNNING && c->restarts == l->run;
+    pthread_mutex_unlock(&l->k->mu);
+    return live;
+}
+
+static ssize_t log_read(void *ctx, char *buf, size_t max)
+{
+    struct logstream *l = ctx;
+    ssize_t n = 0;
+    if (l->fd < 0)
+        l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
+    if (l->fd >= 0)
+        n = pread(l->fd, buf, max, l->off);
+    if (n > 0) {
+        l->off += n;
+        return n;
+    }
+    if (!l->follow || atomic_load(&l->k->stop) || kd_http_stopping(l->k->http))
+        return -1;
+    /* Nothing new: end once the run is over (checked again after one more pause). */
+    if (!log_live(l) && ++l->idle_rounds > 1)
+        return -1;
+    kd_sleep_ms(200);
+    return 0;
+}
+
+off_t kd_kubelet_tail_offset(const char *path, off_t size, int64_t tail)
+{
+    off_t start = 0;
+    int fd = -1;
+    if (tail == 0) {
+        start = size;
+        goto out;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        goto out;
+    char chunk[4096];
+    off_t pos = size;
+    int64_t seen = 0;
+    while (pos > 0) {
+        size_t want = pos > (off_t)sizeof(chunk) ? sizeof(chunk) : (size_t)pos;
+        ssize_t got = pread(fd, chunk, want, pos - (off_t)want);
+        if (got != (ssize_t)want)
+            goto out;
+        for (size_t i = want; i-- > 0;) {
+            off_t at = pos - (off_t)want + (off_t)i;
+            if (chunk[i] == '\n' && at != size - 1 && ++seen == tail) {
+                start = at + 1;
+                goto out;
+            }
+        }
+        pos -= (off_t)want;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    return start;
+}
+
+static bool query_true(const char *v)
+{
+    return v != NULL && (strcmp(v, "true") == 0 || strcmp(v, "1") == 0);
+}
+
+/* GET /containerLogs/NS/POD/CONTAINER?follow=&tailLines=&previous=&limitBytes= */
+static void container_logs(struct kd_kubelet *k, struct kd_http_req *r, const char *rest)
+{
+    char ns[MAX_PATH_PART + 1], pod[MAX_PATH_PART + 1], ctr[MAX_PATH_PART + 1];
+    struct logstream *l = NULL;
+    char *data = NULL;
+    int64_t tail = -1, limit = -1;
+    const char *tq = kd_http_query(r, "tailLines"), *lq = kd_http_query(r, "limitBytes");
+    bool previous = query_true(kd_http_query(r, "previous"));
+    const char *s1 = strchr(rest, '/'), *s2 = s1 != NULL ? strchr(s1 + 1, '/') : NULL;
+    if (s1 == NULL || s2 == NULL || strchr(s2 + 1, '/') != NULL || s1 == rest || s2 == s1 + 1 ||
+        s2[1] == '\0' || (size_t)(s1 - rest) > MAX_PATH_PART ||
+        (size_t)(s2 - s1 - 1) > MAX_PATH_PART || strlen(s2 + 1) > MAX_PATH_PART) {
+        kd_http_respond(r, 400, "text/plain", "expected /containerLogs/NS/POD/CONTAINER\n", 41);
+        goto out;
+    }
+    if ((tq != NULL && (kd_parse_i64(tq, &tail) < 0 || tail < 0)) ||
+        (lq != NULL && (kd_parse_i64(lq, &limit) < 0 || limit < 1))) {
+        kd_http_respond(r, 400, "text/plain", "tailLines and limitBytes must be integers\n", 42);
+        goto out;
+    }
+    snprintf(ns, sizeof(ns), "%.*s", (int)(s1 - rest), rest);
+    snprintf(pod, sizeof(pod), "%.*s", (int)(s2 - s1 - 1), s1 + 1);
+    snprintf(ctr, sizeof(ctr), "%s", s2 + 1);
+    pthread_mutex_lock(&k->mu);
+    struct podrt *p, *tmp, *found = NULL;
+    HASH_ITER(hh, k->pods, p, tmp)
+    {
+        if (strcmp(p->ns, ns) == 0 && strcmp(p->name, pod) == 0)
+            found = p;
+    }
+    struct ctr *c = found != NULL ? find_ctr(found, ctr) : NULL;
+    int run = -1;
+    if (c != NULL) {
+        run = c->restarts;
+        if (previous || (c->state == C_WAITING && c->restarts > 0))
+            run = c->restarts - 1;
+        if (!previous && !c->ever_started)
+            run = -1;
+        l = kd_xcalloc(1, sizeof(*l));
+        l->fd = -1;
+        l->k = k;
+        l->uid = kd_xstrdup(found->uid);
+        l->container = kd_xstrdup(ctr);
+        l->run = run;
+        l->follow = query_true(kd_http_query(r, "follow")) && !previous;
+        l->path = kd_kubelet_log_path(k->state_dir, found->uid, ctr, run);
+    }
+    pthread_mutex_unlock(&k->mu);
+    if (l == NULL || run < 0) {
+        char *msg =
+            kd_http_printf(r, "container %s of pod %s/%s: no logs on this node\n", ctr, ns, pod);
+        kd_http_respond(r, 404, "text/plain", msg, strlen(msg));
+        goto out;
+    }
+    l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (stat(l->path, &sb) == 0) {
+        off_t start = tail >= 0 ? kd_kubelet_tail_offset(l->path, sb.st_size, tail) : 0;
+        l->off = start;
+        if (limit > 0 && !l->follow && sb.st_size - start > limit) {
+            data = kd_xmalloc((size_t)limit);
+            ssize_t got = l->fd >= 0 ? pread(l->fd, data, (size_t)limit, start) : 0;
+            kd_http_respond(r, 200, "text/plain", data, got > 0 ? (size_t)got : 0);
+            goto out;
+        }
+    }
+    kd_http_respond_stream(r, 200, "text/plain", log_read, l, logstream_free);
+    l = NULL;
+out:
+    free(data);
+    logstream_free(l);
+}
+
+static void kubelet_api(struct kd_http_req *r, void *ud)
+{
+    struct kd_kubelet *k = ud;
+    const char *path = kd_http_path(r);
+    if (strcmp(kd_http_method(r), "GET") != 0) {
+        kd_http_respond(r, 405, "text/plain", "method not allowed\n", 19);
+    } else if (strcmp(path, "/healthz") == 0) {
+        kd_http_respond(r, 200, "text/plain", "ok", 2);
+    } else if (kd_str_has_prefix(path, "/containerLogs/")) {
+        container_logs(k, r, path + strlen("/containerLogs/"));
+    } else {
+        kd_http_respond(r, 404, "text/plain", "not found\n", 10);
+    }
+}
+
+/* ---- start and stop ---------------------------------------------------------------------- */
 
 /* Kill process groups a previous run left behind (it died without stopping them). */
 static void kill_leftovers(const char *state_dir)
@@ -1450,6 +1878,10 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
     struct kd_kubelet *k = kd_xcalloc(1, sizeof(*k));
     *out = NULL;
     k->st = st;
+    k->kc = opts->client;
+    k->max_pods = opts->max_pods > 0 ? opts->max_pods : 110;
+    pthread_mutex_init(&k->mu, NULL);
+    now3339(k->ready_since, sizeof(k->ready_since));
     char host[256] = "localhost";
     if (opts->node_name != NULL) {
         kd_strlcpy(host, opts->node_name, sizeof(host));
@@ -1476,12 +1908,33 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
         goto out;
     }
     kill_leftovers(k->state_dir);
-    kd_store_lock(st);
-    rc = register_node(k, opts->max_pods > 0 ? opts->max_pods : 110);
-    kd_store_unlock(st);
-    if (rc != 0) {
-        kd_seterr(err, rc, "cannot register node %s: %s", k->node, kd_strerror(rc));
-        goto out;
+    if (k->kc != NULL) {
+        struct kd_http_opts ho = {.bind_addr = opts->kubelet_addr,
+                                  .port = opts->kubelet_port,
+                                  .handler = kubelet_api,
+                                  .ud = k,
+                                  .tls_cert_pem = opts->tls_cert_pem,
+                                  .tls_key_pem = opts->tls_key_pem};
+        rc = kd_http_start(&ho, &k->http, err);
+        if (rc != 0)
+            goto out;
+        k->kubelet_port = kd_http_port(k->http);
+        char why[KD_ERRLEN] = "";
+        rc = remote_node(k, why);
+        k->next_node_ms = kd_mono_ms() + NODE_STATUS_PERIOD_MS;
+        if (rc != 0) {
+            kd_seterr(err, rc, "cannot register node %s: %s", k->node,
+                      why[0] ? why : kd_strerror(rc));
+            goto out;
+        }
+    } else {
+        kd_store_lock(st);
+        rc = register_node(k);
+        kd_store_unlock(st);
+        if (rc != 0) {
+            kd_seterr(err, rc, "cannot register node %s: %s", k->node, kd_strerror(rc));
+            goto out;
+        }
     }
     KD_INFO("node registered", "node=%s gpus=%d cpus=%ld", kd_logq(k->node), k->ngpus,
             sysconf(_SC_NPROCESSORS_ONLN));
@@ -1502,6 +1955,7 @@ void kd_kubelet_stop(struct kd_kubelet *k)
     if (k == NULL)
         return;
     atomic_store(&k->stop, true);
+    kd_http_stop(k->http);
     if (k->started)
         pthread_join(k->thread, NULL);
     /* SIGTERM everything, then SIGKILL what is left after 5 s. */
@@ -1530,5 +1984,11 @@ void kd_kubelet_stop(struct kd_kubelet *k)
     free(k->node);
     free(k->state_dir);
     free(k->kubeconfig);
+    pthread_mutex_destroy(&k->mu);
     free(k);
+}
+
+int kd_kubelet_port(const struct kd_kubelet *k)
+{
+    return k->kubelet_port;
 }

@@ -9,8 +9,12 @@
 
 #include "core/err.h"
 
+#include <stdint.h>
+#include <sys/types.h>
+
 struct kd_store;
 struct kd_kubelet;
+struct kd_k8s_client;
 
 struct kd_kubelet_opts {
     const char *node_name;  /* NULL: the host name */
@@ -19,10 +23,21 @@ struct kd_kubelet_opts {
     int api_port;           /* given to containers as KUBERNETES_SERVICE_PORT */
     int max_pods;           /* 0 means 110 */
     const char *kubeconfig; /* given to containers as KUBECONFIG when set (absolute path) */
+    /*
+     * Node agent mode when set (then st is NULL): the Node, its Lease, pod
+     * status, deletions and events go to this API server (borrowed; it must
+     * outlive the kubelet), which binds pods itself; the kubelet API
+     * (/healthz, /containerLogs) is served over HTTPS on kubelet_addr:kubelet_port.
+     */
+    struct kd_k8s_client *client;
+    const char *kubelet_addr;               /* NULL: 127.0.0.1 */
+    int kubelet_port;                       /* 0 picks a free port */
+    const char *tls_cert_pem, *tls_key_pem; /* the kubelet API's certificate (required) */
 };
 
 /**
- * Register the Node and start the kubelet thread. Kills process groups left
+ * Register the Node and start the kubelet thread (and, in agent mode, the
+ * kubelet API server). Kills process groups left
  * over by a previous run that died (their pids are kept in the state dir).
  * Returns 0 or a negative code with detail in err.
  */
@@ -37,5 +52,14 @@ void kd_kubelet_stop(struct kd_kubelet *k);
  * (RUN is the restartCount at start). Caller frees.
  */
 char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *container, int run);
+
+/** The kubelet API's port (agent mode; 0 otherwise). */
+int kd_kubelet_port(const struct kd_kubelet *k);
+
+/**
+ * Offset of the last `tail` lines of the file at path of `size` bytes (a
+ * final newline ends the last line); 0 when the file has fewer lines.
+ */
+off_t kd_kubelet_tail_offset(const char *path, off_t size, int64_t tail);
 
 #endif

@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "agent.h"
 #include "api.h"
 #include "kubelet.h"
 #include "tls.h"
@@ -40,6 +41,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: kdet-local [options]\n"
+            "       kdet-local kubelet --kubeconfig FILE [options]  (node agent; see --help)\n"
             "  --data-dir DIR          journal and state (default: memory only, lost on exit)\n"
             "  --port N                TCP port on 127.0.0.1 (default 6443; 0 picks a free one)\n"
             "  --token-file FILE       require this bearer token (first line of FILE)\n"
@@ -191,6 +193,8 @@ int main(int argc, char **argv)
                                              {"tls", no_argument, NULL, 'T'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
+    if (argc > 1 && strcmp(argv[1], "kubelet") == 0)
+        return kd_agent_main(argc - 1, argv + 1);
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {

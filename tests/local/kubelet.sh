@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# `kdet-local kubelet` as the node agent of another API server (kdet-local
+# itself with --no-kubelet): Node registration and Lease renewal, pods bound to
+# the node run with kubelet-shaped status, OnFailure restarts, deletion with
+# SIGTERM then SIGKILL after the grace period, logs over HTTPS on the kubelet
+# port, and a kill -9 of the agent with its pods' status kept consistent.
+# Prints `N passed, N failed`.
+set -u
+bin="$KD_BUILD/bin/kdet-local"
+work=$(mktemp -d /tmp/kd-kubelet.XXXXXX)
+pass=0 fail=0 api="" agent=""
+export KUBECONFIG="$work/kc"
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '     %s\n' "$@"; }
+check() { # NAME COMMAND...: ok when the command succeeds
+    local name=$1; shift
+    if "$@" >/dev/null 2>&1; then ok "$name"; else bad "$name" "$*"; fi
+}
+cleanup() {
+    for p in $agent $api; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    pkill -9 -f "kd-kubelet-ctr-$$" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+k() { kubectl --request-timeout=10s "$@"; }
+jp() { k get "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
+wait_for() { # SECONDS COMMAND...: poll every 0.2 s until the command succeeds
+    local n=$(($1 * 5)); shift
+    for _ in $(seq 1 "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+    return 1
+}
+start_agent() {
+    rm -f "$work/kport"
+    "$bin" kubelet --kubeconfig "$work/kc" --node-name n1 --fake-gpus 2 --port 0 \
+        --port-file "$work/kport" --state-dir "$work/state" >> "$work/agent.log" 2>&1 &
+    agent=$!
+    wait_for 10 test -s "$work/kport"
+    kport=$(cat "$work/kport")
+}
+
+"$bin" --no-kubelet --port 0 --port-file "$work/port" --kubeconfig-out "$work/kc" \
+    > "$work/api.log" 2>&1 &
+api=$!
+wait_for 10 test -s "$work/kc" || { bad "kdet-local started"; echo "$pass passed, $fail failed"; exit 1; }
+start_agent
+
+# ---- the Node and its Lease ----------------------------------------------------------
+wait_for 10 test "$(jp node n1 '{.status.conditions[?(@.type=="Ready")].status}')" = True
+check "node n1 is Ready" test "$(jp node n1 '{.status.conditions[?(@.type=="Ready")].status}')" = True
+check "capacity has nvidia.com/gpu=2" test "$(jp node n1 '{.status.capacity.nvidia\.com/gpu}')" = 2
+check "allocatable has cpu, memory, pods" test -n "$(jp node n1 '{.status.allocatable.cpu}/{.status.allocatable.memory}/{.status.allocatable.pods}' | grep -E '^[0-9]+/[0-9]+Ki/110$')"
+check "label kubernetes.io/hostname" test "$(jp node n1 '{.metadata.labels.kubernetes\.io/hostname}')" = n1
+check "daemonEndpoints.kubeletEndpoint.Port is the kubelet port" test "$(jp node n1 '{.status.daemonEndpoints.kubeletEndpoint.Port}')" = "$kport"
+renew1=$(jp lease n1 '{.spec.renewTime}' -n kube-node-lease)
+renew1=$(k -n kube-node-lease get lease n1 -o 'jsonpath={.spec.renewTime}' 2>/dev/null)
+hb1=$(jp node n1 '{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}')
+check "lease in kube-node-lease held by n1" test "$(k -n kube-node-lease get lease n1 -o 'jsonpath={.spec.holderIdentity}')" = n1
+
+# ---- pods bound to n1 ------------------------------------------------------------------
+cat > "$work/pods.yaml" <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: ok1}
+spec:
+  nodeName: n1
+  restartPolicy: Never
+  containers:
+  - {name: main, image: none, command: ["sh", "-c", "echo hello; echo line2; echo line3"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: fail1}
+spec:
+  nodeName: n1
+  restartPolicy: OnFailure
+  containers:
+  - {name: main, image: none, command: ["sh", "-c", "echo failing; exit 3"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: stubborn}
+spec:
+  nodeName: n1
+  terminationGracePeriodSeconds: 2
+  containers:
+  - {name: main, image: none, command: ["sh", "-c", "trap '' TERM; : kd-kubelet-ctr-$$; echo \$\$ > $work/stubborn.pid; while :; do sleep 0.1; done"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: polite}
+spec:
+  nodeName: n1
+  terminationGracePeriodSeconds: 30
+  containers:
+  - {name: main, image: none, command: ["sh", "-c", "trap 'echo term > $work/polite.term; exit 0' TERM; : kd-kubelet-ctr-$$; while :; do sleep 0.1; done"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: always}
+spec:
+  nodeName: n1
+  containers:
+  - {name: main, image: none, command: ["sh", "-c", "echo up; echo \$\$ > $work/always.pid; sleep 1000; : kd-kubelet-ctr-$$"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: never}
+spec:
+  nodeName: n1
+  restartPolicy: Never
+  containers:
+  - {name: main, image: none, command: ["sh", "-c", "echo up; sleep 999; : kd-kubelet-ctr-$$"]}
+YAML
+check "pods created" k apply -f "$work/pods.yaml"
+wait_for 20 test "$(jp pod ok1 '{.status.phase}')" = Succeeded
+check "ok1 Succeeded" test "$(jp pod ok1 '{.status.phase}')" = Succeeded
+check "ok1 exit code 0, reason Completed" test "$(jp pod ok1 '{.status.containerStatuses[0].state.terminated.exitCode}/{.status.containerStatuses[0].state.terminated.reason}')" = 0/Completed
+check "ok1 conditions PodScheduled/Initialized True, Ready/ContainersReady False" test "$(jp pod ok1 '{.status.conditions[?(@.type=="PodScheduled")].status}{.status.conditions[?(@.type=="Initialized")].status}{.status.conditions[?(@.type=="Ready")].status}{.status.conditions[?(@.type=="ContainersReady")].status}')" = TrueTrueFalseFalse
+check "ok1 podIP/hostIP 127.0.0.1 and a startTime" test -n "$(jp pod ok1 '{.status.podIP} {.status.hostIP} {.status.startTime}' | grep -E '^127.0.0.1 127.0.0.1 20[0-9-]+T')"
+wait_for 20 test "$(jp pod fail1 '{.status.containerStatuses[0].restartCount}')" -ge 1
+check "fail1 (OnFailure, exit 3) restarted" test "$(jp pod fail1 '{.status.containerStatuses[0].restartCount}')" -ge 1
+check "fail1 lastState has exit code 3" test "$(jp pod fail1 '{.status.containerStatuses[0].lastState.terminated.exitCode}')" = 3
+check "fail1 stays Running (restarting)" test "$(jp pod fail1 '{.status.phase}')" = Running
+wait_for 20 test "$(jp pod always '{.status.phase}')$(jp pod never '{.status.phase}')$(jp pod polite '{.status.phase}')$(jp pod stubborn '{.status.phase}')" = RunningRunningRunningRunning
+check "long-running pods Running and Ready" test "$(jp pod always '{.status.conditions[?(@.type=="Ready")].status}')" = True
+
+# ---- logs on the kubelet port -----------------------------------------------------------
+base="https://127.0.0.1:$kport"
+check "/healthz over HTTPS" test "$(curl -sk --max-time 5 "$base/healthz")" = ok
+got=$(curl -sk --max-time 5 "$base/containerLogs/default/ok1/main")
+check "containerLogs of ok1" test "$got" = "$(printf 'hello\nline2\nline3')"
+check "containerLogs tailLines=1" test "$(curl -sk --max-time 5 "$base/containerLogs/default/ok1/main?tailLines=1")" = line3
+check "containerLogs previous of fail1" test "$(curl -sk --max-time 5 "$base/containerLogs/default/fail1/main?previous=true")" = failing
+check "containerLogs follow streams a running container" test "$(curl -sk --max-time 2 "$base/containerLogs/default/always/main?follow=true")" = up
+check "unknown pod: 404" test "$(curl -sk -o /dev/null -w '%{http_code}' --max-time 5 "$base/containerLogs/default/nope/main")" = 404
+check "plain HTTP is refused" test "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$kport/healthz")" != 200
+
+# ---- deletion ------------------------------------------------------------------------------
+spid=$(cat "$work/stubborn.pid" 2>/dev/null)
+t0=$(date +%s%N)
+k delete pod polite --wait=false >/dev/null 2>&1
+k delete pod stubborn --wait=false >/dev/null 2>&1
+wait_for 20 test -z "$(k get pod polite stubborn --ignore-not-found -o name)"
+t1=$(date +%s%N)
+check "deleted pods go away" test -z "$(k get pod polite stubborn --ignore-not-found -o name)"
+check "polite got SIGTERM" test -s "$work/polite.term"
+check "stubborn was killed after its 2 s grace period" test "$(( (t1 - t0) / 1000000 ))" -ge 1900
+check "stubborn's process is gone" test -n "$spid" -a ! -d "/proc/$spid"
+
+# ---- the agent killed and restarted ----------------------------------------------------------
+apid=$(cat "$work/always.pid" 2>/dev/null)
+renew2=$(k -n kube-node-lease get lease n1 -o 'jsonpath={.spec.renewTime}' 2>/dev/null)
+check "lease renewed within 12 s" test -n "$renew1" -a "$renew1" != "$renew2" -o "$(sleep 1; k -n kube-node-lease get lease n1 -o 'jsonpath={.spec.renewTime}')" != "$renew1"
+check "node heartbeat refreshed" test "$(jp node n1 '{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}')" != "$hb1"
+kill -9 "$agent"
+wait "$agent" 2>/dev/null
+start_agent
+wait_for 20 test "$(jp pod always '{.status.containerStatuses[0].restartCount}')" = 1
+check "Always pod restarted once after the agent restart" test "$(jp pod always '{.status.containerStatuses[0].restartCount}/{.status.phase}')" = 1/Running
+check "its old process was killed" test -n "$apid" -a ! -d "/proc/$apid"
+wait_for 20 test "$(jp pod never '{.status.phase}')" = Failed
+check "Never pod running at the crash ends Failed" test "$(jp pod never '{.status.phase}')" = Failed
+check "ok1 still Succeeded" test "$(jp pod ok1 '{.status.phase}')" = Succeeded
+check "node still Ready" test "$(jp node n1 '{.status.conditions[?(@.type=="Ready")].status}')" = True
+
+# ---- shutdown: nothing left behind ---------------------------------------------------------------
+kill "$agent"; wait "$agent" 2>/dev/null; agent=""
+kill "$api"; wait "$api" 2>/dev/null; api=""
+check "no container process left" test -z "$(pgrep -f "kd-kubelet-ctr-$$")"
+if [ "$fail" -gt 0 ]; then tail -20 "$work/agent.log"; fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
