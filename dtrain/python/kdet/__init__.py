@@ -1,0 +1,9 @@
+"""kdet: the Python side of kdet's data plane (docs/python.md).
+
+kdet.core      the Core API for training scripts (metrics, searcher,
+               preemption, checkpoints), over libdtrain's C client
+kdet.pytorch   PyTorchTrial and its context
+kdet.harness   python3 -m kdet.harness --trial FILE:CLASS
+kdet.launch    python3 -m kdet.launch.torch_distributed ... (exec kdet-launch)
+"""
+__version__ = "0.1.0"
