@@ -361,9 +361,18 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
     if (cur == KD_TRIAL_QUEUED) {
         struct kd_ctrl_admit ad;
         if (a.npods > 0 && (a.failed > 0 || a.succeeded > 0 || a.deleting > 0)) {
-            /* Leftovers of an earlier attempt: remove them before a new one starts. */
-            rc = delete_all(c, pods);
-            *requeue_after_ms = 1000;
+            /* Leftovers of an earlier attempt: remove them before a new one starts. But the
+             * cache may not show yet that this attempt started (ACTIVE): ask the API server,
+             * so that a fast failure or success of the current attempt is never discarded. */
+            json_t *fresh = NULL;
+            rc = kd_k8s_get(c->client, &KD_K8S_TRIALS, kd_k8s_meta_str(trial, "namespace"), tname,
+                            &fresh, NULL, err);
+            bool active =
+                rc == 0 && strcmp(kd_ctrl_str(fresh, "status", "state", NULL) ?: "", "ACTIVE") == 0;
+            json_decref(fresh);
+            if (rc == 0 && !active)
+                rc = delete_all(c, pods);
+            *requeue_after_ms = active ? 200 : 1000;
         } else if (a.npods > 0) {
             /* Pods of an attempt whose status write was lost: adopt them. */
             status = state_status(trial, KD_TRIAL_ACTIVE, "running");
