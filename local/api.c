@@ -27,6 +27,7 @@
 #include "events.h"
 #include "http/http.h"
 #include "kubelet.h"
+#include "logproxy.h"
 #include "openapi/openapi.h"
 #include "patch.h"
 #include "proto.h"
@@ -2218,6 +2219,61 @@ static ssize_t log_read(void *ctx, char *buf, size_t max)
     return 0;
 }
 
+/*
+ * A pod on a node agent (its Node has daemonEndpoints.kubeletEndpoint.Port):
+ * answer from that node's kubelet API, as kube-apiserver does. False when
+ * the pod is on kdet-local's own node.
+ */
+static bool node_agent_log(struct kd_api *api, struct kd_http_req *r, const json_t *pod,
+                           const struct target *t, const char *container)
+{
+    const char *nn = jstr(json_object_get(pod, "spec"), "nodeName");
+    char *url = NULL;
+    struct kd_logproxy *lp = NULL;
+    int port = 0;
+    if (nn == NULL)
+        return false;
+    kd_store_lock(api->st);
+    json_t *node = kd_store_get(api->st, "/nodes", NULL, nn);
+    json_t *ep = json_object_get(
+        json_object_get(json_object_get(node, "status"), "daemonEndpoints"), "kubeletEndpoint");
+    port = (int)json_integer_value(json_object_get(ep, "Port"));
+    kd_store_unlock(api->st);
+    if (port <= 0 || port > 65535)
+        return false;
+    struct kd_buf b = KD_BUF_INIT(8192);
+    int e = kd_buf_printf(&b, "https://127.0.0.1:%d/containerLogs/%s/%s/%s?x=1", port, t->ns,
+                          t->name, container);
+    static const char *const keys[] = {"follow", "previous", "tailLines", "limitBytes", NULL};
+    for (const char *const *k = keys; *k != NULL && e == 0; k++) {
+        const char *v = kd_http_query(r, *k);
+        if (v != NULL && strlen(v) < 32 && strspn(v, "0123456789truefalsTRUEFALS") == strlen(v))
+            e = kd_buf_printf(&b, "&%s=%s", *k, v);
+    }
+    if (e != 0) {
+        bad_request(r, "log request too long");
+        goto out;
+    }
+    url = kd_xstrdup(kd_buf_str(&b));
+    int http = 0;
+    char err[KD_ERRLEN] = "";
+    if (kd_logproxy_open(url, &lp, &http, err) != 0) {
+        char *msg = kd_http_printf(r, "Get \"%s\": %s", url, err);
+        json_t *st = json_pack("{s:s,s:s,s:{},s:s,s:s,s:i}", "kind", "Status", "apiVersion", "v1",
+                               "metadata", "status", "Failure", "message", msg, "code", 500);
+        kd_http_respond_json(r, 500, st);
+        json_decref(st);
+        goto out;
+    }
+    kd_http_respond_stream(r, http, "text/plain", kd_logproxy_read, lp, kd_logproxy_free);
+    lp = NULL;
+out:
+    kd_buf_free(&b);
+    kd_logproxy_free(lp);
+    free(url);
+    return true;
+}
+
 static void do_log(struct kd_api *api, struct kd_http_req *r, const struct target *t)
 {
     const char *container = kd_http_query(r, "container");
@@ -2277,6 +2333,8 @@ static void do_log(struct kd_api *api, struct kd_http_req *r, const struct targe
         bad_request(r, msg);
         goto out;
     }
+    if (node_agent_log(api, r, pod, t, container))
+        goto out;
     int restarts = (int)json_integer_value(json_object_get(cs, "restartCount"));
     const json_t *waiting = json_object_get(json_object_get(cs, "state"), "waiting");
     if (api->state_dir == NULL || cs == NULL || (waiting != NULL && restarts == 0 && !previous) ||

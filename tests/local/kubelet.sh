@@ -136,6 +136,11 @@ check "containerLogs follow streams a running container" test "$(curl -sk --max-
 check "unknown pod: 404" test "$(curl -sk -o /dev/null -w '%{http_code}' --max-time 5 "$base/containerLogs/default/nope/main")" = 404
 check "plain HTTP is refused" test "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$kport/healthz")" != 200
 
+check "kubectl logs through the API server (proxied to the kubelet port)" test "$(k logs ok1)" = "$(printf 'hello\nline2\nline3')"
+check "kubectl logs --tail=1" test "$(k logs ok1 --tail=1)" = line3
+check "kubectl logs --previous" test "$(k logs fail1 --previous)" = failing
+check "kubectl logs -f streams" test "$(timeout 3 kubectl logs -f always)" = up
+
 # ---- deletion ------------------------------------------------------------------------------
 spid=$(cat "$work/stubborn.pid" 2>/dev/null)
 t0=$(date +%s%N)
