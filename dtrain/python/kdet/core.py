@@ -74,8 +74,14 @@ class DistributedContext:
         if self._dist is None:
             import torch.distributed as dist
             if not dist.is_initialized():
+                # Long timeout: non-chief ranks wait in a broadcast while the
+                # chief long-polls the searcher, which may take hours (other
+                # trials first). A dead peer still fails fast (closed socket).
+                import datetime
+                hours = float(os.environ.get("KDET_DIST_TIMEOUT_HOURS", "24"))
                 dist.init_process_group("gloo", init_method="env://", rank=self.rank,
-                                        world_size=self.size)
+                                        world_size=self.size,
+                                        timeout=datetime.timedelta(hours=hours))
             self._dist = dist
         return self._dist
 
