@@ -65,8 +65,8 @@ static pid_t start_harness(const char *trial, const char *token, const char *cls
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    char *argv[] = {"/usr/bin/python3", "-m",   "kdet.harness", "--trial",
-                    spec,               "--report-every", "5", NULL};
+    char *argv[] = {
+        "/usr/bin/python3", "-m", "kdet.harness", "--trial", spec, "--report-every", "5", NULL};
     pid_t pid = -1;
     int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
