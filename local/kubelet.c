@@ -24,6 +24,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <uthash.h>
 
@@ -34,6 +35,7 @@
 #include "core/time.h"
 #include "http/http.h"
 #include "k8s/client.h"
+#include "k8s/informer.h"
 #include "events.h"
 #include "quantity.h"
 #include "scheduler.h"
@@ -82,6 +84,7 @@ struct podrt {
     int64_t term_sent_ms;
     int64_t kill_at_ms;
     json_t *cond_times; /* type -> [status, time] */
+    json_t *sent;       /* agent mode: the last status the API server accepted */
     char **links;       /* symlinks made for volume mounts */
     size_t nlinks;
 };
@@ -107,6 +110,10 @@ struct kd_kubelet {
     int kubelet_port;
     char ready_since[40];
     int64_t next_node_ms;
+    struct kd_k8s_informer *inf; /* pods with spec.nodeName = node */
+    pthread_mutex_t wake_mu;
+    pthread_cond_t wake_cv;
+    bool dirty; /* the informer saw a change since the last pass */
 };
 
 static const char *jstr(const json_t *o, const char *k)
@@ -459,6 +466,7 @@ static void podrt_free(struct kd_kubelet *k, struct podrt *p)
     free(p->name);
     free(p->dir);
     json_decref(p->cond_times);
+    json_decref(p->sent);
     free(p);
 }
 
@@ -1458,6 +1466,11 @@ static void write_status(struct kd_kubelet *k, struct podrt *p, json_t *pod, jso
         json_decref(merged);
         return;
     }
+    if (k->kc != NULL && p->sent != NULL && json_equal(p->sent, status)) {
+        /* Unchanged since the last write (the server may drop fields it does not know). */
+        json_decref(merged);
+        return;
+    }
     if (k->kc != NULL) {
         /* Through the status subresource, guarded by the uid as the kubelet's status manager. */
         struct kd_k8s_gvr gvr = KD_K8S_PODS;
@@ -1465,8 +1478,12 @@ static void write_status(struct kd_kubelet *k, struct podrt *p, json_t *pod, jso
         char err[KD_ERRLEN] = "";
         json_t *patch = json_pack("{s:{s:s},s:O}", "metadata", "uid", p->uid, "status", status);
         if (kd_k8s_patch(k->kc, &gvr, p->ns, p->name, "status", KD_K8S_PATCH_MERGE, patch, NULL,
-                         &st, err) != 0)
+                         &st, err) != 0) {
             KD_WARN("pod status write failed", "pod=%s err=%s", kd_logq(p->name), kd_logq(err));
+        } else {
+            json_decref(p->sent);
+            p->sent = json_deep_copy(status);
+        }
         kd_k8s_status_free(&st);
         json_decref(patch);
         json_decref(merged);
@@ -1511,30 +1528,61 @@ static void finish_deleted(struct kd_kubelet *k, struct podrt *p, json_t *pod)
 }
 
 /*
- * Agent mode: the pods bound to this node (fieldSelector spec.nodeName), as
- * borrowed pointers into *list. False when the list failed: then nothing may
- * be taken as deleted.
+ * Agent mode: the pods bound to this node, from the informer's cache (a list
+ * and watch with fieldSelector spec.nodeName), as borrowed pointers into
+ * *list. False until the first list is in: then nothing may be taken as
+ * deleted.
  */
 static bool list_remote(struct kd_kubelet *k, json_t **list, json_t ***pods, size_t *n)
 {
-    struct kd_k8s_gvr gvr = KD_K8S_PODS;
-    struct kd_k8s_status st = {0};
-    char err[KD_ERRLEN] = "", sel[320];
-    snprintf(sel, sizeof(sel), "spec.nodeName=%s", k->node);
-    struct kd_k8s_query q = {.field_selector = sel};
-    int rc = kd_k8s_list_all(k->kc, &gvr, NULL, &q, list, &st, err);
-    kd_k8s_status_free(&st);
-    if (rc != 0) {
-        KD_WARN("pod list failed", "node=%s err=%s", kd_logq(k->node), kd_logq(err));
-        *list = NULL;
+    *list = NULL;
+    if (!kd_k8s_informer_has_synced(k->inf))
         return false;
-    }
-    json_t *items = json_object_get(*list, "items");
-    *n = json_array_size(items);
+    *list = kd_k8s_cache_list(kd_k8s_informer_cache(k->inf), NULL);
+    *n = json_array_size(*list);
     *pods = kd_xcalloc(*n + 1, sizeof(**pods));
     for (size_t i = 0; i < *n; i++)
-        (*pods)[i] = json_array_get(items, i);
+        (*pods)[i] = json_array_get(*list, i);
     return true;
+}
+
+/* Informer handlers: wake the loop. */
+static void wake(struct kd_kubelet *k)
+{
+    pthread_mutex_lock(&k->wake_mu);
+    k->dirty = true;
+    pthread_cond_signal(&k->wake_cv);
+    pthread_mutex_unlock(&k->wake_mu);
+}
+
+static void on_pod_add(json_t *obj, void *ud)
+{
+    (void)obj;
+    wake(ud);
+}
+
+static void on_pod_update(json_t *old, json_t *obj, void *ud)
+{
+    (void)old;
+    (void)obj;
+    wake(ud);
+}
+
+/* Sleep until the informer reports a change or POLL_MS pass (timers: restarts, grace periods). */
+static void wait_change(struct kd_kubelet *k)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)POLL_MS * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&k->wake_mu);
+    while (!k->dirty && !atomic_load(&k->stop)) {
+        if (pthread_cond_timedwait(&k->wake_cv, &k->wake_mu, &until) != 0)
+            break;
+    }
+    k->dirty = false;
+    pthread_mutex_unlock(&k->wake_mu);
 }
 
 static void loop_once(struct kd_kubelet *k)
@@ -1632,7 +1680,7 @@ static void loop_once(struct kd_kubelet *k)
         return;
     }
     pthread_mutex_unlock(&k->mu);
-    kd_sleep_ms(POLL_MS);
+    wait_change(k);
 }
 
 static void *kubelet_main(void *arg)
@@ -1881,6 +1929,8 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
     k->kc = opts->client;
     k->max_pods = opts->max_pods > 0 ? opts->max_pods : 110;
     pthread_mutex_init(&k->mu, NULL);
+    pthread_mutex_init(&k->wake_mu, NULL);
+    pthread_cond_init(&k->wake_cv, NULL);
     now3339(k->ready_since, sizeof(k->ready_since));
     char host[256] = "localhost";
     if (opts->node_name != NULL) {
@@ -1927,6 +1977,20 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
                       why[0] ? why : kd_strerror(rc));
             goto out;
         }
+        char sel[320];
+        snprintf(sel, sizeof(sel), "spec.nodeName=%s", k->node);
+        struct kd_k8s_informer_opts io = {.gvr = KD_K8S_PODS, .field_selector = sel};
+        struct kd_k8s_handlers h = {
+            .on_add = on_pod_add, .on_update = on_pod_update, .on_delete = on_pod_add, .ud = k};
+        rc = kd_k8s_informer_new(k->kc, &io, &k->inf, err);
+        if (rc == 0)
+            rc = kd_k8s_informer_add_handlers(k->inf, &h);
+        if (rc == 0)
+            rc = kd_k8s_informer_start(k->inf);
+        if (rc != 0) {
+            kd_seterr(err, rc, "cannot watch the pods of node %s: %s", k->node, kd_strerror(rc));
+            goto out;
+        }
     } else {
         kd_store_lock(st);
         rc = register_node(k);
@@ -1956,8 +2020,13 @@ void kd_kubelet_stop(struct kd_kubelet *k)
         return;
     atomic_store(&k->stop, true);
     kd_http_stop(k->http);
-    if (k->started)
+    if (k->started) {
+        pthread_mutex_lock(&k->wake_mu);
+        pthread_cond_signal(&k->wake_cv);
+        pthread_mutex_unlock(&k->wake_mu);
         pthread_join(k->thread, NULL);
+    }
+    kd_k8s_informer_free(k->inf);
     /* SIGTERM everything, then SIGKILL what is left after 5 s. */
     struct podrt *p, *tmp;
     HASH_ITER(hh, k->pods, p, tmp) signal_all(p, SIGTERM);
@@ -1985,6 +2054,8 @@ void kd_kubelet_stop(struct kd_kubelet *k)
     free(k->state_dir);
     free(k->kubeconfig);
     pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->wake_cv);
+    pthread_mutex_destroy(&k->wake_mu);
     free(k);
 }
 
