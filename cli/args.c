@@ -18,9 +18,9 @@ struct opt {
 static const struct opt opts[] = {
     {"--kubeconfig", NULL, true}, {"--context", NULL, true}, {"--namespace", "-n", true},
     {"--output", "-o", true},     {"--timeout", NULL, true}, {"--template", NULL, true},
-    {"--data-dir", NULL, true},   {"--port", NULL, true},    {"--all", "-a", false},
-    {"--yes", "-y", false},       {"--follow", "-f", false}, {"--dry-run", NULL, false},
-    {"--help", "-h", false},      {NULL, NULL, false},
+    {"--data-dir", NULL, true},   {"--port", NULL, true},    {"--gpus", NULL, true},
+    {"--all", "-a", false},       {"--yes", "-y", false},    {"--follow", "-f", false},
+    {"--dry-run", NULL, false},   {"--help", "-h", false},   {NULL, NULL, false},
 };
 
 static bool allowed(const char *name, const char *const *flags)
@@ -51,6 +51,8 @@ static void set(struct det_args *a, const char *name, const char *v)
         a->data_dir = v;
     else if (strcmp(name, "--port") == 0)
         a->port = v;
+    else if (strcmp(name, "--gpus") == 0)
+        a->gpus = v;
     else if (strcmp(name, "--all") == 0)
         a->all = true;
     else if (strcmp(name, "--yes") == 0)

@@ -43,7 +43,7 @@ struct det_args {
     const char *pos[DET_MAX_POS];
     int npos;
     const char *kubeconfig, *context, *ns, *output, *timeout, *template_ref;
-    const char *data_dir, *port;
+    const char *data_dir, *port, *gpus;
     bool all, yes, follow, dry_run;
 };
 
@@ -170,5 +170,8 @@ extern const unsigned char det_crd_experiments[];
 extern const size_t det_crd_experiments_len;
 extern const unsigned char det_crd_trials[];
 extern const size_t det_crd_trials_len;
+/** manifests/priorityclasses.yaml built in (a multi-document stream). */
+extern const unsigned char det_priorityclasses[];
+extern const size_t det_priorityclasses_len;
 
 #endif

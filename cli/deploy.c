@@ -35,7 +35,7 @@
 #define CAPTURE_MAX (64 * 1024)
 
 static const char deploy_usage[] =
-    "usage: det deploy local up|down|status [--data-dir DIR] [--port N]\n"
+    "usage: det deploy local up|down|status [--data-dir DIR] [--port N] [--gpus N]\n"
     "\n"
     "Run kdet on this machine, from one data directory:\n"
     "  up      start kdet-local (Kubernetes API on 127.0.0.1 and a process kubelet), a\n"
@@ -51,6 +51,8 @@ static const char deploy_usage[] =
     "                  /var/lib/kdet/local)\n"
     "  --port N        API port on 127.0.0.1 (default: the port of the last 'up' in this\n"
     "                  data directory, else 6443; 0 picks a free one)\n"
+    "  --gpus N        with up: advertise N GPU slots instead of the GPUs NVML finds, so\n"
+    "                  trials run on a machine without GPUs (they then train on CPU)\n"
     "\n"
     "As root, PostgreSQL runs as the user $KDET_PG_USER, else 'postgres', else 'nobody'.\n";
 
@@ -69,6 +71,7 @@ struct deploy {
     gid_t pg_gid;
     bool drop; /* run PostgreSQL as pg_uid */
     int port;
+    int gpus; /* --gpus N, else -1: what NVML finds */
 };
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -516,6 +519,12 @@ static int setup(struct deploy *d, const struct det_args *a, bool create)
             port = DEFAULT_PORT;
     }
     d->port = port;
+    d->gpus = -1;
+    if (a->gpus != NULL && (kd_parse_int(a->gpus, &d->gpus) != 0 || d->gpus < 0 || d->gpus > 64)) {
+        det_err("--gpus %s: expected a number of GPU slots in 0..64", a->gpus);
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
 out:
     return rc;
 }
@@ -581,8 +590,14 @@ static int up_api(struct deploy *d)
     }
     unlink(portfile);
     snprintf(port, sizeof(port), "%d", d->port);
+    char gpus[16];
+    snprintf(gpus, sizeof(gpus), "%d", d->gpus);
     char *argv[] = {prog,     "--data-dir",       d->api,        "--port", port, "--port-file",
-                    portfile, "--kubeconfig-out", d->kubeconfig, NULL};
+                    portfile, "--kubeconfig-out", d->kubeconfig, NULL,     NULL, NULL};
+    if (d->gpus >= 0) {
+        argv[9] = "--fake-gpus";
+        argv[10] = gpus;
+    }
     pid = spawn_daemon(argv, NULL, log);
     if (pid < 0) {
         det_err("cannot start %s: %s", prog, strerror(-pid));
@@ -739,39 +754,51 @@ static int open_kube(const struct deploy *d, struct det_kube *k)
     return det_kube_open(&a, k);
 }
 
-static int apply_crd(struct det_kube *k, const char *file, const unsigned char *data, size_t len)
+/* Create obj (cluster-scoped), or replace it when it exists. */
+static int apply_object(struct det_kube *k, const struct kd_k8s_gvr *gvr, const char *kind,
+                        json_t *obj)
 {
-    static const struct kd_k8s_gvr crd_gvr =
-        KD_K8S_GVR("apiextensions.k8s.io", "v1", "customresourcedefinitions");
-    struct kd_yaml_doc *doc = NULL;
     struct kd_k8s_status st = {0};
-    json_t *obj = NULL, *cur = NULL;
+    json_t *cur = NULL;
     char err[KD_ERRLEN] = "";
-    int rc = 0, r;
-    r = kd_yaml_parse(file, (const char *)data, len, &doc, err);
-    if (r != 0) {
+    int rc = 0;
+    const char *name = kd_k8s_meta_str(obj, "name");
+    int r = kd_k8s_create(k->c, gvr, NULL, obj, NULL, &st, err);
+    if (r == KD_EEXIST) {
+        r = kd_k8s_get(k->c, gvr, NULL, name, &cur, &st, err);
+        if (r == 0) {
+            json_object_set(json_object_get(obj, "metadata"), "resourceVersion",
+                            json_object_get(json_object_get(cur, "metadata"), "resourceVersion"));
+            r = kd_k8s_update(k->c, gvr, NULL, NULL, obj, NULL, &st, err);
+        }
+    }
+    if (r != 0)
+        rc = det_kube_fail(k, r, &st, err, "apply", gvr, kind, name);
+    json_decref(cur);
+    kd_k8s_status_free(&st);
+    return rc;
+}
+
+/* Apply every document of a built-in manifest (file names it in messages). */
+static int apply_builtin(struct det_kube *k, const struct kd_k8s_gvr *gvr, const char *kind,
+                         const char *file, const unsigned char *data, size_t len)
+{
+    json_t *docs = NULL, *obj;
+    char err[KD_ERRLEN] = "";
+    size_t i;
+    int rc = 0;
+    if (kd_yaml_parse_stream(file, (const char *)data, len, &docs, err) != 0) {
         det_err("built-in %s: %s", file, err);
         rc = DET_EXIT_ERROR;
         goto out;
     }
-    obj = json_deep_copy(kd_yaml_root(doc));
-    const char *name = kd_k8s_meta_str(obj, "name");
-    r = kd_k8s_create(k->c, &crd_gvr, NULL, obj, NULL, &st, err);
-    if (r == KD_EEXIST) {
-        r = kd_k8s_get(k->c, &crd_gvr, NULL, name, &cur, &st, err);
-        if (r == 0) {
-            json_object_set(json_object_get(obj, "metadata"), "resourceVersion",
-                            json_object_get(json_object_get(cur, "metadata"), "resourceVersion"));
-            r = kd_k8s_update(k->c, &crd_gvr, NULL, NULL, obj, NULL, &st, err);
-        }
+    json_array_foreach(docs, i, obj)
+    {
+        if (json_is_object(obj) && (rc = apply_object(k, gvr, kind, obj)) != 0)
+            goto out;
     }
-    if (r != 0)
-        rc = det_kube_fail(k, r, &st, err, "apply", &crd_gvr, "CRD", name);
 out:
-    kd_yaml_free(doc);
-    json_decref(obj);
-    json_decref(cur);
-    kd_k8s_status_free(&st);
+    json_decref(docs);
     return rc;
 }
 
@@ -801,9 +828,18 @@ static int up_crds(const struct deploy *d)
     int rc = open_kube(d, &k);
     if (rc != 0)
         goto out;
-    rc = apply_crd(&k, "crds/experiments.yaml", det_crd_experiments, det_crd_experiments_len);
+    static const struct kd_k8s_gvr crd_gvr =
+        KD_K8S_GVR("apiextensions.k8s.io", "v1", "customresourcedefinitions");
+    static const struct kd_k8s_gvr pc_gvr =
+        KD_K8S_GVR("scheduling.k8s.io", "v1", "priorityclasses");
+    rc = apply_builtin(&k, &crd_gvr, "CRD", "crds/experiments.yaml", det_crd_experiments,
+                       det_crd_experiments_len);
     if (rc == 0)
-        rc = apply_crd(&k, "crds/trials.yaml", det_crd_trials, det_crd_trials_len);
+        rc = apply_builtin(&k, &crd_gvr, "CRD", "crds/trials.yaml", det_crd_trials,
+                           det_crd_trials_len);
+    if (rc == 0)
+        rc = apply_builtin(&k, &pc_gvr, "PriorityClass", "manifests/priorityclasses.yaml",
+                           det_priorityclasses, det_priorityclasses_len);
     if (rc != 0)
         goto out;
     while (!crds_served(&k) && kd_mono_ms() - t0 < 10000)
@@ -813,7 +849,8 @@ static int up_crds(const struct deploy *d)
         rc = DET_EXIT_ERROR;
         goto out;
     }
-    progress("crds", "experiments.kdet.io and trials.kdet.io applied", t0);
+    progress("crds", "experiments.kdet.io, trials.kdet.io and the kdet PriorityClasses applied",
+             t0);
 out:
     det_kube_close(&k);
     return rc;
@@ -1047,7 +1084,7 @@ out:
 
 int det_cmd_deploy(int argc, char **argv)
 {
-    static const char *const flags[] = {"--data-dir", "--port", NULL};
+    static const char *const flags[] = {"--data-dir", "--port", "--gpus", NULL};
     static const char *const pos[] = {"local", "up|down|status", NULL};
     static const char *const verbs[] = {"up", "down", "status", NULL};
     struct det_args a = {0};

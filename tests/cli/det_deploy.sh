@@ -41,7 +41,7 @@ trap cleanup EXIT
 chmod 755 "$tmp"
 
 # ---- up
-if timeout 120 "$det" deploy local up --data-dir "$dd" --port 0 > "$tmp/up.out" 2> "$tmp/up.err"; then
+if timeout 120 "$det" deploy local up --data-dir "$dd" --port 0 --gpus 3 > "$tmp/up.out" 2> "$tmp/up.err"; then
     ok "deploy local up"
 else
     bad "deploy local up" "$tmp/up.err"; if [ "$(id -u)" = 0 ]; then
@@ -84,6 +84,14 @@ fi
 # ---- kubectl with the printed KUBECONFIG; the API only on 127.0.0.1; PostgreSQL only on its socket
 if timeout 30 kubectl get nodes > "$tmp/out" 2>&1 && grep -q " Ready " "$tmp/out"; then ok "kubectl get nodes"
 else bad "kubectl get nodes" "$tmp/out"; fi
+gpus=$(timeout 30 kubectl get nodes -o jsonpath='{.items[0].status.allocatable.nvidia\.com/gpu}' 2>&1)
+[ "$gpus" = 3 ] && ok "--gpus 3: the node offers 3 GPU slots" || bad "--gpus 3 gave allocatable '$gpus'"
+if timeout 30 kubectl get priorityclass kdet-high kdet-normal kdet-low > "$tmp/out" 2>&1; then
+    ok "up installs the kdet PriorityClasses trial pods use"
+else bad "PriorityClasses" "$tmp/out"; fi
+"$det" deploy local up --data-dir "$dd" --gpus many > "$tmp/out" 2>&1
+[ $? -eq 2 ] && grep -q -- "--gpus many: expected" "$tmp/out" && ok "--gpus with a bad value: usage error naming it" ||
+    bad "--gpus many" "$tmp/out"
 if ss -ltn 2>/dev/null | grep -q ":$port "; then
     ss -ltn | grep ":$port " | grep -qv "127.0.0.1:$port" && bad "the API listens beyond 127.0.0.1" || ok "the API listens on 127.0.0.1 only"
 fi
