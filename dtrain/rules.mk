@@ -28,6 +28,6 @@ $(O)/lib/libdtrain.so: $(call kd_objs,$(DTRAIN_SRCS) $(DTRAIN_DEP_SRCS)) dtrain/
 
 ALL_LIBS += $(O)/lib/libdtrain.a $(O)/lib/libdtrain.so
 
-# The dtrain tool; `ckpt` (dtrain/tool/ckpt.c) is added by its own change.
-DTRAIN_TOOL_SRCS := $(filter-out dtrain/tool/ckpt.c,$(wildcard dtrain/tool/*.c))
+# The dtrain tool: bench, check and ckpt (docs/dtrain.md, docs/checkpoints.md).
+DTRAIN_TOOL_SRCS := $(wildcard dtrain/tool/*.c)
 $(eval $(call kd_prog,dtrain,$(DTRAIN_TOOL_SRCS),$(DTRAIN_KD_LIBS),$(DTRAIN_LDLIBS)))

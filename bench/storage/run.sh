@@ -10,15 +10,16 @@
 set -u
 KD_BUILD=${KD_BUILD:?run through make bench}
 KD_SRC=${KD_SRC:?}
-CKPT=$KD_BUILD/tests/dtrain-ckpt
+DTRAIN=$KD_BUILD/bin/dtrain
+CKPT="$DTRAIN ckpt"
 S3RVER=$KD_SRC/.deps/s3rver/node_modules/.bin/s3rver
 AWS=/usr/bin/aws
 NFILES=${BENCH_SMALL_FILES:-10000}
 BIG_MIB=${BENCH_BIG_MIB:-1024}
 
-for t in "$CKPT" "$S3RVER" "$AWS" "$(command -v rclone)"; do
+for t in "$DTRAIN" "$S3RVER" "$AWS" "$(command -v rclone)"; do
     if [ ! -x "$t" ]; then
-        echo "bench storage: missing $t (make deps; make O=... $KD_BUILD/tests/dtrain-ckpt)" >&2
+        echo "bench storage: missing $t (make deps; make)" >&2
         exit 1
     fi
 done
@@ -91,14 +92,14 @@ for set in big small; do
     bytes=$BIG_BYTES
     [ $set = small ] && bytes=$SMALL_BYTES
     echo "== $set: upload" >&2
-    R[kdet,$set,up]=$(run kdet-$set-up $bytes "$CKPT" upload "$W/$set" --uuid kdet-$set \
+    R[kdet,$set,up]=$(run kdet-$set-up $bytes $CKPT upload "$W/$set" --uuid kdet-$set \
         --storage "s3://bench/k" --endpoint-url "$EP" -q)
     R[aws,$set,up]=$(run aws-$set-up $bytes "$AWS" s3 cp --recursive --only-show-errors \
         --endpoint-url "$EP" "$W/$set" "s3://bench/a/$set")
     R[rclone,$set,up]=$(run rclone-$set-up $bytes rclone copy "$W/$set" "bench:bench/r/$set")
     echo "== $set: download" >&2
     fresh
-    R[kdet,$set,down]=$(run kdet-$set-down $bytes "$CKPT" download kdet-$set "$W/out/k" \
+    R[kdet,$set,down]=$(run kdet-$set-down $bytes $CKPT download kdet-$set "$W/out/k" \
         --storage "s3://bench/k" --endpoint-url "$EP" -q)
     fresh
     R[aws,$set,down]=$(run aws-$set-down $bytes "$AWS" s3 cp --recursive --only-show-errors \
@@ -107,11 +108,11 @@ for set in big small; do
     R[rclone,$set,down]=$(run rclone-$set-down $bytes rclone copy "bench:bench/r/$set" "$W/out/r")
     echo "== $set: shared_fs" >&2
     rm -rf "$W/fs" "$W/cp"; mkdir -p "$W/fs"; sync
-    R[kdet,$set,fsup]=$(run kdet-$set-fsup $bytes "$CKPT" upload "$W/$set" --uuid f \
+    R[kdet,$set,fsup]=$(run kdet-$set-fsup $bytes $CKPT upload "$W/$set" --uuid f \
         --storage "file://$W/fs" -q)
     R[cp,$set,fsup]=$(run cp-$set-fsup $bytes sh -c "cp -r '$W/$set' '$W/cp' && sync")
     fresh
-    R[kdet,$set,fsdown]=$(run kdet-$set-fsdown $bytes sh -c "'$CKPT' download f '$W/out/k' \
+    R[kdet,$set,fsdown]=$(run kdet-$set-fsdown $bytes sh -c "$CKPT download f '$W/out/k' \
         --storage 'file://$W/fs' -q && sync")
     fresh
     R[cp,$set,fsdown]=$(run cp-$set-fsdown $bytes sh -c "cp -r '$W/cp' '$W/out/c' && sync")

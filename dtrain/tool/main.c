@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "core/str.h"
+#include "ckpt.h"
 #include "tool.h"
 
 struct cmd {
@@ -23,6 +24,9 @@ static const struct cmd cmds[] = {
      "      allreduce latency and bandwidth; run under kdet-launch or once per rank"},
     {"check", "rendezvous", dtrain_tool_check_rendezvous,
      "\n      check the environment, the rendezvous and one allreduce"},
+    {"ckpt", NULL, dtrain_tool_ckpt,
+     "upload|download|ls|rm|verify|gc [ARGS]\n"
+     "      checkpoints in shared_fs or S3 storage; 'dtrain ckpt --help' (docs/checkpoints.md)"},
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 

@@ -7,11 +7,5 @@ $(eval $(call kd_test,test_storage_sigv4,tests/lib/storage/test_sigv4.c,$(STORAG
 $(eval $(call kd_test,test_storage_fs,tests/lib/storage/test_fs.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),60))
 $(eval $(call kd_test,test_storage_async,tests/lib/storage/test_async.c tests/lib/storage/s3srv.c dtrain/src/checkpoint.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),120))
 
-# `dtrain ckpt` as a program of its own, for the tests and bench/storage.
-DTRAIN_CKPT_OBJS := $(call kd_objs,tests/lib/storage/ckpt_main.c dtrain/tool/ckpt.c)
-$(O)/tests/dtrain-ckpt: $(DTRAIN_CKPT_OBJS) $(call kd_libs,storage core)
-	@mkdir -p $(@D)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(KD_LDFLAGS) -o $@ $(DTRAIN_CKPT_OBJS) $(call kd_libs,storage core) $(STORAGE_TEST_LD)
-$(eval $(call kd_test_script,test_storage_ckpt_tool,tests/lib/storage/test_ckpt_tool.sh,120,,$(O)/tests/dtrain-ckpt))
+$(eval $(call kd_test_script,test_storage_ckpt_tool,tests/lib/storage/test_ckpt_tool.sh,120,,$(O)/bin/dtrain))
 $(eval $(call kd_test,test_storage_slow,tests/lib/storage/test_slow.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),900,slow))

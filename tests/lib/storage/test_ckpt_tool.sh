@@ -3,7 +3,7 @@
 # shared_fs directory: upload, ls, verify, download, rm, gc --dry-run, and
 # the errors a user sees. Prints `N passed, N failed`.
 set -u
-B=${KD_BUILD:?}/tests/dtrain-ckpt
+B="${KD_BUILD:?}/bin/dtrain ckpt"
 S3RVER=${KD_SRC:?}/.deps/s3rver/node_modules/.bin/s3rver
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
