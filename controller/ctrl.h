@@ -21,6 +21,9 @@
 #include "podspec.h"
 #include "scheduler.h"
 
+struct kd_store;
+struct kd_api;
+
 #define KD_CTRL_FINALIZER "kdet.io/cleanup"
 #define KD_CTRL_STATE_SUFFIX "-searcher" /* the searcher-state ConfigMap: <experiment>-searcher */
 #define KD_CTRL_STATE_KEY "state.json"   /* its data key */
@@ -45,6 +48,14 @@ struct kd_ctrl_opts {
     struct kd_pod_opts pod;
     long resync_ms;       /* re-reconcile live experiments this often [30000] */
     long sched_period_ms; /* scheduler pass at least this often [1000] */
+    /* The store and the API (wire.c); database_url NULL: both off. */
+    const char *database_url;    /* libpq conninfo; never logged */
+    const char *api_addr;        /* numeric IPv4 to listen on [127.0.0.1] */
+    int api_port;                /* [8080]; 0: any free port */
+    const char *key_file;        /* token key file; NULL: the Secret kdet-controller-key */
+    const char *key_ns;          /* that Secret's namespace [$POD_NAMESPACE or the client's] */
+    const char *user_token_file; /* NULL: $KDET_USER_TOKEN, else user endpoints off */
+    const char *spool_dir;       /* the store's metrics spool; NULL: none */
 };
 
 /** A scheduler admission kept until the trial's pods show up in the cache. */
@@ -63,6 +74,11 @@ struct kd_ctrl {
     struct kd_k8s_informer *exps, *trials, *pods, *nodes;
     struct kd_k8s_queue *expq, *trialq;
     struct kd_k8s_leader *leader;
+    struct kd_store *store; /* NULL: API off */
+    struct kd_api *api;     /* NULL: API off */
+    unsigned char *key;     /* the token key (secret; never logged) */
+    size_t keylen;
+    char *user_token; /* registered as a log secret */
     atomic_int stop;
 
     pthread_mutex_t mu; /* guards everything below */

@@ -4,6 +4,7 @@
  * the work queues with their reconcilers and the scheduler loop (under
  * leader election when asked), and shuts down cleanly on SIGTERM/SIGINT.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -13,11 +14,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/api.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
 #include "ctrl.h"
+#include "wire.h"
 
 static int sig_pipe[2] = {-1, -1};
 
@@ -47,7 +50,15 @@ static void usage(FILE *f)
         "  --lease-namespace NS     its namespace (default: $POD_NAMESPACE or the client's)\n"
         "  --image IMAGE            trial image when the config names none\n"
         "  --launcher PROG          the launcher in the trial image (default kdet-launch)\n"
-        "  --controller-url URL     KDET_CONTROLLER_URL given to trials\n"
+        "  --controller-url URL     KDET_CONTROLLER_URL given to trials (default with a database:\n"
+        "                           http://127.0.0.1:PORT for --api-listen's port)\n"
+        "  --database-url CONNINFO  PostgreSQL (libpq conninfo or URI; $KDET_DATABASE_URL, else\n"
+        "                           $PGHOST/$PGDATABASE): turns on the store and the API\n"
+        "  --api-listen ADDR:PORT   where the API listens (default 127.0.0.1:8080)\n"
+        "  --token-key-file FILE    trial token key (default: Secret kdet-controller-key, "
+        "created)\n"
+        "  --user-token-file FILE   user API bearer token (default $KDET_USER_TOKEN; none: off)\n"
+        "  --spool-dir DIR          spill metrics here while the database is down\n"
         "  --priority-classes on|off set priorityClassName on trial pods (default on)\n"
         "  --resync SECONDS         re-reconcile live experiments this often (default 30)\n"
         "  --log-level LEVEL        debug | info | warn | error (default $KDET_LOG_LEVEL or info)\n"
@@ -67,6 +78,11 @@ static const char *const flag_names[] = {
     "--image",
     "--launcher",
     "--controller-url",
+    "--database-url",
+    "--api-listen",
+    "--token-key-file",
+    "--user-token-file",
+    "--spool-dir",
     "--priority-classes",
     "--resync",
     "--log-level",
@@ -84,6 +100,39 @@ static int parse_onoff(const char *flag, const char *v, bool *out, char *err)
     else
         rc = kd_seterr(err, KD_EINVAL, "%s=%s: expected on or off", flag, v);
     return rc;
+}
+
+/* ADDR:PORT (ADDR numeric IPv4, PORT 0..65535); the address is kept in a static buffer. */
+static int parse_listen(const char *v, struct kd_ctrl_opts *o, char *err)
+{
+    static char addr[64];
+    int rc = 0, port = -1;
+    const char *colon = strrchr(v, ':');
+    struct in_addr ia;
+    if (colon == NULL || (size_t)(colon - v) >= sizeof(addr) ||
+        kd_parse_int(colon + 1, &port) != 0 || port < 0 || port > 65535) {
+        rc = kd_seterr(err, KD_EINVAL, "--api-listen=%s: expected ADDR:PORT", v);
+        goto out;
+    }
+    kd_strlcpy(addr, v, (size_t)(colon - v) + 1);
+    if (inet_pton(AF_INET, addr, &ia) != 1) {
+        rc = kd_seterr(err, KD_EINVAL, "--api-listen=%s: expected a numeric IPv4 address", v);
+        goto out;
+    }
+    o->api_addr = addr;
+    o->api_port = port;
+out:
+    return rc;
+}
+
+/* The database from the environment when no flag names one: KDET_DATABASE_URL, else libpq's own
+ * PGHOST/PGDATABASE (conninfo "" lets libpq read them). */
+static const char *database_from_env(void)
+{
+    const char *u = getenv("KDET_DATABASE_URL"), *h = getenv("PGHOST"), *d = getenv("PGDATABASE");
+    return u != NULL && u[0] != '\0'                                    ? u
+           : (h != NULL && h[0] != '\0') || (d != NULL && d[0] != '\0') ? ""
+                                                                        : NULL;
 }
 
 static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o, int *log_level, char *err)
@@ -151,7 +200,17 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o, int *log_le
                 rc = kd_seterr(err, KD_EINVAL,
                                "--controller-url=%s: must start with http:// or https://", v);
             o->pod.controller_url = v;
-        } else if (strcmp(name, "--priority-classes") == 0)
+        } else if (strcmp(name, "--database-url") == 0)
+            o->database_url = v[0] != '\0' ? v : NULL;
+        else if (strcmp(name, "--api-listen") == 0)
+            rc = parse_listen(v, o, err);
+        else if (strcmp(name, "--token-key-file") == 0)
+            o->key_file = v;
+        else if (strcmp(name, "--user-token-file") == 0)
+            o->user_token_file = v;
+        else if (strcmp(name, "--spool-dir") == 0)
+            o->spool_dir = v;
+        else if (strcmp(name, "--priority-classes") == 0)
             rc = parse_onoff(name, v, &o->pod.priority_classes, err);
         else if (strcmp(name, "--resync") == 0) {
             if (kd_parse_int(v, &n) != 0 || n < 1 || n > 86400)
@@ -235,7 +294,7 @@ static int new_informer(struct kd_ctrl *c, struct kd_k8s_gvr gvr, const char *ns
 int main(int argc, char **argv)
 {
     int rc = 0, level = -1;
-    char err[KD_ERRLEN] = "";
+    char err[KD_ERRLEN] = "", url[128];
     struct kd_ctrl c;
     struct kd_k8s_config cfg = {0};
     pthread_t sched_thread;
@@ -247,6 +306,9 @@ int main(int argc, char **argv)
                                 .resync_ms = 30000,
                                 .sched_period_ms = 1000};
     c.o.pod.priority_classes = true;
+    c.o.api_addr = "127.0.0.1";
+    c.o.api_port = KD_CTRL_API_PORT;
+    c.o.database_url = database_from_env();
     c.o.ns = getenv("KDET_NAMESPACE") != NULL && getenv("KDET_NAMESPACE")[0]
                  ? getenv("KDET_NAMESPACE")
                  : NULL;
@@ -329,6 +391,19 @@ int main(int argc, char **argv)
             kd_k8s_cache_len(kd_k8s_informer_cache(c.trials)),
             kd_k8s_cache_len(kd_k8s_informer_cache(c.pods)),
             kd_k8s_cache_len(kd_k8s_informer_cache(c.nodes)));
+    if ((rc = kd_ctrl_wire_start(&c, err)) != 0) {
+        KD_ERROR("cannot start the store and the API", "err=%s detail=%s", kd_err_name(rc),
+                 kd_logq(err));
+        rc = 1;
+        goto shutdown;
+    }
+    if (kd_ctrl_api_on(&c) && c.o.pod.controller_url == NULL) {
+        const char *a = strcmp(c.o.api_addr, "0.0.0.0") == 0 ? "127.0.0.1" : c.o.api_addr;
+        snprintf(url, sizeof(url), "http://%s:%d", a, kd_api_port(c.api));
+        c.o.pod.controller_url = url;
+    }
+    if (kd_ctrl_api_on(&c))
+        KD_INFO("trials reach the API", "controller_url=%s", kd_logq(c.o.pod.controller_url));
     if (c.o.leader_elect) {
         char ident[300], host[256] = "kdet-controller";
         gethostname(host, sizeof(host) - 1);
@@ -379,6 +454,7 @@ shutdown:
     kd_k8s_queue_free(c.expq);
     kd_k8s_queue_free(c.trialq);
     c.expq = c.trialq = NULL;
+    kd_ctrl_wire_stop(&c);
     kd_k8s_leader_stop(c.leader);
     c.leader = NULL;
     kd_k8s_informer_free(c.exps);
@@ -393,6 +469,7 @@ shutdown:
 out:
     kd_k8s_queue_free(c.expq);
     kd_k8s_queue_free(c.trialq);
+    kd_ctrl_wire_stop(&c);
     kd_k8s_client_free(c.client);
     kd_k8s_config_free(&cfg);
     json_decref(c.reasons);

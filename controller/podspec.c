@@ -120,6 +120,41 @@ static json_t *owner_ref(const json_t *trial)
                      "blockOwnerDeletion", 1);
 }
 
+/* What workers need to talk to the controller API (docs/launcher.md). */
+static void api_env(json_t *env, const json_t *trial, const json_t *cfg,
+                    const struct kd_pod_opts *o)
+{
+    char secret[300];
+    const json_t *spec = json_object_get(trial, "spec");
+    const json_t *cs = json_object_get(cfg, "checkpoint_storage");
+    const char *unit = json_string_value(json_object_get(spec, "lengthUnit"));
+    snprintf(secret, sizeof(secret), "%s-token", meta(trial, "name"));
+    size_t i;
+    json_t *e, *found = NULL;
+    json_array_foreach(env, i, e)
+    {
+        if (found == NULL &&
+            strcmp(json_string_value(json_object_get(e, "name")) ?: "", "KDET_TOKEN") == 0)
+            found = e;
+    }
+    if (found == NULL) {
+        found = json_pack("{s:s}", "name", "KDET_TOKEN");
+        json_array_append_new(env, found);
+    }
+    json_object_del(found, "value");
+    json_object_set_new(found, "valueFrom",
+                        json_pack("{s:{s:s,s:s}}", "secretKeyRef", "name", secret, "key", "token"));
+    env_set(env, "KDET_NAMESPACE", meta(trial, "namespace"));
+    if (json_is_object(cs)) {
+        char *js = json_dumps(cs, JSON_COMPACT | JSON_SORT_KEYS);
+        env_set(env, "KDET_CHECKPOINT_STORAGE", js);
+        free(js);
+    }
+    env_set(env, "KDET_LENGTH_UNIT", unit != NULL && unit[0] != '\0' ? unit : "batches");
+    if (o->latest_checkpoint != NULL && o->latest_checkpoint[0] != '\0')
+        env_set(env, "KDET_LATEST_CHECKPOINT", o->latest_checkpoint);
+}
+
 /* The user's environment_variables ("NAME=value" strings) into env. */
 static int user_env(json_t *env, const json_t *cfg, int gpus, char *err)
 {
@@ -320,6 +355,8 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
         env_set(env, "KDET_TRIAL_SEED", buf);
         if (o->controller_url != NULL && o->controller_url[0] != '\0')
             env_set(env, "KDET_CONTROLLER_URL", o->controller_url);
+        if (o->api)
+            api_env(env, trial, cfg, o);
 
         if (gpus > 0) {
             json_t *res = child(c, "resources", false);

@@ -32,6 +32,13 @@ struct kd_pod_opts {
     int master_port;            /* [29400] */
     bool priority_classes;      /* set priorityClassName from resources.priority */
     long grace_period_s;        /* terminationGracePeriodSeconds [30] */
+    /*
+     * The controller API is on: KDET_TOKEN from the Secret <trial>-token,
+     * KDET_NAMESPACE, KDET_CHECKPOINT_STORAGE (checkpoint_storage as compact
+     * JSON), KDET_LENGTH_UNIT (spec.lengthUnit) and KDET_LATEST_CHECKPOINT.
+     */
+    bool api;
+    const char *latest_checkpoint; /* with api: the checkpoint to start from; NULL: none */
 };
 
 /**

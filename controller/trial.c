@@ -17,6 +17,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "ctrl.h"
+#include "wire.h"
 #include "states.h"
 
 struct attempt {
@@ -156,18 +157,25 @@ static void new_run_id(const char *trial, char *buf, size_t len)
 }
 
 /* Create the pods of an admitted attempt. */
-static int start_attempt(struct kd_ctrl *c, const json_t *trial, const json_t *cfg,
-                         const struct kd_ctrl_admit *ad, const char *run_id, json_t **pods_status,
-                         char *err)
+static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *trial,
+                         const json_t *cfg, const struct kd_ctrl_admit *ad, const char *run_id,
+                         json_t **pods_status, char *err)
 {
     int rc = 0;
     json_t *pods = NULL;
     const char *nodes[KD_SCHED_MAX_PODS];
+    char latest[256] = "";
+    struct kd_pod_opts po = c->o.pod;
     for (int r = 0; r < ad->nplace; r++)
         nodes[r] = ad->nodes[r][0] != '\0' ? ad->nodes[r] : NULL;
     *pods_status = json_array();
-    if ((rc = kd_pod_build(trial, cfg, run_id, nodes, ad->gpus, ad->nplace, &c->o.pod, &pods,
-                           err)) != 0)
+    if (kd_ctrl_api_on(c)) {
+        if ((rc = kd_ctrl_wire_trial(c, exp, trial, cfg, latest, sizeof(latest), err)) != 0)
+            goto out;
+        po.api = true;
+        po.latest_checkpoint = latest;
+    }
+    if ((rc = kd_pod_build(trial, cfg, run_id, nodes, ad->gpus, ad->nplace, &po, &pods, err)) != 0)
         goto out;
     if (ad->nplace > 1) {
         char svc[32];
@@ -389,7 +397,7 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
                 goto out;
             }
             new_run_id(tname, run_id, sizeof(run_id));
-            if ((rc = start_attempt(c, trial, cfg, &ad, run_id, &pst, err)) != 0) {
+            if ((rc = start_attempt(c, exp, trial, cfg, &ad, run_id, &pst, err)) != 0) {
                 kd_ctrl_admission_unuse(c, key);
                 status = state_status(trial, KD_TRIAL_QUEUED, err);
                 (void)set_status(c, trial, status, NULL);

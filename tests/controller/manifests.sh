@@ -51,7 +51,9 @@ for need in [("kdet.io", "experiments/status", "patch"), ("kdet.io", "trials/sta
             [(g, r, v) for (g, r) in [("kdet.io", "experiments"), ("kdet.io", "trials"), ("", "pods"), ("", "nodes")]
              for v in ("list", "watch")]:
     check(need in granted, "RBAC grants %s on %s" % (need[2], need[1]))
-for bad in [("", "secrets"), ("", "pods/exec"), ("", "*")]:
+check({v for g, r, v in granted if (g, r) == ("", "secrets")} == {"get", "create", "delete"},
+      "secrets: only get, create and delete (token key and per-trial tokens; never list or watch)")
+for bad in [("", "pods/exec"), ("", "*")]:
     check(not any(x[:2] == bad for x in granted), "no access to %s" % bad[1])
 check(not any(v in ("*", "deletecollection", "escalate", "bind") for _, _, v in granted), "no wildcard or escalation verbs")
 tmpl = open("helm/kdet/templates/rbac.yaml").read()

@@ -38,6 +38,11 @@ static void golden(const char *name)
     struct kd_pod_opts o = {.image = "kdet/trial:test",
                             .controller_url = "http://kdet-controller.kdet:8080",
                             .priority_classes = true};
+    const json_t *api = json_object_get(in, "api");
+    if (json_is_object(api)) {
+        o.api = true;
+        o.latest_checkpoint = json_string_value(json_object_get(api, "latest_checkpoint"));
+    }
     json_t *pods = NULL;
     int rc = kd_pod_build(
         json_object_get(in, "trial"), cfg, json_string_value(json_object_get(in, "run_id")),
@@ -78,6 +83,12 @@ static void test_cpu(void **s)
 {
     (void)s;
     golden("cpu");
+}
+
+static void test_api(void **s)
+{
+    (void)s;
+    golden("api");
 }
 
 static void test_errors(void **s)
@@ -126,11 +137,9 @@ static void test_priority_classes(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_single),
-        cmocka_unit_test(test_multi),
-        cmocka_unit_test(test_cpu),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_priority_classes),
+        cmocka_unit_test(test_single), cmocka_unit_test(test_multi),
+        cmocka_unit_test(test_cpu),    cmocka_unit_test(test_api),
+        cmocka_unit_test(test_errors), cmocka_unit_test(test_priority_classes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

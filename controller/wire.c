@@ -1,0 +1,325 @@
+/*
+ * The controller's store and API wiring. The token key comes from a file
+ * (--token-key-file) or from the Secret kdet-controller-key in the
+ * controller's namespace, which the controller creates with 32 random
+ * bytes (as 64 hex characters) the first time it starts with a database:
+ * trial tokens then survive controller restarts. The trial token Secrets
+ * are made here because only this file holds the key.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "ctrl.h"
+#include "k8s/config.h"
+#include "wire.h"
+
+#define SECRETS KD_K8S_GVR("", "v1", "secrets")
+
+/* Read at most max bytes of a file into a new buffer (*len bytes, NUL-terminated). */
+static int read_small(const char *path, size_t max, char **out, size_t *len, char *err)
+{
+    int rc = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
+    char *buf = kd_xmalloc(max + 2);
+    size_t n = 0;
+    if (fd < 0) {
+        rc = kd_seterr(err, -errno, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    for (;;) {
+        ssize_t r = read(fd, buf + n, max + 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = kd_seterr(err, -errno, "%s: %s", path, strerror(errno));
+            goto out;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        if (n > max) {
+            rc = kd_seterr(err, KD_ETOOBIG, "%s: longer than %zu bytes", path, max);
+            goto out;
+        }
+    }
+    buf[n] = '\0';
+    /* a trailing newline is not part of a token or key written with echo */
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    *out = buf;
+    *len = n;
+    buf = NULL;
+out:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    return rc;
+}
+
+static const char *ctrl_namespace(struct kd_ctrl *c)
+{
+    const char *pns = getenv("POD_NAMESPACE");
+    return c->o.key_ns != NULL     ? c->o.key_ns
+           : pns != NULL && pns[0] ? pns
+                                   : kd_k8s_client_namespace(c->client);
+}
+
+/* The key from the Secret kdet-controller-key; KD_ENOTFOUND when absent. */
+static int key_from_secret(struct kd_ctrl *c, const char *ns, char *err)
+{
+    int rc = 0;
+    json_t *sec = NULL;
+    char *dec = NULL;
+    size_t declen = 0;
+    if ((rc = kd_k8s_get(c->client, &SECRETS, ns, KD_CTRL_KEY_SECRET, &sec, NULL, err)) != 0)
+        goto out;
+    const char *b64 = kd_ctrl_str(sec, "data", KD_CTRL_KEY_DATA, NULL);
+    if (b64 == NULL || kd_k8s_base64_decode(b64, &dec, &declen) != 0) {
+        rc = kd_seterr(err, KD_EINVALID, "secret %s/%s: data.%s missing or not base64", ns,
+                       KD_CTRL_KEY_SECRET, KD_CTRL_KEY_DATA);
+        goto out;
+    }
+    if (declen < KD_API_KEY_MIN || declen > KD_CTRL_KEY_MAX) {
+        rc = kd_seterr(err, KD_EINVALID, "secret %s/%s: data.%s must hold %d to %d bytes", ns,
+                       KD_CTRL_KEY_SECRET, KD_CTRL_KEY_DATA, KD_API_KEY_MIN, KD_CTRL_KEY_MAX);
+        goto out;
+    }
+    c->key = (unsigned char *)dec;
+    c->keylen = declen;
+    dec = NULL;
+out:
+    free(dec);
+    json_decref(sec);
+    return rc;
+}
+
+/* Create kdet-controller-key with a fresh random key. KD_EEXIST when another replica won. */
+static int key_create(struct kd_ctrl *c, const char *ns, char *err)
+{
+    int rc = 0;
+    unsigned char raw[32];
+    char hex[2 * sizeof(raw) + 1];
+    size_t got = 0;
+    while (got < sizeof(raw)) {
+        ssize_t r = getrandom(raw + got, sizeof(raw) - got, 0);
+        if (r < 0 && errno != EINTR) {
+            rc = kd_seterr(err, -errno, "getrandom: %s", strerror(errno));
+            goto out;
+        }
+        got += r > 0 ? (size_t)r : 0;
+    }
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    json_t *s = json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s}},s:s,s:{s:s}}", "apiVersion", "v1", "kind",
+                          "Secret", "metadata", "name", KD_CTRL_KEY_SECRET, "namespace", ns,
+                          "labels", "app.kubernetes.io/name", "kdet-controller", "type", "Opaque",
+                          "stringData", KD_CTRL_KEY_DATA, hex);
+    rc = kd_k8s_create(c->client, &SECRETS, ns, s, NULL, NULL, err);
+    json_decref(s);
+    if (rc == 0) {
+        c->keylen = 2 * sizeof(raw);
+        c->key = (unsigned char *)kd_xstrdup(hex);
+        KD_INFO("token key created", "secret=%s/%s", kd_logq(ns), KD_CTRL_KEY_SECRET);
+    }
+out:
+    explicit_bzero(raw, sizeof(raw));
+    explicit_bzero(hex, sizeof(hex));
+    return rc;
+}
+
+static int load_key(struct kd_ctrl *c, char *err)
+{
+    int rc = 0;
+    if (c->o.key_file != NULL) {
+        char *buf = NULL;
+        size_t n = 0;
+        if ((rc = read_small(c->o.key_file, KD_CTRL_KEY_MAX, &buf, &n, err)) == 0 &&
+            n < KD_API_KEY_MIN)
+            rc = kd_seterr(err, KD_EINVALID, "%s: a token key needs at least %d bytes",
+                           c->o.key_file, KD_API_KEY_MIN);
+        if (rc == 0) {
+            c->key = (unsigned char *)buf;
+            c->keylen = n;
+            buf = NULL;
+        }
+        free(buf);
+        goto out;
+    }
+    const char *ns = ctrl_namespace(c);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        rc = key_from_secret(c, ns, err);
+        if (rc == KD_ENOTFOUND)
+            rc = key_create(c, ns, err);
+        if (rc != KD_EEXIST)
+            break;
+    }
+out:
+    return rc;
+}
+
+static int load_user_token(struct kd_ctrl *c, char *err)
+{
+    int rc = 0;
+    const char *env = getenv("KDET_USER_TOKEN");
+    if (c->o.user_token_file != NULL) {
+        size_t n = 0;
+        rc = read_small(c->o.user_token_file, 4096, &c->user_token, &n, err);
+        if (rc == 0 && n == 0)
+            rc = kd_seterr(err, KD_EINVAL, "%s: empty user token", c->o.user_token_file);
+    } else if (env != NULL && env[0] != '\0') {
+        c->user_token = kd_xstrdup(env);
+    }
+    if (rc == 0 && c->user_token != NULL)
+        kd_log_add_secret(c->user_token);
+    return rc;
+}
+
+int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
+{
+    int rc = 0;
+    if (c->o.database_url == NULL)
+        goto out;
+    if ((rc = load_key(c, err)) != 0 || (rc = load_user_token(c, err)) != 0)
+        goto out;
+    struct kd_store_opts so = {.conninfo = c->o.database_url, .spool_dir = c->o.spool_dir};
+    for (int attempt = 0;; attempt++) {
+        rc = kd_store_open(&so, &c->store, err);
+        if (rc != KD_ECONNECT || attempt >= 30 || atomic_load(&c->stop))
+            break;
+        KD_WARN("database not reachable yet; retrying", "attempt=%d detail=%s", attempt + 1,
+                kd_logq(err));
+        usleep(1000 * 1000);
+    }
+    if (rc != 0)
+        goto out;
+    struct kd_api_opts ao = {
+        .store = c->store,
+        .k8s = c->client,
+        .ns = c->o.ns,
+        .listen_addr = c->o.api_addr,
+        .port = c->o.api_port,
+        .token_key = c->key,
+        .token_key_len = c->keylen,
+        .user_token = c->user_token,
+    };
+    if ((rc = kd_api_start(&ao, &c->api, err)) != 0)
+        goto out;
+    KD_INFO("API serving", "listen=%s:%d user_api=%s",
+            c->o.api_addr != NULL ? c->o.api_addr : "127.0.0.1", kd_api_port(c->api),
+            c->user_token != NULL ? "on" : "off");
+out:
+    return rc;
+}
+
+void kd_ctrl_wire_stop(struct kd_ctrl *c)
+{
+    kd_api_stop(c->api);
+    c->api = NULL;
+    kd_store_close(c->store);
+    c->store = NULL;
+    if (c->key != NULL)
+        explicit_bzero(c->key, c->keylen);
+    free(c->key);
+    c->key = NULL;
+    c->keylen = 0;
+    free(c->user_token);
+    c->user_token = NULL;
+}
+
+bool kd_ctrl_api_on(const struct kd_ctrl *c)
+{
+    return c->api != NULL;
+}
+
+int kd_ctrl_trial_secret(struct kd_ctrl *c, const json_t *trial, char *err)
+{
+    int rc = 0;
+    char tok[KD_API_TOKEN_LEN + 8], name[300];
+    const char *ns = kd_k8s_meta_str(trial, "namespace"), *tn = kd_k8s_meta_str(trial, "name"),
+               *uid = kd_k8s_meta_str(trial, "uid");
+    json_t *s = NULL;
+    if (snprintf(name, sizeof(name), "%s%s", tn, KD_CTRL_TOKEN_SUFFIX) >= 254) {
+        rc = kd_seterr(err, KD_ETOOBIG, "trial %s: token Secret name too long", tn);
+        goto out;
+    }
+    if ((rc = kd_api_trial_token(c->key, c->keylen, ns, tn, uid, tok, sizeof(tok))) != 0) {
+        kd_seterr(err, rc, "trial %s: cannot derive its token", tn);
+        goto out;
+    }
+    s = json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s},s:[{s:s,s:s,s:s,s:s,s:b,s:b}]},s:s,s:{s:s}}",
+                  "apiVersion", "v1", "kind", "Secret", "metadata", "name", name, "namespace", ns,
+                  "labels", KD_POD_LABEL_TRIAL, tn, "ownerReferences", "apiVersion",
+                  "kdet.io/v1alpha1", "kind", "Trial", "name", tn, "uid", uid, "controller", 1,
+                  "blockOwnerDeletion", 1, "type", "Opaque", "stringData", "token", tok);
+    rc = kd_k8s_create(c->client, &SECRETS, ns, s, NULL, NULL, err);
+    if (rc == KD_EEXIST)
+        rc = 0;
+out:
+    explicit_bzero(tok, sizeof(tok));
+    json_decref(s);
+    return rc;
+}
+
+/* The latest checkpoint of the trial with request id `rid` in the same experiment. */
+static void parent_checkpoint(struct kd_ctrl *c, const json_t *trial, const char *rid, char *latest,
+                              size_t len)
+{
+    const char *exp = kd_ctrl_str(trial, "spec", "experiment", NULL) ?: "";
+    json_t *all =
+        kd_k8s_cache_list(kd_k8s_informer_cache(c->trials), kd_k8s_meta_str(trial, "namespace"));
+    size_t i;
+    json_t *t;
+    json_array_foreach(all, i, t)
+    {
+        const char *u = kd_ctrl_str(t, "status", "latestCheckpoint", "uuid");
+        if (strcmp(kd_ctrl_str(t, "spec", "experiment", NULL) ?: "", exp) == 0 &&
+            strcmp(kd_ctrl_str(t, "spec", "requestId", NULL) ?: "", rid) == 0 && u != NULL)
+            kd_strlcpy(latest, u, len);
+    }
+    json_decref(all);
+}
+
+int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
+                       char *latest, size_t len, char *err)
+{
+    int rc = 0;
+    int64_t eid = 0, tid = 0;
+    const json_t *spec = json_object_get(trial, "spec");
+    const char *own = kd_ctrl_str(trial, "status", "latestCheckpoint", "uuid");
+    const char *parent = json_string_value(json_object_get(spec, "parentRequestId"));
+    latest[0] = '\0';
+    if (own != NULL && own[0] != '\0')
+        kd_strlcpy(latest, own, len);
+    else if (parent != NULL && parent[0] != '\0')
+        parent_checkpoint(c, trial, parent, latest, len);
+    if ((rc = kd_ctrl_trial_secret(c, trial, err)) != 0)
+        goto out;
+    struct kd_store_experiment se = {
+        .uid = kd_k8s_meta_str(exp, "uid"),
+        .namespace_ = kd_k8s_meta_str(exp, "namespace"),
+        .name = kd_k8s_meta_str(exp, "name"),
+        .config = (json_t *)cfg,
+        .state = "ACTIVE",
+    };
+    if ((rc = kd_store_experiment_upsert(c->store, &se, &eid, err)) != 0)
+        goto out;
+    struct kd_store_trial st = {
+        .uid = kd_k8s_meta_str(trial, "uid"),
+        .experiment_id = eid,
+        .request_id = json_string_value(json_object_get(spec, "requestId")) ?: "",
+        .hparams = json_object_get(spec, "hparams"),
+        .seed = (int64_t)json_integer_value(json_object_get(spec, "seed")),
+        .state = "ACTIVE",
+    };
+    rc = kd_store_trial_upsert(c->store, &st, &tid, err);
+out:
+    return rc;
+}

@@ -1,0 +1,57 @@
+/*
+ * Wiring the controller to its PostgreSQL store and HTTP API: the token
+ * key (from a file, or the Secret kdet-controller-key, created when
+ * absent), the user token, opening the store and starting the API, and
+ * the per-trial token Secrets.
+ */
+#ifndef KD_CTRL_WIRE_H
+#define KD_CTRL_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "core/err.h"
+
+struct kd_ctrl;
+
+#define KD_CTRL_KEY_SECRET "kdet-controller-key" /* the token key's Secret */
+#define KD_CTRL_KEY_DATA "key"                   /* its data key */
+#define KD_CTRL_KEY_MAX 4096                     /* longest token key accepted */
+#define KD_CTRL_TOKEN_SUFFIX "-token"            /* a trial's token Secret: <trial>-token */
+#define KD_CTRL_API_PORT 8080                    /* --api-listen's default port */
+
+/**
+ * Load the token key and the user token, open the store and start the API
+ * when c->o.database_url is set; do nothing (0) otherwise. On failure the
+ * cause is in err and whatever was started is stopped again by
+ * kd_ctrl_wire_stop. Blocks (store connection, informer sync).
+ */
+int kd_ctrl_wire_start(struct kd_ctrl *c, char *err) KD_WUR;
+
+/** Stop the API, then close the store. NULL-safe members; idempotent. */
+void kd_ctrl_wire_stop(struct kd_ctrl *c);
+
+/** Whether the API is on (the store is open and the API serves). */
+bool kd_ctrl_api_on(const struct kd_ctrl *c);
+
+/**
+ * Ensure the trial's token Secret `<trial>-token` exists, owned by the
+ * Trial, with key `token` = kd_api_trial_token(...). An existing Secret is
+ * kept (its token depends only on the key and the Trial's uid). 0 or KD_E*
+ * with the cause in err. Blocks on the API server. Thread-safe.
+ */
+int kd_ctrl_trial_secret(struct kd_ctrl *c, const json_t *trial, char *err) KD_WUR;
+
+/**
+ * Before a trial's pods are created (API on): its token Secret, the
+ * experiment and trial rows in the store, and the checkpoint the attempt
+ * starts from (status.latestCheckpoint.uuid; for a trial that has none
+ * and a spec.parentRequestId, the parent trial's) into latest (len bytes;
+ * "" when none). 0 or KD_E* with the cause in err. Blocks. Thread-safe.
+ */
+int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
+                       char *latest, size_t len, char *err) KD_WUR;
+
+#endif
