@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <openssl/crypto.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,15 @@ static int server_port(const char *server)
     if (colon != NULL && kd_parse_int(colon + 1, &port) < 0)
         port = 443;
     return port;
+}
+
+/* A Node name is a DNS subdomain (it also goes into a field selector unescaped). */
+static bool valid_node_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 253 || s[0] == '-' || s[0] == '.' || s[n - 1] == '-' || s[n - 1] == '.')
+        return false;
+    return strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-.") == n;
 }
 
 int kd_agent_main(int argc, char **argv)
@@ -126,6 +136,13 @@ int kd_agent_main(int argc, char **argv)
         fprintf(stderr, "kdet-local kubelet: %s\n",
                 kubeconfig == NULL ? "--kubeconfig is required" : "unexpected argument");
         usage(stderr);
+        return 2;
+    }
+    if (node_name != NULL && !valid_node_name(node_name)) {
+        fprintf(stderr,
+                "kdet-local kubelet: --node-name %s: expected a DNS subdomain "
+                "(lower case letters, digits, '-' and '.', at most 253)\n",
+                node_name);
         return 2;
     }
     kd_log_init("kdet-kubelet", level, -1);

@@ -43,6 +43,10 @@ start_agent() {
     > "$work/api.log" 2>&1 &
 api=$!
 wait_for 10 test -s "$work/kc" || { bad "kdet-local started"; echo "$pass passed, $fail failed"; exit 1; }
+"$bin" kubelet --kubeconfig "$work/kc" --node-name 'n1,x' >/dev/null 2>&1
+check "an invalid --node-name is a usage error" test $? = 2
+"$bin" kubelet --node-name n1 >/dev/null 2>&1
+check "--kubeconfig is required" test $? = 2
 start_agent
 
 # ---- the Node and its Lease ----------------------------------------------------------
