@@ -18,6 +18,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "ctrl.h"
+#include "wire.h"
 #include "hparams/rng.h"
 #include "searcher/searcher.h"
 #include "states.h"
@@ -432,12 +433,35 @@ static void event_err(const char *exp, const char *what, const char *rid, int rc
             kd_logq(exp), what, rid, kd_err_name(rc), kd_logq(err));
 }
 
+/* The trial's EarlyExit condition (written by the API), as the searcher's reason. */
+static bool early_exit(const json_t *t, enum kd_search_exit *why)
+{
+    bool found = false;
+    size_t i;
+    json_t *cnd;
+    json_array_foreach(json_object_get(json_object_get(t, "status"), "conditions"), i, cnd)
+    {
+        const char *type = json_string_value(json_object_get(cnd, "type")) ?: "";
+        const char *st = json_string_value(json_object_get(cnd, "status")) ?: "";
+        const char *reason = json_string_value(json_object_get(cnd, "reason")) ?: "";
+        if (!found && strcmp(type, "EarlyExit") == 0 && strcmp(st, "True") == 0) {
+            found = true;
+            *why = KD_SEARCH_EXIT_ERRORED;
+            if (strcmp(reason, "InvalidHP") == 0 || strcmp(reason, "invalid_hp") == 0)
+                *why = KD_SEARCH_EXIT_INVALID_HP;
+            else if (strcmp(reason, "UserCanceled") == 0 || strcmp(reason, "user_canceled") == 0)
+                *why = KD_SEARCH_EXIT_USER_CANCELED;
+        }
+    }
+    return found;
+}
+
 /*
  * Feed the searcher every trial outcome not applied yet, in trial order.
  * Returns the number of events applied (state changed) or a negative error.
  */
 static int feed_events(struct kd_searcher *s, json_t *state, const json_t *exp, json_t *trials,
-                       bool stopping)
+                       bool stopping, bool api)
 {
     int n = 0;
     char err[KD_ERRLEN];
@@ -463,12 +487,28 @@ static int feed_events(struct kd_searcher *s, json_t *state, const json_t *exp, 
         if (json_is_true(json_object_get(st, "ended")))
             goto next;
         const char *tstate = kd_ctrl_str(t, "status", "state", NULL) ?: "";
-        /* Interim until metrics are wired: a trial whose pods all exited 0 reached its
-         * target; it reports a validation at that length with no metric (NaN = worst). */
-        json_int_t reached = json_integer_value(json_object_get(
-            json_object_get(json_object_get(t, "status"), "latestValidation"), "batches"));
+        /* With the API, latestValidation is what the workers reported (value = the searcher
+         * metric); without it, the interim path of trial.c: pods that exited 0 reached their
+         * target, recorded with no value (NaN = worst). Fed once per length: "validated"
+         * persists with the searcher state. */
+        const json_t *lv = json_object_get(json_object_get(t, "status"), "latestValidation");
+        json_int_t reached = json_integer_value(json_object_get(lv, "batches"));
+        const json_t *jv = json_object_get(lv, "value");
+        double value = api && json_is_number(jv) ? json_number_value(jv) : NAN;
+        enum kd_search_exit early;
+        if (api && early_exit(t, &early)) {
+            int rc = kd_searcher_trial_exited_early(s, rid, early, &ops, err);
+            if (rc != 0)
+                event_err(ename, "trial_exited_early", rid, rc, err);
+            rc = kd_searcher_trial_closed(s, rid, &ops, err);
+            if (rc != 0)
+                event_err(ename, "trial_closed", rid, rc, err);
+            json_object_set_new(st, "ended", json_true());
+            n++;
+            goto next;
+        }
         if (reached > json_integer_value(json_object_get(st, "validated")) && !stopping) {
-            int rc = kd_searcher_validation_completed(s, rid, NAN, (int64_t)reached, &ops, err);
+            int rc = kd_searcher_validation_completed(s, rid, value, (int64_t)reached, &ops, err);
             if (rc != 0)
                 event_err(ename, "validation_completed", rid, rc, err);
             json_object_set_new(st, "validated", json_integer(reached));
@@ -741,7 +781,7 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
 
     /* Trial outcomes → events → new operations, persisted before they are acted upon. */
     bool stopping = f.canceled || cur == KD_EXP_STOPPING_CANCELED || cur == KD_EXP_STOPPING_ERROR;
-    int n = feed_events(s, state, exp, trials, stopping);
+    int n = feed_events(s, state, exp, trials, stopping, kd_ctrl_api_on(c));
     if (n > 0) {
         json_object_set_new(state, "snapshot", kd_searcher_snapshot(s));
         if ((rc = write_state(c, exp, cm, state, &newcm, err)) != 0)

@@ -156,6 +156,22 @@ static void new_run_id(const char *trial, char *buf, size_t len)
     snprintf(buf, len, "%016" PRIx64, r);
 }
 
+/* The reason of a true EarlyExit condition in a Trial's status, or NULL. */
+static const char *early_exit_reason(const json_t *tstatus)
+{
+    const char *why = NULL;
+    size_t i;
+    json_t *cnd;
+    json_array_foreach(json_object_get(tstatus, "conditions"), i, cnd)
+    {
+        if (why == NULL &&
+            strcmp(json_string_value(json_object_get(cnd, "type")) ?: "", "EarlyExit") == 0 &&
+            strcmp(json_string_value(json_object_get(cnd, "status")) ?: "", "True") == 0)
+            why = json_string_value(json_object_get(cnd, "reason")) ?: "Errored";
+    }
+    return why;
+}
+
 /* Create the pods of an admitted attempt. */
 static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *trial,
                          const json_t *cfg, const struct kd_ctrl_admit *ad, const char *run_id,
@@ -289,6 +305,33 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
 
     if (kd_trial_state_terminal(cur)) {
         rc = delete_all(c, pods);
+        goto out;
+    }
+    /* With the API, a worker may report an early exit (condition EarlyExit): the trial ends
+     * there, whatever its pods do next, and is never restarted. The condition may have been
+     * written just before a pod failed: re-read the Trial before treating a failure. */
+    char early[64] = "";
+    if (kd_ctrl_api_on(c)) {
+        json_t *fresh = NULL;
+        const char *w = early_exit_reason(tstatus);
+        if (w == NULL && a.failed > 0 &&
+            kd_k8s_get(c->client, &KD_K8S_TRIALS, kd_k8s_meta_str(trial, "namespace"), tname,
+                       &fresh, NULL, NULL) == 0)
+            w = early_exit_reason(json_object_get(fresh, "status"));
+        if (w != NULL)
+            kd_strlcpy(early, w, sizeof(early));
+        json_decref(fresh);
+    }
+    if (early[0] != '\0') {
+        char msg[300];
+        bool canceled = strcmp(early, "UserCanceled") == 0 || strcmp(early, "user_canceled") == 0;
+        snprintf(msg, sizeof(msg), "the trial exited early: %s", early);
+        status = state_status(trial, canceled ? KD_TRIAL_CANCELED : KD_TRIAL_ERROR, msg);
+        json_object_set_new(status, "pods", json_array());
+        KD_INFO("trial exited early", "trial=%s reason=%s", kd_logq(key), kd_logq(early));
+        if ((rc = set_status(c, trial, status, err)) == 0)
+            rc = delete_all(c, pods);
+        kd_ctrl_kick(c);
         goto out;
     }
     const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
@@ -466,7 +509,7 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
     bool closed = json_is_true(json_object_get(json_object_get(trial, "spec"), "closed"));
     json_int_t reached = json_integer_value(
         json_object_get(json_object_get(tstatus, "latestValidation"), "batches"));
-    if (a.npods > 0 && a.succeeded == a.npods) {
+    if (a.npods > 0 && a.succeeded == a.npods && !kd_ctrl_api_on(c)) {
         if (reached < a.target) {
             /* Interim until metrics flow: exit 0 means the attempt reached the target it was
              * started for; it is recorded with no metric value. */

@@ -116,7 +116,7 @@ finish() {
         echo "---- kdet-local log (tail)"
         tail -15 "$T/local.log" 2>/dev/null
     fi
-    rm -rf "$T"
+    [ -n "${KEEP_T:-}" ] || rm -rf "$T"
     echo "$PASSED passed, $FAILED failed"
     [ "$FAILED" -eq 0 ]
 }

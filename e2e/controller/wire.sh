@@ -4,7 +4,9 @@
 # Trial, holding the token the API derives) and the worker environment
 # (KDET_TOKEN from the Secret, KDET_NAMESPACE, KDET_CONTROLLER_URL,
 # KDET_CHECKPOINT_STORAGE, KDET_LENGTH_UNIT); experiment and trial rows are
-# in the store before the pods start.
+# in the store before the pods start. A shell worker drives the searcher
+# through the API (validations → searcher → validateAfter/closed → stop);
+# an early exit ends its trial without a restart.
 . "$(dirname "$0")/lib.sh"
 PGB=${KD_PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
 [ -x "$PGB/initdb" ] || { echo "SKIP: no PostgreSQL server binaries"; rm -rf "$T"; exit 77; }
@@ -31,7 +33,34 @@ check "healthz answers" wait_for 10 curl -sf "$URL/healthz"
 check "token key Secret created" wait_for 10 kubectl get secret -n default kdet-controller-key
 key1=$(field secret kdet-controller-key '{.data.key}')
 
-experiment wire "  entrypoint: sh -c 'env | grep ^KDET_ > $T/env-\$KDET_TRIAL_ID; sleep 0.3; exit 0'
+# A worker in sh: ask for the searcher operation, report a validation at its length, until stop.
+cat >"$T/worker.sh" <<'W'
+H="Authorization: Bearer $KDET_TOKEN"
+B="$KDET_CONTROLLER_URL/api/v1/namespaces/$KDET_NAMESPACE/trials/$KDET_TRIAL_ID"
+env | grep ^KDET_ >"$OUTDIR/env-$KDET_TRIAL_ID"
+if [ "${EARLY:-}" = 1 ]; then
+    curl -sf -H "$H" -X POST -d '{"reason":"invalid_hp","message":"diverges"}' "$B/early_exit" >/dev/null
+    exit 1
+fi
+loss=$(echo "$KDET_HPARAMS" | sed 's/.*"lr":\([0-9.]*\).*/\1/')
+done=0
+while :; do
+    op=$(curl -sf -H "$H" "$B/searcher/operation?completed=$done&timeout=10") || exit 1
+    case "$op" in
+    *'"stop"'*) exit 0 ;;
+    *validate_after*) ;;
+    *) continue ;;
+    esac
+    len=$(echo "$op" | sed 's/.*"length": *\([0-9]*\).*/\1/')
+    curl -sf -H "$H" -X POST -d "{\"kind\":\"validation\",\"key\":\"$KDET_RUN_ID-$len\",\"rows\":[{\"batches\":$len,\"metrics\":{\"loss\":$loss}}]}" \
+        "$B/metrics" >/dev/null || exit 1
+    echo "$len" >>"$OUTDIR/validated-$KDET_TRIAL_ID"
+    done=$len
+done
+W
+experiment wire "  entrypoint: sh $T/worker.sh
+  environment:
+    environment_variables: [OUTDIR=$T]
   hyperparameters:
     lr: {type: categorical, vals: [0.1, 0.2]}
   searcher: {name: grid, metric: loss, max_length: {batches: 20}}
@@ -54,6 +83,24 @@ check "KDET_CHECKPOINT_STORAGE" grep -q "^KDET_CHECKPOINT_STORAGE=.*\"host_path\
 check "no token in the controller log" eval "! grep -qF -- '$tok' '$T/ctrl.log'"
 check "experiment row stored" test "$(psqlq "select count(*) from experiments where name='wire'")" = 1
 check "trial rows stored" test "$(psqlq "select count(*) from trials")" = 2
+check "both trials COMPLETED" test "$(kubectl get trial -l kdet.io/experiment=wire \
+    -o 'jsonpath={range .items[*]}{.status.state}{"\n"}{end}' | grep -c '^COMPLETED$')" = 2
+check "each trial validated once at its target" test "$(cat "$T/validated-wire-1" "$T/validated-wire-2" | tr '\n' ' ')" = "20 20 "
+check "validations stored" test "$(psqlq "select count(*) from metrics where kind='validation'")" = 2
+check "latestValidation value from the worker" test "$(field trial wire-2 '{.status.latestValidation.value}')" = 0.2
+check "bestValidation from the worker" test "$(field trial wire-1 '{.status.bestValidation.value}')" = 0.1
+
+experiment early "  entrypoint: sh $T/worker.sh
+  environment:
+    environment_variables: [OUTDIR=$T, EARLY=1]
+  hyperparameters:
+    lr: 0.1
+  max_restarts: 3
+  searcher: {name: single, metric: loss, max_length: {batches: 20}}
+  resources: {slots_per_trial: 1}"
+check "an early exit ends the experiment" wait_for 60 eval 'exp_state_is early COMPLETED || exp_state_is early ERROR'
+check "the trial that exited early is ERROR" test "$(field trial early-1 '{.status.state}')" = ERROR
+check "and was not restarted" eval 'case "$(field trial early-1 "{.status.restarts}")" in "" | 0) true ;; *) false ;; esac'
 
 stop_ctrl
 start_ctrl --database-url "host=$PGDIR user=kdet dbname=kdet" --api-listen 127.0.0.1:0 --namespace default
