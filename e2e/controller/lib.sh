@@ -41,6 +41,30 @@ start_local() {
         kubectl apply -f "$KD_SRC/manifests/priorityclasses.yaml" >/dev/null
 }
 
+# A private PostgreSQL on a unix socket in $T/pg (as nobody when root: initdb refuses root).
+PGB=${KD_PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
+PGDIR=$T/pg
+PG_URL="host=$PGDIR user=kdet dbname=kdet"
+pgrun() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; else "$@"; fi; }
+# need_pg: whether the server binaries are there (else the scenario is skipped).
+need_pg() {
+    [ -x "$PGB/initdb" ] && return 0
+    echo "SKIP: no PostgreSQL server binaries"
+    rm -rf "$T"
+    return 1
+}
+start_pg() {
+    mkdir -p "$PGDIR" && chmod 755 "$T"
+    [ "$(id -u)" = 0 ] && chown 65534:65534 "$PGDIR"
+    pgrun "$PGB/initdb" -D "$PGDIR/data" -U kdet -A trust --no-sync >"$T/initdb.log" 2>&1 || { cat "$T/initdb.log"; return 1; }
+    pgrun "$PGB/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w \
+        -o "-k $PGDIR -c listen_addresses='' -c fsync=off" start >/dev/null || { cat "$PGDIR/server.log"; return 1; }
+    pgrun "$PGB/createdb" -h "$PGDIR" -U kdet kdet || return 1
+    log "PostgreSQL up in $PGDIR"
+}
+stop_pg() { [ -d "$PGDIR/data" ] && pgrun "$PGB/pg_ctl" -D "$PGDIR/data" -m immediate -w stop >/dev/null 2>&1; }
+psqlq() { pgrun "$PGB/psql" -h "$PGDIR" -U kdet -d kdet -tAc "$1" 2>/dev/null; }
+
 # start_ctrl [ARGS...]: kdet-controller against that kdet-local (log appended to $T/ctrl.log).
 start_ctrl() {
     "$KD_BUILD/bin/kdet-controller" --kubeconfig "$T/kubeconfig" --workers 2 --resync 5 "$@" \

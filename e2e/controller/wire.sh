@@ -8,24 +8,12 @@
 # through the API (validations → searcher → validateAfter/closed → stop);
 # an early exit ends its trial without a restart.
 . "$(dirname "$0")/lib.sh"
-PGB=${KD_PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
-[ -x "$PGB/initdb" ] || { echo "SKIP: no PostgreSQL server binaries"; rm -rf "$T"; exit 77; }
-PGDIR=$T/pg
-# as root, PostgreSQL refuses to run: run it as nobody
-pgrun() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; else "$@"; fi; }
-pg_stop() { [ -d "$PGDIR/data" ] && pgrun "$PGB/pg_ctl" -D "$PGDIR/data" -m immediate -w stop >/dev/null 2>&1; }
-trap 'pg_stop; finish; exit $?' EXIT
-mkdir -p "$PGDIR" && chmod 755 "$T"
-[ "$(id -u)" = 0 ] && chown 65534:65534 "$PGDIR"
-pgrun "$PGB/initdb" -D "$PGDIR/data" -U kdet -A trust --no-sync >"$T/initdb.log" 2>&1 || { cat "$T/initdb.log"; exit 1; }
-pgrun "$PGB/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w \
-    -o "-k $PGDIR -c listen_addresses='' -c fsync=off" start >/dev/null || { cat "$PGDIR/server.log"; exit 1; }
-pgrun "$PGB/createdb" -h "$PGDIR" -U kdet kdet || exit 1
-psqlq() { pgrun "$PGB/psql" -h "$PGDIR" -U kdet -d kdet -tAc "$1" 2>/dev/null; }
-log "PostgreSQL up in $PGDIR"
+need_pg || exit 77
+trap 'stop_pg; finish; exit $?' EXIT
+start_pg || exit 1
 
 start_local 2 || exit 1
-start_ctrl --database-url "host=$PGDIR user=kdet dbname=kdet" --api-listen 127.0.0.1:0 --namespace default
+start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
 check "API serving" wait_for 20 grep -q 'msg="API serving"' "$T/ctrl.log"
 URL=$(sed -n 's/.*msg="trials reach the API" controller_url=\([^ ]*\).*/\1/p' "$T/ctrl.log" | tail -1 | tr -d '"')
 echo "# controller url: $URL"
@@ -103,6 +91,6 @@ check "the trial that exited early is ERROR" test "$(field trial early-1 '{.stat
 check "and was not restarted" eval 'case "$(field trial early-1 "{.status.restarts}")" in "" | 0) true ;; *) false ;; esac'
 
 stop_ctrl
-start_ctrl --database-url "host=$PGDIR user=kdet dbname=kdet" --api-listen 127.0.0.1:0 --namespace default
+start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
 check "API serving after a restart" wait_for 20 n_is 2 grep -c 'msg="API serving"' "$T/ctrl.log"
 check "the token key is kept across restarts" test "$(field secret kdet-controller-key '{.data.key}')" = "$key1"
