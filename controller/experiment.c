@@ -223,11 +223,32 @@ static json_t *state_trial(json_t *state, const char *rid)
 }
 
 /* Fold searcher operations into the state's trial table. */
-static void apply_ops(json_t *state, struct kd_search_ops *ops)
+/* One searcher decision for the store's events: {"decision","request_id",...}. */
+static json_t *decision(const struct kd_search_op *op)
+{
+    static const char *const names[] = {[KD_SEARCH_CREATE] = "create",
+                                        [KD_SEARCH_VALIDATE_AFTER] = "validate_after",
+                                        [KD_SEARCH_CLOSE] = "close",
+                                        [KD_SEARCH_SHUTDOWN] = "shutdown"};
+    json_t *d = json_pack("{s:s,s:s}", "decision", names[op->type], "request_id", op->request_id);
+    if (op->type == KD_SEARCH_VALIDATE_AFTER)
+        json_object_set_new(d, "length", json_integer(op->length));
+    if (op->reason != NULL)
+        json_object_set_new(d, "reason", json_string(op->reason));
+    if (op->type == KD_SEARCH_SHUTDOWN)
+        json_object_set_new(d, "failure", json_boolean(op->failure));
+    return d;
+}
+
+/* Fold searcher operations into the state's trial table; each is appended to log (may be
+ * NULL) as a decision. */
+static void apply_ops(json_t *state, struct kd_search_ops *ops, json_t *log)
 {
     json_t *trials = json_object_get(state, "trials");
     for (size_t i = 0; i < ops->n; i++) {
         struct kd_search_op *op = &ops->v[i];
+        if (log != NULL)
+            json_array_append_new(log, decision(op));
         json_t *t = op->type != KD_SEARCH_SHUTDOWN ? state_trial(state, op->request_id) : NULL;
         switch (op->type) {
         case KD_SEARCH_CREATE:
@@ -461,7 +482,7 @@ static bool early_exit(const json_t *t, enum kd_search_exit *why)
  * Returns the number of events applied (state changed) or a negative error.
  */
 static int feed_events(struct kd_searcher *s, json_t *state, const json_t *exp, json_t *trials,
-                       bool stopping, bool api)
+                       bool stopping, bool api, json_t *log)
 {
     int n = 0;
     char err[KD_ERRLEN];
@@ -533,7 +554,7 @@ static int feed_events(struct kd_searcher *s, json_t *state, const json_t *exp, 
             n++;
         }
     next:
-        apply_ops(state, &ops);
+        apply_ops(state, &ops, log);
     }
     return n;
 }
@@ -758,7 +779,7 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
         state =
             json_pack("{s:i,s:I,s:s,s:b,s:b,s:s,s:[]}", "version", 1, "seed", (json_int_t)seed,
                       "unit", kd_searcher_unit(s), "done", 0, "failure", 0, "reason", "", "trials");
-        apply_ops(state, &ops);
+        apply_ops(state, &ops, NULL);
         json_object_set_new(state, "snapshot", kd_searcher_snapshot(s));
         rc = write_state(c, exp, NULL, state, &newcm, err);
         if (rc == KD_EEXIST) {
@@ -781,15 +802,22 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
 
     /* Trial outcomes → events → new operations, persisted before they are acted upon. */
     bool stopping = f.canceled || cur == KD_EXP_STOPPING_CANCELED || cur == KD_EXP_STOPPING_ERROR;
-    int n = feed_events(s, state, exp, trials, stopping, kd_ctrl_api_on(c));
+    json_t *decisions = json_array();
+    int n = feed_events(s, state, exp, trials, stopping, kd_ctrl_api_on(c), decisions);
     if (n > 0) {
         json_object_set_new(state, "snapshot", kd_searcher_snapshot(s));
-        if ((rc = write_state(c, exp, cm, state, &newcm, err)) != 0)
+        if ((rc = write_state(c, exp, cm, state, &newcm, err)) != 0) {
+            json_decref(decisions);
             goto out; /* KD_ECONFLICT: requeued, and the next pass starts from the stored state */
+        }
         json_decref(cm);
         cm = newcm;
         newcm = NULL;
+        /* Persisted: record the decisions (best effort; the searcher state is the truth). */
+        if (kd_ctrl_api_on(c) && json_array_size(decisions) > 0)
+            kd_ctrl_wire_decisions(c, exp, cfg, decisions);
     }
+    json_decref(decisions);
 
     /* The Trials the state asks for, and the difference on existing ones. */
     size_t i;

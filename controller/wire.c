@@ -7,6 +7,7 @@
  * are made here because only this file holds the key.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,4 +323,49 @@ int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial
     rc = kd_store_trial_upsert(c->store, &st, &tid, err);
 out:
     return rc;
+}
+
+void kd_ctrl_wire_decisions(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
+                            const json_t *decisions)
+{
+    int rc = 0;
+    int64_t eid = 0;
+    char err[KD_ERRLEN] = "";
+    const char *state = kd_ctrl_str(exp, "status", "state", NULL);
+    struct kd_store_experiment se = {
+        .uid = kd_k8s_meta_str(exp, "uid"),
+        .namespace_ = kd_k8s_meta_str(exp, "namespace"),
+        .name = kd_k8s_meta_str(exp, "name"),
+        .config = (json_t *)cfg,
+        .state = state != NULL && state[0] != '\0' ? state : "ACTIVE",
+    };
+    if ((rc = kd_store_experiment_upsert(c->store, &se, &eid, err)) != 0)
+        goto out;
+    size_t i;
+    json_t *d;
+    json_array_foreach(decisions, i, d)
+    {
+        char reason[512];
+        const char *what = json_string_value(json_object_get(d, "decision")) ?: "";
+        const char *rid = json_string_value(json_object_get(d, "request_id")) ?: "";
+        const char *why = json_string_value(json_object_get(d, "reason"));
+        if (why != NULL)
+            snprintf(reason, sizeof(reason), "%s", why);
+        else if (strcmp(what, "validate_after") == 0)
+            snprintf(reason, sizeof(reason), "trial %s: train to %" PRId64, rid,
+                     (int64_t)json_integer_value(json_object_get(d, "length")));
+        else
+            snprintf(reason, sizeof(reason), "trial %s: %s", rid, what);
+        struct kd_store_event ev = {.experiment_id = eid,
+                                    .kind = "searcher",
+                                    .decision = what,
+                                    .reason = reason,
+                                    .details = (json_t *)d};
+        if ((rc = kd_store_event_add(c->store, &ev, NULL, err)) != 0)
+            goto out;
+    }
+out:
+    if (rc != 0)
+        KD_WARN("cannot record searcher decisions", "experiment=%s err=%s detail=%s",
+                kd_logq(kd_k8s_meta_str(exp, "name")), kd_err_name(rc), kd_logq(err));
 }

@@ -54,4 +54,13 @@ int kd_ctrl_trial_secret(struct kd_ctrl *c, const json_t *trial, char *err) KD_W
 int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
                        char *latest, size_t len, char *err) KD_WUR;
 
+/**
+ * Record searcher decisions (an array of {"decision","request_id",
+ * "length"?,"reason"?,"failure"?}) as events of the experiment in the store
+ * (kind "searcher"). Best effort: failures are logged, not returned.
+ * Blocks. Thread-safe.
+ */
+void kd_ctrl_wire_decisions(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
+                            const json_t *decisions);
+
 #endif
