@@ -183,12 +183,12 @@ e2e:
 e2e-real: $(O)/bin/det $(O)/bin/kdet-local
 	@KD_SRC=$(CURDIR) KD_BUILD=$(abspath $(O)) e2e/kube/run.sh
 
-# The full demo needs the controller's data plane (metrics, searcher
-# operations, checkpoints) wired end to end; docs/status.md says what works.
+# The full demo waits on one controller change (docs/status.md): releasing
+# the GPUs of ASHA trials that wait for a promotion.
 demo:
-	@echo "make demo: not available yet: the controller does not yet feed" >&2; \
-	 echo "workers' validation metrics to the searcher (see docs/status.md)." >&2; \
-	 echo "What runs today: 'build/bin/det deploy local up', then" >&2; \
+	@echo "make demo: not available yet: ASHA trials waiting for a promotion" >&2; \
+	 echo "still hold their GPUs (see docs/status.md)." >&2; \
+	 echo "What runs today: 'build/bin/det deploy local up --gpus 4', then" >&2; \
 	 echo "'build/bin/det experiment create examples/fashion-mnist-c/const.yaml examples/fashion-mnist-c'." >&2; \
 	 exit 2
 

@@ -598,7 +598,14 @@ static int up_api(struct deploy *d)
         argv[9] = "--fake-gpus";
         argv[10] = gpus;
     }
-    pid = spawn_daemon(argv, NULL, log);
+    /* Pods run as local processes: det's own directory (kdet-launch, the
+     * examples) comes first on their PATH, so they find the kdet programs
+     * installed beside det. */
+    const char *path = getenv("PATH");
+    char *pathenv = kd_xasprintf("PATH=%s%s%s", d->bindir, path ? ":" : "", path ? path : "");
+    char *env[] = {pathenv, NULL};
+    pid = spawn_daemon(argv, env, log);
+    free(pathenv);
     if (pid < 0) {
         det_err("cannot start %s: %s", prog, strerror(-pid));
         rc = DET_EXIT_ERROR;
