@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include <uthash.h>
 
+#include "core/fs.h"
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/log.h"
@@ -147,29 +148,6 @@ static int mkdir_p(const char *path)
     if (mkdir(buf, 0755) < 0 && errno != EEXIST)
         return -errno;
     return 0;
-}
-
-static int rm_rf(const char *path)
-{
-    struct stat sb;
-    if (lstat(path, &sb) < 0)
-        return 0;
-    if (S_ISDIR(sb.st_mode)) {
-        DIR *d = opendir(path);
-        if (d != NULL) {
-            struct dirent *e;
-            while ((e = readdir(d)) != NULL) {
-                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                    continue;
-                char *sub = kd_xasprintf("%s/%s", path, e->d_name);
-                rm_rf(sub);
-                free(sub);
-            }
-            closedir(d);
-        }
-        return rmdir(path) < 0 ? -errno : 0;
-    }
-    return unlink(path) < 0 ? -errno : 0;
 }
 
 static int write_file(const char *path, const void *data, size_t len, mode_t mode)
@@ -1669,7 +1647,7 @@ static void loop_once(struct kd_kubelet *k)
             continue; /* reaped next round */
         }
         HASH_DEL(k->pods, p);
-        rm_rf(p->dir);
+        kd_rm_tree(p->dir);
         podrt_free(k, p);
     }
     json_decref(seen);

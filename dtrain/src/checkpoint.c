@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/str.h"
 #include "dtrain_checkpoint.h"
@@ -66,31 +67,6 @@ static int make_uuid(char *out)
     return 0;
 }
 
-/* Remove a directory tree (used for DTRAIN_CKPT_REMOVE_DIR). */
-static void rm_rf(const char *path, int depth)
-{
-    struct stat sb;
-    DIR *d;
-    struct dirent *de;
-    if (depth > 64 || lstat(path, &sb) != 0)
-        return;
-    if (!S_ISDIR(sb.st_mode)) {
-        unlink(path);
-        return;
-    }
-    if ((d = opendir(path)) != NULL) {
-        while ((de = readdir(d)) != NULL) {
-            char sub[PATH_MAX];
-            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                continue;
-            if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) < sizeof(sub))
-                rm_rf(sub, depth + 1);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
-
 static void *uploader(void *arg)
 {
     struct dtrain_ckpt *c = arg;
@@ -111,7 +87,7 @@ static void *uploader(void *arg)
 
         rc = kd_ckpt_upload(c->st, j->uuid, j->dir, j->metadata, NULL, NULL, err);
         if (rc == 0 && (j->flags & DTRAIN_CKPT_REMOVE_DIR))
-            rm_rf(j->dir, 0);
+            kd_rm_tree(j->dir);
         if (rc != 0)
             KD_ERROR("checkpoint upload failed", "uuid=%s dir=%s err=%s", j->uuid, kd_logq(j->dir),
                      kd_logq(err));

@@ -21,6 +21,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "storage/checkpoint.h"
+#include "core/fs.h"
 #include "storage/storage_int.h"
 
 #define HASH_BUF (1u << 20)
@@ -722,29 +723,6 @@ out:
     return rc;
 }
 
-static int rm_tree(const char *path)
-{
-    struct stat sb;
-    DIR *d;
-    struct dirent *de;
-    if (lstat(path, &sb) != 0)
-        return 0;
-    if (!S_ISDIR(sb.st_mode))
-        return unlink(path);
-    d = opendir(path);
-    if (d != NULL) {
-        while ((de = readdir(d)) != NULL) {
-            char sub[PATH_MAX];
-            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                continue;
-            if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) < sizeof(sub))
-                rm_tree(sub);
-        }
-        closedir(d);
-    }
-    return rmdir(path);
-}
-
 int kd_ckpt_verify(struct kd_storage *st, const char *uuid, int deep, kd_ckpt_progress_fn progress,
                    void *arg, char *err)
 {
@@ -789,7 +767,7 @@ int kd_ckpt_verify(struct kd_storage *st, const char *uuid, int deep, kd_ckpt_pr
             goto out;
         }
         rc = kd_ckpt_download(st, uuid, tmpl, progress, arg, err);
-        rm_tree(tmpl);
+        kd_rm_tree(tmpl);
     }
 out:
     kd_storage_list_free(&l);

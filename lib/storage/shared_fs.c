@@ -20,6 +20,7 @@
 
 #include <openssl/evp.h>
 
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/str.h"
 #include "storage/storage_int.h"
@@ -514,30 +515,6 @@ static int run_batch(struct fs_batch *b, uint64_t total, kd_storage_progress_fn 
     return b->rc;
 }
 
-static void rm_tree(const char *path, int depth)
-{
-    struct stat sb;
-    DIR *d;
-    struct dirent *de;
-    if (depth > 64 || lstat(path, &sb) != 0)
-        return;
-    if (!S_ISDIR(sb.st_mode)) {
-        unlink(path);
-        return;
-    }
-    if ((d = opendir(path)) != NULL) {
-        while ((de = readdir(d)) != NULL) {
-            char sub[PATH_MAX];
-            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                continue;
-            if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) < sizeof(sub))
-                rm_tree(sub, depth + 1);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
-
 /*
  * When every key shares a first part ("<uuid>/...") that does not exist
  * yet, the files are written into a staging directory next to it and the
@@ -619,7 +596,7 @@ static int fs_put_files(struct kd_storage *st, struct kd_storage_put *puts, size
     }
 out:
     if (staged)
-        rm_tree(stage, 0);
+        kd_rm_tree(stage);
     return rc;
 }
 

@@ -1,0 +1,48 @@
+/*
+ * File-system helpers (see fs.h): one recursive delete for the checkpoint
+ * staging dirs, the kubelet's pod dirs and libdtrain's upload dirs.
+ */
+#include "core/fs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int rm_tree(const char *path, int depth)
+{
+    struct stat sb;
+    int rc = 0;
+    if (lstat(path, &sb) != 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISDIR(sb.st_mode))
+        return unlink(path) == 0 || errno == ENOENT ? 0 : -errno;
+    if (depth >= 64)
+        return -ELOOP;
+    DIR *d = opendir(path);
+    if (d != NULL) {
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            char sub[PATH_MAX];
+            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                continue;
+            int r = (size_t)snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) < sizeof(sub)
+                        ? rm_tree(sub, depth + 1)
+                        : -ENAMETOOLONG;
+            if (rc == 0)
+                rc = r;
+        }
+        closedir(d);
+    }
+    if (rmdir(path) != 0 && errno != ENOENT && rc == 0)
+        rc = -errno;
+    return rc;
+}
+
+int kd_rm_tree(const char *path)
+{
+    return rm_tree(path, 0);
+}

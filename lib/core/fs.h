@@ -1,0 +1,17 @@
+/*
+ * File-system helpers shared by the daemons, the storage backends and
+ * libdtrain (libc only, never aborts).
+ */
+#ifndef KD_CORE_FS_H
+#define KD_CORE_FS_H
+
+/**
+ * Remove `path` and, when it is a directory, everything below it. Symbolic
+ * links are removed, never followed; the depth is capped at 64 levels.
+ * Returns 0 (also when path does not exist) or the -errno of the first
+ * entry that could not be removed; it goes on with the rest either way.
+ * Not safe against another process changing the tree at the same time.
+ */
+int kd_rm_tree(const char *path);
+
+#endif
