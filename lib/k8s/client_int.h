@@ -55,4 +55,11 @@ void kd_k8s__count_connects(struct kd_k8s_client *c, CURL *h);
 /** Re-read the token file now (after a 401). Returns 1 when the token changed. */
 int kd_k8s__reload_token(struct kd_k8s_client *c);
 
+/**
+ * Wait up to ms on cond (a CLOCK_MONOTONIC condition variable guarded by
+ * lock), waking early once *stop is set and cond is signalled. Returns
+ * *stop. Used by the informer's and the elector's retry loops.
+ */
+int kd_k8s__nap(pthread_mutex_t *lock, pthread_cond_t *cond, const atomic_int *stop, long ms);
+
 #endif

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "k8s/client_int.h"
 #include "k8s/informer.h"
 
 #define MAX_HANDLERS 8
@@ -166,24 +167,9 @@ static int on_event(enum kd_k8s_event_type type, json_t *obj, void *ud)
     return rc;
 }
 
-/* Sleep up to ms, waking early when stopped. Returns non-zero when stopped. */
 static int nap(struct kd_k8s_informer *inf, long ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&inf->lock);
-    while (!atomic_load(&inf->stop)) {
-        if (pthread_cond_timedwait(&inf->cond, &inf->lock, &ts) != 0)
-            break;
-    }
-    pthread_mutex_unlock(&inf->lock);
-    return atomic_load(&inf->stop);
+    return kd_k8s__nap(&inf->lock, &inf->cond, &inf->stop, ms);
 }
 
 static void count_error(struct kd_k8s_informer *inf, int gone)

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "k8s/client_int.h"
 
 #define ID_MAX 256
 
@@ -49,21 +50,7 @@ static void micro_time(char *buf, size_t len)
 
 static int nap(struct kd_k8s_leader *le, long ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&le->lock);
-    while (!atomic_load(&le->stop)) {
-        if (pthread_cond_timedwait(&le->cond, &le->lock, &ts) != 0)
-            break;
-    }
-    pthread_mutex_unlock(&le->lock);
-    return atomic_load(&le->stop);
+    return kd_k8s__nap(&le->lock, &le->cond, &le->stop, ms);
 }
 
 static json_t *new_lease(struct kd_k8s_leader *le, const char *now)

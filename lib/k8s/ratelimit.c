@@ -1,15 +1,17 @@
 /*
  * Client-side rate limits: a token bucket for requests per second with a
- * burst (as client-go's flowcontrol), and the jittered exponential backoff
- * used between retries.
+ * burst (as client-go's flowcontrol), the jittered exponential backoff
+ * used between retries, and the interruptible wait between them.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/time.h"
 #include "k8s/client.h"
+#include "k8s/client_int.h"
 
 struct kd_k8s_bucket {
     pthread_mutex_t lock;
@@ -86,4 +88,23 @@ long kd_k8s_backoff_ms(int attempt, long base_ms, long max_ms, long retry_after_
             delay = ra;
     }
     return delay;
+}
+
+int kd_k8s__nap(pthread_mutex_t *lock, pthread_cond_t *cond, const atomic_int *stop, long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(lock);
+    while (!atomic_load(stop)) {
+        if (pthread_cond_timedwait(cond, lock, &ts) != 0)
+            break;
+    }
+    pthread_mutex_unlock(lock);
+    return atomic_load(stop);
 }
