@@ -20,8 +20,6 @@ $(eval $(call det_embed,crd_experiments,crds/experiments.yaml))
 $(eval $(call det_embed,crd_trials,crds/trials.yaml))
 $(eval $(call det_embed,priorityclasses,manifests/priorityclasses.yaml))
 
-# det needs lib/config; a tree without it (mid-merge) simply builds no det.
-ifneq ($(wildcard lib/config/rules.mk),)
 DET_SRCS := cli/main.c cli/args.c cli/output.c cli/kube.c cli/experiment.c \
             cli/experiment_ops.c cli/trial.c cli/template.c cli/deploy.c \
             $(O)/gen/cli/crd_experiments.c $(O)/gen/cli/crd_trials.c \
@@ -30,4 +28,3 @@ DET_KD_LIBS := config k8s yaml openapi context core
 DET_LDLIBS := -lcurl -ljansson -lyaml -larchive -lcrypto -lpthread -lm
 DEB_PACKAGES += xxd libcurl4-openssl-dev
 $(eval $(call kd_prog,det,$(DET_SRCS),$(DET_KD_LIBS),$(DET_LDLIBS)))
-endif

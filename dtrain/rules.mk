@@ -3,12 +3,10 @@
 #   $(O)/lib/libkd_dtrain.a  the objects, for kd_prog/kd_test link lines
 #   $(O)/lib/libdtrain.a     self-contained archive for users (dtrain + kd deps)
 #   $(O)/lib/libdtrain.so    shared library exporting only dtrain_* symbols
-# lib/storage joins once dtrain/src/checkpoint.c (async checkpoints) exists.
 DTRAIN_SRCS := $(wildcard dtrain/src/*.c)
-DTRAIN_HAS_CKPT := $(wildcard dtrain/src/checkpoint.c)
-DTRAIN_KD_LIBS := dtrain $(if $(DTRAIN_HAS_CKPT),storage) core
+DTRAIN_KD_LIBS := dtrain storage core
 DTRAIN_LDLIBS := -lcurl -lcrypto -ljansson -lpthread -ldl -lm
-DTRAIN_DEP_SRCS := $(wildcard lib/core/*.c) $(if $(DTRAIN_HAS_CKPT),$(wildcard lib/storage/*.c))
+DTRAIN_DEP_SRCS := $(wildcard lib/core/*.c) $(wildcard lib/storage/*.c)
 DTRAIN_ALL_OBJS = $(call kd_objs,$(DTRAIN_SRCS) $(DTRAIN_DEP_SRCS))
 
 $(eval $(call kd_lib,dtrain,$(DTRAIN_SRCS)))

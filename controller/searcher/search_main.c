@@ -14,9 +14,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "searcher/searcher.h"
-#ifdef KD_SEARCH_HAVE_CONFIG
 #include "config/config.h"
-#endif
 
 #define MAX_LINE (4 << 20)   /* one event or snapshot line */
 #define MAX_FILE (256 << 20) /* a JSON config or snapshot file */
@@ -54,14 +52,7 @@ static int load_config(const char *path, json_t **out, char *err)
 {
     if (kd_str_has_suffix(path, ".json"))
         return load_json_file(path, out, err);
-#ifdef KD_SEARCH_HAVE_CONFIG
     return kd_config_load(path, NULL, out, err);
-#else
-    return kd_seterr(err, KD_ENOTSUP,
-                     "%s: this build reads JSON configs only (lib/config is "
-                     "missing); pass a .json file",
-                     path);
-#endif
 }
 
 /* Every input line (and the start) is answered by its operations, then one ack line. */

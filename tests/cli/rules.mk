@@ -1,19 +1,14 @@
 # det is driven as a program (fork/exec), its output parsed back and checked
-# against the CRD. Only where det can be built (it needs lib/config).
-ifneq ($(wildcard lib/config/rules.mk),)
+# against the CRD.
 $(eval $(call kd_test,test_cli_det,tests/cli/test_det.c tests/cli/run.c,config openapi context yaml core,-ljansson -lyaml -larchive -lcrypto -lm,60,,$(O)/bin/det))
 $(eval $(call kd_test,test_cli_examples,tests/cli/test_examples.c tests/cli/run.c,openapi yaml core,-ljansson -lyaml -lm,120,,$(O)/bin/det))
 # det's error messages (403, 401, 422, unreachable), argument parser and formats, unit-tested.
 $(eval $(call kd_test,test_det_errors,tests/cli/test_errors.c cli/kube.c cli/args.c cli/output.c,k8s yaml core,-lcurl -ljansson -lyaml -lpthread -lm,30,,))
 # det | kubectl against kdet-local (the CRDs, every example, an invalid resource).
-ifneq ($(wildcard local/rules.mk),)
 $(eval $(call kd_test_script,test_cli_kubectl,tests/cli/kubectl.sh,120,,$(O)/bin/det $(O)/bin/kdet-local))
 # det's verbs over the Kubernetes API, against kdet-local.
 $(eval $(call kd_test_script,test_det_kube,tests/cli/det_kube.sh,180,,$(O)/bin/det $(O)/bin/kdet-local))
-# det deploy local up/status/down/up again (kdet-local, a private PostgreSQL and, where the
-# tree has it, kdet-controller).
-$(eval $(call kd_test_script,test_det_deploy,tests/cli/det_deploy.sh,180,,$(O)/bin/det $(O)/bin/kdet-local $(if $(wildcard controller/main.c),$(O)/bin/kdet-controller)))
-endif
-endif
+# det deploy local up/status/down/up again (kdet-local, a private PostgreSQL, kdet-controller).
+$(eval $(call kd_test_script,test_det_deploy,tests/cli/det_deploy.sh,180,,$(O)/bin/det $(O)/bin/kdet-local $(O)/bin/kdet-controller))
 # The PyTorch example trains for a few batches (one process, then two ranks).
 $(eval $(call kd_test_script,test_cli_pytorch_example,tests/cli/pytorch_example.sh,180,slow noasan))

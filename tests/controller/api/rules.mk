@@ -3,7 +3,7 @@
 API_TEST_SRCS := tests/controller/api/fx.c tests/support/pg.c tests/lib/k8s/kdet_local.c
 API_TEST_KD_LIBS := api http store k8s yaml core
 API_TEST_LDLIBS := -lmicrohttpd -lpq -lcurl -lcrypto -ljansson -lyaml -lm -lpthread
-API_TEST_DEPS := $(if $(wildcard local/rules.mk),$(O)/bin/kdet-local)
+API_TEST_DEPS := $(O)/bin/kdet-local
 $(O)/obj/tests/controller/api/%.o: KD_CFLAGS += -Itests -Itests/controller/api
 $(eval $(call kd_test,test_api_worker,tests/controller/api/test_api_worker.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 $(eval $(call kd_test,test_api_user,tests/controller/api/test_api_user.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))

@@ -10,9 +10,8 @@ $(eval $(call kd_test,test_k8s_client_unit,tests/lib/k8s/test_client_unit.c,$(K8
 $(eval $(call kd_test,test_k8s_informer_unit,tests/lib/k8s/test_informer_unit.c,$(K8S_LIBS),$(K8S_LDLIBS),30))
 $(eval $(call kd_test,test_k8s_watch_lines,tests/lib/k8s/test_watch_lines.c,$(K8S_LIBS),$(K8S_LDLIBS),30))
 $(eval $(call kd_test,test_k8s_config,tests/lib/k8s/test_config.c,$(K8S_LIBS),$(K8S_LDLIBS),30))
-# Integration tests against a real kdet-local, built first as their dependency. Without
-# local/ the tests still run and fail, saying that kdet-local is missing.
-K8S_LOCAL_DEP := $(if $(wildcard local/rules.mk),$(O)/bin/kdet-local)
+# Integration tests against a real kdet-local, built first as their dependency.
+K8S_LOCAL_DEP := $(O)/bin/kdet-local
 K8S_LOCAL_SRCS := tests/lib/k8s/kdet_local.c
 $(eval $(call kd_test,test_k8s_local_rest,tests/lib/k8s/test_local_rest.c $(K8S_LOCAL_SRCS),$(K8S_LIBS),$(K8S_LDLIBS),120,,$(K8S_LOCAL_DEP)))
 $(eval $(call kd_test,test_k8s_local_watch,tests/lib/k8s/test_local_watch.c $(K8S_LOCAL_SRCS),$(K8S_LIBS),$(K8S_LDLIBS),120,,$(K8S_LOCAL_DEP)))
