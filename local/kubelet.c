@@ -714,6 +714,10 @@ static int mount_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *po
             free(src);
             src = s2;
         }
+        if (strcmp(src, mp) == 0) { /* a hostPath at its own path: already there */
+            free(src);
+            continue;
+        }
         char link[PATH_MAX];
         ssize_t ln = readlink(mp, link, sizeof(link) - 1);
         struct stat sb;
