@@ -224,6 +224,39 @@ static json_t *child(json_t *o, const char *key, bool array)
     return v;
 }
 
+/*
+ * shared_fs checkpoint storage: the workers write under host_path, so the
+ * node's host_path is mounted at the same path in the container (a
+ * hostPath volume; DirectoryOrCreate, as Determined's agents create it).
+ * A volume or mount the user's pod_spec already has under that name or at
+ * that path is left as it is.
+ */
+static void ckpt_volume(json_t *ps, json_t *c, const json_t *cfg)
+{
+    const json_t *cs = json_object_get(cfg, "checkpoint_storage");
+    const char *type = json_string_value(json_object_get(cs, "type"));
+    const char *hp = json_string_value(json_object_get(cs, "host_path"));
+    if (type == NULL || strcmp(type, "shared_fs") != 0 || hp == NULL || hp[0] != '/')
+        return;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(ps, "volumes"), i, v)
+    {
+        if (strcmp(json_string_value(json_object_get(v, "name")) ?: "", KD_POD_CKPT_VOLUME) == 0)
+            return;
+    }
+    json_array_foreach(json_object_get(c, "volumeMounts"), i, v)
+    {
+        if (strcmp(json_string_value(json_object_get(v, "mountPath")) ?: "", hp) == 0)
+            return;
+    }
+    json_array_append_new(child(ps, "volumes", true),
+                          json_pack("{s:s,s:{s:s,s:s}}", "name", KD_POD_CKPT_VOLUME, "hostPath",
+                                    "path", hp, "type", "DirectoryOrCreate"));
+    json_array_append_new(child(c, "volumeMounts", true),
+                          json_pack("{s:s,s:s}", "name", KD_POD_CKPT_VOLUME, "mountPath", hp));
+}
+
 int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                  const char *const *nodes, int gpus, int npods, const struct kd_pod_opts *o,
                  json_t **out, char *err)
@@ -371,6 +404,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                 child(c, "volumeMounts", true),
                 json_pack("{s:s,s:s}", "name", "kdet-shm", "mountPath", "/dev/shm"));
         }
+        ckpt_volume(ps, c, cfg);
         json_array_append_new(pods, pod);
     }
     *out = pods;

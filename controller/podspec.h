@@ -3,7 +3,8 @@
  * experiment's configuration (defaults filled) and the scheduler's
  * placement: the launcher command, the KDET_* environment contract of
  * docs/launcher.md, GPU limits, shared memory, priority class, resource
- * pool, owner references, and the user's environment.pod_spec merged in.
+ * pool, owner references, the shared_fs checkpoint directory (a hostPath
+ * volume at the same path), and the user's environment.pod_spec merged in.
  * Pure: no I/O, so golden files pin the output.
  */
 #ifndef KD_CTRL_PODSPEC_H
@@ -23,6 +24,7 @@
 #define KD_POD_LABEL_RUN "kdet.io/run-id"
 #define KD_POD_LABEL_RANK "kdet.io/node-rank"
 #define KD_POD_LABEL_POOL "kdet.io/resource-pool"
+#define KD_POD_CKPT_VOLUME "kdet-checkpoints"      /* shared_fs host_path, mounted as is */
 #define KD_POD_ANN_TARGET "kdet.io/validate-after" /* the target an attempt was started for */
 
 struct kd_pod_opts {

@@ -91,6 +91,44 @@ static void test_api(void **s)
     golden("api");
 }
 
+static void test_sharedfs(void **s)
+{
+    (void)s;
+    golden("sharedfs");
+}
+
+/* A volume the user's pod_spec already mounts at host_path is not mounted twice. */
+static void test_sharedfs_user_mount(void **s)
+{
+    (void)s;
+    char err[KD_ERRLEN] = "";
+    json_t *trial = json_pack("{s:{s:s,s:s,s:s},s:{s:s,s:s,s:i,s:{}}}", "metadata", "name", "t-1",
+                              "namespace", "default", "uid", "u", "spec", "experiment", "t",
+                              "requestId", "r0-1", "seed", 1, "hparams");
+    json_t *cfg = json_pack(
+        "{s:s,s:{s:s,s:s},s:{s:{s:{s:[{s:s,s:{s:s}}],s:[{s:s,s:[{s:s,s:s}]}]}}}}", "entrypoint",
+        "train", "checkpoint_storage", "type", "shared_fs", "host_path", "/data/ck", "environment",
+        "pod_spec", "spec", "volumes", "name", "mine", "nfs", "path", "/export", "containers",
+        "name", "trial", "volumeMounts", "name", "mine", "mountPath", "/data/ck");
+    struct kd_pod_opts o = {0};
+    json_t *pods = NULL;
+    assert_int_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err), 0);
+    json_t *ps = json_object_get(json_array_get(pods, 0), "spec");
+    assert_int_equal(json_array_size(json_object_get(ps, "volumes")), 1);
+    json_t *c = json_array_get(json_object_get(ps, "containers"), 0);
+    assert_int_equal(json_array_size(json_object_get(c, "volumeMounts")), 1);
+    json_decref(pods);
+    /* A relative host_path mounts nothing (the config check refuses it earlier). */
+    json_object_del(cfg, "environment");
+    json_object_set_new(json_object_get(cfg, "checkpoint_storage"), "host_path",
+                        json_string("rel"));
+    assert_int_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err), 0);
+    assert_null(json_object_get(json_object_get(json_array_get(pods, 0), "spec"), "volumes"));
+    json_decref(pods);
+    json_decref(trial);
+    json_decref(cfg);
+}
+
 static void test_errors(void **s)
 {
     (void)s;
@@ -137,9 +175,10 @@ static void test_priority_classes(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_single), cmocka_unit_test(test_multi),
-        cmocka_unit_test(test_cpu),    cmocka_unit_test(test_api),
-        cmocka_unit_test(test_errors), cmocka_unit_test(test_priority_classes),
+        cmocka_unit_test(test_single),   cmocka_unit_test(test_multi),
+        cmocka_unit_test(test_cpu),      cmocka_unit_test(test_api),
+        cmocka_unit_test(test_sharedfs), cmocka_unit_test(test_sharedfs_user_mount),
+        cmocka_unit_test(test_errors),   cmocka_unit_test(test_priority_classes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
