@@ -463,9 +463,15 @@ shutdown:
     kd_k8s_informer_free(c.nodes);
     struct kd_k8s_client_stats cs;
     kd_k8s_client_stats(c.client, &cs);
-    KD_INFO("stopped", "api_requests=%llu api_retries=%llu connections=%llu",
+    KD_INFO("stopped",
+            "api_requests=%llu api_retries=%llu connections=%llu api_reads=%llu "
+            "api_watches=%llu api_creates=%llu api_updates=%llu api_patches=%llu "
+            "api_deletes=%llu api_status_writes=%llu",
             (unsigned long long)cs.requests, (unsigned long long)cs.retries,
-            (unsigned long long)cs.connects);
+            (unsigned long long)cs.connects, (unsigned long long)cs.reads,
+            (unsigned long long)cs.watches, (unsigned long long)cs.creates,
+            (unsigned long long)cs.updates, (unsigned long long)cs.patches,
+            (unsigned long long)cs.deletes, (unsigned long long)cs.status_writes);
 out:
     kd_k8s_queue_free(c.expq);
     kd_k8s_queue_free(c.trialq);

@@ -176,6 +176,37 @@ void kd_k8s_client_stats(const struct kd_k8s_client *c, struct kd_k8s_client_sta
     out->requests = atomic_load(&c->requests);
     out->retries = atomic_load(&c->retries);
     out->connects = atomic_load(&c->connects);
+    out->reads = atomic_load(&c->reads);
+    out->watches = atomic_load(&c->watches);
+    out->creates = atomic_load(&c->creates);
+    out->updates = atomic_load(&c->updates);
+    out->patches = atomic_load(&c->patches);
+    out->deletes = atomic_load(&c->deletes);
+    out->status_writes = atomic_load(&c->status_writes);
+}
+
+/* Whether path (a request path, with or without a query) names a status subresource. */
+static bool status_path(const char *path)
+{
+    size_t n = strcspn(path, "?");
+    return n >= 7 && memcmp(path + n - 7, "/status", 7) == 0;
+}
+
+/* Count one call by its verb (not its attempts). */
+static void count_call(struct kd_k8s_client *c, const char *method, const char *path)
+{
+    if (strcmp(method, "GET") == 0)
+        atomic_fetch_add(&c->reads, 1);
+    else if (strcmp(method, "POST") == 0)
+        atomic_fetch_add(&c->creates, 1);
+    else if (strcmp(method, "PUT") == 0)
+        atomic_fetch_add(&c->updates, 1);
+    else if (strcmp(method, "PATCH") == 0)
+        atomic_fetch_add(&c->patches, 1);
+    else if (strcmp(method, "DELETE") == 0)
+        atomic_fetch_add(&c->deletes, 1);
+    if ((strcmp(method, "PUT") == 0 || strcmp(method, "PATCH") == 0) && status_path(path))
+        atomic_fetch_add(&c->status_writes, 1);
 }
 
 void kd_k8s__count_connects(struct kd_k8s_client *c, CURL *h)
@@ -449,6 +480,7 @@ int kd_k8s_request(struct kd_k8s_client *c, const char *method, const char *path
         *out = NULL;
     if (body != NULL && content_type == NULL)
         content_type = "application/json";
+    count_call(c, method, path);
     for (int attempt = 0;; attempt++) {
         long http = 0;
         CURLcode cc;

@@ -130,11 +130,22 @@ void kd_k8s_client_free(struct kd_k8s_client *c);
 /** The namespace of the config (never NULL). Borrowed, valid while c lives. */
 const char *kd_k8s_client_namespace(const struct kd_k8s_client *c);
 
-/** Counters since the client was created. */
+/**
+ * Counters since the client was created. `requests` counts attempts; the
+ * per-verb counters count calls (a call retried three times counts once),
+ * so that callers can tell how many reads and writes their logic makes.
+ */
 struct kd_k8s_client_stats {
-    uint64_t requests; /* attempts sent, retries and watches included */
-    uint64_t retries;  /* attempts that were retries */
-    uint64_t connects; /* new connections opened (keep-alive reuses the others) */
+    uint64_t requests;      /* attempts sent, retries and watches included */
+    uint64_t retries;       /* attempts that were retries */
+    uint64_t connects;      /* new connections opened (keep-alive reuses the others) */
+    uint64_t reads;         /* GET calls (gets and list pages), watches not included */
+    uint64_t watches;       /* watch calls */
+    uint64_t creates;       /* POST calls */
+    uint64_t updates;       /* PUT calls, status subresource included */
+    uint64_t patches;       /* PATCH calls, status subresource included */
+    uint64_t deletes;       /* DELETE calls */
+    uint64_t status_writes; /* PUT and PATCH calls on a .../status subresource */
 };
 
 /** Read the counters. Thread-safe. */

@@ -31,6 +31,8 @@ struct kd_k8s_client {
     atomic_uint_fast64_t requests;
     atomic_uint_fast64_t retries;
     atomic_uint_fast64_t connects;
+    /* calls by verb (kd_k8s_client_stats) */
+    atomic_uint_fast64_t reads, watches, creates, updates, patches, deletes, status_writes;
 };
 
 /** A handle from the pool (or a new one); give it back with kd_k8s__release. */

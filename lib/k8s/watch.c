@@ -155,6 +155,7 @@ int kd_k8s_watch(struct kd_k8s_client *c, const struct kd_k8s_gvr *gvr, const ch
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, &w);
     atomic_fetch_add(&c->requests, 1);
+    atomic_fetch_add(&c->watches, 1);
     KD_DEBUG("watch started", "path=%s", kd_logq(w.path));
     CURLcode cc = curl_easy_perform(h);
     if (w.http == 0)

@@ -62,7 +62,9 @@ static void test_crud_and_conflict(void **state)
     (void)state;
     json_t *cm = configmap("crud-1", "a", "1"), *out = NULL, *got = NULL, *stale = NULL;
     struct kd_k8s_status st = {0};
+    struct kd_k8s_client_stats s0, s1;
     char err[KD_ERRLEN];
+    kd_k8s_client_stats(cl, &s0);
     OK(kd_k8s_create(cl, &KD_K8S_CONFIGMAPS, NS, cm, &out, NULL, err_));
     assert_string_equal(kd_k8s_meta_str(out, "namespace"), NS);
     assert_non_null(kd_k8s_meta_str(out, "uid"));
@@ -107,6 +109,16 @@ static void test_crud_and_conflict(void **state)
     assert_non_null(strstr(err, "configmaps \"crud-1\" not found"));
     assert_int_equal(kd_k8s_delete(cl, &KD_K8S_CONFIGMAPS, NS, "crud-1", NULL, NULL, &st, err),
                      KD_ENOTFOUND);
+    /* calls by verb, failed ones included */
+    kd_k8s_client_stats(cl, &s1);
+    assert_int_equal(s1.creates - s0.creates, 2);
+    assert_int_equal(s1.reads - s0.reads, 2);
+    assert_int_equal(s1.updates - s0.updates, 2);
+    assert_int_equal(s1.deletes - s0.deletes, 3);
+    assert_int_equal(s1.patches - s0.patches, 0);
+    assert_int_equal(s1.status_writes - s0.status_writes, 0);
+    assert_int_equal(s1.watches - s0.watches, 0);
+    assert_int_equal(s1.requests - s0.requests, 9);
     kd_k8s_status_free(&st);
     json_decref(cm);
     json_decref(got);
@@ -253,6 +265,8 @@ static void test_status_subresource(void **state)
     if (rc != 0)
         fail_msg("create widget: %s", err);
     assert_null(json_object_get(json_object_get(out, "status"), "phase"));
+    struct kd_k8s_client_stats s0, s1;
+    kd_k8s_client_stats(cl, &s0);
     /* update /status: status changes, spec changes are ignored */
     json_object_set_new(out, "status", json_pack("{s:s}", "phase", "Running"));
     json_object_set_new(json_object_get(out, "spec"), "size", json_integer(9));
@@ -269,6 +283,11 @@ static void test_status_subresource(void **state)
     /* the stale object's status update conflicts */
     assert_int_equal(kd_k8s_update(cl, &widgets, NULL, "status", st1, NULL, NULL, err),
                      KD_ECONFLICT);
+    /* the three status writes are counted as such */
+    kd_k8s_client_stats(cl, &s1);
+    assert_int_equal(s1.status_writes - s0.status_writes, 3);
+    assert_int_equal(s1.updates - s0.updates, 2);
+    assert_int_equal(s1.patches - s0.patches, 1);
     json_decref(p);
     json_decref(st1);
     json_decref(st2);
@@ -309,6 +328,7 @@ static void test_connection_retries(void **state)
            (long long)dt, err);
     assert_int_equal(s.requests, 4);
     assert_int_equal(s.retries, 3);
+    assert_int_equal(s.reads, 1);    /* one call, four attempts */
     assert_true(dt >= 20 + 40 + 50); /* at least half of 40, 80, 100 */
     assert_int_equal(st.http, 0);
     assert_non_null(strstr(err, "GET /api/v1/namespaces/default/configmaps/x"));
