@@ -88,6 +88,7 @@ struct kd_ctrl {
     json_t *reasons; /* trial key -> {"decision":..,"reason":..} from the last pass */
     json_t *preempt; /* trial key -> reason: stop it and queue it again */
     json_t *cfgs;    /* experiment uid -> {"generation":N,"config":{...}} effective configs */
+    json_t *gcmemo;  /* experiment uid -> signature of the states GC last ran for (gc.c) */
     bool kicked;
 };
 
