@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -238,9 +239,13 @@ static void kick_update(json_t *old, json_t *obj, void *ud)
     kd_ctrl_kick(ud);
 }
 
+/* How often the scheduler thread hands freed heap pages back to the kernel. */
+#define TRIM_PERIOD_MS 5000
+
 static void *sched_main(void *arg)
 {
     struct kd_ctrl *c = arg;
+    int64_t trimmed = kd_mono_ms();
     while (!atomic_load(&c->stop)) {
         pthread_mutex_lock(&c->mu);
         if (!c->kicked) {
@@ -263,6 +268,13 @@ static void *sched_main(void *arg)
             kd_k8s_informer_has_synced(c->trials) && kd_k8s_informer_has_synced(c->pods) &&
             kd_k8s_informer_has_synced(c->exps))
             kd_ctrl_schedule(c);
+        /* Passes, relists and reconciles decode cached objects into short-lived trees (about
+         * eight times their text); glibc keeps the freed pages, so the resident set would stay
+         * at the highest such peak. Give them back now and then. */
+        if (kd_mono_ms() - trimmed >= TRIM_PERIOD_MS) {
+            malloc_trim(0);
+            trimmed = kd_mono_ms();
+        }
         kd_sleep_ms(50); /* coalesce bursts of kicks */
     }
     return NULL;
@@ -300,6 +312,9 @@ int main(int argc, char **argv)
     pthread_t sched_thread;
     bool sched_started = false;
     memset(&c, 0, sizeof(c));
+    /* One malloc arena per core instead of eight: the informer, worker and API threads
+     * otherwise each grow an arena of their own and keep its freed memory. */
+    mallopt(M_ARENA_MAX, 2);
     c.o = (struct kd_ctrl_opts){.workers = 4,
                                 .preemption = true,
                                 .lease_name = "kdet-controller",
