@@ -180,7 +180,7 @@ e2e:
 
 # The same kind of suites against a real upstream control plane built from
 # Debian's kubernetes source package (cached after the first, cold build).
-e2e-real: $(O)/bin/det $(O)/bin/kdet-local
+e2e-real: $(O)/bin/det $(O)/bin/kdet-local $(O)/bin/kdet-controller $(O)/bin/kdet-launch $(O)/bin/fashion-mnist-c
 	@KD_SRC=$(CURDIR) KD_BUILD=$(abspath $(O)) e2e/kube/run.sh
 
 # The full demo waits on one controller change (docs/status.md): releasing
