@@ -16,11 +16,32 @@ struct opt {
 };
 
 static const struct opt opts[] = {
-    {"--kubeconfig", NULL, true}, {"--context", NULL, true}, {"--namespace", "-n", true},
-    {"--output", "-o", true},     {"--timeout", NULL, true}, {"--template", NULL, true},
-    {"--data-dir", NULL, true},   {"--port", NULL, true},    {"--gpus", NULL, true},
-    {"--all", "-a", false},       {"--yes", "-y", false},    {"--follow", "-f", false},
-    {"--dry-run", NULL, false},   {"--help", "-h", false},   {NULL, NULL, false},
+    {"--kubeconfig", NULL, true},
+    {"--context", NULL, true},
+    {"--namespace", "-n", true},
+    {"--output", "-o", true},
+    {"--timeout", NULL, true},
+    {"--template", NULL, true},
+    {"--data-dir", NULL, true},
+    {"--port", NULL, true},
+    {"--gpus", NULL, true},
+    {"--kind", NULL, true},
+    {"--metric", NULL, true},
+    {"--downsample", NULL, true},
+    {"--trial", NULL, true},
+    {"--priority", NULL, true},
+    {"--ahead-of", NULL, true},
+    {"--behind-of", NULL, true},
+    {"--resource-pool", NULL, true},
+    {"--save-experiment-best", NULL, true},
+    {"--save-trial-best", NULL, true},
+    {"--save-trial-latest", NULL, true},
+    {"--all", "-a", false},
+    {"--yes", "-y", false},
+    {"--follow", "-f", false},
+    {"--dry-run", NULL, false},
+    {"--help", "-h", false},
+    {NULL, NULL, false},
 };
 
 static bool allowed(const char *name, const char *const *flags)
@@ -53,6 +74,28 @@ static void set(struct det_args *a, const char *name, const char *v)
         a->port = v;
     else if (strcmp(name, "--gpus") == 0)
         a->gpus = v;
+    else if (strcmp(name, "--kind") == 0)
+        a->kind = v;
+    else if (strcmp(name, "--metric") == 0)
+        a->metric = v;
+    else if (strcmp(name, "--downsample") == 0)
+        a->downsample = v;
+    else if (strcmp(name, "--trial") == 0)
+        a->trial = v;
+    else if (strcmp(name, "--priority") == 0)
+        a->priority = v;
+    else if (strcmp(name, "--ahead-of") == 0)
+        a->ahead_of = v;
+    else if (strcmp(name, "--behind-of") == 0)
+        a->behind_of = v;
+    else if (strcmp(name, "--resource-pool") == 0)
+        a->resource_pool = v;
+    else if (strcmp(name, "--save-experiment-best") == 0)
+        a->save_experiment_best = v;
+    else if (strcmp(name, "--save-trial-best") == 0)
+        a->save_trial_best = v;
+    else if (strcmp(name, "--save-trial-latest") == 0)
+        a->save_trial_latest = v;
     else if (strcmp(name, "--all") == 0)
         a->all = true;
     else if (strcmp(name, "--yes") == 0)

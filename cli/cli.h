@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "core/buf.h"
 #include "core/err.h"
 #include "k8s/client.h"
 
@@ -44,6 +45,9 @@ struct det_args {
     int npos;
     const char *kubeconfig, *context, *ns, *output, *timeout, *template_ref;
     const char *data_dir, *port, *gpus;
+    const char *kind, *metric, *downsample, *trial;              /* trial metrics, checkpoints */
+    const char *priority, *ahead_of, *behind_of, *resource_pool; /* job update */
+    const char *save_experiment_best, *save_trial_best, *save_trial_latest; /* gc-policy */
     bool all, yes, follow, dry_run;
 };
 
@@ -131,6 +135,74 @@ int det_kube_fail(struct det_kube *k, int rc, const struct kd_k8s_status *st, co
 int det_resolve(struct det_kube *k, const struct kd_k8s_gvr *gvr, const char *what, const char *id,
                 char **name, json_t **obj);
 
+/* ---- one verb's preamble ------------------------------------------------- */
+
+/** What a verb takes: its options and arguments, and what to open before it runs. */
+struct det_verb_spec {
+    const char *cmd;   /* "det trial list", for messages */
+    const char *usage; /* printed by --help */
+    const char *const *flags;
+    const char *const *pos;
+    int minpos;
+    bool format;                  /* parse -o table|json|yaml into fmt */
+    bool kube;                    /* open the Kubernetes client */
+    const struct kd_k8s_gvr *gvr; /* with kube: resolve pos[0] among these into name */
+    const char *what;             /* "experiment", "trial" (messages) */
+    bool obj;                     /* keep the resolved object in obj */
+};
+
+/** A verb's state: arguments, format, connection, the resolved name. */
+struct det_verb {
+    struct det_args a;
+    enum det_format fmt;
+    struct det_kube k;
+    char *name;  /* resolved pos[0] (malloc'd) */
+    json_t *obj; /* the resolved object when spec.obj */
+};
+
+/**
+ * Parse argv for the verb described by s, then (per s) the output format,
+ * the Kubernetes client and the resolution of pos[0]. Returns -1 when the
+ * verb should go on, else the exit code to return (--help printed: 0; an
+ * error was printed: its code). Always call det_verb_end afterwards.
+ */
+int det_verb_begin(struct det_verb *v, int argc, char **argv, const struct det_verb_spec *s);
+void det_verb_end(struct det_verb *v);
+
+/* ---- the controller's HTTP API ------------------------------------------ */
+
+/** det's connection to kdet-controller's user API (docs/cli.md: how det finds it). */
+struct det_api {
+    char *url;         /* base URL, no trailing '/' */
+    char *token;       /* the user bearer token: never printed */
+    char source[4200]; /* where the URL and token came from, for messages */
+    char ns[254];      /* the namespace used in paths */
+};
+
+/**
+ * Find the API URL and user token: $KDET_API_URL with $KDET_API_TOKEN or
+ * $KDET_API_TOKEN_FILE, else the files controller-url and user-token of
+ * the local deployment ($KDET_DATA_DIR, else the default data dir). The
+ * namespace is a->ns, else the kubeconfig context's, else "default".
+ * `verb` ("det trial metrics") names the command in the error printed when
+ * nothing is configured. Returns an exit code.
+ */
+int det_api_open(const struct det_args *a, const char *verb, struct det_api *api);
+void det_api_close(struct det_api *api);
+
+/**
+ * GET path (starting with '/', e.g. "/api/v1/jobs") and parse the JSON
+ * answer into *out. Prints the error (401, 404 with the API's message,
+ * unreachable) and returns an exit code. Blocks (30 s timeout).
+ */
+int det_api_get(struct det_api *api, const char *path, json_t **out);
+
+/** Append s to b URL-encoded (RFC 3986 unreserved kept). 0 or KD_ETOOBIG. */
+int det_urlencode(struct kd_buf *b, const char *s);
+
+/** Default data dir of 'det deploy local' into buf: $KDET_DATA_DIR, ~/.kdet/local, ... */
+void det_deploy_default_dir(char *buf, size_t len);
+
 /* ---- commands ------------------------------------------------------------ */
 
 /** `det experiment ...`: argv[0] is "experiment". Returns an exit code. */
@@ -151,6 +223,14 @@ void det_print_trials(const json_t *trials);
 int det_cmd_trial(int argc, char **argv);
 /** `det template ...`. */
 int det_cmd_template(int argc, char **argv);
+/** `det checkpoint ...`. */
+int det_cmd_checkpoint(int argc, char **argv);
+/** `det job ...`. */
+int det_cmd_job(int argc, char **argv);
+/** `det trial metrics` (trial_metrics.c). */
+int det_trial_metrics(int argc, char **argv);
+/** `det experiment set gc-policy` (job.c). */
+int det_exp_set(int argc, char **argv);
 /** `det deploy ...`. */
 int det_cmd_deploy(int argc, char **argv);
 

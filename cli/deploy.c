@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -429,21 +432,27 @@ static int mkdir_p(const char *path, mode_t mode)
     return rc;
 }
 
+void det_deploy_default_dir(char *buf, size_t len)
+{
+    const char *dir = getenv("KDET_DATA_DIR");
+    const char *home = getenv("HOME");
+    if (dir != NULL && dir[0] != '\0')
+        snprintf(buf, len, "%s", dir);
+    else if (geteuid() == 0 || home == NULL || home[0] == '\0')
+        snprintf(buf, len, "/var/lib/kdet/local");
+    else
+        snprintf(buf, len, "%s/.kdet/local", home);
+}
+
 static int setup(struct deploy *d, const struct det_args *a, bool create)
 {
     char self[PATH_MAX], raw[PATH_MAX];
-    const char *dir = a->data_dir ? a->data_dir : getenv("KDET_DATA_DIR");
-    const char *home = getenv("HOME");
     int rc = 0;
     memset(d, 0, sizeof(*d));
-    if (dir == NULL || dir[0] == '\0') {
-        if (geteuid() == 0 || home == NULL || home[0] == '\0')
-            snprintf(raw, sizeof(raw), "/var/lib/kdet/local");
-        else
-            snprintf(raw, sizeof(raw), "%s/.kdet/local", home);
-    } else {
-        snprintf(raw, sizeof(raw), "%s", dir);
-    }
+    if (a->data_dir != NULL && a->data_dir[0] != '\0')
+        snprintf(raw, sizeof(raw), "%s", a->data_dir);
+    else
+        det_deploy_default_dir(raw, sizeof(raw));
     if (create) {
         rc = mkdir_p(raw, geteuid() == 0 ? 0711 : 0700);
         if (rc != 0)
@@ -865,6 +874,78 @@ out:
 
 /* ---- kdet-controller ----------------------------------------------------------- */
 
+/* A free TCP port on 127.0.0.1 (what the kernel hands out for port 0), or -1. */
+static int free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    int port = -1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/*
+ * The user API's bearer token (a file of mode 0600, made once with 32
+ * random bytes in hex) and the API's URL (a free port, kept across ups):
+ * det reads both back (cli/api.c). The token is never printed.
+ */
+static int controller_api(const struct deploy *d, char *tokfile, size_t toklen, char *listen,
+                          size_t listenlen)
+{
+    char path[PATH_MAX + 32], url[128];
+    unsigned char raw[32];
+    int rc = 0, port = -1;
+    snprintf(tokfile, toklen, "%s/user-token", d->dir);
+    if (access(tokfile, R_OK) != 0) {
+        char hex[2 * sizeof(raw) + 2];
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+            det_err("cannot make a user token: getrandom: %s", strerror(errno));
+            rc = DET_EXIT_ERROR;
+            goto out;
+        }
+        for (size_t i = 0; i < sizeof(raw); i++)
+            snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+        hex[2 * sizeof(raw)] = '\n';
+        hex[2 * sizeof(raw) + 1] = '\0';
+        if (write_small(tokfile, hex, 0600) != 0) {
+            det_err("cannot write %s: %s", tokfile, strerror(errno));
+            rc = DET_EXIT_ERROR;
+            goto out;
+        }
+        memset(hex, 0, sizeof(hex));
+    }
+    chmod(tokfile, 0600);
+    snprintf(path, sizeof(path), "%s/controller-url", d->dir);
+    if (read_small(path, url, sizeof(url)) == 0) {
+        const char *colon = strrchr(url, ':');
+        int64_t v;
+        url[strcspn(url, "\r\n")] = '\0';
+        if (colon != NULL && kd_parse_i64(colon + 1, &v) == 0 && v > 0 && v < 65536)
+            port = (int)v;
+    }
+    if (port < 0)
+        port = free_port();
+    if (port < 0) {
+        det_err("cannot find a free port for the controller API: %s", strerror(errno));
+        rc = DET_EXIT_ERROR;
+        goto out;
+    }
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d\n", port);
+    if (write_small(path, url, 0644) != 0) {
+        det_err("cannot write %s: %s", path, strerror(errno));
+        rc = DET_EXIT_ERROR;
+        goto out;
+    }
+    snprintf(listen, listenlen, "127.0.0.1:%d", port);
+out:
+    memset(raw, 0, sizeof(raw));
+    return rc;
+}
+
 static int up_controller(const struct deploy *d, bool *present)
 {
     char prog[PATH_MAX + 64], pf[PATH_MAX + 32], log[PATH_MAX + 32], pbuf[32];
@@ -882,11 +963,22 @@ static int up_controller(const struct deploy *d, bool *present)
         progress("kdet-controller", "already running", t0);
         goto out;
     }
+    char tokfile[PATH_MAX + 32], listen[64];
+    rc = controller_api(d, tokfile, sizeof(tokfile), listen, sizeof(listen));
+    if (rc != 0)
+        goto out;
     char *kc = kd_xasprintf("KUBECONFIG=%s", d->kubeconfig);
     char *pgh = kd_xasprintf("PGHOST=%s", d->pgsock);
     char *dsn = kd_xasprintf("KDET_DATABASE_URL=host=%s user=kdet dbname=kdet", d->pgsock);
     char *env[] = {kc, pgh, "PGUSER=kdet", "PGDATABASE=kdet", dsn, NULL};
-    char *argv[] = {prog, "--kubeconfig", (char *)d->kubeconfig, NULL};
+    char *argv[] = {prog,
+                    "--kubeconfig",
+                    (char *)d->kubeconfig,
+                    "--api-listen",
+                    listen,
+                    "--user-token-file",
+                    tokfile,
+                    NULL};
     pid = spawn_daemon(argv, env, log);
     free(kc);
     free(pgh);
@@ -916,6 +1008,17 @@ out:
 }
 
 /* ---- verbs ------------------------------------------------------------------- */
+
+/* The controller API's address for det (the token stays in its file: only its name is shown). */
+static void print_api_env(const struct deploy *d)
+{
+    char url[128] = "", path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/controller-url", d->dir);
+    if (read_small(path, url, sizeof(url)) == 0) {
+        url[strcspn(url, "\r\n")] = '\0';
+        printf("export KDET_API_URL=%s KDET_API_TOKEN_FILE=%s/user-token\n", url, d->dir);
+    }
+}
 
 static int cmd_up(const struct det_args *a)
 {
@@ -965,6 +1068,8 @@ static int cmd_up(const struct det_args *a)
             (double)(kd_mono_ms() - t0) / 1000, d.port, d.pgsock,
             ctl ? "" : " (no kdet-controller: experiments are stored but not run)");
     printf("export KUBECONFIG=%s\n", d.kubeconfig);
+    if (ctl)
+        print_api_env(&d);
     fflush(stdout);
 out:
     return rc;
@@ -1081,6 +1186,8 @@ static int cmd_status(const struct det_args *a)
         ok = false;
     }
     printf("export KUBECONFIG=%s\n", d.kubeconfig);
+    if (alive(pid, "kdet-controller", d.dir))
+        print_api_env(&d);
     fflush(stdout);
     rc = ok ? DET_EXIT_OK : DET_EXIT_ERROR;
 out:

@@ -44,6 +44,7 @@ static const char exp_usage[] =
     "  archive | unarchive ID      set spec.archived\n"
     "  delete ID [--yes]           delete the experiment, its trials and pods\n"
     "  wait ID [--timeout D]       follow the progress until the experiment ends\n"
+    "  set gc-policy ID ...        change the checkpoint GC policy (--save-trial-best N, ...)\n"
     "\n"
     "ID is the experiment's resource name or a unique prefix of it. Every verb takes\n"
     "-n/--namespace, --kubeconfig and --context like kubectl.\n"
@@ -530,9 +531,9 @@ out:
 
 int det_cmd_experiment(int argc, char **argv)
 {
-    static const char *const verbs[] = {"create",    "list",   "describe", "pause",
-                                        "activate",  "cancel", "kill",     "archive",
-                                        "unarchive", "delete", "wait",     NULL};
+    static const char *const verbs[] = {"create", "list", "describe", "pause",     "activate",
+                                        "cancel", "kill", "archive",  "unarchive", "delete",
+                                        "wait",   "set",  NULL};
     int rc = DET_EXIT_USAGE;
     bool handled = false;
     if (argc < 2) {

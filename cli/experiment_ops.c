@@ -785,6 +785,8 @@ int det_cmd_experiment_verb(const char *verb, int argc, char **argv, bool *handl
         rc = cmd_delete(argc, argv);
     else if (strcmp(verb, "wait") == 0)
         rc = cmd_wait(argc, argv);
+    else if (strcmp(verb, "set") == 0)
+        rc = det_exp_set(argc, argv);
     else
         *handled = false;
     return rc;

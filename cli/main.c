@@ -22,13 +22,19 @@ static const char usage[] =
     "  experiment (e)  det experiment create CONFIG CONTEXT_DIR [--template FILE|NAME] "
     "[--dry-run]\n"
     "                  det experiment list | describe | pause | activate | cancel | kill |\n"
-    "                                 archive | unarchive | delete | wait ...\n"
-    "  trial (t)       det trial list EXPERIMENT | describe TRIAL | logs TRIAL [-f]\n"
+    "                                 archive | unarchive | delete | wait | set gc-policy\n"
+    "  trial (t)       det trial list EXPERIMENT | describe TRIAL | logs TRIAL [-f] |\n"
+    "                            metrics TRIAL [--kind K] [--metric M] [--downsample N]\n"
+    "  checkpoint (c)  det checkpoint list EXPERIMENT|--trial T | describe UUID |\n"
+    "                                 download UUID [-o DIR]\n"
+    "  job (j)         det job list | update JOB --priority N|--ahead-of J|--behind-of J|\n"
+    "                                 --resource-pool P | update-batch [FILE]\n"
     "  template        det template set NAME FILE | list | describe NAME | rm NAME\n"
     "  deploy          det deploy local up | down | status [--data-dir DIR] [--port N]\n"
     "\n"
     "det talks to the Kubernetes API through kubeconfig ($KUBECONFIG, ~/.kube/config,\n"
-    "--kubeconfig, --context, -n/--namespace), like kubectl.\n"
+    "--kubeconfig, --context, -n/--namespace), like kubectl; trial metrics and checkpoint\n"
+    "read kdet-controller's API ($KDET_API_URL and $KDET_API_TOKEN, or det deploy local's).\n"
     "\n"
     "exit codes:\n"
     "  0  success\n"
@@ -65,7 +71,8 @@ void det_usage_suggest(const char *what, const char *word, const char *const *ca
 
 int main(int argc, char **argv)
 {
-    static const char *const nouns[] = {"experiment", "trial", "template", "deploy", NULL};
+    static const char *const nouns[] = {"experiment", "trial",  "template", "checkpoint",
+                                        "job",        "deploy", NULL};
     int rc = DET_EXIT_USAGE;
     /* the client library's retry warnings are noise in a CLI: errors only, unless asked */
     kd_log_init("det", getenv("KDET_LOG_LEVEL") ? -1 : KD_LOG_ERROR, -1);
@@ -86,6 +93,10 @@ int main(int argc, char **argv)
         rc = det_cmd_trial(argc - 1, argv + 1);
     } else if (strcmp(cmd, "template") == 0) {
         rc = det_cmd_template(argc - 1, argv + 1);
+    } else if (strcmp(cmd, "checkpoint") == 0 || strcmp(cmd, "c") == 0) {
+        rc = det_cmd_checkpoint(argc - 1, argv + 1);
+    } else if (strcmp(cmd, "job") == 0 || strcmp(cmd, "j") == 0) {
+        rc = det_cmd_job(argc - 1, argv + 1);
     } else if (strcmp(cmd, "deploy") == 0) {
         rc = det_cmd_deploy(argc - 1, argv + 1);
     } else if (cmd[0] == '-') {

@@ -33,6 +33,8 @@ static const char trial_usage[] =
     "  list EXPERIMENT   the trials of an experiment (ID or unique prefix)\n"
     "  describe TRIAL    a trial's state, hyperparameters, progress and pods\n"
     "  logs TRIAL [-f]   its pods' logs (-f follows them until the pods end)\n"
+    "  metrics TRIAL     its reported metrics (training or validation), from the\n"
+    "                    controller API; see 'det trial metrics --help'\n"
     "\n"
     "Every verb takes -n/--namespace, --kubeconfig and --context; list and describe\n"
     "take -o table|json|yaml.\n";
@@ -523,7 +525,7 @@ out:
 
 int det_cmd_trial(int argc, char **argv)
 {
-    static const char *const verbs[] = {"list", "describe", "logs", NULL};
+    static const char *const verbs[] = {"list", "describe", "logs", "metrics", NULL};
     int rc = DET_EXIT_USAGE;
     if (argc < 2) {
         fputs(trial_usage, stderr);
@@ -539,6 +541,8 @@ int det_cmd_trial(int argc, char **argv)
         rc = cmd_describe(argc - 1, argv + 1);
     } else if (strcmp(verb, "logs") == 0) {
         rc = cmd_logs(argc - 1, argv + 1);
+    } else if (strcmp(verb, "metrics") == 0) {
+        rc = det_trial_metrics(argc - 1, argv + 1);
     } else {
         det_usage_suggest("trial verb", verb, verbs, "det trial");
     }

@@ -12,3 +12,6 @@ $(eval $(call kd_test_script,test_det_kube,tests/cli/det_kube.sh,180,,$(O)/bin/d
 $(eval $(call kd_test_script,test_det_deploy,tests/cli/det_deploy.sh,180,,$(O)/bin/det $(O)/bin/kdet-local $(O)/bin/kdet-controller))
 # The PyTorch example trains for a few batches (one process, then two ranks).
 $(eval $(call kd_test_script,test_cli_pytorch_example,tests/cli/pytorch_example.sh,180,slow noasan))
+# det's verbs on kdet-controller's API (trial metrics, checkpoints) and the queue (job list/update,
+# gc-policy) against det deploy local up; the user token det finds by itself.
+$(eval $(call kd_test_script,test_det_api,tests/cli/det_api.sh,150,,$(O)/bin/det $(O)/bin/kdet-local $(O)/bin/kdet-controller $(O)/bin/kdet-launch $(O)/bin/dtrain))

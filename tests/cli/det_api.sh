@@ -1,0 +1,203 @@
+#!/bin/bash
+# det's verbs that read kdet-controller's user API, and the job and GC-policy
+# verbs that patch Experiments, against a real 'det deploy local up'
+# (kdet-local, a private PostgreSQL, kdet-controller with the API and a user
+# token det finds by itself). A shell worker reports known training and
+# validation metrics and registers a checkpoint written with lib/storage;
+# det trial metrics / checkpoint list|describe|download must give them back
+# exactly. Then the queue: det job update moves experiments in the
+# Experiment resources and in det job list. Token errors are checked too.
+set -u
+build=${KD_BUILD:-$PWD/build}
+cd "${KD_SRC:-.}"
+det=$build/bin/det
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/     /' "$2" | head -30; fail=$((fail + 1)); }
+# check NAME COMMAND...: ok when the command succeeds
+check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n" "$tmp/out"; fi; }
+
+if ! command -v kubectl >/dev/null || ! command -v curl >/dev/null || ! command -v python3 >/dev/null ||
+    ! { command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; }; then
+    echo "skip: kubectl, curl, python3 or PostgreSQL is not installed"; echo "1 passed, 0 failed"; exit 0
+fi
+tmp=$(mktemp -d /tmp/kd-det-api-XXXXXX)
+dd=$tmp/data
+cleanup() {
+    timeout 60 "$det" deploy local down --data-dir "$dd" > /dev/null 2>&1
+    for f in /proc/[0-9]*/cmdline; do
+        tr '\0' ' ' 2>/dev/null < "$f" | grep -qF -- "$tmp" && kill -9 "${f//[^0-9]/}" 2>/dev/null
+    done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+chmod 755 "$tmp"
+unset KDET_API_URL KDET_API_TOKEN KDET_API_TOKEN_FILE
+# json FILE PYTHON-EXPR: evaluate EXPR with j = the parsed file
+json() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+
+# ---- nothing configured: a clear message
+KDET_DATA_DIR=$tmp/none "$det" trial metrics t-1 > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 4 ] && grep -q "det trial metrics needs the controller API: run det deploy local up, or set KDET_API_URL and KDET_API_TOKEN" "$tmp/out" &&
+    ok "no API configured: exit 4 and what to do" || bad "no API configured (exit $rc)" "$tmp/out"
+KDET_API_URL=http://127.0.0.1:9 "$det" checkpoint list e > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 4 ] && grep -q "KDET_API_URL is set but neither KDET_API_TOKEN nor KDET_API_TOKEN_FILE is" "$tmp/out" &&
+    ok "a URL without a token: exit 4 naming the variables" || bad "URL without token (exit $rc)" "$tmp/out"
+
+# ---- deploy: a user token in a 0600 file, the API URL recorded
+if ! timeout 120 "$det" deploy local up --data-dir "$dd" --port 0 --gpus 2 > "$tmp/up.out" 2> "$tmp/up.err"; then
+    bad "deploy local up" "$tmp/up.err"; echo "$pass passed, $fail failed"; exit 1
+fi
+ok "deploy local up"
+eval "$(cat "$tmp/up.out")"
+token=$(cat "$dd/user-token")
+[ "$(stat -c %a "$dd/user-token")" = 600 ] && [ ${#token} -ge 32 ] && ok "user token: mode 0600, 32+ characters" ||
+    bad "user token file"
+grep -q "^export KDET_API_URL=http://127.0.0.1:[0-9]* KDET_API_TOKEN_FILE=$dd/user-token$" "$tmp/up.out" &&
+    ok "up prints KDET_API_URL and the token file's name" || bad "export KDET_API_URL line" "$tmp/up.out"
+grep -qF -- "$token" "$tmp/up.out" "$tmp/up.err" && bad "up printed the token" || ok "up does not print the token"
+for _ in $(seq 150); do curl -sf "$KDET_API_URL/healthz" > /dev/null && break; sleep 0.2; done
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/jobs")
+[ "$code" = 200 ] && ok "the controller serves the user API with that token" || bad "user API answered $code"
+
+# ---- a checkpoint in shared_fs storage, written with lib/storage (manifest and hashes)
+mkdir -p "$tmp/model/sub" "$tmp/ckpt"
+echo "weights v1" > "$tmp/model/w.txt"
+head -c 300000 /dev/urandom > "$tmp/model/sub/big.bin"
+"$build/bin/dtrain" ckpt --storage "file://$tmp/ckpt" --quiet upload "$tmp/model" --uuid ck-0001 > "$tmp/out" 2>&1 ||
+    bad "dtrain ckpt upload" "$tmp/out"
+size=$(du -sb "$tmp/model" | cut -f1)
+
+# ---- an experiment whose worker reports known metrics and registers that checkpoint
+cat > "$tmp/worker.sh" <<'W'
+H="Authorization: Bearer $KDET_TOKEN"
+B="$KDET_CONTROLLER_URL/api/v1/namespaces/$KDET_NAMESPACE/trials/$KDET_TRIAL_ID"
+done=0
+while :; do
+    op=$(curl -sf -H "$H" "$B/searcher/operation?completed=$done&timeout=10") || exit 1
+    case "$op" in
+    *'"stop"'*) exit 0 ;;
+    *validate_after*) ;;
+    *) continue ;;
+    esac
+    len=$(echo "$op" | sed 's/.*"length": *\([0-9]*\).*/\1/')
+    curl -sf -H "$H" -X POST -d "{\"kind\":\"training\",\"key\":\"t-$len\",\"rows\":[
+        {\"batches\":10,\"metrics\":{\"loss\":0.5,\"acc\":0.61}},
+        {\"batches\":20,\"metrics\":{\"loss\":0.4,\"acc\":0.7}},
+        {\"batches\":30,\"metrics\":{\"loss\":0.3,\"acc\":0.8}}]}" "$B/metrics" > /dev/null || exit 1
+    curl -sf -H "$H" -X POST -d "{\"uuid\":\"ck-0001\",\"batches\":$len,\"storage_path\":\"$CKPT/ck-0001\",\"size\":$SIZE,\"metadata\":{\"format\":\"test\"}}" \
+        "$B/checkpoints" > /dev/null || exit 1
+    curl -sf -H "$H" -X POST -d "{\"kind\":\"validation\",\"key\":\"v-$len\",\"rows\":[{\"batches\":$len,\"metrics\":{\"loss\":0.25}}]}" \
+        "$B/metrics" > /dev/null || exit 1
+    done=$len
+done
+W
+experiment() { # NAME EXTRA-SPEC-LINES
+    printf 'apiVersion: kdet.io/v1alpha1\nkind: Experiment\nmetadata:\n  name: %s\nspec:\n  name: %s\n%s\n' "$1" "$1" "$2" |
+        timeout 30 kubectl apply -f - > "$tmp/out" 2>&1
+}
+spec="  entrypoint: sh $tmp/worker.sh
+  environment:
+    environment_variables: [CKPT=$tmp/ckpt, SIZE=$size]
+  hyperparameters:
+    lr: 0.1
+  searcher: {name: single, metric: loss, max_length: {batches: 30}}
+  checkpoint_storage: {type: shared_fs, host_path: $tmp/ckpt}
+  resources: {slots_per_trial: 1}"
+experiment apiexp "$spec" || bad "create experiment apiexp" "$tmp/out"
+timeout 100 "$det" experiment wait apiexp --timeout 90 > "$tmp/out" 2>&1 && ok "experiment apiexp COMPLETED" ||
+    { bad "experiment apiexp did not complete" "$tmp/out"; tail -20 "$dd/logs/kdet-controller.log"; }
+
+# ---- det trial metrics: what the worker reported, through the API
+"$det" trial metrics apiexp-1 -o json > "$tmp/m.json" 2> "$tmp/out"
+[ "$(json "$tmp/m.json" "[(r['step'], r['metrics']['loss'], r['metrics']['acc']) for r in j['metrics']]")" = \
+    "[(10, 0.5, 0.61), (20, 0.4, 0.7), (30, 0.3, 0.8)]" ] && ok "trial metrics -o json: the training rows as reported" ||
+    bad "trial metrics -o json" "$tmp/m.json"
+"$det" trial metrics apiexp-1 > "$tmp/m.txt" 2> "$tmp/out"
+grep -qE "^BATCHES +REPORTED +acc +loss$" "$tmp/m.txt" && grep -qE "^30 +[0-9-]+ [0-9:]+ +0.8 +0.3$" "$tmp/m.txt" &&
+    [ "$(wc -l < "$tmp/m.txt")" = 4 ] && ok "trial metrics: a table with a column per metric" || bad "trial metrics table" "$tmp/m.txt"
+"$det" trial metrics apiexp-1 --kind validation -o yaml > "$tmp/m.yaml" 2> "$tmp/out"
+grep -q "loss: 0.25" "$tmp/m.yaml" && grep -q "step: 30" "$tmp/m.yaml" && grep -q "kind: validation" "$tmp/m.yaml" &&
+    ok "trial metrics --kind validation -o yaml" || bad "validation metrics" "$tmp/m.yaml"
+"$det" trial metrics apiexp-1 --downsample 2 -o json > "$tmp/m.json" 2> "$tmp/out"
+[ "$(json "$tmp/m.json" "[r['step'] for r in j['metrics']]")" = "[10, 30]" ] &&
+    ok "--downsample 2 keeps the first and the last row" || bad "--downsample 2" "$tmp/m.json"
+"$det" trial metrics apiexp-1 --metric acc -o json > "$tmp/m.json" 2> "$tmp/out"
+[ "$(json "$tmp/m.json" "[sorted(r['metrics']) for r in j['metrics']]")" = "[['acc'], ['acc'], ['acc']]" ] &&
+    ok "--metric acc keeps only that metric" || bad "--metric acc" "$tmp/m.json"
+"$det" trial metrics apiexp-1 --kind bogus > "$tmp/out" 2>&1
+[ $? -eq 2 ] && grep -q "\-\-kind bogus: expected training, validation or profiling" "$tmp/out" &&
+    ok "--kind bogus: usage error naming it" || bad "--kind bogus" "$tmp/out"
+"$det" trial metrics apiexp-99 > "$tmp/out" 2>&1
+[ $? -eq 5 ] && ok "metrics of an unknown trial: exit 5" || bad "unknown trial" "$tmp/out"
+KDET_API_TOKEN=wrong-token "$det" trial metrics apiexp-1 > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 4 ] && grep -q "refused the user token (401 Unauthorized" "$tmp/out" && ! grep -q "wrong-token" "$tmp/out" &&
+    ok "wrong token: exit 4, a clear 401 message without the token" || bad "wrong token (exit $rc)" "$tmp/out"
+(unset KDET_API_URL KDET_API_TOKEN_FILE; KDET_DATA_DIR=$dd "$det" trial metrics apiexp-1 -o json > "$tmp/m.json" 2> "$tmp/out") &&
+    [ "$(json "$tmp/m.json" "len(j['metrics'])")" = 3 ] && ok "det finds the local deployment's API by itself (KDET_DATA_DIR)" ||
+    bad "API from the data dir" "$tmp/out"
+
+# ---- checkpoints
+"$det" checkpoint list apiexp > "$tmp/c.txt" 2> "$tmp/out"
+grep -qE "^UUID +TRIAL +BATCHES +STATE +SIZE +REPORTED +STORAGE PATH$" "$tmp/c.txt" &&
+    grep -qE "^ck-0001 +[0-9]+ +30 +ACTIVE .*$tmp/ckpt/ck-0001$" "$tmp/c.txt" && ok "checkpoint list EXPERIMENT" ||
+    bad "checkpoint list" "$tmp/c.txt"
+"$det" checkpoint list --trial apiexp-1 -o json > "$tmp/c.json" 2> "$tmp/out"
+[ "$(json "$tmp/c.json" "[(c['uuid'], c['steps_completed'], c['size_bytes']) for c in j['checkpoints']]")" = "[('ck-0001', 30, $size)]" ] &&
+    ok "checkpoint list --trial -o json" || bad "checkpoint list --trial" "$tmp/c.json"
+"$det" checkpoint describe ck-00 > "$tmp/c.txt" 2> "$tmp/out"
+grep -qE "^UUID: +ck-0001$" "$tmp/c.txt" && grep -qE "^Experiment: +apiexp$" "$tmp/c.txt" &&
+    grep -qE "^Batches: +30$" "$tmp/c.txt" && grep -q '"format":"test"' "$tmp/c.txt" &&
+    ok "checkpoint describe (a unique uuid prefix)" || bad "checkpoint describe" "$tmp/c.txt"
+"$det" checkpoint download ck-0001 -o "$tmp/dl" > "$tmp/out" 2>&1 && diff -r "$tmp/model" "$tmp/dl" >> "$tmp/out" 2>&1 &&
+    ok "checkpoint download: the same bytes" || bad "checkpoint download" "$tmp/out"
+"$det" checkpoint describe nope > "$tmp/out" 2>&1
+[ $? -eq 5 ] && grep -q 'checkpoint "nope" is not registered' "$tmp/out" && ok "unknown checkpoint: exit 5" ||
+    bad "unknown checkpoint" "$tmp/out"
+
+# ---- GC policy: a patch of spec.checkpoint_storage
+"$det" experiment set gc-policy apiexp --save-trial-best 3 --save-trial-latest 2 > "$tmp/out" 2>&1 &&
+    timeout 30 kubectl get exp apiexp -o json > "$tmp/e.json" 2>> "$tmp/out" &&
+    [ "$(json "$tmp/e.json" "'%s/%s/%s' % tuple(j['spec']['checkpoint_storage'][k] for k in ('save_trial_best', 'save_trial_latest', 'type'))")" = 3/2/shared_fs ] &&
+    ok "experiment set gc-policy: visible in the spec" || bad "gc-policy" "$tmp/out"
+"$det" experiment set gc-policy apiexp > "$tmp/out" 2>&1
+[ $? -eq 2 ] && ok "gc-policy without a value: usage error" || bad "gc-policy without values" "$tmp/out"
+
+# ---- the job queue
+paused="  paused: true
+  entrypoint: sleep 1
+  hyperparameters: {lr: 0.1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  resources: {slots_per_trial: 1}"
+experiment jq-a "$paused" && experiment jq-b "$paused" || bad "create jq-a, jq-b" "$tmp/out"
+order() { "$det" job list -o json > "$tmp/j.json" 2> "$tmp/out"; json "$tmp/j.json" "' '.join(x['experiment'] for x in j['jobs'])"; }
+[ "$(order)" = "jq-a jq-b" ] && ok "job list: submission order (the completed experiment is not a job)" || bad "job list order $(order)" "$tmp/j.json"
+"$det" job update jq-b --ahead-of jq-a > "$tmp/out" 2>&1 &&
+    [ "$(kubectl get exp jq-b -o 'jsonpath={.metadata.annotations.kdet\.io/ahead-of}')" = jq-a ] &&
+    ok "job update --ahead-of: the annotation kdet.io/ahead-of" || bad "ahead-of" "$tmp/out"
+[ "$(order)" = "jq-b jq-a" ] && ok "job list: jq-b ahead of jq-a" || bad "order after ahead-of: $(order)" "$tmp/j.json"
+"$det" job update jq-a --priority 10 > "$tmp/out" 2>&1 &&
+    [ "$(kubectl get exp jq-a -o 'jsonpath={.spec.resources.priority}')" = 10 ] &&
+    ok "job update --priority: spec.resources.priority" || bad "priority" "$tmp/out"
+[ "$(order)" = "jq-a jq-b" ] && ok "job list: priority 10 first" || bad "order after priority: $(order)" "$tmp/j.json"
+"$det" job list > "$tmp/j.txt" 2> "$tmp/out"
+grep -qE "^POSITION +ID +NAME +STATE +PRIORITY +TRIALS +SLOTS +POOL$" "$tmp/j.txt" && grep -qE "^1 +jq-a +jq-a +[A-Z_]+ +10 " "$tmp/j.txt" &&
+    ok "job list: table" || bad "job list table" "$tmp/j.txt"
+printf '# move b first\njq-b --priority 5\n\njq-a --priority 500\njq-a --resource-pool gpu-pool\n' |
+    "$det" job update-batch > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "stdin:4: --priority 500: expected a number from 1" "$tmp/out" && grep -q "2 job updates applied, 1 failed" "$tmp/out" &&
+    ok "update-batch: a bad line named, the others applied" || bad "update-batch (exit $rc)" "$tmp/out"
+[ "$(order)" = "jq-b jq-a" ] && [ "$(kubectl get exp jq-a -o 'jsonpath={.spec.resources.resource_pool}')" = gpu-pool ] &&
+    ok "update-batch: priority and resource pool changed" || bad "after update-batch: $(order)" "$tmp/j.json"
+"$det" job update jq-a > "$tmp/out" 2>&1
+[ $? -eq 2 ] && grep -q "nothing to change" "$tmp/out" && ok "job update without a change: usage error" || bad "update without change" "$tmp/out"
+
+grep -rqF -- "$token" "$tmp"/*.txt "$tmp"/*.json "$tmp/out" "$dd/logs" 2>/dev/null && bad "the user token appears in output or logs" ||
+    ok "the user token is in no output and no log"
+timeout 60 "$det" deploy local down --data-dir "$dd" > "$tmp/out" 2>&1 && ok "deploy local down" || bad "down" "$tmp/out"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
