@@ -332,65 +332,99 @@ static int decide_priority(const struct kd_sched_opts *opts, const struct kd_sch
     return 0;
 }
 
+/* One experiment in the fair-share pass: its slots held, weight and next waiting trial. */
+struct fs_group {
+    const char *name;
+    double held;
+    double weight;
+    size_t next; /* index into the FIFO queue of its first trial still waiting */
+    bool done;   /* sits out the rest of the pass */
+};
+
+static struct fs_group *fs_group_of(struct fs_group *g, size_t *ng, const char *name)
+{
+    for (size_t i = 0; i < *ng; i++)
+        if (strcmp(g[i].name, name) == 0)
+            return &g[i];
+    g[*ng] = (struct fs_group){.name = name, .weight = 1.0, .next = SIZE_MAX};
+    return &g[(*ng)++];
+}
+
+/*
+ * Fair share: repeatedly serve the experiment with the fewest held slots
+ * per unit of weight. Each group's held slots and its next waiting trial
+ * are kept up to date as the pass admits, so one pass over N trials of G
+ * experiments costs O(N log N + admissions * G) rather than rescanning
+ * every trial for every admission.
+ */
 static int decide_fair_share(const struct kd_sched_node *nodes, size_t nnodes, int *avail,
                              struct kd_sched_trial *trials, size_t ntrials)
 {
     struct kd_sched_trial **q = kd_xcalloc(ntrials + 1, sizeof(*q));
-    size_t nq = 0;
+    struct fs_group *g = kd_xcalloc(ntrials + 1, sizeof(*g));
+    size_t *gof = kd_xcalloc(ntrials + 1, sizeof(*gof)); /* queue index -> group index */
+    size_t nq = 0, ng = 0;
     for (size_t i = 0; i < ntrials; i++) {
-        if (trials[i].state == KD_SCHED_WAITING) {
-            q[nq++] = &trials[i];
-            trials[i].decision = KD_SCHED_WAIT;
-            snprintf(trials[i].reason, sizeof(trials[i].reason),
-                     "waiting for its fair share of resource pool %s", trials[i].pool);
+        struct kd_sched_trial *t = &trials[i];
+        struct fs_group *gr = fs_group_of(g, &ng, t->group);
+        if (t->decision == KD_SCHED_KEEP || t->decision == KD_SCHED_PREEMPT)
+            gr->held += t->slots;
+        if (t->state == KD_SCHED_WAITING) {
+            q[nq++] = t;
+            t->decision = KD_SCHED_WAIT;
+            snprintf(t->reason, sizeof(t->reason), "waiting for its fair share of resource pool %s",
+                     t->pool);
         }
     }
     /* FIFO within an experiment: position, then index. Priority is ignored. */
     qsort(q, nq, sizeof(*q), cmp_fifo);
-    bool *done_group = kd_xcalloc(nq + 1, sizeof(bool)); /* per head trial's group: blocked */
+    for (size_t k = nq; k-- > 0;) {
+        struct fs_group *gr = fs_group_of(g, &ng, q[k]->group);
+        gof[k] = (size_t)(gr - g);
+        gr->next = k; /* ends at the group's first waiting trial */
+        if (q[k]->weight > 0)
+            gr->weight = q[k]->weight;
+    }
     for (;;) {
-        struct kd_sched_trial *best = NULL;
-        double best_share = 0;
-        for (size_t k = 0; k < nq; k++) {
-            struct kd_sched_trial *t = q[k];
-            if (t->decision != KD_SCHED_WAIT || done_group[k])
+        struct fs_group *best = NULL;
+        for (size_t i = 0; i < ng; i++) {
+            struct fs_group *gr = &g[i];
+            if (gr->done || gr->next == SIZE_MAX)
                 continue;
-            /* only the group's first waiting trial competes */
-            bool first = true;
-            for (size_t j = 0; j < k && first; j++)
-                first = !(q[j]->decision == KD_SCHED_WAIT && strcmp(q[j]->group, t->group) == 0);
-            if (!first)
-                continue;
-            double w = t->weight > 0 ? t->weight : 1.0;
-            double share = group_held(trials, ntrials, t->group) / w;
+            double share = gr->held / gr->weight, best_share = 0;
+            if (best != NULL)
+                best_share = best->held / best->weight;
             if (best == NULL || share < best_share ||
-                (share == best_share && cmp_fifo(&t, &best) < 0)) {
-                best = t;
-                best_share = share;
-            }
+                (share == best_share && cmp_fifo(&q[gr->next], &q[best->next]) < 0))
+                best = gr;
         }
         if (best == NULL)
             break;
-        if (!under_cap(best, trials, ntrials)) {
-            for (size_t k = 0; k < nq; k++)
-                if (strcmp(q[k]->group, best->group) == 0)
-                    done_group[k] = true;
+        struct kd_sched_trial *t = q[best->next];
+        if (!under_cap(t, trials, ntrials)) {
+            best->done = true;
             continue;
         }
-        enum fit f = place(best, nodes, nnodes, avail, best->reason, sizeof(best->reason));
+        enum fit f = place(t, nodes, nnodes, avail, t->reason, sizeof(t->reason));
         if (f == FIT_OK) {
-            best->decision = KD_SCHED_ADMIT;
-            snprintf(best->reason, sizeof(best->reason), "admitted");
+            t->decision = KD_SCHED_ADMIT;
+            snprintf(t->reason, sizeof(t->reason), "admitted");
+            best->held += t->slots;
         } else if (f == FIT_NEVER) {
-            best->decision = KD_SCHED_NEVER;
+            t->decision = KD_SCHED_NEVER;
         } else {
             /* The group waits for room; the others may still fit smaller trials. */
-            for (size_t k = 0; k < nq; k++)
-                if (strcmp(q[k]->group, best->group) == 0)
-                    done_group[k] = true;
+            best->done = true;
+            continue;
         }
+        /* On to the group's next waiting trial. */
+        size_t k = best->next + 1;
+        while (k < nq && gof[k] != (size_t)(best - g))
+            k++;
+        best->next = k < nq ? k : SIZE_MAX;
     }
-    free(done_group);
+    free(gof);
+    free(g);
     free(q);
     return 0;
 }

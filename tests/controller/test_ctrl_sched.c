@@ -221,11 +221,61 @@ static void test_bad_input(void **state)
     assert_null(kd_gang_find("volcano"));
 }
 
+/* Fair share with 10,000 waiting trials of four experiments weighted 4, 3, 2 and 1: the 40
+ * free GPUs go 16, 12, 8 and 4, each experiment first-come first-served. (A pass used to rescan
+ * the queue for every experiment's head and held slots, quadratic in the trials waiting.) */
+static void test_fair_share_many(void **state)
+{
+    (void)state;
+    enum { NT = 10000, NG = 4 };
+    struct kd_sched_opts o = {.type = KD_SCHED_FAIR_SHARE};
+    struct kd_sched_node n[2] = {{.name = "a", .pool = "default", .gpus = 20},
+                                 {.name = "b", .pool = "default", .gpus = 20}};
+    struct kd_sched_trial *t = calloc(NT, sizeof(*t));
+    char(*keys)[32] = calloc(NT, 32);
+    static const char *const groups[NG] = {"g4", "g3", "g2", "g1"};
+    int admitted[NG] = {0}, first_waiting[NG];
+    assert_non_null(t);
+    assert_non_null(keys);
+    for (int i = 0; i < NT; i++) {
+        snprintf(keys[i], 32, "t%d", i);
+        t[i].key = keys[i];
+        t[i].group = groups[i % NG];
+        kd_strlcpy(t[i].pool, "default", sizeof(t[i].pool));
+        t[i].slots = 1;
+        t[i].priority = 42;
+        t[i].weight = NG - i % NG;
+        t[i].position = i % NG; /* an experiment's trials queue together, as in the controller */
+        t[i].index = i;
+    }
+    assert_int_equal(kd_sched_decide(&o, n, 2, t, NT), 0);
+    for (int g = 0; g < NG; g++)
+        first_waiting[g] = -1;
+    for (int i = 0; i < NT; i++) {
+        int g = i % NG;
+        if (t[i].decision == KD_SCHED_ADMIT) {
+            admitted[g]++;
+            assert_int_equal(first_waiting[g], -1); /* FIFO within the experiment */
+        } else {
+            assert_int_equal(t[i].decision, KD_SCHED_WAIT);
+            if (first_waiting[g] < 0)
+                first_waiting[g] = i;
+        }
+    }
+    assert_int_equal(admitted[0], 16);
+    assert_int_equal(admitted[1], 12);
+    assert_int_equal(admitted[2], 8);
+    assert_int_equal(admitted[3], 4);
+    free(keys);
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_fair_share_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
