@@ -18,6 +18,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "ctrl.h"
+#include "gc.h"
 #include "wire.h"
 #include "hparams/rng.h"
 #include "searcher/searcher.h"
@@ -162,7 +163,14 @@ int kd_ctrl_exp_config(struct kd_ctrl *c, const json_t *exp, json_t **cfg, uint6
     if (tname != NULL && tname[0] != '\0') {
         rc = load_template(c, kd_k8s_meta_str(exp, "namespace"), tname, &tmpl, err);
         if (rc == KD_ENOTFOUND) {
-            rc = 0; /* informational: det merged the template file already */
+            /* det records only stored templates in spec.template (a file template is merged
+             * by det and named in an annotation), so a missing one is the user's error. */
+            rc = kd_seterr(err, KD_EINVALID,
+                           "spec.template: template %s not found (no ConfigMap labelled %s=%s in "
+                           "namespace %s)",
+                           tname, KD_CTRL_TEMPLATE_LABEL, tname,
+                           kd_k8s_meta_str(exp, "namespace") ?: "");
+            goto out;
         } else if (rc != 0) {
             goto out;
         } else {
@@ -591,6 +599,63 @@ static json_t *trial_counts(json_t *trials, int *live)
                      completed, "canceled", canceled, "errored", errored);
 }
 
+/*
+ * The best of the trials' bestValidation (the searcher metric, as the API
+ * writes it), by the searcher's direction; ties go to the earlier trial.
+ * NULL when no trial has a value yet.
+ */
+static json_t *best_validation(json_t *trials, const json_t *cfg)
+{
+    const json_t *sib = json_object_get(json_object_get(cfg, "searcher"), "smaller_is_better");
+    bool smaller = !json_is_false(sib);
+    const json_t *bt = NULL, *bv = NULL;
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t)
+    {
+        const json_t *v = json_object_get(json_object_get(t, "status"), "bestValidation");
+        const json_t *x = json_object_get(v, "value");
+        if (!json_is_number(x) || isnan(json_number_value(x)))
+            continue;
+        double d = json_number_value(x);
+        double cur = bv != NULL ? json_number_value(json_object_get(bv, "value")) : 0;
+        if (bv == NULL || (smaller ? d < cur : d > cur) ||
+            (d == cur &&
+             strcmp(kd_k8s_meta_str(t, "name") ?: "", kd_k8s_meta_str(bt, "name") ?: "") < 0)) {
+            bt = t;
+            bv = v;
+        }
+    }
+    if (bv == NULL)
+        return NULL;
+    json_t *out = json_pack("{s:s,s:s,s:f,s:I}", "trial", kd_k8s_meta_str(bt, "name") ?: "",
+                            "metric",
+                            json_string_value(json_object_get(bv, "metric"))
+                                ?: kd_ctrl_str(cfg, "searcher", "metric", NULL) ?: "",
+                            "value", json_number_value(json_object_get(bv, "value")), "batches",
+                            json_integer_value(json_object_get(bv, "batches")));
+    const json_t *lc = json_object_get(json_object_get(bt, "status"), "latestCheckpoint");
+    if (json_integer_value(json_object_get(lc, "batches")) ==
+            json_integer_value(json_object_get(bv, "batches")) &&
+        json_is_string(json_object_get(lc, "uuid")))
+        json_object_set(out, "checkpoint", json_object_get(lc, "uuid"));
+    return out;
+}
+
+/* The store's end-of-life records and checkpoint GC (gc.c); a failure is retried later. */
+static void end_records(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
+                        const json_t *trials, const char *state, long *requeue_after_ms)
+{
+    char err[KD_ERRLEN] = "";
+    int rc = kd_ctrl_gc_experiment(c, exp, cfg, trials, state, err);
+    if (rc != 0) {
+        KD_WARN("store records or checkpoint GC failed; retrying", "experiment=%s err=%s detail=%s",
+                kd_logq(kd_k8s_meta_str(exp, "name")), kd_err_name(rc), kd_logq(err));
+        if (*requeue_after_ms <= 0 || *requeue_after_ms > 5000)
+            *requeue_after_ms = 5000;
+    }
+}
+
 /* Write status when it differs from what is stored (conditions' times aside). */
 static int put_status(struct kd_ctrl *c, const json_t *exp, json_t *status, char *err)
 {
@@ -740,8 +805,12 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
         /* A configuration error is re-checked when the spec changes; other ends are final. */
         if (!(cur == KD_EXP_ERROR && observed < gen &&
               json_object_get(json_object_get(exp, "status"), "searcher") == NULL &&
-              json_array_size(trials) == 0))
+              json_array_size(trials) == 0)) {
+            /* Ended: the store's records and checkpoint GC, finished after a restart. */
+            if (kd_ctrl_api_on(c) && kd_ctrl_exp_config(c, exp, &cfg, &seed, err) == 0)
+                end_records(c, exp, cfg, trials, kd_exp_state_name(cur), requeue_after_ms);
             goto out;
+        }
         cur = KD_EXP_ACTIVE;
     }
     if ((rc = ensure_finalizer(c, exp, true, err)) != 0)
@@ -754,7 +823,9 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
         f.invalid = true;
         status = base_status(exp, kd_exp_next_state(cur, &f), err);
         kd_ctrl_set_condition(status, json_object_get(exp, "status"), "Valid", false,
-                              "InvalidConfig", err, gen);
+                              kd_str_has_prefix(err, "spec.template:") ? "TemplateNotFound"
+                                                                       : "InvalidConfig",
+                              err, gen);
         KD_WARN("experiment configuration invalid", "experiment=%s err=%s", kd_logq(key),
                 kd_logq(err));
         rc = put_status(c, exp, status, err);
@@ -852,6 +923,9 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
         msg = "paused by the user";
     status = base_status(exp, next, msg);
     json_object_set_new(status, "trials", counts);
+    json_t *best = best_validation(trials, cfg);
+    if (best != NULL)
+        json_object_set_new(status, "bestValidation", best);
     double progress = kd_searcher_progress(s);
     if (next == KD_EXP_COMPLETED)
         progress = 1.0;
@@ -870,6 +944,8 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
         *requeue_after_ms = c->o.resync_ms;
     else
         kd_ctrl_kick(c);
+    if (kd_ctrl_api_on(c))
+        end_records(c, exp, cfg, trials, kd_exp_state_name(next), requeue_after_ms);
 out:
     if (rc != 0 && rc != KD_ECONFLICT)
         KD_WARN("experiment reconcile failed", "experiment=%s err=%s detail=%s", kd_logq(key),

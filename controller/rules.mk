@@ -1,8 +1,8 @@
 # controller/: kdet-controller (reconcilers, scheduler, pod generation).
 CTRL_LIB_SRCS := controller/scheduler.c controller/podspec.c controller/states.c \
                  controller/experiment.c controller/trial.c controller/schedloop.c \
-                 controller/wire.c
+                 controller/wire.c controller/gc.c
 $(eval $(call kd_lib,ctrl,$(CTRL_LIB_SRCS)))
-CTRL_KD_LIBS := ctrl api http store searcher hparams config yaml k8s core
+CTRL_KD_LIBS := ctrl api http store storage searcher hparams config yaml k8s core
 CTRL_LDLIBS := -lmicrohttpd -lpq -lcurl -lcrypto -ljansson -lyaml -lm
 $(eval $(call kd_prog,kdet-controller,controller/main.c,$(CTRL_KD_LIBS),$(CTRL_LDLIBS)))

@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "ctrl.h"
+#include "gc.h"
 #include "k8s/config.h"
 #include "wire.h"
 
@@ -222,6 +223,7 @@ out:
 
 void kd_ctrl_wire_stop(struct kd_ctrl *c)
 {
+    kd_ctrl_gc_forget(c);
     kd_api_stop(c->api);
     c->api = NULL;
     kd_store_close(c->store);

@@ -114,6 +114,16 @@ out:
     return rc;
 }
 
+int kd_store_experiment_lookup(struct kd_store *s, const char *uid, int64_t *id, char *err)
+{
+    int rc = check_str("uid", uid, KD_STORE_MAX_NAME, err);
+    if (rc != 0)
+        return rc;
+    const char *p[1] = {uid};
+    return exec_id(s, "experiment by uid", "SELECT id FROM experiments WHERE uid = $1", 1, p, true,
+                   id, err);
+}
+
 int kd_store_experiment_set_state(struct kd_store *s, int64_t id, const char *state, char *err)
 {
     char b[24];
@@ -305,6 +315,48 @@ int kd_store_checkpoint_mark_deleted(struct kd_store *s, const char *uuid, char 
                     "UPDATE checkpoints SET state = 'DELETED',"
                     " deleted_at = coalesce(deleted_at, now()) WHERE uuid = $1",
                     1, p, err);
+}
+
+int kd_store_checkpoint_gc(struct kd_store *s, const char *uuid, const char *reason,
+                           json_t *details, bool *marked, char *err)
+{
+    int rc;
+    char *dt = NULL;
+    PGresult *r = NULL;
+    if (marked)
+        *marked = false;
+    if ((rc = check_str("uuid", uuid, KD_STORE_MAX_NAME, err)) != 0 ||
+        (rc = json_arg("details", details, &dt, err)) != 0)
+        goto out;
+    if (reason && strlen(reason) > MAX_REASON) {
+        rc = kd_seterr(err, KD_EINVAL, "reason: %zu bytes, at most %d", strlen(reason), MAX_REASON);
+        goto out;
+    }
+    /* One statement, so one transaction: the state change and its event are recorded together
+     * or not at all, and only by the call that moved the row from ACTIVE (a retry after a lost
+     * reply, or a GC repeated after a restart, records nothing twice). */
+    const char *p[3] = {uuid, reason ? reason : "", dt};
+    rc = kd_store__exec(s, "record checkpoint deletion",
+                        "WITH d AS (UPDATE checkpoints SET state = 'DELETED',"
+                        " deleted_at = coalesce(deleted_at, now())"
+                        " WHERE uuid = $1 AND state = 'ACTIVE' RETURNING trial_id),"
+                        " ev AS (INSERT INTO events (experiment_id, trial_id, kind, decision,"
+                        " reason, details) SELECT t.experiment_id, d.trial_id, 'checkpoint_gc',"
+                        " 'delete', $2, $3::jsonb || jsonb_build_object('uuid', $1::text)"
+                        " FROM d JOIN trials t ON t.id = d.trial_id RETURNING id)"
+                        " SELECT (SELECT count(*) FROM ev),"
+                        " (SELECT count(*) FROM checkpoints WHERE uuid = $1)",
+                        3, p, true, &r, err);
+    if (rc != 0)
+        goto out;
+    if (strcmp(PQgetvalue(r, 0, 1), "0") == 0)
+        rc = kd_seterr(err, KD_ENOTFOUND, "checkpoint %s: not registered", uuid);
+    else if (marked)
+        *marked = strcmp(PQgetvalue(r, 0, 0), "0") != 0;
+out:
+    PQclear(r);
+    free(dt);
+    return rc;
 }
 
 int kd_store_checkpoints_list(struct kd_store *s, int64_t experiment_id, int64_t trial_id,

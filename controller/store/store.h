@@ -203,6 +203,9 @@ struct kd_store_experiment {
 int kd_store_experiment_upsert(struct kd_store *s, const struct kd_store_experiment *e, int64_t *id,
                                char *err) KD_WUR;
 
+/** The id of the experiment with this uid; KD_ENOTFOUND when it has no row. */
+int kd_store_experiment_lookup(struct kd_store *s, const char *uid, int64_t *id, char *err) KD_WUR;
+
 /** Set the state; a terminal state (COMPLETED, CANCELED, ERROR, DELETED) also sets ended_at. */
 int kd_store_experiment_set_state(struct kd_store *s, int64_t id, const char *state,
                                   char *err) KD_WUR;
@@ -261,6 +264,18 @@ int kd_store_checkpoint_add(struct kd_store *s, const struct kd_store_checkpoint
 
 /** Mark deleted (after GC removed the files); KD_ENOTFOUND for an unknown uuid. */
 int kd_store_checkpoint_mark_deleted(struct kd_store *s, const char *uuid, char *err) KD_WUR;
+
+/**
+ * Checkpoint GC: mark an ACTIVE checkpoint DELETED and, in the same
+ * transaction, record an event (kind "checkpoint_gc", decision "delete",
+ * `reason`, `details` plus {"uuid"}) for its experiment and trial. A
+ * checkpoint already DELETED is left as it is and no event is added, so
+ * calling it again (a retry, a GC repeated after a crash) is harmless.
+ * *marked (may be NULL) says whether this call changed the row.
+ * KD_ENOTFOUND for an unknown uuid.
+ */
+int kd_store_checkpoint_gc(struct kd_store *s, const char *uuid, const char *reason,
+                           json_t *details, bool *marked, char *err) KD_WUR;
 
 /**
  * Checkpoints of a trial (trial_id > 0) or of a whole experiment

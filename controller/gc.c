@@ -1,0 +1,427 @@
+/*
+ * Checkpoint GC and the end-of-life records of the store, run by the
+ * experiment reconciler. The registry in PostgreSQL is the list of
+ * checkpoints; lib/storage's policy engine decides which to keep; files
+ * go first, then the registry row (with its event). Why repeating is
+ * harmless: a checkpoint is only deleted when its trial has ended, and
+ * for an ended trial the plan never takes a deletion back (its best and
+ * latest are fixed; newer checkpoints elsewhere only push it further out
+ * of the experiment's best), so a rerun deletes the same files (absent
+ * ones are not an error) and marks what was left unmarked.
+ */
+#include "gc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "ctrl.h"
+#include "k8s/config.h"
+#include "states.h"
+#include "storage/checkpoint.h"
+#include "storage/gc.h"
+#include "storage/storage.h"
+#include "store/store.h"
+#include "wire.h"
+
+#define SECRETS KD_K8S_GVR("", "v1", "secrets")
+#define FLUSH_MS 5000 /* metrics still queued must reach the database before a plan */
+
+/* FNV-1a of a string, for the memo's signature. */
+static uint64_t fnv(const char *s, uint64_t h)
+{
+    for (; s != NULL && *s != '\0'; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+/* The states the run depends on: the experiment's and every trial's (order-independent). */
+static json_int_t signature(const json_t *trials, const char *state)
+{
+    uint64_t sum = fnv(state, 1469598103934665603ULL);
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t)
+    {
+        uint64_t h = fnv(kd_k8s_meta_str(t, "uid"), 1469598103934665603ULL);
+        sum += fnv(kd_ctrl_str(t, "status", "state", NULL) ?: "QUEUED", h);
+    }
+    return (json_int_t)(sum & 0x7fffffffffffffffULL);
+}
+
+static bool memo_is(struct kd_ctrl *c, const char *uid, json_int_t sig)
+{
+    pthread_mutex_lock(&c->mu);
+    json_t *v = c->gcmemo != NULL ? json_object_get(c->gcmemo, uid) : NULL;
+    bool same = v != NULL && json_integer_value(v) == sig;
+    pthread_mutex_unlock(&c->mu);
+    return same;
+}
+
+static void memo_set(struct kd_ctrl *c, const char *uid, json_int_t sig)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->gcmemo == NULL)
+        c->gcmemo = json_object();
+    json_object_set_new(c->gcmemo, uid, json_integer(sig));
+    pthread_mutex_unlock(&c->mu);
+}
+
+void kd_ctrl_gc_forget(struct kd_ctrl *c)
+{
+    pthread_mutex_lock(&c->mu);
+    json_decref(c->gcmemo);
+    c->gcmemo = NULL;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static bool trial_ended(const json_t *t)
+{
+    enum kd_trial_state s;
+    return t != NULL && kd_trial_state_parse(kd_ctrl_str(t, "status", "state", NULL), &s) &&
+           kd_trial_state_terminal(s);
+}
+
+static const json_t *trial_by_uid(const json_t *trials, const char *uid)
+{
+    size_t i;
+    json_t *t;
+    const json_t *found = NULL;
+    json_array_foreach(trials, i, t)
+    {
+        if (found == NULL && strcmp(kd_k8s_meta_str(t, "uid") ?: "", uid ?: "") == 0)
+            found = t;
+    }
+    return found;
+}
+
+/* Trial states into the store (rows the API or wire.c created); returns the first error. */
+static int sync_trial_states(struct kd_ctrl *c, const json_t *rows, const json_t *trials, char *err)
+{
+    int rc = 0;
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        const json_t *t = trial_by_uid(trials, json_string_value(json_object_get(row, "uid")));
+        const char *want = t != NULL ? kd_ctrl_str(t, "status", "state", NULL) : NULL;
+        const char *have = json_string_value(json_object_get(row, "state")) ?: "";
+        if (want == NULL || want[0] == '\0' || strcmp(want, have) == 0)
+            continue;
+        int r = kd_store_trial_set_state(
+            c->store, (int64_t)json_integer_value(json_object_get(row, "id")), want, err);
+        if (r != 0 && rc == 0)
+            rc = r;
+    }
+    return rc;
+}
+
+/*
+ * The S3 credentials of checkpoint_storage.credentials_secret (a Secret in
+ * the experiment's namespace), written into a private directory that
+ * kd_storage_open reads them from: the same files a worker pod gets from
+ * the mounted Secret. The caller removes the directory right after the
+ * open. Values are never logged (the loader registers them as secrets).
+ */
+static int secret_creds(struct kd_ctrl *c, const char *ns, struct kd_storage_config *sc, char *dir,
+                        size_t len, char *err)
+{
+    static const char *const keys[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                       "AWS_SESSION_TOKEN", "credentials", NULL};
+    int rc = 0;
+    json_t *sec = NULL;
+    dir[0] = '\0';
+    rc = kd_k8s_get(c->client, &SECRETS, ns, sc->credentials_secret, &sec, NULL, err);
+    if (rc != 0) {
+        kd_seterr(err, rc, "checkpoint_storage.credentials_secret: secret %s/%s: %s", ns,
+                  sc->credentials_secret, kd_err_name(rc));
+        goto out;
+    }
+    snprintf(dir, len, "%s/kdet-gc-creds-XXXXXX", getenv("TMPDIR") ?: "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        rc = kd_seterr(err, -errno, "checkpoint GC: cannot make a credentials directory: %s",
+                       strerror(errno));
+        dir[0] = '\0';
+        goto out;
+    }
+    for (int i = 0; keys[i] != NULL && rc == 0; i++) {
+        const char *b64 = kd_ctrl_str(sec, "data", keys[i], NULL);
+        char *val = NULL, path[KD_STORAGE_PATHLEN + 64];
+        size_t n = 0;
+        if (b64 == NULL)
+            continue;
+        if (kd_k8s_base64_decode(b64, &val, &n) != 0) {
+            rc = kd_seterr(err, KD_EINVALID,
+                           "checkpoint_storage.credentials_secret: secret %s/%s: data.%s is not "
+                           "base64",
+                           ns, sc->credentials_secret, keys[i]);
+            break;
+        }
+        snprintf(path, sizeof(path), "%s/%s", dir, keys[i]);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0 || write(fd, val, n) != (ssize_t)n)
+            rc = kd_seterr(err, KD_EIO, "checkpoint GC: cannot write a credentials file");
+        if (fd >= 0)
+            close(fd);
+        explicit_bzero(val, n);
+        free(val);
+    }
+    kd_strlcpy(sc->credentials_dir, dir, sizeof(sc->credentials_dir));
+out:
+    json_decref(sec);
+    return rc;
+}
+
+/* Open the experiment's checkpoint storage. KD_ENOTFOUND: it has none configured. */
+static int open_storage(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
+                        struct kd_storage_config *sc, struct kd_storage **st, char *err)
+{
+    int rc = 0;
+    char dir[KD_STORAGE_PATHLEN] = "";
+    const json_t *cs = json_object_get(cfg, "checkpoint_storage");
+    *st = NULL;
+    kd_storage_config_init(sc);
+    if (!json_is_object(cs))
+        return KD_ENOTFOUND;
+    if ((rc = kd_storage_config_from_json(cs, sc, err)) != 0)
+        goto out;
+    if (sc->type == KD_STORAGE_S3 && sc->credentials_secret[0] != '\0' &&
+        sc->credentials_dir[0] == '\0' &&
+        (rc = secret_creds(c, kd_k8s_meta_str(exp, "namespace"), sc, dir, sizeof(dir), err)) != 0)
+        goto out;
+    rc = kd_storage_open(sc, st, err);
+out:
+    if (dir[0] != '\0')
+        (void)kd_rm_tree(dir);
+    return rc;
+}
+
+/* The searcher metric of trial `tid` at each validation step: {"step": value}. */
+static int validations(struct kd_ctrl *c, int64_t tid, const char *metric, json_t **out, char *err)
+{
+    json_t *series = NULL;
+    *out = json_object();
+    int rc = kd_store_metrics_series(c->store, tid, KD_METRIC_VALIDATION, 0, &series, err);
+    size_t i;
+    json_t *row;
+    json_array_foreach(series, i, row)
+    {
+        const json_t *v = json_object_get(json_object_get(row, "metrics"), metric);
+        char k[24];
+        snprintf(k, sizeof(k), "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(json_object_get(row, "step")));
+        if (json_is_number(v))
+            json_object_set_new(*out, k, json_real(json_number_value(v)));
+    }
+    json_decref(series);
+    return rc;
+}
+
+/* The checkpoint a live trial will start from although it is another trial's (PBT). */
+static bool parent_start(const json_t *trials, const json_t *ck_trial, const char *uuid)
+{
+    bool used = false;
+    size_t i;
+    json_t *t;
+    const char *rid = kd_ctrl_str(ck_trial, "spec", "requestId", NULL) ?: "";
+    const char *latest = kd_ctrl_str(ck_trial, "status", "latestCheckpoint", "uuid") ?: "";
+    json_array_foreach(trials, i, t)
+    {
+        const char *parent = kd_ctrl_str(t, "spec", "parentRequestId", NULL);
+        if (parent != NULL && strcmp(parent, rid) == 0 && !trial_ended(t) &&
+            kd_ctrl_str(t, "status", "latestCheckpoint", "uuid") == NULL &&
+            strcmp(latest, uuid) == 0)
+            used = true;
+    }
+    return used;
+}
+
+/* Plan and apply GC over the experiment's ACTIVE checkpoints. */
+static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg, const json_t *trials,
+                   const json_t *rows, int64_t eid, char *err)
+{
+    int rc = 0;
+    json_t *ckpts = NULL, *vals = json_object();
+    struct kd_gc_ckpt *in = NULL;
+    unsigned *keep = NULL;
+    char **tids = NULL;
+    struct kd_storage *st = NULL;
+    struct kd_storage_config sc;
+    size_t n = 0, ndel = 0, deleted = 0;
+    const char *name = kd_k8s_meta_str(exp, "name");
+    const char *metric = kd_ctrl_str(cfg, "searcher", "metric", NULL) ?: "";
+    const json_t *sib = json_object_get(json_object_get(cfg, "searcher"), "smaller_is_better");
+
+    if ((rc = kd_store_checkpoints_list(c->store, eid, 0, false, &ckpts, err)) != 0)
+        goto out;
+    n = json_array_size(ckpts);
+    if (n == 0)
+        goto out;
+    /* Every validation the workers reported must be in the database, or a checkpoint's metric
+     * would look missing (and the checkpoint worse than it is). */
+    if ((rc = kd_store_metrics_flush(c->store, FLUSH_MS)) != 0) {
+        kd_seterr(err, rc, "checkpoint GC: metrics are not all written yet");
+        goto out;
+    }
+    in = kd_xcalloc(n, sizeof(*in));
+    keep = kd_xcalloc(n, sizeof(*keep));
+    tids = kd_xcalloc(n, sizeof(*tids));
+    for (size_t i = 0; i < n; i++) {
+        const json_t *ck = json_array_get(ckpts, i);
+        json_int_t tid = json_integer_value(json_object_get(ck, "trial_id"));
+        char key[24];
+        snprintf(key, sizeof(key), "%" JSON_INTEGER_FORMAT, tid);
+        if (json_object_get(vals, key) == NULL) {
+            json_t *v = NULL;
+            if ((rc = validations(c, (int64_t)tid, metric, &v, err)) != 0) {
+                json_decref(v);
+                goto out;
+            }
+            json_object_set_new(vals, key, v);
+        }
+        /* The Trial behind the row: a trial whose resource is not seen is treated as live. */
+        const char *tuid = NULL;
+        size_t j;
+        json_t *row;
+        json_array_foreach(rows, j, row)
+        {
+            if (json_integer_value(json_object_get(row, "id")) == tid)
+                tuid = json_string_value(json_object_get(row, "uid"));
+        }
+        const json_t *t = trial_by_uid(trials, tuid);
+        char step[24];
+        snprintf(step, sizeof(step), "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(json_object_get(ck, "steps_completed")));
+        const json_t *m = json_object_get(json_object_get(vals, key), step);
+        tids[i] = kd_xstrdup(key);
+        in[i].uuid = json_string_value(json_object_get(ck, "uuid"));
+        in[i].trial_id = tids[i];
+        in[i].steps_completed = json_integer_value(json_object_get(ck, "steps_completed"));
+        in[i].has_metric = m != NULL;
+        in[i].metric = m != NULL ? json_number_value(m) : NAN;
+        in[i].trial_active = !trial_ended(t);
+        in[i].protected_ = t != NULL && parent_start(trials, t, in[i].uuid);
+    }
+    struct kd_gc_policy p;
+    kd_gc_policy_default(&p);
+    p.smaller_is_better = !json_is_false(sib);
+    kd_storage_config_init(&sc);
+    if ((rc = kd_storage_config_from_json(json_object_get(cfg, "checkpoint_storage"), &sc, err)) !=
+        0)
+        goto out;
+    if (sc.save_experiment_best >= 0)
+        p.save_experiment_best = sc.save_experiment_best;
+    if (sc.save_trial_best >= 0)
+        p.save_trial_best = sc.save_trial_best;
+    if (sc.save_trial_latest >= 0)
+        p.save_trial_latest = sc.save_trial_latest;
+    if ((rc = kd_gc_plan(&p, in, n, NULL, NULL, keep, err)) != 0)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        ndel += keep[i] == 0 && !in[i].trial_active;
+    if (ndel == 0) {
+        KD_INFO("checkpoint GC", "experiment=%s checkpoints=%zu deleted=0 kept=%zu", kd_logq(name),
+                n, n);
+        goto out;
+    }
+    rc = open_storage(c, exp, cfg, &sc, &st, err);
+    if (rc == KD_ENOTFOUND) {
+        rc = kd_seterr(err, KD_EINVALID, "checkpoint GC: the experiment has no checkpoint_storage");
+        goto out;
+    }
+    if (rc != 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        char why[160];
+        bool marked = false;
+        if (keep[i] != 0 || in[i].trial_active)
+            continue;
+        if ((rc = kd_ckpt_delete(st, in[i].uuid, err)) != 0)
+            goto out;
+        snprintf(why, sizeof(why),
+                 "not kept by the policy (save_experiment_best=%d save_trial_best=%d "
+                 "save_trial_latest=%d)",
+                 p.save_experiment_best, p.save_trial_best, p.save_trial_latest);
+        json_t *d = json_pack("{s:I,s:s,s:i,s:i,s:i}", "steps_completed",
+                              (json_int_t)in[i].steps_completed, "storage", kd_storage_location(st),
+                              "save_experiment_best", p.save_experiment_best, "save_trial_best",
+                              p.save_trial_best, "save_trial_latest", p.save_trial_latest);
+        if (in[i].has_metric)
+            json_object_set_new(d, "metric", json_real(in[i].metric));
+        rc = kd_store_checkpoint_gc(c->store, in[i].uuid, why, d, &marked, err);
+        json_decref(d);
+        if (rc != 0)
+            goto out;
+        deleted++;
+        KD_INFO("checkpoint deleted", "experiment=%s trial_id=%s uuid=%s steps=%" PRId64,
+                kd_logq(name), in[i].trial_id, kd_logq(in[i].uuid), in[i].steps_completed);
+    }
+    KD_INFO("checkpoint GC", "experiment=%s checkpoints=%zu deleted=%zu kept=%zu", kd_logq(name), n,
+            deleted, n - deleted);
+out:
+    kd_storage_close(st);
+    for (size_t i = 0; tids != NULL && i < n; i++)
+        free(tids[i]);
+    free(tids);
+    free(in);
+    free(keep);
+    json_decref(vals);
+    json_decref(ckpts);
+    return rc;
+}
+
+int kd_ctrl_gc_experiment(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
+                          const json_t *trials, const char *state, char *err)
+{
+    int rc = 0;
+    int64_t eid = 0;
+    json_t *rows = NULL, *erow = NULL;
+    const char *uid = kd_k8s_meta_str(exp, "uid");
+    if (c->store == NULL || !kd_ctrl_api_on(c) || uid == NULL)
+        goto out;
+    json_int_t sig = signature(trials, state);
+    if (memo_is(c, uid, sig))
+        goto out;
+    rc = kd_store_experiment_lookup(c->store, uid, &eid, err);
+    if (rc == KD_ENOTFOUND) {
+        rc = 0; /* no trial ever started with the store: nothing recorded, nothing to collect */
+        memo_set(c, uid, sig);
+        goto out;
+    }
+    if (rc != 0)
+        goto out;
+    if ((rc = kd_store_trials_list(c->store, eid, &rows, err)) != 0 ||
+        (rc = sync_trial_states(c, rows, trials, err)) != 0)
+        goto out;
+    /* GC only when there is something that may be collected: an ended trial, or the end. */
+    enum kd_exp_state es;
+    bool due = kd_exp_state_parse(state, &es) && kd_exp_state_terminal(es);
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t) due = due || trial_ended(t);
+    if (due && (rc = collect(c, exp, cfg, trials, rows, eid, err)) != 0)
+        goto out;
+    /* The experiment's own state last: a terminal one in the store says GC is done. */
+    if ((rc = kd_store_experiment_get(c->store, eid, &erow, err)) != 0)
+        goto out;
+    if (state != NULL && state[0] != '\0' &&
+        strcmp(json_string_value(json_object_get(erow, "state")) ?: "", state) != 0 &&
+        (rc = kd_store_experiment_set_state(c->store, eid, state, err)) != 0)
+        goto out;
+    memo_set(c, uid, sig);
+out:
+    json_decref(rows);
+    json_decref(erow);
+    return rc;
+}

@@ -1,0 +1,40 @@
+/*
+ * What the controller records when trials and experiments end: their
+ * states in the store, and checkpoint GC under the experiment's
+ * checkpoint_storage policy (save_experiment_best, save_trial_best,
+ * save_trial_latest) over the checkpoint registry, deleting the rest from
+ * storage. Protocol and guarantees: docs/checkpoints.md.
+ */
+#ifndef KD_CTRL_GC_H
+#define KD_CTRL_GC_H
+
+#include <stdbool.h>
+
+#include <jansson.h>
+
+#include "core/err.h"
+
+struct kd_ctrl;
+
+/**
+ * With the store on, bring the store up to the experiment's state: trial
+ * and experiment states, then checkpoint GC over the checkpoints of trials
+ * that ended (a trial that is queued, running or paused keeps every
+ * checkpoint; at the experiment's end the policy applies to all). Files are
+ * deleted before the registry marks them DELETED (with an event, in one
+ * transaction), and the plan only ever grows its deletions, so a run cut
+ * short by a crash is finished by the next one. Runs only when the trials'
+ * or the experiment's states changed since the last complete run (memo in
+ * c->gcmemo); a fresh controller runs it once per experiment. `trials` are
+ * the experiment's Trial objects, `cfg` its effective configuration, `state`
+ * the experiment's state name. 0 (also when off or nothing was due) or the
+ * first error, with the cause in err; the caller retries later. Blocks
+ * (store, storage). Thread-safe.
+ */
+int kd_ctrl_gc_experiment(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
+                          const json_t *trials, const char *state, char *err) KD_WUR;
+
+/** Forget the memo of GC runs (frees c->gcmemo). */
+void kd_ctrl_gc_forget(struct kd_ctrl *c);
+
+#endif

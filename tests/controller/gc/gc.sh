@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Checkpoint GC run by kdet-controller, and what it records when trials and
+# experiments end. A shell worker on the API saves real checkpoints
+# (dtrain ckpt upload to shared_fs) at 10, 20 and 30 batches with
+# validations at each (loss lr+0.5, lr, lr+0.05: the best is at 20, the
+# latest at 30), and registers them. Under Determined's default policy
+# (0/1/1) each trial keeps its best and its latest; with 1/0/0 only the
+# experiment's best is left, and a trial that is still running keeps all
+# of its checkpoints until it ends. Deletions are files first, then the
+# registry (DELETED plus one checkpoint_gc event each); a restarted
+# controller repeats GC without recording anything twice. Also: trial and
+# experiment states in the store, status.bestValidation, and a
+# spec.template naming no stored template is a configuration error.
+KD_SRC=${KD_SRC:-$(cd "$(dirname "$0")/../../.." && pwd)}
+. "$KD_SRC/e2e/controller/lib.sh"
+need_pg || exit 77
+trap 'stop_pg; finish; exit $?' EXIT
+start_pg || exit 1
+start_local 4 || exit 1
+start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
+check "API serving" wait_for 20 grep -q 'msg="API serving"' "$T/ctrl.log"
+
+cat >"$T/worker.sh" <<'W'
+H="Authorization: Bearer $KDET_TOKEN"
+B="$KDET_CONTROLLER_URL/api/v1/namespaces/$KDET_NAMESPACE/trials/$KDET_TRIAL_ID"
+lr=$(echo "$KDET_HPARAMS" | sed 's/.*"lr":\([0-9.]*\).*/\1/')
+done=0
+while :; do
+    op=$(curl -sf -H "$H" "$B/searcher/operation?completed=$done&timeout=10") || exit 1
+    case "$op" in
+    *'"stop"'*) exit 0 ;;
+    *validate_after*) ;;
+    *) continue ;;
+    esac
+    len=$(echo "$op" | sed 's/.*"length": *\([0-9]*\).*/\1/')
+    for step in $((len / 3)) $((2 * len / 3)) $len; do
+        case $step in
+        $((len / 3))) loss=$(awk "BEGIN { print $lr + 0.5 }") ;;
+        $len) loss=$(awk "BEGIN { print $lr + 0.05 }") ;;
+        *) loss=$lr ;;
+        esac
+        uuid=$KDET_TRIAL_ID-$step
+        mkdir -p "$OUTDIR/w/$uuid" && echo "$KDET_TRIAL_ID $step" >"$OUTDIR/w/$uuid/model.bin"
+        "$DTRAIN" ckpt upload "$OUTDIR/w/$uuid" --uuid "$uuid" --quiet >/dev/null 2>&1 || [ -f "$CKPT/$uuid/kdet-manifest.json" ] || exit 1
+        curl -sf -H "$H" -X POST -d "{\"uuid\":\"$uuid\",\"batches\":$step,\"storage_path\":\"$CKPT/$uuid\",\"size\":16}" \
+            "$B/checkpoints" >/dev/null || exit 1
+        curl -sf -H "$H" -X POST -d "{\"kind\":\"validation\",\"key\":\"v-$step\",\"rows\":[{\"batches\":$step,\"metrics\":{\"loss\":$loss}}]}" \
+            "$B/metrics" >/dev/null || exit 1
+    done
+    [ "${HOLD:-}" = "$KDET_TRIAL_ID" ] && while [ ! -f "$OUTDIR/release" ]; do sleep 0.2; done
+    done=$len
+done
+W
+
+# gc_exp NAME POLICY [HOLD]: a grid of three trials over shared_fs $T/ckpt-NAME.
+gc_exp() {
+    mkdir -p "$T/ckpt-$1"
+    experiment "$1" "  entrypoint: sh $T/worker.sh
+  environment:
+    environment_variables: [OUTDIR=$T, DTRAIN=$KD_BUILD/bin/dtrain, CKPT=$T/ckpt-$1, HOLD=${3:-}]
+  hyperparameters:
+    lr: {type: categorical, vals: [0.1, 0.2, 0.3]}
+  searcher: {name: grid, metric: loss, smaller_is_better: true, max_length: {batches: 30}}
+  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt-$1, $2}
+  max_restarts: 0
+  resources: {slots_per_trial: 1}"
+}
+ckpts() { psqlq "select string_agg(c.uuid, ' ' order by c.uuid) from checkpoints c join trials t on t.id = c.trial_id
+    join experiments x on x.id = t.experiment_id where x.name = '$1' and c.state = '$2'"; }
+on_disk() { (cd "$T/ckpt-$1" && ls -d */ 2>/dev/null | tr -d / | sort | tr '\n' ' ' | sed 's/ $//'); }
+gc_events() { psqlq "select count(*) from events e join experiments x on x.id = e.experiment_id
+    where x.name = '$1' and e.kind = 'checkpoint_gc' and e.decision = 'delete'"; }
+
+# Determined's default policy: each trial's best (20) and latest (30).
+gc_exp dflt "save_experiment_best: 0, save_trial_best: 1, save_trial_latest: 1"
+check "default-policy experiment COMPLETED" wait_for 90 exp_state_is dflt COMPLETED
+keep="dflt-1-20 dflt-1-30 dflt-2-20 dflt-2-30 dflt-3-20 dflt-3-30"
+check "registry: each trial's best and latest ACTIVE" wait_for 20 n_is "$keep" ckpts dflt ACTIVE
+check "registry: the others DELETED" test "$(ckpts dflt DELETED)" = "dflt-1-10 dflt-2-10 dflt-3-10"
+check "storage: exactly the kept checkpoints" test "$(on_disk dflt)" = "$keep"
+check "one checkpoint_gc event per deletion" test "$(gc_events dflt)" = 3
+check "trial states in the store" test "$(psqlq "select string_agg(t.state, ' ') from trials t join experiments x \
+    on x.id = t.experiment_id where x.name = 'dflt'")" = "COMPLETED COMPLETED COMPLETED"
+check "experiment state in the store, with its end time" test "$(psqlq "select state || ' ' || (ended_at is not null) \
+    from experiments where name = 'dflt'")" = "COMPLETED true"
+check "status.bestValidation: the best trial" test \
+    "$(field exp dflt '{.status.bestValidation.trial} {.status.bestValidation.metric} {.status.bestValidation.value} {.status.bestValidation.batches}')" = \
+    "dflt-1 loss 0.1 20"
+check "kubectl get exp shows the best value" eval "kubectl get exp dflt | grep -qE '[[:space:]]0\.1[[:space:]]'"
+
+# Only the experiment's best; dexp-3 is held after its last checkpoint: while it runs, GC (run as
+# the others end) leaves every checkpoint of it alone.
+gc_exp dexp "save_experiment_best: 1, save_trial_best: 0, save_trial_latest: 0" dexp-3
+check "two trials of three COMPLETED" wait_for 90 n_is 2 eval "kubectl get trial -l kdet.io/experiment=dexp \
+    -o 'jsonpath={range .items[*]}{.status.state}{\"\\n\"}{end}' | grep -c '^COMPLETED$'"
+check "GC of the ended trials: only the experiment's best of them left" wait_for 20 n_is \
+    "dexp-1-20 dexp-3-10 dexp-3-20 dexp-3-30" ckpts dexp ACTIVE
+check "the running trial's checkpoints all on disk" test "$(on_disk dexp)" = "dexp-1-20 dexp-3-10 dexp-3-20 dexp-3-30"
+touch "$T/release"
+check "experiment-best experiment COMPLETED" wait_for 60 exp_state_is dexp COMPLETED
+check "at the end only the experiment's best is left" wait_for 20 n_is "dexp-1-20" ckpts dexp ACTIVE
+check "storage: only the experiment's best" test "$(on_disk dexp)" = "dexp-1-20"
+check "one event per deletion" test "$(gc_events dexp)" = 8
+check "GC logged" grep -q 'msg="checkpoint GC" experiment=dexp' "$T/ctrl.log"
+
+# A restarted controller runs GC again over the ended experiments: nothing new to delete or record.
+stop_ctrl
+nlog=$(wc -l <"$T/ctrl.log")
+start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
+check "API serving after a restart" wait_for 20 n_is 2 grep -c 'msg="API serving"' "$T/ctrl.log"
+check "the restarted controller looked at the ended experiments" wait_for 20 eval \
+    "tail -n +$nlog '$T/ctrl.log' | grep -q 'msg=\"checkpoint GC\" experiment=dflt checkpoints=6 deleted=0'"
+check "no deletion recorded twice" test "$(gc_events dflt) $(gc_events dexp)" = "3 8"
+check "still exactly the kept checkpoints" test "$(ckpts dexp ACTIVE) / $(on_disk dflt)" = "dexp-1-20 / $keep"
+
+# spec.template naming no stored template: a configuration error quoting the name.
+experiment notmpl "  template: no-such-template
+  entrypoint: sh $T/worker.sh
+  searcher: {name: single, metric: loss, max_length: {batches: 30}}
+  resources: {slots_per_trial: 1}"
+check "missing template: experiment ERROR" wait_for 20 exp_state_is notmpl ERROR
+check "missing template: condition quotes the template" eval "field exp notmpl \
+    '{.status.conditions[?(@.type==\"Valid\")].message}' | grep -q 'template no-such-template not found'"
+check "missing template: reason TemplateNotFound" test \
+    "$(field exp notmpl '{.status.conditions[?(@.type=="Valid")].reason}')" = TemplateNotFound
+check "missing template: no trial" test "$(count_trials kdet.io/experiment=notmpl)" = 0
