@@ -184,7 +184,7 @@ int kd_agent_main(int argc, char **argv)
                                  .fake_gpus = fake_gpus,
                                  .api_port = server_port(cfg.server),
                                  .max_pods = max_pods,
-                                 .kubeconfig = kubeconfig,
+                                 .api_server = cfg.server,
                                  .client = kc,
                                  .kubelet_addr = addr,
                                  .kubelet_port = port,

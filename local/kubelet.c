@@ -50,6 +50,7 @@
 #define NODE_STATUS_PERIOD_MS 10000
 #define POLL_MS 500
 #define MAX_PATH_PART 253
+#define SA_MOUNT "/var/run/secrets/kubernetes.io/serviceaccount"
 
 extern char **environ;
 
@@ -95,6 +96,7 @@ struct kd_kubelet {
     char *node;
     char *state_dir;
     char *kubeconfig;
+    char *api_server; /* agent mode: for pods' service-account kubeconfig */
     int api_port;
     int ngpus;
     bool gpu_used[MAX_GPUS];
@@ -691,7 +693,10 @@ static char *volume_source(const struct podrt *p, const json_t *pod, const char 
 /*
  * Without a mount namespace, a volume appears at its mountPath as a
  * symlink: made when the path is free, replaced when it is a symlink into
- * kdet-local's own state dir.
+ * kdet-local's own state dir. The service-account token mount is the
+ * exception: its fixed path would be shared by every pod on the machine, so
+ * it is left where it is and the container finds it through KUBECONFIG
+ * (sa_kubeconfig).
  */
 static int mount_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *pod, const json_t *c,
                          char *err)
@@ -702,7 +707,7 @@ static int mount_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *po
     {
         const char *mp = jstr(m, "mountPath");
         const char *vn = jstr(m, "name");
-        if (mp == NULL || vn == NULL)
+        if (mp == NULL || vn == NULL || strcmp(mp, SA_MOUNT) == 0)
             continue;
         char *src = volume_source(p, pod, vn);
         if (src == NULL)
@@ -878,6 +883,54 @@ out:
     return out;
 }
 
+/*
+ * Agent mode: a kubeconfig in the pod's dir for a container that mounts a
+ * service-account token, naming the API server, the token file and its CA
+ * (the projected Secret's files). NULL when it mounts none. Caller frees.
+ */
+static char *sa_kubeconfig(const struct kd_kubelet *k, const struct podrt *p, const json_t *pod,
+                           const json_t *c)
+{
+    if (k->api_server == NULL)
+        return NULL;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(c, "volumeMounts"), i, m)
+    {
+        const char *mp = jstr(m, "mountPath");
+        const char *vn = jstr(m, "name");
+        if (mp == NULL || vn == NULL || strcmp(mp, SA_MOUNT) != 0)
+            continue;
+        char *src = volume_source(p, pod, vn);
+        if (src == NULL)
+            return NULL;
+        char *path = kd_xasprintf("%s/serviceaccount.kubeconfig", p->dir);
+        char *text =
+            kd_xasprintf("apiVersion: v1\n"
+                         "kind: Config\n"
+                         "clusters:\n"
+                         "- name: api\n"
+                         "  cluster: {server: \"%s\", certificate-authority: \"%s/ca.crt\"}\n"
+                         "users:\n"
+                         "- name: sa\n"
+                         "  user: {tokenFile: \"%s/token\"}\n"
+                         "contexts:\n"
+                         "- name: sa\n"
+                         "  context: {cluster: api, user: sa, namespace: \"%s\"}\n"
+                         "current-context: sa\n",
+                         k->api_server, src, src, p->ns);
+        int rc = write_file(path, text, strlen(text), 0600);
+        free(text);
+        free(src);
+        if (rc != 0) {
+            free(path);
+            return NULL;
+        }
+        return path;
+    }
+    return NULL;
+}
+
 /* Build the environment of container c (lock held). 0, or the reason in err. */
 static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, const json_t *c,
                      struct env *e, char *err)
@@ -894,9 +947,13 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
     env_set(e, "HOSTNAME", p->name);
     env_set(e, "KUBERNETES_SERVICE_HOST", "127.0.0.1");
     env_set(e, "KUBERNETES_SERVICE_PORT", port);
-    /* No service account token in a process: clients find the API through this instead. */
-    if (k->kubeconfig != NULL)
+    /* A process cannot see a token at the usual path: clients find the API through this. */
+    char *sakc = sa_kubeconfig(k, p, pod, c);
+    if (sakc != NULL)
+        env_set(e, "KUBECONFIG", sakc);
+    else if (k->kubeconfig != NULL)
         env_set(e, "KUBECONFIG", k->kubeconfig);
+    free(sakc);
     char gpus[MAX_GPUS * 4 + 1] = "";
     for (int i = 0; i < p->ngpus; i++) {
         size_t l = strlen(gpus);
@@ -1925,6 +1982,7 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
     k->node = kd_xstrdup(host);
     k->api_port = opts->api_port;
     k->kubeconfig = opts->kubeconfig != NULL ? realpath(opts->kubeconfig, NULL) : NULL;
+    k->api_server = opts->api_server != NULL ? kd_xstrdup(opts->api_server) : NULL;
     k->ngpus = opts->fake_gpus >= 0 ? opts->fake_gpus : count_gpus();
     if (k->ngpus > MAX_GPUS)
         k->ngpus = MAX_GPUS;
@@ -2035,6 +2093,7 @@ void kd_kubelet_stop(struct kd_kubelet *k)
     free(k->node);
     free(k->state_dir);
     free(k->kubeconfig);
+    free(k->api_server);
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->wake_cv);
     pthread_mutex_destroy(&k->wake_mu);

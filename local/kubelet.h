@@ -24,6 +24,12 @@ struct kd_kubelet_opts {
     int max_pods;           /* 0 means 110 */
     const char *kubeconfig; /* given to containers as KUBECONFIG when set (absolute path) */
     /*
+     * Agent mode: the API server's URL. A container that mounts a
+     * service-account token (at /var/run/secrets/kubernetes.io/serviceaccount)
+     * gets KUBECONFIG naming this server, the token and its ca.crt.
+     */
+    const char *api_server;
+    /*
      * Node agent mode when set (then st is NULL): the Node, its Lease, pod
      * status, deletions and events go to this API server (borrowed; it must
      * outlive the kubelet), which binds pods itself; the kubelet API

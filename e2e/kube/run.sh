@@ -1,15 +1,16 @@
 #!/bin/bash
 # Entry point of `make e2e-real`: the end-to-end suites against a real
 # upstream control plane. Builds it when the cache is empty (e2e/kube/build.sh),
-# starts it (up.sh), runs the suites with the admin kubeconfig, stops it
-# (down.sh, also on failure or Ctrl-C), prints `N passed, N failed` and exits
-# non-zero when anything failed.
+# starts it (up.sh) and, for the suites that run pods, kdet's process kubelet
+# as its node (kubelet.sh), runs the suites, stops everything (down.sh, also
+# on failure or Ctrl-C), prints `N passed, N failed` and exits non-zero when
+# anything failed.
 #
 # Usage: KD_SRC=TREE KD_BUILD=BUILD_DIR e2e/kube/run.sh [SUITE...]
-#   SUITE: api, conformance (default: api). conformance needs a node agent
-#   for its pod, log and Node checks; until kdet's process kubelet can
-#   register with a real API server those fail (after long waits).
-#   KD_BUILD        build dir holding bin/det (default: TREE/build)
+#   SUITE: conformance, api, controller (default: all three, in that order).
+#   KD_BUILD        build dir holding bin/det and bin/kdet-local, and for the
+#                   controller suite bin/kdet-controller, bin/kdet-launch and
+#                   bin/fashion-mnist-c (default: TREE/build)
 #   KDET_KUBE_DIR   use this already running control plane (from up.sh) and
 #                   leave it running
 #   KDET_KUBE_KEEP=1  keep the control plane's dir (logs, certs, etcd) after
@@ -25,14 +26,19 @@ KD_SRC="${KD_SRC:-$(cd "$here/../.." && pwd)}"
 KD_BUILD="${KD_BUILD:-$KD_SRC/build}"
 suite_timeout="${KDET_KUBE_SUITE_TIMEOUT:-900}"
 suites=("$@")
-((${#suites[@]})) || suites=(api)
+((${#suites[@]})) || suites=(conformance api controller)
+need_node=0
 for s in "${suites[@]}"; do
 	case "$s" in
-	api | conformance) ;;
-	*) kube_die "unknown suite $s (api, conformance)" ;;
+	api) ;;
+	conformance | controller) need_node=1 ;;
+	*) kube_die "unknown suite $s (conformance, api, controller)" ;;
 	esac
 done
 [[ -x "$KD_BUILD/bin/det" ]] || kube_log "warning: $KD_BUILD/bin/det missing; the det checks will fail (make $KD_BUILD/bin/det)"
+if ((need_node)) && [[ ! -x "$KD_BUILD/bin/kdet-local" ]]; then
+	kube_die "$KD_BUILD/bin/kdet-local missing: the process kubelet runs the pods (make $KD_BUILD/bin/kdet-local)"
+fi
 
 t0=$(date +%s)
 if ! kube_cached; then
@@ -44,8 +50,14 @@ t_build=$(($(date +%s) - t0))
 own_cluster=0
 dir="${KDET_KUBE_DIR:-}"
 failed_run=0
+suite_pid="" tail_pid=""
 finish() {
 	local rc=$?
+	if [[ -n "$suite_pid" ]]; then
+		kill -TERM "$suite_pid" 2>/dev/null || true
+		wait "$suite_pid" 2>/dev/null || true
+	fi
+	[[ -z "$tail_pid" ]] || kill "$tail_pid" 2>/dev/null || true
 	if ((own_cluster)) && [[ -n "$dir" && -d "$dir" ]]; then
 		if ((rc != 0 || failed_run)) && [[ -d "$dir/logs" ]]; then
 			local keep
@@ -67,6 +79,10 @@ if [[ -z "$dir" ]]; then
 	kube_log "control plane up in $(($(date +%s) - t1)) s"
 fi
 [[ -f "$dir/env" ]] || kube_die "$dir/env missing (not an up.sh dir?)"
+if ((need_node)); then
+	# Its pid goes into $dir/pids: down.sh stops it (and so its pods) first.
+	"$here/kubelet.sh" "$dir" "$KD_BUILD/bin/kdet-local"
+fi
 set -a
 # shellcheck disable=SC1091
 source "$dir/env"
@@ -79,8 +95,17 @@ run_suite() {
 	kube_log "suite $name..."
 	local s0
 	s0=$(date +%s)
+	# In the background, so that a signal to this script interrupts `wait`
+	# at once and finish() stops the suite (timeout passes the TERM on).
 	KD_SRC="$KD_SRC" KD_BUILD="$KD_BUILD" KD_DET="$KD_BUILD/bin/det" \
-		timeout "$suite_timeout" "$@" 2>&1 | tee "$log" || rc=$?
+		timeout -k 30 "$suite_timeout" "$@" >"$log" 2>&1 </dev/null &
+	suite_pid=$!
+	tail -n +1 -f --pid="$suite_pid" "$log" &
+	tail_pid=$!
+	wait "$suite_pid" || rc=$?
+	suite_pid=""
+	wait "$tail_pid" || true
+	tail_pid=""
 	line="$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n1 || true)"
 	if [[ -n "$line" ]]; then
 		p=${line%% passed*}
@@ -102,7 +127,8 @@ for s in "${suites[@]}"; do
 	case "$s" in
 	conformance) run_suite conformance env -u KD_LOCAL_BIN "$KD_SRC/e2e/conformance/run.sh" ;;
 	api) run_suite api "$here/api.sh" ;;
-	*) kube_die "unknown suite $s (conformance, api)" ;;
+	controller) run_suite controller "$here/controller.sh" ;;
+	*) kube_die "unknown suite $s (conformance, api, controller)" ;;
 	esac
 done
 

@@ -188,6 +188,10 @@ start etcd etcd --name kdet-e2e --data-dir "$dir/etcd" \
 wait_until etcd "etcd health" env ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$etcd_port" endpoint health
 
 # --- kube-apiserver ---------------------------------------------------------
+# kubectl logs goes API server -> kubelet API (Node.status.addresses InternalIP,
+# daemonEndpoints port). Without --kubelet-certificate-authority, 1.20 does not
+# verify the kubelet's serving certificate (the process kubelet's is
+# self-signed); it authenticates itself with the client certificate below.
 kube_log "starting kube-apiserver on $server..."
 start kube-apiserver "$bin/kube-apiserver" \
 	--advertise-address=127.0.0.1 --bind-address=127.0.0.1 --secure-port="$api_port" \
@@ -205,7 +209,7 @@ start kube-apiserver "$bin/kube-apiserver" \
 	--endpoint-reconciler-type=none \
 	--kubelet-client-certificate="$pki/kubelet-client.crt" \
 	--kubelet-client-key="$pki/kubelet-client.key" \
-	--kubelet-preferred-address-types=InternalIP,Hostname \
+	--kubelet-preferred-address-types=InternalIP \
 	--allow-privileged=true \
 	--watch-cache-sizes=podtemplates#0 \
 	--profiling=false

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# A full experiment run by kdet-controller on the real control plane: the
+# controller authenticates as the kdet-controller service account with
+# exactly manifests/rbac.yaml bound (least privilege, checked by the API
+# server's RBAC), stores into a private PostgreSQL and serves the worker API;
+# kube-scheduler binds the trial pods to kdet's process kubelet (node
+# kdet-node, fake GPUs, e2e/kube/kubelet.sh), which runs fashion-mnist-c;
+# the workers report metrics; the experiment COMPLETES; deleting it removes
+# its trials and pods through the real garbage collector.
+#
+# Usage (from e2e/kube/run.sh, with an up.sh dir's env loaded and the
+# process kubelet running): KD_SRC=TREE KD_BUILD=BUILD e2e/kube/controller.sh
+# Needs BUILD/bin/{kdet-controller,kdet-launch,fashion-mnist-c} and the
+# PostgreSQL server binaries. Prints `N passed, N failed`.
+set -u
+# shellcheck disable=SC2016 # eval bodies expand when checked, not here
+: "${KUBECONFIG:?the admin kubeconfig of an e2e/kube/up.sh dir}"
+: "${KDET_KUBE_CONTROLLER_KUBECONFIG:?from an e2e/kube/up.sh dir}"
+ADMIN_KUBECONFIG=$KUBECONFIG
+# shellcheck source=e2e/controller/lib.sh
+. "$(dirname "$0")/../controller/lib.sh"
+NS=kdctl-$$
+NODE=kdet-node
+
+cleanup_ns() {
+    KUBECONFIG=$ADMIN_KUBECONFIG kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
+}
+trap 'stop_pg; cleanup_ns; finish; exit $?' EXIT
+for p in kdet-controller kdet-launch fashion-mnist-c; do
+    [ -x "$KD_BUILD/bin/$p" ] || { bad "$KD_BUILD/bin/$p missing (make O=BUILD BUILD/bin/$p)"; exit 1; }
+done
+need_pg || { PASSED=0 FAILED=1; echo "FAIL - no PostgreSQL server binaries"; exit 1; }
+
+# kubectl here: admin, in the experiment's namespace. The controller: its own identity.
+cp "$ADMIN_KUBECONFIG" "$T/kubeconfig"
+kubectl config set-context --current --namespace="$NS" >/dev/null
+cp "$KDET_KUBE_CONTROLLER_KUBECONFIG" "$T/controller.kubeconfig"
+CTRL_KC=$T/controller.kubeconfig
+as_ctrl() { kubectl --kubeconfig "$CTRL_KC" "$@"; }
+
+check "node $NODE is Ready" test "$(kubectl get node "$NODE" \
+    -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True
+check "CRDs, priority classes, namespace kdet and manifests/rbac.yaml applied" kubectl apply \
+    -f "$KD_SRC/crds/" -f "$KD_SRC/manifests/priorityclasses.yaml" \
+    -f "$KD_SRC/manifests/namespace.yaml" -f "$KD_SRC/manifests/rbac.yaml" >/dev/null
+check "namespace $NS created" eval 'kubectl create ns "$NS" >/dev/null'
+wait_for 30 kubectl get crd experiments.kdet.io trials.kdet.io
+wait_for 30 kubectl get exp
+
+# Least privilege: what the service account may and may not do, as the API server sees it.
+can() { [ "$(as_ctrl auth can-i "$@" 2>/dev/null)" = yes ]; }
+check "rbac: the controller may create pods in $NS" can create pods -n "$NS"
+check "rbac: the controller may patch trials/status" can patch trials.kdet.io --subresource=status -n "$NS"
+check "rbac: the controller may not delete experiments" eval '! can delete experiments.kdet.io -n "$NS"'
+check "rbac: the controller may not update pods" eval '! can update pods -n "$NS"'
+check "rbac: the controller may not list secrets" eval '! can list secrets -n "$NS"'
+check "rbac: the controller may not create leases outside kdet" eval '! can create leases.coordination.k8s.io -n "$NS"'
+out=$(as_ctrl -n "$NS" delete exp nope 2>&1)
+check "rbac: a forbidden request is 403 for the service account" eval \
+    'case "$out" in *Forbidden*system:serviceaccount:kdet:kdet-controller*) true ;; *) false ;; esac'
+
+start_pg || exit 1
+mkdir -p "$T/ckpt"
+"$KD_BUILD/bin/kdet-controller" --kubeconfig "$CTRL_KC" --namespace "$NS" --workers 2 --resync 5 \
+    --database-url "$PG_URL" --api-listen 127.0.0.1:0 --leader-elect on --lease-namespace kdet \
+    >>"$T/ctrl.log" 2>&1 &
+CTRL_PID=$!
+check "controller: leader election on a Lease in kdet" wait_for 30 grep -q 'msg="became leader"' "$T/ctrl.log"
+check "controller: API serving" wait_for 30 grep -q 'msg="API serving"' "$T/ctrl.log"
+
+experiment fmnist "  entrypoint: fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet
+  environment:
+    environment_variables: [OPENBLAS_NUM_THREADS=1, DTRAIN_TIMEOUT=60, TMPDIR=$T]
+  hyperparameters:
+    global_batch_size: 32
+    hidden_units: 32
+    momentum: 0.9
+    learning_rate: {type: double, minval: 0.01, maxval: 0.1}
+  searcher: {name: random, metric: validation_loss, smaller_is_better: true, max_trials: 2,
+             max_concurrent_trials: 2, max_length: {batches: 40}}
+  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt}
+  max_restarts: 0
+  resources: {slots_per_trial: 1}"
+log "experiment fmnist created in $NS"
+wait_for 300 eval 'exp_state_is fmnist COMPLETED || exp_state_is fmnist ERROR'
+check "experiment COMPLETED" exp_state_is fmnist COMPLETED
+check "2 trials, both COMPLETED" test "$(kubectl get trial -l kdet.io/experiment=fmnist \
+    -o 'jsonpath={range .items[*]}{.status.state}{"\n"}{end}' | grep -c '^COMPLETED$')" = 2
+check "trial pods created by the controller" test "$(grep -c 'msg="trial pods created".*trial=fmnist-' "$T/ctrl.log")" -ge 2
+sched=$(kubectl get events --field-selector reason=Scheduled \
+    -o 'jsonpath={range .items[*]}{.involvedObject.name} {.message}{"\n"}{end}' 2>/dev/null | grep '^fmnist-')
+echo "# scheduled: $(echo "$sched" | head -4 | tr '\n' ';')"
+check "kube-scheduler bound the trial pods to $NODE" test "$(echo "$sched" | grep -c "to $NODE")" -ge 2
+check "the process kubelet reported them Started" test "$(kubectl get events --field-selector reason=Started \
+    -o 'jsonpath={range .items[*]}{.involvedObject.name}{"\n"}{end}' 2>/dev/null | grep -c '^fmnist-')" -ge 2
+check "validation metrics stored for both trials" test \
+    "$(psqlq "select count(distinct trial_id) from metrics where kind='validation' and metrics ? 'validation_loss'")" = 2
+check "latestValidation at 40 batches" test "$(field trial fmnist-1 '{.status.latestValidation.batches}')" = 40
+check "a checkpoint was registered" test "$(psqlq "select count(*) from checkpoints")" -ge 1
+check "no trial pod still running" wait_for 30 eval 'test "$(live_pods kdet.io/experiment=fmnist)" = 0'
+
+npods=$(count_pods kdet.io/experiment=fmnist)
+ntoken=$(kubectl get secret -o name 2>/dev/null | grep -c 'fmnist-.*token')
+log "before delete: $npods pods, $ntoken token secrets"
+kubectl delete exp fmnist --wait=false >/dev/null 2>&1
+check "deleting the experiment removes its trials (garbage collector)" wait_for 60 n_is 0 count_trials kdet.io/experiment=fmnist
+check "... and their pods" wait_for 60 no_pods kdet.io/experiment=fmnist
+check "... and the trials' token Secrets" wait_for 60 eval \
+    'test "$(kubectl get secret -o name 2>/dev/null | grep -c "fmnist-.*token")" = 0'
+
+# A running trial: its logs through the API server and the kubelet API, then
+# an experiment deleted while its pod runs: the garbage collector removes the
+# trial and the pod, and the kubelet stops the process.
+experiment sleeper "  entrypoint: sh -c 'echo sleeper-up; sleep 600; echo $NS-sleeper-done'
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  max_restarts: 0
+  resources: {slots_per_trial: 2}"
+check "a 2-GPU trial pod runs on $NODE" wait_for 60 eval \
+    'test "$(running_pods kdet.io/experiment=sleeper)" = 1'
+pod=$(kubectl get pods -l kdet.io/experiment=sleeper -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null)
+check "its nodeName is $NODE" test "$(field pod "$pod" '{.spec.nodeName}')" = "$NODE"
+check "kubectl logs of the trial pod" wait_for 30 eval 'kubectl logs "$pod" 2>/dev/null | grep -q sleeper-up'
+check "the pod owns a service-account token volume (admission)" eval \
+    'kubectl get pod "$pod" -o jsonpath="{.spec.containers[0].volumeMounts[*].mountPath}" | grep -q /var/run/secrets/kubernetes.io/serviceaccount'
+check "its process runs on this machine" pgrep -f "$NS-sleeper-done"
+kubectl delete exp sleeper --wait=false >/dev/null 2>&1
+check "deleting a running experiment removes its trial" wait_for 60 n_is 0 count_trials kdet.io/experiment=sleeper
+check "... and its running pod" wait_for 60 no_pods kdet.io/experiment=sleeper
+check "... and the kubelet stopped its process" wait_for 30 eval '! pgrep -f "$NS-sleeper-done" >/dev/null'
+stop_ctrl
