@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016,SC2034 # eval bodies expand when check runs them
 # A full experiment run by kdet-controller on the real control plane: the
 # controller authenticates as the kdet-controller service account with
 # exactly manifests/rbac.yaml bound (least privilege, checked by the API
@@ -13,7 +14,6 @@
 # Needs BUILD/bin/{kdet-controller,kdet-launch,fashion-mnist-c} and the
 # PostgreSQL server binaries. Prints `N passed, N failed`.
 set -u
-# shellcheck disable=SC2016 # eval bodies expand when checked, not here
 : "${KUBECONFIG:?the admin kubeconfig of an e2e/kube/up.sh dir}"
 : "${KDET_KUBE_CONTROLLER_KUBECONFIG:?from an e2e/kube/up.sh dir}"
 ADMIN_KUBECONFIG=$KUBECONFIG
