@@ -406,25 +406,11 @@ out:
 
 int det_cmd_checkpoint(int argc, char **argv)
 {
-    static const char *const verbs[] = {"list", "describe", "download", NULL};
-    int rc = DET_EXIT_USAGE;
-    if (argc < 2) {
-        fputs(ckpt_usage, stderr);
-        goto out;
-    }
-    const char *verb = argv[1];
-    if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0 || strcmp(verb, "help") == 0) {
-        fputs(ckpt_usage, stdout);
-        rc = DET_EXIT_OK;
-    } else if (strcmp(verb, "list") == 0 || strcmp(verb, "ls") == 0) {
-        rc = cmd_list(argc - 1, argv + 1);
-    } else if (strcmp(verb, "describe") == 0) {
-        rc = cmd_describe(argc - 1, argv + 1);
-    } else if (strcmp(verb, "download") == 0) {
-        rc = cmd_download(argc - 1, argv + 1);
-    } else {
-        det_usage_suggest("checkpoint verb", verb, verbs, "det checkpoint");
-    }
-out:
-    return rc;
+    static const struct det_sub subs[] = {
+        {"list", "ls", cmd_list},
+        {"describe", NULL, cmd_describe},
+        {"download", NULL, cmd_download},
+        {NULL, NULL, NULL},
+    };
+    return det_dispatch(argc, argv, subs, ckpt_usage, "det checkpoint");
 }

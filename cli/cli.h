@@ -169,6 +169,22 @@ struct det_verb {
 int det_verb_begin(struct det_verb *v, int argc, char **argv, const struct det_verb_spec *s);
 void det_verb_end(struct det_verb *v);
 
+/** One verb of a noun: its name, an optional short alias, its handler (argv[0] is the verb). */
+struct det_sub {
+    const char *name, *alias;
+    int (*run)(int argc, char **argv);
+};
+#define DET_MAX_SUBS 24
+
+/**
+ * Run the verb argv[1] of `noun` ("det trial") from subs (ended by a NULL
+ * name): no verb prints usage to stderr (exit 2), --help/-h/help prints it
+ * to stdout (exit 0), an unknown verb gets a "did you mean". Returns the
+ * exit code.
+ */
+int det_dispatch(int argc, char **argv, const struct det_sub *subs, const char *usage,
+                 const char *noun);
+
 /* ---- the controller's HTTP API ------------------------------------------ */
 
 /** det's connection to kdet-controller's user API (docs/cli.md: how det finds it). */
@@ -207,8 +223,10 @@ void det_deploy_default_dir(char *buf, size_t len);
 
 /** `det experiment ...`: argv[0] is "experiment". Returns an exit code. */
 int det_cmd_experiment(int argc, char **argv);
-/** The experiment verbs that work on existing experiments (list, describe, ...). */
-int det_cmd_experiment_verb(const char *verb, int argc, char **argv, bool *handled);
+/** `det experiment create` (experiment.c); argv[0] is "create". */
+int det_exp_create(int argc, char **argv);
+/** `det experiment --help`. */
+extern const char det_exp_usage[];
 /**
  * Watch experiment `name` in k->ns until it ends, printing a progress line
  * on stderr at each change; timeout_ms 0 waits for ever. Returns

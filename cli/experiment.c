@@ -32,7 +32,7 @@
 /* Printed YAML: a context up to 1 MiB in base64 plus the config. */
 #define OUT_MAX (8u << 20)
 
-static const char exp_usage[] =
+const char det_exp_usage[] =
     "usage: det experiment VERB ...\n"
     "\n"
     "verbs:\n"
@@ -368,7 +368,7 @@ out:
     return rc;
 }
 
-static int cmd_create(int argc, char **argv)
+int det_exp_create(int argc, char **argv)
 {
     static const char *const flags[] = {"--template",   "--dry-run", "--follow", "--namespace",
                                         "--kubeconfig", "--context", NULL};
@@ -526,33 +526,5 @@ out:
     json_decref(unknown);
     kd_context_free(&ctx);
     kd_buf_free(&out);
-    return rc;
-}
-
-int det_cmd_experiment(int argc, char **argv)
-{
-    static const char *const verbs[] = {"create", "list", "describe", "pause",     "activate",
-                                        "cancel", "kill", "archive",  "unarchive", "delete",
-                                        "wait",   "set",  NULL};
-    int rc = DET_EXIT_USAGE;
-    bool handled = false;
-    if (argc < 2) {
-        fputs(exp_usage, stderr);
-        goto out;
-    }
-    const char *verb = argv[1];
-    if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0 || strcmp(verb, "help") == 0) {
-        fputs(exp_usage, stdout);
-        rc = DET_EXIT_OK;
-    } else if (strcmp(verb, "create") == 0) {
-        rc = cmd_create(argc - 1, argv + 1);
-    } else {
-        rc = det_cmd_experiment_verb(verb, argc - 1, argv + 1, &handled);
-        if (!handled) {
-            det_usage_suggest("experiment verb", verb, verbs, "det experiment");
-            rc = DET_EXIT_USAGE;
-        }
-    }
-out:
     return rc;
 }

@@ -141,25 +141,25 @@ static int cmd_list(int argc, char **argv)
 {
     static const char *const flags[] = {"--all", "--output", KUBE_FLAGS, NULL};
     static const char *const pos[] = {NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
+    static const struct det_verb_spec spec = {.cmd = "det experiment list",
+                                              .usage = list_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 0,
+                                              .format = true,
+                                              .kube = true};
+    struct det_verb v = {0};
     struct kd_k8s_status st = {0};
     json_t *list = NULL, *items = NULL, *shown = json_array();
     struct det_table *t = NULL;
-    enum det_format fmt;
     char err[KD_ERRLEN] = "";
-    int rc, r;
-    r = det_parse_args(argc, argv, flags, pos, 0, list_usage, "det experiment list", &a);
-    if (r != 0 || det_format_parse(a.output, &fmt) != 0) {
-        rc = r == 0 ? DET_EXIT_USAGE : det_args_exit(r);
+    int rc = det_verb_begin(&v, argc, argv, &spec), r;
+    if (rc >= 0)
         goto out;
-    }
-    rc = det_kube_open(&a, &k);
-    if (rc != 0)
-        goto out;
-    r = kd_k8s_list_all(k.c, &exp_gvr, k.ns, NULL, &list, &st, err);
+    rc = DET_EXIT_OK;
+    r = kd_k8s_list_all(v.k.c, &exp_gvr, v.k.ns, NULL, &list, &st, err);
     if (r != 0) {
-        rc = det_kube_fail(&k, r, &st, err, "list", &exp_gvr, "experiment", NULL);
+        rc = det_kube_fail(&v.k, r, &st, err, "list", &exp_gvr, "experiment", NULL);
         goto out;
     }
     items = sorted(json_object_get(list, "items"));
@@ -167,20 +167,20 @@ static int cmd_list(int argc, char **argv)
     json_t *e;
     json_array_foreach(items, i, e)
     {
-        if (!a.all && json_is_true(det_get(e, "spec.archived")))
+        if (!v.a.all && json_is_true(det_get(e, "spec.archived")))
             continue;
         json_array_append(shown, e);
     }
-    if (fmt != DET_FMT_TABLE) {
+    if (v.fmt != DET_FMT_TABLE) {
         json_t *l =
             json_pack("{s:s, s:s, s:O}", "apiVersion", "v1", "kind", "List", "items", shown);
-        rc = det_print_obj(l, fmt);
+        rc = det_print_obj(l, v.fmt);
         json_decref(l);
         goto out;
     }
     if (json_array_size(shown) == 0) {
-        fprintf(stderr, "det: no experiments in namespace \"%s\"%s\n", k.ns,
-                a.all ? "" : " (archived ones are listed with --all)");
+        fprintf(stderr, "det: no experiments in namespace \"%s\"%s\n", v.k.ns,
+                v.a.all ? "" : " (archived ones are listed with --all)");
         goto out;
     }
     t = det_table_new((const char *const[]){"ID", "NAME", "STATE", "PROGRESS", "TRIALS", "BEST",
@@ -210,7 +210,7 @@ out:
     json_decref(items);
     json_decref(shown);
     kd_k8s_status_free(&st);
-    det_kube_close(&k);
+    det_verb_end(&v);
     return rc;
 }
 
@@ -373,38 +373,34 @@ static int cmd_describe(int argc, char **argv)
 {
     static const char *const flags[] = {"--output", KUBE_FLAGS, NULL};
     static const char *const pos[] = {"ID", NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
-    json_t *e = NULL, *trials = NULL;
-    char *name = NULL;
-    enum det_format fmt;
-    int rc, r;
-    r = det_parse_args(argc, argv, flags, pos, 1, describe_usage, "det experiment describe", &a);
-    if (r != 0 || det_format_parse(a.output, &fmt) != 0) {
-        rc = r == 0 ? DET_EXIT_USAGE : det_args_exit(r);
+    static const struct det_verb_spec spec = {.cmd = "det experiment describe",
+                                              .usage = describe_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .format = true,
+                                              .kube = true,
+                                              .gvr = &exp_gvr,
+                                              .what = "experiment",
+                                              .obj = true};
+    struct det_verb v = {0};
+    json_t *trials = NULL;
+    int rc = det_verb_begin(&v, argc, argv, &spec);
+    if (rc >= 0)
         goto out;
-    }
-    rc = det_kube_open(&a, &k);
+    rc = exp_trials(&v.k, v.name, &trials);
     if (rc != 0)
         goto out;
-    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, &e);
-    if (rc != 0)
-        goto out;
-    rc = exp_trials(&k, name, &trials);
-    if (rc != 0)
-        goto out;
-    if (fmt != DET_FMT_TABLE) {
-        json_t *both = json_pack("{s:O, s:O}", "experiment", e, "trials", trials);
-        rc = det_print_obj(both, fmt);
+    if (v.fmt != DET_FMT_TABLE) {
+        json_t *both = json_pack("{s:O, s:O}", "experiment", v.obj, "trials", trials);
+        rc = det_print_obj(both, v.fmt);
         json_decref(both);
     } else {
-        describe_print(e, trials);
+        describe_print(v.obj, trials);
     }
 out:
-    free(name);
-    json_decref(e);
     json_decref(trials);
-    det_kube_close(&k);
+    det_verb_end(&v);
     return rc;
 }
 
@@ -452,29 +448,35 @@ out:
     return n;
 }
 
-static int cmd_patch(const char *verb, int argc, char **argv)
+/* pause, activate, cancel, kill, archive, unarchive: argv[0] is the verb. */
+static int cmd_patch(int argc, char **argv)
 {
     static const char *const flags[] = {KUBE_FLAGS, NULL};
     static const char *const pos[] = {"ID", NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
-    struct kd_k8s_status st = {0};
-    json_t *e = NULL, *patch = NULL, *res = NULL;
-    char *name = NULL, cmd[64], err[KD_ERRLEN] = "", now[32];
-    const char *what;
-    int rc, r;
+    const char *verb = argv[0];
+    char cmd[64];
     snprintf(cmd, sizeof(cmd), "det experiment %s", verb);
-    r = det_parse_args(argc, argv, flags, pos, 1, patch_usage, cmd, &a);
-    if (r != 0) {
-        rc = det_args_exit(r);
+    const struct det_verb_spec spec = {.cmd = cmd,
+                                       .usage = patch_usage,
+                                       .flags = flags,
+                                       .pos = pos,
+                                       .minpos = 1,
+                                       .kube = true,
+                                       .gvr = &exp_gvr,
+                                       .what = "experiment",
+                                       .obj = true};
+    struct det_verb v = {0};
+    struct det_kube *k = &v.k;
+    struct kd_k8s_status st = {0};
+    json_t *patch = NULL, *res = NULL;
+    char err[KD_ERRLEN] = "", now[32];
+    const char *what;
+    int rc = det_verb_begin(&v, argc, argv, &spec), r;
+    if (rc >= 0)
         goto out;
-    }
-    rc = det_kube_open(&a, &k);
-    if (rc != 0)
-        goto out;
-    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, &e);
-    if (rc != 0)
-        goto out;
+    rc = DET_EXIT_OK;
+    const json_t *e = v.obj;
+    const char *name = v.name;
     const char *state = det_get_str(e, "status.state", "");
     bool canceled = json_is_true(det_get(e, "spec.canceled"));
     if ((strcmp(verb, "pause") == 0 || strcmp(verb, "activate") == 0) &&
@@ -508,26 +510,24 @@ static int cmd_patch(const char *verb, int argc, char **argv)
     }
     if (patch == NULL)
         kd_oom(256);
-    r = kd_k8s_patch(k.c, &exp_gvr, k.ns, name, NULL, KD_K8S_PATCH_MERGE, patch, &res, &st, err);
+    r = kd_k8s_patch(k->c, &exp_gvr, k->ns, name, NULL, KD_K8S_PATCH_MERGE, patch, &res, &st, err);
     if (r != 0) {
-        rc = det_kube_fail(&k, r, &st, err, "patch", &exp_gvr, "experiment", name);
+        rc = det_kube_fail(k, r, &st, err, "patch", &exp_gvr, "experiment", name);
         goto out;
     }
     printf("experiment %s %s\n", name, what);
     if (strcmp(verb, "kill") == 0) {
-        int n = kill_pods(&k, name);
+        int n = kill_pods(k, name);
         printf("deleted %d trial pod%s with grace period 0\n", n, n == 1 ? "" : "s");
     }
     if (strcmp(verb, "archive") == 0 && !terminal(state))
         fprintf(stderr, "det: note: archiving takes effect in a terminal state; %s is %s\n", name,
                 state[0] ? state : "not started by kdet-controller yet");
 out:
-    free(name);
-    json_decref(e);
     json_decref(patch);
     json_decref(res);
     kd_k8s_status_free(&st);
-    det_kube_close(&k);
+    det_verb_end(&v);
     return rc;
 }
 
@@ -535,26 +535,29 @@ static int cmd_delete(int argc, char **argv)
 {
     static const char *const flags[] = {"--yes", KUBE_FLAGS, NULL};
     static const char *const pos[] = {"ID", NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
+    static const struct det_verb_spec spec = {.cmd = "det experiment delete",
+                                              .usage = delete_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .format = false,
+                                              .kube = true,
+                                              .gvr = &exp_gvr,
+                                              .what = "experiment",
+                                              .obj = true};
+    struct det_verb v = {0};
+    struct det_kube *k = &v.k;
     struct kd_k8s_status st = {0};
     struct kd_k8s_delete_opts del = {.propagation_policy = "Background"};
     static const struct kd_k8s_gvr cm_gvr = KD_K8S_CONFIGMAPS;
-    json_t *e = NULL;
-    char *name = NULL, err[KD_ERRLEN] = "";
-    int rc, r;
-    r = det_parse_args(argc, argv, flags, pos, 1, delete_usage, "det experiment delete", &a);
-    if (r != 0) {
-        rc = det_args_exit(r);
+    char err[KD_ERRLEN] = "";
+    int rc = det_verb_begin(&v, argc, argv, &spec), r;
+    if (rc >= 0)
         goto out;
-    }
-    rc = det_kube_open(&a, &k);
-    if (rc != 0)
-        goto out;
-    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, &e);
-    if (rc != 0)
-        goto out;
-    if (!a.yes) {
+    rc = DET_EXIT_OK;
+    const json_t *e = v.obj;
+    const char *name = v.name;
+    if (!v.a.yes) {
         char line[16] = "";
         if (!isatty(0)) {
             det_err("refusing to delete experiment %s without confirmation: stdin is not a "
@@ -571,23 +574,21 @@ static int cmd_delete(int argc, char **argv)
             goto out;
         }
     }
-    r = kd_k8s_delete(k.c, &exp_gvr, k.ns, name, &del, NULL, &st, err);
+    r = kd_k8s_delete(k->c, &exp_gvr, k->ns, name, &del, NULL, &st, err);
     if (r != 0) {
-        rc = det_kube_fail(&k, r, &st, err, "delete", &exp_gvr, "experiment", name);
+        rc = det_kube_fail(k, r, &st, err, "delete", &exp_gvr, "experiment", name);
         goto out;
     }
     const char *cm = det_get_str(e, "spec.context.configMap", NULL);
     if (cm != NULL) {
-        r = kd_k8s_delete(k.c, &cm_gvr, k.ns, cm, NULL, NULL, &st, err);
+        r = kd_k8s_delete(k->c, &cm_gvr, k->ns, cm, NULL, NULL, &st, err);
         if (r != 0 && r != KD_ENOTFOUND)
             det_err("warning: the context ConfigMap %s was not deleted: %s", cm, err);
     }
     printf("experiment %s deleted (its trials and pods are removed by garbage collection)\n", name);
 out:
-    free(name);
-    json_decref(e);
     kd_k8s_status_free(&st);
-    det_kube_close(&k);
+    det_verb_end(&v);
     return rc;
 }
 
@@ -741,53 +742,45 @@ static int cmd_wait(int argc, char **argv)
 {
     static const char *const flags[] = {"--timeout", KUBE_FLAGS, NULL};
     static const char *const pos[] = {"ID", NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
-    char *name = NULL;
+    static const struct det_verb_spec spec = {
+        .cmd = "det experiment wait", .usage = wait_usage, .flags = flags, .pos = pos, .minpos = 1};
+    struct det_verb v = {0};
     int64_t timeout_ms = 0;
-    int rc, r;
-    r = det_parse_args(argc, argv, flags, pos, 1, wait_usage, "det experiment wait", &a);
-    if (r != 0) {
-        rc = det_args_exit(r);
+    int rc = det_verb_begin(&v, argc, argv, &spec);
+    if (rc >= 0)
         goto out;
-    }
-    if (a.timeout && (det_parse_duration(a.timeout, &timeout_ms) != 0 || timeout_ms == 0)) {
-        det_err("--timeout %s: expected a duration such as 90s, 15m or 2h", a.timeout);
+    /* the timeout is checked before the cluster is asked */
+    if (v.a.timeout && (det_parse_duration(v.a.timeout, &timeout_ms) != 0 || timeout_ms == 0)) {
+        det_err("--timeout %s: expected a duration such as 90s, 15m or 2h", v.a.timeout);
         rc = DET_EXIT_USAGE;
         goto out;
     }
-    rc = det_kube_open(&a, &k);
-    if (rc != 0)
-        goto out;
-    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, NULL);
-    if (rc != 0)
-        goto out;
-    rc = det_exp_wait(&k, name, timeout_ms);
+    rc = det_kube_open(&v.a, &v.k);
+    if (rc == 0)
+        rc = det_resolve(&v.k, &exp_gvr, "experiment", v.a.pos[0], &v.name, NULL);
+    if (rc == 0)
+        rc = det_exp_wait(&v.k, v.name, timeout_ms);
 out:
-    free(name);
-    det_kube_close(&k);
+    det_verb_end(&v);
     return rc;
 }
 
-int det_cmd_experiment_verb(const char *verb, int argc, char **argv, bool *handled)
+int det_cmd_experiment(int argc, char **argv)
 {
-    int rc = DET_EXIT_USAGE;
-    *handled = true;
-    if (strcmp(verb, "list") == 0 || strcmp(verb, "ls") == 0)
-        rc = cmd_list(argc, argv);
-    else if (strcmp(verb, "describe") == 0)
-        rc = cmd_describe(argc, argv);
-    else if (strcmp(verb, "pause") == 0 || strcmp(verb, "activate") == 0 ||
-             strcmp(verb, "cancel") == 0 || strcmp(verb, "kill") == 0 ||
-             strcmp(verb, "archive") == 0 || strcmp(verb, "unarchive") == 0)
-        rc = cmd_patch(verb, argc, argv);
-    else if (strcmp(verb, "delete") == 0)
-        rc = cmd_delete(argc, argv);
-    else if (strcmp(verb, "wait") == 0)
-        rc = cmd_wait(argc, argv);
-    else if (strcmp(verb, "set") == 0)
-        rc = det_exp_set(argc, argv);
-    else
-        *handled = false;
-    return rc;
+    static const struct det_sub subs[] = {
+        {"create", NULL, det_exp_create},
+        {"list", "ls", cmd_list},
+        {"describe", NULL, cmd_describe},
+        {"pause", NULL, cmd_patch},
+        {"activate", NULL, cmd_patch},
+        {"cancel", NULL, cmd_patch},
+        {"kill", NULL, cmd_patch},
+        {"archive", NULL, cmd_patch},
+        {"unarchive", NULL, cmd_patch},
+        {"delete", NULL, cmd_delete},
+        {"wait", NULL, cmd_wait},
+        {"set", NULL, det_exp_set},
+        {NULL, NULL, NULL},
+    };
+    return det_dispatch(argc, argv, subs, det_exp_usage, "det experiment");
 }

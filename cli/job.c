@@ -491,27 +491,13 @@ out:
 
 int det_cmd_job(int argc, char **argv)
 {
-    static const char *const verbs[] = {"list", "update", "update-batch", NULL};
-    int rc = DET_EXIT_USAGE;
-    if (argc < 2) {
-        fputs(job_usage, stderr);
-        goto out;
-    }
-    const char *verb = argv[1];
-    if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0 || strcmp(verb, "help") == 0) {
-        fputs(job_usage, stdout);
-        rc = DET_EXIT_OK;
-    } else if (strcmp(verb, "list") == 0 || strcmp(verb, "ls") == 0) {
-        rc = cmd_list(argc - 1, argv + 1);
-    } else if (strcmp(verb, "update") == 0) {
-        rc = cmd_update(argc - 1, argv + 1);
-    } else if (strcmp(verb, "update-batch") == 0) {
-        rc = cmd_update_batch(argc - 1, argv + 1);
-    } else {
-        det_usage_suggest("job verb", verb, verbs, "det job");
-    }
-out:
-    return rc;
+    static const struct det_sub subs[] = {
+        {"list", "ls", cmd_list},
+        {"update", NULL, cmd_update},
+        {"update-batch", NULL, cmd_update_batch},
+        {NULL, NULL, NULL},
+    };
+    return det_dispatch(argc, argv, subs, job_usage, "det job");
 }
 
 /* ---- det experiment set gc-policy ---------------------------------------------------- */

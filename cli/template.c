@@ -163,51 +163,56 @@ static int cmd_set(int argc, char **argv)
 {
     static const char *const flags[] = {KUBE_FLAGS, NULL};
     static const char *const pos[] = {"NAME", "FILE", NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
+    static const struct det_verb_spec spec = {.cmd = "det template set",
+                                              .usage = template_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 2};
+    struct det_verb v = {0};
+    struct det_kube *k = &v.k;
+    const struct det_args *a = &v.a;
     struct kd_k8s_status st = {0};
     json_t *cm = NULL, *obj = NULL;
     char *text = NULL, *cmname = NULL, err[KD_ERRLEN] = "";
-    int rc, r;
-    r = det_parse_args(argc, argv, flags, pos, 2, template_usage, "det template set", &a);
-    if (r != 0) {
-        rc = det_args_exit(r);
+    int rc = det_verb_begin(&v, argc, argv, &spec), r;
+    if (rc >= 0)
         goto out;
-    }
-    rc = check_name(a.pos[0]);
+    /* the name and the file are checked before the cluster is asked */
+    rc = check_name(a->pos[0]);
     if (rc != 0)
         goto out;
-    rc = read_template(a.pos[1], &text);
+    rc = read_template(a->pos[1], &text);
     if (rc != 0)
         goto out;
-    rc = det_kube_open(&a, &k);
+    rc = det_kube_open(a, k);
     if (rc != 0)
         goto out;
-    cmname = kd_xasprintf(CM_PREFIX "%s", a.pos[0]);
+    cmname = kd_xasprintf(CM_PREFIX "%s", a->pos[0]);
     obj = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s}}, s:{s:s}}", "apiVersion", "v1", "kind",
-                    "ConfigMap", "metadata", "name", cmname, "namespace", k.ns, "labels",
-                    DET_TEMPLATE_LABEL, a.pos[0], "app.kubernetes.io/managed-by", "det", "data",
+                    "ConfigMap", "metadata", "name", cmname, "namespace", k->ns, "labels",
+                    DET_TEMPLATE_LABEL, a->pos[0], "app.kubernetes.io/managed-by", "det", "data",
                     DET_TEMPLATE_KEY, text);
     if (obj == NULL)
         kd_oom(strlen(text));
-    r = kd_k8s_create(k.c, &cm_gvr, k.ns, obj, NULL, &st, err);
+    r = kd_k8s_create(k->c, &cm_gvr, k->ns, obj, NULL, &st, err);
     if (r == KD_EEXIST) {
         /* replace it: an unconditional update of the whole ConfigMap */
-        r = kd_k8s_update(k.c, &cm_gvr, k.ns, NULL, obj, NULL, &st, err);
+        r = kd_k8s_update(k->c, &cm_gvr, k->ns, NULL, obj, NULL, &st, err);
         if (r == 0)
-            printf("template %s updated (ConfigMap %s in namespace %s)\n", a.pos[0], cmname, k.ns);
+            printf("template %s updated (ConfigMap %s in namespace %s)\n", a->pos[0], cmname,
+                   k->ns);
     } else if (r == 0) {
-        printf("template %s created (ConfigMap %s in namespace %s)\n", a.pos[0], cmname, k.ns);
+        printf("template %s created (ConfigMap %s in namespace %s)\n", a->pos[0], cmname, k->ns);
     }
     if (r != 0)
-        rc = det_kube_fail(&k, r, &st, err, "create", &cm_gvr, "template", a.pos[0]);
+        rc = det_kube_fail(k, r, &st, err, "create", &cm_gvr, "template", a->pos[0]);
 out:
     free(text);
     free(cmname);
     json_decref(cm);
     json_decref(obj);
     kd_k8s_status_free(&st);
-    det_kube_close(&k);
+    det_verb_end(&v);
     return rc;
 }
 
@@ -215,38 +220,38 @@ static int cmd_list(int argc, char **argv)
 {
     static const char *const flags[] = {"--output", KUBE_FLAGS, NULL};
     static const char *const pos[] = {NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
+    static const struct det_verb_spec spec = {.cmd = "det template list",
+                                              .usage = template_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .format = true,
+                                              .kube = true};
+    struct det_verb v = {0};
+    struct det_kube *k = &v.k;
     struct kd_k8s_status st = {0};
     struct det_table *t = NULL;
     json_t *list = NULL;
-    enum det_format fmt;
     char err[KD_ERRLEN] = "";
-    int rc, r;
-    r = det_parse_args(argc, argv, flags, pos, 0, template_usage, "det template list", &a);
-    if (r != 0 || det_format_parse(a.output, &fmt) != 0) {
-        rc = r == 0 ? DET_EXIT_USAGE : det_args_exit(r);
+    int rc = det_verb_begin(&v, argc, argv, &spec), r;
+    if (rc >= 0)
         goto out;
-    }
-    rc = det_kube_open(&a, &k);
-    if (rc != 0)
-        goto out;
+    rc = DET_EXIT_OK;
     struct kd_k8s_query q = {.label_selector = DET_TEMPLATE_LABEL};
-    r = kd_k8s_list_all(k.c, &cm_gvr, k.ns, &q, &list, &st, err);
+    r = kd_k8s_list_all(k->c, &cm_gvr, k->ns, &q, &list, &st, err);
     if (r != 0) {
-        rc = det_kube_fail(&k, r, &st, err, "list", &cm_gvr, "template", NULL);
+        rc = det_kube_fail(k, r, &st, err, "list", &cm_gvr, "template", NULL);
         goto out;
     }
     json_t *items = json_object_get(list, "items");
-    if (fmt != DET_FMT_TABLE) {
-        rc = det_print_obj(list, fmt);
+    if (v.fmt != DET_FMT_TABLE) {
+        rc = det_print_obj(list, v.fmt);
         goto out;
     }
     if (json_array_size(items) == 0) {
         fprintf(stderr,
                 "det: no templates in namespace \"%s\" (add one with 'det template set "
                 "NAME FILE')\n",
-                k.ns);
+                k->ns);
         goto out;
     }
     t = det_table_new((const char *const[]){"NAME", "FIELDS", "CREATED", NULL});
@@ -263,8 +268,8 @@ static int cmd_list(int argc, char **argv)
         char created[32];
         if (y != NULL && kd_yaml_parse("template", y, strlen(y), &doc, NULL) == 0) {
             const char *key;
-            json_t *v;
-            json_object_foreach(kd_yaml_root(doc), key, v)
+            json_t *val;
+            json_object_foreach(kd_yaml_root(doc), key, val)
             {
                 if (kd_buf_printf(&keys, "%s%s", keys.len ? "," : "", key) != 0)
                     break;
@@ -282,7 +287,7 @@ out:
     det_table_free(t);
     json_decref(list);
     kd_k8s_status_free(&st);
-    det_kube_close(&k);
+    det_verb_end(&v);
     return rc;
 }
 
@@ -290,25 +295,27 @@ static int cmd_describe_rm(bool rm, int argc, char **argv)
 {
     static const char *const flags[] = {KUBE_FLAGS, NULL};
     static const char *const pos[] = {"NAME", NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
+    const struct det_verb_spec spec = {.cmd = rm ? "det template rm" : "det template describe",
+                                       .usage = template_usage,
+                                       .flags = flags,
+                                       .pos = pos,
+                                       .minpos = 1};
+    struct det_verb v = {0};
+    struct det_kube *k = &v.k;
+    const struct det_args *a = &v.a;
     struct kd_k8s_status st = {0};
     json_t *cm = NULL;
     char err[KD_ERRLEN] = "";
-    int rc, r;
-    r = det_parse_args(argc, argv, flags, pos, 1, template_usage,
-                       rm ? "det template rm" : "det template describe", &a);
-    if (r != 0) {
-        rc = det_args_exit(r);
+    int rc = det_verb_begin(&v, argc, argv, &spec), r;
+    if (rc >= 0)
         goto out;
-    }
-    rc = check_name(a.pos[0]);
+    rc = check_name(a->pos[0]);
     if (rc != 0)
         goto out;
-    rc = det_kube_open(&a, &k);
+    rc = det_kube_open(a, k);
     if (rc != 0)
         goto out;
-    rc = find(&k, a.pos[0], &cm);
+    rc = find(k, a->pos[0], &cm);
     if (rc != 0)
         goto out;
     if (!rm) {
@@ -320,42 +327,34 @@ static int cmd_describe_rm(bool rm, int argc, char **argv)
         fflush(stdout);
         goto out;
     }
-    r = kd_k8s_delete(k.c, &cm_gvr, k.ns, kd_k8s_meta_str(cm, "name"), NULL, NULL, &st, err);
+    r = kd_k8s_delete(k->c, &cm_gvr, k->ns, kd_k8s_meta_str(cm, "name"), NULL, NULL, &st, err);
     if (r != 0) {
-        rc = det_kube_fail(&k, r, &st, err, "delete", &cm_gvr, "template", a.pos[0]);
+        rc = det_kube_fail(k, r, &st, err, "delete", &cm_gvr, "template", a->pos[0]);
         goto out;
     }
-    printf("template %s deleted\n", a.pos[0]);
+    printf("template %s deleted\n", a->pos[0]);
 out:
     json_decref(cm);
     kd_k8s_status_free(&st);
-    det_kube_close(&k);
+    det_verb_end(&v);
     return rc;
+}
+
+static int cmd_describe(int argc, char **argv)
+{
+    return cmd_describe_rm(false, argc, argv);
+}
+
+static int cmd_rm(int argc, char **argv)
+{
+    return cmd_describe_rm(true, argc, argv);
 }
 
 int det_cmd_template(int argc, char **argv)
 {
-    static const char *const verbs[] = {"set", "list", "describe", "rm", NULL};
-    int rc = DET_EXIT_USAGE;
-    if (argc < 2) {
-        fputs(template_usage, stderr);
-        goto out;
-    }
-    const char *verb = argv[1];
-    if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0 || strcmp(verb, "help") == 0) {
-        fputs(template_usage, stdout);
-        rc = DET_EXIT_OK;
-    } else if (strcmp(verb, "set") == 0) {
-        rc = cmd_set(argc - 1, argv + 1);
-    } else if (strcmp(verb, "list") == 0 || strcmp(verb, "ls") == 0) {
-        rc = cmd_list(argc - 1, argv + 1);
-    } else if (strcmp(verb, "describe") == 0) {
-        rc = cmd_describe_rm(false, argc - 1, argv + 1);
-    } else if (strcmp(verb, "rm") == 0 || strcmp(verb, "delete") == 0) {
-        rc = cmd_describe_rm(true, argc - 1, argv + 1);
-    } else {
-        det_usage_suggest("template verb", verb, verbs, "det template");
-    }
-out:
-    return rc;
+    static const struct det_sub subs[] = {
+        {"set", NULL, cmd_set},   {"list", "ls", cmd_list}, {"describe", NULL, cmd_describe},
+        {"rm", "delete", cmd_rm}, {NULL, NULL, NULL},
+    };
+    return det_dispatch(argc, argv, subs, template_usage, "det template");
 }

@@ -43,52 +43,50 @@ static int cmd_list(int argc, char **argv)
 {
     static const char *const flags[] = {"--output", KUBE_FLAGS, NULL};
     static const char *const pos[] = {"EXPERIMENT", NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
+    static const struct det_verb_spec spec = {.cmd = "det trial list",
+                                              .usage = trial_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .format = true,
+                                              .kube = true,
+                                              .gvr = &exp_gvr,
+                                              .what = "experiment"};
+    struct det_verb v = {0};
     struct kd_k8s_status st = {0};
     json_t *list = NULL, *mine = json_array();
-    char *name = NULL, err[KD_ERRLEN] = "";
-    enum det_format fmt;
-    int rc, r;
-    r = det_parse_args(argc, argv, flags, pos, 1, trial_usage, "det trial list", &a);
-    if (r != 0 || det_format_parse(a.output, &fmt) != 0) {
-        rc = r == 0 ? DET_EXIT_USAGE : det_args_exit(r);
+    char err[KD_ERRLEN] = "";
+    int rc = det_verb_begin(&v, argc, argv, &spec), r;
+    if (rc >= 0)
         goto out;
-    }
-    rc = det_kube_open(&a, &k);
-    if (rc != 0)
-        goto out;
-    rc = det_resolve(&k, &exp_gvr, "experiment", a.pos[0], &name, NULL);
-    if (rc != 0)
-        goto out;
-    r = kd_k8s_list_all(k.c, &trial_gvr, k.ns, NULL, &list, &st, err);
+    rc = DET_EXIT_OK;
+    r = kd_k8s_list_all(v.k.c, &trial_gvr, v.k.ns, NULL, &list, &st, err);
     if (r != 0) {
-        rc = det_kube_fail(&k, r, &st, err, "list", &trial_gvr, "trial", NULL);
+        rc = det_kube_fail(&v.k, r, &st, err, "list", &trial_gvr, "trial", NULL);
         goto out;
     }
     size_t i;
     json_t *t;
     json_array_foreach(json_object_get(list, "items"), i, t)
     {
-        if (strcmp(det_get_str(t, "spec.experiment", ""), name) == 0)
+        if (strcmp(det_get_str(t, "spec.experiment", ""), v.name) == 0)
             json_array_append(mine, t);
     }
-    if (fmt != DET_FMT_TABLE) {
+    if (v.fmt != DET_FMT_TABLE) {
         json_t *l = json_pack("{s:s, s:s, s:O}", "apiVersion", "v1", "kind", "List", "items", mine);
-        rc = det_print_obj(l, fmt);
+        rc = det_print_obj(l, v.fmt);
         json_decref(l);
     } else if (json_array_size(mine) == 0) {
-        fprintf(stderr, "det: experiment %s has no trials yet%s\n", name,
+        fprintf(stderr, "det: experiment %s has no trials yet%s\n", v.name,
                 "; kdet-controller creates them once it runs the experiment");
     } else {
         det_print_trials(mine);
     }
 out:
-    free(name);
     json_decref(list);
     json_decref(mine);
     kd_k8s_status_free(&st);
-    det_kube_close(&k);
+    det_verb_end(&v);
     return rc;
 }
 
@@ -131,28 +129,29 @@ static int cmd_describe(int argc, char **argv)
 {
     static const char *const flags[] = {"--output", KUBE_FLAGS, NULL};
     static const char *const pos[] = {"TRIAL", NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
-    json_t *t = NULL, *pods = NULL;
-    char *name = NULL, buf[64];
-    enum det_format fmt;
-    int rc, r;
-    r = det_parse_args(argc, argv, flags, pos, 1, trial_usage, "det trial describe", &a);
-    if (r != 0 || det_format_parse(a.output, &fmt) != 0) {
-        rc = r == 0 ? DET_EXIT_USAGE : det_args_exit(r);
+    static const struct det_verb_spec spec = {.cmd = "det trial describe",
+                                              .usage = trial_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .format = true,
+                                              .kube = true,
+                                              .gvr = &trial_gvr,
+                                              .what = "trial",
+                                              .obj = true};
+    struct det_verb v = {0};
+    json_t *pods = NULL;
+    char buf[64];
+    int rc = det_verb_begin(&v, argc, argv, &spec);
+    if (rc >= 0)
+        goto out;
+    const json_t *t = v.obj;
+    const char *name = v.name;
+    if (v.fmt != DET_FMT_TABLE) {
+        rc = det_print_obj(t, v.fmt);
         goto out;
     }
-    rc = det_kube_open(&a, &k);
-    if (rc != 0)
-        goto out;
-    rc = det_resolve(&k, &trial_gvr, "trial", a.pos[0], &name, &t);
-    if (rc != 0)
-        goto out;
-    if (fmt != DET_FMT_TABLE) {
-        rc = det_print_obj(t, fmt);
-        goto out;
-    }
-    rc = trial_pods(&k, t, name, &pods);
+    rc = trial_pods(&v.k, t, name, &pods);
     if (rc != 0)
         goto out;
     char *hp = json_dumps(det_get(t, "spec.hparams"),
@@ -205,10 +204,8 @@ static int cmd_describe(int argc, char **argv)
     printf("\n");
     fflush(stdout);
 out:
-    free(name);
-    json_decref(t);
     json_decref(pods);
-    det_kube_close(&k);
+    det_verb_end(&v);
     return rc;
 }
 
@@ -417,27 +414,29 @@ static int cmd_logs(int argc, char **argv)
 {
     static const char *const flags[] = {"--follow", KUBE_FLAGS, NULL};
     static const char *const pos[] = {"TRIAL", NULL};
-    struct det_args a = {0};
-    struct det_kube k = {0};
+    static const struct det_verb_spec spec = {.cmd = "det trial logs",
+                                              .usage = trial_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .kube = true,
+                                              .gvr = &trial_gvr,
+                                              .what = "trial",
+                                              .obj = true};
+    struct det_verb v = {0};
+    struct det_kube *k = &v.k;
     struct kd_k8s_status st = {0};
-    json_t *t = NULL, *pods = NULL, *targets = NULL;
+    json_t *pods = NULL, *targets = NULL;
     struct stream *ss = NULL;
     pthread_t *th = NULL;
-    char *name = NULL, **prefixes = NULL;
+    char **prefixes = NULL;
     size_t npods = 0;
-    int rc, r;
-    r = det_parse_args(argc, argv, flags, pos, 1, trial_usage, "det trial logs", &a);
-    if (r != 0) {
-        rc = det_args_exit(r);
+    int rc = det_verb_begin(&v, argc, argv, &spec);
+    if (rc >= 0)
         goto out;
-    }
-    rc = det_kube_open(&a, &k);
-    if (rc != 0)
-        goto out;
-    rc = det_resolve(&k, &trial_gvr, "trial", a.pos[0], &name, &t);
-    if (rc != 0)
-        goto out;
-    rc = trial_pods(&k, t, name, &pods);
+    const json_t *t = v.obj;
+    const char *name = v.name;
+    rc = trial_pods(k, t, name, &pods);
     if (rc != 0)
         goto out;
     if (json_array_size(pods) == 0) {
@@ -454,7 +453,7 @@ static int cmd_logs(int argc, char **argv)
     {
         json_t *pod = NULL, *cs;
         const char *pn = json_string_value(pv);
-        if (kd_k8s_get(k.c, &pod_gvr, k.ns, pn, &pod, &st, NULL) == 0 &&
+        if (kd_k8s_get(k->c, &pod_gvr, k->ns, pn, &pod, &st, NULL) == 0 &&
             json_array_size(cs = det_get(pod, "spec.containers")) > 1) {
             size_t ci;
             json_t *c;
@@ -484,15 +483,15 @@ static int cmd_logs(int argc, char **argv)
             prefixes[i] = kd_xasprintf("[%s/%s] ", pod, ctr);
         else
             prefixes[i] = kd_xasprintf("[%s] ", pod);
-        ss[i].k = &k;
+        ss[i].k = k;
         ss[i].pod = pod;
         ss[i].container = ctr;
         ss[i].prefix = prefixes[i];
-        ss[i].follow = a.follow;
+        ss[i].follow = v.a.follow;
         kd_buf_init(&ss[i].line, LINE_MAX_BYTES);
         kd_buf_init(&ss[i].errbody, 64 * 1024);
     }
-    if (a.follow && npods > 1) {
+    if (v.a.follow && npods > 1) {
         for (size_t i = 0; i < npods; i++)
             if (pthread_create(&th[i], NULL, stream_thread, &ss[i]) != 0)
                 kd_oom(0);
@@ -514,38 +513,19 @@ out:
     free(ss);
     free(th);
     free(prefixes);
-    free(name);
-    json_decref(t);
     json_decref(pods);
     json_decref(targets);
     kd_k8s_status_free(&st);
-    det_kube_close(&k);
+    det_verb_end(&v);
     return rc;
 }
 
 int det_cmd_trial(int argc, char **argv)
 {
-    static const char *const verbs[] = {"list", "describe", "logs", "metrics", NULL};
-    int rc = DET_EXIT_USAGE;
-    if (argc < 2) {
-        fputs(trial_usage, stderr);
-        goto out;
-    }
-    const char *verb = argv[1];
-    if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0 || strcmp(verb, "help") == 0) {
-        fputs(trial_usage, stdout);
-        rc = DET_EXIT_OK;
-    } else if (strcmp(verb, "list") == 0 || strcmp(verb, "ls") == 0) {
-        rc = cmd_list(argc - 1, argv + 1);
-    } else if (strcmp(verb, "describe") == 0) {
-        rc = cmd_describe(argc - 1, argv + 1);
-    } else if (strcmp(verb, "logs") == 0) {
-        rc = cmd_logs(argc - 1, argv + 1);
-    } else if (strcmp(verb, "metrics") == 0) {
-        rc = det_trial_metrics(argc - 1, argv + 1);
-    } else {
-        det_usage_suggest("trial verb", verb, verbs, "det trial");
-    }
-out:
-    return rc;
+    static const struct det_sub subs[] = {
+        {"list", "ls", cmd_list}, {"describe", NULL, cmd_describe},
+        {"logs", NULL, cmd_logs}, {"metrics", NULL, det_trial_metrics},
+        {NULL, NULL, NULL},
+    };
+    return det_dispatch(argc, argv, subs, trial_usage, "det trial");
 }

@@ -1,9 +1,12 @@
 /*
- * The preamble every det verb shares: parse the command line, the output
- * format, open the Kubernetes client and resolve the ID the verb acts on,
- * each error printed once, in one place.
+ * What every det verb shares: finding the verb of a noun (help, "did you
+ * mean"), and the preamble of each verb: parse the command line and the
+ * output format, open the Kubernetes client and resolve the ID the verb
+ * acts on, each error printed once, in one place.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -42,4 +45,36 @@ void det_verb_end(struct det_verb *v)
     json_decref(v->obj);
     v->obj = NULL;
     det_kube_close(&v->k);
+}
+
+int det_dispatch(int argc, char **argv, const struct det_sub *subs, const char *usage,
+                 const char *noun)
+{
+    const char *names[DET_MAX_SUBS + 1];
+    size_t n = 0;
+    int rc = DET_EXIT_USAGE;
+    if (argc < 2) {
+        fputs(usage, stderr);
+        goto out;
+    }
+    const char *verb = argv[1];
+    if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0 || strcmp(verb, "help") == 0) {
+        fputs(usage, stdout);
+        rc = DET_EXIT_OK;
+        goto out;
+    }
+    for (const struct det_sub *s = subs; s->name != NULL; s++) {
+        if (strcmp(verb, s->name) == 0 || (s->alias != NULL && strcmp(verb, s->alias) == 0)) {
+            rc = s->run(argc - 1, argv + 1);
+            goto out;
+        }
+        if (n < DET_MAX_SUBS)
+            names[n++] = s->name;
+    }
+    names[n] = NULL;
+    char what[64];
+    snprintf(what, sizeof(what), "%s verb", strncmp(noun, "det ", 4) == 0 ? noun + 4 : noun);
+    det_usage_suggest(what, verb, names, noun);
+out:
+    return rc;
 }
