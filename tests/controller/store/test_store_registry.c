@@ -202,6 +202,48 @@ static void checkpoints(void **state)
     kd_store_close(s);
 }
 
+/* GC's record: DELETED and its event in one step, once, however often it is repeated. */
+static void checkpoint_gc(void **state)
+{
+    (void)state;
+    char ci[512], err[KD_ERRLEN] = "";
+    struct kd_store *s = fx_store(NULL, ci, sizeof(ci));
+    int64_t exp = 0, found = 0;
+    int64_t t1 = fx_trial(s, "gc", &exp);
+    bool marked = false;
+    assert_int_equal(kd_store_experiment_lookup(s, "exp-gc", &found, err), 0);
+    assert_int_equal(found, exp);
+    assert_int_equal(kd_store_experiment_lookup(s, "exp-none", &found, err), KD_ENOTFOUND);
+    assert_int_equal(kd_store_experiment_lookup(s, "", &found, err), KD_EINVAL);
+    const struct kd_store_checkpoint ck = {"g-1", t1, 10, "/ck/g-1", 1, NULL};
+    assert_int_equal(kd_store_checkpoint_add(s, &ck, err), 0);
+    json_t *d = json_pack("{si}", "steps_completed", 10);
+    assert_int_equal(kd_store_checkpoint_gc(s, "g-1", NASTY[1], d, &marked, err), 0);
+    assert_true(marked);
+    assert_int_equal(kd_store_checkpoint_gc(s, "g-1", "again", d, &marked, err), 0);
+    assert_false(marked);
+    assert_int_equal(kd_store_checkpoint_gc(s, "g-none", "x", NULL, &marked, err), KD_ENOTFOUND);
+    assert_non_null(strstr(err, "g-none"));
+    json_t *list = NULL;
+    assert_int_equal(kd_store_checkpoints_list(s, exp, 0, true, &list, err), 0);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(list, 0), "state")),
+                        "DELETED");
+    json_decref(list);
+    assert_int_equal(kd_store_events_list(s, exp, 0, 100, &list, err), 0);
+    assert_int_equal(json_array_size(list), 1);
+    json_t *ev = json_array_get(list, 0);
+    assert_string_equal(json_string_value(json_object_get(ev, "kind")), "checkpoint_gc");
+    assert_string_equal(json_string_value(json_object_get(ev, "decision")), "delete");
+    assert_string_equal(json_string_value(json_object_get(ev, "reason")), NASTY[1]);
+    assert_int_equal(json_integer_value(json_object_get(ev, "trial_id")), t1);
+    json_t *det = json_object_get(ev, "details");
+    assert_string_equal(json_string_value(json_object_get(det, "uuid")), "g-1");
+    assert_int_equal(json_integer_value(json_object_get(det, "steps_completed")), 10);
+    json_decref(list);
+    json_decref(d);
+    kd_store_close(s);
+}
+
 static void snapshots(void **state)
 {
     (void)state;
@@ -364,9 +406,10 @@ static void delete_cascades(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(experiments),     cmocka_unit_test(trials), cmocka_unit_test(checkpoints),
-        cmocka_unit_test(snapshots),       cmocka_unit_test(events), cmocka_unit_test(templates),
-        cmocka_unit_test(delete_cascades),
+        cmocka_unit_test(experiments),     cmocka_unit_test(trials),
+        cmocka_unit_test(checkpoints),     cmocka_unit_test(snapshots),
+        cmocka_unit_test(events),          cmocka_unit_test(templates),
+        cmocka_unit_test(delete_cascades), cmocka_unit_test(checkpoint_gc),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
