@@ -41,6 +41,7 @@ struct entry {
     char *uid; /* metadata.uid ("" when absent) */
     char **ix; /* index keys this entry is in */
     size_t nix;
+    unsigned gen; /* the relist generation that last saw it (kd_k8s_cache_replace_begin) */
     UT_hash_handle hh;
 };
 
@@ -49,6 +50,7 @@ struct kd_k8s_cache {
     struct entry *entries;
     struct ixval *index;
     size_t n;
+    unsigned gen; /* the current relist generation */
 };
 
 struct kd_k8s_cache *kd_k8s_cache_new(void)
@@ -223,6 +225,42 @@ json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns)
     return arr;
 }
 
+int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *obj, void *ud),
+                      void *ud)
+{
+    int rc = 0;
+    pthread_rwlock_rdlock(&c->lock);
+    if (ns != NULL) {
+        char *k = kd_xasprintf("n:%s", ns);
+        struct ixval *v = NULL;
+        struct ref *r, *tmp;
+        HASH_FIND_STR(c->index, k, v);
+        free(k);
+        if (v != NULL) {
+            HASH_ITER(hh, v->refs, r, tmp)
+            {
+                json_t *o = decode(r->e);
+                rc = fn(o, ud);
+                json_decref(o);
+                if (rc != 0)
+                    break;
+            }
+        }
+    } else {
+        struct entry *e, *tmp;
+        HASH_ITER(hh, c->entries, e, tmp)
+        {
+            json_t *o = decode(e);
+            rc = fn(o, ud);
+            json_decref(o);
+            if (rc != 0)
+                break;
+        }
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return rc;
+}
+
 json_t *kd_k8s_cache_by_owner(struct kd_k8s_cache *c, const char *uid)
 {
     char *k = kd_xasprintf("o:%s", uid);
@@ -280,6 +318,7 @@ static json_t *put_locked(struct kd_k8s_cache *c, const char *key, const json_t 
     e->len = x->len;
     e->rv = x->rv;
     e->uid = x->uid;
+    e->gen = c->gen;
     memset(x, 0, sizeof(*x));
     ix_build(c, e, obj);
     return old;
@@ -342,14 +381,30 @@ static int same_version(const struct entry *e, const json_t *obj)
            strcmp(e->uid, uid != NULL ? uid : "") == 0;
 }
 
-int kd_k8s_cache_replace(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff_fn fn, void *ud)
+void kd_k8s_cache_replace_begin(struct kd_k8s_cache *c)
 {
-    struct seen {
-        char *key;
-        UT_hash_handle hh;
-    } *seen = NULL, *s, *stmp;
+    pthread_rwlock_wrlock(&c->lock);
+    c->gen++;
+    pthread_rwlock_unlock(&c->lock);
+}
+
+/* Deliver [type, old|null, new|null] triples to fn, without the lock. */
+static void deliver_changes(json_t *changes, kd_k8s_diff_fn fn, void *ud)
+{
+    size_t i;
+    json_t *item;
+    json_array_foreach(changes, i, item)
+    {
+        json_t *old = json_array_get(item, 1), *new = json_array_get(item, 2);
+        if (fn != NULL)
+            fn((enum kd_k8s_event_type)json_integer_value(json_array_get(item, 0)),
+               json_is_null(old) ? NULL : old, json_is_null(new) ? NULL : new, ud);
+    }
+}
+
+int kd_k8s_cache_replace_page(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff_fn fn, void *ud)
+{
     json_t *changes = json_array(); /* [type, old|null, new|null] triples */
-    struct entry *e, *etmp;
     char key[KEY_MAX];
     json_t *item;
     size_t i;
@@ -368,25 +423,32 @@ int kd_k8s_cache_replace(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff_fn f
         struct entry *cur = NULL;
         if (kd_k8s_obj_key(item, key, sizeof(key)) < 0)
             continue;
-        HASH_FIND_STR(seen, key, s);
-        if (s == NULL) {
-            s = kd_xcalloc(1, sizeof(*s));
-            s->key = kd_xstrdup(key);
-            HASH_ADD_KEYPTR(hh, seen, s->key, strlen(s->key), s);
-        }
         HASH_FIND_STR(c->entries, key, cur);
-        if (cur != NULL && same_version(cur, item))
+        if (cur != NULL && same_version(cur, item)) {
+            cur->gen = c->gen;
             continue;
+        }
         struct enc x;
         encode(item, &x); /* under the lock: a relist is one writer's batch anyway */
         json_t *old = put_locked(c, key, item, &x);
         json_array_append_new(changes, json_pack("[i,o,O]", old ? KD_K8S_MODIFIED : KD_K8S_ADDED,
                                                  old ? old : json_null(), item));
     }
+    pthread_rwlock_unlock(&c->lock);
+    deliver_changes(changes, fn, ud);
+out:
+    json_decref(changes);
+    return rc;
+}
+
+void kd_k8s_cache_replace_end(struct kd_k8s_cache *c, kd_k8s_diff_fn fn, void *ud)
+{
+    json_t *changes = json_array();
+    struct entry *e, *etmp;
+    pthread_rwlock_wrlock(&c->lock);
     HASH_ITER(hh, c->entries, e, etmp)
     {
-        HASH_FIND_STR(seen, e->key, s);
-        if (s != NULL)
+        if (e->gen == c->gen)
             continue;
         char *k = kd_xstrdup(e->key);
         json_t *old = delete_locked(c, k);
@@ -394,20 +456,23 @@ int kd_k8s_cache_replace(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff_fn f
         json_array_append_new(changes, json_pack("[i,o,n]", KD_K8S_DELETED, old));
     }
     pthread_rwlock_unlock(&c->lock);
-    json_array_foreach(changes, i, item)
-    {
-        json_t *old = json_array_get(item, 1), *new = json_array_get(item, 2);
-        if (fn != NULL)
-            fn((enum kd_k8s_event_type)json_integer_value(json_array_get(item, 0)),
-               json_is_null(old) ? NULL : old, json_is_null(new) ? NULL : new, ud);
-    }
-out:
-    HASH_ITER(hh, seen, s, stmp)
-    {
-        HASH_DEL(seen, s);
-        free(s->key);
-        free(s);
-    }
+    deliver_changes(changes, fn, ud);
     json_decref(changes);
+}
+
+int kd_k8s_cache_replace(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff_fn fn, void *ud)
+{
+    char key[KEY_MAX];
+    json_t *item;
+    size_t i;
+    json_array_foreach(items, i, item)
+    {
+        if (kd_k8s_obj_key(item, key, sizeof(key)) < 0)
+            return KD_EINVAL; /* nothing changed */
+    }
+    kd_k8s_cache_replace_begin(c);
+    int rc = kd_k8s_cache_replace_page(c, items, fn, ud);
+    if (rc == 0)
+        kd_k8s_cache_replace_end(c, fn, ud);
     return rc;
 }

@@ -182,29 +182,63 @@ static void count_error(struct kd_k8s_informer *inf, int gone)
     pthread_mutex_unlock(&inf->lock);
 }
 
-/* One list into the cache. 0 or the list's error. */
+/*
+ * One list into the cache, page by page: each page is applied (and its
+ * changes delivered) before the next is fetched, so a relist of 10,000
+ * objects never holds more than one page of decoded objects. A 410 on a
+ * continue token (its snapshot was compacted) starts the round over, at
+ * most LIST_RESTARTS times. 0 or the list's error.
+ */
+#define LIST_RESTARTS 3
 static int relist(struct kd_k8s_informer *inf)
 {
     struct kd_k8s_query q = {
         .label_selector = inf->lsel, .field_selector = inf->fsel, .limit = inf->opts.page_size};
-    json_t *list = NULL;
-    char err[KD_ERRLEN];
-    int rc = kd_k8s_list_all(inf->client, &inf->opts.gvr, inf->ns, &q, &list, NULL, err);
-    if (rc < 0) {
-        KD_WARN("informer list failed", "resource=%s err=%s detail=%s", inf->resource,
-                kd_err_name(rc), kd_logq(err));
-        goto out;
+    json_t *page = NULL;
+    char err[KD_ERRLEN], rv[RV_MAX] = "";
+    char *cont = NULL;
+    int rc = 0, restarts = 0;
+    kd_k8s_cache_replace_begin(inf->cache);
+    for (;;) {
+        q.cont = cont;
+        json_decref(page);
+        page = NULL;
+        rc = kd_k8s_list(inf->client, &inf->opts.gvr, inf->ns, &q, &page, NULL, err);
+        if (rc == KD_EGONE && cont != NULL && restarts < LIST_RESTARTS) {
+            KD_INFO("list continue token expired, relisting", "resource=%s restart=%d",
+                    inf->resource, restarts + 1);
+            restarts++;
+            free(cont);
+            cont = NULL;
+            kd_k8s_cache_replace_begin(inf->cache);
+            continue;
+        }
+        if (rc < 0) {
+            KD_WARN("informer list failed", "resource=%s err=%s detail=%s", inf->resource,
+                    kd_err_name(rc), kd_logq(err));
+            goto out;
+        }
+        json_t *items = json_object_get(page, "items");
+        size_t i;
+        json_t *item;
+        json_array_foreach(items, i, item) trim(inf, item);
+        rc = kd_k8s_cache_replace_page(inf->cache, items, on_diff, inf);
+        if (rc < 0) {
+            KD_WARN("informer list has an item without a name", "resource=%s", inf->resource);
+            goto out;
+        }
+        json_t *meta = json_object_get(page, "metadata");
+        kd_strlcpy(rv, json_string_value(json_object_get(meta, "resourceVersion")) ?: "",
+                   sizeof(rv));
+        const char *next = json_string_value(json_object_get(meta, "continue"));
+        if (next == NULL || next[0] == '\0')
+            break;
+        free(cont);
+        cont = kd_xstrdup(next);
     }
-    size_t i;
-    json_t *item;
-    json_array_foreach(json_object_get(list, "items"), i, item) trim(inf, item);
-    rc = kd_k8s_cache_replace(inf->cache, json_object_get(list, "items"), on_diff, inf);
-    if (rc < 0) {
-        KD_WARN("informer list has an item without a name", "resource=%s", inf->resource);
-        goto out;
-    }
+    kd_k8s_cache_replace_end(inf->cache, on_diff, inf);
     pthread_mutex_lock(&inf->lock);
-    kd_strlcpy(inf->rv, kd_k8s_meta_str(list, "resourceVersion") ?: "", sizeof(inf->rv));
+    kd_strlcpy(inf->rv, rv, sizeof(inf->rv));
     inf->stats.lists++;
     bool first = !inf->synced;
     inf->synced = true;
@@ -214,7 +248,8 @@ static int relist(struct kd_k8s_informer *inf)
         KD_INFO("informer synced", "resource=%s objects=%zu", inf->resource,
                 kd_k8s_cache_len(inf->cache));
 out:
-    json_decref(list);
+    json_decref(page);
+    free(cont);
     return rc;
 }
 

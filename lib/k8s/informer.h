@@ -40,6 +40,19 @@ size_t kd_k8s_cache_len(struct kd_k8s_cache *c);
 /** New array of every object in namespace ns (NULL: all), in no particular order. */
 json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns);
 
+/**
+ * Call fn for every object in namespace ns (NULL: all), in no particular
+ * order, with a private copy decoded for that call only (borrowed: freed
+ * when fn returns, json_incref to keep it). Unlike kd_k8s_cache_list, at
+ * most one object is decoded at a time, so a pass over 10,000 objects does
+ * not build 10,000 trees at once. fn returns 0 to go on, non-zero to stop
+ * (that value is returned). The cache's read lock is held during the whole
+ * walk: fn must not call this cache's functions (other caches are fine),
+ * and writers wait until the walk ends.
+ */
+int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *obj, void *ud),
+                      void *ud);
+
 /** New array of the objects with an ownerReference of this uid. */
 json_t *kd_k8s_cache_by_owner(struct kd_k8s_cache *c, const char *uid);
 
@@ -72,6 +85,22 @@ typedef void (*kd_k8s_diff_fn)(enum kd_k8s_event_type type, json_t *old, json_t 
  * without a name (nothing changed then).
  */
 int kd_k8s_cache_replace(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff_fn fn, void *ud) KD_WUR;
+
+/**
+ * kd_k8s_cache_replace in steps, for a list that arrives page by page:
+ * begin, then page for each page (objects not cached before are ADDED,
+ * changed ones MODIFIED, as soon as the page is applied), then end, which
+ * removes every object no page of this round held and reports it DELETED.
+ * Only one page needs to be decoded at a time. A round that is given up
+ * (a failed list) needs no end: the next begin starts afresh; objects put
+ * meanwhile with kd_k8s_cache_put count as seen. page returns 0 or
+ * KD_EINVAL when an item has no name (nothing of that page changed). One
+ * round at a time (the informer's thread); fn runs without the lock.
+ */
+void kd_k8s_cache_replace_begin(struct kd_k8s_cache *c);
+int kd_k8s_cache_replace_page(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff_fn fn,
+                              void *ud) KD_WUR;
+void kd_k8s_cache_replace_end(struct kd_k8s_cache *c, kd_k8s_diff_fn fn, void *ud);
 
 /* ---- informer --------------------------------------------------------------- */
 

@@ -120,6 +120,104 @@ static void test_put_get_delete_indexes(void **state)
     kd_k8s_cache_free(c);
 }
 
+struct each_rec {
+    int n;
+    int stop_after;
+    char names[256];
+};
+
+static int each_fn(json_t *o, void *ud)
+{
+    struct each_rec *r = ud;
+    size_t len = strlen(r->names);
+    /* the copy is the caller's own for the call: changing it leaves the cache alone */
+    json_object_set_new(o, "changed", json_true());
+    snprintf(r->names + len, sizeof(r->names) - len, "%s;", kd_k8s_meta_str(o, "name"));
+    return ++r->n == r->stop_after ? 7 : 0;
+}
+
+static void test_each(void **state)
+{
+    (void)state;
+    struct kd_k8s_cache *c = kd_k8s_cache_new();
+    json_t *objs = list_of(obj("ns1", "a", "1", NULL, NULL), obj("ns1", "b", "1", NULL, NULL),
+                           obj("ns2", "c", "1", NULL, NULL), NULL);
+    size_t i;
+    json_t *o;
+    json_array_foreach(objs, i, o) assert_int_equal(kd_k8s_cache_put(c, o, NULL), 0);
+    json_decref(objs);
+    struct each_rec r = {0};
+    assert_int_equal(kd_k8s_cache_each(c, NULL, each_fn, &r), 0);
+    assert_int_equal(r.n, 3);
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(kd_k8s_cache_each(c, "ns1", each_fn, &r), 0);
+    assert_int_equal(r.n, 2);
+    assert_non_null(strstr(r.names, "a;"));
+    assert_non_null(strstr(r.names, "b;"));
+    assert_null(strstr(r.names, "c;"));
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(kd_k8s_cache_each(c, "ns3", each_fn, &r), 0);
+    assert_int_equal(r.n, 0);
+    /* a non-zero return stops the walk and is returned */
+    memset(&r, 0, sizeof(r));
+    r.stop_after = 2;
+    assert_int_equal(kd_k8s_cache_each(c, NULL, each_fn, &r), 7);
+    assert_int_equal(r.n, 2);
+    json_t *got = NULL;
+    assert_int_equal(kd_k8s_cache_get(c, "ns1/a", &got), 0);
+    assert_null(json_object_get(got, "changed"));
+    json_decref(got);
+    kd_k8s_cache_free(c);
+}
+
+/* A relist in pages: changes are reported page by page, removals at the end; a round given up
+ * half way leaves nothing removed, and an object put between pages is kept. */
+static void test_relist_pages(void **state)
+{
+    (void)state;
+    struct kd_k8s_cache *c = kd_k8s_cache_new();
+    struct rec r = {0};
+    json_t *l1 = list_of(obj("ns", "a", "1", NULL, NULL), obj("ns", "b", "2", NULL, NULL),
+                         obj("ns", "c", "3", NULL, NULL), NULL);
+    assert_int_equal(kd_k8s_cache_replace(c, l1, NULL, NULL), 0);
+    json_decref(l1);
+
+    json_t *p1 = list_of(obj("ns", "a", "1", NULL, NULL), obj("ns", "b", "5", NULL, NULL), NULL);
+    json_t *p2 = list_of(obj("ns", "d", "6", NULL, NULL), NULL);
+    json_t *bad = list_of(obj("ns", "e", "7", NULL, NULL), json_pack("{s:{}}", "metadata"), NULL);
+    kd_k8s_cache_replace_begin(c);
+    assert_int_equal(kd_k8s_cache_replace_page(c, p1, record, &r), 0);
+    assert_string_equal(r.log, "MODIFIED ns/b 2->5;");
+    json_t *x = obj("ns", "x", "9", NULL, NULL);
+    assert_int_equal(kd_k8s_cache_put(c, x, NULL), 0); /* a watch event between pages */
+    json_decref(x);
+    assert_int_equal(kd_k8s_cache_replace_page(c, bad, record, &r), KD_EINVAL);
+    assert_int_equal(kd_k8s_cache_len(c), 4); /* nothing of the bad page */
+    assert_int_equal(kd_k8s_cache_replace_page(c, p2, record, &r), 0);
+    assert_int_equal(kd_k8s_cache_len(c), 5);
+    kd_k8s_cache_replace_end(c, record, &r);
+    assert_string_equal(r.log, "MODIFIED ns/b 2->5;ADDED ns/d -->6;DELETED ns/c 3->-;");
+    assert_int_equal(kd_k8s_cache_len(c), 4); /* a, b, d, x */
+
+    /* a round given up after one page removes nothing; the next full round does */
+    memset(&r, 0, sizeof(r));
+    json_t *only_a = list_of(obj("ns", "a", "1", NULL, NULL), NULL);
+    kd_k8s_cache_replace_begin(c);
+    assert_int_equal(kd_k8s_cache_replace_page(c, only_a, record, &r), 0);
+    assert_int_equal(kd_k8s_cache_len(c), 4);
+    kd_k8s_cache_replace_begin(c);
+    assert_int_equal(kd_k8s_cache_replace_page(c, only_a, record, &r), 0);
+    kd_k8s_cache_replace_end(c, record, &r);
+    assert_int_equal(kd_k8s_cache_len(c), 1);
+    assert_int_equal(r.n[KD_K8S_DELETED], 3);
+    assert_int_equal(r.n[KD_K8S_ADDED] + r.n[KD_K8S_MODIFIED], 0);
+    json_decref(only_a);
+    json_decref(p1);
+    json_decref(p2);
+    json_decref(bad);
+    kd_k8s_cache_free(c);
+}
+
 static void test_relist_diff(void **state)
 {
     (void)state;
@@ -276,6 +374,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_get_delete_indexes),
         cmocka_unit_test(test_relist_diff),
+        cmocka_unit_test(test_each),
+        cmocka_unit_test(test_relist_pages),
         cmocka_unit_test(test_concurrent_readers),
         cmocka_unit_test(test_enqueue_handlers),
     };
