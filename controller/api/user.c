@@ -316,15 +316,56 @@ static json_int_t prio(const json_t *t)
     return json_is_integer(p) ? json_integer_value(p) : 42;
 }
 
+/* Annotations the scheduler reads to move an experiment in its priority (controller/ctrl.h). */
+#define ANN_AHEAD_OF "kdet.io/ahead-of"
+#define ANN_BEHIND_OF "kdet.io/behind-of"
+
+/*
+ * An experiment's queue position, as the scheduler computes it
+ * (controller/schedloop.c): its creation time, moved just ahead of or
+ * behind the experiment its annotation names.
+ */
+static double exp_position(struct kd_api *a, const json_t *exp, int depth)
+{
+    int64_t ms = 0;
+    const char *ts = kd_k8s_meta_str(exp, "creationTimestamp");
+    if (ts == NULL || kd_time_parse_rfc3339(ts, &ms) != 0)
+        ms = 0;
+    double pos = (double)ms;
+    json_t *ann = json_object_get(json_object_get(exp, "metadata"), "annotations");
+    const char *ahead = json_string_value(json_object_get(ann, ANN_AHEAD_OF));
+    const char *behind = json_string_value(json_object_get(ann, ANN_BEHIND_OF));
+    const char *other = ahead != NULL ? ahead : behind;
+    if (other != NULL && depth < 8) {
+        char key[600];
+        json_t *o = NULL;
+        snprintf(key, sizeof(key), "%s/%s", kd_k8s_meta_str(exp, "namespace") ?: "", other);
+        if (kd_k8s_cache_get(kd_k8s_informer_cache(a->exps), key, &o) == 0) {
+            pos = exp_position(a, o, depth + 1) + (ahead != NULL ? -0.5 : 0.5) / (depth + 1);
+            json_decref(o);
+        }
+    }
+    return pos;
+}
+
+struct job {
+    json_t *t;
+    int rank;
+    json_int_t prio;
+    double pos;
+};
+
+/* Running first, then queued, then paused; within each, the scheduler's order. */
 static int by_queue(const void *pa, const void *pb)
 {
-    const json_t *a = *(json_t *const *)pa, *b = *(json_t *const *)pb;
-    int ra = job_rank(a), rb = job_rank(b);
-    int c = ra - rb;
-    if (c == 0 && prio(a) != prio(b))
-        c = prio(a) < prio(b) ? -1 : 1;
+    const struct job *a = pa, *b = pb;
+    int c = a->rank - b->rank;
+    if (c == 0 && a->prio != b->prio)
+        c = a->prio < b->prio ? -1 : 1;
+    if (c == 0 && a->pos != b->pos)
+        c = a->pos < b->pos ? -1 : 1;
     if (c == 0)
-        c = by_created(pa, pb);
+        c = by_created(&a->t, &b->t);
     return c;
 }
 
@@ -334,26 +375,39 @@ void api_user_jobs(struct api_rq *q)
     const char *ns = kd_http_query(q->r, "namespace");
     json_t *all = kd_k8s_cache_list(kd_k8s_informer_cache(a->trials), ns);
     size_t n = json_array_size(all), m = 0;
-    json_t **v = kd_xcalloc(n ? n : 1, sizeof(*v));
-    for (size_t i = 0; i < n; i++)
-        if (job_rank(json_array_get(all, i)) >= 0)
-            v[m++] = json_array_get(all, i);
+    struct job *v = kd_xcalloc(n ? n : 1, sizeof(*v));
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(all, i), *exp = NULL;
+        int rank = job_rank(t);
+        if (rank < 0)
+            continue;
+        char key[600];
+        snprintf(key, sizeof(key), "%s/%s", kd_k8s_meta_str(t, "namespace") ?: "",
+                 json_string_value(json_object_get(json_object_get(t, "spec"), "experiment"))
+                     ?: "");
+        v[m] = (struct job){t, rank, prio(t), 0};
+        if (kd_k8s_cache_get(kd_k8s_informer_cache(a->exps), key, &exp) == 0) {
+            v[m].pos = exp_position(a, exp, 0);
+            json_decref(exp);
+        }
+        m++;
+    }
     qsort(v, m, sizeof(*v), by_queue);
     json_t *jobs = json_array();
     int queued = 0;
     for (size_t i = 0; i < m; i++) {
-        json_t *t = v[i], *st = json_object_get(t, "status");
+        json_t *t = v[i].t, *st = json_object_get(t, "status");
         json_t *res = json_object_get(json_object_get(t, "spec"), "resources");
         json_t *j = json_pack(
             "{s:s?,s:s?,s:s?,s:s,s:I,s:I,s:s,s:s,s:s?}", "namespace",
             kd_k8s_meta_str(t, "namespace"), "trial", kd_k8s_meta_str(t, "name"), "experiment",
             json_string_value(json_object_get(json_object_get(t, "spec"), "experiment")), "state",
-            json_string_value(json_object_get(st, "state")) ?: "QUEUED", "priority", prio(t),
+            json_string_value(json_object_get(st, "state")) ?: "QUEUED", "priority", v[i].prio,
             "slots", json_integer_value(json_object_get(res, "slots")), "resource_pool",
             json_string_value(json_object_get(res, "resourcePool")) ?: "default", "message",
             json_string_value(json_object_get(st, "message")) ?: "", "submitted",
             kd_k8s_meta_str(t, "creationTimestamp"));
-        if (job_rank(t) == 1)
+        if (v[i].rank == 1)
             json_object_set_new(j, "queue_position", json_integer(++queued));
         json_array_append_new(jobs, j);
     }

@@ -215,6 +215,57 @@ static void test_events_and_jobs(void **state)
     }
 }
 
+/* Index of trial `name` in the job list, or -1 (polls until `want` says the order is right). */
+static int job_index(const json_t *jobs, const char *name)
+{
+    size_t i;
+    json_t *j;
+    json_array_foreach(jobs, i, j)
+    {
+        if (strcmp(json_string_value(json_object_get(j, "trial")) ?: "", name) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* Poll the queue until trial `first` is listed before `second`; fails after 5 s. */
+static void wait_order(const char *first, const char *second)
+{
+    for (int k = 0;; k++) {
+        json_t *out = NULL;
+        assert_int_equal(
+            fx_http("GET", "/api/v1/jobs?namespace=default", FX_USER_TOKEN, NULL, &out), 200);
+        int a = job_index(json_object_get(out, "jobs"), first);
+        int b = job_index(json_object_get(out, "jobs"), second);
+        json_decref(out);
+        if (a >= 0 && b >= 0 && a < b)
+            break;
+        assert_true(k < 100);
+        kd_sleep_ms(50);
+    }
+}
+
+/* The queue follows the scheduler: kdet.io/ahead-of on the Experiment moves its trials. */
+static void test_jobs_ahead_of(void **state)
+{
+    (void)state;
+    char uid[64];
+    fx_experiment("u-qa", "loss");
+    fx_experiment("u-qb", "loss");
+    fx_trial("u-qa", "u-qa-1", 100, uid, sizeof(uid));
+    fx_trial("u-qb", "u-qb-1", 100, uid, sizeof(uid));
+    fx_patch("trials", "u-qa-1", "status", "{\"status\":{\"state\":\"QUEUED\"}}");
+    fx_patch("trials", "u-qb-1", "status", "{\"status\":{\"state\":\"QUEUED\"}}");
+    wait_order("u-qa-1", "u-qb-1");
+    fx_patch("experiments", "u-qb", NULL,
+             "{\"metadata\":{\"annotations\":{\"kdet.io/ahead-of\":\"u-qa\"}}}");
+    wait_order("u-qb-1", "u-qa-1");
+    fx_patch("experiments", "u-qb", NULL,
+             "{\"metadata\":{\"annotations\":{\"kdet.io/ahead-of\":null,"
+             "\"kdet.io/behind-of\":\"u-qa\"}}}");
+    wait_order("u-qa-1", "u-qb-1");
+}
+
 /* ---- SSE --------------------------------------------------------------------------------- */
 
 struct sse {
@@ -318,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_user_api_disabled),
         cmocka_unit_test(test_experiments_and_actions),
         cmocka_unit_test(test_events_and_jobs),
+        cmocka_unit_test(test_jobs_ahead_of),
         cmocka_unit_test(test_stream),
     };
     return cmocka_run_group_tests(tests, fx_setup, fx_teardown);
