@@ -41,6 +41,7 @@
 #define MAX_WATCH_BUF (256u << 20)
 #define DEFAULT_WATCH_TIMEOUT_S 1800
 #define K8S_VERSION_MINOR "32"
+#define LIST_RV_WAIT_MS 3000 /* kube-apiserver waits about 3 s for a future resourceVersion */
 
 struct kd_api {
     struct kd_store *st;
@@ -866,6 +867,13 @@ static void do_create(struct kd_api *api, struct kd_http_req *r, const struct ta
     }
     set_kind(t->rt, obj);
     json_t *md = meta(obj);
+    const char *crv = jstr(md, "resourceVersion");
+    if (crv != NULL && crv[0] != '\0') {
+        /* As kube-apiserver's storage answers it: a plain error, so a 500 without a reason. */
+        respond_status(r, 500, "", "resourceVersion should not be set on objects to be created",
+                       NULL);
+        goto out;
+    }
     if (cr_check(r, t->rt, jstr(md, "name"), obj) != 0 ||
         (is_crd(t->rt) && crd_check(r, t->rt, jstr(md, "name"), obj) != 0))
         goto out;
@@ -1131,6 +1139,39 @@ static void do_list(struct kd_api *api, struct kd_http_req *r, const struct targ
         bad_request(r, "limit: must be a non-negative integer");
         goto out;
     }
+    const char *rvq = kd_http_query(r, "resourceVersion");
+    const char *rvm = kd_http_query(r, "resourceVersionMatch");
+    bool has_rv = rvq != NULL && rvq[0] != '\0';
+    uint64_t want_rv = 0;
+    if (rvm != NULL && rvm[0] != '\0') {
+        const char *why = NULL, *field = "resourceVersionMatch";
+        if (strcmp(rvm, "Exact") != 0 && strcmp(rvm, "NotOlderThan") != 0)
+            why = "Unsupported value: must be one of \"Exact\", \"NotOlderThan\"";
+        else if (!has_rv)
+            why = "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided";
+        else if (strcmp(rvm, "Exact") == 0 && strcmp(rvq, "0") == 0)
+            why = "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion "
+                  "\"0\"";
+        if (why != NULL) {
+            char msg[400];
+            snprintf(msg, sizeof(msg), "ListOptions.meta.k8s.io \"\" is invalid: %s: %s", field,
+                     why);
+            json_t *d = json_pack("{s:s,s:s,s:[{s:s,s:s,s:s}]}", "group", "meta.k8s.io", "kind",
+                                  "ListOptions", "causes", "reason", "FieldValueInvalid", "message",
+                                  why, "field", field);
+            respond_status(r, 422, "Invalid", msg, d);
+            goto out;
+        }
+    }
+    if (has_rv && kd_parse_u64(rvq, &want_rv) < 0) {
+        char msg[300];
+        snprintf(msg, sizeof(msg),
+                 "resourceVersion: Invalid value: \"%.200s\": must be a resourceVersion returned "
+                 "by this server",
+                 rvq);
+        bad_request(r, msg);
+        goto out;
+    }
     const char *cont = kd_http_query(r, "continue");
     if (cont != NULL && cont[0] != '\0') {
         json_t *tok = unb64_json(cont);
@@ -1145,6 +1186,24 @@ static void do_list(struct kd_api *api, struct kd_http_req *r, const struct targ
         json_decref(tok);
     }
     kd_store_lock(api->st);
+    if (want_rv > kd_store_rv(api->st)) {
+        /* A resourceVersion from the future: wait a little for it, as the watch cache does. */
+        int64_t deadline = kd_mono_ms() + LIST_RV_WAIT_MS;
+        for (int64_t left = LIST_RV_WAIT_MS; left > 0 && want_rv > kd_store_rv(api->st);
+             left = deadline - kd_mono_ms())
+            kd_store_wait(api->st, (int)left);
+        if (want_rv > kd_store_rv(api->st)) {
+            char msg[200];
+            snprintf(msg, sizeof(msg), "Too large resource version: %llu, current: %llu",
+                     (unsigned long long)want_rv, (unsigned long long)kd_store_rv(api->st));
+            kd_store_unlock(api->st);
+            json_t *d =
+                json_pack("{s:[{s:s,s:s}],s:i}", "causes", "reason", "ResourceVersionTooLarge",
+                          "message", "Too large resource version", "retryAfterSeconds", 1);
+            respond_status(r, 504, "Timeout", msg, d);
+            goto out;
+        }
+    }
     uint64_t rv = kd_store_rv(api->st);
     size_t n = kd_store_list(api->st, t->rt->gr, t->ns, &items);
     json_t *arr = json_array();
@@ -1585,6 +1644,16 @@ static void do_update(struct kd_api *api, struct kd_http_req *r, const struct ta
         kd_store_unlock(api->st);
         json_decref(obj);
         not_found(r, t->rt, t->name);
+        return;
+    }
+    const char *urv = jstr(json_object_get(obj, "metadata"), "resourceVersion");
+    if (!t->rt->builtin && (urv == NULL || urv[0] == '\0')) {
+        /* Custom resources (and CRDs) have no unconditional update. */
+        kd_store_unlock(api->st);
+        json_decref(obj);
+        invalid(r, t->rt, t->name,
+                json_pack("[o]", cause("FieldValueInvalid", "metadata.resourceVersion",
+                                       "Invalid value: 0x0: must be specified for an update")));
         return;
     }
     commit_update(api, r, t, cur, obj, status_only);

@@ -137,8 +137,16 @@ expect "409: create of an existing name (AlreadyExists)" 'AlreadyExists|already 
 	"${K[@]}" create -f <(trial t1)
 "${K[@]}" get trial t1 -o json | jq 'del(.metadata.resourceVersion)' >"$work/t1-norv.json"
 # (kubectl replace fills in a missing resourceVersion itself, so PUT it raw)
-expect "cr: update without resourceVersion is 422 (no unconditional update for CRs)" 'resourceVersion.*must be specified|Invalid' \
+expect "cr: update without resourceVersion is 422 (no unconditional update for CRs)" 'is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update' \
 	kubectl replace --raw "/apis/kdet.io/v1alpha1/namespaces/$NS/trials/t1" -f "$work/t1-norv.json"
+expect "create with metadata.resourceVersion set is refused" 'resourceVersion should not be set on objects to be created' \
+	kubectl create --raw "/api/v1/namespaces/$NS/configmaps" \
+	-f <(echo '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"withrv","resourceVersion":"5"}}')
+expect "list: resourceVersionMatch without resourceVersion is 422 naming the field" 'is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided' \
+	kubectl get --raw "/api/v1/namespaces/$NS/configmaps?resourceVersionMatch=Exact"
+# (the server waits a few seconds for it first)
+expect "list: a resourceVersion newer than the server's is 504 Timeout" 'Timeout.*Too large resource version: 99999999, current: [0-9]+' \
+	kubectl get --raw "/api/v1/namespaces/$NS/configmaps?resourceVersion=99999999"
 "${K[@]}" get trial t1 -o json | jq '.spec.seed = 11' >"$work/t1-fresh.json"
 expect "cr: update with the current resourceVersion" 'replaced' "${K[@]}" replace -f "$work/t1-fresh.json"
 
