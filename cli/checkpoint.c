@@ -58,9 +58,12 @@ static void print_list(const json_t *cks)
     json_t *c;
     json_array_foreach(cks, i, c)
     {
-        char trial[32], batches[32], size[32], when[32];
-        snprintf(trial, sizeof(trial), "%lld",
-                 (long long)json_integer_value(json_object_get(c, "trial_id")));
+        char trial[256], batches[32], size[32], when[32];
+        /* the Trial's name when the API knows it, else the store's id */
+        snprintf(trial, sizeof(trial), "%s", det_get_str(c, "trial", ""));
+        if (trial[0] == '\0')
+            snprintf(trial, sizeof(trial), "%lld",
+                     (long long)json_integer_value(json_object_get(c, "trial_id")));
         snprintf(batches, sizeof(batches), "%lld",
                  (long long)json_integer_value(json_object_get(c, "steps_completed")));
         fmt_size(json_integer_value(json_object_get(c, "size_bytes")), size, sizeof(size));
@@ -247,7 +250,8 @@ static int cmd_describe(int argc, char **argv)
     }
     printf("UUID:         %s\n", det_get_str(ck, "uuid", ""));
     printf("Experiment:   %s\n", det_get_str(exp, "name", ""));
-    printf("Trial ID:     %lld\n", (long long)json_integer_value(json_object_get(ck, "trial_id")));
+    printf("Trial:        %s (id %lld)\n", det_get_str(ck, "trial", "?"),
+           (long long)json_integer_value(json_object_get(ck, "trial_id")));
     printf("Batches:      %lld\n",
            (long long)json_integer_value(json_object_get(ck, "steps_completed")));
     printf("State:        %s\n", det_get_str(ck, "state", ""));

@@ -185,6 +185,40 @@ static int exp_id_of(struct api_rq *q, int64_t *id)
     return rc;
 }
 
+/*
+ * Name each checkpoint's trial ("trial": the Trial's name) from the store's
+ * trial rows (id -> uid) and the informer cache (uid -> name); best effort.
+ */
+static void name_trials(struct api_rq *q, int64_t exp_id, json_t *cks)
+{
+    json_t *rows = NULL, *trials = NULL;
+    char err[KD_ERRLEN] = "";
+    if (json_array_size(cks) == 0 || kd_store_trials_list(q->api->o.store, exp_id, &rows, err) != 0)
+        goto out;
+    trials = trials_of(q->api, NS(q), NAME(q));
+    size_t i, j, k;
+    json_t *c, *row, *t;
+    json_array_foreach(cks, i, c)
+    {
+        json_int_t tid = json_integer_value(json_object_get(c, "trial_id"));
+        json_array_foreach(rows, j, row)
+        {
+            const char *uid = json_string_value(json_object_get(row, "uid"));
+            if (json_integer_value(json_object_get(row, "id")) != tid || uid == NULL)
+                continue;
+            json_array_foreach(trials, k, t)
+            {
+                const char *u = kd_k8s_meta_str(t, "uid");
+                if (u != NULL && strcmp(u, uid) == 0)
+                    json_object_set_new(c, "trial", json_string(kd_k8s_meta_str(t, "name")));
+            }
+        }
+    }
+out:
+    json_decref(rows);
+    json_decref(trials);
+}
+
 void api_user_experiment_checkpoints(struct api_rq *q)
 {
     int64_t id;
@@ -195,6 +229,8 @@ void api_user_experiment_checkpoints(struct api_rq *q)
     if (exp_id_of(q, &id) != 0)
         goto out;
     int rc = id == 0 ? 0 : kd_store_checkpoints_list(q->api->o.store, id, 0, deleted, &out, err);
+    if (rc == 0 && out != NULL)
+        name_trials(q, id, out);
     if (rc != 0)
         api_fail(q, rc, NULL, err);
     else
@@ -286,6 +322,9 @@ void api_user_trial_checkpoints(struct api_rq *q)
     if (trial_id_of(q, &id) != 0)
         goto out;
     int rc = id == 0 ? 0 : kd_store_checkpoints_list(q->api->o.store, 0, id, true, &out, err);
+    size_t i;
+    json_t *c;
+    json_array_foreach(out, i, c) json_object_set_new(c, "trial", json_string(NAME(q)));
     if (rc != 0)
         api_fail(q, rc, NULL, err);
     else

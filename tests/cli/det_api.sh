@@ -143,13 +143,14 @@ rc=$?
 # ---- checkpoints
 "$det" checkpoint list apiexp > "$tmp/c.txt" 2> "$tmp/out"
 grep -qE "^UUID +TRIAL +BATCHES +STATE +SIZE +REPORTED +STORAGE PATH$" "$tmp/c.txt" &&
-    grep -qE "^ck-0001 +[0-9]+ +30 +ACTIVE .*$tmp/ckpt/ck-0001$" "$tmp/c.txt" && ok "checkpoint list EXPERIMENT" ||
+    grep -qE "^ck-0001 +apiexp-1 +30 +ACTIVE .*$tmp/ckpt/ck-0001$" "$tmp/c.txt" && ok "checkpoint list EXPERIMENT" ||
     bad "checkpoint list" "$tmp/c.txt"
 "$det" checkpoint list --trial apiexp-1 -o json > "$tmp/c.json" 2> "$tmp/out"
-[ "$(json "$tmp/c.json" "[(c['uuid'], c['steps_completed'], c['size_bytes']) for c in j['checkpoints']]")" = "[('ck-0001', 30, $size)]" ] &&
+[ "$(json "$tmp/c.json" "[(c['uuid'], c['trial'], c['steps_completed'], c['size_bytes']) for c in j['checkpoints']]")" = "[('ck-0001', 'apiexp-1', 30, $size)]" ] &&
     ok "checkpoint list --trial -o json" || bad "checkpoint list --trial" "$tmp/c.json"
 "$det" checkpoint describe ck-00 > "$tmp/c.txt" 2> "$tmp/out"
 grep -qE "^UUID: +ck-0001$" "$tmp/c.txt" && grep -qE "^Experiment: +apiexp$" "$tmp/c.txt" &&
+    grep -qE "^Trial: +apiexp-1 \(id [0-9]+\)$" "$tmp/c.txt" &&
     grep -qE "^Batches: +30$" "$tmp/c.txt" && grep -q '"format":"test"' "$tmp/c.txt" &&
     ok "checkpoint describe (a unique uuid prefix)" || bad "checkpoint describe" "$tmp/c.txt"
 "$det" checkpoint download ck-0001 -o "$tmp/dl" > "$tmp/out" 2>&1 && diff -r "$tmp/model" "$tmp/dl" >> "$tmp/out" 2>&1 &&
