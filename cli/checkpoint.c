@@ -40,6 +40,9 @@ static const char ckpt_usage[] =
 
 #define NS_FLAGS "--namespace", "--kubeconfig", "--context"
 
+static const struct kd_k8s_gvr exp_gvr = KD_K8S_EXPERIMENTS;
+static const struct kd_k8s_gvr trial_gvr = KD_K8S_TRIALS;
+
 static void fmt_size(json_int_t n, char *buf, size_t len)
 {
     if (n >= (1 << 20))
@@ -113,10 +116,12 @@ static int cmd_list(int argc, char **argv)
         goto out;
     }
     rc = det_api_open(&v.a, "det checkpoint list", &api);
+    if (rc == 0)
+        rc = v.a.trial ? det_resolve_if_kube(&v, &trial_gvr, "trial", v.a.trial, &v.name)
+                       : det_resolve_if_kube(&v, &exp_gvr, "experiment", v.a.pos[0], &v.name);
     if (rc != 0)
         goto out;
-    path = v.a.trial ? ckpt_path(&api, "trials", v.a.trial, true)
-                     : ckpt_path(&api, "experiments", v.a.pos[0], true);
+    path = ckpt_path(&api, v.a.trial ? "trials" : "experiments", v.name, true);
     if (path == NULL) {
         det_err("name too long");
         rc = DET_EXIT_USAGE;
@@ -138,7 +143,7 @@ static int cmd_list(int argc, char **argv)
         json_decref(o);
     } else if (json_array_size(shown) == 0) {
         fprintf(stderr, "det: no checkpoints registered for %s %s%s\n",
-                v.a.trial ? "trial" : "experiment", v.a.trial ? v.a.trial : v.a.pos[0],
+                v.a.trial ? "trial" : "experiment", v.name,
                 v.a.all ? "" : " (deleted ones are listed with --all)");
     } else {
         print_list(shown);

@@ -169,6 +169,14 @@ struct det_verb {
 int det_verb_begin(struct det_verb *v, int argc, char **argv, const struct det_verb_spec *s);
 void det_verb_end(struct det_verb *v);
 
+/**
+ * For verbs that work without the Kubernetes API: resolve id (a name or a
+ * unique prefix) like det_resolve when a kubeconfig is found (opening
+ * v->k), else take it as given. *name malloc'd. Exit code (errors printed).
+ */
+int det_resolve_if_kube(struct det_verb *v, const struct kd_k8s_gvr *gvr, const char *what,
+                        const char *id, char **name);
+
 /** One verb of a noun: its name, an optional short alias, its handler (argv[0] is the verb). */
 struct det_sub {
     const char *name, *alias;

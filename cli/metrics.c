@@ -13,6 +13,8 @@
 #include "core/buf.h"
 #include "core/str.h"
 
+static const struct kd_k8s_gvr trial_gvr = KD_K8S_TRIALS;
+
 /* Metric columns shown in the table (the rest are in -o json). */
 #define MAX_METRIC_COLS 9
 
@@ -21,7 +23,8 @@ static const char metrics_usage[] =
     "                         [--downsample N] [-o table|json|yaml] [-n NS]\n"
     "\n"
     "The metrics the trial reported, as kdet-controller stored them: one row per report\n"
-    "(BATCHES, REPORTED, then a column per metric). TRIAL is the Trial's name.\n"
+    "(BATCHES, REPORTED, then a column per metric). TRIAL is the Trial's name or a\n"
+    "unique prefix of it (prefixes need the kubeconfig).\n"
     "\n"
     "options:\n"
     "  --kind KIND       training (default), validation or profiling\n"
@@ -156,10 +159,12 @@ int det_trial_metrics(int argc, char **argv)
         goto out;
     }
     rc = det_api_open(&v.a, "det trial metrics", &api);
+    if (rc == 0)
+        rc = det_resolve_if_kube(&v, &trial_gvr, "trial", v.a.pos[0], &v.name);
     if (rc != 0)
         goto out;
     if (kd_buf_puts(&path, "/api/v1/namespaces/") != 0 || det_urlencode(&path, api.ns) != 0 ||
-        kd_buf_puts(&path, "/trials/") != 0 || det_urlencode(&path, v.a.pos[0]) != 0 ||
+        kd_buf_puts(&path, "/trials/") != 0 || det_urlencode(&path, v.name) != 0 ||
         kd_buf_printf(&path, "/metrics?kind=%s&max_points=%lld", kind, (long long)ds) != 0) {
         det_err("trial name too long");
         rc = DET_EXIT_USAGE;
@@ -177,12 +182,12 @@ int det_trial_metrics(int argc, char **argv)
     if (v.a.metric != NULL)
         filter_metric(rows, v.a.metric);
     if (v.fmt != DET_FMT_TABLE) {
-        json_t *o = json_pack("{s:s,s:s,s:s,s:O}", "namespace", api.ns, "trial", v.a.pos[0], "kind",
+        json_t *o = json_pack("{s:s,s:s,s:s,s:O}", "namespace", api.ns, "trial", v.name, "kind",
                               kind, "metrics", rows);
         rc = det_print_obj(o, v.fmt);
         json_decref(o);
     } else if (json_array_size(rows) == 0) {
-        fprintf(stderr, "det: trial %s has no %s metrics%s%s%s\n", v.a.pos[0], kind,
+        fprintf(stderr, "det: trial %s has no %s metrics%s%s%s\n", v.name, kind,
                 v.a.metric ? " named \"" : "", v.a.metric ? v.a.metric : "",
                 v.a.metric ? "\"" : "");
     } else {

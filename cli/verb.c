@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/alloc.h"
+#include "k8s/config.h"
 
 int det_verb_begin(struct det_verb *v, int argc, char **argv, const struct det_verb_spec *s)
 {
@@ -76,5 +78,25 @@ int det_dispatch(int argc, char **argv, const struct det_sub *subs, const char *
     snprintf(what, sizeof(what), "%s verb", strncmp(noun, "det ", 4) == 0 ? noun + 4 : noun);
     det_usage_suggest(what, verb, names, noun);
 out:
+    return rc;
+}
+
+int det_resolve_if_kube(struct det_verb *v, const struct kd_k8s_gvr *gvr, const char *what,
+                        const char *id, char **name)
+{
+    struct kd_k8s_config_opts o = {.kubeconfig = v->a.kubeconfig, .context = v->a.context};
+    struct kd_k8s_config cfg = {0};
+    int rc = DET_EXIT_OK;
+    *name = NULL;
+    if (v->k.c == NULL && kd_k8s_config_load(&o, &cfg, NULL) != 0) {
+        *name = kd_xstrdup(id); /* no cluster at hand: the name as given */
+        goto out;
+    }
+    if (v->k.c == NULL)
+        rc = det_kube_open(&v->a, &v->k);
+    if (rc == 0)
+        rc = det_resolve(&v->k, gvr, what, id, name, NULL);
+out:
+    kd_k8s_config_free(&cfg);
     return rc;
 }

@@ -118,6 +118,8 @@ timeout 100 "$det" experiment wait apiexp --timeout 90 > "$tmp/out" 2>&1 && ok "
 "$det" trial metrics apiexp-1 > "$tmp/m.txt" 2> "$tmp/out"
 grep -qE "^BATCHES +REPORTED +acc +loss$" "$tmp/m.txt" && grep -qE "^30 +[0-9-]+ [0-9:]+ +0.8 +0.3$" "$tmp/m.txt" &&
     [ "$(wc -l < "$tmp/m.txt")" = 4 ] && ok "trial metrics: a table with a column per metric" || bad "trial metrics table" "$tmp/m.txt"
+"$det" trial metrics apiexp- -o json > "$tmp/m.json" 2> "$tmp/out" && [ "$(json "$tmp/m.json" "(j['trial'], len(j['metrics']))")" = "('apiexp-1', 3)" ] &&
+    ok "trial metrics: a unique prefix of the trial's name" || bad "trial metrics by prefix" "$tmp/out"
 "$det" trial metrics apiexp-1 --kind validation -o yaml > "$tmp/m.yaml" 2> "$tmp/out"
 grep -q "loss: 0.25" "$tmp/m.yaml" && grep -q "step: 30" "$tmp/m.yaml" && grep -q "kind: validation" "$tmp/m.yaml" &&
     ok "trial metrics --kind validation -o yaml" || bad "validation metrics" "$tmp/m.yaml"
@@ -141,7 +143,7 @@ rc=$?
     bad "API from the data dir" "$tmp/out"
 
 # ---- checkpoints
-"$det" checkpoint list apiexp > "$tmp/c.txt" 2> "$tmp/out"
+"$det" checkpoint list apie > "$tmp/c.txt" 2> "$tmp/out"
 grep -qE "^UUID +TRIAL +BATCHES +STATE +SIZE +REPORTED +STORAGE PATH$" "$tmp/c.txt" &&
     grep -qE "^ck-0001 +apiexp-1 +30 +ACTIVE .*$tmp/ckpt/ck-0001$" "$tmp/c.txt" && ok "checkpoint list EXPERIMENT" ||
     bad "checkpoint list" "$tmp/c.txt"
