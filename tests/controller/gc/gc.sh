@@ -8,8 +8,40 @@
 # experiment's best is left, and a trial that is still running keeps all
 # of its checkpoints until it ends. Deletions are files first, then the
 # registry (DELETED plus one checkpoint_gc event each); a restarted
-# controller repeats GC without recording anything twice. Also: trial and
+# controller repeats GC without recording anything twice, and finishes a
+# deletion left half done (files gone, row still ACTIVE). On S3 (s3rver)
+# the controller takes the keys from checkpoint_storage.credentials_secret
+# and logs none of them. Also: trial and
 # experiment states in the store, status.bestValidation, and a
+# S3 (s3rver): the controller reads the keys from checkpoint_storage.credentials_secret (the workers
+# get theirs from their environment) and never logs them.
+S3RVER=$KD_SRC/.deps/s3rver/node_modules/.bin/s3rver
+if [ -x "$S3RVER" ]; then
+    s3port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mkdir -p "$T/s3"
+    NODE_OPTIONS=--openssl-legacy-provider "$S3RVER" -d "$T/s3" -a 127.0.0.1 -p "$s3port" --silent \
+        --configure-bucket ckpts >"$T/s3rver.log" 2>&1 &
+    S3PID=$!
+    wait_for 10 eval "(exec 3<>/dev/tcp/127.0.0.1/$s3port) 2>/dev/null"
+    kubectl create secret generic s3-creds --from-literal=AWS_ACCESS_KEY_ID=S3RVER \
+        --from-literal=AWS_SECRET_ACCESS_KEY=S3RVER >/dev/null
+    gc_exp s3gc "save_experiment_best: 0, save_trial_best: 1, save_trial_latest: 0" "" \
+        "type: s3, bucket: ckpts, prefix: gc, endpoint_url: 'http://127.0.0.1:$s3port', credentials_secret: s3-creds" \
+        "AWS_ACCESS_KEY_ID=S3RVER, AWS_SECRET_ACCESS_KEY=S3RVER"
+    check "S3 experiment COMPLETED" wait_for 90 exp_state_is s3gc COMPLETED
+    check "S3 registry: each trial's best ACTIVE" wait_for 20 n_is "s3gc-1-20 s3gc-2-20 s3gc-3-20" ckpts s3gc ACTIVE
+    s3ls() { AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER "$KD_BUILD/bin/dtrain" ckpt ls \
+        --storage s3://ckpts/gc --endpoint-url "http://127.0.0.1:$s3port" 2>&1; }
+    check "S3 storage: exactly the kept checkpoints" test "$(s3ls | grep ' complete ' | awk '{print $1}' | sort |
+        tr '\n' ' ')" = "s3gc-1-20 s3gc-2-20 s3gc-3-20 "
+    check "S3: one event per deletion" test "$(gc_events s3gc)" = 6
+    check "S3: no credentials in the controller log" eval "! grep -q S3RVER '$T/ctrl.log'"
+    kill "$S3PID" 2>/dev/null
+    wait "$S3PID" 2>/dev/null
+else
+    bad "s3rver is not installed ($S3RVER): run make deps"
+fi
+
 # spec.template naming no stored template is a configuration error.
 KD_SRC=${KD_SRC:-$(cd "$(dirname "$0")/../../.." && pwd)}
 . "$KD_SRC/e2e/controller/lib.sh"
@@ -52,16 +84,17 @@ while :; do
 done
 W
 
-# gc_exp NAME POLICY [HOLD]: a grid of three trials over shared_fs $T/ckpt-NAME.
+# gc_exp NAME POLICY [HOLD [STORAGE [ENV]]]: a grid of three trials over shared_fs $T/ckpt-NAME
+# (or the checkpoint_storage fields STORAGE, with ENV for the workers).
 gc_exp() {
     mkdir -p "$T/ckpt-$1"
     experiment "$1" "  entrypoint: sh $T/worker.sh
   environment:
-    environment_variables: [OUTDIR=$T, DTRAIN=$KD_BUILD/bin/dtrain, CKPT=$T/ckpt-$1, HOLD=${3:-}]
+    environment_variables: [OUTDIR=$T, DTRAIN=$KD_BUILD/bin/dtrain, CKPT=$T/ckpt-$1, HOLD=${3:-}${5:+, $5}]
   hyperparameters:
     lr: {type: categorical, vals: [0.1, 0.2, 0.3]}
   searcher: {name: grid, metric: loss, smaller_is_better: true, max_length: {batches: 30}}
-  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt-$1, $2}
+  checkpoint_storage: {${4:-type: shared_fs, host_path: $T/ckpt-$1}, $2}
   max_restarts: 0
   resources: {slots_per_trial: 1}"
 }
@@ -105,13 +138,50 @@ check "GC logged" grep -q 'msg="checkpoint GC" experiment=dexp' "$T/ctrl.log"
 
 # A restarted controller runs GC again over the ended experiments: nothing new to delete or record.
 stop_ctrl
+# As if the controller had been killed after deleting dflt-1-10's files and before the registry
+# said so: the row is ACTIVE again and its event gone; the next controller must finish the job.
+psqlq "update checkpoints set state = 'ACTIVE', deleted_at = null where uuid = 'dflt-1-10';
+    delete from events where kind = 'checkpoint_gc' and details->>'uuid' = 'dflt-1-10'" >/dev/null
+check "a deletion left half done (files gone, row ACTIVE)" test "$(gc_events dflt)" = 2
 nlog=$(wc -l <"$T/ctrl.log")
 start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
 check "API serving after a restart" wait_for 20 n_is 2 grep -c 'msg="API serving"' "$T/ctrl.log"
 check "the restarted controller looked at the ended experiments" wait_for 20 eval \
-    "tail -n +$nlog '$T/ctrl.log' | grep -q 'msg=\"checkpoint GC\" experiment=dflt checkpoints=6 deleted=0'"
-check "no deletion recorded twice" test "$(gc_events dflt) $(gc_events dexp)" = "3 8"
+    "tail -n +$nlog '$T/ctrl.log' | grep -q 'msg=\"checkpoint GC\" experiment=dexp checkpoints=1 deleted=0'"
+check "the half-done deletion finished" wait_for 20 eval "tail -n +$nlog '$T/ctrl.log' |
+    grep -q 'msg=\"checkpoint GC\" experiment=dflt checkpoints=7 deleted=1'"
+check "no deletion recorded twice, none lost" test "$(gc_events dflt) $(gc_events dexp)" = "3 8"
+check "registry: the same three DELETED" test "$(ckpts dflt DELETED)" = "dflt-1-10 dflt-2-10 dflt-3-10"
 check "still exactly the kept checkpoints" test "$(ckpts dexp ACTIVE) / $(on_disk dflt)" = "dexp-1-20 / $keep"
+
+# S3 (s3rver): the controller reads the keys from checkpoint_storage.credentials_secret (the workers
+# get theirs from their environment) and never logs them.
+S3RVER=$KD_SRC/.deps/s3rver/node_modules/.bin/s3rver
+if [ -x "$S3RVER" ]; then
+    s3port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mkdir -p "$T/s3"
+    NODE_OPTIONS=--openssl-legacy-provider "$S3RVER" -d "$T/s3" -a 127.0.0.1 -p "$s3port" --silent \
+        --configure-bucket ckpts >"$T/s3rver.log" 2>&1 &
+    S3PID=$!
+    wait_for 10 eval "(exec 3<>/dev/tcp/127.0.0.1/$s3port) 2>/dev/null"
+    kubectl create secret generic s3-creds --from-literal=AWS_ACCESS_KEY_ID=S3RVER \
+        --from-literal=AWS_SECRET_ACCESS_KEY=S3RVER >/dev/null
+    gc_exp s3gc "save_experiment_best: 0, save_trial_best: 1, save_trial_latest: 0" "" \
+        "type: s3, bucket: ckpts, prefix: gc, endpoint_url: 'http://127.0.0.1:$s3port', credentials_secret: s3-creds" \
+        "AWS_ACCESS_KEY_ID=S3RVER, AWS_SECRET_ACCESS_KEY=S3RVER"
+    check "S3 experiment COMPLETED" wait_for 90 exp_state_is s3gc COMPLETED
+    check "S3 registry: each trial's best ACTIVE" wait_for 20 n_is "s3gc-1-20 s3gc-2-20 s3gc-3-20" ckpts s3gc ACTIVE
+    s3ls() { AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER "$KD_BUILD/bin/dtrain" ckpt ls \
+        --storage s3://ckpts/gc --endpoint-url "http://127.0.0.1:$s3port" 2>&1; }
+    check "S3 storage: exactly the kept checkpoints" test "$(s3ls | grep ' complete ' | awk '{print $1}' | sort |
+        tr '\n' ' ')" = "s3gc-1-20 s3gc-2-20 s3gc-3-20 "
+    check "S3: one event per deletion" test "$(gc_events s3gc)" = 6
+    check "S3: no credentials in the controller log" eval "! grep -q S3RVER '$T/ctrl.log'"
+    kill "$S3PID" 2>/dev/null
+    wait "$S3PID" 2>/dev/null
+else
+    bad "s3rver is not installed ($S3RVER): run make deps"
+fi
 
 # spec.template naming no stored template: a configuration error quoting the name.
 experiment notmpl "  template: no-such-template
