@@ -1,7 +1,10 @@
 /*
  * The informer cache (see informer.h): objects by key in a uthash table,
  * plus one secondary table whose entries ("n:NS", "o:UID", "l:KEY=VALUE")
- * each hold a pointer set of the objects they index. One rwlock guards it.
+ * each hold an array of the objects they index; each object knows its slot
+ * in every such array, so removal is a swap with the last. (A hash set per
+ * index value cost about 600 bytes per object whose label is unique, such
+ * as a trial's request id.) One rwlock guards it.
  *
  * Objects are kept as compact JSON text, not as jansson trees: a tree
  * takes about 8 times the memory of its text (7.7 KB against 0.9 KB for a
@@ -22,24 +25,26 @@
 
 struct entry;
 
-struct ref {
-    struct entry *e;
+struct ixval {
+    char *key;
+    struct entry **items; /* the entries with this index value */
+    size_t n, cap;
     UT_hash_handle hh;
 };
 
-struct ixval {
-    char *key;
-    struct ref *refs; /* set of entries, by pointer */
-    UT_hash_handle hh;
+/* One index an entry is in: the value and the entry's slot in its items. */
+struct ixref {
+    struct ixval *v;
+    size_t pos;
 };
 
 struct entry {
     char *key;
     char *json; /* compact JSON text of the object */
     size_t len;
-    char *rv;  /* metadata.resourceVersion ("" when absent) */
-    char *uid; /* metadata.uid ("" when absent) */
-    char **ix; /* index keys this entry is in */
+    char *rv;         /* metadata.resourceVersion ("" when absent) */
+    char *uid;        /* metadata.uid ("" when absent) */
+    struct ixref *ix; /* the indexes this entry is in */
     size_t nix;
     unsigned gen; /* the relist generation that last saw it (kd_k8s_cache_replace_begin) */
     UT_hash_handle hh;
@@ -66,45 +71,51 @@ struct kd_k8s_cache *kd_k8s_cache_new(void)
     return c;
 }
 
+/* Put e under index key ixkey (owned: kept or freed here). */
 static void ix_add(struct kd_k8s_cache *c, struct entry *e, char *ixkey)
 {
     struct ixval *v = NULL;
-    struct ref *r = NULL;
     HASH_FIND_STR(c->index, ixkey, v);
     if (v == NULL) {
         v = kd_xcalloc(1, sizeof(*v));
-        v->key = kd_xstrdup(ixkey);
+        v->key = ixkey;
         HASH_ADD_KEYPTR(hh, c->index, v->key, strlen(v->key), v);
+    } else {
+        free(ixkey);
     }
-    HASH_FIND_PTR(v->refs, &e, r);
-    if (r == NULL) {
-        r = kd_xcalloc(1, sizeof(*r));
-        r->e = e;
-        HASH_ADD_PTR(v->refs, e, r);
+    for (size_t i = 0; i < e->nix; i++)
+        if (e->ix[i].v == v)
+            return; /* twice in one object (the same owner listed twice) */
+    if (v->n == v->cap) {
+        v->cap = v->cap != 0 ? 2 * v->cap : 1;
+        v->items = kd_xrealloc(v->items, v->cap * sizeof(*v->items));
     }
     e->ix = kd_xrealloc(e->ix, (e->nix + 1) * sizeof(*e->ix));
-    e->ix[e->nix++] = ixkey;
+    e->ix[e->nix++] = (struct ixref){v, v->n};
+    v->items[v->n++] = e;
 }
 
 static void ix_remove_all(struct kd_k8s_cache *c, struct entry *e)
 {
     for (size_t i = 0; i < e->nix; i++) {
-        struct ixval *v = NULL;
-        struct ref *r = NULL;
-        HASH_FIND_STR(c->index, e->ix[i], v);
-        if (v != NULL) {
-            HASH_FIND_PTR(v->refs, &e, r);
-            if (r != NULL) {
-                HASH_DEL(v->refs, r);
-                free(r);
-            }
-            if (v->refs == NULL) {
-                HASH_DEL(c->index, v);
-                free(v->key);
-                free(v);
-            }
+        struct ixval *v = e->ix[i].v;
+        size_t pos = e->ix[i].pos;
+        struct entry *last = v->items[--v->n];
+        if (pos != v->n) {
+            v->items[pos] = last; /* the last one takes the freed slot */
+            for (size_t k = 0; k < last->nix; k++)
+                if (last->ix[k].v == v)
+                    last->ix[k].pos = pos;
         }
-        free(e->ix[i]);
+        if (v->n == 0) {
+            HASH_DEL(c->index, v);
+            free(v->key);
+            free(v->items);
+            free(v);
+        } else if (v->n < v->cap / 4) {
+            v->cap /= 2;
+            v->items = kd_xrealloc(v->items, v->cap * sizeof(*v->items));
+        }
     }
     free(e->ix);
     e->ix = NULL;
@@ -193,15 +204,10 @@ static json_t *by_index(struct kd_k8s_cache *c, const char *ixkey)
 {
     json_t *arr = json_array();
     struct ixval *v = NULL;
-    struct ref *r, *tmp;
     pthread_rwlock_rdlock(&c->lock);
     HASH_FIND_STR(c->index, ixkey, v);
-    if (v != NULL) {
-        HASH_ITER(hh, v->refs, r, tmp)
-        {
-            json_array_append_new(arr, decode(r->e));
-        }
-    }
+    for (size_t i = 0; v != NULL && i < v->n; i++)
+        json_array_append_new(arr, decode(v->items[i]));
     pthread_rwlock_unlock(&c->lock);
     return arr;
 }
@@ -233,18 +239,12 @@ int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *
     if (ns != NULL) {
         char *k = kd_xasprintf("n:%s", ns);
         struct ixval *v = NULL;
-        struct ref *r, *tmp;
         HASH_FIND_STR(c->index, k, v);
         free(k);
-        if (v != NULL) {
-            HASH_ITER(hh, v->refs, r, tmp)
-            {
-                json_t *o = decode(r->e);
-                rc = fn(o, ud);
-                json_decref(o);
-                if (rc != 0)
-                    break;
-            }
+        for (size_t i = 0; v != NULL && i < v->n && rc == 0; i++) {
+            json_t *o = decode(v->items[i]);
+            rc = fn(o, ud);
+            json_decref(o);
         }
     } else {
         struct entry *e, *tmp;

@@ -170,6 +170,50 @@ static void test_each(void **state)
     kd_k8s_cache_free(c);
 }
 
+/* Index slots: removing from the middle of an index moves the last object into the hole, and
+ * the moved object still leaves cleanly afterwards. */
+static void test_index_slots(void **state)
+{
+    (void)state;
+    struct kd_k8s_cache *c = kd_k8s_cache_new();
+    const char *names[] = {"p0", "p1", "p2", "p3", "p4"};
+    for (int i = 0; i < 5; i++) {
+        json_t *o = obj("ns", names[i], "1", "t1", "web");
+        assert_int_equal(kd_k8s_cache_put(c, o, NULL), 0);
+        json_decref(o);
+    }
+    assert_int_equal(kd_k8s_cache_delete(c, "ns/p1", NULL), 0); /* p4 moves into p1's slot */
+    assert_int_equal(kd_k8s_cache_delete(c, "ns/p4", NULL), 0); /* the moved one leaves */
+    json_t *o = obj("ns", "p2", "2", "t2", "db");               /* p2 changes its indexes */
+    assert_int_equal(kd_k8s_cache_put(c, o, NULL), 0);
+    json_decref(o);
+    json_t *web = kd_k8s_cache_by_label(c, "app", "web");
+    char got[64] = "";
+    size_t i;
+    json_array_foreach(web, i, o)
+    {
+        size_t len = strlen(got);
+        snprintf(got + len, sizeof(got) - len, "%s;", kd_k8s_meta_str(o, "name"));
+    }
+    assert_int_equal(json_array_size(web), 2);
+    assert_non_null(strstr(got, "p0;"));
+    assert_non_null(strstr(got, "p3;"));
+    json_decref(web);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_owner(c, "t1")), 2);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_owner(c, "t2")), 1);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_label(c, "tier", "x")), 3);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_list(c, "ns")), 3);
+    for (int k = 0; k < 5; k++) {
+        char key[16];
+        snprintf(key, sizeof(key), "ns/%s", names[k]);
+        int rc = kd_k8s_cache_delete(c, key, NULL);
+        assert_true(rc == 0 || (k == 1 || k == 4)); /* p1 and p4 are gone already */
+    }
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_label(c, "tier", "x")), 0);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_list(c, "ns")), 0);
+    kd_k8s_cache_free(c);
+}
+
 /* A relist in pages: changes are reported page by page, removals at the end; a round given up
  * half way leaves nothing removed, and an object put between pages is kept. */
 static void test_relist_pages(void **state)
@@ -376,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_relist_diff),
         cmocka_unit_test(test_each),
         cmocka_unit_test(test_relist_pages),
+        cmocka_unit_test(test_index_slots),
         cmocka_unit_test(test_concurrent_readers),
         cmocka_unit_test(test_enqueue_handlers),
     };
