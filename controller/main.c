@@ -62,33 +62,22 @@ static void usage(FILE *f)
         "  --spool-dir DIR          spill metrics here while the database is down\n"
         "  --priority-classes on|off set priorityClassName on trial pods (default on)\n"
         "  --resync SECONDS         re-reconcile live experiments this often (default 30)\n"
+        "  --kube-api-qps N         requests per second to the API server (default 50; 0: no "
+        "limit)\n"
+        "  --kube-api-burst N       requests allowed in a burst above that (default 100)\n"
         "  --log-level LEVEL        debug | info | warn | error (default $KDET_LOG_LEVEL or info)\n"
         "  -h, --help               this text\n");
 }
 
 static const char *const flag_names[] = {
-    "--kubeconfig",
-    "--context",
-    "--namespace",
-    "--workers",
-    "--scheduler",
-    "--preemption",
-    "--leader-elect",
-    "--lease-name",
-    "--lease-namespace",
-    "--image",
-    "--launcher",
-    "--controller-url",
-    "--database-url",
-    "--api-listen",
-    "--token-key-file",
-    "--user-token-file",
-    "--spool-dir",
-    "--priority-classes",
-    "--resync",
-    "--log-level",
-    "--help",
-    NULL,
+    "--kubeconfig",      "--context",      "--namespace",
+    "--workers",         "--scheduler",    "--preemption",
+    "--leader-elect",    "--lease-name",   "--lease-namespace",
+    "--image",           "--launcher",     "--controller-url",
+    "--database-url",    "--api-listen",   "--token-key-file",
+    "--user-token-file", "--spool-dir",    "--priority-classes",
+    "--resync",          "--kube-api-qps", "--kube-api-burst",
+    "--log-level",       "--help",         NULL,
 };
 
 static int parse_onoff(const char *flag, const char *v, bool *out, char *err)
@@ -136,7 +125,8 @@ static const char *database_from_env(void)
                                                                         : NULL;
 }
 
-static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o, int *log_level, char *err)
+static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
+                      struct kd_k8s_client_opts *kube, int *log_level, char *err)
 {
     int rc = 0;
     for (int i = 1; i < argc && rc == 0; i++) {
@@ -217,6 +207,16 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o, int *log_le
             if (kd_parse_int(v, &n) != 0 || n < 1 || n > 86400)
                 rc = kd_seterr(err, KD_EINVAL, "--resync=%s: expected seconds from 1 to 86400", v);
             o->resync_ms = (long)n * 1000;
+        } else if (strcmp(name, "--kube-api-qps") == 0) {
+            if (kd_parse_int(v, &n) != 0 || n < 0 || n > 100000)
+                rc = kd_seterr(err, KD_EINVAL,
+                               "--kube-api-qps=%s: expected requests per second from 0 to 100000",
+                               v);
+            kube->qps = n == 0 ? -1 : n; /* the client's "unlimited" is negative */
+        } else if (strcmp(name, "--kube-api-burst") == 0) {
+            if (kd_parse_int(v, &n) != 0 || n < 1 || n > 100000)
+                rc = kd_seterr(err, KD_EINVAL, "--kube-api-burst=%s: expected 1 to 100000", v);
+            kube->burst = n;
         } else if (strcmp(name, "--log-level") == 0) {
             if (kd_log_level_parse(v, log_level) != 0)
                 rc = kd_seterr(err, KD_EINVAL,
@@ -309,6 +309,7 @@ int main(int argc, char **argv)
     char err[KD_ERRLEN] = "", url[128];
     struct kd_ctrl c;
     struct kd_k8s_config cfg = {0};
+    struct kd_k8s_client_opts kube = {0};
     pthread_t sched_thread;
     bool sched_started = false;
     memset(&c, 0, sizeof(c));
@@ -332,7 +333,7 @@ int main(int argc, char **argv)
     c.reasons = json_object();
     c.preempt = json_object();
     c.cfgs = json_object();
-    if ((rc = parse_args(argc, argv, &c.o, &level, err)) != 0) {
+    if ((rc = parse_args(argc, argv, &c.o, &kube, &level, err)) != 0) {
         fprintf(stderr, "kdet-controller: %s\n", err);
         usage(stderr);
         rc = 2;
@@ -351,7 +352,7 @@ int main(int argc, char **argv)
 
     struct kd_k8s_config_opts co = {.kubeconfig = c.o.kubeconfig, .context = c.o.context};
     if ((rc = kd_k8s_config_load(&co, &cfg, err)) != 0 ||
-        (rc = kd_k8s_client_new(&cfg, NULL, &c.client, err)) != 0) {
+        (rc = kd_k8s_client_new(&cfg, &kube, &c.client, err)) != 0) {
         KD_ERROR("cannot configure the Kubernetes client", "err=%s detail=%s", kd_err_name(rc),
                  kd_logq(err));
         rc = 1;
