@@ -23,6 +23,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+
 #include "cli.h"
 #include "core/alloc.h"
 #include "core/buf.h"
@@ -1009,6 +1011,44 @@ out:
 
 /* ---- verbs ------------------------------------------------------------------- */
 
+/* GET url/healthz within 2 s: whether it answered 200. */
+static bool healthz(const char *url)
+{
+    char *u = kd_xasprintf("%s/healthz", url);
+    long code = 0;
+    CURL *h = curl_easy_init();
+    if (h != NULL) {
+        curl_easy_setopt(h, CURLOPT_URL, u);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 2000L);
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        if (curl_easy_perform(h) == CURLE_OK)
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        curl_easy_cleanup(h);
+    }
+    free(u);
+    return code == 200;
+}
+
+/* status: the controller API's line (running controller only). Whether it is healthy. */
+static bool status_api(const struct deploy *d)
+{
+    char url[128] = "", path[PATH_MAX + 32];
+    bool up = false;
+    snprintf(path, sizeof(path), "%s/controller-url", d->dir);
+    if (read_small(path, url, sizeof(url)) != 0) {
+        printf("  %-16s %-9s %s\n", "controller-api", "unknown",
+               "no controller-url: started by an older det? run 'det deploy local down' and up");
+        return false;
+    }
+    url[strcspn(url, "\r\n")] = '\0';
+    up = healthz(url);
+    printf("  %-16s %-9s %s, user token in %s/user-token\n", "controller-api",
+           up ? "healthy" : "down", url, d->dir);
+    return up;
+}
+
 /* The controller API's address for det (the token stays in its file: only its name is shown). */
 static void print_api_env(const struct deploy *d)
 {
@@ -1179,9 +1219,10 @@ static int cmd_status(const struct det_args *a)
     pid = read_pid(pf);
     if (!find_in(d.bindir, "kdet-controller", prog, sizeof(prog)))
         printf("  %-16s %-9s %s\n", "kdet-controller", "absent", "not installed next to det");
-    else if (alive(pid, "kdet-controller", d.dir))
+    else if (alive(pid, "kdet-controller", d.dir)) {
         printf("  %-16s %-9s pid %d\n", "kdet-controller", "running", (int)pid);
-    else {
+        ok = status_api(&d) && ok;
+    } else {
         printf("  %-16s %-9s %s\n", "kdet-controller", "stopped", "no process");
         ok = false;
     }

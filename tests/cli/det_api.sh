@@ -59,6 +59,9 @@ grep -q "^export KDET_API_URL=http://127.0.0.1:[0-9]* KDET_API_TOKEN_FILE=$dd/us
     ok "up prints KDET_API_URL and the token file's name" || bad "export KDET_API_URL line" "$tmp/up.out"
 grep -qF -- "$token" "$tmp/up.out" "$tmp/up.err" && bad "up printed the token" || ok "up does not print the token"
 for _ in $(seq 150); do curl -sf "$KDET_API_URL/healthz" > /dev/null && break; sleep 0.2; done
+"$det" deploy local status --data-dir "$dd" > "$tmp/out" 2>&1 &&
+    grep -qE "^  controller-api +healthy +$KDET_API_URL, user token in $dd/user-token$" "$tmp/out" &&
+    ok "status: the controller API healthy, its URL and the token file" || bad "status controller-api" "$tmp/out"
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/jobs")
 [ "$code" = 200 ] && ok "the controller serves the user API with that token" || bad "user API answered $code"
 
