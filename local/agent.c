@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <getopt.h>
+#include <limits.h>
 #include <openssl/crypto.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -22,8 +23,11 @@
 #include "core/str.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
+#include "flags.h"
 #include "kubelet.h"
 #include "tls.h"
+
+#define P "kdet-local kubelet"
 
 static void usage(FILE *f)
 {
@@ -103,30 +107,20 @@ int kd_agent_main(int argc, char **argv)
         case 'a': addr = optarg; break;
         case 'P': port_file = optarg; break;
         case 'g':
-            if (kd_parse_int(optarg, &fake_gpus) < 0 || fake_gpus < 0 || fake_gpus > 64) {
-                fprintf(stderr, "kdet-local kubelet: --fake-gpus %s: expected 0..64\n", optarg);
+            if (kd_flag_int(P, "fake-gpus", optarg, 0, 64, &fake_gpus) < 0)
                 return 2;
-            }
             break;
         case 'm':
-            if (kd_parse_int(optarg, &max_pods) < 0 || max_pods < 1) {
-                fprintf(stderr, "kdet-local kubelet: --max-pods %s: expected >= 1\n", optarg);
+            if (kd_flag_int(P, "max-pods", optarg, 1, INT_MAX, &max_pods) < 0)
                 return 2;
-            }
             break;
         case 'p':
-            if (kd_parse_int(optarg, &port) < 0 || port < 0 || port > 65535) {
-                fprintf(stderr, "kdet-local kubelet: --port %s: expected 0..65535\n", optarg);
+            if (kd_flag_int(P, "port", optarg, 0, 65535, &port) < 0)
                 return 2;
-            }
             break;
         case 'l':
-            if (kd_log_level_parse(optarg, &level) < 0) {
-                fprintf(stderr,
-                        "kdet-local kubelet: --log-level %s: expected debug|info|warn|error\n",
-                        optarg);
+            if (kd_flag_log_level(P, optarg, &level) < 0)
                 return 2;
-            }
             break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

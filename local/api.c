@@ -14,10 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/random.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/buf.h"
@@ -27,6 +24,7 @@
 #include "events.h"
 #include "http/http.h"
 #include "kubelet.h"
+#include "logstream.h"
 #include "logproxy.h"
 #include "openapi/openapi.h"
 #include "patch.h"
@@ -2205,28 +2203,22 @@ static void *gc_main(void *p)
 
 /* ---- pods/log ------------------------------------------------------------------------ */
 
-struct logstream {
+/* The run of a container a pods/log follow watches (logstream.h's callback data). */
+struct logrun {
     struct kd_api *api;
-    char *ns, *pod, *uid, *container, *path;
+    char *ns, *pod, *uid, *container;
     int run;
-    bool follow;
-    off_t off;
-    int idle_rounds;
-    int fd; /* held open: the kubelet removes a deleted pod's files */
 };
 
-static void logstream_free(void *p)
+static void logrun_free(void *p)
 {
-    struct logstream *l = p;
+    struct logrun *l = p;
     if (l == NULL)
         return;
     free(l->ns);
     free(l->pod);
     free(l->uid);
     free(l->container);
-    free(l->path);
-    if (l->fd >= 0)
-        close(l->fd);
     free(l);
 }
 
@@ -2247,8 +2239,11 @@ static const json_t *container_status(const json_t *pod, const char *name)
 }
 
 /* Is this run of the container still running (so a follow must wait for more)? */
-static bool log_live(struct logstream *l)
+static enum kd_logstream_state logrun_state(void *ud)
 {
+    struct logrun *l = ud;
+    if (atomic_load(&l->api->stop))
+        return KD_LOGSTREAM_STOP;
     kd_store_lock(l->api->st);
     json_t *pod = kd_store_get(l->api->st, "/pods", l->ns, l->pod);
     bool live = false;
@@ -2262,30 +2257,7 @@ static bool log_live(struct logstream *l)
                json_object_get(json_object_get(cs, "state"), "terminated") == NULL;
     }
     kd_store_unlock(l->api->st);
-    return live;
-}
-
-static ssize_t log_read(void *ctx, char *buf, size_t max)
-{
-    struct logstream *l = ctx;
-    ssize_t n = 0;
-    if (l->fd < 0)
-        l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
-    if (l->fd >= 0)
-        n = pread(l->fd, buf, max, l->off);
-    if (n > 0) {
-        l->off += n;
-        return n;
-    }
-    if (!l->follow || atomic_load(&l->api->stop))
-        return -1;
-    /* Nothing new: end once the run is over (checked on every round after a pause). */
-    if (!log_live(l)) {
-        if (++l->idle_rounds > 1)
-            return -1;
-    }
-    kd_sleep_ms(200);
-    return 0;
+    return live ? KD_LOGSTREAM_LIVE : KD_LOGSTREAM_ENDED;
 }
 
 /*
@@ -2361,8 +2333,8 @@ static void do_log(struct kd_api *api, struct kd_http_req *r, const struct targe
     json_t *pod = kd_store_get(api->st, "/pods", t->ns, t->name);
     pod = pod != NULL ? json_incref(pod) : NULL;
     kd_store_unlock(api->st);
-    struct logstream *l = NULL;
-    char *data = NULL;
+    struct logrun *l = NULL;
+    char *path = NULL;
     if (pod == NULL) {
         not_found(r, t->rt, t->name);
         goto out;
@@ -2428,33 +2400,25 @@ static void do_log(struct kd_api *api, struct kd_http_req *r, const struct targe
         goto out;
     }
     l = kd_xcalloc(1, sizeof(*l));
-    l->fd = -1;
     l->api = api;
     l->ns = kd_xstrdup(t->ns);
     l->pod = kd_xstrdup(t->name);
     l->uid = kd_xstrdup(jstr(json_object_get(pod, "metadata"), "uid"));
     l->container = kd_xstrdup(container);
     l->run = run;
-    l->follow = follow && !previous;
-    l->path = kd_kubelet_log_path(api->state_dir, l->uid, container, run);
-    l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
-    /* Where to start: the last tailLines lines (or limitBytes), read from the end. */
-    struct stat sb;
-    if (stat(l->path, &sb) == 0) {
-        off_t start = tail >= 0 ? kd_kubelet_tail_offset(l->path, sb.st_size, tail) : 0;
-        l->off = start;
-        if (limit > 0 && !l->follow && sb.st_size - start > limit) {
-            data = kd_xmalloc((size_t)limit);
-            ssize_t got = l->fd >= 0 ? pread(l->fd, data, (size_t)limit, start) : 0;
-            kd_http_respond(r, 200, "text/plain", data, got > 0 ? (size_t)got : 0);
-            goto out;
-        }
-    }
-    kd_http_respond_stream(r, 200, "text/plain", log_read, l, logstream_free);
+    path = kd_kubelet_log_path(api->state_dir, l->uid, container, run);
+    struct kd_logstream_opts lo = {.path = path,
+                                   .follow = follow && !previous,
+                                   .tail = tail,
+                                   .limit = limit,
+                                   .state = logrun_state,
+                                   .ud = l,
+                                   .free_ud = logrun_free};
     l = NULL;
+    kd_logstream_respond(r, &lo);
 out:
-    free(data);
-    logstream_free(l);
+    free(path);
+    logrun_free(l);
     json_decref(pod);
 }
 

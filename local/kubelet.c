@@ -6,6 +6,7 @@
  * changed. Containers are process groups started with posix_spawn.
  */
 #include "kubelet.h"
+#include "logstream.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -1732,26 +1733,20 @@ static void *kubelet_main(void *arg)
 
 /* ---- the kubelet API (agent mode): /healthz and /containerLogs over HTTPS ------------------- */
 
-struct logstream {
+/* The run of a container a /containerLogs follow watches (logstream.h's callback data). */
+struct logrun {
     struct kd_kubelet *k;
-    char *uid, *container, *path;
+    char *uid, *container;
     int run;
-    bool follow;
-    off_t off;
-    int idle_rounds;
-    int fd; /* held open: a deleted pod's files are removed */
 };
 
-static void logstream_free(void *ctx)
+static void logrun_free(void *ud)
 {
-    struct logstream *l = ctx;
+    struct logrun *l = ud;
     if (l == NULL)
         return;
     free(l->uid);
     free(l->container);
-    free(l->path);
-    if (l->fd >= 0)
-        close(l->fd);
     free(l);
 }
 
@@ -1766,71 +1761,18 @@ static struct ctr *find_ctr(struct podrt *p, const char *name)
 }
 
 /* Is this run of the container still running (so a follow waits for more)? */
-static bool log_live(struct logstream *l)
+static enum kd_logstream_state logrun_state(void *ud)
 {
-    bool live = false;
+    struct logrun *l = ud;
+    if (atomic_load(&l->k->stop) || kd_http_stopping(l->k->http))
+        return KD_LOGSTREAM_STOP;
     struct podrt *p = NULL;
     pthread_mutex_lock(&l->k->mu);
     HASH_FIND_STR(l->k->pods, l->uid, p);
     struct ctr *c = p != NULL ? find_ctr(p, l->container) : NULL;
-    live = c != NULL && c->state == C_RUNNING && c->restarts == l->run;
+    bool live = c != NULL && c->state == C_RUNNING && c->restarts == l->run;
     pthread_mutex_unlock(&l->k->mu);
-    return live;
-}
-
-static ssize_t log_read(void *ctx, char *buf, size_t max)
-{
-    struct logstream *l = ctx;
-    ssize_t n = 0;
-    if (l->fd < 0)
-        l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
-    if (l->fd >= 0)
-        n = pread(l->fd, buf, max, l->off);
-    if (n > 0) {
-        l->off += n;
-        return n;
-    }
-    if (!l->follow || atomic_load(&l->k->stop) || kd_http_stopping(l->k->http))
-        return -1;
-    /* Nothing new: end once the run is over (checked again after one more pause). */
-    if (!log_live(l) && ++l->idle_rounds > 1)
-        return -1;
-    kd_sleep_ms(200);
-    return 0;
-}
-
-off_t kd_kubelet_tail_offset(const char *path, off_t size, int64_t tail)
-{
-    off_t start = 0;
-    int fd = -1;
-    if (tail == 0) {
-        start = size;
-        goto out;
-    }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        goto out;
-    char chunk[4096];
-    off_t pos = size;
-    int64_t seen = 0;
-    while (pos > 0) {
-        size_t want = pos > (off_t)sizeof(chunk) ? sizeof(chunk) : (size_t)pos;
-        ssize_t got = pread(fd, chunk, want, pos - (off_t)want);
-        if (got != (ssize_t)want)
-            goto out;
-        for (size_t i = want; i-- > 0;) {
-            off_t at = pos - (off_t)want + (off_t)i;
-            if (chunk[i] == '\n' && at != size - 1 && ++seen == tail) {
-                start = at + 1;
-                goto out;
-            }
-        }
-        pos -= (off_t)want;
-    }
-out:
-    if (fd >= 0)
-        close(fd);
-    return start;
+    return live ? KD_LOGSTREAM_LIVE : KD_LOGSTREAM_ENDED;
 }
 
 static bool query_true(const char *v)
@@ -1842,8 +1784,8 @@ static bool query_true(const char *v)
 static void container_logs(struct kd_kubelet *k, struct kd_http_req *r, const char *rest)
 {
     char ns[MAX_PATH_PART + 1], pod[MAX_PATH_PART + 1], ctr[MAX_PATH_PART + 1];
-    struct logstream *l = NULL;
-    char *data = NULL;
+    struct logrun *l = NULL;
+    char *path = NULL;
     int64_t tail = -1, limit = -1;
     const char *tq = kd_http_query(r, "tailLines"), *lq = kd_http_query(r, "limitBytes");
     bool previous = query_true(kd_http_query(r, "previous"));
@@ -1878,13 +1820,11 @@ static void container_logs(struct kd_kubelet *k, struct kd_http_req *r, const ch
         if (!previous && !c->ever_started)
             run = -1;
         l = kd_xcalloc(1, sizeof(*l));
-        l->fd = -1;
         l->k = k;
         l->uid = kd_xstrdup(found->uid);
         l->container = kd_xstrdup(ctr);
         l->run = run;
-        l->follow = query_true(kd_http_query(r, "follow")) && !previous;
-        l->path = kd_kubelet_log_path(k->state_dir, found->uid, ctr, run);
+        path = kd_kubelet_log_path(k->state_dir, found->uid, ctr, run);
     }
     pthread_mutex_unlock(&k->mu);
     if (l == NULL || run < 0) {
@@ -1893,23 +1833,18 @@ static void container_logs(struct kd_kubelet *k, struct kd_http_req *r, const ch
         kd_http_respond(r, 404, "text/plain", msg, strlen(msg));
         goto out;
     }
-    l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (stat(l->path, &sb) == 0) {
-        off_t start = tail >= 0 ? kd_kubelet_tail_offset(l->path, sb.st_size, tail) : 0;
-        l->off = start;
-        if (limit > 0 && !l->follow && sb.st_size - start > limit) {
-            data = kd_xmalloc((size_t)limit);
-            ssize_t got = l->fd >= 0 ? pread(l->fd, data, (size_t)limit, start) : 0;
-            kd_http_respond(r, 200, "text/plain", data, got > 0 ? (size_t)got : 0);
-            goto out;
-        }
-    }
-    kd_http_respond_stream(r, 200, "text/plain", log_read, l, logstream_free);
+    struct kd_logstream_opts lo = {.path = path,
+                                   .follow = query_true(kd_http_query(r, "follow")) && !previous,
+                                   .tail = tail,
+                                   .limit = limit,
+                                   .state = logrun_state,
+                                   .ud = l,
+                                   .free_ud = logrun_free};
     l = NULL;
+    kd_logstream_respond(r, &lo);
 out:
-    free(data);
-    logstream_free(l);
+    free(path);
+    logrun_free(l);
 }
 
 static void kubelet_api(struct kd_http_req *r, void *ud)

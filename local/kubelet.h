@@ -62,10 +62,4 @@ char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *co
 /** The kubelet API's port (agent mode; 0 otherwise). */
 int kd_kubelet_port(const struct kd_kubelet *k);
 
-/**
- * Offset of the last `tail` lines of the file at path of `size` bytes (a
- * final newline ends the last line); 0 when the file has fewer lines.
- */
-off_t kd_kubelet_tail_offset(const char *path, off_t size, int64_t tail);
-
 #endif

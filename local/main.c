@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,12 +22,14 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "agent.h"
+#include "flags.h"
 #include "api.h"
 #include "kubelet.h"
 #include "tls.h"
 #include "store.h"
 
 #define MAX_TOKEN 4096
+#define P "kdet-local"
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -203,53 +206,35 @@ int main(int argc, char **argv)
         case 'k': kubeconfig = optarg; break;
         case 'P': port_file = optarg; break;
         case 'p':
-            if (kd_parse_int(optarg, &port) < 0 || port < 0 || port > 65535) {
-                fprintf(stderr, "kdet-local: --port %s: expected an integer in 0..65535\n", optarg);
+            if (kd_flag_int(P, "port", optarg, 0, 65535, &port) < 0)
                 return 2;
-            }
             break;
         case 'b':
-            if (kd_parse_int(optarg, &bookmark_s) < 0 || bookmark_s < 1) {
-                fprintf(stderr, "kdet-local: --bookmark-interval %s: expected seconds >= 1\n",
-                        optarg);
+            if (kd_flag_int(P, "bookmark-interval", optarg, 1, INT_MAX, &bookmark_s) < 0)
                 return 2;
-            }
             break;
         case 'w':
-            if (kd_parse_u64(optarg, &history) < 0 || history < 1) {
-                fprintf(stderr, "kdet-local: --watch-history %s: expected a count >= 1\n", optarg);
+            if (kd_flag_u64(P, "watch-history", optarg, 1, &history) < 0)
                 return 2;
-            }
             break;
         case 'c':
-            if (kd_parse_size(optarg, &compact) < 0) {
-                fprintf(stderr, "kdet-local: --compact-bytes %s: expected a size such as 8MiB\n",
-                        optarg);
+            if (kd_flag_size(P, "compact-bytes", optarg, &compact) < 0)
                 return 2;
-            }
             break;
         case 'l':
-            if (kd_log_level_parse(optarg, &level) < 0) {
-                fprintf(stderr, "kdet-local: --log-level %s: expected debug|info|warn|error\n",
-                        optarg);
+            if (kd_flag_log_level(P, optarg, &level) < 0)
                 return 2;
-            }
             break;
         case 'n': node_name = optarg; break;
         case 'K': no_kubelet = true; break;
         case 'T': use_tls = true; break;
         case 'g':
-            if (kd_parse_int(optarg, &fake_gpus) < 0 || fake_gpus < 0 || fake_gpus > 64) {
-                fprintf(stderr, "kdet-local: --fake-gpus %s: expected an integer in 0..64\n",
-                        optarg);
+            if (kd_flag_int(P, "fake-gpus", optarg, 0, 64, &fake_gpus) < 0)
                 return 2;
-            }
             break;
         case 'm':
-            if (kd_parse_int(optarg, &max_pods) < 0 || max_pods < 1) {
-                fprintf(stderr, "kdet-local: --max-pods %s: expected an integer >= 1\n", optarg);
+            if (kd_flag_int(P, "max-pods", optarg, 1, INT_MAX, &max_pods) < 0)
                 return 2;
-            }
             break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
