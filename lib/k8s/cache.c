@@ -231,16 +231,15 @@ json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns)
     return arr;
 }
 
-int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *obj, void *ud),
+/* Walk the entries under index key ixkey (NULL: all) decoding one at a time; read lock held. */
+static int each_index(struct kd_k8s_cache *c, const char *ixkey, int (*fn)(json_t *obj, void *ud),
                       void *ud)
 {
     int rc = 0;
     pthread_rwlock_rdlock(&c->lock);
-    if (ns != NULL) {
-        char *k = kd_xasprintf("n:%s", ns);
+    if (ixkey != NULL) {
         struct ixval *v = NULL;
-        HASH_FIND_STR(c->index, k, v);
-        free(k);
+        HASH_FIND_STR(c->index, ixkey, v);
         for (size_t i = 0; v != NULL && i < v->n && rc == 0; i++) {
             json_t *o = decode(v->items[i]);
             rc = fn(o, ud);
@@ -258,6 +257,24 @@ int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *
         }
     }
     pthread_rwlock_unlock(&c->lock);
+    return rc;
+}
+
+int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *obj, void *ud),
+                      void *ud)
+{
+    char *k = ns != NULL ? kd_xasprintf("n:%s", ns) : NULL;
+    int rc = each_index(c, k, fn, ud);
+    free(k);
+    return rc;
+}
+
+int kd_k8s_cache_each_owner(struct kd_k8s_cache *c, const char *uid,
+                            int (*fn)(json_t *obj, void *ud), void *ud)
+{
+    char *k = kd_xasprintf("o:%s", uid);
+    int rc = each_index(c, k, fn, ud);
+    free(k);
     return rc;
 }
 

@@ -53,6 +53,10 @@ json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns);
 int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *obj, void *ud),
                       void *ud);
 
+/** kd_k8s_cache_each over the objects with an ownerReference of this uid. */
+int kd_k8s_cache_each_owner(struct kd_k8s_cache *c, const char *uid,
+                            int (*fn)(json_t *obj, void *ud), void *ud);
+
 /** New array of the objects with an ownerReference of this uid. */
 json_t *kd_k8s_cache_by_owner(struct kd_k8s_cache *c, const char *uid);
 

@@ -202,6 +202,11 @@ static void test_index_slots(void **state)
     assert_int_equal(arr_len_decref(kd_k8s_cache_by_owner(c, "t1")), 2);
     assert_int_equal(arr_len_decref(kd_k8s_cache_by_owner(c, "t2")), 1);
     assert_int_equal(arr_len_decref(kd_k8s_cache_by_label(c, "tier", "x")), 3);
+    struct each_rec r = {0};
+    assert_int_equal(kd_k8s_cache_each_owner(c, "t1", each_fn, &r), 0);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(kd_k8s_cache_each_owner(c, "nobody", each_fn, &r), 0);
+    assert_int_equal(r.n, 2);
     assert_int_equal(arr_len_decref(kd_k8s_cache_list(c, "ns")), 3);
     for (int k = 0; k < 5; k++) {
         char key[16];
