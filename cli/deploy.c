@@ -876,6 +876,26 @@ out:
 
 /* ---- kdet-controller ----------------------------------------------------------- */
 
+/* GET url/healthz within 2 s: whether it answered 200. */
+static bool healthz(const char *url)
+{
+    char *u = kd_xasprintf("%s/healthz", url);
+    long code = 0;
+    CURL *h = curl_easy_init();
+    if (h != NULL) {
+        curl_easy_setopt(h, CURLOPT_URL, u);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 2000L);
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        if (curl_easy_perform(h) == CURLE_OK)
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        curl_easy_cleanup(h);
+    }
+    free(u);
+    return code == 200;
+}
+
 /* A free TCP port on 127.0.0.1 (what the kernel hands out for port 0), or -1. */
 static int free_port(void)
 {
@@ -1002,34 +1022,24 @@ static int up_controller(const struct deploy *d, bool *present)
         rc = DET_EXIT_ERROR;
         goto out;
     }
-    char what[64];
-    snprintf(what, sizeof(what), "started (pid %d)", (int)pid);
+    /* ready means its API answers (it opens the database first) */
+    char url[96];
+    snprintf(url, sizeof(url), "http://%s", listen);
+    while (kd_mono_ms() - t0 < START_TIMEOUT_MS && alive(pid, "kdet-controller", d->dir) &&
+           !healthz(url))
+        kd_sleep_ms(100);
+    char what[160];
+    if (healthz(url))
+        snprintf(what, sizeof(what), "started (pid %d), API %s", (int)pid, url);
+    else
+        snprintf(what, sizeof(what), "started (pid %d), but its API %s does not answer yet",
+                 (int)pid, url);
     progress("kdet-controller", what, t0);
 out:
     return rc;
 }
 
 /* ---- verbs ------------------------------------------------------------------- */
-
-/* GET url/healthz within 2 s: whether it answered 200. */
-static bool healthz(const char *url)
-{
-    char *u = kd_xasprintf("%s/healthz", url);
-    long code = 0;
-    CURL *h = curl_easy_init();
-    if (h != NULL) {
-        curl_easy_setopt(h, CURLOPT_URL, u);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 2000L);
-        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-        if (curl_easy_perform(h) == CURLE_OK)
-            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-        curl_easy_cleanup(h);
-    }
-    free(u);
-    return code == 200;
-}
 
 /* status: the controller API's line (running controller only). Whether it is healthy. */
 static bool status_api(const struct deploy *d)
