@@ -1904,7 +1904,8 @@ static void do_delete(struct kd_api *api, struct kd_http_req *r, const struct ta
         respond_status(r, 500, "InternalError", "the journal write failed", NULL);
         goto out;
     }
-    if (gone && t->rt->builtin && strcmp(t->rt->resource, "pods") != 0) {
+    /* Gone at once: a Status, as kube-apiserver answers (pods, graceful, return the object). */
+    if (gone && strcmp(t->rt->resource, "pods") != 0) {
         json_t *d = details_for(t->rt, t->name, t->rt->resource);
         json_object_set(d, "uid", json_object_get(json_object_get(out, "metadata"), "uid"));
         respond_status(r, 200, "", "", d);

@@ -149,6 +149,9 @@ expect "list: a resourceVersion newer than the server's is 504 Timeout" 'Timeout
 	kubectl get --raw "/api/v1/namespaces/$NS/configmaps?resourceVersion=99999999"
 "${K[@]}" get trial t1 -o json | jq '.spec.seed = 11' >"$work/t1-fresh.json"
 expect "cr: update with the current resourceVersion" 'replaced' "${K[@]}" replace -f "$work/t1-fresh.json"
+"${K[@]}" create -f <(trial tdel) >/dev/null
+expect "cr: a DELETE that removes at once answers a Status with the uid" '"kind":"Status".*"status":"Success".*"kind":"trials","uid":"[0-9a-f-]{36}"' \
+	kubectl delete --raw "/apis/kdet.io/v1alpha1/namespaces/$NS/trials/tdel"
 
 # --- label and field selectors --------------------------------------------------
 "${K[@]}" create -f <(trial t2 '{"app":"b","tier":"x"}') >/dev/null
