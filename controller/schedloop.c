@@ -137,17 +137,128 @@ void kd_ctrl_admission_unuse(struct kd_ctrl *c, const char *key)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* What one scheduler pass gathers from the Trial cache (gather_trial). */
+struct pass {
+    struct kd_ctrl *c;
+    const struct kd_sched_node *nodes;
+    size_t nn;
+    json_t *by_trial; /* "ns/trial" -> [live pods] */
+    struct kd_sched_trial *ts;
+    char **keys, **groups; /* owned; ts[i].key/group point at them once the walk is over */
+    size_t n, cap;
+};
+
+/* kd_k8s_cache_each callback: add the trial to the pass when it runs, is admitted or waits.
+ * Called with c->mu held. */
+static int gather_trial(json_t *o, void *ud)
+{
+    struct pass *ps = ud;
+    struct kd_ctrl *c = ps->c;
+    enum kd_trial_state st;
+    char key[600], ekey[600];
+    json_t *exp = NULL;
+    if (!kd_trial_state_parse(kd_ctrl_str(o, "status", "state", NULL), &st))
+        st = KD_TRIAL_QUEUED;
+    if (kd_k8s_obj_key(o, key, sizeof(key)) != 0)
+        return 0;
+    json_t *live = json_object_get(ps->by_trial, key);
+    if (kd_trial_state_terminal(st) && json_array_size(live) == 0)
+        return 0;
+    snprintf(ekey, sizeof(ekey), "%s/%s", kd_k8s_meta_str(o, "namespace"),
+             kd_ctrl_str(o, "spec", "experiment", NULL) ?: "");
+    if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), ekey, &exp) != 0)
+        return 0;
+    if (ps->n == ps->cap) {
+        ps->cap = ps->cap != 0 ? 2 * ps->cap : 64;
+        ps->ts = kd_xrealloc(ps->ts, ps->cap * sizeof(*ps->ts));
+        ps->keys = kd_xrealloc(ps->keys, ps->cap * sizeof(*ps->keys));
+        ps->groups = kd_xrealloc(ps->groups, ps->cap * sizeof(*ps->groups));
+    }
+    struct kd_sched_trial *t = &ps->ts[ps->n];
+    memset(t, 0, sizeof(*t));
+    const json_t *res = json_object_get(json_object_get(o, "spec"), "resources");
+    kd_strlcpy(t->pool, json_string_value(json_object_get(res, "resourcePool")) ?: "default",
+               sizeof(t->pool));
+    t->slots = (int)json_integer_value(json_object_get(res, "slots"));
+    t->priority = (int)json_integer_value(json_object_get(res, "priority"));
+    if (t->priority < 1 || t->priority > 99)
+        t->priority = 42; /* Determined's default priority */
+    t->weight = json_is_number(json_object_get(res, "weight"))
+                    ? json_number_value(json_object_get(res, "weight"))
+                    : 1.0;
+    t->group_max_slots = (int)json_integer_value(
+        json_object_get(json_object_get(json_object_get(exp, "spec"), "resources"), "max_slots"));
+    t->position = exp_position(c, exp, 0);
+    const char *tn = kd_k8s_meta_str(o, "name") ?: "";
+    const char *dash = strrchr(tn, '-');
+    int64_t idx = 0;
+    t->index = dash != NULL && kd_parse_i64(dash + 1, &idx) == 0 ? idx : 0;
+    bool paused = json_is_true(json_object_get(json_object_get(o, "spec"), "paused")) ||
+                  json_is_true(json_object_get(json_object_get(exp, "spec"), "paused")) ||
+                  json_is_true(json_object_get(json_object_get(exp, "spec"), "canceled"));
+    const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
+    bool exp_stopping = strncmp(estate, "STOPPING_", 9) == 0;
+    json_decref(exp);
+    /* Holding capacity: live pods, else a pending admission. */
+    struct kd_ctrl_admit *ad = NULL;
+    for (size_t k = 0; k < c->nadmits; k++)
+        if (strcmp(c->admits[k].key, key) == 0)
+            ad = &c->admits[k];
+    if (json_array_size(live) > 0) {
+        t->state = KD_SCHED_RUNNING;
+        size_t k;
+        json_t *p;
+        json_array_foreach(live, k, p)
+        {
+            int ni = node_index(ps->nodes, ps->nn, pod_node(p));
+            if (ni < 0 || t->nplace >= KD_SCHED_MAX_PODS)
+                continue;
+            t->place[t->nplace++] = (struct kd_sched_place){
+                ni, gpus_of(json_object_get(
+                        json_object_get(
+                            json_object_get(
+                                json_array_get(
+                                    json_object_get(json_object_get(p, "spec"), "containers"), 0),
+                                "resources"),
+                            "limits"),
+                        "nvidia.com/gpu"))};
+        }
+        t->stopping = paused || exp_stopping || st != KD_TRIAL_ACTIVE ||
+                      json_object_get(c->preempt, key) != NULL;
+    } else if (ad != NULL) {
+        t->state = KD_SCHED_RUNNING;
+        for (int k = 0; k < ad->nplace; k++) {
+            int ni = node_index(ps->nodes, ps->nn, ad->nodes[k]);
+            if (ni >= 0)
+                t->place[t->nplace++] = (struct kd_sched_place){ni, ad->gpus};
+        }
+        t->stopping = true; /* not started yet: never a victim */
+    } else if (st == KD_TRIAL_QUEUED && !paused && !exp_stopping) {
+        t->state = KD_SCHED_WAITING;
+    } else {
+        return 0;
+    }
+    ps->keys[ps->n] = kd_xstrdup(key);
+    ps->groups[ps->n] = kd_xstrdup(ekey);
+    ps->n++;
+    return 0;
+}
+
+/*
+ * One pass. The Trial cache is walked one decoded object at a time
+ * (kd_k8s_cache_each) and only trials that run, are admitted or wait are
+ * kept, so a pass over 10,000 finished trials builds neither 10,000 JSON
+ * trees nor 10,000 scheduler entries.
+ */
 void kd_ctrl_schedule(struct kd_ctrl *c)
 {
     json_t *nodes_j = kd_k8s_cache_list(kd_k8s_informer_cache(c->nodes), NULL);
-    json_t *trials_j = kd_k8s_cache_list(kd_k8s_informer_cache(c->trials), c->o.ns);
     json_t *pods_j = kd_k8s_cache_list(kd_k8s_informer_cache(c->pods), c->o.ns);
-    size_t nn = json_array_size(nodes_j), nt = json_array_size(trials_j);
+    size_t nn = json_array_size(nodes_j);
     struct kd_sched_node *nodes = kd_xcalloc(nn + 1, sizeof(*nodes));
-    struct kd_sched_trial *ts = kd_xcalloc(nt + 1, sizeof(*ts));
-    char(*keys)[600] = kd_xcalloc(nt + 1, 600);
-    char(*groups)[600] = kd_xcalloc(nt + 1, 600);
     json_t *by_trial = json_object(); /* trial name@ns -> [live pods] */
+    struct pass ps = {.c = c, .nodes = nodes, .nn = nn, .by_trial = by_trial};
+    struct kd_sched_trial *ts = NULL;
     size_t n = 0, i;
     json_t *o;
     int64_t now = kd_mono_ms();
@@ -180,91 +291,12 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     }
 
     pthread_mutex_lock(&c->mu);
-    json_array_foreach(trials_j, i, o)
-    {
-        enum kd_trial_state st;
-        if (!kd_trial_state_parse(kd_ctrl_str(o, "status", "state", NULL), &st))
-            st = KD_TRIAL_QUEUED;
-        char *key = keys[n];
-        if (kd_k8s_obj_key(o, key, 600) != 0)
-            continue;
-        json_t *live = json_object_get(by_trial, key);
-        if (kd_trial_state_terminal(st) && json_array_size(live) == 0)
-            continue;
-        char ekey[600];
-        json_t *exp = NULL;
-        snprintf(ekey, sizeof(ekey), "%s/%s", kd_k8s_meta_str(o, "namespace"),
-                 kd_ctrl_str(o, "spec", "experiment", NULL) ?: "");
-        if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), ekey, &exp) != 0)
-            continue;
-        struct kd_sched_trial *t = &ts[n];
-        const json_t *res = json_object_get(json_object_get(o, "spec"), "resources");
-        kd_strlcpy(groups[n], ekey, 600);
-        t->key = key;
-        t->group = groups[n];
-        kd_strlcpy(t->pool, json_string_value(json_object_get(res, "resourcePool")) ?: "default",
-                   sizeof(t->pool));
-        t->slots = (int)json_integer_value(json_object_get(res, "slots"));
-        t->priority = (int)json_integer_value(json_object_get(res, "priority"));
-        if (t->priority < 1 || t->priority > 99)
-            t->priority = 42; /* Determined's default priority */
-        t->weight = json_is_number(json_object_get(res, "weight"))
-                        ? json_number_value(json_object_get(res, "weight"))
-                        : 1.0;
-        t->group_max_slots = (int)json_integer_value(json_object_get(
-            json_object_get(json_object_get(exp, "spec"), "resources"), "max_slots"));
-        t->position = exp_position(c, exp, 0);
-        const char *tn = kd_k8s_meta_str(o, "name") ?: "";
-        const char *dash = strrchr(tn, '-');
-        int64_t idx = 0;
-        t->index = dash != NULL && kd_parse_i64(dash + 1, &idx) == 0 ? idx : 0;
-        bool paused = json_is_true(json_object_get(json_object_get(o, "spec"), "paused")) ||
-                      json_is_true(json_object_get(json_object_get(exp, "spec"), "paused")) ||
-                      json_is_true(json_object_get(json_object_get(exp, "spec"), "canceled"));
-        const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
-        bool exp_stopping = strncmp(estate, "STOPPING_", 9) == 0;
-        json_decref(exp);
-        /* Holding capacity: live pods, else a pending admission. */
-        struct kd_ctrl_admit *ad = NULL;
-        for (size_t k = 0; k < c->nadmits; k++)
-            if (strcmp(c->admits[k].key, key) == 0)
-                ad = &c->admits[k];
-        if (json_array_size(live) > 0) {
-            t->state = KD_SCHED_RUNNING;
-            size_t k;
-            json_t *p;
-            json_array_foreach(live, k, p)
-            {
-                int ni = node_index(nodes, nn, pod_node(p));
-                if (ni < 0 || t->nplace >= KD_SCHED_MAX_PODS)
-                    continue;
-                t->place[t->nplace++] = (struct kd_sched_place){
-                    ni,
-                    gpus_of(json_object_get(
-                        json_object_get(
-                            json_object_get(
-                                json_array_get(
-                                    json_object_get(json_object_get(p, "spec"), "containers"), 0),
-                                "resources"),
-                            "limits"),
-                        "nvidia.com/gpu"))};
-            }
-            t->stopping = paused || exp_stopping || st != KD_TRIAL_ACTIVE ||
-                          json_object_get(c->preempt, key) != NULL;
-        } else if (ad != NULL) {
-            t->state = KD_SCHED_RUNNING;
-            for (int k = 0; k < ad->nplace; k++) {
-                int ni = node_index(nodes, nn, ad->nodes[k]);
-                if (ni >= 0)
-                    t->place[t->nplace++] = (struct kd_sched_place){ni, ad->gpus};
-            }
-            t->stopping = true; /* not started yet: never a victim */
-        } else if (st == KD_TRIAL_QUEUED && !paused && !exp_stopping) {
-            t->state = KD_SCHED_WAITING;
-        } else {
-            continue;
-        }
-        n++;
+    (void)kd_k8s_cache_each(kd_k8s_informer_cache(c->trials), c->o.ns, gather_trial, &ps);
+    ts = ps.ts;
+    n = ps.n;
+    for (size_t k = 0; k < n; k++) {
+        ts[k].key = ps.keys[k];
+        ts[k].group = ps.groups[k];
     }
     /* Forget the configurations of experiments that are gone. */
     json_t *exps_j = kd_k8s_cache_list(kd_k8s_informer_cache(c->exps), c->o.ns);
@@ -352,11 +384,14 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     pthread_mutex_unlock(&c->mu);
 out:
     json_decref(nodes_j);
-    json_decref(trials_j);
     json_decref(pods_j);
     json_decref(by_trial);
     free(nodes);
+    for (size_t k = 0; k < n; k++) {
+        free(ps.keys[k]);
+        free(ps.groups[k]);
+    }
+    free(ps.keys);
+    free(ps.groups);
     free(ts);
-    free(keys);
-    free(groups);
 }
