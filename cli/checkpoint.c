@@ -103,7 +103,6 @@ static int cmd_list(int argc, char **argv)
                                               .pos = pos,
                                               .format = true};
     struct det_verb v = {0};
-    struct det_api api = {0};
     json_t *res = NULL, *shown = json_array();
     char *path = NULL;
     int rc = det_verb_begin(&v, argc, argv, &spec);
@@ -115,19 +114,19 @@ static int cmd_list(int argc, char **argv)
         rc = DET_EXIT_USAGE;
         goto out;
     }
-    rc = det_api_open(&v.a, "det checkpoint list", &api);
+    rc = det_api_open(&v.a, spec.cmd, &v.api);
     if (rc == 0)
         rc = v.a.trial ? det_resolve_if_kube(&v, &trial_gvr, "trial", v.a.trial, &v.name)
                        : det_resolve_if_kube(&v, &exp_gvr, "experiment", v.a.pos[0], &v.name);
     if (rc != 0)
         goto out;
-    path = ckpt_path(&api, v.a.trial ? "trials" : "experiments", v.name, true);
+    path = ckpt_path(&v.api, v.a.trial ? "trials" : "experiments", v.name, true);
     if (path == NULL) {
         det_err("name too long");
         rc = DET_EXIT_USAGE;
         goto out;
     }
-    rc = det_api_get(&api, path, &res);
+    rc = det_api_get(&v.api, path, &res);
     if (rc != 0)
         goto out;
     size_t i;
@@ -152,7 +151,6 @@ out:
     free(path);
     json_decref(res);
     json_decref(shown);
-    det_api_close(&api);
     det_verb_end(&v);
     return rc;
 }
@@ -235,17 +233,15 @@ static int cmd_describe(int argc, char **argv)
                                               .flags = flags,
                                               .pos = pos,
                                               .minpos = 1,
-                                              .format = true};
+                                              .format = true,
+                                              .api = true};
     struct det_verb v = {0};
-    struct det_api api = {0};
     json_t *ck = NULL, *exp = NULL;
     char buf[64];
     int rc = det_verb_begin(&v, argc, argv, &spec);
     if (rc >= 0)
         goto out;
-    rc = det_api_open(&v.a, "det checkpoint describe", &api);
-    if (rc == 0)
-        rc = find_ckpt(&api, v.a.pos[0], &ck, &exp);
+    rc = find_ckpt(&v.api, v.a.pos[0], &ck, &exp);
     if (rc != 0)
         goto out;
     json_object_set(ck, "experiment", json_object_get(exp, "name"));
@@ -277,7 +273,6 @@ static int cmd_describe(int argc, char **argv)
 out:
     json_decref(ck);
     json_decref(exp);
-    det_api_close(&api);
     det_verb_end(&v);
     return rc;
 }
@@ -349,9 +344,9 @@ static int cmd_download(int argc, char **argv)
                                               .usage = ckpt_usage,
                                               .flags = flags,
                                               .pos = pos,
-                                              .minpos = 1};
+                                              .minpos = 1,
+                                              .api = true};
     struct det_verb v = {0};
-    struct det_api api = {0};
     struct kd_storage_config cfg;
     struct kd_storage *st = NULL;
     json_t *ck = NULL, *exp = NULL;
@@ -359,9 +354,7 @@ static int cmd_download(int argc, char **argv)
     int rc = det_verb_begin(&v, argc, argv, &spec), r;
     if (rc >= 0)
         goto out;
-    rc = det_api_open(&v.a, "det checkpoint download", &api);
-    if (rc == 0)
-        rc = find_ckpt(&api, v.a.pos[0], &ck, &exp);
+    rc = find_ckpt(&v.api, v.a.pos[0], &ck, &exp);
     if (rc != 0)
         goto out;
     const char *uuid = det_get_str(ck, "uuid", "");
@@ -408,7 +401,6 @@ out:
     kd_storage_close(st);
     json_decref(ck);
     json_decref(exp);
-    det_api_close(&api);
     det_verb_end(&v);
     return rc;
 }

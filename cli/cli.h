@@ -146,9 +146,18 @@ struct det_verb_spec {
     int minpos;
     bool format;                  /* parse -o table|json|yaml into fmt */
     bool kube;                    /* open the Kubernetes client */
+    bool api;                     /* open the controller API client (det_api_open) */
     const struct kd_k8s_gvr *gvr; /* with kube: resolve pos[0] among these into name */
     const char *what;             /* "experiment", "trial" (messages) */
     bool obj;                     /* keep the resolved object in obj */
+};
+
+/** det's connection to kdet-controller's user API (docs/cli.md: how det finds it). */
+struct det_api {
+    char *url;         /* base URL, no trailing '/' */
+    char *token;       /* the user bearer token: never printed */
+    char source[4200]; /* where the URL and token came from, for messages */
+    char ns[254];      /* the namespace used in paths */
 };
 
 /** A verb's state: arguments, format, connection, the resolved name. */
@@ -156,8 +165,9 @@ struct det_verb {
     struct det_args a;
     enum det_format fmt;
     struct det_kube k;
-    char *name;  /* resolved pos[0] (malloc'd) */
-    json_t *obj; /* the resolved object when spec.obj */
+    struct det_api api; /* with spec.api */
+    char *name;         /* resolved pos[0] (malloc'd) */
+    json_t *obj;        /* the resolved object when spec.obj */
 };
 
 /**
@@ -194,14 +204,6 @@ int det_dispatch(int argc, char **argv, const struct det_sub *subs, const char *
                  const char *noun);
 
 /* ---- the controller's HTTP API ------------------------------------------ */
-
-/** det's connection to kdet-controller's user API (docs/cli.md: how det finds it). */
-struct det_api {
-    char *url;         /* base URL, no trailing '/' */
-    char *token;       /* the user bearer token: never printed */
-    char source[4200]; /* where the URL and token came from, for messages */
-    char ns[254];      /* the namespace used in paths */
-};
 
 /**
  * Find the API URL and user token: $KDET_API_URL with $KDET_API_TOKEN or

@@ -131,7 +131,6 @@ int det_trial_metrics(int argc, char **argv)
                                               .minpos = 1,
                                               .format = true};
     struct det_verb v = {0};
-    struct det_api api = {0};
     struct kd_buf path = KD_BUF_INIT(4096);
     json_t *res = NULL;
     int64_t ds = 0;
@@ -158,19 +157,20 @@ int det_trial_metrics(int argc, char **argv)
         det_err("--metric: expected a metric name");
         goto out;
     }
-    rc = det_api_open(&v.a, "det trial metrics", &api);
+    /* the options are checked before the API is looked for */
+    rc = det_api_open(&v.a, spec.cmd, &v.api);
     if (rc == 0)
         rc = det_resolve_if_kube(&v, &trial_gvr, "trial", v.a.pos[0], &v.name);
     if (rc != 0)
         goto out;
-    if (kd_buf_puts(&path, "/api/v1/namespaces/") != 0 || det_urlencode(&path, api.ns) != 0 ||
+    if (kd_buf_puts(&path, "/api/v1/namespaces/") != 0 || det_urlencode(&path, v.api.ns) != 0 ||
         kd_buf_puts(&path, "/trials/") != 0 || det_urlencode(&path, v.name) != 0 ||
         kd_buf_printf(&path, "/metrics?kind=%s&max_points=%lld", kind, (long long)ds) != 0) {
         det_err("trial name too long");
         rc = DET_EXIT_USAGE;
         goto out;
     }
-    rc = det_api_get(&api, kd_buf_str(&path), &res);
+    rc = det_api_get(&v.api, kd_buf_str(&path), &res);
     if (rc != 0)
         goto out;
     json_t *rows = json_object_get(res, "metrics");
@@ -182,7 +182,7 @@ int det_trial_metrics(int argc, char **argv)
     if (v.a.metric != NULL)
         filter_metric(rows, v.a.metric);
     if (v.fmt != DET_FMT_TABLE) {
-        json_t *o = json_pack("{s:s,s:s,s:s,s:O}", "namespace", api.ns, "trial", v.name, "kind",
+        json_t *o = json_pack("{s:s,s:s,s:s,s:O}", "namespace", v.api.ns, "trial", v.name, "kind",
                               kind, "metrics", rows);
         rc = det_print_obj(o, v.fmt);
         json_decref(o);
@@ -196,7 +196,6 @@ int det_trial_metrics(int argc, char **argv)
 out:
     json_decref(res);
     kd_buf_free(&path);
-    det_api_close(&api);
     det_verb_end(&v);
     return rc;
 }

@@ -24,6 +24,13 @@ int det_verb_begin(struct det_verb *v, int argc, char **argv, const struct det_v
         rc = DET_EXIT_USAGE;
         goto out;
     }
+    if (s->api) {
+        r = det_api_open(&v->a, s->cmd, &v->api);
+        if (r != 0) {
+            rc = r;
+            goto out;
+        }
+    }
     if (!s->kube)
         goto out;
     r = det_kube_open(&v->a, &v->k);
@@ -47,6 +54,7 @@ void det_verb_end(struct det_verb *v)
     json_decref(v->obj);
     v->obj = NULL;
     det_kube_close(&v->k);
+    det_api_close(&v->api);
 }
 
 int det_dispatch(int argc, char **argv, const struct det_sub *subs, const char *usage,
