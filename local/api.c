@@ -835,6 +835,8 @@ static void secret_string_data(json_t *obj)
 
 /* ---- create --------------------------------------------------------------------------------- */
 
+static int ensure_default_sa(struct kd_api *api, const char *ns);
+
 static void do_create(struct kd_api *api, struct kd_http_req *r, const struct target *t)
 {
     json_t *obj = body_object(r);
@@ -1006,6 +1008,8 @@ static void do_create(struct kd_api *api, struct kd_http_req *r, const struct ta
     int rc = kd_store_put(api->st, t->rt->gr, t->ns, name, json_incref(obj), &stored);
     if (rc == 0)
         resp = present(t->rt, stored);
+    if (rc == 0 && strcmp(t->rt->gr, "/namespaces") == 0)
+        rc = ensure_default_sa(api, name);
     kd_store_unlock(api->st);
     if (rc != 0) {
         respond_status(r, 500, "InternalError", "the object could not be written to the journal",
@@ -2563,6 +2567,24 @@ static int ensure_namespace(struct kd_api *api, const char *name)
     return kd_store_put(api->st, "/namespaces", NULL, name, ns, NULL);
 }
 
+/*
+ * Every namespace has a ServiceAccount "default", as kube-controller-manager's
+ * service-account controller makes it (no token: kdet-local has no
+ * service-account admission). Lock held.
+ */
+static int ensure_default_sa(struct kd_api *api, const char *ns)
+{
+    if (kd_store_get(api->st, "/serviceaccounts", ns, "default") != NULL)
+        return 0;
+    char uid[40], now[40];
+    new_uid(uid, sizeof(uid));
+    now_rfc3339(now, sizeof(now));
+    json_t *sa = json_pack("{s:s,s:s,s:{s:s,s:s,s:s,s:s}}", "kind", "ServiceAccount", "apiVersion",
+                           "v1", "metadata", "name", "default", "namespace", ns, "uid", uid,
+                           "creationTimestamp", now);
+    return kd_store_put(api->st, "/serviceaccounts", ns, "default", sa, NULL);
+}
+
 int kd_api_start(const struct kd_api_opts *opts, struct kd_store *st, struct kd_api **out,
                  char *err)
 {
@@ -2580,6 +2602,14 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_store *st, struct kd_
                                           "kube-node-lease"};
     for (size_t i = 0; i < 4 && rc == 0; i++)
         rc = ensure_namespace(api, base_ns[i]);
+    json_t **nss = NULL;
+    size_t nns = kd_store_list(st, "/namespaces", NULL, &nss);
+    for (size_t i = 0; i < nns && rc == 0; i++) {
+        const json_t *md = json_object_get(nss[i], "metadata");
+        if (json_object_get(md, "deletionTimestamp") == NULL)
+            rc = ensure_default_sa(api, jstr(md, "name"));
+    }
+    free(nss);
     json_t **crds = NULL;
     size_t n = kd_store_list(st, "apiextensions.k8s.io/customresourcedefinitions", NULL, &crds);
     for (size_t i = 0; i < n; i++) {

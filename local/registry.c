@@ -55,6 +55,8 @@ static const struct builtin builtins[] = {
     {"", "v1", "nodes", "Node", "node", false, true, false, "no", NULL, NULL, node_fields},
     {"", "v1", "configmaps", "ConfigMap", "configmap", true, false, false, "cm", NULL, NULL, NULL},
     {"", "v1", "secrets", "Secret", "secret", true, false, false, NULL, NULL, NULL, secret_fields},
+    {"", "v1", "serviceaccounts", "ServiceAccount", "serviceaccount", true, false, false, "sa",
+     NULL, NULL, NULL},
     {"", "v1", "services", "Service", "service", true, true, false, "svc", NULL, "all", NULL},
     {"", "v1", "events", "Event", "event", true, false, false, "ev", NULL, NULL, event_fields},
     {"coordination.k8s.io", "v1", "leases", "Lease", "lease", true, false, false, NULL, NULL, NULL,

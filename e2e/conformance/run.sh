@@ -83,6 +83,9 @@ expect "discovery lists configmaps and CRDs" 'customresourcedefinitions.*crd' ku
 expect "discovery: short names" '^configmaps +cm ' kubectl api-resources
 expect "namespaces default and kube-system exist" 'kube-system' kubectl get ns default kube-system
 expect "version" 'Server Version' kubectl version
+# (made by the controller-manager on a real cluster, so it may take a moment)
+until_ok 20 $K get sa default
+expect "a new namespace has a default ServiceAccount" '^serviceaccount/default$' $K get sa default -o name
 
 # ---- create/get/errors ----------------------------------------------------------
 cat > "$work/cm.yaml" <<YAML
