@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# bench/controller: kdet-controller at scale on a private kdet-local (no
+# PostgreSQL: the controller without its store and API), one run, bounded.
+#   1. An experiment of N trials (default 1000; KDC_BENCH_N), grid search,
+#      all N at once (max_concurrent_trials = N), CPU-only trials whose
+#      pods run `sh -c "exit 0"` on kdet-local's process kubelet, so every
+#      trial goes the whole way: Trial created, pod created, pod Succeeded,
+#      trial COMPLETED, pod deleted. Measured: time until all N Trials
+#      exist and until the experiment is COMPLETED; API calls per trial
+#      (the controller's client counts them by verb and logs them when it
+#      stops); writes per trial besides status writes (goal <= 5);
+#      controller RSS (VmRSS, VmHWM) and CPU time.
+#      Anchor for the creation time: the same N Trial objects created by
+#      `kubectl create -f` (one POST each) against the same kdet-local.
+#   2. RSS with M trials in the cache (default 10000; KDC_BENCH_CACHE):
+#      the experiment's trials are cloned up to M Trial objects (COMPLETED,
+#      like the originals), then a fresh controller syncs its caches and
+#      settles; its VmRSS and VmHWM against the goal of 30 MiB.
+# Quick run: KDC_BENCH_N=100 KDC_BENCH_CACHE=1000 make bench BENCH=controller
+set -u
+B=${KD_BUILD:-build}
+S=${KD_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+N=${KDC_BENCH_N:-1000}
+M=${KDC_BENCH_CACHE:-10000}
+QPS=${KDC_BENCH_QPS:-} # the controller's --kube-api-qps (empty: its default, 50)
+work=$(mktemp -d /tmp/kd-bench-ctrl.XXXXXX)
+export KUBECONFIG=$work/kubeconfig
+kdl=
+ctrl=
+cleanup() {
+    [ -n "$ctrl" ] && kill -TERM "$ctrl" 2>/dev/null
+    [ -n "$kdl" ] && kill -TERM "$kdl" 2>/dev/null
+    wait 2>/dev/null
+    [ -n "${KEEP_T:-}" ] && echo "# kept $work" || rm -rf "$work"
+}
+trap cleanup EXIT
+log() { echo "# $(date -u +%H:%M:%S) $*"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+ms() { date +%s%3N; }
+status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
+# cpu_ms PID: user + system CPU time of the process.
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%d", ($12 + $13) * 1000 / hz }' "/proc/$1/stat"; }
+# wait_until SECONDS COMMAND...: poll every 0.2 s.
+wait_until() {
+    local end=$(($(date +%s) + $1))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        [ "$(date +%s)" -ge "$end" ] && return 1
+        sleep 0.2
+    done
+}
+field() { kubectl get "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
+ntrials() { kubectl get trials -o name 2>/dev/null | grep -c .; }
+# settle PID: wait (up to 60 s) until the start-up burst is over: under 20% of a core over 2 s
+# (a pass of the scheduler over every cached trial still runs each second).
+settle() {
+    local a b
+    for _ in $(seq 1 30); do
+        a=$(cpu_ms "$1")
+        sleep 2
+        b=$(cpu_ms "$1")
+        [ $((b - a)) -lt 400 ] && return 0
+    done
+    return 1
+}
+# max_kb PID FIELD: the largest of 5 samples 1 s apart.
+max_kb() {
+    local m=0 v
+    for _ in 1 2 3 4 5; do
+        v=$(status_kb "$1" "$2")
+        [ "$v" -gt "$m" ] && m=$v
+        sleep 1
+    done
+    echo "$m"
+}
+start_ctrl() {
+    "$B/bin/kdet-controller" --kubeconfig "$KUBECONFIG" --log-level info ${QPS:+--kube-api-qps "$QPS"} "$@" \
+        >>"$work/ctrl.log" 2>&1 &
+    ctrl=$!
+}
+# stop_ctrl: SIGTERM, wait, and keep the "stopped" line (its counters) in $line.
+stop_ctrl() {
+    kill -TERM "$ctrl" 2>/dev/null
+    wait "$ctrl" 2>/dev/null
+    ctrl=
+    line=$(grep -E 'msg="?stopped' "$work/ctrl.log" | tail -1)
+}
+counter() { echo "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'; }
+
+PATH=$B/bin:$PATH "$B/bin/kdet-local" --data-dir "$work/kdl" --port 0 --port-file "$work/port" \
+    --kubeconfig-out "$KUBECONFIG" --node-name kdc-bench --max-pods 200 --log-level warn \
+    >"$work/kdl.log" 2>&1 &
+kdl=$!
+wait_until 20 test -s "$KUBECONFIG" || { echo "kdet-local did not start"; exit 1; }
+wait_until 20 kubectl get node kdc-bench || { echo "no node"; exit 1; }
+kubectl apply -f "$S/crds/" >/dev/null && kubectl apply -f "$S/manifests/priorityclasses.yaml" >/dev/null || exit 1
+wait_until 20 kubectl get trials || exit 1
+
+# ---- anchor: N Trial objects through kubectl create (one POST each) ----
+python3 - "$N" >"$work/anchor.json" <<'EOF'
+import json, sys
+n = int(sys.argv[1])
+items = [{"apiVersion": "kdet.io/v1alpha1", "kind": "Trial",
+          "metadata": {"name": "anchor-%d" % i, "labels": {"kdet.io/experiment": "anchor"}},
+          "spec": {"experiment": "anchor", "requestId": "%032x" % i, "hparams": {"x": i}, "seed": i,
+                   "resources": {"slots": 0, "priority": 42}}} for i in range(1, n + 1)]
+json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
+EOF
+log "anchor: kubectl create -f of $N Trials"
+t0=$(ms)
+kubectl create --validate=false -f "$work/anchor.json" >/dev/null 2>"$work/anchor.err" || { echo "anchor failed:"; head -3 "$work/anchor.err"; }
+anchor_ms=$(($(ms) - t0))
+log "anchor: $N Trials in $anchor_ms ms"
+kubectl delete trials -l kdet.io/experiment=anchor --wait=false >/dev/null 2>&1
+wait_until 60 test "$(ntrials)" = 0 || log "anchor trials still there"
+
+# ---- 1. N trials through the controller ----
+start_ctrl --workers 4
+wait_until 30 grep -q 'msg="caches synced"' "$work/ctrl.log" || { echo "controller did not sync"; tail "$work/ctrl.log"; exit 1; }
+cpu0=$(cpu_ms "$ctrl")
+printf 'apiVersion: kdet.io/v1alpha1\nkind: Experiment\nmetadata:\n  name: big\nspec:\n  name: big\n  entrypoint: sh -c "exit 0"\n  hyperparameters:\n    x: {type: int, minval: 1, maxval: %d, count: %d}\n  searcher: {name: grid, metric: loss, max_length: {batches: 1}, max_concurrent_trials: %d}\n  resources: {slots_per_trial: 0}\n' \
+    "$N" "$N" "$N" >"$work/exp.yaml"
+log "experiment of $N trials (grid, all at once, CPU-only pods running sh -c 'exit 0')"
+t0=$(ms)
+kubectl apply -f "$work/exp.yaml" >/dev/null || exit 1
+created_ms=
+hwm=0
+for _ in $(seq 1 3000); do
+    [ -z "$created_ms" ] && [ "$(ntrials)" -ge "$N" ] && created_ms=$(($(ms) - t0)) && log "all $N Trials exist after $created_ms ms"
+    st=$(field exp big '{.status.state}')
+    [ "$st" = COMPLETED ] && break
+    [ "$st" = ERROR ] && { echo "experiment ERROR"; break; }
+    sleep 0.5
+done
+done_ms=$(($(ms) - t0))
+completed=$(field exp big '{.status.trials.completed}')
+log "experiment $(field exp big '{.status.state}') after $done_ms ms ($completed trials completed)"
+sleep 2 # the last pod deletions
+rss1=$(status_kb "$ctrl" VmRSS)
+hwm1=$(status_kb "$ctrl" VmHWM)
+cpu1=$(($(cpu_ms "$ctrl") - cpu0))
+stop_ctrl
+req=$(counter "$line" api_requests)
+writes=$(($(counter "$line" api_creates) + $(counter "$line" api_updates) + $(counter "$line" api_patches) + $(counter "$line" api_deletes)))
+sw=$(counter "$line" api_status_writes)
+echo "controller counters: $(echo "$line" | sed 's/.*msg="*stopped"* //')"
+echo "trials: $N, completed $completed"
+echo "time to all Trials: controller ${created_ms:-n/a} ms, kubectl create ${anchor_ms} ms, ratio $(ratio "${created_ms:-0}" "$anchor_ms")"
+echo "time to COMPLETED: ${done_ms} ms ($(ratio "$done_ms" "$N") ms per trial)"
+echo "API calls per trial: $(ratio "$req" "$N") (reads $(ratio "$(counter "$line" api_reads)" "$N"), watches $(counter "$line" api_watches) in all)"
+echo "API writes per trial besides status: $(ratio $((writes - sw)) "$N") vs goal 5: ratio $(ratio "$(ratio $((writes - sw)) "$N")" 5); status writes per trial $(ratio "$sw" "$N")"
+echo "client rate limit: ${QPS:-50 (default)} requests/s (burst 100): the calls above take $(ratio "$req" "${QPS:-50}") s at that rate"
+echo "controller CPU: ${cpu1} ms ($(ratio "$cpu1" "$N") ms per trial); RSS ${rss1} KiB, peak (VmHWM) ${hwm1} KiB"
+
+# ---- 2. M trials in the cache ----
+if [ "$M" -gt "$N" ]; then
+    log "cloning the $N trials up to $M Trial objects"
+    kubectl get trials -o json >"$work/trials.json"
+    python3 - "$work/trials.json" "$M" "$(cat "$work/port")" <<'EOF'
+import http.client, json, sys
+src = json.load(open(sys.argv[1]))["items"]
+m, port = int(sys.argv[2]), int(sys.argv[3])
+conn = http.client.HTTPConnection("127.0.0.1", port)
+def req(method, path, body):
+    conn.request(method, path, json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = r.read()
+    if r.status >= 300:
+        sys.exit("%s %s: HTTP %d %s" % (method, path, r.status, data[:200]))
+    return json.loads(data)
+base = "/apis/kdet.io/v1alpha1/namespaces/default/trials"
+for i in range(len(src), m):
+    t = src[i % len(src)]
+    md = t["metadata"]
+    obj = {"apiVersion": t["apiVersion"], "kind": t["kind"],
+           "metadata": {"name": "%s-c%d" % (md["name"], i), "labels": md.get("labels", {}),
+                        "annotations": md.get("annotations", {}),
+                        "ownerReferences": md.get("ownerReferences", [])},
+           "spec": t["spec"]}
+    out = req("POST", base, obj)
+    out["status"] = t.get("status", {})
+    req("PUT", base + "/" + out["metadata"]["name"] + "/status", out)
+EOF
+    [ $? = 0 ] || exit 1
+    log "$(ntrials) Trials in the API; a fresh controller syncs them"
+    : >"$work/ctrl.log"
+    start_ctrl --workers 4
+    wait_until 120 grep -q 'msg="caches synced"' "$work/ctrl.log" || { echo "controller did not sync"; tail "$work/ctrl.log"; exit 1; }
+    grep 'msg="caches synced"' "$work/ctrl.log" | sed 's/.*msg="caches synced" /# synced: /'
+    t0=$(ms)
+    settle "$ctrl" || log "the controller did not settle within 60 s"
+    log "settled $(($(ms) - t0)) ms after the sync; CPU in the next 10 s: $(a=$(cpu_ms "$ctrl"); sleep 10; echo $(($(cpu_ms "$ctrl") - a))) ms"
+    rss2=$(max_kb "$ctrl" VmRSS)
+    anon2=$(max_kb "$ctrl" RssAnon)
+    hwm2=$(status_kb "$ctrl" VmHWM)
+    stop_ctrl
+    echo "controller counters at $M trials: $(echo "$line" | sed 's/.*msg="*stopped"* //')"
+    echo "RSS with $M trials cached: ${rss2} KiB (heap and stacks ${anon2} KiB, the rest shared libraries) vs goal 30720 KiB: ratio $(ratio "$rss2" 30720)"
+    echo "peak RSS (VmHWM) with $M trials, start-up included: ${hwm2} KiB: ratio $(ratio "$hwm2" 30720)"
+fi
