@@ -5,6 +5,7 @@
 #include "states.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const exp_names[] = {
@@ -87,6 +88,25 @@ bool kd_trial_state_parse(const char *s, enum kd_trial_state *out)
 bool kd_trial_state_terminal(enum kd_trial_state s)
 {
     return s == KD_TRIAL_COMPLETED || s == KD_TRIAL_CANCELED || s == KD_TRIAL_ERROR;
+}
+
+bool kd_trial_at_target(long long target, long long reached, bool closed)
+{
+    return target > 0 && reached >= target && !closed;
+}
+
+bool kd_trial_idle_release_parse(const char *s, long *ms)
+{
+    char *end = NULL;
+    bool ok = false;
+    if (s != NULL && s[0] >= '0' && s[0] <= '9') {
+        long v = strtol(s, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 86400) {
+            *ms = v * 1000;
+            ok = true;
+        }
+    }
+    return ok;
 }
 
 enum kd_trial_failure_action kd_trial_on_failure(int restarts, int max_restarts)

@@ -74,6 +74,30 @@ enum kd_trial_failure_action {
     KD_TRIAL_FAIL,    /* ERROR: max_restarts used up */
 };
 
+/*
+ * A trial that has reached its target (status.latestValidation.batches >=
+ * spec.validateAfter) and is not closed waits for the searcher. With the
+ * API on, once it has waited KD_TRIAL_IDLE_RELEASE_DEFAULT_MS (or
+ * $KDET_IDLE_RELEASE_AFTER seconds) the controller sets condition Idle:
+ * the workers checkpoint and exit 0, the pods are deleted, and the trial
+ * stays ACTIVE without pods (the scheduler admits QUEUED trials only)
+ * until the searcher raises its target (QUEUED again, resumed from its
+ * checkpoint) or closes it (COMPLETED).
+ */
+#define KD_TRIAL_COND_IDLE "Idle"
+#define KD_TRIAL_IDLE_RELEASE_DEFAULT_MS 5000L
+/** The Experiment annotation `det experiment kill` sets: pods are deleted at once. */
+#define KD_TRIAL_KILL_ANNOTATION "kdet.io/kill"
+
+/** Whether a trial waits for the searcher: target > 0, reached >= target, not closed. */
+bool kd_trial_at_target(long long target, long long reached, bool closed);
+
+/**
+ * Parse $KDET_IDLE_RELEASE_AFTER: whole seconds >= 0 (at most a day) into
+ * *ms; false (and *ms untouched) for anything else.
+ */
+bool kd_trial_idle_release_parse(const char *s, long *ms);
+
 /** restarts so far vs max_restarts. */
 enum kd_trial_failure_action kd_trial_on_failure(int restarts, int max_restarts);
 

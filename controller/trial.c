@@ -4,9 +4,12 @@
  * follow their phases to completion, restart a failed attempt with backoff
  * up to max_restarts, and remove the pods when the trial pauses, is
  * preempted, is canceled or ends. Pods carry owner references, and every
- * path that ends an attempt also deletes them explicitly.
+ * path that ends an attempt also deletes them explicitly. With the API on,
+ * a trial that waits at its target for the searcher gives its GPUs back
+ * (condition Idle) and is queued again from its checkpoint when promoted.
  */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,23 +68,33 @@ static void summarize(json_t *pods, struct attempt *a)
     }
 }
 
-static int delete_all(struct kd_ctrl *c, json_t *pods)
+/* Delete the pods; `now`: with gracePeriodSeconds 0 (a kill: no time to checkpoint). */
+static int delete_pods(struct kd_ctrl *c, json_t *pods, bool now)
 {
     int rc = 0;
     size_t i;
     json_t *p;
+    struct kd_k8s_delete_opts at_once = {.has_grace_period = true, .grace_period_seconds = 0};
     json_array_foreach(pods, i, p)
     {
-        if (kd_ctrl_str(p, "metadata", "deletionTimestamp", NULL) != NULL)
+        json_t *grace =
+            json_object_get(json_object_get(p, "metadata"), "deletionGracePeriodSeconds");
+        if (kd_ctrl_str(p, "metadata", "deletionTimestamp", NULL) != NULL &&
+            (!now || (json_is_integer(grace) && json_integer_value(grace) == 0)))
             continue;
         int r = kd_k8s_delete(c->client, &KD_K8S_PODS, kd_k8s_meta_str(p, "namespace"),
-                              kd_k8s_meta_str(p, "name"), NULL, NULL, NULL, NULL);
+                              kd_k8s_meta_str(p, "name"), now ? &at_once : NULL, NULL, NULL, NULL);
         if (r == 0)
             KD_INFO("pod deleted", "pod=%s", kd_logq(kd_k8s_meta_str(p, "name")));
         if (r != 0 && r != KD_ENOTFOUND && rc == 0)
             rc = r;
     }
     return rc;
+}
+
+static int delete_all(struct kd_ctrl *c, json_t *pods)
+{
+    return delete_pods(c, pods, false);
 }
 
 static json_t *pods_of(struct kd_ctrl *c, const json_t *trial)
@@ -170,6 +183,71 @@ static const char *early_exit_reason(const json_t *tstatus)
             why = json_string_value(json_object_get(cnd, "reason")) ?: "Errored";
     }
     return why;
+}
+
+/* Whether condition `type` is True in a Trial's status. */
+static bool condition_true(const json_t *tstatus, const char *type)
+{
+    bool yes = false;
+    size_t i;
+    json_t *cnd;
+    json_array_foreach(json_object_get(tstatus, "conditions"), i, cnd)
+    {
+        if (strcmp(json_string_value(json_object_get(cnd, "type")) ?: "", type) == 0 &&
+            strcmp(json_string_value(json_object_get(cnd, "status")) ?: "", "True") == 0)
+            yes = true;
+    }
+    return yes;
+}
+
+/* The experiment was killed (det experiment kill): pods go at once, no checkpoint. */
+static bool killed(const json_t *exp)
+{
+    return kd_ctrl_str(exp, "metadata", "annotations", KD_TRIAL_KILL_ANNOTATION) != NULL;
+}
+
+/*
+ * How long a trial waits at its target with its pods before they are
+ * released: $KDET_IDLE_RELEASE_AFTER seconds, else the default. Read on
+ * each use (cheap), warned about once when invalid.
+ */
+static long idle_release_ms(void)
+{
+    static atomic_bool warned;
+    long ms = KD_TRIAL_IDLE_RELEASE_DEFAULT_MS;
+    const char *v = getenv("KDET_IDLE_RELEASE_AFTER");
+    if (v != NULL && !kd_trial_idle_release_parse(v, &ms) && !atomic_exchange(&warned, true))
+        KD_WARN("ignoring KDET_IDLE_RELEASE_AFTER", "value=%s detail=%s default_s=%ld", kd_logq(v),
+                kd_logq("must be a whole number of seconds >= 0"),
+                (long)(KD_TRIAL_IDLE_RELEASE_DEFAULT_MS / 1000));
+    return ms;
+}
+
+/* A status of an ACTIVE trial that waits for the searcher without pods (GPUs released). */
+static json_t *idle_status(const json_t *trial, const json_t *tstatus, json_int_t target,
+                           json_int_t gen, bool releasing)
+{
+    char msg[200];
+    json_t *st = state_status(trial, KD_TRIAL_ACTIVE,
+                              releasing ? "idle: waiting for the searcher; releasing the GPUs "
+                                          "(the workers checkpoint and exit)"
+                                        : "idle: waiting for the searcher; GPUs released");
+    snprintf(msg, sizeof(msg),
+             "reached its target of %" JSON_INTEGER_FORMAT
+             " and waits for the searcher's next operation without pods",
+             target);
+    kd_ctrl_set_condition(st, tstatus, KD_TRIAL_COND_IDLE, true, "WaitingForSearcher", msg, gen);
+    if (!releasing)
+        json_object_set_new(st, "pods", json_array());
+    return st;
+}
+
+/* Set Idle=False in `st` when the trial was idle (it trains again, or ends). */
+static void clear_idle(json_t *st, const json_t *tstatus, const char *reason, const char *msg,
+                       json_int_t gen)
+{
+    if (condition_true(tstatus, KD_TRIAL_COND_IDLE))
+        kd_ctrl_set_condition(st, tstatus, KD_TRIAL_COND_IDLE, false, reason, msg, gen);
 }
 
 /* Create the pods of an admitted attempt. */
@@ -304,7 +382,7 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
     const json_t *tstatus = json_object_get(trial, "status");
 
     if (kd_trial_state_terminal(cur)) {
-        rc = delete_all(c, pods);
+        rc = delete_pods(c, pods, killed(exp));
         goto out;
     }
     /* With the API, a worker may report an early exit (condition EarlyExit): the trial ends
@@ -347,17 +425,26 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
     bool paused = json_is_true(json_object_get(json_object_get(trial, "spec"), "paused")) ||
                   json_is_true(json_object_get(json_object_get(exp, "spec"), "paused"));
     if (stop || paused) {
-        if ((rc = delete_all(c, pods)) != 0)
+        bool kill = stop && killed(exp);
+        if ((rc = delete_pods(c, pods, kill)) != 0)
             goto out;
         if (a.npods > 0) {
-            status = state_status(trial, stop ? KD_TRIAL_STOPPING_CANCELED : cur,
-                                  stop ? "stopping: the experiment was canceled"
-                                       : "pausing: deleting the trial's pods");
+            status = state_status(trial,
+                                  kill   ? KD_TRIAL_STOPPING_KILLED
+                                  : stop ? KD_TRIAL_STOPPING_CANCELED
+                                         : cur,
+                                  kill   ? "stopping: the experiment was killed"
+                                  : stop ? "stopping: the experiment was canceled"
+                                         : "pausing: deleting the trial's pods");
             *requeue_after_ms = 1000;
         } else {
             status = state_status(trial, stop ? KD_TRIAL_CANCELED : KD_TRIAL_PAUSED,
-                                  stop ? "the experiment was canceled" : "paused");
+                                  kill   ? "the experiment was killed"
+                                  : stop ? "the experiment was canceled"
+                                         : "paused");
             json_object_set_new(status, "pods", json_array());
+            clear_idle(status, tstatus, stop ? "Stopped" : "Paused",
+                       stop ? "the trial was stopped" : "the trial was paused", gen);
         }
         rc = set_status(c, trial, status, err);
         kd_ctrl_kick(c);
@@ -369,12 +456,14 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
         json_integer_value(json_object_get(json_object_get(trial, "spec"), "validateAfter"));
     json_int_t reached0 = json_integer_value(
         json_object_get(json_object_get(tstatus, "latestValidation"), "batches"));
+    bool closed0 = json_is_true(json_object_get(json_object_get(trial, "spec"), "closed"));
     if (strcmp(estate, "STOPPING_COMPLETED") == 0 && a.running == 0) {
         /* The search is over: nothing new starts; a trial that reached its target is done. */
         bool done = target0 > 0 && reached0 >= target0;
         status = state_status(trial, done ? KD_TRIAL_COMPLETED : KD_TRIAL_CANCELED,
                               done ? "completed" : "the search ended before this trial ran");
         json_object_set_new(status, "pods", json_array());
+        clear_idle(status, tstatus, "Closed", "the search ended", gen);
         if ((rc = set_status(c, trial, status, err)) == 0)
             rc = delete_all(c, pods);
         goto out;
@@ -429,6 +518,14 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
             status = state_status(trial, KD_TRIAL_ACTIVE, "running");
             json_object_set_new(status, "pods", pods_status(pods));
             rc = set_status(c, trial, status, err);
+        } else if (kd_ctrl_api_on(c) && kd_trial_at_target(target0, reached0, closed0)) {
+            /* Paused or preempted at its target: nothing to train until the searcher raises
+             * the target, so wait without pods (and give back an admission made meanwhile). */
+            if (kd_ctrl_admission(c, key, &ad))
+                kd_ctrl_admission_drop(c, key);
+            status = idle_status(trial, tstatus, target0, gen, false);
+            rc = set_status(c, trial, status, err);
+            kd_ctrl_kick(c);
         } else if (kd_ctrl_admission(c, key, &ad)) {
             char run_id[64];
             size_t existing = 0;
@@ -530,19 +627,72 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
         if (closed) {
             status = state_status(trial, KD_TRIAL_COMPLETED, "completed");
             json_object_set_new(status, "pods", json_array());
+            clear_idle(status, tstatus, "Closed", "the searcher closed the trial", gen);
             if ((rc = set_status(c, trial, status, err)) == 0)
                 rc = delete_all(c, pods);
             KD_INFO("trial completed", "trial=%s", kd_logq(key));
             kd_ctrl_kick(c);
+        } else if (kd_ctrl_api_on(c)) {
+            /* The workers checkpointed and exited while waiting for the searcher (or the pods
+             * are gone): the trial waits without pods until the searcher decides. */
+            status = idle_status(trial, tstatus, target, gen, false);
+            if ((rc = set_status(c, trial, status, err)) == 0)
+                rc = delete_all(c, pods);
+            if (rc == 0 && a.npods > 0) {
+                KD_INFO("idle trial released its pods", "trial=%s target=%" JSON_INTEGER_FORMAT,
+                        kd_logq(key), target);
+                kd_ctrl_kick(c);
+            }
+            *requeue_after_ms = c->o.resync_ms;
         } else {
             *requeue_after_ms = c->o.resync_ms; /* waiting for the searcher's next operation */
         }
         goto out;
     }
+    if (kd_ctrl_api_on(c) && a.running > 0 && kd_trial_at_target(target, reached, closed)) {
+        /* The workers wait at their target for the searcher. After a grace (the searcher
+         * usually answers at once), Idle tells them to checkpoint and exit, so that queued
+         * trials get the GPUs. Counted from the validation's time: level-triggered. */
+        bool idle = condition_true(tstatus, KD_TRIAL_COND_IDLE);
+        if (!idle) {
+            int64_t since = 0, now = kd_wall_ms();
+            const char *vt = kd_ctrl_str(tstatus, "latestValidation", "time", NULL);
+            long grace = idle_release_ms();
+            if (vt == NULL || kd_time_parse_rfc3339(vt, &since) != 0)
+                since = 0;
+            if (now - since < grace) {
+                status = state_status(trial, KD_TRIAL_ACTIVE,
+                                      "reached its target; waiting for the searcher");
+                json_object_set_new(status, "pods", pods_status(pods));
+                rc = set_status(c, trial, status, err);
+                *requeue_after_ms = (long)(since + grace - now) + 100;
+                goto out;
+            }
+            KD_INFO("trial idle: releasing its GPUs",
+                    "trial=%s target=%" JSON_INTEGER_FORMAT " waited_ms=%lld", kd_logq(key), target,
+                    (long long)(now - since));
+        }
+        status = idle_status(trial, tstatus, target, gen, true);
+        json_object_set_new(status, "pods", pods_status(pods));
+        rc = set_status(c, trial, status, err);
+        *requeue_after_ms = c->o.resync_ms; /* the pods' exit wakes the reconciler */
+        goto out;
+    }
+    char promoted[300];
+    bool was_idle = condition_true(tstatus, KD_TRIAL_COND_IDLE);
+    snprintf(promoted, sizeof(promoted),
+             "promoted by the searcher to %" JSON_INTEGER_FORMAT
+             "; queued to resume from its latest checkpoint",
+             target);
+    if (was_idle && a.running == 0)
+        KD_INFO("idle trial promoted: queued again", "trial=%s target=%" JSON_INTEGER_FORMAT,
+                kd_logq(key), target);
     if (a.npods > 0 && a.succeeded == a.npods) {
         /* The searcher asked for more training: a new attempt continues the trial. */
-        status = state_status(trial, KD_TRIAL_QUEUED, "more training asked by the searcher");
+        status = state_status(trial, KD_TRIAL_QUEUED,
+                              was_idle ? promoted : "more training asked by the searcher");
         json_object_set_new(status, "pods", json_array());
+        clear_idle(status, tstatus, "Promoted", "the searcher raised the trial's target", gen);
         if ((rc = set_status(c, trial, status, err)) == 0)
             rc = delete_all(c, pods);
         kd_ctrl_kick(c);
@@ -557,14 +707,19 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
             *requeue_after_ms = 500;
             goto out;
         }
-        status = state_status(trial, KD_TRIAL_QUEUED, "the trial's pods disappeared; queued again");
+        status = state_status(trial, KD_TRIAL_QUEUED,
+                              was_idle ? promoted : "the trial's pods disappeared; queued again");
         json_object_set_new(status, "pods", json_array());
+        clear_idle(status, tstatus, "Promoted", "the searcher raised the trial's target", gen);
         rc = set_status(c, trial, status, err);
         kd_ctrl_kick(c);
         goto out;
     }
     status = state_status(trial, KD_TRIAL_ACTIVE, "running");
     json_object_set_new(status, "pods", pods_status(pods));
+    clear_idle(status, tstatus, closed ? "Closed" : "Promoted",
+               closed ? "the searcher closed the trial" : "the searcher raised the trial's target",
+               gen);
     rc = set_status(c, trial, status, err);
 out:
     if (rc != 0 && rc != KD_ECONFLICT)

@@ -4,9 +4,11 @@
  * validations, checkpoints and early exits are also written to the Trial's
  * status so the reconcilers act on them level-triggered; the searcher
  * operation and the preemption signal are long-polls over the informer
- * caches.
+ * caches. A trial the controller marked Idle (it waits at its target for
+ * the searcher) is told to checkpoint and exit, so its GPUs are released.
  */
 #include "api/api_int.h"
+#include "states.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -318,6 +320,37 @@ static bool preempted_condition(const json_t *trial)
     return yes;
 }
 
+/*
+ * The controller set Idle (states.h) and the trial still waits at its
+ * target: its workers should checkpoint and exit. A stale Idle (the target
+ * was raised or the trial closed since) does not count.
+ */
+static bool idle_released(const json_t *trial)
+{
+    bool idle = false;
+    size_t i;
+    json_t *c;
+    const json_t *st = json_object_get(trial, "status");
+    json_array_foreach(json_object_get(st, "conditions"), i, c)
+    {
+        if (strcmp(json_string_value(json_object_get(c, "type")) ?: "", KD_TRIAL_COND_IDLE) == 0 &&
+            strcmp(json_string_value(json_object_get(c, "status")) ?: "", "True") == 0)
+            idle = true;
+    }
+    /* As kd_trial_at_target (libkd_api does not link the controller's state machines). */
+    json_int_t target =
+        json_integer_value(json_object_get(json_object_get(trial, "spec"), "validateAfter"));
+    json_int_t reached =
+        json_integer_value(json_object_get(json_object_get(st, "latestValidation"), "batches"));
+    return idle && target > 0 && reached >= target && !spec_true(trial, "closed");
+}
+
+static bool exp_killed(const json_t *exp)
+{
+    return json_object_get(json_object_get(json_object_get(exp, "metadata"), "annotations"),
+                           KD_TRIAL_KILL_ANNOTATION) != NULL;
+}
+
 bool api_should_preempt(const json_t *trial, const json_t *exp, const char **reason)
 {
     const char *st = state_of(trial);
@@ -326,6 +359,8 @@ bool api_should_preempt(const json_t *trial, const json_t *exp, const char **rea
     else if (kd_k8s_meta_str(trial, "deletionTimestamp") ||
              kd_k8s_meta_str(exp, "deletionTimestamp"))
         *reason = "the trial is being deleted";
+    else if (exp_killed(exp))
+        *reason = "the experiment was killed";
     else if (spec_true(exp, "canceled"))
         *reason = "the experiment was canceled";
     else if (spec_true(exp, "paused"))
@@ -338,6 +373,8 @@ bool api_should_preempt(const json_t *trial, const json_t *exp, const char **rea
         *reason = "the trial is stopping";
     else if (strcmp(st, "QUEUED") == 0 && preempted_condition(trial))
         *reason = "the scheduler preempted the trial";
+    else if (idle_released(trial))
+        *reason = "idle: waiting for the searcher; GPUs released";
     else
         *reason = "";
     return (*reason)[0] != '\0';
@@ -389,8 +426,9 @@ void api_worker_searcher(struct api_rq *q)
             strcmp(st, "ERROR") == 0 || strcmp(st, "COMPLETED") == 0 ||
             strcmp(st, "STOPPING_CANCELED") == 0 || strcmp(st, "STOPPING_KILLED") == 0 ||
             strcmp(st, "STOPPING_ERROR") == 0) {
+            /* Killed: stop without a checkpoint (the pods are deleted at once anyway). */
             ans = json_pack("{s:s,s:s,s:b}", "op", "stop", "reason",
-                            reason[0] ? reason : "the trial has ended", "preempt", 1);
+                            reason[0] ? reason : "the trial has ended", "preempt", !exp_killed(e));
         } else if (target > completed) {
             ans = json_pack("{s:s,s:I,s:s,s:b}", "op", "validate_after", "length", target, "unit",
                             spec_str(t, "lengthUnit") ?: "batches", "preempt", preempt);

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Adaptive ASHA with more trials than GPU slots: 4 fake GPUs, 2 slots per
+# trial (2 trials at a time), 6 trials in one ASHA bracket with rungs at
+# 32 and 64 batches.
+# A trial that waits at its rung for a promotion must give its GPUs back
+# (condition Idle, no pods), or the queued trials never start. Checks: an
+# idle trial had no pods, a released trial was promoted and resumed from
+# its checkpoint, kill -9 of the controller while a trial is idle changes
+# nothing, pause and activate of an idle trial, and every trial ends
+# COMPLETED at 32 or 64 batches.
+. "$(dirname "$0")/lib.sh"
+need_pg || exit 77
+trap 'stop_pg; finish; exit $?' EXIT
+start_pg || exit 1
+start_local 4 || exit 1
+export KDET_IDLE_RELEASE_AFTER=0 # release at once: the searcher's races decide less
+# A fixed API port: the workers of running trials reach the restarted controller there.
+APORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_ctrl --database-url "$PG_URL" --api-listen "127.0.0.1:$APORT" --namespace default
+check "API serving" wait_for 20 grep -q 'msg="API serving"' "$T/ctrl.log"
+mkdir -p "$T/ckpt"
+# Each worker start leaves "TRIAL CHECKPOINT" (or "none") in $T/starts.
+cat >"$T/fm.sh" <<EOF
+#!/bin/sh
+echo "\$KDET_TRIAL_ID \${KDET_LATEST_CHECKPOINT:-none}" >>"$T/starts"
+exec fashion-mnist-c "\$@" 2>>"$T/stderr.\$KDET_TRIAL_ID"
+EOF
+chmod +x "$T/fm.sh"
+
+experiment asha "  entrypoint: $T/fm.sh --train-limit 1600 --test-limit 300 --quiet
+  environment:
+    environment_variables: [OPENBLAS_NUM_THREADS=1, DTRAIN_TIMEOUT=60, TMPDIR=$T]
+  hyperparameters:
+    global_batch_size: 32
+    hidden_units: 16
+    momentum: 0.9
+    learning_rate: {type: log, base: 10, minval: -2.5, maxval: -1.5}
+  searcher: {name: adaptive_asha, metric: validation_loss, smaller_is_better: true, max_trials: 6,
+             max_concurrent_trials: 6, max_length: {batches: 64}, divisor: 2, max_rungs: 2,
+             mode: aggressive}
+  reproducibility: {experiment_seed: 7}
+  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt}
+  max_restarts: 0
+  resources: {slots_per_trial: 2}"
+log "ASHA experiment created (6 trials, 2 slots each, 4 GPUs)"
+
+# idle_without_pods: the name of a trial that is ACTIVE and Idle with its GPUs released (one
+# snapshot) and has no pod.
+idle_without_pods() {
+    local t
+    for t in $(kubectl get trial -l kdet.io/experiment=asha -o \
+        'jsonpath={range .items[*]}{.metadata.name}={.status.state}={.status.conditions[?(@.type=="Idle")].status}={.status.message}{"\n"}{end}' 2>/dev/null |
+        grep '=ACTIVE=True=idle: waiting for the searcher; GPUs released$' | cut -d= -f1); do
+        if [ "$(count_pods "kdet.io/trial=$t")" = 0 ]; then
+            echo "$t"
+            return 0
+        fi
+    done
+    return 1
+}
+idle=
+for _ in $(seq 1 400); do
+    idle=$(idle_without_pods) && break
+    sleep 0.2
+done
+check "a trial waits at its rung: ACTIVE (not admitted), Idle=True, GPUs released, no pod" test -n "$idle"
+log "idle trial: ${idle:-none}"
+
+# kill -9 of the controller while trials are idle; a new one carries on from the resources.
+kill -9 "$CTRL_PID" 2>/dev/null
+wait "$CTRL_PID" 2>/dev/null
+CTRL_PID=
+log "controller killed (-9); starting another"
+start_ctrl --database-url "$PG_URL" --api-listen "127.0.0.1:$APORT" --namespace default
+
+# Pause and activate an idle trial (when one is idle and unpromoted at that moment).
+paused=$(idle_without_pods)
+if [ -n "$paused" ]; then
+    kubectl patch trial "$paused" --type merge -p '{"spec":{"paused":true}}' >/dev/null
+    check "an idle trial pauses ($paused)" wait_for 30 eval \
+        "trial_state_is $paused PAUSED || trial_state_is $paused COMPLETED"
+    kubectl patch trial "$paused" --type merge -p '{"spec":{"paused":false}}' >/dev/null
+    check "it leaves PAUSED when activated" wait_for 30 eval "! trial_state_is $paused PAUSED"
+fi
+
+wait_for 200 eval 'exp_state_is asha COMPLETED || exp_state_is asha ERROR'
+check "ASHA experiment COMPLETED" exp_state_is asha COMPLETED
+targets=$(kubectl get trial -l kdet.io/experiment=asha \
+    -o 'jsonpath={range .items[*]}{.metadata.name}={.status.state}={.spec.validateAfter}={.status.latestValidation.batches}{"\n"}{end}')
+echo "# trial=state=target=validated: $(echo $targets)"
+check "6 trials, each COMPLETED at rung 32 or promoted to 64" test \
+    "$(echo "$targets" | grep -cE '=COMPLETED=(32=32|64=64)$')" = 6
+check "trials released their pods while idle" grep -q 'msg="idle trial released its pods"' "$T/ctrl.log"
+check "an idle trial was promoted later" grep -q 'msg="idle trial promoted: queued again"' "$T/ctrl.log"
+resumed=0
+for t in $(grep -v ' none$' "$T/starts" | cut -d' ' -f1 | sort -u); do
+    [ "$(field trial "$t" '{.status.latestValidation.batches}')" = 64 ] && resumed=$((resumed + 1))
+done
+log "trials resumed from a checkpoint: $resumed"
+check "promoted trials resumed from their checkpoints (KDET_LATEST_CHECKPOINT) and reached 64 batches" \
+    test "$resumed" -ge 1
+check "no trial pod left" no_pods kdet.io/experiment=asha
+check "no Idle condition left True" test -z \
+    "$(kubectl get trial -l kdet.io/experiment=asha -o 'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Idle")].status}{"\n"}{end}' | grep True)"
