@@ -362,17 +362,25 @@ static int cmd_download(int argc, char **argv)
     const char *spath = det_get_str(ck, "storage_path", "");
     json_t *sj = det_get(exp, "spec.checkpoint_storage");
     kd_storage_config_init(&cfg);
+    /* which step failed decides the message and the exit code */
+    const char *step = "reading the experiment's checkpoint_storage";
     if (json_is_object(sj))
         r = kd_storage_config_from_json(sj, &cfg, err);
     else
         r = kd_seterr(err, KD_ENOTFOUND,
                       "experiment %s has no spec.checkpoint_storage (set by a template?)",
                       det_get_str(exp, "name", ""));
-    if (r == 0)
+    bool nostorage = r == KD_ENOTFOUND;
+    if (r == 0) {
+        step = "opening the checkpoint storage";
         r = kd_storage_open(&cfg, &st, err);
-    if (r == 0)
+    }
+    if (r == 0) {
+        step = "downloading";
         r = kd_ckpt_download(st, uuid, dir, NULL, NULL, err);
-    if (r == KD_ENOTFOUND && spath[0] == '/' && access(spath, R_OK | X_OK) == 0) {
+    }
+    bool missing = r == KD_ENOTFOUND && (nostorage || strcmp(step, "downloading") == 0);
+    if (missing && spath[0] == '/' && access(spath, R_OK | X_OK) == 0) {
         /* shared_fs without a manifest (written by other tools): copy the directory as is */
         r = copy_tree(spath, dir, what, sizeof(what));
         if (r != 0) {
@@ -387,9 +395,9 @@ static int cmd_download(int argc, char **argv)
         goto out;
     }
     if (r != 0) {
-        det_err("downloading checkpoint %s (storage path %s): %s", uuid, spath,
+        det_err("checkpoint %s (storage path %s): %s: %s", uuid, spath, step,
                 err[0] ? err : kd_strerror(r));
-        rc = r == KD_ENOTFOUND ? DET_EXIT_NOTFOUND : DET_EXIT_ERROR;
+        rc = missing ? DET_EXIT_NOTFOUND : DET_EXIT_ERROR;
         goto out;
     }
     fprintf(stderr, "det: checkpoint %s restored from %s into %s (every file's sha256 checked)\n",

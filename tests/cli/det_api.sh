@@ -90,7 +90,7 @@ while :; do
         {\"batches\":10,\"metrics\":{\"loss\":0.5,\"acc\":0.61}},
         {\"batches\":20,\"metrics\":{\"loss\":0.4,\"acc\":0.7}},
         {\"batches\":30,\"metrics\":{\"loss\":0.3,\"acc\":0.8}}]}" "$B/metrics" > /dev/null || exit 1
-    curl -sf -H "$H" -X POST -d "{\"uuid\":\"ck-0001\",\"batches\":$len,\"storage_path\":\"$CKPT/ck-0001\",\"size\":$SIZE,\"metadata\":{\"format\":\"test\"}}" \
+    curl -sf -H "$H" -X POST -d "{\"uuid\":\"$CK\",\"batches\":$len,\"storage_path\":\"$SP\",\"size\":$SIZE,\"metadata\":{\"format\":\"test\"}}" \
         "$B/checkpoints" > /dev/null || exit 1
     curl -sf -H "$H" -X POST -d "{\"kind\":\"validation\",\"key\":\"v-$len\",\"rows\":[{\"batches\":$len,\"metrics\":{\"loss\":0.25}}]}" \
         "$B/metrics" > /dev/null || exit 1
@@ -103,7 +103,7 @@ experiment() { # NAME EXTRA-SPEC-LINES
 }
 spec="  entrypoint: sh $tmp/worker.sh
   environment:
-    environment_variables: [CKPT=$tmp/ckpt, SIZE=$size]
+    environment_variables: [CK=ck-0001, SP=$tmp/ckpt/ck-0001, SIZE=$size]
   hyperparameters:
     lr: 0.1
   searcher: {name: single, metric: loss, max_length: {batches: 30}}
@@ -163,6 +163,38 @@ grep -qE "^UUID: +ck-0001$" "$tmp/c.txt" && grep -qE "^Experiment: +apiexp$" "$t
 "$det" checkpoint describe nope > "$tmp/out" 2>&1
 [ $? -eq 5 ] && grep -q 'checkpoint "nope" is not registered' "$tmp/out" && ok "unknown checkpoint: exit 5" ||
     bad "unknown checkpoint" "$tmp/out"
+
+# ---- a checkpoint on S3 (s3rver): download reads the bucket the experiment names
+S3RVER=$PWD/.deps/s3rver/node_modules/.bin/s3rver
+if [ -x "$S3RVER" ]; then
+    s3port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mkdir -p "$tmp/s3"
+    NODE_OPTIONS=--openssl-legacy-provider "$S3RVER" -d "$tmp/s3" -a 127.0.0.1 -p "$s3port" --silent \
+        --configure-bucket ckpts > "$tmp/s3rver.log" 2>&1 &
+    s3pid=$!
+    for _ in $(seq 100); do (exec 3<> "/dev/tcp/127.0.0.1/$s3port") 2> /dev/null && break; sleep 0.1; done
+    export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
+    "$build/bin/dtrain" ckpt --storage s3://ckpts/p --endpoint-url "http://127.0.0.1:$s3port" --quiet \
+        upload "$tmp/model" --uuid ck-s3 > "$tmp/out" 2>&1 || bad "dtrain ckpt upload to s3rver" "$tmp/out"
+    experiment s3exp "${spec//CK=ck-0001, SP=$tmp\/ckpt\/ck-0001/CK=ck-s3, SP=s3://ckpts/p/ck-s3}
+" && kubectl patch exp s3exp --type merge -p "{\"spec\":{\"checkpoint_storage\":{\"type\":\"s3\",\"host_path\":null,
+        \"bucket\":\"ckpts\",\"prefix\":\"p\",\"endpoint_url\":\"http://127.0.0.1:$s3port\"}}}" > "$tmp/out" 2>&1 ||
+        bad "create experiment s3exp" "$tmp/out"
+    timeout 100 "$det" experiment wait s3exp --timeout 90 > "$tmp/out" 2>&1 || bad "experiment s3exp" "$tmp/out"
+    "$det" checkpoint download ck-s3 -o "$tmp/dl-s3" > "$tmp/out" 2>&1 && diff -r "$tmp/model" "$tmp/dl-s3" >> "$tmp/out" 2>&1 &&
+        ok "checkpoint download from S3: the same bytes" || bad "checkpoint download from S3" "$tmp/out"
+    (unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY; HOME=$tmp AWS_SHARED_CREDENTIALS_FILE=$tmp/none \
+        "$det" checkpoint download ck-s3 -o "$tmp/dl-s3b") > "$tmp/out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "checkpoint ck-s3 (storage path s3://ckpts/p/ck-s3): opening the checkpoint storage: .*credentials" "$tmp/out" &&
+        ok "S3 without credentials: exit 1, a clear error" ||
+        bad "S3 without credentials (exit $rc)" "$tmp/out"
+    unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+    kill "$s3pid" 2> /dev/null
+    wait "$s3pid" 2> /dev/null
+else
+    echo "note: s3rver is not installed (make deps): the S3 download is not checked"
+fi
 
 # ---- GC policy: a patch of spec.checkpoint_storage
 "$det" experiment set gc-policy apiexp --save-trial-best 3 --save-trial-latest 2 > "$tmp/out" 2>&1 &&
