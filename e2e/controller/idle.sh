@@ -7,7 +7,8 @@
 # idle trial had no pods, a released trial was promoted and resumed from
 # its checkpoint, kill -9 of the controller while a trial is idle changes
 # nothing, pause and activate of an idle trial, and every trial ends
-# COMPLETED at 32 or 64 batches.
+# COMPLETED at 32 or 64 batches. Then a kill (annotation kdet.io/kill):
+# the pods go without a grace period and the trial ends CANCELED.
 . "$(dirname "$0")/lib.sh"
 need_pg || exit 77
 trap 'stop_pg; finish; exit $?' EXIT
@@ -102,3 +103,21 @@ check "promoted trials resumed from their checkpoints (KDET_LATEST_CHECKPOINT) a
 check "no trial pod left" no_pods kdet.io/experiment=asha
 check "no Idle condition left True" test -z \
     "$(kubectl get trial -l kdet.io/experiment=asha -o 'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Idle")].status}{"\n"}{end}' | grep True)"
+
+# A kill (the annotation det experiment kill sets, with spec.canceled): the pods are deleted with
+# grace period 0, so a worker that ignores SIGTERM does not hold the slots for its grace period.
+printf '#!/bin/sh\ntrap "" TERM\nwhile :; do sleep 1; done\n' >"$T/hold.sh"
+chmod +x "$T/hold.sh"
+experiment killme "  entrypoint: $T/hold.sh
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  resources: {slots_per_trial: 2}"
+check "kill: the trial runs" wait_for 60 n_is 1 running_pods kdet.io/experiment=killme
+kubectl patch exp killme --type merge -p \
+    '{"metadata":{"annotations":{"kdet.io/kill":"2026-11-21T00:00:00Z"}},"spec":{"canceled":true}}' >/dev/null
+check "kill: the trial ends CANCELED, 'the experiment was killed'" wait_for 60 eval \
+    '[ "$(field trial killme-1 "{.status.state}={.status.message}")" = "CANCELED=the experiment was killed" ]'
+check "kill: its pod is gone" wait_for 60 no_pods kdet.io/experiment=killme
+check "kill: the pod was not given a grace period" eval \
+    '! grep -E "msg=\"pod terminating\".*pod=killme-1-0" "$T/local.log"'
+check "kill: the experiment ends CANCELED" wait_for 60 exp_state_is killme CANCELED
