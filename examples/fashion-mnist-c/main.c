@@ -542,19 +542,20 @@ static int validate(struct run *r, char *js, size_t len)
  */
 /*
  * Trial pods on kdet-local share the host's network, so two single-node
- * trials would both listen on the launcher's default MASTER_PORT. When all
- * ranks are on this node (WORLD_SIZE == LOCAL_WORLD_SIZE > 1) and
- * KDET_RUN_ID names the attempt, every rank derives the same port from the
- * run id instead (FNV-1a into 20000..31999, below Linux's ephemeral range).
+ * trials would both listen on the default MASTER_PORT (29400). When it is
+ * that default, all ranks are on this node (WORLD_SIZE == LOCAL_WORLD_SIZE
+ * > 1) and KDET_RUN_ID names the attempt, every rank derives the same port
+ * from the run id instead (FNV-1a into 20000..31999, below Linux's
+ * ephemeral range). A port chosen on purpose is kept.
  */
 static void single_node_port(void)
 {
     const char *ws = getenv("WORLD_SIZE"), *lws = getenv("LOCAL_WORLD_SIZE");
-    const char *run = getenv("KDET_RUN_ID");
+    const char *run = getenv("KDET_RUN_ID"), *port = getenv("MASTER_PORT");
     char buf[16];
     uint32_t h = 2166136261u;
     if (ws == NULL || lws == NULL || run == NULL || run[0] == '\0' || strcmp(ws, lws) != 0 ||
-        strcmp(ws, "1") == 0)
+        strcmp(ws, "1") == 0 || (port != NULL && strcmp(port, "29400") != 0))
         return;
     for (const char *p = run; *p != '\0'; p++)
         h = (h ^ (unsigned char)*p) * 16777619u;
