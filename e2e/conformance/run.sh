@@ -331,19 +331,25 @@ if [ "$LOCAL" = 1 ]; then
     # GPUs: two fake GPUs, each pod gets its own, a third waits; then priority decides.
     printf '{"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"kdconf-high"},"value":1000}' | kubectl create -f - >/dev/null
     gpu=',"resources":{"limits":{"nvidia.com/gpu":1}}'
-    pod gpu-a Never 'echo dev=$CUDA_VISIBLE_DEVICES; sleep 3' "$gpu"
-    pod gpu-b Never 'echo dev=$CUDA_VISIBLE_DEVICES; sleep 8' "$gpu"
-    until_ok 20 sh -c "$K logs gpu-a | grep -q dev= && $K logs gpu-b | grep -q dev="
+    # gpu-a, gpu-b and gpu-high hold their GPU until the file named after them exists.
+    hold() { printf 'echo dev=$CUDA_VISIBLE_DEVICES; until [ -f %s ]; do sleep 0.1; done' "$work/release-$1"; }
+    pod gpu-a Never "$(hold gpu-a)" "$gpu"
+    pod gpu-b Never "$(hold gpu-b)" "$gpu"
+    until_ok 60 sh -c "$K logs gpu-a | grep -q dev= && $K logs gpu-b | grep -q dev="
     ga=$($K logs gpu-a); gb=$($K logs gpu-b)
     if [ "$ga" != "$gb" ] && printf '%s %s' "$ga" "$gb" | grep -Eq '^dev=[01] dev=[01]$'; then ok "each GPU pod gets its own device in CUDA_VISIBLE_DEVICES ($ga, $gb)"; else bad "each GPU pod gets its own device in CUDA_VISIBLE_DEVICES" "$ga / $gb"; fi
-    pod gpu-low Never 'echo dev=$CUDA_VISIBLE_DEVICES; sleep 2' "$gpu"
-    sleep 0.3
-    pod gpu-high Never 'echo dev=$CUDA_VISIBLE_DEVICES; sleep 2' "$gpu" ',"priorityClassName":"kdconf-high"'
+    unsched() { $K get pod "$1" -o 'jsonpath={.status.conditions[?(@.type=="PodScheduled")].message}' | grep -q 'Insufficient nvidia.com/gpu'; }
+    pod gpu-low Never 'echo dev=$CUDA_VISIBLE_DEVICES' "$gpu"
+    until_ok 30 unsched gpu-low
+    pod gpu-high Never "$(hold gpu-high)" "$gpu" ',"priorityClassName":"kdconf-high"'
     expect "priorityClassName sets spec.priority" '^1000$' jp pod/gpu-high '{.spec.priority}'
-    # gpu-a ends first and frees one GPU: gpu-high (created later) must get it, gpu-low keeps waiting.
     expect "a third GPU pod waits: Insufficient nvidia.com/gpu" 'Insufficient nvidia.com/gpu' jp pod/gpu-low '{.status.conditions[?(@.type=="PodScheduled")].message}'
+    until_ok 30 unsched gpu-high
+    # One GPU frees up: gpu-high (created later) must get it, gpu-low keeps waiting.
+    touch "$work/release-gpu-a"
     until_ok 30 sh -c "$K get pod gpu-high -o jsonpath='{.spec.nodeName}' | grep -q ."
-    expect "the higher priority pod is bound first" '^Pending$' jp pod/gpu-low '{.status.phase}'
+    expect "the higher priority pod is bound first" '^Pending $' jp pod/gpu-low '{.status.phase} {.spec.nodeName}'
+    touch "$work/release-gpu-b" "$work/release-gpu-high"
     $K delete pod gpu-a gpu-b gpu-low gpu-high --wait=false >/dev/null 2>&1
     kubectl delete priorityclass kdconf-high >/dev/null 2>&1
 fi
