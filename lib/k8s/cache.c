@@ -231,27 +231,36 @@ json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns)
     return arr;
 }
 
+/* One step of a walk: decode e and call fn, unless want says to skip it. */
+static int visit(struct entry *e, bool (*want)(const char *key, const char *rv, void *ud),
+                 int (*fn)(json_t *obj, void *ud), void *ud)
+{
+    int rc = 0;
+    if (want == NULL || want(e->key, e->rv, ud)) {
+        json_t *o = decode(e);
+        rc = fn(o, ud);
+        json_decref(o);
+    }
+    return rc;
+}
+
 /* Walk the entries under index key ixkey (NULL: all) decoding one at a time; read lock held. */
-static int each_index(struct kd_k8s_cache *c, const char *ixkey, int (*fn)(json_t *obj, void *ud),
-                      void *ud)
+static int each_index(struct kd_k8s_cache *c, const char *ixkey,
+                      bool (*want)(const char *key, const char *rv, void *ud),
+                      int (*fn)(json_t *obj, void *ud), void *ud)
 {
     int rc = 0;
     pthread_rwlock_rdlock(&c->lock);
     if (ixkey != NULL) {
         struct ixval *v = NULL;
         HASH_FIND_STR(c->index, ixkey, v);
-        for (size_t i = 0; v != NULL && i < v->n && rc == 0; i++) {
-            json_t *o = decode(v->items[i]);
-            rc = fn(o, ud);
-            json_decref(o);
-        }
+        for (size_t i = 0; v != NULL && i < v->n && rc == 0; i++)
+            rc = visit(v->items[i], want, fn, ud);
     } else {
         struct entry *e, *tmp;
         HASH_ITER(hh, c->entries, e, tmp)
         {
-            json_t *o = decode(e);
-            rc = fn(o, ud);
-            json_decref(o);
+            rc = visit(e, want, fn, ud);
             if (rc != 0)
                 break;
         }
@@ -264,7 +273,17 @@ int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *
                       void *ud)
 {
     char *k = ns != NULL ? kd_xasprintf("n:%s", ns) : NULL;
-    int rc = each_index(c, k, fn, ud);
+    int rc = each_index(c, k, NULL, fn, ud);
+    free(k);
+    return rc;
+}
+
+int kd_k8s_cache_each_if(struct kd_k8s_cache *c, const char *ns,
+                         bool (*want)(const char *key, const char *rv, void *ud),
+                         int (*fn)(json_t *obj, void *ud), void *ud)
+{
+    char *k = ns != NULL ? kd_xasprintf("n:%s", ns) : NULL;
+    int rc = each_index(c, k, want, fn, ud);
     free(k);
     return rc;
 }
@@ -273,7 +292,7 @@ int kd_k8s_cache_each_owner(struct kd_k8s_cache *c, const char *uid,
                             int (*fn)(json_t *obj, void *ud), void *ud)
 {
     char *k = kd_xasprintf("o:%s", uid);
-    int rc = each_index(c, k, fn, ud);
+    int rc = each_index(c, k, NULL, fn, ud);
     free(k);
     return rc;
 }

@@ -53,6 +53,16 @@ json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns);
 int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *obj, void *ud),
                       void *ud);
 
+/**
+ * kd_k8s_cache_each, asking want(key, resourceVersion, ud) first for each
+ * object (both borrowed; rv "" when the object has none) and decoding and
+ * passing only those it returns true for. Lets a caller skip, without
+ * decoding them, objects it saw before at the same resourceVersion.
+ */
+int kd_k8s_cache_each_if(struct kd_k8s_cache *c, const char *ns,
+                         bool (*want)(const char *key, const char *rv, void *ud),
+                         int (*fn)(json_t *obj, void *ud), void *ud);
+
 /** kd_k8s_cache_each over the objects with an ownerReference of this uid. */
 int kd_k8s_cache_each_owner(struct kd_k8s_cache *c, const char *uid,
                             int (*fn)(json_t *obj, void *ud), void *ud);

@@ -136,6 +136,14 @@ static int each_fn(json_t *o, void *ud)
     return ++r->n == r->stop_after ? 7 : 0;
 }
 
+/* want: only the objects not at resourceVersion "1". */
+static bool not_rv1(const char *key, const char *rv, void *ud)
+{
+    (void)ud;
+    assert_non_null(strchr(key, '/'));
+    return strcmp(rv, "1") != 0;
+}
+
 static void test_each(void **state)
 {
     (void)state;
@@ -157,6 +165,17 @@ static void test_each(void **state)
     assert_null(strstr(r.names, "c;"));
     memset(&r, 0, sizeof(r));
     assert_int_equal(kd_k8s_cache_each(c, "ns3", each_fn, &r), 0);
+    assert_int_equal(r.n, 0);
+    /* with a filter, only what it wants is decoded */
+    json_t *b2 = obj("ns1", "b", "2", NULL, NULL);
+    assert_int_equal(kd_k8s_cache_put(c, b2, NULL), 0);
+    json_decref(b2);
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(kd_k8s_cache_each_if(c, NULL, not_rv1, each_fn, &r), 0);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(r.names, "b;");
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(kd_k8s_cache_each_if(c, "ns2", not_rv1, each_fn, &r), 0);
     assert_int_equal(r.n, 0);
     /* a non-zero return stops the walk and is returned */
     memset(&r, 0, sizeof(r));
