@@ -18,10 +18,17 @@
  * kept when, for the smallest k with j_k >= j, that is
  * k = ceil(j (m-1) / (n-1)), j_k == j. With m == 1 only the last row stays.
  */
+/*
+ * A step reported by several batches (an attempt that resumed from an
+ * earlier checkpoint trains and reports those steps again, under its own
+ * keys) appears once: the row written last, that is the newest attempt's
+ * (one writer inserts, so ids grow in commit order).
+ */
 static const char *const SERIES_SQL =
-    "WITH r AS (SELECT step, reported_at, metrics,"
-    "  row_number() OVER (ORDER BY step, id) - 1 AS j, count(*) OVER () AS n"
-    "  FROM metrics WHERE trial_id = $1::bigint AND kind = $2),"
+    "WITH l AS (SELECT DISTINCT ON (step) id, step, reported_at, metrics"
+    "  FROM metrics WHERE trial_id = $1::bigint AND kind = $2 ORDER BY step, id DESC),"
+    " r AS (SELECT step, reported_at, metrics,"
+    "  row_number() OVER (ORDER BY step, id) - 1 AS j, count(*) OVER () AS n FROM l),"
     " s AS (SELECT * FROM r WHERE $3::bigint <= 0 OR n <= $3::bigint"
     "  OR ($3::bigint = 1 AND j = n - 1)"
     "  OR ($3::bigint > 1 AND ((((j * ($3::bigint - 1) + n - 2) / (n - 1)) * (n - 1))"

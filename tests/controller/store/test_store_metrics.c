@@ -171,6 +171,40 @@ static void duplicate_batches(void **state)
     kd_store_close(s);
 }
 
+/* Steps reported again by a later attempt (other keys) appear once in the series, newest first. */
+static void retrained_steps(void **state)
+{
+    (void)state;
+    char ci[512], err[KD_ERRLEN] = "";
+    struct kd_store *s = fx_store(NULL, ci, sizeof(ci));
+    int64_t t = fx_trial(s, "rt", NULL);
+    json_t *old = json_pack("{sf}", "loss", 0.5), *neu = json_pack("{sf}", "loss", 0.25);
+    struct kd_metric_row a[3] = {{10, 0, old}, {20, 0, old}, {30, 0, old}};
+    struct kd_metric_row b[2] = {{20, 0, neu}, {30, 0, neu}};
+    struct kd_metric_batch ba = {t, KD_METRIC_TRAINING, "run1-r0-1", a, 3};
+    struct kd_metric_batch bb = {t, KD_METRIC_TRAINING, "run2-r0-1", b, 2};
+    assert_int_equal(kd_store_metrics_put(s, &ba, 10000, err), 0);
+    assert_int_equal(kd_store_metrics_put(s, &bb, 10000, err), 0);
+    json_t *got = NULL;
+    assert_int_equal(kd_store_metrics_series(s, t, KD_METRIC_TRAINING, 0, &got, err), 0);
+    assert_int_equal(json_array_size(got), 3);
+    const double want[] = {0.5, 0.25, 0.25};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *p = json_array_get(got, i);
+        assert_int_equal(json_integer_value(json_object_get(p, "step")), 10 * (json_int_t)(i + 1));
+        assert_true(json_real_value(json_object_get(json_object_get(p, "metrics"), "loss")) ==
+                    want[i]);
+    }
+    json_decref(got);
+    assert_int_equal(kd_store_metrics_series(s, t, KD_METRIC_TRAINING, 1, &got, err), 0);
+    assert_int_equal(json_array_size(got), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(got, 0), "step")), 30);
+    json_decref(got);
+    json_decref(old);
+    json_decref(neu);
+    kd_store_close(s);
+}
+
 struct bad_case {
     const char *what;
     int64_t trial;
@@ -505,6 +539,7 @@ int main(void)
         cmocka_unit_test(bad_batches_refused), cmocka_unit_test(downsampling),
         cmocka_unit_test(best_validation),     cmocka_unit_test(deleted_trial),
         cmocka_unit_test(since_polling),       cmocka_unit_test(ingestion_rate),
+        cmocka_unit_test(retrained_steps),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
