@@ -40,7 +40,7 @@ fi
 
 GO_DIR=/usr/lib/go-1.19/bin
 DEB_DEPS=(golang-1.19-go rsync golang-github-modern-go-reflect2-dev
-	golang-github-json-iterator-go-dev etcd-server etcd-client openssl dpkg-dev)
+	golang-github-json-iterator-go-dev etcd-server etcd-client openssl dpkg-dev jq)
 
 mkdir -p "$KUBE_CACHE_ROOT"
 # One build at a time per cache: a second caller waits for the first.

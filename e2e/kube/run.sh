@@ -36,6 +36,9 @@ for s in "${suites[@]}"; do
 	esac
 done
 [[ -x "$KD_BUILD/bin/det" ]] || kube_log "warning: $KD_BUILD/bin/det missing; the det checks will fail (make $KD_BUILD/bin/det)"
+for t in kubectl jq curl; do
+	command -v "$t" >/dev/null || kube_die "$t not found (the suites need kubectl, jq and curl on PATH)"
+done
 if ((need_node)) && [[ ! -x "$KD_BUILD/bin/kdet-local" ]]; then
 	kube_die "$KD_BUILD/bin/kdet-local missing: the process kubelet runs the pods (make $KD_BUILD/bin/kdet-local)"
 fi
