@@ -24,6 +24,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/common.sh"
 KD_SRC="${KD_SRC:-$(cd "$here/../.." && pwd)}"
 KD_BUILD="${KD_BUILD:-$KD_SRC/build}"
+KD_DET="$KD_BUILD/bin/det"
+export KD_SRC KD_BUILD KD_DET # for the suites
 suite_timeout="${KDET_KUBE_SUITE_TIMEOUT:-900}"
 suites=("$@")
 ((${#suites[@]})) || suites=(conformance api controller)
@@ -100,8 +102,7 @@ run_suite() {
 	s0=$(date +%s)
 	# In the background, so that a signal to this script interrupts `wait`
 	# at once and finish() stops the suite (timeout passes the TERM on).
-	KD_SRC="$KD_SRC" KD_BUILD="$KD_BUILD" KD_DET="$KD_BUILD/bin/det" \
-		timeout -k 30 "$suite_timeout" "$@" >"$log" 2>&1 </dev/null &
+	timeout -k 30 "$suite_timeout" "$@" >"$log" 2>&1 </dev/null &
 	suite_pid=$!
 	tail -n +1 -f --pid="$suite_pid" "$log" &
 	tail_pid=$!
