@@ -381,6 +381,54 @@ int kd_store_checkpoints_list(struct kd_store *s, int64_t experiment_id, int64_t
         3, p, out, err);
 }
 
+/* The uuids lib/storage writes: [A-Za-z0-9._-], not starting with '.' (a path component). */
+static int check_uuid(const char *uuid, char *err)
+{
+    if (!uuid || !uuid[0])
+        return kd_seterr(err, KD_EINVAL, "uuid: required");
+    size_t n = strlen(uuid);
+    if (n > KD_STORE_MAX_UUID)
+        return kd_seterr(err, KD_EINVAL, "uuid: %zu bytes, at most %d", n, KD_STORE_MAX_UUID);
+    if (uuid[0] == '.')
+        return kd_seterr(err, KD_EINVAL, "uuid: must not start with '.'");
+    for (size_t i = 0; i < n; i++) {
+        char c = uuid[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return kd_seterr(err, KD_EINVAL, "uuid: character %zu is not one of [A-Za-z0-9._-]",
+                             i + 1);
+    }
+    return 0;
+}
+
+#define CKPT_TIMES TS("c.reported_at") " AS reported_at, " TS("c.deleted_at") " AS deleted_at"
+#define CKPT_GET_SQL                                                                               \
+    "SELECT row_to_json(x) FROM (SELECT c.uuid, c.trial_id, t.uid AS trial_uid, t.experiment_id,"  \
+    " e.name AS experiment, e.uid AS experiment_uid, e.namespace, c.steps_completed,"              \
+    " c.storage_path, c.size_bytes, c.metadata, c.state, " CKPT_TIMES                              \
+    " FROM checkpoints c JOIN trials t ON t.id = c.trial_id"                                       \
+    " JOIN experiments e ON e.id = t.experiment_id"                                                \
+    " WHERE c.uuid = $1 AND ($2 = '' OR e.namespace = $2)) x"
+
+int kd_store_checkpoint_get(struct kd_store *s, const char *namespace_, const char *uuid,
+                            json_t **out, char *err)
+{
+    int rc;
+    *out = NULL;
+    if ((rc = check_uuid(uuid, err)) != 0)
+        return rc;
+    if (namespace_ && strlen(namespace_) > KD_STORE_MAX_NAME)
+        return kd_seterr(err, KD_EINVAL, "namespace: %zu bytes, at most %d", strlen(namespace_),
+                         KD_STORE_MAX_NAME);
+    const char *p[2] = {uuid, namespace_ ? namespace_ : ""};
+    rc = kd_store__json(s, "checkpoint", CKPT_GET_SQL, 2, p, out, err);
+    if (rc == KD_ENOTFOUND)
+        rc = p[1][0]
+                 ? kd_seterr(err, rc, "checkpoint %s: not registered in namespace %s", uuid, p[1])
+                 : kd_seterr(err, rc, "checkpoint %s: not registered", uuid);
+    return rc;
+}
+
 /* ---- searcher snapshots ------------------------------------------------------------ */
 
 #define KEEP_SNAPSHOTS "5"

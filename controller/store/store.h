@@ -286,6 +286,23 @@ int kd_store_checkpoint_gc(struct kd_store *s, const char *uuid, const char *rea
 int kd_store_checkpoints_list(struct kd_store *s, int64_t experiment_id, int64_t trial_id,
                               bool include_deleted, json_t **out, char *err) KD_WUR;
 
+/** The longest checkpoint uuid kd_store_checkpoint_get accepts (lib/storage's limit). */
+#define KD_STORE_MAX_UUID 127
+
+/**
+ * One checkpoint by its exact uuid, whatever its state (a DELETED one is
+ * described with its state and deleted_at), optionally only when its
+ * experiment is in `namespace_` (NULL or "": any). *out: uuid, trial_id,
+ * trial_uid, experiment_id, experiment (its name), experiment_uid,
+ * namespace, steps_completed, storage_path, size_bytes, metadata, state,
+ * reported_at, deleted_at. A uuid that is empty, longer than
+ * KD_STORE_MAX_UUID, starts with '.' or holds a byte outside [A-Za-z0-9._-]
+ * fails with KD_EINVAL naming "uuid"; an unknown one (or one of another
+ * namespace) with KD_ENOTFOUND.
+ */
+int kd_store_checkpoint_get(struct kd_store *s, const char *namespace_, const char *uuid,
+                            json_t **out, char *err) KD_WUR;
+
 /* ---- searcher snapshots ------------------------------------------------- */
 
 /**

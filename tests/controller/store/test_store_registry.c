@@ -244,6 +244,74 @@ static void checkpoint_gc(void **state)
     kd_store_close(s);
 }
 
+/* One checkpoint by uuid: found (also once DELETED), absent, of another namespace, malformed. */
+static void checkpoint_get(void **state)
+{
+    (void)state;
+    char ci[512], err[KD_ERRLEN] = "";
+    struct kd_store *s = fx_store(NULL, ci, sizeof(ci));
+    int64_t exp = 0;
+    int64_t t1 = fx_trial(s, "get", &exp);
+    json_t *md = json_pack("{ss}", "framework", NASTY[3]);
+    const struct kd_store_checkpoint ck = {
+        "6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c11", t1, 40, NASTY[0], 4096, md};
+    assert_int_equal(kd_store_checkpoint_add(s, &ck, err), 0);
+    json_t *got = NULL;
+    assert_int_equal(kd_store_checkpoint_get(s, "default", ck.uuid, &got, err), 0);
+    assert_string_equal(json_string_value(json_object_get(got, "uuid")), ck.uuid);
+    assert_int_equal(json_integer_value(json_object_get(got, "trial_id")), t1);
+    assert_string_equal(json_string_value(json_object_get(got, "trial_uid")), "trial-get");
+    assert_int_equal(json_integer_value(json_object_get(got, "experiment_id")), exp);
+    assert_string_equal(json_string_value(json_object_get(got, "experiment")), "exp-get");
+    assert_string_equal(json_string_value(json_object_get(got, "experiment_uid")), "exp-get");
+    assert_string_equal(json_string_value(json_object_get(got, "namespace")), "default");
+    assert_int_equal(json_integer_value(json_object_get(got, "steps_completed")), 40);
+    assert_string_equal(json_string_value(json_object_get(got, "storage_path")), NASTY[0]);
+    assert_int_equal(json_integer_value(json_object_get(got, "size_bytes")), 4096);
+    assert_true(json_equal(json_object_get(got, "metadata"), md));
+    assert_string_equal(json_string_value(json_object_get(got, "state")), "ACTIVE");
+    assert_true(json_is_string(json_object_get(got, "reported_at")));
+    assert_true(json_is_null(json_object_get(got, "deleted_at")));
+    json_decref(got);
+    /* Any namespace. */
+    assert_int_equal(kd_store_checkpoint_get(s, NULL, ck.uuid, &got, err), 0);
+    json_decref(got);
+    /* Not found: unknown, a prefix, another namespace. */
+    assert_int_equal(kd_store_checkpoint_get(s, "default", "c-none", &got, err), KD_ENOTFOUND);
+    assert_null(got);
+    assert_non_null(strstr(err, "c-none"));
+    assert_int_equal(kd_store_checkpoint_get(s, NULL, "6f1d0c1e", &got, err), KD_ENOTFOUND);
+    assert_int_equal(kd_store_checkpoint_get(s, "team-b", ck.uuid, &got, err), KD_ENOTFOUND);
+    assert_non_null(strstr(err, "team-b"));
+    assert_null(got);
+    /* Malformed: named, and nothing is sent to the server. */
+    const char *bad[] = {"", ".hidden", "a/b", "x'; DROP TABLE checkpoints; --", "sp ace"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        assert_int_equal(kd_store_checkpoint_get(s, NULL, bad[i], &got, err), KD_EINVAL);
+        assert_null(got);
+        assert_true(strncmp(err, "uuid: ", 6) == 0);
+    }
+    char longu[KD_STORE_MAX_UUID + 2];
+    memset(longu, 'a', sizeof(longu) - 1);
+    longu[sizeof(longu) - 1] = '\0';
+    assert_int_equal(kd_store_checkpoint_get(s, NULL, longu, &got, err), KD_EINVAL);
+    assert_non_null(strstr(err, "at most"));
+    longu[KD_STORE_MAX_UUID] = '\0'; /* the longest one is only not found */
+    assert_int_equal(kd_store_checkpoint_get(s, NULL, longu, &got, err), KD_ENOTFOUND);
+    PGconn *c = fx_conn(ci);
+    assert_int_equal(fx_int(c, "SELECT count(*) FROM checkpoints"), 1);
+    PQfinish(c);
+    /* A DELETED checkpoint is still described, with its state. */
+    assert_int_equal(kd_store_checkpoint_mark_deleted(s, ck.uuid, err), 0);
+    assert_int_equal(kd_store_checkpoint_get(s, "default", ck.uuid, &got, err), 0);
+    assert_string_equal(json_string_value(json_object_get(got, "state")), "DELETED");
+    assert_true(json_is_string(json_object_get(got, "deleted_at")));
+    json_decref(got);
+    json_decref(md);
+    kd_store_close(s);
+}
+
 static void snapshots(void **state)
 {
     (void)state;
@@ -410,6 +478,7 @@ int main(void)
         cmocka_unit_test(checkpoints),     cmocka_unit_test(snapshots),
         cmocka_unit_test(events),          cmocka_unit_test(templates),
         cmocka_unit_test(delete_cascades), cmocka_unit_test(checkpoint_gc),
+        cmocka_unit_test(checkpoint_get),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
