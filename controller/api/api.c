@@ -508,6 +508,7 @@ static const struct route routes[] = {
     {"GET", NSP "trials/*/metrics", AUTH_USER, api_user_trial_metrics},
     {"GET", NSP "trials/*/checkpoints", AUTH_USER, api_user_trial_checkpoints},
     {"GET", NSP "trials/*/metrics/stream", AUTH_USER, api_user_stream},
+    {"GET", NSP "checkpoints/*", AUTH_USER, api_user_checkpoint},
     {"GET", "api/v1/jobs", AUTH_USER, api_user_jobs},
 };
 

@@ -333,6 +333,51 @@ out:
     return;
 }
 
+/*
+ * One checkpoint by uuid, whatever its state, with its Trial's name and its
+ * Experiment (whose spec names the checkpoint storage) when the cluster
+ * still has them. One store query: det describe/download need no listing.
+ */
+void api_user_checkpoint(struct api_rq *q)
+{
+    struct kd_api *a = q->api;
+    json_t *ck = NULL, *exp = NULL, *trials = NULL;
+    char err[KD_ERRLEN] = "";
+    int rc;
+    if (a->ns != NULL && strcmp(NS(q), a->ns) != 0) {
+        api_error(q, 404, NULL, "namespace %s is not served by this controller", kd_logq(NS(q)));
+        goto out;
+    }
+    if ((rc = kd_store_checkpoint_get(a->o.store, NS(q), NAME(q), &ck, err)) != 0) {
+        api_fail(q, rc, rc == KD_EINVAL ? "uuid" : NULL, err);
+        goto out;
+    }
+    /* Best effort: an Experiment deleted and made again under the same name is not this one. */
+    const char *ename = json_string_value(json_object_get(ck, "experiment"));
+    const char *euid = json_string_value(json_object_get(ck, "experiment_uid"));
+    if (ename != NULL && api_get_experiment(a, NS(q), ename, &exp, err) == 0 &&
+        strcmp(kd_k8s_meta_str(exp, "uid") ?: "", euid ?: "") != 0) {
+        json_decref(exp);
+        exp = NULL;
+    }
+    const char *tuid = json_string_value(json_object_get(ck, "trial_uid"));
+    trials = kd_k8s_cache_list(kd_k8s_informer_cache(a->trials), NS(q));
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t)
+    {
+        const char *u = kd_k8s_meta_str(t, "uid");
+        if (tuid != NULL && u != NULL && strcmp(u, tuid) == 0)
+            json_object_set_new(ck, "trial", json_string(kd_k8s_meta_str(t, "name")));
+    }
+    api_json(q, 200,
+             json_pack("{s:O,s:o?}", "checkpoint", ck, "experiment", exp ? summary(exp) : NULL));
+out:
+    json_decref(ck);
+    json_decref(exp);
+    json_decref(trials);
+}
+
 /* ---- the job queue ---------------------------------------------------------------------- */
 
 static int job_rank(const json_t *t)

@@ -1,8 +1,8 @@
 /*
  * The user endpoints against a real private PostgreSQL and kdet-local:
  * listing experiments and trials, pause/activate/cancel as spec patches,
- * events, the job queue, the user token, and the server-sent-event stream
- * of new metrics for a trial and for an experiment.
+ * events, one checkpoint by uuid, the job queue, the user token, and the
+ * server-sent-event stream of new metrics for a trial and for an experiment.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -215,6 +215,76 @@ static void test_events_and_jobs(void **state)
     }
 }
 
+/* One checkpoint by uuid: found (with its Trial's name and its Experiment), deleted, absent, bad.
+ */
+static void test_checkpoint_by_uuid(void **state)
+{
+    (void)state;
+    char uid[64], tok[64], err[KD_ERRLEN] = "";
+    json_t *out = NULL;
+    fx_experiment("u-ck", "validation_loss");
+    fx_trial("u-ck", "u-ck-1", 100, uid, sizeof(uid));
+    fx_token("u-ck-1", uid, tok, sizeof(tok));
+    assert_int_equal(fx_http("POST", NSP "trials/u-ck-1/checkpoints", tok,
+                             "{\"uuid\":\"u-ck-0001\",\"batches\":100,\"storage_path\":"
+                             "\"/ckpt/u-ck-0001\",\"size\":4096,\"metadata\":{\"k\":\"v\"}}",
+                             NULL),
+                     200);
+    assert_int_equal(fx_http("GET", NSP "checkpoints/u-ck-0001", NULL, NULL, NULL), 401);
+    json_t *ck = NULL;
+    for (int i = 0;; i++) { /* the informer sees the Trial */
+        assert_int_equal(fx_http("GET", NSP "checkpoints/u-ck-0001", FX_USER_TOKEN, NULL, &out),
+                         200);
+        ck = json_object_get(out, "checkpoint");
+        if (json_is_string(json_object_get(ck, "trial")))
+            break;
+        json_decref(out);
+        assert_true(i < 100);
+        kd_sleep_ms(50);
+    }
+    assert_string_equal(json_string_value(json_object_get(ck, "uuid")), "u-ck-0001");
+    assert_string_equal(json_string_value(json_object_get(ck, "trial")), "u-ck-1");
+    assert_string_equal(json_string_value(json_object_get(ck, "trial_uid")), uid);
+    assert_string_equal(json_string_value(json_object_get(ck, "experiment")), "u-ck");
+    assert_string_equal(json_string_value(json_object_get(ck, "namespace")), "default");
+    assert_int_equal(json_integer_value(json_object_get(ck, "steps_completed")), 100);
+    assert_int_equal(json_integer_value(json_object_get(ck, "size_bytes")), 4096);
+    assert_string_equal(json_string_value(json_object_get(ck, "storage_path")), "/ckpt/u-ck-0001");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(ck, "metadata"), "k")),
+                        "v");
+    assert_string_equal(json_string_value(json_object_get(ck, "state")), "ACTIVE");
+    json_t *exp = json_object_get(out, "experiment");
+    assert_string_equal(json_string_value(json_object_get(exp, "name")), "u-ck");
+    assert_true(json_is_object(json_object_get(exp, "spec")));
+    json_decref(out);
+    /* Exact uuids only: a prefix, an unknown uuid and another namespace are 404s. */
+    const char *absent[] = {NSP "checkpoints/u-ck-00", NSP "checkpoints/nope",
+                            "/api/v1/namespaces/other/checkpoints/u-ck-0001"};
+    for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++) {
+        assert_int_equal(fx_http("GET", absent[i], FX_USER_TOKEN, NULL, &out), 404);
+        assert_non_null(json_string_value(json_object_get(out, "error")));
+        json_decref(out);
+    }
+    assert_int_equal(fx_http("GET", NSP "checkpoints/nope", FX_USER_TOKEN, NULL, &out), 404);
+    assert_non_null(strstr(json_string_value(json_object_get(out, "error")), "nope"));
+    json_decref(out);
+    /* Malformed uuids: 400 naming the field. */
+    const char *bad[] = {NSP "checkpoints/.hidden", NSP "checkpoints/a~b"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(fx_http("GET", bad[i], FX_USER_TOKEN, NULL, &out), 400);
+        assert_string_equal(json_string_value(json_object_get(out, "field")), "uuid");
+        json_decref(out);
+    }
+    assert_int_equal(fx_http("POST", NSP "checkpoints/u-ck-0001", FX_USER_TOKEN, NULL, NULL), 405);
+    /* A deleted checkpoint is still described, with its state. */
+    assert_int_equal(kd_store_checkpoint_mark_deleted(fx.store, "u-ck-0001", err), 0);
+    assert_int_equal(fx_http("GET", NSP "checkpoints/u-ck-0001", FX_USER_TOKEN, NULL, &out), 200);
+    ck = json_object_get(out, "checkpoint");
+    assert_string_equal(json_string_value(json_object_get(ck, "state")), "DELETED");
+    assert_true(json_is_string(json_object_get(ck, "deleted_at")));
+    json_decref(out);
+}
+
 /* Index of trial `name` in the job list, or -1 (polls until `want` says the order is right). */
 static int job_index(const json_t *jobs, const char *name)
 {
@@ -370,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_experiments_and_actions),
         cmocka_unit_test(test_events_and_jobs),
         cmocka_unit_test(test_jobs_ahead_of),
+        cmocka_unit_test(test_checkpoint_by_uuid),
         cmocka_unit_test(test_stream),
     };
     return cmocka_run_group_tests(tests, fx_setup, fx_teardown);
