@@ -223,7 +223,8 @@ int det_api_get(struct det_api *api, const char *path, json_t **out)
                 api->url, msg ? ": " : "", msg ? msg : "", api->source);
         rc = DET_EXIT_CLUSTER;
     } else if (status == 404) {
-        det_err("%s (namespace \"%s\")", msg ? msg : "not found", api->ns);
+        if (!api->quiet_404)
+            det_err("%s (namespace \"%s\")", msg ? msg : "not found", api->ns);
         rc = DET_EXIT_NOTFOUND;
     } else if (status == 400) {
         det_err("the controller API refused the request: %s", msg ? msg : "400 Bad Request");

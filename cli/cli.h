@@ -158,6 +158,7 @@ struct det_api {
     char *token;       /* the user bearer token: never printed */
     char source[4200]; /* where the URL and token came from, for messages */
     char ns[254];      /* the namespace used in paths */
+    bool quiet_404;    /* det_api_get prints nothing on 404 (the caller handles it) */
 };
 
 /** A verb's state: arguments, format, connection, the resolved name. */
@@ -218,8 +219,8 @@ void det_api_close(struct det_api *api);
 
 /**
  * GET path (starting with '/', e.g. "/api/v1/jobs") and parse the JSON
- * answer into *out. Prints the error (401, 404 with the API's message,
- * unreachable) and returns an exit code. Blocks (30 s timeout).
+ * answer into *out. Prints the error (401, 404 with the API's message
+ * unless quiet_404, unreachable) and returns an exit code. Blocks (30 s timeout).
  */
 int det_api_get(struct det_api *api, const char *path, json_t **out);
 
