@@ -649,34 +649,32 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
         }
         goto out;
     }
+    long idle_in_ms = -1; /* >= 0: within the grace, look again then */
     if (kd_ctrl_api_on(c) && a.running > 0 && kd_trial_at_target(target, reached, closed)) {
         /* The workers wait at their target for the searcher. After a grace (the searcher
          * usually answers at once), Idle tells them to checkpoint and exit, so that queued
          * trials get the GPUs. Counted from the validation's time: level-triggered. */
         bool idle = condition_true(tstatus, KD_TRIAL_COND_IDLE);
+        int64_t since = 0, now = kd_wall_ms();
         if (!idle) {
-            int64_t since = 0, now = kd_wall_ms();
             const char *vt = kd_ctrl_str(tstatus, "latestValidation", "time", NULL);
             long grace = idle_release_ms();
             if (vt == NULL || kd_time_parse_rfc3339(vt, &since) != 0)
                 since = 0;
-            if (now - since < grace) {
-                status = state_status(trial, KD_TRIAL_ACTIVE,
-                                      "reached its target; waiting for the searcher");
-                json_object_set_new(status, "pods", pods_status(pods));
-                rc = set_status(c, trial, status, err);
-                *requeue_after_ms = (long)(since + grace - now) + 100;
-                goto out;
-            }
-            KD_INFO("trial idle: releasing its GPUs",
-                    "trial=%s target=%" JSON_INTEGER_FORMAT " waited_ms=%lld", kd_logq(key), target,
-                    (long long)(now - since));
+            if (now - since < grace)
+                idle_in_ms = (long)(since + grace - now) + 100;
+            else
+                KD_INFO("trial idle: releasing its GPUs",
+                        "trial=%s target=%" JSON_INTEGER_FORMAT " waited_ms=%lld", kd_logq(key),
+                        target, (long long)(now - since));
         }
-        status = idle_status(trial, tstatus, target, gen, true);
-        json_object_set_new(status, "pods", pods_status(pods));
-        rc = set_status(c, trial, status, err);
-        *requeue_after_ms = c->o.resync_ms; /* the pods' exit wakes the reconciler */
-        goto out;
+        if (idle_in_ms < 0) {
+            status = idle_status(trial, tstatus, target, gen, true);
+            json_object_set_new(status, "pods", pods_status(pods));
+            rc = set_status(c, trial, status, err);
+            *requeue_after_ms = c->o.resync_ms; /* the pods' exit wakes the reconciler */
+            goto out;
+        }
     }
     char promoted[300];
     bool was_idle = condition_true(tstatus, KD_TRIAL_COND_IDLE);
@@ -721,6 +719,8 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
                closed ? "the searcher closed the trial" : "the searcher raised the trial's target",
                gen);
     rc = set_status(c, trial, status, err);
+    if (idle_in_ms >= 0)
+        *requeue_after_ms = idle_in_ms;
 out:
     if (rc != 0 && rc != KD_ECONFLICT)
         KD_WARN("trial reconcile failed", "trial=%s err=%s detail=%s", kd_logq(key),
