@@ -143,31 +143,21 @@ struct pass {
     const struct kd_sched_node *nodes;
     size_t nn;
     json_t *by_trial; /* "ns/trial" -> [live pods] */
-    json_t *done;     /* last pass's finished trials: key -> resourceVersion */
-    json_t *done_now; /* this pass's */
     struct kd_sched_trial *ts;
     char **keys, **groups; /* owned; ts[i].key/group point at them once the walk is over */
     size_t n, cap;
 };
 
 /*
- * Finished trials (a terminal state and no live pods) are remembered with
- * their resourceVersion from one pass to the next, and not decoded again
- * while they stay so: with thousands of finished trials cached, decoding
- * them all was most of a pass. Only the scheduler thread touches this.
+ * Finished trials (a terminal state and no live pods) are marked in the
+ * cache (KD_K8S_EACH_MARK) and not decoded again until they change: with
+ * thousands of finished trials cached, decoding them all was most of a
+ * pass, every second.
  */
-static json_t *finished_trials;
-
-/* kd_k8s_cache_each_if filter: skip a trial finished at this version, with no live pods. */
-static bool want_trial(const char *key, const char *rv, void *ud)
+static bool want_trial(const char *key, bool marked, void *ud)
 {
     struct pass *ps = ud;
-    const char *was = json_string_value(json_object_get(ps->done, key));
-    if (was == NULL || rv[0] == '\0' || strcmp(was, rv) != 0 ||
-        json_object_get(ps->by_trial, key) != NULL)
-        return true;
-    json_object_set_new(ps->done_now, key, json_string(rv));
-    return false;
+    return !marked || json_object_get(ps->by_trial, key) != NULL;
 }
 
 /* kd_k8s_cache_each_if callback: add the trial to the pass when it runs, is admitted or waits.
@@ -184,12 +174,8 @@ static int gather_trial(json_t *o, void *ud)
     if (kd_k8s_obj_key(o, key, sizeof(key)) != 0)
         return 0;
     json_t *live = json_object_get(ps->by_trial, key);
-    if (kd_trial_state_terminal(st) && json_array_size(live) == 0) {
-        const char *rv = kd_k8s_meta_str(o, "resourceVersion");
-        if (rv != NULL)
-            json_object_set_new(ps->done_now, key, json_string(rv));
-        return 0;
-    }
+    if (kd_trial_state_terminal(st) && json_array_size(live) == 0)
+        return KD_K8S_EACH_MARK;
     snprintf(ekey, sizeof(ekey), "%s/%s", kd_k8s_meta_str(o, "namespace"),
              kd_ctrl_str(o, "spec", "experiment", NULL) ?: "");
     if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), ekey, &exp) != 0)
@@ -317,14 +303,8 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     }
 
     pthread_mutex_lock(&c->mu);
-    if (finished_trials == NULL)
-        finished_trials = json_object();
-    ps.done = finished_trials;
-    ps.done_now = json_object();
     (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->trials), c->o.ns, want_trial, gather_trial,
                                &ps);
-    json_decref(finished_trials);
-    finished_trials = ps.done_now; /* trials that are gone drop out */
     ts = ps.ts;
     n = ps.n;
     for (size_t k = 0; k < n; k++) {

@@ -13,6 +13,7 @@
  * which also means callers may change what they get.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +47,8 @@ struct entry {
     char *uid;        /* metadata.uid ("" when absent) */
     struct ixref *ix; /* the indexes this entry is in */
     size_t nix;
-    unsigned gen; /* the relist generation that last saw it (kd_k8s_cache_replace_begin) */
+    unsigned gen;     /* the relist generation that last saw it (kd_k8s_cache_replace_begin) */
+    atomic_bool mark; /* set by a kd_k8s_cache_each_if walker; cleared when the object changes */
     UT_hash_handle hh;
 };
 
@@ -231,22 +233,27 @@ json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns)
     return arr;
 }
 
-/* One step of a walk: decode e and call fn, unless want says to skip it. */
-static int visit(struct entry *e, bool (*want)(const char *key, const char *rv, void *ud),
+/* One step of a walk: decode e and call fn, unless want says to skip it; fn may mark e. */
+static int visit(struct entry *e, bool marking,
+                 bool (*want)(const char *key, bool marked, void *ud),
                  int (*fn)(json_t *obj, void *ud), void *ud)
 {
     int rc = 0;
-    if (want == NULL || want(e->key, e->rv, ud)) {
+    if (want == NULL || want(e->key, atomic_load(&e->mark), ud)) {
         json_t *o = decode(e);
         rc = fn(o, ud);
         json_decref(o);
+        if (rc == KD_K8S_EACH_MARK && marking) {
+            atomic_store(&e->mark, true); /* under the read lock: only walkers touch it */
+            rc = 0;
+        }
     }
     return rc;
 }
 
 /* Walk the entries under index key ixkey (NULL: all) decoding one at a time; read lock held. */
-static int each_index(struct kd_k8s_cache *c, const char *ixkey,
-                      bool (*want)(const char *key, const char *rv, void *ud),
+static int each_index(struct kd_k8s_cache *c, const char *ixkey, bool marking,
+                      bool (*want)(const char *key, bool marked, void *ud),
                       int (*fn)(json_t *obj, void *ud), void *ud)
 {
     int rc = 0;
@@ -255,12 +262,12 @@ static int each_index(struct kd_k8s_cache *c, const char *ixkey,
         struct ixval *v = NULL;
         HASH_FIND_STR(c->index, ixkey, v);
         for (size_t i = 0; v != NULL && i < v->n && rc == 0; i++)
-            rc = visit(v->items[i], want, fn, ud);
+            rc = visit(v->items[i], marking, want, fn, ud);
     } else {
         struct entry *e, *tmp;
         HASH_ITER(hh, c->entries, e, tmp)
         {
-            rc = visit(e, want, fn, ud);
+            rc = visit(e, marking, want, fn, ud);
             if (rc != 0)
                 break;
         }
@@ -273,17 +280,17 @@ int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *
                       void *ud)
 {
     char *k = ns != NULL ? kd_xasprintf("n:%s", ns) : NULL;
-    int rc = each_index(c, k, NULL, fn, ud);
+    int rc = each_index(c, k, false, NULL, fn, ud);
     free(k);
     return rc;
 }
 
 int kd_k8s_cache_each_if(struct kd_k8s_cache *c, const char *ns,
-                         bool (*want)(const char *key, const char *rv, void *ud),
+                         bool (*want)(const char *key, bool marked, void *ud),
                          int (*fn)(json_t *obj, void *ud), void *ud)
 {
     char *k = ns != NULL ? kd_xasprintf("n:%s", ns) : NULL;
-    int rc = each_index(c, k, want, fn, ud);
+    int rc = each_index(c, k, true, want, fn, ud);
     free(k);
     return rc;
 }
@@ -292,7 +299,7 @@ int kd_k8s_cache_each_owner(struct kd_k8s_cache *c, const char *uid,
                             int (*fn)(json_t *obj, void *ud), void *ud)
 {
     char *k = kd_xasprintf("o:%s", uid);
-    int rc = each_index(c, k, NULL, fn, ud);
+    int rc = each_index(c, k, false, NULL, fn, ud);
     free(k);
     return rc;
 }
@@ -355,6 +362,7 @@ static json_t *put_locked(struct kd_k8s_cache *c, const char *key, const json_t 
     e->rv = x->rv;
     e->uid = x->uid;
     e->gen = c->gen;
+    atomic_store(&e->mark, false);
     memset(x, 0, sizeof(*x));
     ix_build(c, e, obj);
     return old;

@@ -53,14 +53,19 @@ json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns);
 int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *obj, void *ud),
                       void *ud);
 
+/** A kd_k8s_cache_each_if callback's return: mark this object and go on. */
+#define KD_K8S_EACH_MARK 1
+
 /**
- * kd_k8s_cache_each, asking want(key, resourceVersion, ud) first for each
- * object (both borrowed; rv "" when the object has none) and decoding and
- * passing only those it returns true for. Lets a caller skip, without
- * decoding them, objects it saw before at the same resourceVersion.
+ * kd_k8s_cache_each, asking want(key, marked, ud) first for each object
+ * (key borrowed; want NULL: every object) and decoding and passing to fn
+ * only those it returns true for. fn may return KD_K8S_EACH_MARK to mark the object it was given;
+ * the mark stays until the object changes (any put or relist that replaces it), so a walker can
+ * skip, without decoding them, objects it has seen and that did not change since. One mark per
+ * object: a cache has one such walker (the controller's scheduler pass).
  */
 int kd_k8s_cache_each_if(struct kd_k8s_cache *c, const char *ns,
-                         bool (*want)(const char *key, const char *rv, void *ud),
+                         bool (*want)(const char *key, bool marked, void *ud),
                          int (*fn)(json_t *obj, void *ud), void *ud);
 
 /** kd_k8s_cache_each over the objects with an ownerReference of this uid. */

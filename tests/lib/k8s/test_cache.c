@@ -136,12 +136,18 @@ static int each_fn(json_t *o, void *ud)
     return ++r->n == r->stop_after ? 7 : 0;
 }
 
-/* want: only the objects not at resourceVersion "1". */
-static bool not_rv1(const char *key, const char *rv, void *ud)
+/* want: only the objects not marked; mark_fn marks what it sees. */
+static bool unmarked(const char *key, bool marked, void *ud)
 {
     (void)ud;
     assert_non_null(strchr(key, '/'));
-    return strcmp(rv, "1") != 0;
+    return !marked;
+}
+
+static int mark_fn(json_t *o, void *ud)
+{
+    (void)each_fn(o, ud);
+    return KD_K8S_EACH_MARK;
 }
 
 static void test_each(void **state)
@@ -166,17 +172,25 @@ static void test_each(void **state)
     memset(&r, 0, sizeof(r));
     assert_int_equal(kd_k8s_cache_each(c, "ns3", each_fn, &r), 0);
     assert_int_equal(r.n, 0);
-    /* with a filter, only what it wants is decoded */
+    /* marked objects are skipped until they change */
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(kd_k8s_cache_each_if(c, NULL, unmarked, mark_fn, &r), 0);
+    assert_int_equal(r.n, 3);
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(kd_k8s_cache_each_if(c, NULL, unmarked, mark_fn, &r), 0);
+    assert_int_equal(r.n, 0);
     json_t *b2 = obj("ns1", "b", "2", NULL, NULL);
     assert_int_equal(kd_k8s_cache_put(c, b2, NULL), 0);
     json_decref(b2);
     memset(&r, 0, sizeof(r));
-    assert_int_equal(kd_k8s_cache_each_if(c, NULL, not_rv1, each_fn, &r), 0);
-    assert_int_equal(r.n, 1);
+    assert_int_equal(kd_k8s_cache_each_if(c, "ns1", unmarked, each_fn, &r), 0);
     assert_string_equal(r.names, "b;");
     memset(&r, 0, sizeof(r));
-    assert_int_equal(kd_k8s_cache_each_if(c, "ns2", not_rv1, each_fn, &r), 0);
+    assert_int_equal(kd_k8s_cache_each_if(c, "ns2", unmarked, each_fn, &r), 0);
     assert_int_equal(r.n, 0);
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(kd_k8s_cache_each_if(c, NULL, NULL, each_fn, &r), 0); /* no filter */
+    assert_int_equal(r.n, 3);
     /* a non-zero return stops the walk and is returned */
     memset(&r, 0, sizeof(r));
     r.stop_after = 2;
