@@ -156,9 +156,49 @@ out:
 }
 
 /*
- * Find checkpoint `uuid` (or a unique prefix of one) among the
- * namespace's experiments: *ck the registry entry, *exp the experiment's
- * summary (its spec names the storage). Exit code.
+ * Checkpoint `uuid` by one request (GET .../checkpoints/UUID): *ck the
+ * registry entry, *exp the experiment's summary (its spec names the
+ * storage; only its name when the Experiment is gone). DET_EXIT_NOTFOUND,
+ * printing nothing, when no checkpoint has exactly this uuid. Exit code.
+ */
+static int get_ckpt(struct det_api *api, const char *uuid, json_t **ck, json_t **exp)
+{
+    struct kd_buf path = KD_BUF_INIT(4096);
+    json_t *res = NULL;
+    int rc = DET_EXIT_USAGE;
+    *ck = *exp = NULL;
+    if (kd_buf_puts(&path, "/api/v1/namespaces/") != 0 || det_urlencode(&path, api->ns) != 0 ||
+        kd_buf_puts(&path, "/checkpoints/") != 0 || det_urlencode(&path, uuid) != 0) {
+        det_err("checkpoint ID \"%.40s...\": too long", uuid);
+        goto out;
+    }
+    api->quiet_404 = true;
+    rc = det_api_get(api, kd_buf_str(&path), &res);
+    api->quiet_404 = false;
+    if (rc != 0)
+        goto out;
+    json_t *c = json_object_get(res, "checkpoint"), *e = json_object_get(res, "experiment");
+    if (!json_is_object(c)) {
+        det_err("the controller API's answer about checkpoint %s has no \"checkpoint\" object",
+                uuid);
+        rc = DET_EXIT_ERROR;
+        goto out;
+    }
+    *ck = json_incref(c);
+    *exp = json_is_object(e) ? json_incref(e)
+                             : json_pack("{s:O?}", "name", json_object_get(c, "experiment"));
+out:
+    json_decref(res);
+    kd_buf_free(&path);
+    return rc;
+}
+
+/*
+ * Find checkpoint `uuid` (or a unique prefix of one) in the namespace:
+ * an exact uuid is one request; otherwise the namespace's experiments are
+ * listed and their checkpoints searched for the prefix. *ck the registry
+ * entry, *exp the experiment's summary (its spec names the storage). Exit
+ * code.
  */
 static int find_ckpt(struct det_api *api, const char *uuid, json_t **ck, json_t **exp)
 {
@@ -166,6 +206,9 @@ static int find_ckpt(struct det_api *api, const char *uuid, json_t **ck, json_t 
     struct kd_buf path = KD_BUF_INIT(4096);
     int rc, n = 0;
     *ck = *exp = NULL;
+    rc = get_ckpt(api, uuid, ck, exp);
+    if (rc != DET_EXIT_NOTFOUND)
+        return rc;
     if (kd_buf_puts(&path, "/api/v1/namespaces/") != 0 || det_urlencode(&path, api->ns) != 0 ||
         kd_buf_puts(&path, "/experiments?archived=true") != 0) {
         rc = DET_EXIT_USAGE;
@@ -261,6 +304,10 @@ static int cmd_describe(int argc, char **argv)
            (long long)json_integer_value(json_object_get(ck, "size_bytes")));
     det_fmt_time(det_get_str(ck, "reported_at", NULL), buf, sizeof(buf));
     printf("Reported:     %s\n", buf);
+    if (json_is_string(json_object_get(ck, "deleted_at"))) {
+        det_fmt_time(det_get_str(ck, "deleted_at", NULL), buf, sizeof(buf));
+        printf("Deleted:      %s\n", buf);
+    }
     printf("Storage path: %s\n", det_get_str(ck, "storage_path", ""));
     json_t *st = det_get(exp, "spec.checkpoint_storage");
     if (json_is_object(st))
@@ -359,6 +406,15 @@ static int cmd_download(int argc, char **argv)
         goto out;
     const char *uuid = det_get_str(ck, "uuid", "");
     const char *dir = v.a.output ? v.a.output : uuid;
+    if (strcmp(det_get_str(ck, "state", ""), "DELETED") == 0) {
+        char when[64];
+        det_fmt_time(det_get_str(ck, "deleted_at", NULL), when, sizeof(when));
+        det_err("checkpoint %s is DELETED (since %s): its files were removed (checkpoint GC); "
+                "'det checkpoint list --all' shows it",
+                uuid, when[0] ? when : "?");
+        rc = DET_EXIT_NOTFOUND;
+        goto out;
+    }
     const char *spath = det_get_str(ck, "storage_path", "");
     json_t *sj = det_get(exp, "spec.checkpoint_storage");
     kd_storage_config_init(&cfg);
