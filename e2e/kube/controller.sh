@@ -111,7 +111,7 @@ check "... and the trials' token Secrets" wait_for 60 eval \
 # A running trial: its logs through the API server and the kubelet API, then
 # an experiment deleted while its pod runs: the garbage collector removes the
 # trial and the pod, and the kubelet stops the process.
-experiment sleeper "  entrypoint: sh -c 'echo sleeper-up; sleep 600; echo $NS-sleeper-done'
+experiment sleeper "  entrypoint: sh -c 'echo sleeper-up gpus=\$CUDA_VISIBLE_DEVICES; sleep 600; echo $NS-sleeper-done'
   hyperparameters: {x: 1}
   searcher: {name: single, metric: loss, max_length: {batches: 10}}
   max_restarts: 0
@@ -120,7 +120,8 @@ check "a 2-GPU trial pod runs on $NODE" wait_for 60 eval \
     'test "$(running_pods kdet.io/experiment=sleeper)" = 1'
 pod=$(kubectl get pods -l kdet.io/experiment=sleeper -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null)
 check "its nodeName is $NODE" test "$(field pod "$pod" '{.spec.nodeName}')" = "$NODE"
-check "kubectl logs of the trial pod" wait_for 30 eval 'kubectl logs "$pod" 2>/dev/null | grep -q sleeper-up'
+check "kubectl logs of the trial pod (its worker's output)" wait_for 30 eval 'kubectl logs "$pod" 2>/dev/null | grep -q "sleeper-up gpus=[0-9]"'
+check "the pod sees its 2 fake GPUs" eval 'kubectl logs "$pod" | grep -Eq "sleeper-up gpus=[0-3],[0-3]$"'
 check "the pod owns a service-account token volume (admission)" eval \
     'kubectl get pod "$pod" -o jsonpath="{.spec.containers[0].volumeMounts[*].mountPath}" | grep -q /var/run/secrets/kubernetes.io/serviceaccount'
 check "its process runs on this machine" pgrep -f "$NS-sleeper-done"

@@ -79,7 +79,17 @@ trap 'exit 130' INT TERM
 if [[ -z "$dir" ]]; then
 	kube_log "starting the control plane..."
 	t1=$(date +%s)
-	dir="$("$here/up.sh" | tail -n1)"
+	# up.sh picks free ports, but on a shared machine another process may
+	# take one before a component binds it: then up.sh stops what it
+	# started, and a second or third try picks other ports.
+	for try in 1 2 3; do
+		if dir="$("$here/up.sh" | tail -n1)" && [[ -f "$dir/env" ]]; then
+			break
+		fi
+		dir=""
+		((try < 3)) || kube_die "the control plane did not start (3 tries)"
+		kube_log "start failed (try $try); trying again with other ports"
+	done
 	own_cluster=1
 	kube_log "control plane up in $(($(date +%s) - t1)) s"
 fi
