@@ -319,7 +319,9 @@ static int call(struct dtrain_client *c, const char *method, const char *path, c
 {
     int rc;
     long st = 0, delay = 100;
-    int64_t deadline = kd_mono_ms() + budget_ms;
+    int64_t now = kd_mono_ms();
+    /* dtrain_searcher_next without a limit passes a budget near INT64_MAX: saturate. */
+    int64_t deadline = budget_ms > INT64_MAX - now ? INT64_MAX : now + budget_ms;
     *resp = NULL;
     for (;;) {
         rc = request(c, method, path, body, req_timeout_ms, &st, resp, err);
