@@ -143,6 +143,7 @@ struct pass {
     const struct kd_sched_node *nodes;
     size_t nn;
     json_t *by_trial; /* "ns/trial" -> [live pods] */
+    json_t *exps;     /* "ns/experiment" -> what the pass needs of it, or null when not cached */
     struct kd_sched_trial *ts;
     char **keys, **groups; /* owned; ts[i].key/group point at them once the walk is over */
     size_t n, cap;
@@ -160,6 +161,30 @@ static bool want_trial(const char *key, bool marked, void *ud)
     return !marked || json_object_get(ps->by_trial, key) != NULL;
 }
 
+/* What a pass needs of experiment ekey, decoded once per pass (borrowed; NULL: not cached). */
+static const json_t *exp_facts(struct pass *ps, const char *ekey)
+{
+    json_t *f = json_object_get(ps->exps, ekey), *exp = NULL;
+    if (f != NULL)
+        return json_is_null(f) ? NULL : f;
+    if (kd_k8s_cache_get(kd_k8s_informer_cache(ps->c->exps), ekey, &exp) != 0) {
+        json_object_set_new(ps->exps, ekey, json_null());
+        return NULL;
+    }
+    const json_t *spec = json_object_get(exp, "spec");
+    const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
+    f = json_pack("{s:f,s:I,s:b,s:b}", "position", exp_position(ps->c, exp, 0), "max_slots",
+                  (json_int_t)json_integer_value(
+                      json_object_get(json_object_get(spec, "resources"), "max_slots")),
+                  "paused",
+                  json_is_true(json_object_get(spec, "paused")) ||
+                      json_is_true(json_object_get(spec, "canceled")),
+                  "stopping", strncmp(estate, "STOPPING_", 9) == 0);
+    json_object_set_new(ps->exps, ekey, f);
+    json_decref(exp);
+    return f;
+}
+
 /* kd_k8s_cache_each_if callback: add the trial to the pass when it runs, is admitted or waits.
  * Called with c->mu held. */
 static int gather_trial(json_t *o, void *ud)
@@ -168,7 +193,6 @@ static int gather_trial(json_t *o, void *ud)
     struct kd_ctrl *c = ps->c;
     enum kd_trial_state st;
     char key[600], ekey[600];
-    json_t *exp = NULL;
     if (!kd_trial_state_parse(kd_ctrl_str(o, "status", "state", NULL), &st))
         st = KD_TRIAL_QUEUED;
     if (kd_k8s_obj_key(o, key, sizeof(key)) != 0)
@@ -178,7 +202,8 @@ static int gather_trial(json_t *o, void *ud)
         return KD_K8S_EACH_MARK;
     snprintf(ekey, sizeof(ekey), "%s/%s", kd_k8s_meta_str(o, "namespace"),
              kd_ctrl_str(o, "spec", "experiment", NULL) ?: "");
-    if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), ekey, &exp) != 0)
+    const json_t *exp = exp_facts(ps, ekey);
+    if (exp == NULL)
         return 0;
     if (ps->n == ps->cap) {
         ps->cap = ps->cap != 0 ? 2 * ps->cap : 64;
@@ -198,19 +223,15 @@ static int gather_trial(json_t *o, void *ud)
     t->weight = json_is_number(json_object_get(res, "weight"))
                     ? json_number_value(json_object_get(res, "weight"))
                     : 1.0;
-    t->group_max_slots = (int)json_integer_value(
-        json_object_get(json_object_get(json_object_get(exp, "spec"), "resources"), "max_slots"));
-    t->position = exp_position(c, exp, 0);
+    t->group_max_slots = (int)json_integer_value(json_object_get(exp, "max_slots"));
+    t->position = json_number_value(json_object_get(exp, "position"));
     const char *tn = kd_k8s_meta_str(o, "name") ?: "";
     const char *dash = strrchr(tn, '-');
     int64_t idx = 0;
     t->index = dash != NULL && kd_parse_i64(dash + 1, &idx) == 0 ? idx : 0;
     bool paused = json_is_true(json_object_get(json_object_get(o, "spec"), "paused")) ||
-                  json_is_true(json_object_get(json_object_get(exp, "spec"), "paused")) ||
-                  json_is_true(json_object_get(json_object_get(exp, "spec"), "canceled"));
-    const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
-    bool exp_stopping = strncmp(estate, "STOPPING_", 9) == 0;
-    json_decref(exp);
+                  json_is_true(json_object_get(exp, "paused"));
+    bool exp_stopping = json_is_true(json_object_get(exp, "stopping"));
     /* Holding capacity: live pods, else a pending admission. */
     struct kd_ctrl_admit *ad = NULL;
     for (size_t k = 0; k < c->nadmits; k++)
@@ -256,6 +277,32 @@ static int gather_trial(json_t *o, void *ud)
     return 0;
 }
 
+/* Pods that ended (Succeeded, Failed) are marked and not decoded again until they change. */
+static bool want_pod(const char *key, bool marked, void *ud)
+{
+    (void)key;
+    (void)ud;
+    return !marked;
+}
+
+/* kd_k8s_cache_each_if callback: file a live trial pod under its trial's key. */
+static int gather_pod(json_t *o, void *ud)
+{
+    json_t *by_trial = ud;
+    const char *t = kd_ctrl_str(o, "metadata", "labels", KD_POD_LABEL_TRIAL);
+    if (t == NULL || !pod_live(o))
+        return KD_K8S_EACH_MARK;
+    char k[600];
+    snprintf(k, sizeof(k), "%s/%s", kd_k8s_meta_str(o, "namespace"), t);
+    json_t *arr = json_object_get(by_trial, k);
+    if (arr == NULL) {
+        arr = json_array();
+        json_object_set_new(by_trial, k, arr);
+    }
+    json_array_append(arr, o);
+    return 0;
+}
+
 /*
  * One pass. The Trial cache is walked one decoded object at a time
  * (kd_k8s_cache_each) and only trials that run, are admitted or wait are
@@ -265,11 +312,11 @@ static int gather_trial(json_t *o, void *ud)
 void kd_ctrl_schedule(struct kd_ctrl *c)
 {
     json_t *nodes_j = kd_k8s_cache_list(kd_k8s_informer_cache(c->nodes), NULL);
-    json_t *pods_j = kd_k8s_cache_list(kd_k8s_informer_cache(c->pods), c->o.ns);
     size_t nn = json_array_size(nodes_j);
     struct kd_sched_node *nodes = kd_xcalloc(nn + 1, sizeof(*nodes));
     json_t *by_trial = json_object(); /* trial name@ns -> [live pods] */
-    struct pass ps = {.c = c, .nodes = nodes, .nn = nn, .by_trial = by_trial};
+    struct pass ps = {
+        .c = c, .nodes = nodes, .nn = nn, .by_trial = by_trial, .exps = json_object()};
     struct kd_sched_trial *ts = NULL;
     size_t n = 0, i;
     json_t *o;
@@ -287,21 +334,8 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
             json_is_true(json_object_get(json_object_get(o, "spec"), "unschedulable")) ||
             !node_ready(o);
     }
-    json_array_foreach(pods_j, i, o)
-    {
-        const char *t = kd_ctrl_str(o, "metadata", "labels", KD_POD_LABEL_TRIAL);
-        if (t == NULL || !pod_live(o))
-            continue;
-        char k[600];
-        snprintf(k, sizeof(k), "%s/%s", kd_k8s_meta_str(o, "namespace"), t);
-        json_t *arr = json_object_get(by_trial, k);
-        if (arr == NULL) {
-            arr = json_array();
-            json_object_set_new(by_trial, k, arr);
-        }
-        json_array_append(arr, o);
-    }
-
+    (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->pods), c->o.ns, want_pod, gather_pod,
+                               by_trial);
     pthread_mutex_lock(&c->mu);
     (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->trials), c->o.ns, want_trial, gather_trial,
                                &ps);
@@ -397,7 +431,7 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     pthread_mutex_unlock(&c->mu);
 out:
     json_decref(nodes_j);
-    json_decref(pods_j);
+    json_decref(ps.exps);
     json_decref(by_trial);
     free(nodes);
     for (size_t k = 0; k < n; k++) {
