@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -167,6 +169,17 @@ int kd_launch_env_load(struct kd_launch_env *e, char *err)
     if ((rc = env_int("KDET_MASTER_PORT", KD_LAUNCH_DEFAULT_PORT, 1, 65535, &e->master_port, err)) <
         0)
         goto out;
+    /* The controller always sets KDET_MASTER_PORT (29400 unless configured
+     * otherwise), so only another value counts as chosen. On one node a
+     * MASTER_PORT from the experiment's environment wins; with several
+     * nodes every pod must agree, so KDET_MASTER_PORT alone counts. */
+    e->port_source = e->master_port != KD_LAUNCH_DEFAULT_PORT ? "KDET_MASTER_PORT" : "default";
+    if (e->num_nodes == 1 && getenv("MASTER_PORT") != NULL) {
+        if ((rc = env_int("MASTER_PORT", KD_LAUNCH_DEFAULT_PORT, 1, 65535, &e->master_port, err)) <
+            0)
+            goto out;
+        e->port_source = "MASTER_PORT";
+    }
 
     v = getenv("KDET_CHIEF_ADDR");
     if (v == NULL)
@@ -229,6 +242,31 @@ int kd_launch_env_load(struct kd_launch_env *e, char *err)
     if (e->python == NULL || e->python[0] == '\0')
         e->python = "python3";
 out:
+    return rc;
+}
+
+int kd_launch_env_pick_port(struct kd_launch_env *e, char *err)
+{
+    int rc = 0, fd = -1;
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    if (e->num_nodes != 1 || strcmp(e->port_source, "default") != 0)
+        goto out;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    sa.sin_port = 0;
+    if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+        bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+        rc = kd_seterr(err, -errno, "cannot pick a free rendezvous port: %s", strerror(errno));
+        goto out;
+    }
+    e->master_port = ntohs(sa.sin_port);
+    e->port_source = "picked";
+out:
+    if (fd >= 0)
+        close(fd);
     return rc;
 }
 

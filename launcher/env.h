@@ -25,14 +25,15 @@
 
 /** The resolved inputs of one launch. */
 struct kd_launch_env {
-    int node_rank;      /* KDET_NODE_RANK, default 0 */
-    int num_nodes;      /* KDET_NUM_NODES, default 1 */
-    int master_port;    /* KDET_MASTER_PORT, default 29400 */
-    double grace_s;     /* KDET_GRACE_PERIOD, default 10 */
-    bool run_id_made;   /* KDET_RUN_ID was absent and was generated */
-    bool token_set;     /* KDET_TOKEN is present (never its value) */
-    const char *trial;  /* KDET_TRIAL_ID or NULL (points into environ) */
-    const char *python; /* KDET_PYTHON, default "python3" */
+    int node_rank;           /* KDET_NODE_RANK, default 0 */
+    int num_nodes;           /* KDET_NUM_NODES, default 1 */
+    int master_port;         /* the rendezvous port (see port_source) */
+    const char *port_source; /* "KDET_MASTER_PORT", "MASTER_PORT", "default" or "picked" */
+    double grace_s;          /* KDET_GRACE_PERIOD, default 10 */
+    bool run_id_made;        /* KDET_RUN_ID was absent and was generated */
+    bool token_set;          /* KDET_TOKEN is present (never its value) */
+    const char *trial;       /* KDET_TRIAL_ID or NULL (points into environ) */
+    const char *python;      /* KDET_PYTHON, default "python3" */
     char chief_addr[KD_LAUNCH_MAX_ADDR + 1];
     char run_id[KD_LAUNCH_MAX_RUN_ID + 1];
 };
@@ -45,6 +46,19 @@ struct kd_launch_env {
  * environ).
  */
 int kd_launch_env_load(struct kd_launch_env *e, char *err) KD_WUR;
+
+/**
+ * On a single node (num_nodes == 1) whose port was not chosen on purpose
+ * (port_source "default": neither MASTER_PORT set nor KDET_MASTER_PORT set
+ * to other than 29400), pick a free port: bind a TCP socket to port 0 on
+ * all addresses (where libdtrain's rank 0 listens), read the port the
+ * kernel gave, close it; port_source becomes "picked". Trial pods that
+ * share a host network then do not all listen on 29400. Otherwise does
+ * nothing. Returns 0, or -errno with err set (e is then unchanged). The
+ * port is free when picked; another process could take it before rank 0
+ * binds it, as with torchrun's own free-port choice.
+ */
+int kd_launch_env_pick_port(struct kd_launch_env *e, char *err) KD_WUR;
 
 /**
  * Count the devices in a CUDA_VISIBLE_DEVICES value: -1 when val is NULL

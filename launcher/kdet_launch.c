@@ -160,8 +160,9 @@ static int exec_upstream(const struct kd_launch_args *a, struct kd_launch_env *e
     line = join_argv(argv);
     KD_INFO("exec upstream launcher",
             "launcher=%s nproc=%d nproc_source=%s node_rank=%d "
-            "num_nodes=%d run_id=%s cmd=%s",
-            prog, nproc, src, e->node_rank, e->num_nodes, e->run_id, kd_logq(line));
+            "num_nodes=%d port=%d port_source=%s run_id=%s cmd=%s",
+            prog, nproc, src, e->node_rank, e->num_nodes, e->master_port, e->port_source, e->run_id,
+            kd_logq(line));
     execvp(argv[0], argv);
     code = missing_program(prog, -errno, strerror(errno));
 out:
@@ -190,10 +191,11 @@ static int run_workers(const struct kd_launch_args *a, struct kd_launch_env *e, 
     line = join_argv(cmd);
     KD_INFO("launch starting",
             "nproc=%d nproc_source=%s node_rank=%d num_nodes=%d world_size=%d chief=%s port=%d "
-            "run_id=%s%s trial=%s grace_s=%g cmd=%s",
+            "port_source=%s run_id=%s%s trial=%s grace_s=%g cmd=%s",
             nproc, src, e->node_rank, e->num_nodes, e->num_nodes * nproc, e->chief_addr,
-            e->master_port, e->run_id, e->run_id_made ? " run_id_generated=true" : "",
-            kd_logq(e->trial ? e->trial : ""), e->grace_s, kd_logq(line));
+            e->master_port, e->port_source, e->run_id,
+            e->run_id_made ? " run_id_generated=true" : "", kd_logq(e->trial ? e->trial : ""),
+            e->grace_s, kd_logq(line));
     raise_fd_limit(nproc);
     for (int i = 0; i < nproc; i++) {
         envs[i] = kd_launch_worker_env(e, nproc, i);
@@ -258,6 +260,9 @@ int main(int argc, char **argv)
     }
     if (a.grace_s >= 0)
         e.grace_s = a.grace_s;
+    if (kd_launch_env_pick_port(&e, err) < 0)
+        KD_WARN("keeping the default rendezvous port", "port=%d error=%s", e.master_port,
+                kd_logq(err));
     if (e.run_id_made && e.num_nodes > 1)
         KD_WARN("KDET_RUN_ID is not set on a trial of several nodes",
                 "num_nodes=%d run_id=%s hint=%s", e.num_nodes, e.run_id,

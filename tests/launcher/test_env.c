@@ -12,23 +12,12 @@
 #include "core/log.h"
 
 static const char *const inputs[] = {
-    "KDET_TRIAL_ID",
-    "KDET_EXPERIMENT",
-    "KDET_CONTROLLER_URL",
-    "KDET_TOKEN",
-    "KDET_NODE_RANK",
-    "KDET_NUM_NODES",
-    "KDET_CHIEF_ADDR",
-    "KDET_MASTER_PORT",
-    "KDET_RUN_ID",
-    "KDET_HPARAMS",
-    "KDET_TRIAL_SEED",
-    "KDET_GRACE_PERIOD",
-    "KDET_PYTHON",
-    "CUDA_VISIBLE_DEVICES",
-    "RANK",
-    "PYTHONUNBUFFERED",
-    NULL,
+    "KDET_TRIAL_ID",   "KDET_EXPERIMENT",      "KDET_CONTROLLER_URL",
+    "KDET_TOKEN",      "KDET_NODE_RANK",       "KDET_NUM_NODES",
+    "KDET_CHIEF_ADDR", "KDET_MASTER_PORT",     "KDET_RUN_ID",
+    "KDET_HPARAMS",    "KDET_TRIAL_SEED",      "KDET_GRACE_PERIOD",
+    "KDET_PYTHON",     "CUDA_VISIBLE_DEVICES", "RANK",
+    "MASTER_PORT",     "PYTHONUNBUFFERED",     NULL,
 };
 
 static int clean(void **state)
@@ -202,6 +191,50 @@ static const char *find(char **envp, const char *name)
     return found;
 }
 
+/* Which port counts as chosen, and the free port picked on one node. */
+static void test_port(void **state)
+{
+    (void)state;
+    struct kd_launch_env e;
+    char err[KD_ERRLEN] = "";
+    /* The controller's default on one node: a free port is picked. */
+    setenv("KDET_MASTER_PORT", "29400", 1);
+    assert_int_equal(kd_launch_env_load(&e, err), 0);
+    assert_string_equal(e.port_source, "default");
+    assert_int_equal(kd_launch_env_pick_port(&e, err), 0);
+    assert_string_equal(e.port_source, "picked");
+    assert_true(e.master_port > 0 && e.master_port <= 65535);
+    assert_int_not_equal(e.master_port, 29400);
+    /* MASTER_PORT from the experiment's environment wins on one node. */
+    setenv("MASTER_PORT", "29777", 1);
+    assert_int_equal(kd_launch_env_load(&e, err), 0);
+    assert_int_equal(kd_launch_env_pick_port(&e, err), 0);
+    assert_int_equal(e.master_port, 29777);
+    assert_string_equal(e.port_source, "MASTER_PORT");
+    char **envp = kd_launch_worker_env(&e, 2, 1);
+    assert_string_equal(find(envp, "MASTER_PORT"), "29777");
+    assert_string_equal(find(envp, "KDET_MASTER_PORT"), "29777");
+    kd_launch_envp_free(envp);
+    setenv("MASTER_PORT", "0", 1);
+    assert_int_equal(kd_launch_env_load(&e, err), KD_EINVAL);
+    assert_string_equal(err, "MASTER_PORT=0: must be between 1 and 65535");
+    unsetenv("MASTER_PORT");
+    /* Another KDET_MASTER_PORT is kept. */
+    setenv("KDET_MASTER_PORT", "29555", 1);
+    assert_int_equal(kd_launch_env_load(&e, err), 0);
+    assert_int_equal(kd_launch_env_pick_port(&e, err), 0);
+    assert_int_equal(e.master_port, 29555);
+    assert_string_equal(e.port_source, "KDET_MASTER_PORT");
+    /* Several nodes: KDET_MASTER_PORT as given, MASTER_PORT ignored. */
+    setenv("KDET_MASTER_PORT", "29400", 1);
+    setenv("MASTER_PORT", "29777", 1);
+    setenv("KDET_NUM_NODES", "2", 1);
+    assert_int_equal(kd_launch_env_load(&e, err), 0);
+    assert_int_equal(kd_launch_env_pick_port(&e, err), 0);
+    assert_int_equal(e.master_port, 29400);
+    assert_string_equal(e.port_source, "default");
+}
+
 static void test_worker_env(void **state)
 {
     (void)state;
@@ -248,6 +281,7 @@ int main(void)
         cmocka_unit_test_setup(test_cuda_count, clean),
         cmocka_unit_test_setup(test_slots, clean),
         cmocka_unit_test_setup(test_worker_env, clean),
+        cmocka_unit_test_setup(test_port, clean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

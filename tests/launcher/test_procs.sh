@@ -371,7 +371,7 @@ test_upstream_forms() {
         check "exec logged" has "$T/err" 'msg="exec upstream launcher" launcher=torchrun' ||
         return 1
 
-    PATH=$P run "$B/kdet-launch" --nproc 2 deepspeed --bind_cores_to_rank -- --trial m.py:T
+    PATH=$P MASTER_PORT=29400 run "$B/kdet-launch" --nproc 2 deepspeed --bind_cores_to_rank -- --trial m.py:T
     want=$(printf '%s\n' --num_nodes 1 --num_gpus 2 --master_addr 127.0.0.1 --master_port 29400 \
         --no_python --no_local_rank --bind_cores_to_rank -- "$B/wrap_rank" RANK python3 -m \
         kdet.harness --trial m.py:T)
