@@ -540,29 +540,6 @@ static int validate(struct run *r, char *js, size_t len)
  * The searcher loop of a kdet trial: ask how far to train, train, validate,
  * report, checkpoint; until "stop" (0) or preemption (checkpoint, 0).
  */
-/*
- * Trial pods on kdet-local share the host's network, so two single-node
- * trials would both listen on the default MASTER_PORT (29400). When it is
- * that default, all ranks are on this node (WORLD_SIZE == LOCAL_WORLD_SIZE
- * > 1) and KDET_RUN_ID names the attempt, every rank derives the same port
- * from the run id instead (FNV-1a into 20000..31999, below Linux's
- * ephemeral range). A port chosen on purpose is kept.
- */
-static void single_node_port(void)
-{
-    const char *ws = getenv("WORLD_SIZE"), *lws = getenv("LOCAL_WORLD_SIZE");
-    const char *run = getenv("KDET_RUN_ID"), *port = getenv("MASTER_PORT");
-    char buf[16];
-    uint32_t h = 2166136261u;
-    if (ws == NULL || lws == NULL || run == NULL || run[0] == '\0' || strcmp(ws, lws) != 0 ||
-        strcmp(ws, "1") == 0 || (port != NULL && strcmp(port, "29400") != 0))
-        return;
-    for (const char *p = run; *p != '\0'; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    snprintf(buf, sizeof(buf), "%u", 20000u + h % 12000u);
-    (void)setenv("MASTER_PORT", buf, 1);
-}
-
 static int run_trial(struct run *r)
 {
     int rc = 0, preempted = 0;
@@ -641,7 +618,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "fashion-mnist-c: --report-every and --preempt-check-every must be >= 1\n");
         return 2;
     }
-    single_node_port();
     if (dtrain_init(&h, err) < 0) {
         fprintf(stderr, "fashion-mnist-c: %s\n", err);
         return 1;
