@@ -125,7 +125,68 @@ static json_t *pods_of(struct kd_ctrl *c, const json_t *trial)
     return out;
 }
 
-/* Merge patch of the trial's status with `status` (only the fields given). */
+/* Whether condition `type` is True in a Trial's status. */
+static bool condition_true(const json_t *tstatus, const char *type)
+{
+    bool yes = false;
+    size_t i;
+    json_t *cnd;
+    json_array_foreach(json_object_get(tstatus, "conditions"), i, cnd)
+    {
+        if (strcmp(json_string_value(json_object_get(cnd, "type")) ?: "", type) == 0 &&
+            strcmp(json_string_value(json_object_get(cnd, "status")) ?: "", "True") == 0)
+            yes = true;
+    }
+    return yes;
+}
+
+/* The reason of condition `type` in a Trial's status, "" when it has none, NULL when absent. */
+static const char *condition_reason(const json_t *tstatus, const char *type)
+{
+    const char *why = NULL;
+    size_t i;
+    json_t *cnd;
+    json_array_foreach(json_object_get(tstatus, "conditions"), i, cnd)
+    {
+        if (strcmp(json_string_value(json_object_get(cnd, "type")) ?: "", type) == 0)
+            why = json_string_value(json_object_get(cnd, "reason")) ?: "";
+    }
+    return why;
+}
+
+/*
+ * The conditions of a trial that has ended (state s, terminal), written into
+ * `status`: Scheduled=True (Admitted) when it ever ran, else Scheduled=False
+ * (TrialEnded), so that no stale Scheduled=False/Waiting outlives the queue;
+ * an Idle=True becomes False (TrialEnded). Builds on status's own conditions
+ * when it has some already (kd_ctrl_set_condition starts from the old ones).
+ */
+static void end_conditions(const json_t *trial, json_t *status, enum kd_trial_state s)
+{
+    const json_t *tstatus = json_object_get(trial, "status");
+    json_int_t gen =
+        json_integer_value(json_object_get(json_object_get(trial, "metadata"), "generation"));
+    if (!kd_trial_state_terminal(s))
+        return;
+    const json_t *cur = json_object_get(status, "conditions") != NULL ? status : tstatus;
+    bool ran = json_object_get(tstatus, "startTime") != NULL ||
+               json_object_get(status, "startTime") != NULL ||
+               json_object_get(tstatus, "latestValidation") != NULL ||
+               condition_true(cur, "Scheduled");
+    if (ran && !condition_true(cur, "Scheduled"))
+        kd_ctrl_set_condition(status, cur, "Scheduled", true, "Admitted",
+                              "admitted by the kdet scheduler", gen);
+    else if (!ran && strcmp(condition_reason(cur, "Scheduled") ?: "", "TrialEnded") != 0)
+        kd_ctrl_set_condition(status, cur, "Scheduled", false, "TrialEnded",
+                              "the trial ended before it was admitted", gen);
+    cur = json_object_get(status, "conditions") != NULL ? status : tstatus;
+    if (condition_true(cur, KD_TRIAL_COND_IDLE))
+        kd_ctrl_set_condition(status, cur, KD_TRIAL_COND_IDLE, false, "TrialEnded",
+                              "the trial ended", gen);
+}
+
+/* Merge patch of the trial's status with `status` (only the fields given); a terminal state
+ * brings its conditions up to date (end_conditions). */
 static int set_status(struct kd_ctrl *c, const json_t *trial, json_t *status, char *err)
 {
     int rc = 0;
@@ -133,6 +194,9 @@ static int set_status(struct kd_ctrl *c, const json_t *trial, json_t *status, ch
     bool same = true;
     const char *k;
     json_t *v;
+    enum kd_trial_state s;
+    if (kd_trial_state_parse(json_string_value(json_object_get(status, "state")), &s))
+        end_conditions(trial, status, s);
     json_object_foreach(status, k, v)
     {
         if (!json_equal(v, json_object_get(old, k)))
@@ -183,21 +247,6 @@ static const char *early_exit_reason(const json_t *tstatus)
             why = json_string_value(json_object_get(cnd, "reason")) ?: "Errored";
     }
     return why;
-}
-
-/* Whether condition `type` is True in a Trial's status. */
-static bool condition_true(const json_t *tstatus, const char *type)
-{
-    bool yes = false;
-    size_t i;
-    json_t *cnd;
-    json_array_foreach(json_object_get(tstatus, "conditions"), i, cnd)
-    {
-        if (strcmp(json_string_value(json_object_get(cnd, "type")) ?: "", type) == 0 &&
-            strcmp(json_string_value(json_object_get(cnd, "status")) ?: "", "True") == 0)
-            yes = true;
-    }
-    return yes;
 }
 
 /* The experiment was killed (det experiment kill): pods go at once, no checkpoint. */
@@ -383,6 +432,11 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
 
     if (kd_trial_state_terminal(cur)) {
         rc = delete_pods(c, pods, killed(exp));
+        /* A trial that ended before its conditions were kept consistent: repair them. */
+        status = json_object();
+        end_conditions(trial, status, cur);
+        if (rc == 0 && json_object_size(status) > 0)
+            rc = set_status(c, trial, status, err);
         goto out;
     }
     /* With the API, a worker may report an early exit (condition EarlyExit): the trial ends
@@ -515,8 +569,14 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
             *requeue_after_ms = active ? 200 : 1000;
         } else if (a.npods > 0) {
             /* Pods of an attempt whose status write was lost: adopt them. */
+            char ts[40];
             status = state_status(trial, KD_TRIAL_ACTIVE, "running");
             json_object_set_new(status, "pods", pods_status(pods));
+            if (kd_ctrl_str(trial, "status", "startTime", NULL) == NULL)
+                json_object_set_new(status, "startTime",
+                                    json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
+            kd_ctrl_set_condition(status, tstatus, "Scheduled", true, "Admitted",
+                                  "admitted by the kdet scheduler", gen);
             rc = set_status(c, trial, status, err);
         } else if (kd_ctrl_api_on(c) && kd_trial_at_target(target0, reached0, closed0)) {
             /* Paused or preempted at its target: nothing to train until the searcher raises

@@ -105,6 +105,18 @@ check "no worker wrote a sanitizer report" eval '! grep -lE "Sanitizer|runtime e
 check "no trial pod left" no_pods kdet.io/experiment=asha
 check "no Idle condition left True" test -z \
     "$(kubectl get trial -l kdet.io/experiment=asha -o 'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Idle")].status}{"\n"}{end}' | grep True)"
+# Conditions of ended trials: each COMPLETED trial ran, so it says Scheduled=True (Admitted);
+# neither a stale Scheduled=False/Waiting from a queue it left nor a missing Scheduled.
+sched=$(kubectl get trial -l kdet.io/experiment=asha -o \
+    'jsonpath={range .items[*]}{.metadata.name}={.status.state}={.status.conditions[?(@.type=="Scheduled")].status}/{.status.conditions[?(@.type=="Scheduled")].reason}{"\n"}{end}')
+log "Scheduled conditions: $(echo $sched)"
+check "every COMPLETED trial has Scheduled=True/Admitted" test \
+    "$(echo "$sched" | grep -c '=COMPLETED=True/Admitted$')" = 6
+# An ended trial left with a stale Scheduled=False/Waiting (as older controllers wrote) is
+# repaired on its next reconcile.
+kubectl patch trial asha-1 --subresource=status --type merge -p '{"status":{"conditions":[{"type":"Scheduled","status":"False","reason":"Waiting","message":"waiting for 2 slots","lastTransitionTime":"2026-11-21T00:00:00Z"}]}}' >/dev/null
+check "a stale Scheduled=False/Waiting of a COMPLETED trial is repaired" wait_for 30 eval \
+    '[ "$(field trial asha-1 "{.status.conditions[?(@.type==\"Scheduled\")].status}/{.status.conditions[?(@.type==\"Scheduled\")].reason}")" = True/Admitted ]'
 
 # A kill (the annotation det experiment kill sets, with spec.canceled): the pods are deleted with
 # grace period 0, so a worker that ignores SIGTERM does not hold the slots for its grace period.
@@ -123,3 +135,5 @@ check "kill: its pod is gone" wait_for 60 no_pods kdet.io/experiment=killme
 check "kill: the pod was not given a grace period" eval \
     '! grep -E "msg=\"pod terminating\".*pod=killme-1-0" "$T/local.log"'
 check "kill: the experiment ends CANCELED" wait_for 60 exp_state_is killme CANCELED
+check "kill: the trial that ran keeps Scheduled=True" test \
+    "$(field trial killme-1 '{.status.conditions[?(@.type=="Scheduled")].status}')" = True
