@@ -57,7 +57,9 @@ struct kd_k8s_cache {
     struct entry *entries;
     struct ixval *index;
     size_t n;
-    unsigned gen; /* the current relist generation */
+    unsigned gen;      /* the current relist generation */
+    char **ixlabels;   /* label keys to index (NULL-terminated), when ixlabels_set */
+    bool ixlabels_set; /* false: every label */
 };
 
 struct kd_k8s_cache *kd_k8s_cache_new(void)
@@ -124,6 +126,14 @@ static void ix_remove_all(struct kd_k8s_cache *c, struct entry *e)
     e->nix = 0;
 }
 
+static bool label_indexed(const struct kd_k8s_cache *c, const char *key)
+{
+    bool yes = !c->ixlabels_set;
+    for (size_t i = 0; !yes && c->ixlabels[i] != NULL; i++)
+        yes = strcmp(c->ixlabels[i], key) == 0;
+    return yes;
+}
+
 static void ix_build(struct kd_k8s_cache *c, struct entry *e, const json_t *obj)
 {
     json_t *meta = json_object_get(obj, "metadata");
@@ -142,7 +152,7 @@ static void ix_build(struct kd_k8s_cache *c, struct entry *e, const json_t *obj)
     }
     json_object_foreach(labels, k, v)
     {
-        if (json_is_string(v))
+        if (json_is_string(v) && label_indexed(c, k))
             ix_add(c, e, kd_xasprintf("l:%s=%s", k, json_string_value(v)));
     }
 }
@@ -176,8 +186,24 @@ void kd_k8s_cache_free(struct kd_k8s_cache *c)
         ix_remove_all(c, e);
         entry_free(e);
     }
+    for (size_t i = 0; c->ixlabels != NULL && c->ixlabels[i] != NULL; i++)
+        free(c->ixlabels[i]);
+    free(c->ixlabels);
     pthread_rwlock_destroy(&c->lock);
     free(c);
+}
+
+void kd_k8s_cache_index_labels(struct kd_k8s_cache *c, const char *const *keys)
+{
+    size_t n = 0;
+    while (keys[n] != NULL)
+        n++;
+    pthread_rwlock_wrlock(&c->lock);
+    c->ixlabels = kd_xcalloc(n + 1, sizeof(*c->ixlabels));
+    for (size_t i = 0; i < n; i++)
+        c->ixlabels[i] = kd_xstrdup(keys[i]);
+    c->ixlabels_set = true;
+    pthread_rwlock_unlock(&c->lock);
 }
 
 int kd_k8s_cache_get(struct kd_k8s_cache *c, const char *key, json_t **obj)

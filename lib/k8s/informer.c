@@ -75,6 +75,9 @@ int kd_k8s_informer_new(struct kd_k8s_client *client, const struct kd_k8s_inform
     if (inf->opts.backoff_max_ms <= 0)
         inf->opts.backoff_max_ms = 30000;
     inf->cache = kd_k8s_cache_new();
+    if (opts->index_labels != NULL)
+        kd_k8s_cache_index_labels(inf->cache, opts->index_labels);
+    inf->opts.index_labels = NULL; /* borrowed: not kept */
     pthread_mutex_init(&inf->lock, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

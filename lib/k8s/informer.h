@@ -29,6 +29,15 @@
 struct kd_k8s_cache;
 
 struct kd_k8s_cache *kd_k8s_cache_new(void);
+
+/**
+ * Index only the labels with these keys (a NULL-terminated array, copied;
+ * { NULL }: no label at all) for kd_k8s_cache_by_label; by default every
+ * label is indexed. Each indexed label value costs about 170 bytes per
+ * object when it is unique to the object (a trial's request id). Call
+ * before the first put; at most once.
+ */
+void kd_k8s_cache_index_labels(struct kd_k8s_cache *c, const char *const *keys);
 void kd_k8s_cache_free(struct kd_k8s_cache *c);
 
 /** A copy of the object under key, or KD_ENOTFOUND. */
@@ -159,6 +168,9 @@ struct kd_k8s_informer_opts {
     /* metadata.managedFields (server-side apply bookkeeping, often a third of
      * an object) is dropped before caching and delivery unless this is set. */
     bool keep_managed_fields;
+    /* Label keys the cache indexes for kd_k8s_cache_by_label (kd_k8s_cache_index_labels);
+     * NULL: every label. Borrowed until kd_k8s_informer_new returns. */
+    const char *const *index_labels;
 };
 
 struct kd_k8s_informer;

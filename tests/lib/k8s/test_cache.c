@@ -252,6 +252,29 @@ static void test_index_slots(void **state)
     kd_k8s_cache_free(c);
 }
 
+/* Only the label keys asked for are indexed; none at all with an empty list. */
+static void test_index_labels(void **state)
+{
+    (void)state;
+    static const char *const app_only[] = {"app", NULL}, *const none[] = {NULL};
+    struct kd_k8s_cache *c = kd_k8s_cache_new(), *d = kd_k8s_cache_new();
+    kd_k8s_cache_index_labels(c, app_only);
+    kd_k8s_cache_index_labels(d, none);
+    json_t *o = obj("ns", "p0", "1", "t1", "web");
+    assert_int_equal(kd_k8s_cache_put(c, o, NULL), 0);
+    assert_int_equal(kd_k8s_cache_put(d, o, NULL), 0);
+    json_decref(o);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_label(c, "app", "web")), 1);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_label(c, "tier", "x")), 0);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_label(d, "app", "web")), 0);
+    /* the other indexes stay */
+    assert_int_equal(arr_len_decref(kd_k8s_cache_by_owner(d, "t1")), 1);
+    assert_int_equal(arr_len_decref(kd_k8s_cache_list(d, "ns")), 1);
+    assert_int_equal(kd_k8s_cache_delete(d, "ns/p0", NULL), 0);
+    kd_k8s_cache_free(c);
+    kd_k8s_cache_free(d);
+}
+
 /* A relist in pages: changes are reported page by page, removals at the end; a round given up
  * half way leaves nothing removed, and an object put between pages is kept. */
 static void test_relist_pages(void **state)
@@ -459,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_each),
         cmocka_unit_test(test_relist_pages),
         cmocka_unit_test(test_index_slots),
+        cmocka_unit_test(test_index_labels),
         cmocka_unit_test(test_concurrent_readers),
         cmocka_unit_test(test_enqueue_handlers),
     };
