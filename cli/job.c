@@ -16,13 +16,14 @@
 #include "core/buf.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "k8s/position.h"
 
 static const struct kd_k8s_gvr exp_gvr = KD_K8S_EXPERIMENTS;
 static const struct kd_k8s_gvr trial_gvr = KD_K8S_TRIALS;
 
 /* Shared with kdet-controller's scheduler (controller/ctrl.h). */
-#define AHEAD_OF "kdet.io/ahead-of"
-#define BEHIND_OF "kdet.io/behind-of"
+#define AHEAD_OF KD_ANN_AHEAD_OF
+#define BEHIND_OF KD_ANN_BEHIND_OF
 #define DEFAULT_PRIORITY 42
 #define KUBE_FLAGS "--namespace", "--kubeconfig", "--context"
 /* A line of update-batch. */
@@ -108,20 +109,12 @@ static json_t *find_exp(const json_t *items, const char *name)
     return NULL;
 }
 
-/* The queue position, as the scheduler computes it: creation time moved by the annotations. */
-static double position_of(const json_t *items, const json_t *exp, int depth)
+/* The experiment of that name among the listed ones (all of one namespace), for kd_queue_position.
+ */
+static json_t *lookup_listed(const char *ns, const char *name, void *ud)
 {
-    int64_t ms = 0;
-    const char *ts = kd_k8s_meta_str(exp, "creationTimestamp");
-    if (ts == NULL || kd_time_parse_rfc3339(ts, &ms) != 0)
-        ms = 0;
-    double pos = (double)ms;
-    const char *ahead = annotation(exp, AHEAD_OF), *behind = annotation(exp, BEHIND_OF);
-    const char *other = ahead ? ahead : behind;
-    const json_t *o = other ? find_exp(items, other) : NULL;
-    if (o != NULL && depth < 8)
-        pos = position_of(items, o, depth + 1) + (ahead != NULL ? -0.5 : 0.5) / (depth + 1);
-    return pos;
+    (void)ns;
+    return json_incref(find_exp(ud, name));
 }
 
 struct job {
@@ -176,7 +169,7 @@ static int queue(struct det_kube *k, json_t **out)
                 json_array_append(jb->trials, t);
         }
         jb->priority = priority_of(e, jb->trials);
-        jb->position = position_of(items, e, 0);
+        jb->position = kd_queue_position(e, lookup_listed, (void *)items);
     }
     qsort(jobs, n, sizeof(*jobs), by_queue);
     for (i = 0; i < n; i++) {

@@ -15,6 +15,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "ctrl.h"
+#include "k8s/position.h"
 #include "states.h"
 
 #define ADMIT_TTL_MS 120000 /* an admission not turned into pods by then is dropped */
@@ -66,27 +67,16 @@ static bool pod_live(const json_t *p)
     return strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0;
 }
 
-/* Queue position of an experiment: creation time, moved by kdet.io/ahead-of / behind-of. */
-static double exp_position(struct kd_ctrl *c, const json_t *exp, int depth)
+/* An experiment from the cache, for kd_queue_position. */
+static json_t *cached_exp(const char *ns, const char *name, void *ud)
 {
-    int64_t ms = 0;
-    const char *ts = kd_k8s_meta_str(exp, "creationTimestamp");
-    if (ts == NULL || kd_time_parse_rfc3339(ts, &ms) != 0)
-        ms = 0;
-    double pos = (double)ms;
-    const char *ahead = kd_ctrl_str(exp, "metadata", "annotations", KD_CTRL_AHEAD_OF);
-    const char *behind = kd_ctrl_str(exp, "metadata", "annotations", KD_CTRL_BEHIND_OF);
-    const char *other = ahead != NULL ? ahead : behind;
-    if (other != NULL && depth < 8) {
-        char key[600];
-        json_t *o = NULL;
-        snprintf(key, sizeof(key), "%s/%s", kd_k8s_meta_str(exp, "namespace"), other);
-        if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), key, &o) == 0) {
-            pos = exp_position(c, o, depth + 1) + (ahead != NULL ? -0.5 : 0.5) / (depth + 1);
-            json_decref(o);
-        }
-    }
-    return pos;
+    struct kd_ctrl *c = ud;
+    char key[600];
+    json_t *o = NULL;
+    snprintf(key, sizeof(key), "%s/%s", ns, name);
+    if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), key, &o) != 0)
+        o = NULL;
+    return o;
 }
 
 bool kd_ctrl_acting(struct kd_ctrl *c)
@@ -173,7 +163,8 @@ static const json_t *exp_facts(struct pass *ps, const char *ekey)
     }
     const json_t *spec = json_object_get(exp, "spec");
     const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
-    f = json_pack("{s:f,s:I,s:b,s:b}", "position", exp_position(ps->c, exp, 0), "max_slots",
+    f = json_pack("{s:f,s:I,s:b,s:b}", "position", kd_queue_position(exp, cached_exp, ps->c),
+                  "max_slots",
                   (json_int_t)json_integer_value(
                       json_object_get(json_object_get(spec, "resources"), "max_slots")),
                   "paused",
