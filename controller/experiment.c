@@ -362,16 +362,163 @@ static void trial_name(const char *exp, json_int_t index, char *buf, size_t len)
     snprintf(buf, len, "%s-%" JSON_INTEGER_FORMAT, exp, index);
 }
 
-static json_t *find_trial(json_t *trials, const char *name)
+/*
+ * What the reconciler keeps of one Trial of the experiment. The Trials are
+ * read with one walk over the cache (kd_k8s_cache_each_owner), decoding one
+ * at a time: the trees of 10,000 Trials at once took about 80 MiB, and an
+ * active experiment read them at every resync.
+ */
+struct tsum {
+    char *name;
+    uint64_t spec_hash; /* of the spec fields ensure_trial compares (spec_digest) */
+    json_int_t lv_batches;
+    double lv_value; /* status.latestValidation.value; NAN when it is not a number */
+    enum kd_search_exit early_why;
+    bool early; /* condition EarlyExit=True */
+    char state[24];
+};
+
+/* The best bestValidation seen by the walk for each direction (best_validation). */
+struct best {
+    char *name;
+    json_t *bv, *lc; /* status.bestValidation and status.latestCheckpoint */
+};
+
+struct tview {
+    struct kd_ctrl *c;
+    struct tsum *v; /* sorted by name after the walk */
+    size_t n, cap;
+    struct best lo, hi; /* smaller_is_better, larger is better */
+    json_t *gc;         /* with the API on: what kd_ctrl_gc_experiment reads of each Trial */
+};
+
+static uint64_t fnv64(const char *s, uint64_t h)
 {
-    size_t i;
-    json_t *t, *found = NULL;
-    json_array_foreach(trials, i, t)
-    {
-        if (found == NULL && strcmp(kd_k8s_meta_str(t, "name") ?: "", name) == 0)
-            found = t;
+    for (; s != NULL && *s != '\0'; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
     }
-    return found;
+    return h;
+}
+
+/* The digest of the spec fields that ensure_trial keeps up to date (hparams, seed and
+ * requestId are fixed at creation). Equal digests: nothing to patch. */
+static uint64_t spec_digest(const json_t *spec)
+{
+    static const char *const keys[] = {"experiment", "validateAfter", "lengthUnit",      "closed",
+                                       "paused",     "resources",     "parentRequestId", NULL};
+    json_t *sub = json_object();
+    for (int i = 0; keys[i] != NULL; i++) {
+        json_t *v = json_object_get(spec, keys[i]);
+        if (v != NULL)
+            json_object_set(sub, keys[i], v);
+    }
+    char *text = json_dumps(sub, JSON_COMPACT | JSON_SORT_KEYS);
+    if (text == NULL)
+        kd_oom(0);
+    uint64_t h = fnv64(text, 1469598103934665603ULL);
+    free(text);
+    json_decref(sub);
+    return h;
+}
+
+static bool early_exit(const json_t *t, enum kd_search_exit *why);
+
+static void best_offer(struct best *b, const json_t *t, bool smaller)
+{
+    const json_t *v = json_object_get(json_object_get(t, "status"), "bestValidation");
+    const json_t *x = json_object_get(v, "value");
+    const char *name = kd_k8s_meta_str(t, "name") ?: "";
+    if (!json_is_number(x) || isnan(json_number_value(x)))
+        return;
+    double d = json_number_value(x);
+    double cur = b->bv != NULL ? json_number_value(json_object_get(b->bv, "value")) : 0;
+    if (b->bv == NULL || (smaller ? d < cur : d > cur) || (d == cur && strcmp(name, b->name) < 0)) {
+        free(b->name);
+        json_decref(b->bv);
+        json_decref(b->lc);
+        b->name = kd_xstrdup(name);
+        b->bv = json_deep_copy(v);
+        b->lc = json_deep_copy(json_object_get(json_object_get(t, "status"), "latestCheckpoint"));
+    }
+}
+
+/* kd_k8s_cache_each_owner's callback: keep the summary of one Trial, queue its key. */
+static int view_add(json_t *t, void *ud)
+{
+    struct tview *w = ud;
+    char key[600];
+    if (kd_k8s_obj_key(t, key, sizeof(key)) == 0)
+        kd_k8s_queue_add(w->c->trialq, key);
+    if (w->n == w->cap) {
+        w->cap = w->cap != 0 ? w->cap * 2 : 64;
+        w->v = kd_xrealloc(w->v, w->cap * sizeof(*w->v));
+    }
+    struct tsum *s = &w->v[w->n++];
+    memset(s, 0, sizeof(*s));
+    s->name = kd_xstrdup(kd_k8s_meta_str(t, "name") ?: "");
+    s->spec_hash = spec_digest(json_object_get(t, "spec"));
+    const char *state = kd_ctrl_str(t, "status", "state", NULL);
+    kd_strlcpy(s->state, state ?: "", sizeof(s->state));
+    const json_t *lv = json_object_get(json_object_get(t, "status"), "latestValidation");
+    s->lv_batches = json_integer_value(json_object_get(lv, "batches"));
+    const json_t *jv = json_object_get(lv, "value");
+    s->lv_value = json_is_number(jv) ? json_number_value(jv) : NAN;
+    s->early = early_exit(t, &s->early_why);
+    best_offer(&w->lo, t, true);
+    best_offer(&w->hi, t, false);
+    if (w->gc != NULL) {
+        json_t *g = json_pack(
+            "{s:{s:s*},s:{s:s*,s:s*},s:{s:s*}}", "metadata", "uid", kd_k8s_meta_str(t, "uid"),
+            "spec", "requestId", kd_ctrl_str(t, "spec", "requestId", NULL), "parentRequestId",
+            kd_ctrl_str(t, "spec", "parentRequestId", NULL), "status", "state", state);
+        const char *ck = kd_ctrl_str(t, "status", "latestCheckpoint", "uuid");
+        if (g != NULL && ck != NULL)
+            json_object_set_new(json_object_get(g, "status"), "latestCheckpoint",
+                                json_pack("{s:s}", "uuid", ck));
+        if (g == NULL)
+            kd_oom(0);
+        json_array_append_new(w->gc, g);
+    }
+    return 0;
+}
+
+static int tsum_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct tsum *)a)->name, ((const struct tsum *)b)->name);
+}
+
+/* Read the experiment's Trials (owner uid) into w, queueing each for the Trial reconciler. */
+static void view_load(struct kd_ctrl *c, const char *uid, bool for_gc, struct tview *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->c = c;
+    w->gc = for_gc ? json_array() : NULL;
+    (void)kd_k8s_cache_each_owner(kd_k8s_informer_cache(c->trials), uid != NULL ? uid : "",
+                                  view_add, w);
+    if (w->n > 1)
+        qsort(w->v, w->n, sizeof(*w->v), tsum_cmp);
+}
+
+static void view_free(struct tview *w)
+{
+    for (size_t i = 0; i < w->n; i++)
+        free(w->v[i].name);
+    free(w->v);
+    struct best *bs[] = {&w->lo, &w->hi};
+    for (int i = 0; i < 2; i++) {
+        free(bs[i]->name);
+        json_decref(bs[i]->bv);
+        json_decref(bs[i]->lc);
+    }
+    json_decref(w->gc);
+    memset(w, 0, sizeof(*w));
+}
+
+static const struct tsum *find_trial(const struct tview *w, const char *name)
+{
+    struct tsum k = {.name = (char *)name};
+    return w->n > 0 ? bsearch(&k, w->v, w->n, sizeof(*w->v), tsum_cmp) : NULL;
 }
 
 /* The desired spec of a state trial. */
@@ -403,14 +550,19 @@ static json_t *desired_spec(const json_t *exp, const json_t *cfg, const json_t *
 }
 
 static int ensure_trial(struct kd_ctrl *c, const json_t *exp, const json_t *cfg, const json_t *st,
-                        const char *unit, json_t *trials, char *err)
+                        const char *unit, const struct tview *trials, char *err)
 {
     int rc = 0;
-    char name[300];
-    json_t *want = desired_spec(exp, cfg, st, unit), *obj = NULL, *patch = NULL;
+    char name[300], key[600];
+    json_t *want = desired_spec(exp, cfg, st, unit), *obj = NULL, *patch = NULL, *cur = NULL;
     trial_name(kd_k8s_meta_str(exp, "name"), json_integer_value(json_object_get(st, "index")), name,
                sizeof(name));
-    json_t *cur = find_trial(trials, name);
+    const struct tsum *sum = find_trial(trials, name);
+    if (sum != NULL && sum->spec_hash == spec_digest(want))
+        goto out; /* up to date: no need to decode it */
+    snprintf(key, sizeof(key), "%s/%s", kd_k8s_meta_str(exp, "namespace") ?: "", name);
+    if (sum != NULL && kd_k8s_cache_get(kd_k8s_informer_cache(c->trials), key, &cur) != 0)
+        goto out; /* gone since the walk: the next pass sees it */
     if (cur == NULL) {
         obj = json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s,s:s},s:[{s:s,s:s,s:s,s:s,s:b,s:b}]},s:O}",
                         "apiVersion", "kdet.io/v1alpha1", "kind", "Trial", "metadata", "name", name,
@@ -451,6 +603,7 @@ out:
     json_decref(want);
     json_decref(obj);
     json_decref(patch);
+    json_decref(cur);
     return rc;
 }
 
@@ -489,8 +642,8 @@ static bool early_exit(const json_t *t, enum kd_search_exit *why)
  * Feed the searcher every trial outcome not applied yet, in trial order.
  * Returns the number of events applied (state changed) or a negative error.
  */
-static int feed_events(struct kd_searcher *s, json_t *state, const json_t *exp, json_t *trials,
-                       bool stopping, bool api, json_t *log)
+static int feed_events(struct kd_searcher *s, json_t *state, const json_t *exp,
+                       const struct tview *trials, bool stopping, bool api, json_t *log)
 {
     int n = 0;
     char err[KD_ERRLEN];
@@ -503,7 +656,7 @@ static int feed_events(struct kd_searcher *s, json_t *state, const json_t *exp, 
         char name[300];
         const char *rid = json_string_value(json_object_get(st, "request_id"));
         trial_name(ename, json_integer_value(json_object_get(st, "index")), name, sizeof(name));
-        json_t *t = find_trial(trials, name);
+        const struct tsum *t = find_trial(trials, name);
         if (t == NULL)
             continue;
         if (!json_is_true(json_object_get(st, "created"))) {
@@ -515,17 +668,15 @@ static int feed_events(struct kd_searcher *s, json_t *state, const json_t *exp, 
         }
         if (json_is_true(json_object_get(st, "ended")))
             goto next;
-        const char *tstate = kd_ctrl_str(t, "status", "state", NULL) ?: "";
+        const char *tstate = t->state;
         /* With the API, latestValidation is what the workers reported (value = the searcher
          * metric); without it, the interim path of trial.c: pods that exited 0 reached their
          * target, recorded with no value (NaN = worst). Fed once per length: "validated"
          * persists with the searcher state. */
-        const json_t *lv = json_object_get(json_object_get(t, "status"), "latestValidation");
-        json_int_t reached = json_integer_value(json_object_get(lv, "batches"));
-        const json_t *jv = json_object_get(lv, "value");
-        double value = api && json_is_number(jv) ? json_number_value(jv) : NAN;
-        enum kd_search_exit early;
-        if (api && early_exit(t, &early)) {
+        json_int_t reached = t->lv_batches;
+        double value = api ? t->lv_value : NAN;
+        enum kd_search_exit early = t->early_why;
+        if (api && t->early) {
             int rc = kd_searcher_trial_exited_early(s, rid, early, &ops, err);
             if (rc != 0)
                 event_err(ename, "trial_exited_early", rid, rc, err);
@@ -569,17 +720,14 @@ static int feed_events(struct kd_searcher *s, json_t *state, const json_t *exp, 
 
 /* ---- status ----------------------------------------------------------------------------- */
 
-static json_t *trial_counts(json_t *trials, int *live)
+static json_t *trial_counts(const struct tview *trials, int *live)
 {
     int total = 0, queued = 0, active = 0, paused = 0, stopping = 0, completed = 0, canceled = 0,
         errored = 0;
-    size_t i;
-    json_t *t;
     *live = 0;
-    json_array_foreach(trials, i, t)
-    {
+    for (size_t i = 0; i < trials->n; i++) {
         enum kd_trial_state s;
-        if (!kd_trial_state_parse(kd_ctrl_str(t, "status", "state", NULL), &s))
+        if (!kd_trial_state_parse(trials->v[i].state, &s))
             s = KD_TRIAL_QUEUED;
         total++;
         if (!kd_trial_state_terminal(s))
@@ -604,37 +752,20 @@ static json_t *trial_counts(json_t *trials, int *live)
  * writes it), by the searcher's direction; ties go to the earlier trial.
  * NULL when no trial has a value yet.
  */
-static json_t *best_validation(json_t *trials, const json_t *cfg)
+static json_t *best_validation(const struct tview *trials, const json_t *cfg)
 {
     const json_t *sib = json_object_get(json_object_get(cfg, "searcher"), "smaller_is_better");
-    bool smaller = !json_is_false(sib);
-    const json_t *bt = NULL, *bv = NULL;
-    size_t i;
-    json_t *t;
-    json_array_foreach(trials, i, t)
-    {
-        const json_t *v = json_object_get(json_object_get(t, "status"), "bestValidation");
-        const json_t *x = json_object_get(v, "value");
-        if (!json_is_number(x) || isnan(json_number_value(x)))
-            continue;
-        double d = json_number_value(x);
-        double cur = bv != NULL ? json_number_value(json_object_get(bv, "value")) : 0;
-        if (bv == NULL || (smaller ? d < cur : d > cur) ||
-            (d == cur &&
-             strcmp(kd_k8s_meta_str(t, "name") ?: "", kd_k8s_meta_str(bt, "name") ?: "") < 0)) {
-            bt = t;
-            bv = v;
-        }
-    }
+    const struct best *b = !json_is_false(sib) ? &trials->lo : &trials->hi;
+    const json_t *bv = b->bv;
     if (bv == NULL)
         return NULL;
-    json_t *out = json_pack("{s:s,s:s,s:f,s:I}", "trial", kd_k8s_meta_str(bt, "name") ?: "",
+    json_t *out = json_pack("{s:s,s:s,s:f,s:I}", "trial", b->name,
                             "metric",
                             json_string_value(json_object_get(bv, "metric"))
                                 ?: kd_ctrl_str(cfg, "searcher", "metric", NULL) ?: "",
                             "value", json_number_value(json_object_get(bv, "value")), "batches",
                             json_integer_value(json_object_get(bv, "batches")));
-    const json_t *lc = json_object_get(json_object_get(bt, "status"), "latestCheckpoint");
+    const json_t *lc = b->lc;
     if (json_integer_value(json_object_get(lc, "batches")) ==
             json_integer_value(json_object_get(bv, "batches")) &&
         json_is_string(json_object_get(lc, "uuid")))
@@ -644,10 +775,10 @@ static json_t *best_validation(json_t *trials, const json_t *cfg)
 
 /* The store's end-of-life records and checkpoint GC (gc.c); a failure is retried later. */
 static void end_records(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
-                        const json_t *trials, const char *state, long *requeue_after_ms)
+                        const struct tview *trials, const char *state, long *requeue_after_ms)
 {
     char err[KD_ERRLEN] = "";
-    int rc = kd_ctrl_gc_experiment(c, exp, cfg, trials, state, err);
+    int rc = kd_ctrl_gc_experiment(c, exp, cfg, trials->gc, state, err);
     if (rc != 0) {
         KD_WARN("store records or checkpoint GC failed; retrying", "experiment=%s err=%s detail=%s",
                 kd_logq(kd_k8s_meta_str(exp, "name")), kd_err_name(rc), kd_logq(err));
@@ -751,24 +882,12 @@ static int delete_pods(struct kd_ctrl *c, const json_t *exp, int *left)
     return rc;
 }
 
-static void enqueue_trials(struct kd_ctrl *c, json_t *trials)
-{
-    size_t i;
-    json_t *t;
-    char key[600];
-    json_array_foreach(trials, i, t)
-    {
-        if (kd_k8s_obj_key(t, key, sizeof(key)) == 0)
-            kd_k8s_queue_add(c->trialq, key);
-    }
-}
-
 int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *ud)
 {
     struct kd_ctrl *c = ud;
     int rc = 0, live = 0;
-    json_t *exp = NULL, *cfg = NULL, *trials = NULL, *cm = NULL, *state = NULL, *newcm = NULL,
-           *status = NULL;
+    json_t *exp = NULL, *cfg = NULL, *cm = NULL, *state = NULL, *newcm = NULL, *status = NULL;
+    struct tview trials = {0};
     struct kd_searcher *s = NULL;
     struct kd_search_ops ops = {0};
     char err[KD_ERRLEN] = "";
@@ -783,8 +902,7 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
     const char *uid = kd_k8s_meta_str(exp, "uid");
     json_int_t gen =
         json_integer_value(json_object_get(json_object_get(exp, "metadata"), "generation"));
-    trials = kd_k8s_cache_by_owner(kd_k8s_informer_cache(c->trials), uid != NULL ? uid : "");
-    enqueue_trials(c, trials);
+    view_load(c, uid, kd_ctrl_api_on(c), &trials);
 
     if (kd_ctrl_str(exp, "metadata", "deletionTimestamp", NULL) != NULL) {
         int left = 0;
@@ -805,10 +923,10 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
         /* A configuration error is re-checked when the spec changes; other ends are final. */
         if (!(cur == KD_EXP_ERROR && observed < gen &&
               json_object_get(json_object_get(exp, "status"), "searcher") == NULL &&
-              json_array_size(trials) == 0)) {
+              trials.n == 0)) {
             /* Ended: the store's records and checkpoint GC, finished after a restart. */
             if (kd_ctrl_api_on(c) && kd_ctrl_exp_config(c, exp, &cfg, &seed, err) == 0)
-                end_records(c, exp, cfg, trials, kd_exp_state_name(cur), requeue_after_ms);
+                end_records(c, exp, cfg, &trials, kd_exp_state_name(cur), requeue_after_ms);
             goto out;
         }
         cur = KD_EXP_ACTIVE;
@@ -874,7 +992,7 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
     /* Trial outcomes → events → new operations, persisted before they are acted upon. */
     bool stopping = f.canceled || cur == KD_EXP_STOPPING_CANCELED || cur == KD_EXP_STOPPING_ERROR;
     json_t *decisions = json_array();
-    int n = feed_events(s, state, exp, trials, stopping, kd_ctrl_api_on(c), decisions);
+    int n = feed_events(s, state, exp, &trials, stopping, kd_ctrl_api_on(c), decisions);
     if (n > 0) {
         json_object_set_new(state, "snapshot", kd_searcher_snapshot(s));
         if ((rc = write_state(c, exp, cm, state, &newcm, err)) != 0) {
@@ -897,18 +1015,17 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
     {
         char tname[300];
         trial_name(name, json_integer_value(json_object_get(st, "index")), tname, sizeof(tname));
-        if (stopping && find_trial(trials, tname) == NULL)
+        if (stopping && find_trial(&trials, tname) == NULL)
             continue; /* nothing new starts once the experiment stops */
-        if ((rc = ensure_trial(c, exp, cfg, st, unit, trials, err)) != 0)
+        if ((rc = ensure_trial(c, exp, cfg, st, unit, &trials, err)) != 0)
             goto out;
     }
 
     /* State and status. Trials created just now are live too. */
-    json_t *counts = trial_counts(trials, &live);
-    size_t want_trials =
-        stopping ? json_array_size(trials) : json_array_size(json_object_get(state, "trials"));
-    if (want_trials > json_array_size(trials))
-        live += (int)(want_trials - json_array_size(trials));
+    json_t *counts = trial_counts(&trials, &live);
+    size_t want_trials = stopping ? trials.n : json_array_size(json_object_get(state, "trials"));
+    if (want_trials > trials.n)
+        live += (int)(want_trials - trials.n);
     f.live_trials = live;
     f.searcher_done = json_is_true(json_object_get(state, "done"));
     f.searcher_failure = json_is_true(json_object_get(state, "failure"));
@@ -923,7 +1040,7 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
         msg = "paused by the user";
     status = base_status(exp, next, msg);
     json_object_set_new(status, "trials", counts);
-    json_t *best = best_validation(trials, cfg);
+    json_t *best = best_validation(&trials, cfg);
     if (best != NULL)
         json_object_set_new(status, "bestValidation", best);
     double progress = kd_searcher_progress(s);
@@ -945,7 +1062,7 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
     else
         kd_ctrl_kick(c);
     if (kd_ctrl_api_on(c))
-        end_records(c, exp, cfg, trials, kd_exp_state_name(next), requeue_after_ms);
+        end_records(c, exp, cfg, &trials, kd_exp_state_name(next), requeue_after_ms);
 out:
     if (rc != 0 && rc != KD_ECONFLICT)
         KD_WARN("experiment reconcile failed", "experiment=%s err=%s detail=%s", kd_logq(key),
@@ -954,7 +1071,7 @@ out:
     kd_searcher_free(s);
     json_decref(exp);
     json_decref(cfg);
-    json_decref(trials);
+    view_free(&trials);
     json_decref(cm);
     json_decref(newcm);
     json_decref(state);

@@ -271,23 +271,37 @@ out:
     return rc;
 }
 
-/* The latest checkpoint of the trial with request id `rid` in the same experiment. */
-static void parent_checkpoint(struct kd_ctrl *c, const json_t *trial, const char *rid, char *latest,
-                              size_t len)
+struct parent_find {
+    const char *exp, *rid;
+    char *latest;
+    size_t len;
+};
+
+static int parent_match(json_t *t, void *ud)
 {
-    const char *exp = kd_ctrl_str(trial, "spec", "experiment", NULL) ?: "";
-    json_t *all =
-        kd_k8s_cache_list(kd_k8s_informer_cache(c->trials), kd_k8s_meta_str(trial, "namespace"));
-    size_t i;
-    json_t *t;
-    json_array_foreach(all, i, t)
-    {
-        const char *u = kd_ctrl_str(t, "status", "latestCheckpoint", "uuid");
-        if (strcmp(kd_ctrl_str(t, "spec", "experiment", NULL) ?: "", exp) == 0 &&
-            strcmp(kd_ctrl_str(t, "spec", "requestId", NULL) ?: "", rid) == 0 && u != NULL)
-            kd_strlcpy(latest, u, len);
-    }
-    json_decref(all);
+    struct parent_find *f = ud;
+    const char *u = kd_ctrl_str(t, "status", "latestCheckpoint", "uuid");
+    if (strcmp(kd_ctrl_str(t, "spec", "experiment", NULL) ?: "", f->exp) == 0 &&
+        strcmp(kd_ctrl_str(t, "spec", "requestId", NULL) ?: "", f->rid) == 0 && u != NULL)
+        kd_strlcpy(f->latest, u, f->len);
+    return 0;
+}
+
+/* The latest checkpoint of the trial with request id `rid` in the same experiment: a walk over
+ * the experiment's Trials (owner uid), decoding one at a time. */
+static void parent_checkpoint(struct kd_ctrl *c, const json_t *exp, const json_t *trial,
+                              const char *rid, char *latest, size_t len)
+{
+    struct parent_find f = {.exp = kd_ctrl_str(trial, "spec", "experiment", NULL) ?: "",
+                            .rid = rid,
+                            .latest = latest,
+                            .len = len};
+    const char *uid = kd_k8s_meta_str(exp, "uid");
+    if (uid != NULL)
+        (void)kd_k8s_cache_each_owner(kd_k8s_informer_cache(c->trials), uid, parent_match, &f);
+    else
+        (void)kd_k8s_cache_each(kd_k8s_informer_cache(c->trials),
+                                kd_k8s_meta_str(trial, "namespace"), parent_match, &f);
 }
 
 int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
@@ -302,7 +316,7 @@ int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial
     if (own != NULL && own[0] != '\0')
         kd_strlcpy(latest, own, len);
     else if (parent != NULL && parent[0] != '\0')
-        parent_checkpoint(c, trial, parent, latest, len);
+        parent_checkpoint(c, exp, trial, parent, latest, len);
     if ((rc = kd_ctrl_trial_secret(c, trial, err)) != 0)
         goto out;
     struct kd_store_experiment se = {

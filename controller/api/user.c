@@ -55,20 +55,26 @@ static json_t *sorted(json_t *items)
     return out;
 }
 
+struct pick {
+    const char *exp; /* trials_of: spec.experiment */
+    json_t *out;
+};
+
+static int pick_experiment(json_t *t, void *ud)
+{
+    struct pick *p = ud;
+    const char *e = json_string_value(json_object_get(json_object_get(t, "spec"), "experiment"));
+    if (e != NULL && strcmp(e, p->exp) == 0)
+        json_array_append(p->out, t);
+    return 0;
+}
+
+/* The experiment's Trials, sorted; a walk of the cache keeps only them decoded. */
 static json_t *trials_of(struct kd_api *a, const char *ns, const char *exp)
 {
-    json_t *all = kd_k8s_cache_list(kd_k8s_informer_cache(a->trials), ns);
     json_t *mine = json_array();
-    size_t i;
-    json_t *t;
-    json_array_foreach(all, i, t)
-    {
-        const char *e =
-            json_string_value(json_object_get(json_object_get(t, "spec"), "experiment"));
-        if (e != NULL && strcmp(e, exp) == 0)
-            json_array_append(mine, t);
-    }
-    json_decref(all);
+    struct pick p = {.exp = exp, .out = mine};
+    (void)kd_k8s_cache_each(kd_k8s_informer_cache(a->trials), ns, pick_experiment, &p);
     json_t *s = sorted(mine);
     json_decref(mine);
     return s;
@@ -338,10 +344,27 @@ out:
  * Experiment (whose spec names the checkpoint storage) when the cluster
  * still has them. One store query: det describe/download need no listing.
  */
+struct uid_name {
+    const char *uid;
+    json_t *ck;
+};
+
+/* kd_k8s_cache_each's callback: the name of the Trial with this uid into ck.trial. */
+static int name_of_uid(json_t *t, void *ud)
+{
+    struct uid_name *un = ud;
+    const char *u = kd_k8s_meta_str(t, "uid");
+    if (u != NULL && strcmp(u, un->uid) == 0) {
+        json_object_set_new(un->ck, "trial", json_string(kd_k8s_meta_str(t, "name")));
+        return 1; /* uids are unique: done */
+    }
+    return 0;
+}
+
 void api_user_checkpoint(struct api_rq *q)
 {
     struct kd_api *a = q->api;
-    json_t *ck = NULL, *exp = NULL, *trials = NULL;
+    json_t *ck = NULL, *exp = NULL;
     char err[KD_ERRLEN] = "";
     int rc;
     if (a->ns != NULL && strcmp(NS(q), a->ns) != 0) {
@@ -361,21 +384,14 @@ void api_user_checkpoint(struct api_rq *q)
         exp = NULL;
     }
     const char *tuid = json_string_value(json_object_get(ck, "trial_uid"));
-    trials = kd_k8s_cache_list(kd_k8s_informer_cache(a->trials), NS(q));
-    size_t i;
-    json_t *t;
-    json_array_foreach(trials, i, t)
-    {
-        const char *u = kd_k8s_meta_str(t, "uid");
-        if (tuid != NULL && u != NULL && strcmp(u, tuid) == 0)
-            json_object_set_new(ck, "trial", json_string(kd_k8s_meta_str(t, "name")));
-    }
+    struct uid_name un = {.uid = tuid, .ck = ck};
+    if (tuid != NULL)
+        (void)kd_k8s_cache_each(kd_k8s_informer_cache(a->trials), NS(q), name_of_uid, &un);
     api_json(q, 200,
              json_pack("{s:O,s:o?}", "checkpoint", ck, "experiment", exp ? summary(exp) : NULL));
 out:
     json_decref(ck);
     json_decref(exp);
-    json_decref(trials);
 }
 
 /* ---- the job queue ---------------------------------------------------------------------- */
@@ -453,18 +469,25 @@ static int by_queue(const void *pa, const void *pb)
     return c;
 }
 
+/* kd_k8s_cache_each's callback: keep the Trials that are jobs (not ended). */
+static int pick_job(json_t *t, void *ud)
+{
+    if (job_rank(t) >= 0)
+        json_array_append(ud, t);
+    return 0;
+}
+
 void api_user_jobs(struct api_rq *q)
 {
     struct kd_api *a = q->api;
     const char *ns = kd_http_query(q->r, "namespace");
-    json_t *all = kd_k8s_cache_list(kd_k8s_informer_cache(a->trials), ns);
+    json_t *all = json_array();
+    (void)kd_k8s_cache_each(kd_k8s_informer_cache(a->trials), ns, pick_job, all);
     size_t n = json_array_size(all), m = 0;
     struct job *v = kd_xcalloc(n ? n : 1, sizeof(*v));
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(all, i), *exp = NULL;
         int rank = job_rank(t);
-        if (rank < 0)
-            continue;
         char key[600];
         snprintf(key, sizeof(key), "%s/%s", kd_k8s_meta_str(t, "namespace") ?: "",
                  json_string_value(json_object_get(json_object_get(t, "spec"), "experiment"))
