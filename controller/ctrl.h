@@ -46,8 +46,10 @@ struct kd_ctrl_opts {
     const char *lease_ns;   /* [the client's namespace] */
     const char *identity;   /* [hostname-pid] */
     struct kd_pod_opts pod;
-    long resync_ms;       /* re-reconcile live experiments this often [30000] */
-    long sched_period_ms; /* scheduler pass at least this often [1000] */
+    long resync_ms;        /* re-reconcile live experiments this often [30000] */
+    long sched_period_ms;  /* scheduler pass at least this often [1000] */
+    bool idle_release_set; /* --idle-release-after given: it wins over the environment */
+    long idle_release_ms;  /* its value */
     /* The store and the API (wire.c); database_url NULL: both off. */
     const char *database_url;    /* libpq conninfo; never logged */
     const char *api_addr;        /* numeric IPv4 to listen on [127.0.0.1] */
@@ -56,6 +58,21 @@ struct kd_ctrl_opts {
     const char *key_ns;          /* that Secret's namespace [$POD_NAMESPACE or the client's] */
     const char *user_token_file; /* NULL: $KDET_USER_TOKEN, else user endpoints off */
     const char *spool_dir;       /* the store's metrics spool; NULL: none */
+};
+
+/*
+ * A pod this process deleted a moment ago. The cache shows its
+ * deletionTimestamp only when the watch event arrives, so a reconcile in
+ * between would DELETE it again; trial.c skips pods deleted within
+ * KD_CTRL_DELETED_MS. Only a saving: a restarted controller, or a pod that
+ * fell out of the ring, is simply deleted again.
+ */
+#define KD_CTRL_DELETED_MEMO 256
+#define KD_CTRL_DELETED_MS 10000
+struct kd_ctrl_deleted {
+    char uid[40];
+    int64_t at_ms; /* kd_mono_ms() of the delete; 0: free slot */
+    bool now;      /* deleted with gracePeriodSeconds 0 */
 };
 
 /** A scheduler admission kept until the trial's pods show up in the cache. */
@@ -89,6 +106,8 @@ struct kd_ctrl {
     json_t *preempt; /* trial key -> reason: stop it and queue it again */
     json_t *cfgs;    /* experiment uid -> {"generation":N,"config":{...}} effective configs */
     json_t *gcmemo;  /* experiment uid -> signature of the states GC last ran for (gc.c) */
+    struct kd_ctrl_deleted deleted[KD_CTRL_DELETED_MEMO]; /* a ring (trial.c) */
+    size_t deleted_next;
     bool kicked;
 };
 

@@ -21,6 +21,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "ctrl.h"
+#include "states.h"
 #include "wire.h"
 
 static int sig_pipe[2] = {-1, -1};
@@ -62,6 +63,9 @@ static void usage(FILE *f)
         "  --spool-dir DIR          spill metrics here while the database is down\n"
         "  --priority-classes on|off set priorityClassName on trial pods (default on)\n"
         "  --resync SECONDS         re-reconcile live experiments this often (default 30)\n"
+        "  --idle-release-after SECONDS  release the pods of a trial waiting for the searcher\n"
+        "                           after this long, 0..86400 (default $KDET_IDLE_RELEASE_AFTER "
+        "or 5)\n"
         "  --kube-api-qps N         requests per second to the API server (default 50; 0: no "
         "limit)\n"
         "  --kube-api-burst N       requests allowed in a burst above that (default 100)\n"
@@ -70,14 +74,31 @@ static void usage(FILE *f)
 }
 
 static const char *const flag_names[] = {
-    "--kubeconfig",      "--context",      "--namespace",
-    "--workers",         "--scheduler",    "--preemption",
-    "--leader-elect",    "--lease-name",   "--lease-namespace",
-    "--image",           "--launcher",     "--controller-url",
-    "--database-url",    "--api-listen",   "--token-key-file",
-    "--user-token-file", "--spool-dir",    "--priority-classes",
-    "--resync",          "--kube-api-qps", "--kube-api-burst",
-    "--log-level",       "--help",         NULL,
+    "--kubeconfig",
+    "--context",
+    "--namespace",
+    "--workers",
+    "--scheduler",
+    "--preemption",
+    "--leader-elect",
+    "--lease-name",
+    "--lease-namespace",
+    "--image",
+    "--launcher",
+    "--controller-url",
+    "--database-url",
+    "--api-listen",
+    "--token-key-file",
+    "--user-token-file",
+    "--spool-dir",
+    "--priority-classes",
+    "--resync",
+    "--idle-release-after",
+    "--kube-api-qps",
+    "--kube-api-burst",
+    "--log-level",
+    "--help",
+    NULL,
 };
 
 static int parse_onoff(const char *flag, const char *v, bool *out, char *err)
@@ -207,6 +228,12 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
             if (kd_parse_int(v, &n) != 0 || n < 1 || n > 86400)
                 rc = kd_seterr(err, KD_EINVAL, "--resync=%s: expected seconds from 1 to 86400", v);
             o->resync_ms = (long)n * 1000;
+        } else if (strcmp(name, "--idle-release-after") == 0) {
+            if (!kd_trial_idle_release_parse(v, &o->idle_release_ms))
+                rc =
+                    kd_seterr(err, KD_EINVAL,
+                              "--idle-release-after=%s: expected whole seconds from 0 to 86400", v);
+            o->idle_release_set = true;
         } else if (strcmp(name, "--kube-api-qps") == 0) {
             if (kd_parse_int(v, &n) != 0 || n < 0 || n > 100000)
                 rc = kd_seterr(err, KD_EINVAL,

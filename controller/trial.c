@@ -68,6 +68,37 @@ static void summarize(json_t *pods, struct attempt *a)
     }
 }
 
+/* Whether this process deleted the pod (uid) within KD_CTRL_DELETED_MS, with grace 0 when
+ * `now` asks for it: then the cache just has not shown its deletionTimestamp yet. */
+static bool deleted_lately(struct kd_ctrl *c, const char *uid, bool now)
+{
+    bool found = false;
+    int64_t t = kd_mono_ms();
+    if (uid == NULL || uid[0] == '\0')
+        return false;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < KD_CTRL_DELETED_MEMO && !found; i++) {
+        const struct kd_ctrl_deleted *d = &c->deleted[i];
+        found = d->at_ms != 0 && t - d->at_ms < KD_CTRL_DELETED_MS && (d->now || !now) &&
+                strcmp(d->uid, uid) == 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+static void deleted_note(struct kd_ctrl *c, const char *uid, bool now)
+{
+    if (uid == NULL || uid[0] == '\0' || strlen(uid) >= sizeof(c->deleted[0].uid))
+        return;
+    pthread_mutex_lock(&c->mu);
+    struct kd_ctrl_deleted *d = &c->deleted[c->deleted_next];
+    c->deleted_next = (c->deleted_next + 1) % KD_CTRL_DELETED_MEMO;
+    kd_strlcpy(d->uid, uid, sizeof(d->uid));
+    d->at_ms = kd_mono_ms();
+    d->now = now;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* Delete the pods; `now`: with gracePeriodSeconds 0 (a kill: no time to checkpoint). */
 static int delete_pods(struct kd_ctrl *c, json_t *pods, bool now)
 {
@@ -82,8 +113,13 @@ static int delete_pods(struct kd_ctrl *c, json_t *pods, bool now)
         if (kd_ctrl_str(p, "metadata", "deletionTimestamp", NULL) != NULL &&
             (!now || (json_is_integer(grace) && json_integer_value(grace) == 0)))
             continue;
+        const char *uid = kd_k8s_meta_str(p, "uid");
+        if (deleted_lately(c, uid, now))
+            continue; /* its deletion is on its way to the cache */
         int r = kd_k8s_delete(c->client, &KD_K8S_PODS, kd_k8s_meta_str(p, "namespace"),
                               kd_k8s_meta_str(p, "name"), now ? &at_once : NULL, NULL, NULL, NULL);
+        if (r == 0 || r == KD_ENOTFOUND)
+            deleted_note(c, uid, now);
         if (r == 0)
             KD_INFO("pod deleted", "pod=%s", kd_logq(kd_k8s_meta_str(p, "name")));
         if (r != 0 && r != KD_ENOTFOUND && rc == 0)
@@ -257,14 +293,17 @@ static bool killed(const json_t *exp)
 
 /*
  * How long a trial waits at its target with its pods before they are
- * released: $KDET_IDLE_RELEASE_AFTER seconds, else the default. Read on
+ * released: --idle-release-after, else $KDET_IDLE_RELEASE_AFTER seconds,
+ * else the default. The environment is read on
  * each use (cheap), warned about once when invalid.
  */
-static long idle_release_ms(void)
+static long idle_release_ms(const struct kd_ctrl *c)
 {
     static atomic_bool warned;
     long ms = KD_TRIAL_IDLE_RELEASE_DEFAULT_MS;
     const char *v = getenv("KDET_IDLE_RELEASE_AFTER");
+    if (c->o.idle_release_set)
+        return c->o.idle_release_ms;
     if (v != NULL && !kd_trial_idle_release_parse(v, &ms) && !atomic_exchange(&warned, true))
         KD_WARN("ignoring KDET_IDLE_RELEASE_AFTER", "value=%s detail=%s default_s=%ld", kd_logq(v),
                 kd_logq("must be a whole number of seconds >= 0"),
@@ -718,7 +757,7 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
         int64_t since = 0, now = kd_wall_ms();
         if (!idle) {
             const char *vt = kd_ctrl_str(tstatus, "latestValidation", "time", NULL);
-            long grace = idle_release_ms();
+            long grace = idle_release_ms(c);
             if (vt == NULL || kd_time_parse_rfc3339(vt, &since) != 0)
                 since = 0;
             if (now - since < grace)
