@@ -124,7 +124,7 @@ check "kubectl logs of the trial pod (its worker's output)" wait_for 30 eval 'ku
 check "the pod sees its 2 fake GPUs" eval 'kubectl logs "$pod" | grep -Eq "sleeper-up gpus=[0-3],[0-3]$"'
 check "the pod owns a service-account token volume (admission)" eval \
     'kubectl get pod "$pod" -o jsonpath="{.spec.containers[0].volumeMounts[*].mountPath}" | grep -q /var/run/secrets/kubernetes.io/serviceaccount'
-check "its process runs on this machine" pgrep -f "$NS-sleeper-done"
+check "its process runs on this machine" eval 'pgrep -f "$NS-sleeper-done" >/dev/null'
 kubectl delete exp sleeper --wait=false >/dev/null 2>&1
 check "deleting a running experiment removes its trial" wait_for 60 n_is 0 count_trials kdet.io/experiment=sleeper
 check "... and its running pod" wait_for 60 no_pods kdet.io/experiment=sleeper
