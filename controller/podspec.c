@@ -257,6 +257,44 @@ static void ckpt_volume(json_t *ps, json_t *c, const json_t *cfg)
                           json_pack("{s:s,s:s}", "name", KD_POD_CKPT_VOLUME, "mountPath", hp));
 }
 
+/*
+ * The experiment's context (docs/launcher.md): the packed ConfigMap as a
+ * read-only volume of its one item, a URL the launcher fetches, or a
+ * directory already on the node. The launcher verifies the digest and
+ * unpacks; the pod only says where the archive is.
+ */
+static void context_env(json_t *ps, json_t *c, json_t *env, const json_t *ctx, const char *run_id,
+                        int rank)
+{
+    const char *cm = json_string_value(json_object_get(ctx, "configMap"));
+    const char *url = json_string_value(json_object_get(ctx, "url"));
+    const char *path = json_string_value(json_object_get(ctx, "path"));
+    const char *sha = json_string_value(json_object_get(ctx, "sha256"));
+    bool archive = true;
+    if (cm != NULL && cm[0] != '\0') {
+        char *mount = kd_xasprintf("%s/%s-%d", KD_POD_CONTEXT_MOUNT, run_id, rank);
+        char *file = kd_xasprintf("%s/%s", mount, KD_POD_CONTEXT_KEY);
+        json_array_append_new(child(ps, "volumes", true),
+                              json_pack("{s:s,s:{s:s,s:[{s:s,s:s}]}}", "name",
+                                        KD_POD_CONTEXT_VOLUME, "configMap", "name", cm, "items",
+                                        "key", KD_POD_CONTEXT_KEY, "path", KD_POD_CONTEXT_KEY));
+        json_array_append_new(child(c, "volumeMounts", true),
+                              json_pack("{s:s,s:s,s:b}", "name", KD_POD_CONTEXT_VOLUME, "mountPath",
+                                        mount, "readOnly", 1));
+        env_set(env, "KDET_CONTEXT_ARCHIVE", file);
+        free(file);
+        free(mount);
+    } else if (url != NULL && url[0] != '\0') {
+        env_set(env, "KDET_CONTEXT_URL", url);
+    } else {
+        archive = false;
+        if (path != NULL && path[0] != '\0')
+            env_set(env, "KDET_CONTEXT_DIR", path);
+    }
+    if (archive && sha != NULL && sha[0] != '\0')
+        env_set(env, "KDET_CONTEXT_SHA256", sha);
+}
+
 int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                  const char *const *nodes, int gpus, int npods, const struct kd_pod_opts *o,
                  json_t **out, char *err)
@@ -405,6 +443,8 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                 json_pack("{s:s,s:s}", "name", "kdet-shm", "mountPath", "/dev/shm"));
         }
         ckpt_volume(ps, c, cfg);
+        if (o->context != NULL)
+            context_env(ps, c, env, o->context, run_id, r);
         json_array_append_new(pods, pod);
     }
     *out = pods;

@@ -26,6 +26,15 @@
 #define KD_POD_LABEL_POOL "kdet.io/resource-pool"
 #define KD_POD_CKPT_VOLUME "kdet-checkpoints"      /* shared_fs host_path, mounted as is */
 #define KD_POD_ANN_TARGET "kdet.io/validate-after" /* the target an attempt was started for */
+#define KD_POD_CONTEXT_VOLUME "kdet-context"       /* the context ConfigMap's volume */
+#define KD_POD_CONTEXT_KEY "context.tar.gz"        /* its binaryData key */
+/*
+ * The context ConfigMap is mounted read-only at
+ * KD_POD_CONTEXT_MOUNT/<run id>-<node rank>: a path of its own per pod,
+ * because kdet-local's process kubelet shares one filesystem between all
+ * the pods of a machine.
+ */
+#define KD_POD_CONTEXT_MOUNT "/run/kdet/context"
 
 struct kd_pod_opts {
     const char *image;          /* image when environment.image is unset ["kdet/trial:latest"] */
@@ -41,6 +50,13 @@ struct kd_pod_opts {
      */
     bool api;
     const char *latest_checkpoint; /* with api: the checkpoint to start from; NULL: none */
+    /*
+     * The Experiment's spec.context (borrowed; NULL: none). configMap: a
+     * read-only volume of its "context.tar.gz" item, KDET_CONTEXT_ARCHIVE
+     * and KDET_CONTEXT_SHA256; url: KDET_CONTEXT_URL (and the digest);
+     * path: KDET_CONTEXT_DIR. See docs/launcher.md.
+     */
+    const json_t *context;
 };
 
 /**

@@ -3,7 +3,8 @@
  * tests/data/controller/pods/NAME.input.json (trial, config, placement) must
  * give exactly NAME.pods.json. KD_UPDATE_GOLDEN=1 rewrites the golden files
  * (review the diff before committing). Also the errors for bad pod_specs and
- * entrypoints, and the priority-class mapping.
+ * entrypoints, and the priority-class mapping. An input's "context" is the
+ * Experiment's spec.context.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,6 +44,7 @@ static void golden(const char *name)
         o.api = true;
         o.latest_checkpoint = json_string_value(json_object_get(api, "latest_checkpoint"));
     }
+    o.context = json_object_get(in, "context"); /* the Experiment's spec.context */
     json_t *pods = NULL;
     int rc = kd_pod_build(
         json_object_get(in, "trial"), cfg, json_string_value(json_object_get(in, "run_id")),
@@ -95,6 +97,20 @@ static void test_sharedfs(void **s)
 {
     (void)s;
     golden("sharedfs");
+}
+
+/* The context ConfigMap: a read-only volume per pod, the archive's path and digest. */
+static void test_context_configmap(void **s)
+{
+    (void)s;
+    golden("context_cm");
+}
+
+/* A context directory on the node: KDET_CONTEXT_DIR only. */
+static void test_context_path(void **s)
+{
+    (void)s;
+    golden("context_path");
 }
 
 /* A volume the user's pod_spec already mounts at host_path is not mounted twice. */
@@ -175,10 +191,16 @@ static void test_priority_classes(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_single),   cmocka_unit_test(test_multi),
-        cmocka_unit_test(test_cpu),      cmocka_unit_test(test_api),
-        cmocka_unit_test(test_sharedfs), cmocka_unit_test(test_sharedfs_user_mount),
-        cmocka_unit_test(test_errors),   cmocka_unit_test(test_priority_classes),
+        cmocka_unit_test(test_single),
+        cmocka_unit_test(test_multi),
+        cmocka_unit_test(test_cpu),
+        cmocka_unit_test(test_api),
+        cmocka_unit_test(test_sharedfs),
+        cmocka_unit_test(test_sharedfs_user_mount),
+        cmocka_unit_test(test_context_configmap),
+        cmocka_unit_test(test_context_path),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_priority_classes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
