@@ -16,6 +16,10 @@
 #      the experiment's trials are cloned up to M Trial objects (COMPLETED,
 #      like the originals), then a fresh controller syncs its caches and
 #      settles; its VmRSS and VmHWM against the goal of 30 MiB.
+#   3. The same with M trials of an ACTIVE experiment (KDC_BENCH_ACTIVE=0: skipped): big and
+#      its Trials are deleted, experiment live runs one trial whose pod sleeps, and gets M - 1
+#      COMPLETED clones; a fresh controller reconciles it at start and again at each resync
+#      (30 s), reading all of its M Trials; VmRSS over 35 s and VmHWM.
 # Quick run: KDC_BENCH_N=100 KDC_BENCH_CACHE=1000 make bench BENCH=controller
 set -u
 B=${KD_BUILD:-build}
@@ -51,6 +55,9 @@ wait_until() {
 }
 field() { kubectl get "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
 ntrials() { kubectl get trials -o name 2>/dev/null | grep -c .; }
+no_trials() { [ "$(ntrials)" = 0 ]; }
+# trial_state_is TRIAL STATE (for wait_until, which runs its command again each time)
+trial_state_is() { [ "$(field trial "$1" '{.status.state}')" = "$2" ]; }
 # settle PID: wait (up to 60 s) until the start-up burst is over: under 20% of a core over 2 s
 # (a pass of the scheduler over every cached trial still runs each second).
 settle() {
@@ -84,6 +91,40 @@ stop_ctrl() {
 }
 counter() { echo "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'; }
 
+# clone SRC FROM TO EXP [UID]: POST copies FROM..TO-1 of the Trials in SRC (a kubectl get -o
+# json, taken in turn), each with the status of its original; with UID, owned by experiment EXP.
+clone() {
+    python3 - "$1" "$2" "$3" "$(cat "$work/port")" "$4" "${5:-}" <<'EOF'
+import http.client, json, sys
+src = json.load(open(sys.argv[1]))["items"]
+lo, hi, port, exp, uid = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+conn = http.client.HTTPConnection("127.0.0.1", port)
+def req(method, path, body):
+    conn.request(method, path, json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = r.read()
+    if r.status >= 300:
+        sys.exit("%s %s: HTTP %d %s" % (method, path, r.status, data[:200]))
+    return json.loads(data)
+base = "/apis/kdet.io/v1alpha1/namespaces/default/trials"
+for i in range(lo, hi):
+    t = src[i % len(src)]
+    md = t["metadata"]
+    labels, owners, spec = dict(md.get("labels", {})), md.get("ownerReferences", []), dict(t["spec"])
+    if uid:
+        labels = {"kdet.io/experiment": exp, "kdet.io/request-id": "%032x" % (i + 1)}
+        owners = [dict(owners[0], name=exp, uid=uid)]
+        spec.update(experiment=exp, requestId="%032x" % (i + 1))
+    obj = {"apiVersion": t["apiVersion"], "kind": t["kind"],
+           "metadata": {"name": "%s-c%d" % (exp if uid else md["name"], i), "labels": labels,
+                        "annotations": md.get("annotations", {}), "ownerReferences": owners},
+           "spec": spec}
+    out = req("POST", base, obj)
+    out["status"] = t.get("status", {})
+    req("PUT", base + "/" + out["metadata"]["name"] + "/status", out)
+EOF
+}
+
 PATH=$B/bin:$PATH "$B/bin/kdet-local" --data-dir "$work/kdl" --port 0 --port-file "$work/port" \
     --kubeconfig-out "$KUBECONFIG" --node-name kdc-bench --max-pods 200 --log-level warn \
     >"$work/kdl.log" 2>&1 &
@@ -109,7 +150,7 @@ kubectl create --validate=false -f "$work/anchor.json" >/dev/null 2>"$work/ancho
 anchor_ms=$(($(ms) - t0))
 log "anchor: $N Trials in $anchor_ms ms"
 kubectl delete trials -l kdet.io/experiment=anchor --wait=false >/dev/null 2>&1
-wait_until 60 test "$(ntrials)" = 0 || log "anchor trials still there"
+wait_until 60 no_trials || log "anchor trials still there"
 
 # ---- 1. N trials through the controller ----
 start_ctrl --workers 4
@@ -153,31 +194,7 @@ echo "controller CPU: ${cpu1} ms ($(ratio "$cpu1" "$N") ms per trial); RSS ${rss
 if [ "$M" -gt "$N" ]; then
     log "cloning the $N trials up to $M Trial objects"
     kubectl get trials -o json >"$work/trials.json"
-    python3 - "$work/trials.json" "$M" "$(cat "$work/port")" <<'EOF'
-import http.client, json, sys
-src = json.load(open(sys.argv[1]))["items"]
-m, port = int(sys.argv[2]), int(sys.argv[3])
-conn = http.client.HTTPConnection("127.0.0.1", port)
-def req(method, path, body):
-    conn.request(method, path, json.dumps(body), {"Content-Type": "application/json"})
-    r = conn.getresponse()
-    data = r.read()
-    if r.status >= 300:
-        sys.exit("%s %s: HTTP %d %s" % (method, path, r.status, data[:200]))
-    return json.loads(data)
-base = "/apis/kdet.io/v1alpha1/namespaces/default/trials"
-for i in range(len(src), m):
-    t = src[i % len(src)]
-    md = t["metadata"]
-    obj = {"apiVersion": t["apiVersion"], "kind": t["kind"],
-           "metadata": {"name": "%s-c%d" % (md["name"], i), "labels": md.get("labels", {}),
-                        "annotations": md.get("annotations", {}),
-                        "ownerReferences": md.get("ownerReferences", [])},
-           "spec": t["spec"]}
-    out = req("POST", base, obj)
-    out["status"] = t.get("status", {})
-    req("PUT", base + "/" + out["metadata"]["name"] + "/status", out)
-EOF
+    clone "$work/trials.json" "$N" "$M" big
     [ $? = 0 ] || exit 1
     log "$(ntrials) Trials in the API; a fresh controller syncs them"
     : >"$work/ctrl.log"
@@ -199,4 +216,40 @@ EOF
     echo "controller counters at $M trials: $(echo "$line" | sed 's/.*msg="*stopped"* //')"
     echo "RSS with $M trials cached, median of 35 s: ${rss2} KiB (min ${rssmin}, max ${rssmax}; heap and stacks at the end ${anon2} KiB, the rest shared libraries) vs goal 30720 KiB: ratio $(ratio "$rss2" 30720); max: ratio $(ratio "$rssmax" 30720)"
     echo "peak RSS (VmHWM) with $M trials, start-up included: ${hwm2} KiB: ratio $(ratio "$hwm2" 30720)"
+fi
+
+# ---- 3. M trials of an ACTIVE experiment ----
+# Experiment big (COMPLETED) and its Trials go; experiment live runs one trial (a pod sleeping
+# 590 s, so it stays ACTIVE; not 600: e2e/controller/lifecycle.sh looks for stray `sleep 600`)
+# and gets M - 1 COMPLETED clones; a fresh controller reconciles it at start and at every
+# resync, when it reads all of its M Trials.
+if [ "$M" -gt "$N" ] && [ "${KDC_BENCH_ACTIVE:-1}" != 0 ]; then
+    : >"$work/ctrl.log"
+    start_ctrl --workers 4
+    wait_until 120 grep -q 'msg="caches synced"' "$work/ctrl.log" || { echo "controller did not sync"; exit 1; }
+    log "deleting experiment big and its $M Trials"
+    kubectl delete exp big --wait=false >/dev/null
+    wait_until 300 no_trials || log "big's Trials are still there"
+    sed -e 's/name: big/name: live/' -e 's/exit 0/sleep 590/' -e "s/count: $N}/count: 1}/" \
+        "$work/exp.yaml" >"$work/live.yaml"
+    kubectl apply -f "$work/live.yaml" >/dev/null || exit 1
+    wait_until 60 trial_state_is live-1 ACTIVE || { echo "trial live-1 not ACTIVE"; exit 1; }
+    uid=$(field exp live '{.metadata.uid}')
+    stop_ctrl
+    log "cloning $((M - 1)) COMPLETED Trials into experiment live"
+    clone "$work/trials.json" 1 "$M" live "$uid" || exit 1
+    log "$(ntrials) Trials in the API; a fresh controller syncs them"
+    : >"$work/ctrl.log"
+    start_ctrl --workers 4
+    wait_until 120 grep -q 'msg="caches synced"' "$work/ctrl.log" || { echo "controller did not sync"; exit 1; }
+    settle "$ctrl" || log "the controller did not settle within 60 s"
+    log "sampling VmRSS for 35 s (a resync reconciles experiment live again)"
+    samples_kb "$ctrl" VmRSS 35 >"$work/rss"
+    rss3=$(sed -n 18p "$work/rss")
+    hwm3=$(status_kb "$ctrl" VmHWM)
+    st3=$(field exp live '{.status.state}')
+    n3=$(field exp live '{.status.trials.total}')
+    stop_ctrl
+    echo "RSS with $M trials of an experiment in state $st3 (status.trials.total $n3), median of 35 s: ${rss3} KiB (min $(head -1 "$work/rss"), max $(tail -1 "$work/rss")): ratio $(ratio "$rss3" 30720)"
+    echo "peak RSS (VmHWM) with $M trials of an $st3 experiment, start-up and a resync included: ${hwm3} KiB: ratio $(ratio "$hwm3" 30720)"
 fi
