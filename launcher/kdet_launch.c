@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "args.h"
+#include "context.h"
 #include "env.h"
 #include "supervise.h"
 
@@ -47,7 +48,9 @@ static const char usage[] =
     "\n"
     "inputs (environment): KDET_NODE_RANK, KDET_NUM_NODES, KDET_CHIEF_ADDR, KDET_MASTER_PORT,\n"
     "KDET_RUN_ID, KDET_TRIAL_ID, KDET_EXPERIMENT, KDET_CONTROLLER_URL, KDET_TOKEN, KDET_HPARAMS,\n"
-    "KDET_TRIAL_SEED, KDET_GRACE_PERIOD, KDET_PYTHON, KDET_NODE_ADDRS (horovod).\n"
+    "KDET_TRIAL_SEED, KDET_GRACE_PERIOD, KDET_PYTHON, KDET_NODE_ADDRS (horovod), "
+    "KDET_CONTEXT_ARCHIVE,\n"
+    "KDET_CONTEXT_SHA256, KDET_CONTEXT_URL (file://), KDET_CONTEXT_DIR, KDET_KEEP_CONTEXT.\n"
     "See docs/launcher.md.\n";
 
 /* Two pipes per worker: make sure the open-files limit allows them. */
@@ -242,6 +245,7 @@ int main(int argc, char **argv)
     char err[KD_ERRLEN] = "";
     struct kd_launch_args a;
     struct kd_launch_env e;
+    struct kd_launch_context ctx = {0};
     int code = 0;
     kd_log_init("kdet-launch", -1, -1);
     if (kd_launch_parse_args(argc, argv, &a, err) < 0) {
@@ -268,6 +272,11 @@ int main(int argc, char **argv)
                 "num_nodes=%d run_id=%s hint=%s", e.num_nodes, e.run_id,
                 kd_logq("each node generates its own id and the rendezvous rejects peers with "
                         "another one: set the same KDET_RUN_ID in every pod of the attempt"));
+    if (kd_launch_context_prepare(&ctx, 0, err) < 0) {
+        KD_ERROR("cannot set up the context", "error=%s", kd_logq(err));
+        code = 1;
+        goto out;
+    }
     const char *src = NULL;
     int nproc = kd_launch_slots(a.nproc, &src);
     if (a.form != KD_FORM_PLAIN)
@@ -275,6 +284,7 @@ int main(int argc, char **argv)
     else
         code = run_workers(&a, &e, nproc, src);
 out:
+    kd_launch_context_done(&ctx);
     kd_log_clear_secrets();
     return code;
 }
