@@ -106,6 +106,7 @@ struct kd_ctrl {
     json_t *preempt; /* trial key -> reason: stop it and queue it again */
     json_t *cfgs;    /* experiment uid -> {"generation":N,"config":{...}} effective configs */
     json_t *gcmemo;  /* experiment uid -> signature of the states GC last ran for (gc.c) */
+    json_t *endmemo; /* experiment uid -> the same, as experiment.c computes it (NULL: empty) */
     struct kd_ctrl_deleted deleted[KD_CTRL_DELETED_MEMO]; /* a ring (trial.c) */
     size_t deleted_next;
     bool kicked;

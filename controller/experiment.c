@@ -389,7 +389,8 @@ struct tview {
     struct tsum *v; /* sorted by name after the walk */
     size_t n, cap;
     struct best lo, hi; /* smaller_is_better, larger is better */
-    json_t *gc;         /* with the API on: what kd_ctrl_gc_experiment reads of each Trial */
+    uint64_t sig;       /* of the Trials' uids and states, order-independent (end_records) */
+    json_t *gc;         /* during end_records: what checkpoint GC reads of each Trial */
 };
 
 static uint64_t fnv64(const char *s, uint64_t h)
@@ -467,19 +468,26 @@ static int view_add(json_t *t, void *ud)
     s->early = early_exit(t, &s->early_why);
     best_offer(&w->lo, t, true);
     best_offer(&w->hi, t, false);
-    if (w->gc != NULL) {
-        json_t *g = json_pack(
-            "{s:{s:s*},s:{s:s*,s:s*},s:{s:s*}}", "metadata", "uid", kd_k8s_meta_str(t, "uid"),
-            "spec", "requestId", kd_ctrl_str(t, "spec", "requestId", NULL), "parentRequestId",
-            kd_ctrl_str(t, "spec", "parentRequestId", NULL), "status", "state", state);
-        const char *ck = kd_ctrl_str(t, "status", "latestCheckpoint", "uuid");
-        if (g != NULL && ck != NULL)
-            json_object_set_new(json_object_get(g, "status"), "latestCheckpoint",
-                                json_pack("{s:s}", "uuid", ck));
-        if (g == NULL)
-            kd_oom(0);
-        json_array_append_new(w->gc, g);
-    }
+    w->sig += fnv64(state ?: "QUEUED", fnv64(kd_k8s_meta_str(t, "uid"), 1469598103934665603ULL));
+    return 0;
+}
+
+/* kd_k8s_cache_each_owner's callback for end_records: the fields checkpoint GC reads. */
+static int gc_add(json_t *t, void *ud)
+{
+    struct tview *w = ud;
+    json_t *g =
+        json_pack("{s:{s:s*},s:{s:s*,s:s*},s:{s:s*}}", "metadata", "uid", kd_k8s_meta_str(t, "uid"),
+                  "spec", "requestId", kd_ctrl_str(t, "spec", "requestId", NULL), "parentRequestId",
+                  kd_ctrl_str(t, "spec", "parentRequestId", NULL), "status", "state",
+                  kd_ctrl_str(t, "status", "state", NULL));
+    const char *ck = kd_ctrl_str(t, "status", "latestCheckpoint", "uuid");
+    if (g == NULL)
+        kd_oom(0);
+    if (ck != NULL)
+        json_object_set_new(json_object_get(g, "status"), "latestCheckpoint",
+                            json_pack("{s:s}", "uuid", ck));
+    json_array_append_new(w->gc, g);
     return 0;
 }
 
@@ -489,11 +497,10 @@ static int tsum_cmp(const void *a, const void *b)
 }
 
 /* Read the experiment's Trials (owner uid) into w, queueing each for the Trial reconciler. */
-static void view_load(struct kd_ctrl *c, const char *uid, bool for_gc, struct tview *w)
+static void view_load(struct kd_ctrl *c, const char *uid, struct tview *w)
 {
     memset(w, 0, sizeof(*w));
     w->c = c;
-    w->gc = for_gc ? json_array() : NULL;
     (void)kd_k8s_cache_each_owner(kd_k8s_informer_cache(c->trials), uid != NULL ? uid : "",
                                   view_add, w);
     if (w->n > 1)
@@ -773,12 +780,38 @@ static json_t *best_validation(const struct tview *trials, const json_t *cfg)
     return out;
 }
 
-/* The store's end-of-life records and checkpoint GC (gc.c); a failure is retried later. */
+/*
+ * The store's end-of-life records and checkpoint GC (gc.c); a failure is
+ * retried later. GC runs again only when a Trial's state or the
+ * experiment's changed since its last success (its own memo), so the same
+ * signature is kept here too: then the second walk that builds GC's view
+ * of the Trials (about 2 KB each) is not needed at every resync.
+ */
 static void end_records(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
-                        const struct tview *trials, const char *state, long *requeue_after_ms)
+                        struct tview *trials, const char *state, long *requeue_after_ms)
 {
     char err[KD_ERRLEN] = "";
+    const char *uid = kd_k8s_meta_str(exp, "uid") ?: "";
+    json_int_t sig =
+        (json_int_t)((trials->sig + fnv64(state, 1469598103934665603ULL)) & 0x7fffffffffffffffULL);
+    pthread_mutex_lock(&c->mu);
+    json_t *memo = c->endmemo != NULL ? json_object_get(c->endmemo, uid) : NULL;
+    bool same = memo != NULL && json_integer_value(memo) == sig;
+    pthread_mutex_unlock(&c->mu);
+    if (same)
+        return;
+    trials->gc = json_array();
+    (void)kd_k8s_cache_each_owner(kd_k8s_informer_cache(c->trials), uid, gc_add, trials);
     int rc = kd_ctrl_gc_experiment(c, exp, cfg, trials->gc, state, err);
+    json_decref(trials->gc);
+    trials->gc = NULL;
+    if (rc == 0) {
+        pthread_mutex_lock(&c->mu);
+        if (c->endmemo == NULL)
+            c->endmemo = json_object();
+        json_object_set_new(c->endmemo, uid, json_integer(sig));
+        pthread_mutex_unlock(&c->mu);
+    }
     if (rc != 0) {
         KD_WARN("store records or checkpoint GC failed; retrying", "experiment=%s err=%s detail=%s",
                 kd_logq(kd_k8s_meta_str(exp, "name")), kd_err_name(rc), kd_logq(err));
@@ -902,7 +935,7 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
     const char *uid = kd_k8s_meta_str(exp, "uid");
     json_int_t gen =
         json_integer_value(json_object_get(json_object_get(exp, "metadata"), "generation"));
-    view_load(c, uid, kd_ctrl_api_on(c), &trials);
+    view_load(c, uid, &trials);
 
     if (kd_ctrl_str(exp, "metadata", "deletionTimestamp", NULL) != NULL) {
         int left = 0;

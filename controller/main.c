@@ -535,6 +535,7 @@ out:
     json_decref(c.reasons);
     json_decref(c.preempt);
     json_decref(c.cfgs);
+    json_decref(c.endmemo);
     free(c.admits);
     if (sig_pipe[0] >= 0) {
         close(sig_pipe[0]);
