@@ -257,14 +257,51 @@ static void ckpt_volume(json_t *ps, json_t *c, const json_t *cfg)
                           json_pack("{s:s,s:s}", "name", KD_POD_CKPT_VOLUME, "mountPath", hp));
 }
 
+static bool env_has(const json_t *env, const char *name)
+{
+    size_t i;
+    const json_t *e;
+    json_array_foreach(env, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "name")) ?: "", name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * s3 checkpoint storage with a credentials_secret: the trial's workers
+ * (checkpoints) and the launcher (an s3:// context) read the keys from that
+ * Secret of the experiment's namespace through secretKeyRef, so the values
+ * never appear in the pod spec. AWS_SESSION_TOKEN is optional in the
+ * Secret. A variable the user's environment or pod_spec already sets wins.
+ */
+static void s3_creds_env(json_t *env, const json_t *cfg)
+{
+    static const char *const keys[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                       "AWS_SESSION_TOKEN"};
+    const json_t *cs = json_object_get(cfg, "checkpoint_storage");
+    const char *type = json_string_value(json_object_get(cs, "type"));
+    const char *secret = json_string_value(json_object_get(cs, "credentials_secret"));
+    if (type == NULL || strcmp(type, "s3") != 0 || secret == NULL || secret[0] == '\0')
+        return;
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        if (env_has(env, keys[i]))
+            continue;
+        json_array_append_new(env, json_pack("{s:s,s:{s:{s:s,s:s,s:b}}}", "name", keys[i],
+                                             "valueFrom", "secretKeyRef", "name", secret, "key",
+                                             keys[i], "optional", i == 2));
+    }
+}
+
 /*
  * The experiment's context (docs/launcher.md): the packed ConfigMap as a
  * read-only volume of its one item, a URL the launcher fetches, or a
  * directory already on the node. The launcher verifies the digest and
  * unpacks; the pod only says where the archive is.
  */
-static void context_env(json_t *ps, json_t *c, json_t *env, const json_t *ctx, const char *run_id,
-                        int rank)
+static void context_env(json_t *ps, json_t *c, json_t *env, const json_t *ctx, const json_t *cfg,
+                        const char *run_id, int rank)
 {
     const char *cm = json_string_value(json_object_get(ctx, "configMap"));
     const char *url = json_string_value(json_object_get(ctx, "url"));
@@ -286,6 +323,16 @@ static void context_env(json_t *ps, json_t *c, json_t *env, const json_t *ctx, c
         free(mount);
     } else if (url != NULL && url[0] != '\0') {
         env_set(env, "KDET_CONTEXT_URL", url);
+        /* an s3:// context is fetched with the checkpoint storage's endpoint and region */
+        const json_t *cs = json_object_get(cfg, "checkpoint_storage");
+        if (kd_str_has_prefix(url, "s3://") && json_is_object(cs) &&
+            !env_has(env, "KDET_CHECKPOINT_STORAGE")) {
+            char *js = json_dumps(cs, JSON_COMPACT | JSON_SORT_KEYS);
+            if (js == NULL)
+                kd_oom(0);
+            env_set(env, "KDET_CHECKPOINT_STORAGE", js);
+            free(js);
+        }
     } else {
         archive = false;
         if (path != NULL && path[0] != '\0')
@@ -428,6 +475,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
             env_set(env, "KDET_CONTROLLER_URL", o->controller_url);
         if (o->api)
             api_env(env, trial, cfg, o);
+        s3_creds_env(env, cfg);
 
         if (gpus > 0) {
             json_t *res = child(c, "resources", false);
@@ -444,7 +492,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
         }
         ckpt_volume(ps, c, cfg);
         if (o->context != NULL)
-            context_env(ps, c, env, o->context, run_id, r);
+            context_env(ps, c, env, o->context, cfg, run_id, r);
         json_array_append_new(pods, pod);
     }
     *out = pods;

@@ -113,6 +113,17 @@ static void test_context_path(void **s)
     golden("context_path");
 }
 
+/*
+ * An s3:// context URL with s3 storage and a credentials_secret: the keys
+ * by secretKeyRef (the session token optional; the user's own wins), the
+ * storage JSON for the endpoint, never a key's value.
+ */
+static void test_context_s3(void **s)
+{
+    (void)s;
+    golden("context_s3");
+}
+
 /* A volume the user's pod_spec already mounts at host_path is not mounted twice. */
 static void test_sharedfs_user_mount(void **s)
 {
@@ -199,6 +210,7 @@ int main(void)
         cmocka_unit_test(test_sharedfs_user_mount),
         cmocka_unit_test(test_context_configmap),
         cmocka_unit_test(test_context_path),
+        cmocka_unit_test(test_context_s3),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_priority_classes),
     };
