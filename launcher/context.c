@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "storage/storage.h"
 
 /* The whole file at path into *out, refusing more than max bytes. */
 static int read_capped(const char *var, const char *path, uint64_t max, unsigned char **out,
@@ -71,7 +72,91 @@ out:
     return rc;
 }
 
-/* The archive's path: KDET_CONTEXT_ARCHIVE, else a file:// KDET_CONTEXT_URL; NULL: none. */
+/*
+ * An s3://BUCKET/KEY archive, read into memory under max bytes. Endpoint,
+ * region and addressing come from KDET_CHECKPOINT_STORAGE (the experiment's
+ * checkpoint_storage, which podspec sets) when it is s3; the bucket and key
+ * always come from the URL. Credentials: lib/storage's usual order (the
+ * AWS_* env the pod gets from checkpoint_storage.credentials_secret first).
+ */
+static int fetch_s3(const char *url, uint64_t max, unsigned char **out, size_t *len, char *err)
+{
+    int rc = 0;
+    struct kd_storage_config cfg;
+    struct kd_storage *st = NULL;
+    struct kd_buf buf = KD_BUF_INIT((size_t)max);
+    struct kd_storage_list l = {0};
+    uint64_t size = UINT64_MAX;
+    char serr[KD_ERRLEN] = "", bucket[256];
+    const char *b = url + strlen("s3://"), *slash = strchr(b, '/');
+    const char *js = getenv("KDET_CHECKPOINT_STORAGE");
+    *out = NULL;
+    *len = 0;
+    if (slash == NULL || slash == b || slash[1] == '\0' || (size_t)(slash - b) >= sizeof(bucket))
+        return kd_seterr(err, KD_EINVAL, "KDET_CONTEXT_URL: expected s3://BUCKET/KEY");
+    memcpy(bucket, b, (size_t)(slash - b));
+    bucket[slash - b] = '\0';
+    kd_storage_config_init(&cfg);
+    if (js != NULL && js[0] != '\0') {
+        json_error_t je;
+        json_t *j = json_loads(js, 0, &je);
+        const char *type = json_string_value(json_object_get(j, "type"));
+        if (j == NULL) {
+            rc = kd_seterr(err, KD_EINVAL, "KDET_CHECKPOINT_STORAGE: not JSON: %s", je.text);
+            goto out;
+        }
+        if (type != NULL && strcmp(type, "s3") == 0)
+            rc = kd_storage_config_from_json(j, &cfg, serr);
+        json_decref(j);
+        if (rc != 0) {
+            kd_seterr(err, rc, "KDET_CHECKPOINT_STORAGE: %s", serr);
+            goto out;
+        }
+    }
+    cfg.type = KD_STORAGE_S3;
+    kd_strlcpy(cfg.bucket, bucket, sizeof(cfg.bucket));
+    cfg.prefix[0] = '\0';
+    if ((rc = kd_storage_open(&cfg, &st, serr)) != 0) {
+        kd_seterr(err, rc, "KDET_CONTEXT_URL: %s: %s", url, serr);
+        goto out;
+    }
+    /* the object's size first: a clear error for a missing or too large one */
+    if ((rc = kd_storage_list(st, slash + 1, &l, serr)) != 0) {
+        kd_seterr(err, rc, "KDET_CONTEXT_URL: cannot list %s: %s", url, serr);
+        goto out;
+    }
+    for (size_t i = 0; i < l.n && size == UINT64_MAX; i++)
+        if (strcmp(l.objs[i].key, slash + 1) == 0)
+            size = l.objs[i].size;
+    if (size == UINT64_MAX) {
+        rc = kd_seterr(err, KD_ENOTFOUND, "KDET_CONTEXT_URL: %s: no such object", url);
+        goto out;
+    }
+    if (size > max) {
+        rc = kd_seterr(err, KD_ETOOBIG,
+                       "KDET_CONTEXT_URL: %s is %llu bytes, more than the limit "
+                       "of %llu",
+                       url, (unsigned long long)size, (unsigned long long)max);
+        goto out;
+    }
+    if ((rc = kd_storage_get_mem(st, slash + 1, &buf, serr)) != 0) {
+        kd_seterr(err, rc, "KDET_CONTEXT_URL: cannot fetch %s: %s", url, serr);
+        goto out;
+    }
+    *len = buf.len;
+    *out = (unsigned char *)buf.data;
+    if (*out == NULL)
+        *out = kd_xmalloc(1);
+    buf.data = NULL;
+out:
+    kd_storage_list_free(&l);
+    kd_buf_free(&buf);
+    kd_storage_close(st);
+    return rc;
+}
+
+/* The archive's path: KDET_CONTEXT_ARCHIVE, else a file:// or s3:// KDET_CONTEXT_URL; NULL: none.
+ */
 static int archive_path(const char **var, const char **path, char *err)
 {
     const char *a = getenv("KDET_CONTEXT_ARCHIVE");
@@ -85,14 +170,14 @@ static int archive_path(const char **var, const char **path, char *err)
         const char *colon = strstr(u, "://");
         if (colon == NULL)
             return kd_seterr(err, KD_EINVAL, "KDET_CONTEXT_URL: expected SCHEME://...");
-        if (!kd_str_has_prefix(u, "file:///"))
+        if (!kd_str_has_prefix(u, "file:///") && !kd_str_has_prefix(u, "s3://"))
             return kd_seterr(err, KD_ENOTSUP,
                              "KDET_CONTEXT_URL: scheme %.*s:// is not supported by this launcher "
-                             "(only file:// with an absolute path; ship the context in a "
-                             "ConfigMap or on a volume)",
+                             "(only file:// with an absolute path and s3://; ship the context in "
+                             "a ConfigMap or on a volume)",
                              (int)(colon - u < 16 ? colon - u : 16), u);
         *var = "KDET_CONTEXT_URL";
-        *path = u + strlen("file://");
+        *path = kd_str_has_prefix(u, "s3://") ? u : u + strlen("file://");
     }
     return 0;
 }
@@ -146,7 +231,11 @@ int kd_launch_context_prepare(struct kd_launch_context *ctx, uint64_t max_bytes,
         KD_INFO("context directory entered", "dir=%s", kd_logq(d));
         goto out;
     }
-    if ((rc = read_capped(var, path, max_bytes, &data, &len, err)) != 0)
+    if (kd_str_has_prefix(path, "s3://"))
+        rc = fetch_s3(path, max_bytes, &data, &len, err);
+    else
+        rc = read_capped(var, path, max_bytes, &data, &len, err);
+    if (rc != 0)
         goto out;
     ctx->bytes = len;
     const char *want = getenv("KDET_CONTEXT_SHA256");

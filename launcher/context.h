@@ -1,6 +1,6 @@
 /*
  * The experiment's context in a trial pod: the packed archive the
- * controller mounts (KDET_CONTEXT_ARCHIVE, or a file:// KDET_CONTEXT_URL)
+ * controller mounts (KDET_CONTEXT_ARCHIVE, or a file:// or s3:// KDET_CONTEXT_URL)
  * is read under a cap, checked against KDET_CONTEXT_SHA256 and unpacked
  * into a fresh directory that becomes the workers' working directory; a
  * KDET_CONTEXT_DIR without an archive is entered as it is.
@@ -29,12 +29,14 @@ struct kd_launch_context {
  * unpack it into KDET_CONTEXT_DIR when set, else into a new
  * $TMPDIR/kdet-context-XXXXXX (removed again on error), chdir there and
  * export KDET_CONTEXT_DIR. Without an archive, chdir to KDET_CONTEXT_DIR
- * when set. A KDET_CONTEXT_URL other than file:// is KD_ENOTSUP naming the
- * scheme. Without any of these, does nothing and returns 0 with ctx->dir
- * NULL. Logs one line per step. Returns 0 or a negative KD_E* / -errno
- * with the variable at fault in `err`. Blocks on file I/O; changes the
- * process's working directory and environment, so not thread-safe.
- * Release with kd_launch_context_done.
+ * when set. An s3://BUCKET/KEY KDET_CONTEXT_URL is fetched into memory
+ * (endpoint and region from KDET_CHECKPOINT_STORAGE when it is s3,
+ * credentials from AWS_* env as lib/storage loads them; a missing object
+ * is KD_ENOTFOUND, a larger one KD_ETOOBIG, both before any download).
+ * Other schemes than file:// and s3:// are KD_ENOTSUP naming the scheme. Without any of these, does
+ * nothing and returns 0 with ctx->dir NULL. Logs one line per step. Returns 0 or a negative KD_E* /
+ * -errno with the variable at fault in `err`. Blocks on file I/O; changes the process's working
+ * directory and environment, so not thread-safe. Release with kd_launch_context_done.
  */
 int kd_launch_context_prepare(struct kd_launch_context *ctx, uint64_t max_bytes, char *err) KD_WUR;
 

@@ -2,7 +2,9 @@
  * kdet-launch's context step: a packed archive is verified, unpacked into
  * a fresh directory that becomes the working directory, and removed at the
  * end; a wrong digest, a missing file, an archive over the cap and an
- * unsupported URL scheme are refused with the variable named.
+ * unsupported URL scheme are refused with the variable named. An s3://
+ * archive is fetched from a real s3rver with the endpoint of
+ * KDET_CHECKPOINT_STORAGE.
  */
 #include <errno.h>
 #include <limits.h>
@@ -19,12 +21,17 @@
 #include <dirent.h>
 
 #include "../../launcher/context.h"
+#include "../lib/storage/s3srv.h"
 #include "context/context.h"
 #include "core/fs.h"
 
-static const char *const vars[] = {"KDET_CONTEXT_ARCHIVE", "KDET_CONTEXT_SHA256",
-                                   "KDET_CONTEXT_URL",     "KDET_CONTEXT_DIR",
-                                   "KDET_KEEP_CONTEXT",    NULL};
+static const char *const vars[] = {"KDET_CONTEXT_ARCHIVE",
+                                   "KDET_CONTEXT_SHA256",
+                                   "KDET_CONTEXT_URL",
+                                   "KDET_CONTEXT_DIR",
+                                   "KDET_KEEP_CONTEXT",
+                                   "KDET_CHECKPOINT_STORAGE",
+                                   NULL};
 
 struct fx {
     char root[64];     /* a private temporary tree */
@@ -210,9 +217,9 @@ static void test_url(void **state)
     struct fx *f = *state;
     struct kd_launch_context ctx;
     char err[KD_ERRLEN] = "", url[200];
-    setenv("KDET_CONTEXT_URL", "s3://bucket/ctx.tar.gz?token=secret", 1);
+    setenv("KDET_CONTEXT_URL", "https://host/ctx.tar.gz?token=secret", 1);
     assert_int_equal(kd_launch_context_prepare(&ctx, 0, err), KD_ENOTSUP);
-    assert_non_null(strstr(err, "scheme s3://"));
+    assert_non_null(strstr(err, "scheme https://"));
     assert_null(strstr(err, "secret"));
     snprintf(url, sizeof(url), "file://%s", f->archive);
     setenv("KDET_CONTEXT_URL", url, 1);
@@ -221,6 +228,70 @@ static void test_url(void **state)
         fail_msg("prepare: %s", err);
     assert_true(ctx.unpacked);
     kd_launch_context_done(&ctx);
+}
+
+/*
+ * s3://: fetched with the endpoint from KDET_CHECKPOINT_STORAGE and the
+ * AWS_* credentials, verified and unpacked; a wrong digest, a missing
+ * object and an object over the cap are refused naming the URL.
+ */
+static void test_s3(void **state)
+{
+    struct fx *f = *state;
+    struct kd_launch_context ctx;
+    struct s3srv srv;
+    struct kd_storage_config cfg;
+    struct kd_storage *st = NULL;
+    char err[KD_ERRLEN] = "", url[300], js[300];
+    FILE *in;
+    unsigned char data[65536];
+    size_t n;
+    if (s3srv_start(&srv, "ctxb") != 0)
+        fail_msg("cannot start s3rver (make deps)");
+    in = fopen(f->archive, "r");
+    assert_non_null(in);
+    n = fread(data, 1, sizeof(data), in);
+    fclose(in);
+    assert_true(n > 0 && n < sizeof(data));
+    s3srv_config(&srv, "team/kdet-contexts", &cfg);
+    if (kd_storage_open(&cfg, &st, err) != 0 || kd_storage_put_mem(st, "c.tar.gz", data, n, err))
+        fail_msg("put: %s", err);
+    kd_storage_close(st);
+    /* the storage's prefix is not used: the key is the URL's path */
+    snprintf(js, sizeof(js),
+             "{\"type\":\"s3\",\"bucket\":\"other\",\"prefix\":\"elsewhere\","
+             "\"endpoint_url\":\"http://127.0.0.1:%d\"}",
+             srv.port);
+    setenv("KDET_CHECKPOINT_STORAGE", js, 1);
+    setenv("KDET_CONTEXT_URL", "s3://ctxb/team/kdet-contexts/c.tar.gz", 1);
+    setenv("KDET_CONTEXT_SHA256", f->sha, 1);
+    if (kd_launch_context_prepare(&ctx, 0, err) != 0)
+        fail_msg("prepare: %s", err);
+    assert_true(ctx.unpacked);
+    assert_int_equal(ctx.bytes, n);
+    assert_int_equal(access("train.sh", X_OK), 0);
+    kd_launch_context_done(&ctx);
+    assert_int_equal(chdir(f->home), 0);
+    /* over the cap */
+    assert_int_equal(kd_launch_context_prepare(&ctx, (uint64_t)n - 1, err), KD_ETOOBIG);
+    assert_non_null(strstr(err, "more than the limit"));
+    /* a wrong digest */
+    setenv("KDET_CONTEXT_SHA256",
+           "0000000000000000000000000000000000000000000000000000000000000000", 1);
+    assert_int_equal(kd_launch_context_prepare(&ctx, 0, err), KD_ECORRUPT);
+    assert_non_null(strstr(err, "sha256 mismatch"));
+    /* a missing object */
+    snprintf(url, sizeof(url), "s3://ctxb/team/kdet-contexts/absent.tar.gz");
+    setenv("KDET_CONTEXT_URL", url, 1);
+    assert_int_not_equal(kd_launch_context_prepare(&ctx, 0, err), 0);
+    assert_non_null(strstr(err, "absent.tar.gz"));
+    assert_null(strstr(err, "S3RVER"));
+    /* no key */
+    setenv("KDET_CONTEXT_URL", "s3://ctxb", 1);
+    assert_int_equal(kd_launch_context_prepare(&ctx, 0, err), KD_EINVAL);
+    assert_non_null(strstr(err, "s3://BUCKET/KEY"));
+    assert_null(ctx.dir);
+    s3srv_stop(&srv);
 }
 
 /* KDET_CONTEXT_DIR alone: entered as it is; a missing one is an error. */
@@ -262,6 +333,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversize, setup, teardown),
         cmocka_unit_test_setup_teardown(test_url, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_s3, setup, teardown),
         cmocka_unit_test_setup_teardown(test_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_none, setup, teardown),
     };
