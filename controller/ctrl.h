@@ -30,8 +30,6 @@ struct kd_api;
 #define KD_CTRL_STATE_MAX (900 * 1024)   /* ConfigMaps hold 1 MiB */
 #define KD_CTRL_TEMPLATE_LABEL "kdet.io/template"
 #define KD_CTRL_TEMPLATE_KEY "template.yaml"
-#define KD_CTRL_AHEAD_OF "kdet.io/ahead-of"
-#define KD_CTRL_BEHIND_OF "kdet.io/behind-of"
 #define KD_CTRL_FIELD_MANAGER "kdet-controller"
 
 struct kd_ctrl_opts {

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "k8s/position.h"
 
 #define NS(q) ((q)->seg[3])
 #define NAME(q) ((q)->seg[5])
@@ -416,36 +417,16 @@ static json_int_t prio(const json_t *t)
     return json_is_integer(p) ? json_integer_value(p) : 42;
 }
 
-/* Annotations the scheduler reads to move an experiment in its priority (controller/ctrl.h). */
-#define ANN_AHEAD_OF "kdet.io/ahead-of"
-#define ANN_BEHIND_OF "kdet.io/behind-of"
-
-/*
- * An experiment's queue position, as the scheduler computes it
- * (controller/schedloop.c): its creation time, moved just ahead of or
- * behind the experiment its annotation names.
- */
-static double exp_position(struct kd_api *a, const json_t *exp, int depth)
+/* An experiment from the cache, for kd_queue_position (the scheduler's queue order). */
+static json_t *cached_exp(const char *ns, const char *name, void *ud)
 {
-    int64_t ms = 0;
-    const char *ts = kd_k8s_meta_str(exp, "creationTimestamp");
-    if (ts == NULL || kd_time_parse_rfc3339(ts, &ms) != 0)
-        ms = 0;
-    double pos = (double)ms;
-    json_t *ann = json_object_get(json_object_get(exp, "metadata"), "annotations");
-    const char *ahead = json_string_value(json_object_get(ann, ANN_AHEAD_OF));
-    const char *behind = json_string_value(json_object_get(ann, ANN_BEHIND_OF));
-    const char *other = ahead != NULL ? ahead : behind;
-    if (other != NULL && depth < 8) {
-        char key[600];
-        json_t *o = NULL;
-        snprintf(key, sizeof(key), "%s/%s", kd_k8s_meta_str(exp, "namespace") ?: "", other);
-        if (kd_k8s_cache_get(kd_k8s_informer_cache(a->exps), key, &o) == 0) {
-            pos = exp_position(a, o, depth + 1) + (ahead != NULL ? -0.5 : 0.5) / (depth + 1);
-            json_decref(o);
-        }
-    }
-    return pos;
+    struct kd_api *a = ud;
+    char key[600];
+    json_t *o = NULL;
+    snprintf(key, sizeof(key), "%s/%s", ns, name);
+    if (kd_k8s_cache_get(kd_k8s_informer_cache(a->exps), key, &o) != 0)
+        o = NULL;
+    return o;
 }
 
 struct job {
@@ -494,7 +475,7 @@ void api_user_jobs(struct api_rq *q)
                      ?: "");
         v[m] = (struct job){t, rank, prio(t), 0};
         if (kd_k8s_cache_get(kd_k8s_informer_cache(a->exps), key, &exp) == 0) {
-            v[m].pos = exp_position(a, exp, 0);
+            v[m].pos = kd_queue_position(exp, cached_exp, a);
             json_decref(exp);
         }
         m++;
