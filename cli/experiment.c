@@ -2,8 +2,9 @@
  * `det experiment create`: validate an experiment config (and template)
  * with lib/config, pack the context directory, and turn both into the
  * Kubernetes resources that submit it: a ConfigMap with the packed context
- * and an Experiment custom resource, checked against the built-in CRD
- * schema exactly as the API server will check it.
+ * (or, for a context too large for one, an upload to the experiment's
+ * checkpoint storage) and an Experiment custom resource, checked against
+ * the built-in CRD schema exactly as the API server will check it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,7 +22,9 @@
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/str.h"
+#include "core/time.h"
 #include "openapi/openapi.h"
+#include "storage/storage.h"
 #include "yaml/yaml.h"
 
 /* A ConfigMap may hold 1 MiB in all; leave room for its metadata. */
@@ -29,6 +32,8 @@
 #define CM_OVERHEAD 16384
 /* The key of the packed context in the ConfigMap's binaryData. */
 #define CM_KEY "context.tar.gz"
+/* Where large contexts go in checkpoint storage: content-addressed by sha256. */
+#define CTX_KEY_DIR "kdet-contexts"
 /* Printed YAML: a context up to 1 MiB in base64 plus the config. */
 #define OUT_MAX (8u << 20)
 
@@ -58,12 +63,15 @@ static const char create_usage[] =
     "pack CONTEXT_DIR (the training code; .detignore is honoured, *.pyc and __pycache__\n"
     "are always left out, 95 MiB at most) and create the experiment: a ConfigMap holding\n"
     "the packed context and the Experiment resource. kdet-controller then runs it.\n"
+    "A context too large for a ConfigMap (about 750 KiB packed) is uploaded to the\n"
+    "config's checkpoint_storage at kdet-contexts/<sha256>.tar.gz (shared_fs or s3, with\n"
+    "your own S3 credentials) and the trials fetch it from there.\n"
     "\n"
     "options:\n"
     "  --template FILE|NAME  merge CONFIG over a template first (Determined's rules): a\n"
     "                        file, or else a template stored with 'det template set'\n"
-    "  --dry-run             print the resources that would be created, as YAML, and stop;\n"
-    "                        pipe it to 'kubectl apply -f -'\n"
+    "  --dry-run             print the resources that would be created, as YAML, and stop\n"
+    "                        (a large context is not uploaded); pipe it to 'kubectl apply -f -'\n"
     "  -f, --follow          after creating it, follow the experiment like 'det experiment\n"
     "                        wait' (same exit codes 0, 6)\n"
     "  -n, --namespace NS    namespace of the resources (default: the kubeconfig context's,\n"
@@ -186,12 +194,149 @@ out:
     return rc;
 }
 
+static bool fits_configmap(size_t len)
+{
+    return 4 * ((len + 2) / 3) + CM_OVERHEAD <= CM_MAX_BYTES;
+}
+
+/*
+ * Where a context too large for a ConfigMap goes: the checkpoint storage
+ * of the (merged) config, at kdet-contexts/<sha256>.tar.gz. Fills scfg and
+ * returns the URL trial pods fetch (file:// under a shared_fs host_path,
+ * which podspec mounts at the same path; s3://bucket/prefix/...); caller
+ * frees. NULL with a message when there is no usable storage.
+ */
+static char *context_url(const json_t *cs, const struct kd_context *ctx,
+                         struct kd_storage_config *scfg)
+{
+    char err[KD_ERRLEN] = "", h[32];
+    kd_storage_config_init(scfg);
+    human(ctx->len, h, sizeof(h));
+    if (!json_is_object(cs)) {
+        det_err("the packed context (%s) is more than a ConfigMap holds (1 MiB) and the config "
+                "has no checkpoint_storage to upload it to: set checkpoint_storage (shared_fs or "
+                "s3) or shrink the context with .detignore",
+                h);
+        return NULL;
+    }
+    if (kd_storage_config_from_json(cs, scfg, err) != 0) {
+        det_err("%s", err);
+        return NULL;
+    }
+    if (scfg->type == KD_STORAGE_SHARED_FS) {
+        if (scfg->host_path[0] != '/') {
+            det_err("checkpoint_storage.host_path: must be an absolute path to hold the context");
+            return NULL;
+        }
+        return kd_xasprintf("file://%s%s%s/%s/%s.tar.gz", scfg->host_path,
+                            scfg->storage_path[0] ? "/" : "", scfg->storage_path, CTX_KEY_DIR,
+                            ctx->sha256);
+    }
+    if (scfg->type == KD_STORAGE_S3)
+        return kd_xasprintf("s3://%s/%s%s%s/%s.tar.gz", scfg->bucket, scfg->prefix,
+                            scfg->prefix[0] ? "/" : "", CTX_KEY_DIR, ctx->sha256);
+    det_err("checkpoint_storage.type: a large context can go only to shared_fs or s3 storage");
+    return NULL;
+}
+
+struct up_progress {
+    int64_t t0, last;
+};
+
+static int up_progress(void *arg, uint64_t done, uint64_t total)
+{
+    struct up_progress *p = arg;
+    int64_t now = kd_mono_ms();
+    if (now - p->last >= 1000 && done < total) {
+        char h1[32], h2[32];
+        human(done, h1, sizeof(h1));
+        human(total, h2, sizeof(h2));
+        fprintf(stderr, "det: uploading context: %s of %s (%.1f s)\n", h1, h2,
+                (double)(now - p->t0) / 1000);
+        p->last = now;
+    }
+    return 0;
+}
+
+/*
+ * Upload the packed context to storage at kdet-contexts/<sha256>.tar.gz,
+ * unless an object of that name and size is there already (same name,
+ * same digest: same bytes). Credentials: the user's (environment,
+ * ~/.aws), never printed. 0 or a DET_EXIT_* code, with a message.
+ */
+static int upload_context(const struct kd_storage_config *scfg, const struct kd_context *ctx,
+                          const char *url)
+{
+    int rc = DET_EXIT_ERROR, r;
+    struct kd_storage *st = NULL;
+    struct kd_storage_list l = {0};
+    char err[KD_ERRLEN] = "", key[128], tmp[64] = "", h[32];
+    struct up_progress pr = {kd_mono_ms(), kd_mono_ms()};
+    int fd = -1;
+    snprintf(key, sizeof(key), "%s/%s.tar.gz", CTX_KEY_DIR, ctx->sha256);
+    human(ctx->len, h, sizeof(h));
+    if ((r = kd_storage_open(scfg, &st, err)) != 0) {
+        det_err("checkpoint storage: %s", err[0] ? err : kd_strerror(r));
+        goto out;
+    }
+    if ((r = kd_storage_list(st, key, &l, err)) != 0) {
+        det_err("checkpoint storage %s: cannot look for %s: %s", kd_storage_location(st), key,
+                err[0] ? err : kd_strerror(r));
+        goto out;
+    }
+    for (size_t i = 0; i < l.n; i++) {
+        if (strcmp(l.objs[i].key, key) == 0 && l.objs[i].size == ctx->len) {
+            fprintf(stderr, "det: context %.12s (%s) is already at %s: not uploaded again\n",
+                    ctx->sha256, h, url);
+            rc = 0;
+            goto out;
+        }
+    }
+    /* put_files streams from a file and reports progress */
+    const char *td = getenv("TMPDIR");
+    snprintf(tmp, sizeof(tmp), "%s/det-context-XXXXXX", td != NULL && td[0] == '/' ? td : "/tmp");
+    if (strlen(tmp) < 20 || (fd = mkstemp(tmp)) < 0) {
+        det_err("cannot create a temporary file for the context: %s", strerror(errno));
+        tmp[0] = '\0';
+        goto out;
+    }
+    for (size_t off = 0; off < ctx->len;) {
+        ssize_t w = write(fd, ctx->data + off, ctx->len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            det_err("cannot write the context to %s: %s", tmp, strerror(errno));
+            goto out;
+        }
+        off += (size_t)w;
+    }
+    fprintf(stderr, "det: uploading context (%s) to %s ...\n", h, url);
+    struct kd_storage_put put = {.key = key, .path = tmp, .size = ctx->len};
+    if ((r = kd_storage_put_files(st, &put, 1, up_progress, &pr, err)) != 0) {
+        det_err("uploading the context to %s: %s", url, err[0] ? err : kd_strerror(r));
+        goto out;
+    }
+    int64_t ms = kd_mono_ms() - pr.t0;
+    fprintf(stderr, "det: uploaded context %.12s (%llu bytes) to %s in %.3f s (%.1f MiB/s)\n",
+            ctx->sha256, (unsigned long long)ctx->len, url, (double)ms / 1000,
+            ms > 0 ? (double)ctx->len / (1 << 20) / ((double)ms / 1000) : 0.0);
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (tmp[0])
+        unlink(tmp);
+    kd_storage_list_free(&l);
+    kd_storage_close(st);
+    return rc;
+}
+
 /*
  * Build the resources: [ConfigMap (when the context fits), Experiment].
  * Steals nothing; *docs is a new array.
  */
 static json_t *build_resources(const struct create_args *a, const json_t *cfg,
-                               const struct kd_context *ctx, bool *cm_fits)
+                               const struct kd_context *ctx, const char *url, bool *cm_fits)
 {
     json_t *spec = json_deep_copy(cfg);
     json_t *docs = json_array();
@@ -231,6 +376,8 @@ static json_t *build_resources(const struct create_args *a, const json_t *cfg,
         if (cm == NULL)
             kd_oom(b64len);
         json_array_append_new(docs, cm);
+    } else if (url != NULL) {
+        json_object_set_new(context, "url", json_string(url));
     }
     json_t *exp =
         json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:O}", "apiVersion", "kdet.io/v1alpha1",
@@ -377,7 +524,10 @@ int det_exp_create(int argc, char **argv)
     struct det_args da = {0};
     struct create_args a = {NULL, NULL, NULL, NULL, "default", false};
     json_t *cfg = NULL, *docs = NULL, *schema = NULL, *causes = NULL, *unknown = NULL;
+    json_t *storage = NULL;
     struct kd_context ctx = {0};
+    struct kd_storage_config scfg;
+    char *url = NULL;
     struct kd_buf out = KD_BUF_INIT(OUT_MAX);
     char err[KD_ERRLEN] = "", tdir[64] = "";
     char *tpath = NULL;
@@ -428,6 +578,8 @@ int det_exp_create(int argc, char **argv)
         rc = (r == KD_ENOMEM || r == KD_EINTERNAL) ? DET_EXIT_ERROR : DET_EXIT_INVALID;
         goto out;
     }
+    /* the merged config's storage (a template may set it): where a large context goes */
+    storage = json_incref(json_object_get(cfg, "checkpoint_storage"));
     if (a.stored_template != NULL) {
         /* the merged config is valid; submit the config as written, kdet-controller merges
          * the stored template (so that it is merged once, as with kubectl apply) */
@@ -458,13 +610,20 @@ int det_exp_create(int argc, char **argv)
     fprintf(stderr, "det: packed %llu files (%s) into %s tar.gz, sha256 %.12s\n",
             (unsigned long long)ctx.files, h1, h2, ctx.sha256);
 
-    docs = build_resources(&a, cfg, &ctx, &cm_fits);
-    if (!cm_fits)
-        det_err("note: the packed context (%s) is more than a ConfigMap holds (1 MiB), so no "
-                "ConfigMap is created; this version cannot ship it yet (uploading large contexts "
-                "to checkpoint storage comes in a later version). Shrink it with .detignore to "
-                "run it now.",
-                h2);
+    if (!fits_configmap(ctx.len)) {
+        url = context_url(storage, &ctx, &scfg);
+        if (url == NULL && !a.dry_run) {
+            det_err("not submitted: the context has no location the trials could fetch it from");
+            rc = DET_EXIT_INVALID;
+            goto out;
+        }
+        if (url != NULL)
+            fprintf(stderr,
+                    "det: the packed context (%s) is more than a ConfigMap holds (1 MiB): it goes "
+                    "to the checkpoint storage, %s\n",
+                    h2, url);
+    }
+    docs = build_resources(&a, cfg, &ctx, url, &cm_fits);
 
     /* the API server will check the Experiment against the CRD: do it now */
     r = crd_schema(&schema, err);
@@ -492,11 +651,8 @@ int det_exp_create(int argc, char **argv)
     }
 
     if (!a.dry_run) {
-        if (!cm_fits) {
-            det_err("not submitted: the context has no location the trials could fetch it from");
-            rc = DET_EXIT_INVALID;
+        if (!cm_fits && url != NULL && (rc = upload_context(&scfg, &ctx, url)) != 0)
             goto out;
-        }
         rc = submit(&da, docs);
         goto out;
     }
@@ -512,6 +668,8 @@ int det_exp_create(int argc, char **argv)
     }
     fprintf(stderr, "det: dry run: printed %zu resource%s, nothing was submitted\n",
             json_array_size(docs), json_array_size(docs) == 1 ? "" : "s");
+    if (url != NULL)
+        fprintf(stderr, "det: dry run: the context would be uploaded to %s\n", url);
     rc = DET_EXIT_OK;
 out:
     if (tpath != NULL)
@@ -524,6 +682,8 @@ out:
     json_decref(schema);
     json_decref(causes);
     json_decref(unknown);
+    json_decref(storage);
+    free(url);
     kd_context_free(&ctx);
     kd_buf_free(&out);
     return rc;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -291,6 +292,23 @@ static void test_context_sizes(void **state)
     json_t *ctx = json_object_get(json_object_get(json_array_get(docs, 0), "spec"), "context");
     assert_null(json_object_get(ctx, "configMap"));
     assert_true(json_integer_value(json_object_get(ctx, "size")) > (1 << 20));
+    json_decref(docs);
+    det_run_free(&r);
+    /* with shared_fs storage: the URL under kdet-contexts/<sha256>, nothing uploaded */
+    char cfg[1024], want[512];
+    struct stat sb;
+    snprintf(cfg, sizeof(cfg), CONFIG "checkpoint_storage: {type: shared_fs, host_path: %s}\n",
+             path("store"));
+    put_file(tmp, "exp-fs.yaml", cfg);
+    det_run(&r, (const char *[]){"experiment", "create", path("exp-fs.yaml"), path("mid"),
+                                 "--dry-run", NULL});
+    expect(&r, 0, "kind: Experiment", "the context would be uploaded to file://");
+    docs = parse_docs(r.out, r.out_len);
+    ctx = json_object_get(json_object_get(json_array_get(docs, 0), "spec"), "context");
+    snprintf(want, sizeof(want), "file://%s/kdet-contexts/%s.tar.gz", path("store"),
+             json_string_value(json_object_get(ctx, "sha256")));
+    assert_string_equal(json_string_value(json_object_get(ctx, "url")), want);
+    assert_int_equal(stat(path("store/kdet-contexts"), &sb), -1);
     json_decref(docs);
     det_run_free(&r);
 }
