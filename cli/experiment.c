@@ -311,6 +311,7 @@ static int upload_context(const struct kd_storage_config *scfg, const struct kd_
         off += (size_t)w;
     }
     fprintf(stderr, "det: uploading context (%s) to %s ...\n", h, url);
+    pr.t0 = pr.last = kd_mono_ms();
     struct kd_storage_put put = {.key = key, .path = tmp, .size = ctx->len};
     if ((r = kd_storage_put_files(st, &put, 1, up_progress, &pr, err)) != 0) {
         det_err("uploading the context to %s: %s", url, err[0] ? err : kd_strerror(r));
