@@ -88,10 +88,11 @@ step "6/6 the best trial"
 echo
 ddh=${KDET_DATA_DIR:+ --data-dir $KDET_DATA_DIR}
 echo "make demo: done in $(($(date +%s) - t0))s. The cluster stays up; try:"
-echo "  export KUBECONFIG=$KUBECONFIG"
-echo "  $DET experiment list                  # experiments and their state"
-echo "  $DET experiment describe $name"
-echo "  $DET trial list $name"
-echo "  kubectl get exp,trials                # the same, as Kubernetes resources"
-echo "  $DET experiment create examples/fashion-mnist-c/const.yaml examples/fashion-mnist-c -f"
-echo "  $DET deploy local down$ddh            # stop it (the data stays for the next up)"
+hint() { if [ -n "${2:-}" ]; then printf '  %-52s # %s\n' "$1" "$2"; else printf '  %s\n' "$1"; fi; }
+hint "export KUBECONFIG=$KUBECONFIG"
+hint "$DET experiment list" "experiments and their state"
+hint "$DET experiment describe $name" "its trials, best validation"
+hint "$DET trial list $name"
+hint "kubectl get exp,trials" "the same, as Kubernetes resources"
+hint "$DET experiment create examples/fashion-mnist-c/const.yaml examples/fashion-mnist-c -f" "another run, followed"
+hint "$DET deploy local down$ddh" "stop it (the data stays for the next up)"
