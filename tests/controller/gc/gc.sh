@@ -13,35 +13,6 @@
 # the controller takes the keys from checkpoint_storage.credentials_secret
 # and logs none of them. Also: trial and
 # experiment states in the store, status.bestValidation, and a
-# S3 (s3rver): the controller reads the keys from checkpoint_storage.credentials_secret (the workers
-# get theirs from their environment) and never logs them.
-S3RVER=$KD_SRC/.deps/s3rver/node_modules/.bin/s3rver
-if [ -x "$S3RVER" ]; then
-    s3port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    mkdir -p "$T/s3"
-    NODE_OPTIONS=--openssl-legacy-provider "$S3RVER" -d "$T/s3" -a 127.0.0.1 -p "$s3port" --silent \
-        --configure-bucket ckpts >"$T/s3rver.log" 2>&1 &
-    S3PID=$!
-    wait_for 10 eval "(exec 3<>/dev/tcp/127.0.0.1/$s3port) 2>/dev/null"
-    kubectl create secret generic s3-creds --from-literal=AWS_ACCESS_KEY_ID=S3RVER \
-        --from-literal=AWS_SECRET_ACCESS_KEY=S3RVER >/dev/null
-    gc_exp s3gc "save_experiment_best: 0, save_trial_best: 1, save_trial_latest: 0" "" \
-        "type: s3, bucket: ckpts, prefix: gc, endpoint_url: 'http://127.0.0.1:$s3port', credentials_secret: s3-creds" \
-        "AWS_ACCESS_KEY_ID=S3RVER, AWS_SECRET_ACCESS_KEY=S3RVER"
-    check "S3 experiment COMPLETED" wait_for 90 exp_state_is s3gc COMPLETED
-    check "S3 registry: each trial's best ACTIVE" wait_for 20 n_is "s3gc-1-20 s3gc-2-20 s3gc-3-20" ckpts s3gc ACTIVE
-    s3ls() { AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER "$KD_BUILD/bin/dtrain" ckpt ls \
-        --storage s3://ckpts/gc --endpoint-url "http://127.0.0.1:$s3port" 2>&1; }
-    check "S3 storage: exactly the kept checkpoints" test "$(s3ls | grep ' complete ' | awk '{print $1}' | sort |
-        tr '\n' ' ')" = "s3gc-1-20 s3gc-2-20 s3gc-3-20 "
-    check "S3: one event per deletion" test "$(gc_events s3gc)" = 6
-    check "S3: no credentials in the controller log" eval "! grep -q S3RVER '$T/ctrl.log'"
-    kill "$S3PID" 2>/dev/null
-    wait "$S3PID" 2>/dev/null
-else
-    bad "s3rver is not installed ($S3RVER): run make deps"
-fi
-
 # spec.template naming no stored template is a configuration error.
 KD_SRC=${KD_SRC:-$(cd "$(dirname "$0")/../../.." && pwd)}
 . "$KD_SRC/e2e/controller/lib.sh"
