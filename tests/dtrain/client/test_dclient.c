@@ -136,7 +136,12 @@ static void test_report_and_ops(void **state)
 
     /* Preemption. */
     int pre = -1;
-    assert_int_equal(dtrain_should_preempt(c, 0, &pre, err), 0);
+    for (int i = 0; i < 250; i++) { /* until the informer has the trial's unpause */
+        assert_int_equal(dtrain_should_preempt(c, 0, &pre, err), 0);
+        if (pre == 0)
+            break;
+        kd_sleep_ms(20);
+    }
     assert_int_equal(pre, 0);
     fx_patch("experiments", "d-exp", NULL, "{\"spec\":{\"paused\":true}}");
     assert_int_equal(dtrain_should_preempt(c, 10000, &pre, err), 0);
