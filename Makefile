@@ -33,6 +33,8 @@ endif
 # ---- macros ---------------------------------------------------------------
 kd_objs = $(patsubst %.c,$(O)/obj/%.o,$(1))
 kd_libs = $(foreach l,$(1),$(O)/lib/libkd_$(l).a)
+# System libraries that kdet's own libraries in $(1) need (lib/k8s's cache: zlib).
+kd_syslibs = $(if $(filter k8s,$(1)),-lz)
 
 # $(call kd_lib,NAME,SRCS): static library $(O)/lib/libkd_NAME.a
 define kd_lib
@@ -50,7 +52,7 @@ define kd_prog
 $(O)/bin/$(1): $(call kd_objs,$(2)) $(call kd_libs,$(3))
 	@mkdir -p $$(@D)
 	@$$(if $$(Q),echo "  LD      $$@")
-	$$(Q)$$(CC) $$(KD_LDFLAGS) -o $$@ $(call kd_objs,$(2)) $(call kd_libs,$(3)) $(4)
+	$$(Q)$$(CC) $$(KD_LDFLAGS) -o $$@ $(call kd_objs,$(2)) $(call kd_libs,$(3)) $(4) $(call kd_syslibs,$(3))
 ALL_PROGS += $(O)/bin/$(1)
 endef
 
@@ -62,7 +64,7 @@ define kd_test
 $(O)/tests/$(1): $(call kd_objs,$(2)) $(call kd_libs,$(3))
 	@mkdir -p $$(@D)
 	@$$(if $$(Q),echo "  LD      $$@")
-	$$(Q)$$(CC) $$(KD_LDFLAGS) -o $$@ $(call kd_objs,$(2)) $(call kd_libs,$(3)) $(4) -lcmocka
+	$$(Q)$$(CC) $$(KD_LDFLAGS) -o $$@ $(call kd_objs,$(2)) $(call kd_libs,$(3)) $(4) $(call kd_syslibs,$(3)) -lcmocka
 ALL_TESTS += $(1)
 TEST_META += $(1):$(or $(5),120):$(subst $(eval) ,+,$(strip $(6)))
 TEST_DEPS_$(1) := $(O)/tests/$(1) $(7)

@@ -440,11 +440,22 @@ int main(int argc, char **argv)
         if (read(sig_pipe[0], &b, 1) == 1)
             goto shutdown;
     }
-    KD_INFO("caches synced", "experiments=%zu trials=%zu pods=%zu nodes=%zu",
+    {
+        struct kd_k8s_informer *infs[] = {c.exps, c.trials, c.pods, c.nodes};
+        size_t stored = 0, text = 0;
+        for (size_t i = 0; i < sizeof(infs) / sizeof(infs[0]); i++) {
+            size_t t = 0;
+            stored += kd_k8s_cache_bytes(kd_k8s_informer_cache(infs[i]), &t);
+            text += t;
+        }
+        KD_INFO(
+            "caches synced",
+            "experiments=%zu trials=%zu pods=%zu nodes=%zu cache_bytes=%zu cache_text_bytes=%zu",
             kd_k8s_cache_len(kd_k8s_informer_cache(c.exps)),
             kd_k8s_cache_len(kd_k8s_informer_cache(c.trials)),
             kd_k8s_cache_len(kd_k8s_informer_cache(c.pods)),
-            kd_k8s_cache_len(kd_k8s_informer_cache(c.nodes)));
+            kd_k8s_cache_len(kd_k8s_informer_cache(c.nodes)), stored, text);
+    }
     if ((rc = kd_ctrl_wire_start(&c, err)) != 0) {
         KD_ERROR("cannot start the store and the API", "err=%s detail=%s", kd_err_name(rc),
                  kd_logq(err));

@@ -11,6 +11,14 @@
  * typical Trial), which would put a controller caching 10,000 trials near
  * 80 MiB. Getters decode a private copy (a few microseconds per object),
  * which also means callers may change what they get.
+ *
+ * The text is deflated with a preset dictionary made of the texts of the
+ * first objects the cache holds (objects of one kind share most of their
+ * bytes: keys, label and owner values, conditions' messages). A 1.1 KB
+ * Trial becomes about 100 bytes, so the 10,000-trial cache shrinks from
+ * 11 MiB to about 1 MiB, for about 15 microseconds per write and a few per
+ * read. The dictionary never changes once set, so readers use it without
+ * a lock. Text that does not shrink by an eighth is kept as it is.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,11 +26,17 @@
 #include <string.h>
 
 #include <uthash.h>
+#include <zlib.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "k8s/informer.h"
 
 #define KEY_MAX 512
+#define DICT_SAMPLES 8 /* objects whose texts make the dictionary */
+#define DICT_MAX 4096  /* bytes of dictionary: the end of those texts */
+#define ZWBITS 13      /* raw deflate with an 8 KiB window: dictionary plus object */
+#define ZMEMLEVEL 6    /* about 40 KiB of deflate state, for one write at a time */
 
 struct entry;
 
@@ -41,11 +55,12 @@ struct ixref {
 
 struct entry {
     char *key;
-    char *json; /* compact JSON text of the object */
-    size_t len;
-    char *rv;         /* metadata.resourceVersion ("" when absent) */
-    char *uid;        /* metadata.uid ("" when absent) */
-    struct ixref *ix; /* the indexes this entry is in */
+    unsigned char *data; /* the object's compact JSON text, deflated when raw != 0 */
+    uint32_t len;        /* bytes of data */
+    uint32_t raw;        /* bytes of the text when data is deflated; 0: data is the text */
+    char *rv;            /* metadata.resourceVersion ("" when absent) */
+    char *uid;           /* metadata.uid ("" when absent) */
+    struct ixref *ix;    /* the indexes this entry is in */
     size_t nix;
     unsigned gen;     /* the relist generation that last saw it (kd_k8s_cache_replace_begin) */
     atomic_bool mark; /* set by a kd_k8s_cache_each_if walker; cleared when the object changes */
@@ -60,6 +75,9 @@ struct kd_k8s_cache {
     unsigned gen;      /* the current relist generation */
     char **ixlabels;   /* label keys to index (NULL-terminated), when ixlabels_set */
     bool ixlabels_set; /* false: every label */
+    /* The deflate dictionary: set once, by the first write, under the write lock. */
+    unsigned char *_Atomic dict;
+    size_t dictlen;
 };
 
 struct kd_k8s_cache *kd_k8s_cache_new(void)
@@ -159,19 +177,81 @@ static void ix_build(struct kd_k8s_cache *c, struct entry *e, const json_t *obj)
 
 static void entry_free(struct entry *e)
 {
-    free(e->json);
+    free(e->data);
     free(e->rv);
     free(e->uid);
     free(e->key);
     free(e);
 }
 
-/* A private copy of the entry's object. The text was written by jansson, so it parses. */
-static json_t *decode(const struct entry *e)
+/* Deflate text with the dictionary into *out; false when it would not shrink. */
+static bool deflate_text(const unsigned char *dict, size_t dictlen, const char *text, size_t len,
+                         unsigned char **out, uint32_t *outlen)
 {
-    json_t *o = json_loadb(e->json, e->len, 0, NULL);
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    if (len < 64 || len > UINT32_MAX ||
+        deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -ZWBITS, ZMEMLEVEL,
+                     Z_DEFAULT_STRATEGY) != Z_OK)
+        return false;
+    bool ok = false;
+    size_t cap = len - len / 8; /* worth it only when it saves an eighth */
+    unsigned char *buf = kd_xmalloc(cap);
+    if (deflateSetDictionary(&z, dict, (uInt)dictlen) == Z_OK) {
+        z.next_in = (unsigned char *)text;
+        z.avail_in = (uInt)len;
+        z.next_out = buf;
+        z.avail_out = (uInt)cap;
+        ok = deflate(&z, Z_FINISH) == Z_STREAM_END;
+    }
+    if (ok) {
+        *outlen = (uint32_t)z.total_out;
+        *out = kd_xrealloc(buf, z.total_out);
+    } else {
+        free(buf);
+    }
+    deflateEnd(&z);
+    return ok;
+}
+
+/* The entry's text (NUL-terminated); free it unless it is e->data itself. */
+static char *entry_text(const struct kd_k8s_cache *c, const struct entry *e)
+{
+    if (e->raw == 0)
+        return (char *)e->data;
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    char *text = kd_xmalloc((size_t)e->raw + 1);
+    int zr = inflateInit2(&z, -ZWBITS);
+    if (zr == Z_OK)
+        zr = inflateSetDictionary(&z, c->dict, (uInt)c->dictlen);
+    if (zr == Z_OK) {
+        z.next_in = e->data;
+        z.avail_in = e->len;
+        z.next_out = (unsigned char *)text;
+        z.avail_out = e->raw;
+        zr = inflate(&z, Z_FINISH);
+    }
+    bool ok = zr == Z_STREAM_END && z.total_out == e->raw;
+    inflateEnd(&z);
+    if (!ok) {
+        KD_ERROR("informer cache: a cached object does not inflate", "zlib=%d", zr);
+        abort();
+    }
+    text[e->raw] = '\0';
+    return text;
+}
+
+/* A private copy of the entry's object. The text was written by jansson, so it parses. */
+static json_t *decode(const struct kd_k8s_cache *c, const struct entry *e)
+{
+    char *text = entry_text(c, e);
+    size_t len = e->raw != 0 ? e->raw : e->len;
+    json_t *o = json_loadb(text, len, 0, NULL);
     if (o == NULL)
-        kd_oom(e->len);
+        kd_oom(len);
+    if (text != (char *)e->data)
+        free(text);
     return o;
 }
 
@@ -186,6 +266,7 @@ void kd_k8s_cache_free(struct kd_k8s_cache *c)
         ix_remove_all(c, e);
         entry_free(e);
     }
+    free(c->dict);
     for (size_t i = 0; c->ixlabels != NULL && c->ixlabels[i] != NULL; i++)
         free(c->ixlabels[i]);
     free(c->ixlabels);
@@ -213,7 +294,7 @@ int kd_k8s_cache_get(struct kd_k8s_cache *c, const char *key, json_t **obj)
     pthread_rwlock_rdlock(&c->lock);
     HASH_FIND_STR(c->entries, key, e);
     if (e != NULL)
-        *obj = decode(e);
+        *obj = decode(c, e);
     else
         rc = KD_ENOTFOUND;
     pthread_rwlock_unlock(&c->lock);
@@ -228,6 +309,23 @@ size_t kd_k8s_cache_len(struct kd_k8s_cache *c)
     return n;
 }
 
+size_t kd_k8s_cache_bytes(struct kd_k8s_cache *c, size_t *text)
+{
+    size_t n = 0, t = 0;
+    struct entry *e, *tmp;
+    pthread_rwlock_rdlock(&c->lock);
+    HASH_ITER(hh, c->entries, e, tmp)
+    {
+        n += e->len;
+        t += e->raw != 0 ? e->raw : e->len;
+    }
+    n += c->dictlen;
+    pthread_rwlock_unlock(&c->lock);
+    if (text != NULL)
+        *text = t;
+    return n;
+}
+
 static json_t *by_index(struct kd_k8s_cache *c, const char *ixkey)
 {
     json_t *arr = json_array();
@@ -235,7 +333,7 @@ static json_t *by_index(struct kd_k8s_cache *c, const char *ixkey)
     pthread_rwlock_rdlock(&c->lock);
     HASH_FIND_STR(c->index, ixkey, v);
     for (size_t i = 0; v != NULL && i < v->n; i++)
-        json_array_append_new(arr, decode(v->items[i]));
+        json_array_append_new(arr, decode(c, v->items[i]));
     pthread_rwlock_unlock(&c->lock);
     return arr;
 }
@@ -253,20 +351,20 @@ json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns)
     pthread_rwlock_rdlock(&c->lock);
     HASH_ITER(hh, c->entries, e, tmp)
     {
-        json_array_append_new(arr, decode(e));
+        json_array_append_new(arr, decode(c, e));
     }
     pthread_rwlock_unlock(&c->lock);
     return arr;
 }
 
 /* One step of a walk: decode e and call fn, unless want says to skip it; fn may mark e. */
-static int visit(struct entry *e, bool marking,
+static int visit(const struct kd_k8s_cache *c, struct entry *e, bool marking,
                  bool (*want)(const char *key, bool marked, void *ud),
                  int (*fn)(json_t *obj, void *ud), void *ud)
 {
     int rc = 0;
     if (want == NULL || want(e->key, atomic_load(&e->mark), ud)) {
-        json_t *o = decode(e);
+        json_t *o = decode(c, e);
         rc = fn(o, ud);
         json_decref(o);
         if (rc == KD_K8S_EACH_MARK && marking) {
@@ -288,12 +386,12 @@ static int each_index(struct kd_k8s_cache *c, const char *ixkey, bool marking,
         struct ixval *v = NULL;
         HASH_FIND_STR(c->index, ixkey, v);
         for (size_t i = 0; v != NULL && i < v->n && rc == 0; i++)
-            rc = visit(v->items[i], marking, want, fn, ud);
+            rc = visit(c, v->items[i], marking, want, fn, ud);
     } else {
         struct entry *e, *tmp;
         HASH_ITER(hh, c->entries, e, tmp)
         {
-            rc = visit(e, marking, want, fn, ud);
+            rc = visit(c, e, marking, want, fn, ud);
             if (rc != 0)
                 break;
         }
@@ -346,23 +444,75 @@ json_t *kd_k8s_cache_by_label(struct kd_k8s_cache *c, const char *key, const cha
     return arr;
 }
 
-/* The text and versions of obj, computed before taking the lock. */
+/* The stored form and versions of obj, computed before taking the lock. */
 struct enc {
-    char *json;
-    size_t len;
+    unsigned char *data;
+    uint32_t len, raw;
     char *rv, *uid;
 };
 
-static void encode(const json_t *obj, struct enc *x)
+static void encode(struct kd_k8s_cache *c, const json_t *obj, struct enc *x)
 {
     const char *rv = kd_k8s_meta_str(obj, "resourceVersion");
     const char *uid = kd_k8s_meta_str(obj, "uid");
-    x->json = json_dumps(obj, JSON_COMPACT);
-    if (x->json == NULL)
+    char *text = json_dumps(obj, JSON_COMPACT);
+    if (text == NULL)
         kd_oom(0);
-    x->len = strlen(x->json);
+    size_t len = strlen(text);
+    unsigned char *dict = atomic_load(&c->dict);
+    x->raw = 0;
+    if (dict != NULL && deflate_text(dict, c->dictlen, text, len, &x->data, &x->len)) {
+        x->raw = (uint32_t)len;
+        free(text);
+    } else if (len > UINT32_MAX) {
+        kd_oom(len); /* the API server's limit on an object is 1.5 MB */
+    } else {
+        x->data = (unsigned char *)text;
+        x->len = (uint32_t)len;
+    }
     x->rv = kd_xstrdup(rv != NULL ? rv : "");
     x->uid = kd_xstrdup(uid != NULL ? uid : "");
+}
+
+/*
+ * With the write lock held, once the cache holds DICT_SAMPLES objects: the
+ * end of their texts, one after the other, becomes the dictionary, and
+ * they are deflated with it too. (One object alone makes a poor
+ * dictionary when it is unlike the rest: a failed trial among completed
+ * ones doubled their size.)
+ */
+static void dict_build(struct kd_k8s_cache *c)
+{
+    struct entry *e, *tmp;
+    if (atomic_load(&c->dict) != NULL || c->n < DICT_SAMPLES)
+        return;
+    unsigned char *d = kd_xmalloc(DICT_MAX);
+    size_t n = 0;
+    HASH_ITER(hh, c->entries, e, tmp)
+    {
+        /* Each text's end goes last; what falls off the front is the oldest. */
+        size_t take = e->len < DICT_MAX ? e->len : DICT_MAX;
+        if (n + take > DICT_MAX) {
+            size_t drop = n + take - DICT_MAX;
+            memmove(d, d + drop, n - drop);
+            n -= drop;
+        }
+        memcpy(d + n, e->data + (e->len - take), take);
+        n += take;
+    }
+    c->dictlen = n;
+    atomic_store(&c->dict, d);
+    HASH_ITER(hh, c->entries, e, tmp)
+    {
+        unsigned char *z = NULL;
+        uint32_t zlen = 0;
+        if (e->raw == 0 && deflate_text(d, n, (const char *)e->data, e->len, &z, &zlen)) {
+            free(e->data);
+            e->raw = e->len;
+            e->data = z;
+            e->len = zlen;
+        }
+    }
 }
 
 /* Insert or replace with the write lock held (x is consumed); returns the old object decoded. */
@@ -373,8 +523,8 @@ static json_t *put_locked(struct kd_k8s_cache *c, const char *key, const json_t 
     HASH_FIND_STR(c->entries, key, e);
     if (e != NULL) {
         ix_remove_all(c, e);
-        old = decode(e);
-        free(e->json);
+        old = decode(c, e);
+        free(e->data);
         free(e->rv);
         free(e->uid);
     } else {
@@ -383,14 +533,16 @@ static json_t *put_locked(struct kd_k8s_cache *c, const char *key, const json_t 
         HASH_ADD_KEYPTR(hh, c->entries, e->key, strlen(e->key), e);
         c->n++;
     }
-    e->json = x->json;
+    e->data = x->data;
     e->len = x->len;
+    e->raw = x->raw;
     e->rv = x->rv;
     e->uid = x->uid;
     e->gen = c->gen;
     atomic_store(&e->mark, false);
     memset(x, 0, sizeof(*x));
     ix_build(c, e, obj);
+    dict_build(c);
     return old;
 }
 
@@ -402,7 +554,7 @@ static json_t *delete_locked(struct kd_k8s_cache *c, const char *key)
     if (e != NULL) {
         HASH_DEL(c->entries, e);
         ix_remove_all(c, e);
-        old = decode(e);
+        old = decode(c, e);
         entry_free(e);
         c->n--;
     }
@@ -417,7 +569,7 @@ int kd_k8s_cache_put(struct kd_k8s_cache *c, json_t *obj, json_t **old)
     int rc = kd_k8s_obj_key(obj, key, sizeof(key));
     if (rc < 0)
         return KD_EINVAL;
-    encode(obj, &x);
+    encode(c, obj, &x);
     pthread_rwlock_wrlock(&c->lock);
     prev = put_locked(c, key, obj, &x);
     pthread_rwlock_unlock(&c->lock);
@@ -499,7 +651,7 @@ int kd_k8s_cache_replace_page(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff
             continue;
         }
         struct enc x;
-        encode(item, &x); /* under the lock: a relist is one writer's batch anyway */
+        encode(c, item, &x); /* under the lock: a relist is one writer's batch anyway */
         json_t *old = put_locked(c, key, item, &x);
         json_array_append_new(changes, json_pack("[i,o,O]", old ? KD_K8S_MODIFIED : KD_K8S_ADDED,
                                                  old ? old : json_null(), item));

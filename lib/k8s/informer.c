@@ -67,7 +67,7 @@ int kd_k8s_informer_new(struct kd_k8s_client *client, const struct kd_k8s_inform
     inf->opts.label_selector = inf->lsel;
     inf->opts.field_selector = inf->fsel;
     if (inf->opts.page_size <= 0)
-        inf->opts.page_size = 500;
+        inf->opts.page_size = 100;
     if (inf->opts.watch_timeout_s <= 0)
         inf->opts.watch_timeout_s = 300;
     if (inf->opts.backoff_base_ms <= 0)

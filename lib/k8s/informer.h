@@ -46,6 +46,9 @@ int kd_k8s_cache_get(struct kd_k8s_cache *c, const char *key, json_t **obj) KD_W
 /** Number of objects. */
 size_t kd_k8s_cache_len(struct kd_k8s_cache *c);
 
+/** Bytes the objects take as stored (deflated text), and as text (*text, may be NULL). */
+size_t kd_k8s_cache_bytes(struct kd_k8s_cache *c, size_t *text);
+
 /** New array of every object in namespace ns (NULL: all), in no particular order. */
 json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns);
 
@@ -161,7 +164,7 @@ struct kd_k8s_informer_opts {
     const char *ns;             /* NULL: all namespaces */
     const char *label_selector; /* optional */
     const char *field_selector; /* optional */
-    long page_size;             /* list page size [500] */
+    long page_size;             /* list page size [100] */
     long watch_timeout_s;       /* server-side watch timeout; each watch uses 1-2x this [300] */
     long backoff_base_ms;       /* reconnect backoff [500] */
     long backoff_max_ms;        /* [30000] */

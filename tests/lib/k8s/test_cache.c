@@ -434,6 +434,94 @@ static void test_concurrent_readers(void **state)
     kd_k8s_cache_free(w.c);
 }
 
+/* A Trial-like object: what the controller caches by the thousand. */
+static json_t *trial(int i, const char *rv)
+{
+    char name[64], rid[40], uid[40];
+    snprintf(name, sizeof(name), "exp-%d", i);
+    snprintf(rid, sizeof(rid), "%032x", i * 2654435761u);
+    snprintf(uid, sizeof(uid), "%08x-0000-4000-8000-%012x", i * 40503u, i);
+    return json_pack("{s:s,s:s,s:{s:s,s:s,s:s,s:s,s:{s:s,s:s},s:[{s:s,s:s,s:s,s:b}]},"
+                     "s:{s:s,s:{s:i,s:f},s:i,s:s},s:{s:s,s:f,s:[{s:s,s:s,s:s}]}}",
+                     "apiVersion", "kdet.io/v1alpha1", "kind", "Trial", "metadata", "namespace",
+                     "default", "name", name, "resourceVersion", rv, "uid", uid, "labels",
+                     "kdet.io/experiment", "exp", "kdet.io/request-id", rid, "ownerReferences",
+                     "kind", "Experiment", "name", "exp", "uid",
+                     "1cbd2658-18a0-40f2-9dc8-0818c88a693a", "controller", 1, "spec", "experiment",
+                     "exp", "hparams", "layers", i % 7, "lr", 1.0 / (i + 3), "seed", i * 7919,
+                     "requestId", rid, "status", "state", i % 3 ? "COMPLETED" : "ACTIVE",
+                     "progress", (i % 100) / 100.0, "conditions", "type", "Scheduled", "reason",
+                     "Admitted", "message", "admitted by the kdet scheduler");
+}
+
+/* Objects are stored deflated against the first one's text, and come back exactly. */
+static void test_compressed(void **state)
+{
+    (void)state;
+    struct kd_k8s_cache *c = kd_k8s_cache_new();
+    char rv[16], key[80];
+    size_t text = 0;
+    for (int i = 0; i < 2000; i++) {
+        snprintf(rv, sizeof(rv), "%d", i + 1);
+        json_t *t = trial(i, rv);
+        assert_int_equal(kd_k8s_cache_put(c, t, NULL), 0);
+        json_decref(t);
+    }
+    /* A large object (beyond the deflate window), a tiny one, and one with non-ASCII text. */
+    json_t *big = obj("default", "big", "9001", NULL, "big");
+    char *blob = malloc(40000);
+    for (int i = 0; i < 39999; i++)
+        blob[i] = (char)('a' + (i * 7 + i / 13) % 26);
+    blob[39999] = '\0';
+    json_object_set_new(big, "data", json_string(blob));
+    free(blob);
+    assert_int_equal(kd_k8s_cache_put(c, big, NULL), 0);
+    json_t *tiny = json_pack("{s:{s:s,s:s}}", "metadata", "namespace", "t", "name", "x");
+    assert_int_equal(kd_k8s_cache_put(c, tiny, NULL), 0);
+    json_t *utf = obj("default", "utf", "9002", NULL, "caf\u00e9 \u6f22\u5b57");
+    assert_int_equal(kd_k8s_cache_put(c, utf, NULL), 0);
+
+    size_t bytes = kd_k8s_cache_bytes(c, &text);
+    assert_true(text > 2000 * 400);
+    assert_true(bytes * 3 < text); /* measured: about a tenth for the trials */
+    json_t *got = NULL;
+    for (int i = 0; i < 2000; i += 37) {
+        snprintf(rv, sizeof(rv), "%d", i + 1);
+        json_t *want = trial(i, rv);
+        snprintf(key, sizeof(key), "default/exp-%d", i);
+        assert_int_equal(kd_k8s_cache_get(c, key, &got), 0);
+        assert_true(json_equal(got, want));
+        json_decref(got);
+        json_decref(want);
+    }
+    json_t *pairs[][2] = {{big, NULL}, {tiny, NULL}, {utf, NULL}};
+    const char *keys[] = {"default/big", "t/x", "default/utf"};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kd_k8s_cache_get(c, keys[i], &got), 0);
+        assert_true(json_equal(got, pairs[i][0]));
+        json_decref(got);
+        json_decref(pairs[i][0]);
+    }
+    /* Replacing and deleting keep the accounting and the contents right. */
+    json_t *t5 = trial(5, "77777");
+    json_object_set_new(t5, "extra", json_string("changed"));
+    json_t *old = NULL;
+    assert_int_equal(kd_k8s_cache_put(c, t5, &old), 0);
+    assert_string_equal(kd_k8s_meta_str(old, "resourceVersion"), "6");
+    json_decref(old);
+    assert_int_equal(kd_k8s_cache_get(c, "default/exp-5", &got), 0);
+    assert_true(json_equal(got, t5));
+    json_decref(got);
+    json_decref(t5);
+    for (int i = 0; i < 2000; i++) {
+        snprintf(key, sizeof(key), "default/exp-%d", i);
+        assert_int_equal(kd_k8s_cache_delete(c, key, NULL), 0);
+    }
+    assert_int_equal(kd_k8s_cache_len(c), 3);
+    assert_true(kd_k8s_cache_bytes(c, &text) < 60000);
+    kd_k8s_cache_free(c);
+}
+
 static void test_enqueue_handlers(void **state)
 {
     (void)state;
@@ -485,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_index_labels),
         cmocka_unit_test(test_concurrent_readers),
         cmocka_unit_test(test_enqueue_handlers),
+        cmocka_unit_test(test_compressed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
