@@ -47,15 +47,12 @@ static uint64_t fnv(const char *s, uint64_t h)
 }
 
 /* The states the run depends on: the experiment's and every trial's (order-independent). */
-static json_int_t signature(const json_t *trials, const char *state)
+static json_int_t signature(const struct kd_gc_trial *trials, size_t n, const char *state)
 {
     uint64_t sum = fnv(state, 1469598103934665603ULL);
-    size_t i;
-    json_t *t;
-    json_array_foreach(trials, i, t)
-    {
-        uint64_t h = fnv(kd_k8s_meta_str(t, "uid"), 1469598103934665603ULL);
-        sum += fnv(kd_ctrl_str(t, "status", "state", NULL) ?: "QUEUED", h);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t h = fnv(trials[i].uid, 1469598103934665603ULL);
+        sum += fnv(trials[i].state ?: "QUEUED", h);
     }
     return (json_int_t)(sum & 0x7fffffffffffffffULL);
 }
@@ -86,36 +83,43 @@ void kd_ctrl_gc_forget(struct kd_ctrl *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-static bool trial_ended(const json_t *t)
+static bool trial_ended(const struct kd_gc_trial *t)
 {
     enum kd_trial_state s;
-    return t != NULL && kd_trial_state_parse(kd_ctrl_str(t, "status", "state", NULL), &s) &&
-           kd_trial_state_terminal(s);
+    return t != NULL && kd_trial_state_parse(t->state, &s) && kd_trial_state_terminal(s);
 }
 
-static const json_t *trial_by_uid(const json_t *trials, const char *uid)
+static int by_uid(const void *a, const void *b)
 {
-    size_t i;
-    json_t *t;
-    const json_t *found = NULL;
-    json_array_foreach(trials, i, t)
-    {
-        if (found == NULL && strcmp(kd_k8s_meta_str(t, "uid") ?: "", uid ?: "") == 0)
-            found = t;
-    }
-    return found;
+    return strcmp(((const struct kd_gc_trial *)a)->uid ?: "",
+                  ((const struct kd_gc_trial *)b)->uid ?: "");
+}
+
+/* The trial with this uid in trials (sorted by uid), or NULL. */
+static const struct kd_gc_trial *trial_by_uid(const struct kd_gc_trial *trials, size_t n,
+                                              const char *uid)
+{
+    struct kd_gc_trial k = {.uid = uid != NULL ? uid : ""};
+    return uid != NULL && n > 0 ? bsearch(&k, trials, n, sizeof(*trials), by_uid) : NULL;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* Trial states into the store (rows the API or wire.c created); returns the first error. */
-static int sync_trial_states(struct kd_ctrl *c, const json_t *rows, const json_t *trials, char *err)
+static int sync_trial_states(struct kd_ctrl *c, const json_t *rows,
+                             const struct kd_gc_trial *trials, size_t n, char *err)
 {
     int rc = 0;
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
     {
-        const json_t *t = trial_by_uid(trials, json_string_value(json_object_get(row, "uid")));
-        const char *want = t != NULL ? kd_ctrl_str(t, "status", "state", NULL) : NULL;
+        const struct kd_gc_trial *t =
+            trial_by_uid(trials, n, json_string_value(json_object_get(row, "uid")));
+        const char *want = t != NULL ? t->state : NULL;
         const char *have = json_string_value(json_object_get(row, "state")) ?: "";
         if (want == NULL || want[0] == '\0' || strcmp(want, have) == 0)
             continue;
@@ -228,30 +232,51 @@ static int validations(struct kd_ctrl *c, int64_t tid, const char *metric, json_
     return rc;
 }
 
-/* The checkpoint a live trial will start from although it is another trial's (PBT). */
-static bool parent_start(const json_t *trials, const json_t *ck_trial, const char *uuid)
+/* The request ids of live trials that will start from their parent's latest checkpoint
+ * (PBT: a parent and no checkpoint of their own yet), sorted; *n of them. */
+static const char **parent_starts(const struct kd_gc_trial *trials, size_t n, size_t *np)
 {
-    bool used = false;
-    size_t i;
-    json_t *t;
-    const char *rid = kd_ctrl_str(ck_trial, "spec", "requestId", NULL) ?: "";
-    const char *latest = kd_ctrl_str(ck_trial, "status", "latestCheckpoint", "uuid") ?: "";
-    json_array_foreach(trials, i, t)
-    {
-        const char *parent = kd_ctrl_str(t, "spec", "parentRequestId", NULL);
-        if (parent != NULL && strcmp(parent, rid) == 0 && !trial_ended(t) &&
-            kd_ctrl_str(t, "status", "latestCheckpoint", "uuid") == NULL &&
-            strcmp(latest, uuid) == 0)
-            used = true;
-    }
-    return used;
+    const char **v = kd_xcalloc(n + 1, sizeof(*v));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (trials[i].parent_request_id != NULL && !trial_ended(&trials[i]) &&
+            trials[i].checkpoint == NULL)
+            v[k++] = trials[i].parent_request_id;
+    qsort(v, k, sizeof(*v), cmp_str);
+    *np = k;
+    return v;
+}
+
+/* The checkpoint a live trial will start from although it is another trial's (PBT). */
+static bool parent_start(const char *const *parents, size_t np, const struct kd_gc_trial *ck_trial,
+                         const char *uuid)
+{
+    const char *rid = ck_trial->request_id ?: "";
+    return ck_trial->checkpoint != NULL && strcmp(ck_trial->checkpoint, uuid) == 0 && np > 0 &&
+           bsearch(&rid, parents, np, sizeof(*parents), cmp_str) != NULL;
+}
+
+/* A store row of a trial: its id and the Trial's uid. */
+struct rowref {
+    json_int_t id;
+    const char *uid;
+};
+
+static int by_id(const void *a, const void *b)
+{
+    json_int_t x = ((const struct rowref *)a)->id, y = ((const struct rowref *)b)->id;
+    return (x > y) - (x < y);
 }
 
 /* Plan and apply GC over the experiment's ACTIVE checkpoints. */
-static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg, const json_t *trials,
-                   const json_t *rows, int64_t eid, char *err)
+static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
+                   const struct kd_gc_trial *trials, size_t ntrials, const json_t *rows,
+                   int64_t eid, char *err)
 {
     int rc = 0;
+    size_t nparents = 0, nrows = json_array_size(rows);
+    const char **parents = NULL;
+    struct rowref *refs = NULL;
     json_t *ckpts = NULL, *vals = json_object();
     struct kd_gc_ckpt *in = NULL;
     unsigned *keep = NULL;
@@ -277,6 +302,14 @@ static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg, cons
     in = kd_xcalloc(n, sizeof(*in));
     keep = kd_xcalloc(n, sizeof(*keep));
     tids = kd_xcalloc(n, sizeof(*tids));
+    parents = parent_starts(trials, ntrials, &nparents);
+    refs = kd_xcalloc(nrows + 1, sizeof(*refs));
+    for (size_t i = 0; i < nrows; i++) {
+        const json_t *row = json_array_get(rows, i);
+        refs[i].id = json_integer_value(json_object_get(row, "id"));
+        refs[i].uid = json_string_value(json_object_get(row, "uid"));
+    }
+    qsort(refs, nrows, sizeof(*refs), by_id);
     for (size_t i = 0; i < n; i++) {
         const json_t *ck = json_array_get(ckpts, i);
         json_int_t tid = json_integer_value(json_object_get(ck, "trial_id"));
@@ -291,15 +324,10 @@ static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg, cons
             json_object_set_new(vals, key, v);
         }
         /* The Trial behind the row: a trial whose resource is not seen is treated as live. */
-        const char *tuid = NULL;
-        size_t j;
-        json_t *row;
-        json_array_foreach(rows, j, row)
-        {
-            if (json_integer_value(json_object_get(row, "id")) == tid)
-                tuid = json_string_value(json_object_get(row, "uid"));
-        }
-        const json_t *t = trial_by_uid(trials, tuid);
+        struct rowref rk = {.id = tid}, *ref = NULL;
+        if (nrows > 0)
+            ref = bsearch(&rk, refs, nrows, sizeof(*refs), by_id);
+        const struct kd_gc_trial *t = trial_by_uid(trials, ntrials, ref != NULL ? ref->uid : NULL);
         char step[24];
         snprintf(step, sizeof(step), "%" JSON_INTEGER_FORMAT,
                  json_integer_value(json_object_get(ck, "steps_completed")));
@@ -311,7 +339,7 @@ static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg, cons
         in[i].has_metric = m != NULL;
         in[i].metric = m != NULL ? json_number_value(m) : NAN;
         in[i].trial_active = !trial_ended(t);
-        in[i].protected_ = t != NULL && parent_start(trials, t, in[i].uuid);
+        in[i].protected_ = t != NULL && parent_start(parents, nparents, t, in[i].uuid);
     }
     struct kd_gc_policy p;
     kd_gc_policy_default(&p);
@@ -377,6 +405,8 @@ out:
     for (size_t i = 0; tids != NULL && i < n; i++)
         free(tids[i]);
     free(tids);
+    free(parents);
+    free(refs);
     free(in);
     free(keep);
     json_decref(vals);
@@ -385,7 +415,7 @@ out:
 }
 
 int kd_ctrl_gc_experiment(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
-                          const json_t *trials, const char *state, char *err)
+                          struct kd_gc_trial *trials, size_t n, const char *state, char *err)
 {
     int rc = 0;
     int64_t eid = 0;
@@ -393,9 +423,11 @@ int kd_ctrl_gc_experiment(struct kd_ctrl *c, const json_t *exp, const json_t *cf
     const char *uid = kd_k8s_meta_str(exp, "uid");
     if (c->store == NULL || !kd_ctrl_api_on(c) || uid == NULL)
         goto out;
-    json_int_t sig = signature(trials, state);
+    json_int_t sig = signature(trials, n, state);
     if (memo_is(c, uid, sig))
         goto out;
+    if (n > 1)
+        qsort(trials, n, sizeof(*trials), by_uid);
     rc = kd_store_experiment_lookup(c->store, uid, &eid, err);
     if (rc == KD_ENOTFOUND) {
         rc = 0; /* no trial ever started with the store: nothing recorded, nothing to collect */
@@ -405,15 +437,14 @@ int kd_ctrl_gc_experiment(struct kd_ctrl *c, const json_t *exp, const json_t *cf
     if (rc != 0)
         goto out;
     if ((rc = kd_store_trials_list(c->store, eid, &rows, err)) != 0 ||
-        (rc = sync_trial_states(c, rows, trials, err)) != 0)
+        (rc = sync_trial_states(c, rows, trials, n, err)) != 0)
         goto out;
     /* GC only when there is something that may be collected: an ended trial, or the end. */
     enum kd_exp_state es;
     bool due = kd_exp_state_parse(state, &es) && kd_exp_state_terminal(es);
-    size_t i;
-    json_t *t;
-    json_array_foreach(trials, i, t) due = due || trial_ended(t);
-    if (due && (rc = collect(c, exp, cfg, trials, rows, eid, err)) != 0)
+    for (size_t i = 0; i < n && !due; i++)
+        due = trial_ended(&trials[i]);
+    if (due && (rc = collect(c, exp, cfg, trials, n, rows, eid, err)) != 0)
         goto out;
     /* The experiment's own state last: a terminal one in the store says GC is done. */
     if ((rc = kd_store_experiment_get(c->store, eid, &erow, err)) != 0)

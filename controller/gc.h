@@ -16,6 +16,15 @@
 
 struct kd_ctrl;
 
+/** What checkpoint GC reads of one Trial (strings NULL when absent). */
+struct kd_gc_trial {
+    const char *uid;
+    const char *request_id;        /* spec.requestId */
+    const char *parent_request_id; /* spec.parentRequestId (PBT) */
+    const char *checkpoint;        /* status.latestCheckpoint.uuid */
+    const char *state;             /* status.state; NULL: not set yet (queued) */
+};
+
 /**
  * With the store on, bring the store up to the experiment's state: trial
  * and experiment states, then checkpoint GC over the checkpoints of trials
@@ -26,13 +35,14 @@ struct kd_ctrl;
  * short by a crash is finished by the next one. Runs only when the trials'
  * or the experiment's states changed since the last complete run (memo in
  * c->gcmemo); a fresh controller runs it once per experiment. `trials` are
- * the experiment's Trial objects, `cfg` its effective configuration, `state`
- * the experiment's state name. 0 (also when off or nothing was due) or the
- * first error, with the cause in err; the caller retries later. Blocks
- * (store, storage). Thread-safe.
+ * the n Trials of the experiment (sorted by uid here, in place), `cfg` its
+ * effective configuration, `state` the experiment's state name. 0 (also
+ * when off or nothing was due) or the first error, with the cause in err;
+ * the caller retries later. Blocks (store, storage). Thread-safe.
  */
 int kd_ctrl_gc_experiment(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
-                          const json_t *trials, const char *state, char *err) KD_WUR;
+                          struct kd_gc_trial *trials, size_t n, const char *state,
+                          char *err) KD_WUR;
 
 /** Forget the memo of GC runs (frees c->gcmemo). */
 void kd_ctrl_gc_forget(struct kd_ctrl *c);
