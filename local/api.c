@@ -2487,14 +2487,14 @@ static void do_binding(struct kd_api *api, struct kd_http_req *r, const struct t
     json_object_set_new(st, "conditions", conds);
     int rc = kd_store_put(api->st, t->rt->gr, t->ns, t->name, next, NULL);
     kd_store_unlock(api->st);
-    json_decref(b);
-    if (rc != 0) {
+    if (rc == 0)
+        KD_INFO("pod bound", "namespace=%s pod=%s node=%s by=binding", kd_logq(t->ns),
+                kd_logq(t->name), kd_logq(node));
+    json_decref(b); /* node points into it */
+    if (rc != 0)
         respond_status(r, 500, "InternalError", "the pod could not be stored", NULL);
-        return;
-    }
-    KD_INFO("pod bound", "namespace=%s pod=%s node=%s by=binding", kd_logq(t->ns), kd_logq(t->name),
-            kd_logq(node));
-    respond_status(r, 201, "", "", NULL);
+    else
+        respond_status(r, 201, "", "", NULL);
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------- */
