@@ -53,9 +53,16 @@ static bool quantity(const json_t *q, double scale, long long *out)
     static const struct {
         const char *sfx;
         double mul;
-    } sfx[] = {{"", 1},        {"m", 1e-3},     {"k", 1e3},           {"M", 1e6},
-               {"G", 1e9},     {"T", 1e12},     {"Ki", 1024.0},       {"Mi", 1048576.0},
-               {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
+    } sfx[] = {{"", 1},
+               {"m", 1e-3},
+               {"k", 1e3},
+               {"M", 1e6},
+               {"G", 1e9},
+               {"T", 1e12},
+               {"Ki", 1024.0},
+               {"Mi", 1048576.0},
+               {"Gi", 1073741824.0},
+               {"Ti", 1099511627776.0}};
     double v;
     char *end = NULL;
     if (json_is_number(q)) {

@@ -17,12 +17,11 @@
 #include "core/err.h"
 #include "k8s/client.h"
 
-#define KD_GANG_VOLCANO_SCHEDULER "volcano"                     /* Volcano's schedulerName */
+#define KD_GANG_VOLCANO_SCHEDULER "volcano"                      /* Volcano's schedulerName */
 #define KD_GANG_VOLCANO_GROUP_ANN "scheduling.k8s.io/group-name" /* pod -> its PodGroup */
 #define KD_GANG_KUEUE_QUEUE_LABEL "kueue.x-k8s.io/queue-name"
 #define KD_GANG_KUEUE_GROUP_LABEL "kueue.x-k8s.io/pod-group-name"
 #define KD_GANG_KUEUE_TOTAL_ANN "kueue.x-k8s.io/pod-group-total-count"
-#define KD_GANG_KUEUE_GATE "kueue.x-k8s.io/admission" /* the scheduling gate Kueue's webhook adds */
 #define KD_GANG_VOLCANO_GVR KD_K8S_GVR("scheduling.volcano.sh", "v1beta1", "podgroups")
 #define KD_GANG_KUEUE_GVR KD_K8S_GVR("kueue.x-k8s.io", "v1beta1", "workloads")
 #define KD_GANG_NAMELEN 254

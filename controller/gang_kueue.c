@@ -66,8 +66,8 @@ static const char *condition(const json_t *wl, const char *type, const char **ms
     return st;
 }
 
-static void kueue_explain(const json_t *wl, const json_t *pods, const char *name,
-                          const char *queue, struct kd_gang_wait *w)
+static void kueue_explain(const json_t *wl, const json_t *pods, const char *name, const char *queue,
+                          struct kd_gang_wait *w)
 {
     const char *msg = "";
     memset(w, 0, sizeof(*w));

@@ -31,17 +31,16 @@ static int volcano_group(const struct kd_gang_attempt *a, json_t **out, char *er
         json_string_value(json_object_get(json_object_get(p0, "spec"), "priorityClassName"));
     const json_t *labels = json_object_get(json_object_get(p0, "metadata"), "labels");
     volcano_name(a, name, sizeof(name));
-    if (name[0] == '\0' || json_array_size(a->pods) == 0 || a->queue == NULL ||
-        a->queue[0] == '\0')
+    if (name[0] == '\0' || json_array_size(a->pods) == 0 || a->queue == NULL || a->queue[0] == '\0')
         return kd_seterr(err, KD_EINVALID, "PodGroup: a trial name, pods and a queue are needed");
-    json_t *pg = json_pack(
-        "{s:s,s:s,s:{s:s,s:s,s:{},s:[{s:s,s:s,s:s,s:s,s:b,s:b}]},s:{s:i,s:s,s:o}}", "apiVersion",
-        "scheduling.volcano.sh/v1beta1", "kind", "PodGroup", "metadata", "name", name, "namespace",
-        meta(a->trial, "namespace") ?: "default", "labels", "ownerReferences", "apiVersion",
-        "kdet.io/v1alpha1", "kind", "Trial", "name", meta(a->trial, "name") ?: "", "uid",
-        meta(a->trial, "uid") ?: "", "controller", 1, "blockOwnerDeletion", 1, "spec", "minMember",
-        (int)json_array_size(a->pods), "queue", a->queue, "minResources",
-        kd_gang_min_resources(a->pods));
+    json_t *pg =
+        json_pack("{s:s,s:s,s:{s:s,s:s,s:{},s:[{s:s,s:s,s:s,s:s,s:b,s:b}]},s:{s:i,s:s,s:o}}",
+                  "apiVersion", "scheduling.volcano.sh/v1beta1", "kind", "PodGroup", "metadata",
+                  "name", name, "namespace", meta(a->trial, "namespace") ?: "default", "labels",
+                  "ownerReferences", "apiVersion", "kdet.io/v1alpha1", "kind", "Trial", "name",
+                  meta(a->trial, "name") ?: "", "uid", meta(a->trial, "uid") ?: "", "controller", 1,
+                  "blockOwnerDeletion", 1, "spec", "minMember", (int)json_array_size(a->pods),
+                  "queue", a->queue, "minResources", kd_gang_min_resources(a->pods));
     json_t *pl = json_object_get(json_object_get(pg, "metadata"), "labels");
     static const char *const keep[] = {KD_POD_LABEL_EXPERIMENT, KD_POD_LABEL_TRIAL,
                                        KD_POD_LABEL_RUN, NULL};
@@ -102,8 +101,9 @@ static void volcano_explain(const json_t *group, const json_t *pods, const char 
         json_string_value(json_object_get(json_object_get(group, "status"), "phase")) ?: "Pending";
     const char *unsched = true_condition(group, "Unschedulable");
     kd_strlcpy(w->reason, unsched != NULL ? "Unschedulable" : phase, sizeof(w->reason));
-    snprintf(w->message, sizeof(w->message), "waiting for volcano: PodGroup %s in queue %s is %s%s%s",
-             name, queue != NULL ? queue : "?", phase, unsched != NULL && unsched[0] ? ": " : "",
+    snprintf(w->message, sizeof(w->message),
+             "waiting for volcano: PodGroup %s in queue %s is %s%s%s", name,
+             queue != NULL ? queue : "?", phase, unsched != NULL && unsched[0] ? ": " : "",
              unsched != NULL ? unsched : "");
 }
 

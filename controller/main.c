@@ -441,7 +441,8 @@ int main(int argc, char **argv)
     c.cfgs = json_object();
     c.o.gang = &kd_gang_builtin;
     const char *genv = getenv("KDET_GANG_SCHEDULER"), *qenv = getenv("KDET_GANG_QUEUE");
-    if ((genv != NULL && genv[0] != '\0' && (rc = gang_parse("KDET_GANG_SCHEDULER", genv, &c.o, err)) != 0) ||
+    if ((genv != NULL && genv[0] != '\0' &&
+         (rc = gang_parse("KDET_GANG_SCHEDULER", genv, &c.o, err)) != 0) ||
         (qenv != NULL && qenv[0] != '\0' &&
          (rc = gang_queue_parse("KDET_GANG_QUEUE", qenv, &c.o, err)) != 0)) {
         fprintf(stderr, "kdet-controller: %s\n", err);

@@ -454,7 +454,8 @@ static int decide_delegated(const struct kd_sched_node *nodes, size_t nnodes,
         enum fit f = place(t, nodes, nnodes, empty, t->reason, sizeof(t->reason));
         if (f == FIT_OK) {
             t->decision = KD_SCHED_ADMIT;
-            snprintf(t->reason, sizeof(t->reason), "admitted (capacity left to the batch scheduler)");
+            snprintf(t->reason, sizeof(t->reason),
+                     "admitted (capacity left to the batch scheduler)");
         } else {
             t->decision = KD_SCHED_NEVER;
         }

@@ -396,8 +396,8 @@ static int create_group(struct kd_ctrl *c, const json_t *trial, const char *run_
             rc = 0; /* created by an attempt whose pods were not all made; same trial, same shape */
         if (rc == 0)
             KD_INFO("pod group created", "trial=%s group=%s queue=%s scheduler=%s",
-                    kd_logq(kd_k8s_meta_str(trial, "name")), kd_logq(kd_k8s_meta_str(group, "name")),
-                    kd_logq(a.queue), c->o.gang->name);
+                    kd_logq(kd_k8s_meta_str(trial, "name")),
+                    kd_logq(kd_k8s_meta_str(group, "name")), kd_logq(a.queue), c->o.gang->name);
     }
     json_decref(group);
     return rc;
@@ -418,8 +418,8 @@ static void gang_wait(struct kd_ctrl *c, const json_t *trial, json_t *pods, cons
     if (kd_gang_all_bound(pods))
         return;
     c->o.gang->group_name(&a, name, sizeof(name));
-    int r = kd_k8s_get(c->client, c->o.gang->gvr, kd_k8s_meta_str(trial, "namespace"), name,
-                       &group, NULL, err);
+    int r = kd_k8s_get(c->client, c->o.gang->gvr, kd_k8s_meta_str(trial, "namespace"), name, &group,
+                       NULL, err);
     if (r != 0 && r != KD_ENOTFOUND)
         KD_DEBUG("cannot read the pod group", "group=%s err=%s detail=%s", kd_logq(name),
                  kd_err_name(r), kd_logq(err));

@@ -2455,11 +2455,12 @@ static void do_binding(struct kd_api *api, struct kd_http_req *r, const struct t
     const char *bound = jstr(json_object_get(cur, "spec"), "nodeName");
     char msg[700];
     if ((bound != NULL && bound[0] != '\0') || jstr(meta(cur), "deletionTimestamp") != NULL) {
-        snprintf(msg, sizeof(msg), bound != NULL && bound[0] != '\0'
-                                       ? "Operation cannot be fulfilled on pods/binding \"%s\": "
-                                         "pod %s is already assigned to node \"%s\""
-                                       : "Operation cannot be fulfilled on pods/binding \"%s\": "
-                                         "pod %s is being deleted, cannot be assigned to a host%s",
+        snprintf(msg, sizeof(msg),
+                 bound != NULL && bound[0] != '\0'
+                     ? "Operation cannot be fulfilled on pods/binding \"%s\": "
+                       "pod %s is already assigned to node \"%s\""
+                     : "Operation cannot be fulfilled on pods/binding \"%s\": "
+                       "pod %s is being deleted, cannot be assigned to a host%s",
                  t->name, t->name, bound != NULL ? bound : "");
         kd_store_unlock(api->st);
         json_decref(b);

@@ -162,20 +162,21 @@ static void test_min_resources(void **s)
         "nvidia.com/gpu", "2", "resources", "requests", "cpu", 1, "memory", "512Mi", "spec",
         "containers", "resources", "limits", "cpu", "1.5", "memory", "1G", "nvidia.com/gpu", "2");
     json_t *r = kd_gang_min_resources(pods);
-    json_t *want = json_pack("{s:s,s:s,s:s}", "cpu", "3000m", "memory", "2610612736",
-                             "nvidia.com/gpu", "4");
+    json_t *want =
+        json_pack("{s:s,s:s,s:s}", "cpu", "3000m", "memory", "2610612736", "nvidia.com/gpu", "4");
     if (!json_equal(r, want))
         fail_msg("got %s", json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS));
     json_decref(r);
     json_decref(want);
     /* A quantity kdet cannot read leaves that resource out rather than under-count it. */
     json_object_set_new(
-        json_object_get(json_object_get(json_array_get(json_object_get(json_object_get(
-                                                           json_array_get(pods, 1), "spec"),
-                                                                       "containers"),
-                                                       0),
-                                        "resources"),
-                        "limits"),
+        json_object_get(
+            json_object_get(
+                json_array_get(
+                    json_object_get(json_object_get(json_array_get(pods, 1), "spec"), "containers"),
+                    0),
+                "resources"),
+            "limits"),
         "memory", json_string("1Pi"));
     r = kd_gang_min_resources(pods);
     assert_null(json_object_get(r, "memory"));
@@ -191,9 +192,9 @@ static void test_min_resources(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_volcano_multi),   cmocka_unit_test(test_volcano_single),
-        cmocka_unit_test(test_kueue_multi),     cmocka_unit_test(test_volcano_explain),
-        cmocka_unit_test(test_kueue_explain),   cmocka_unit_test(test_min_resources),
+        cmocka_unit_test(test_volcano_multi), cmocka_unit_test(test_volcano_single),
+        cmocka_unit_test(test_kueue_multi),   cmocka_unit_test(test_volcano_explain),
+        cmocka_unit_test(test_kueue_explain), cmocka_unit_test(test_min_resources),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
