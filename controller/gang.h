@@ -22,6 +22,8 @@
 #define KD_GANG_KUEUE_QUEUE_LABEL "kueue.x-k8s.io/queue-name"
 #define KD_GANG_KUEUE_GROUP_LABEL "kueue.x-k8s.io/pod-group-name"
 #define KD_GANG_KUEUE_TOTAL_ANN "kueue.x-k8s.io/pod-group-total-count"
+/* "false": a failed pod ends the group (kdet starts a new attempt as a new group). */
+#define KD_GANG_KUEUE_RETRIABLE_ANN "kueue.x-k8s.io/retriable-in-group"
 #define KD_GANG_VOLCANO_GVR KD_K8S_GVR("scheduling.volcano.sh", "v1beta1", "podgroups")
 #define KD_GANG_KUEUE_GVR KD_K8S_GVR("kueue.x-k8s.io", "v1beta1", "workloads")
 #define KD_GANG_NAMELEN 254

@@ -1,12 +1,14 @@
 /*
  * Kueue backend: Kueue's plain-pod groups. Each pod of an attempt carries
  * the LocalQueue (label kueue.x-k8s.io/queue-name), the group's name
- * (label kueue.x-k8s.io/pod-group-name) and its size (annotation
- * kueue.x-k8s.io/pod-group-total-count); Kueue's webhook gates the pods
- * (scheduling gate kueue.x-k8s.io/admission), Kueue creates the group's
- * Workload under the group's name and removes the gates of all pods once
- * the Workload is admitted. The Workload's QuotaReserved and Admitted
- * conditions say why a trial waits.
+ * (label kueue.x-k8s.io/pod-group-name), its size (annotation
+ * kueue.x-k8s.io/pod-group-total-count) and retriable-in-group "false" (a
+ * failed pod ends the group: kdet retries with a new attempt, a new group,
+ * so Kueue must not wait for a replacement pod). Kueue's webhook gates the
+ * pods (scheduling gate kueue.x-k8s.io/admission), Kueue creates the
+ * group's Workload under the group's name and removes the gates of all
+ * pods once the Workload is admitted. The Workload's QuotaReserved and
+ * Admitted conditions say why a trial waits.
  */
 #include <stdio.h>
 #include <string.h>
@@ -48,6 +50,8 @@ static void kueue_decorate(json_t *pod, const struct kd_gang_attempt *a)
                         json_string(a->queue != NULL ? a->queue : ""));
     json_object_set_new(child(md, "labels"), KD_GANG_KUEUE_GROUP_LABEL, json_string(name));
     json_object_set_new(child(md, "annotations"), KD_GANG_KUEUE_TOTAL_ANN, json_string(n));
+    json_object_set_new(child(md, "annotations"), KD_GANG_KUEUE_RETRIABLE_ANN,
+                        json_string("false"));
 }
 
 /* Condition `type` of the Workload: its status ("True"...) and message, or NULL. */

@@ -153,6 +153,9 @@ static const char *database_from_env(void)
                                                                         : NULL;
 }
 
+/* Whether --gang-scheduler / --gang-queue were given (they win over the environment). */
+static bool gang_given, queue_given;
+
 /* "auto" is resolved once the client exists (gang_auto); NULL gang means auto. */
 static int gang_parse(const char *what, const char *v, struct kd_ctrl_opts *o, char *err)
 {
@@ -261,9 +264,11 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
         } else if (strcmp(name, "--gang-scheduler") == 0) {
             if ((rc = gang_parse("--gang-scheduler", v, o, err)) != 0)
                 break;
+            gang_given = true;
         } else if (strcmp(name, "--gang-queue") == 0) {
             if ((rc = gang_queue_parse("--gang-queue", v, o, err)) != 0)
                 break;
+            queue_given = true;
         } else if (strcmp(name, "--preemption") == 0)
             rc = parse_onoff(name, v, &o->preemption, err);
         else if (strcmp(name, "--leader-elect") == 0)
@@ -440,18 +445,19 @@ int main(int argc, char **argv)
     c.preempt = json_object();
     c.cfgs = json_object();
     c.o.gang = &kd_gang_builtin;
-    const char *genv = getenv("KDET_GANG_SCHEDULER"), *qenv = getenv("KDET_GANG_QUEUE");
-    if ((genv != NULL && genv[0] != '\0' &&
-         (rc = gang_parse("KDET_GANG_SCHEDULER", genv, &c.o, err)) != 0) ||
-        (qenv != NULL && qenv[0] != '\0' &&
-         (rc = gang_queue_parse("KDET_GANG_QUEUE", qenv, &c.o, err)) != 0)) {
-        fprintf(stderr, "kdet-controller: %s\n", err);
-        rc = 2;
-        goto out;
-    }
     if ((rc = parse_args(argc, argv, &c.o, &kube, &level, err)) != 0) {
         fprintf(stderr, "kdet-controller: %s\n", err);
         usage(stderr);
+        rc = 2;
+        goto out;
+    }
+    /* The environment's gang settings, unless a flag gave them (the flag wins). */
+    const char *genv = getenv("KDET_GANG_SCHEDULER"), *qenv = getenv("KDET_GANG_QUEUE");
+    if ((!gang_given && genv != NULL && genv[0] != '\0' &&
+         (rc = gang_parse("KDET_GANG_SCHEDULER", genv, &c.o, err)) != 0) ||
+        (!queue_given && qenv != NULL && qenv[0] != '\0' &&
+         (rc = gang_queue_parse("KDET_GANG_QUEUE", qenv, &c.o, err)) != 0)) {
+        fprintf(stderr, "kdet-controller: %s\n", err);
         rc = 2;
         goto out;
     }
@@ -477,6 +483,10 @@ int main(int argc, char **argv)
     bool gang_detected = c.o.gang == NULL;
     if (gang_detected)
         c.o.gang = gang_auto(c.client);
+    if (!c.o.gang->kdet_admits && (c.o.sched_type == KD_SCHED_FAIR_SHARE || !c.o.preemption))
+        KD_WARN("--scheduler and --preemption do not apply with a batch scheduler: it orders, "
+                "shares and preempts",
+                "gang_scheduler=%s", c.o.gang->name);
     KD_INFO("starting",
             "server=%s source=%s namespace=%s scheduler=%s preemption=%s workers=%d "
             "leader_elect=%s gang_scheduler=%s%s gang_queue=%s",

@@ -405,10 +405,12 @@ static int create_group(struct kd_ctrl *c, const json_t *trial, const char *run_
 
 /*
  * Why the batch scheduler keeps the gang waiting (w->waiting false: it admitted it). Reads
- * the group object (PodGroup, Workload) from the API only while some pod is unbound.
+ * the group object (PodGroup, Workload) from the API only while some pod is unbound, and
+ * not at all when `fresh` (the pods were just created: the batch scheduler has not looked
+ * at them yet).
  */
 static void gang_wait(struct kd_ctrl *c, const json_t *trial, json_t *pods, const char *run_id,
-                      struct kd_gang_wait *w)
+                      bool fresh, struct kd_gang_wait *w)
 {
     char name[KD_GANG_NAMELEN], err[KD_ERRLEN] = "";
     json_t *group = NULL;
@@ -418,7 +420,11 @@ static void gang_wait(struct kd_ctrl *c, const json_t *trial, json_t *pods, cons
     if (kd_gang_all_bound(pods))
         return;
     c->o.gang->group_name(&a, name, sizeof(name));
-    int r = kd_k8s_get(c->client, c->o.gang->gvr, kd_k8s_meta_str(trial, "namespace"), name, &group,
+    int r = 0;
+    if (fresh)
+        group = json_object(); /* no status yet */
+    else
+        r = kd_k8s_get(c->client, c->o.gang->gvr, kd_k8s_meta_str(trial, "namespace"), name, &group,
                        NULL, err);
     if (r != 0 && r != KD_ENOTFOUND)
         KD_DEBUG("cannot read the pod group", "group=%s err=%s detail=%s", kd_logq(name),
@@ -742,7 +748,7 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
             }
             struct kd_gang_wait gw = {0};
             if (delegated(c))
-                gang_wait(c, trial, pst, run_id, &gw);
+                gang_wait(c, trial, pst, run_id, true, &gw);
             status = state_status(trial, KD_TRIAL_ACTIVE, gw.waiting ? gw.message : "pods created");
             json_object_set_new(status, "pods", pst);
             pst = NULL;
@@ -913,7 +919,7 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
     }
     struct kd_gang_wait gw = {0};
     if (delegated(c))
-        gang_wait(c, trial, pods, a.run_id, &gw);
+        gang_wait(c, trial, pods, a.run_id, false, &gw);
     status = state_status(trial, KD_TRIAL_ACTIVE, gw.waiting ? gw.message : "running");
     json_object_set_new(status, "pods", pods_status(pods));
     clear_idle(status, tstatus, closed ? "Closed" : "Promoted",
