@@ -401,8 +401,8 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
             kd_strlcpy(ad->key, t->key, sizeof(ad->key));
             ad->nplace = t->nplace;
             ad->gpus = t->nplace > 0 ? t->place[0].gpus : 0;
-            for (int p = 0; p < t->nplace && !delegate;
-                 p++) /* delegated: the batch scheduler places */
+            /* Delegated: no node pin, the batch scheduler places the pods. */
+            for (int p = 0; p < t->nplace && !delegate; p++)
                 kd_strlcpy(ad->nodes[p], nodes[t->place[p].node].name, sizeof(ad->nodes[p]));
             ad->at_ms = now;
             KD_INFO("trial admitted", "trial=%s slots=%d pods=%d node=%s", kd_logq(t->key),

@@ -7,6 +7,9 @@
  * path that ends an attempt also deletes them explicitly. With the API on,
  * a trial that waits at its target for the searcher gives its GPUs back
  * (condition Idle) and is queued again from its checkpoint when promoted.
+ * With a batch scheduler (gang.h) an attempt's group object (a Volcano
+ * PodGroup) is created before its pods and deleted with them, and the
+ * trial's Scheduled condition says why the batch scheduler keeps it waiting.
  */
 #include <inttypes.h>
 #include <stdatomic.h>
