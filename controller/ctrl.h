@@ -18,6 +18,7 @@
 #include "k8s/informer.h"
 #include "k8s/leader.h"
 #include "k8s/queue.h"
+#include "gang.h"
 #include "podspec.h"
 #include "scheduler.h"
 
@@ -39,6 +40,9 @@ struct kd_ctrl_opts {
     int workers;    /* per queue [4] */
     enum kd_sched_type sched_type;
     bool preemption;
+    /* Who admits gangs by capacity: kdet (builtin), Volcano or Kueue (docs/scheduling.md). */
+    const struct kd_gang_ops *gang;
+    const char *gang_queue; /* the batch scheduler's queue; NULL: the trial's resource pool */
     bool leader_elect;
     const char *lease_name; /* [kdet-controller] */
     const char *lease_ns;   /* [the client's namespace] */

@@ -47,6 +47,11 @@ static void usage(FILE *f)
         "  --workers N              reconcile workers per queue, 1..64 (default 4)\n"
         "  --scheduler TYPE         priority | fair_share (default priority)\n"
         "  --preemption on|off      preempt lower-priority trials (default on)\n"
+        "  --gang-scheduler NAME    who admits trials by capacity: builtin | volcano | kueue |\n"
+        "                           auto (by API discovery) (default $KDET_GANG_SCHEDULER or "
+        "builtin)\n"
+        "  --gang-queue NAME        Volcano Queue / Kueue LocalQueue of all trials (default\n"
+        "                           $KDET_GANG_QUEUE, else the trial's resource pool)\n"
         "  --leader-elect on|off    leader election on a Lease (default off)\n"
         "  --lease-name NAME        the Lease (default kdet-controller)\n"
         "  --lease-namespace NS     its namespace (default: $POD_NAMESPACE or the client's)\n"
@@ -80,6 +85,8 @@ static const char *const flag_names[] = {
     "--workers",
     "--scheduler",
     "--preemption",
+    "--gang-scheduler",
+    "--gang-queue",
     "--leader-elect",
     "--lease-name",
     "--lease-namespace",
@@ -146,6 +153,65 @@ static const char *database_from_env(void)
                                                                         : NULL;
 }
 
+/* Whether --gang-scheduler / --gang-queue were given (they win over the environment). */
+static bool gang_given, queue_given;
+
+/* "auto" is resolved once the client exists (gang_auto); NULL gang means auto. */
+static int gang_parse(const char *what, const char *v, struct kd_ctrl_opts *o, char *err)
+{
+    int rc = 0;
+    if (strcmp(v, "auto") == 0)
+        o->gang = NULL;
+    else if ((o->gang = kd_gang_find(v)) == NULL)
+        rc = kd_seterr(err, KD_EINVAL, "%s=%s: expected builtin, volcano, kueue or auto", what, v);
+    return rc;
+}
+
+/* A queue name: a DNS-1123 subdomain for Volcano, a label value for Kueue: [a-z0-9.-], <= 63. */
+static int gang_queue_parse(const char *what, const char *v, struct kd_ctrl_opts *o, char *err)
+{
+    size_t n = strlen(v);
+    bool ok = n > 0 && n <= 63 && v[0] != '-' && v[0] != '.' && v[n - 1] != '-' && v[n - 1] != '.';
+    for (size_t i = 0; i < n && ok; i++)
+        ok = (v[i] >= 'a' && v[i] <= 'z') || (v[i] >= '0' && v[i] <= '9') || v[i] == '-' ||
+             v[i] == '.';
+    if (!ok)
+        return kd_seterr(err, KD_EINVAL,
+                         "%s=%s: expected a queue name (lower-case letters, digits, '-' and '.', "
+                         "at most 63)",
+                         what, v);
+    o->gang_queue = v;
+    return 0;
+}
+
+/* Whether the API server serves `resource` in group/version (discovery). */
+static bool served(struct kd_k8s_client *client, const char *gv, const char *resource)
+{
+    char path[128];
+    json_t *list = NULL;
+    bool found = false;
+    size_t i;
+    json_t *r;
+    snprintf(path, sizeof(path), "/apis/%s", gv);
+    if (kd_k8s_request(client, "GET", path, NULL, NULL, &list, NULL, NULL) == 0)
+        json_array_foreach(json_object_get(list, "resources"), i, r) found =
+            found || strcmp(json_string_value(json_object_get(r, "name")) ?: "", resource) == 0;
+    json_decref(list);
+    return found;
+}
+
+/* --gang-scheduler auto: Volcano when its PodGroups are served, else Kueue when its
+ * Workloads are, else the built-in scheduler. */
+static const struct kd_gang_ops *gang_auto(struct kd_k8s_client *client)
+{
+    const struct kd_gang_ops *g = &kd_gang_builtin;
+    if (served(client, "scheduling.volcano.sh/v1beta1", "podgroups"))
+        g = &kd_gang_volcano;
+    else if (served(client, "kueue.x-k8s.io/v1beta1", "workloads"))
+        g = &kd_gang_kueue;
+    return g;
+}
+
 static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
                       struct kd_k8s_client_opts *kube, int *log_level, char *err)
 {
@@ -195,6 +261,14 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
             if (kd_sched_type_parse(v, &o->sched_type) != 0)
                 rc =
                     kd_seterr(err, KD_EINVAL, "--scheduler=%s: expected priority or fair_share", v);
+        } else if (strcmp(name, "--gang-scheduler") == 0) {
+            if ((rc = gang_parse("--gang-scheduler", v, o, err)) != 0)
+                break;
+            gang_given = true;
+        } else if (strcmp(name, "--gang-queue") == 0) {
+            if ((rc = gang_queue_parse("--gang-queue", v, o, err)) != 0)
+                break;
+            queue_given = true;
         } else if (strcmp(name, "--preemption") == 0)
             rc = parse_onoff(name, v, &o->preemption, err);
         else if (strcmp(name, "--leader-elect") == 0)
@@ -370,9 +444,20 @@ int main(int argc, char **argv)
     c.reasons = json_object();
     c.preempt = json_object();
     c.cfgs = json_object();
+    c.o.gang = &kd_gang_builtin;
     if ((rc = parse_args(argc, argv, &c.o, &kube, &level, err)) != 0) {
         fprintf(stderr, "kdet-controller: %s\n", err);
         usage(stderr);
+        rc = 2;
+        goto out;
+    }
+    /* The environment's gang settings, unless a flag gave them (the flag wins). */
+    const char *genv = getenv("KDET_GANG_SCHEDULER"), *qenv = getenv("KDET_GANG_QUEUE");
+    if ((!gang_given && genv != NULL && genv[0] != '\0' &&
+         (rc = gang_parse("KDET_GANG_SCHEDULER", genv, &c.o, err)) != 0) ||
+        (!queue_given && qenv != NULL && qenv[0] != '\0' &&
+         (rc = gang_queue_parse("KDET_GANG_QUEUE", qenv, &c.o, err)) != 0)) {
+        fprintf(stderr, "kdet-controller: %s\n", err);
         rc = 2;
         goto out;
     }
@@ -395,12 +480,21 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
+    bool gang_detected = c.o.gang == NULL;
+    if (gang_detected)
+        c.o.gang = gang_auto(c.client);
+    if (!c.o.gang->kdet_admits && (c.o.sched_type == KD_SCHED_FAIR_SHARE || !c.o.preemption))
+        KD_WARN("--scheduler and --preemption do not apply with a batch scheduler: it orders, "
+                "shares and preempts",
+                "gang_scheduler=%s", c.o.gang->name);
     KD_INFO("starting",
             "server=%s source=%s namespace=%s scheduler=%s preemption=%s workers=%d "
-            "leader_elect=%s",
+            "leader_elect=%s gang_scheduler=%s%s gang_queue=%s",
             kd_logq(cfg.server), kd_logq(cfg.source), c.o.ns ? kd_logq(c.o.ns) : "(all)",
             c.o.sched_type == KD_SCHED_FAIR_SHARE ? "fair_share" : "priority",
-            c.o.preemption ? "on" : "off", c.o.workers, c.o.leader_elect ? "on" : "off");
+            c.o.preemption ? "on" : "off", c.o.workers, c.o.leader_elect ? "on" : "off",
+            c.o.gang->name, gang_detected ? " gang_detected=true" : "",
+            c.o.gang_queue != NULL ? kd_logq(c.o.gang_queue) : "(resource pool)");
 
     c.expq = kd_k8s_queue_new(NULL);
     c.trialq = kd_k8s_queue_new(NULL);

@@ -380,7 +380,9 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     c->nadmits = w;
     pthread_mutex_unlock(&c->mu);
 
-    struct kd_sched_opts so = {.type = c->o.sched_type, .preemption = c->o.preemption};
+    bool delegate = c->o.gang != NULL && !c->o.gang->kdet_admits;
+    struct kd_sched_opts so = {
+        .type = c->o.sched_type, .preemption = c->o.preemption, .delegate = delegate};
     if (kd_sched_decide(&so, nodes, nn, ts, n) != 0) {
         KD_ERROR("scheduler input rejected", "trials=%zu nodes=%zu", n, nn);
         goto out;
@@ -399,7 +401,8 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
             kd_strlcpy(ad->key, t->key, sizeof(ad->key));
             ad->nplace = t->nplace;
             ad->gpus = t->nplace > 0 ? t->place[0].gpus : 0;
-            for (int p = 0; p < t->nplace; p++)
+            /* Delegated: no node pin, the batch scheduler places the pods. */
+            for (int p = 0; p < t->nplace && !delegate; p++)
                 kd_strlcpy(ad->nodes[p], nodes[t->place[p].node].name, sizeof(ad->nodes[p]));
             ad->at_ms = now;
             KD_INFO("trial admitted", "trial=%s slots=%d pods=%d node=%s", kd_logq(t->key),

@@ -429,6 +429,42 @@ static int decide_fair_share(const struct kd_sched_node *nodes, size_t nnodes, i
     return 0;
 }
 
+/*
+ * A batch scheduler admits by capacity (opts->delegate): kdet only applies
+ * max_slots and the shape rules, placing each trial on the pool as if it
+ * were empty so that the pod layout (one pod of S GPUs, or S/G whole-node
+ * pods) is the one the built-in scheduler would use.
+ */
+static int decide_delegated(const struct kd_sched_node *nodes, size_t nnodes,
+                            struct kd_sched_trial *trials, size_t ntrials)
+{
+    struct kd_sched_trial **q = kd_xcalloc(ntrials + 1, sizeof(*q));
+    int *empty = kd_xcalloc(nnodes + 1, sizeof(int));
+    size_t nq = 0;
+    for (size_t i = 0; i < ntrials; i++)
+        if (trials[i].state == KD_SCHED_WAITING)
+            q[nq++] = &trials[i];
+    qsort(q, nq, sizeof(*q), cmp_priority);
+    for (size_t k = 0; k < nq; k++) {
+        struct kd_sched_trial *t = q[k];
+        if (!under_cap(t, trials, ntrials))
+            continue;
+        for (size_t i = 0; i < nnodes; i++)
+            empty[i] = nodes[i].gpus;
+        enum fit f = place(t, nodes, nnodes, empty, t->reason, sizeof(t->reason));
+        if (f == FIT_OK) {
+            t->decision = KD_SCHED_ADMIT;
+            snprintf(t->reason, sizeof(t->reason),
+                     "admitted (capacity left to the batch scheduler)");
+        } else {
+            t->decision = KD_SCHED_NEVER;
+        }
+    }
+    free(empty);
+    free(q);
+    return 0;
+}
+
 int kd_sched_decide(const struct kd_sched_opts *opts, const struct kd_sched_node *nodes,
                     size_t nnodes, struct kd_sched_trial *trials, size_t ntrials)
 {
@@ -460,34 +496,13 @@ int kd_sched_decide(const struct kd_sched_opts *opts, const struct kd_sched_node
             t->nplace = 0;
         }
     }
-    if (opts->type == KD_SCHED_FAIR_SHARE)
+    if (opts->delegate)
+        rc = decide_delegated(nodes, nnodes, trials, ntrials);
+    else if (opts->type == KD_SCHED_FAIR_SHARE)
         rc = decide_fair_share(nodes, nnodes, free_gpus, trials, ntrials);
     else
         rc = decide_priority(opts, nodes, nnodes, free_gpus, trials, ntrials);
 out:
     free(free_gpus);
     return rc;
-}
-
-static int builtin_decorate(void *pod, const char *trial_key, int rank, int npods)
-{
-    (void)pod;
-    (void)trial_key;
-    (void)rank;
-    (void)npods;
-    return 0;
-}
-
-const struct kd_gang_ops kd_gang_builtin = {
-    .name = "builtin",
-    .kdet_admits = true,
-    .decorate_pod = builtin_decorate,
-};
-
-const struct kd_gang_ops *kd_gang_find(const char *name)
-{
-    const struct kd_gang_ops *ops = NULL;
-    if (name != NULL && strcmp(name, "builtin") == 0)
-        ops = &kd_gang_builtin;
-    return ops;
 }

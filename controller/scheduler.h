@@ -85,6 +85,13 @@ struct kd_sched_trial {
 struct kd_sched_opts {
     enum kd_sched_type type;
     bool preemption; /* priority scheduler: preempt lower-priority trials */
+    /*
+     * A batch scheduler (Volcano, Kueue) admits by capacity: every waiting
+     * trial that passes max_slots and the shape rules (NEVER) is admitted at
+     * once with the pod layout it would get on an empty pool; free GPUs,
+     * queue blocking, fair share and preemption are left to it.
+     */
+    bool delegate;
 };
 
 /**
@@ -105,27 +112,5 @@ struct kd_sched_opts {
  */
 int kd_sched_decide(const struct kd_sched_opts *opts, const struct kd_sched_node *nodes,
                     size_t nnodes, struct kd_sched_trial *trials, size_t ntrials) KD_WUR;
-
-/**
- * The seam for delegating gang admission to a batch scheduler installed in
- * the cluster (Volcano PodGroups, Kueue Workloads). The built-in backend
- * admits with kd_sched_decide and places pods on the nodes it chose; a
- * delegating backend would create its PodGroup/Workload in `prepare`, mark
- * the pods in `decorate_pod` (schedulerName, group annotations) and admit
- * every trial at once, leaving the waiting to the batch scheduler. Only
- * the built-in backend exists today.
- */
-struct kd_gang_ops {
-    const char *name;
-    /* Whether kdet's own scheduler decides admission (true for built-in). */
-    bool kdet_admits;
-    /* Annotate a trial's pod (a json_t *, passed as void * to keep this header jansson-free). */
-    int (*decorate_pod)(void *pod, const char *trial_key, int rank, int npods);
-};
-
-extern const struct kd_gang_ops kd_gang_builtin;
-
-/** The backend named `name` ("builtin"), or NULL; `volcano`/`kueue` are not implemented. */
-const struct kd_gang_ops *kd_gang_find(const char *name);
 
 #endif

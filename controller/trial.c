@@ -7,6 +7,9 @@
  * path that ends an attempt also deletes them explicitly. With the API on,
  * a trial that waits at its target for the searcher gives its GPUs back
  * (condition Idle) and is queued again from its checkpoint when promoted.
+ * With a batch scheduler (gang.h) an attempt's group object (a Volcano
+ * PodGroup) is created before its pods and deleted with them, and the
+ * trial's Scheduled condition says why the batch scheduler keeps it waiting.
  */
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -99,12 +102,47 @@ static void deleted_note(struct kd_ctrl *c, const char *uid, bool now)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Whether a batch scheduler admits this controller's gangs (Volcano, Kueue). */
+static bool delegated(const struct kd_ctrl *c)
+{
+    return c->o.gang != NULL && !c->o.gang->kdet_admits;
+}
+
+/* The batch scheduler's queue for a trial: --gang-queue, else its resource pool. */
+static const char *gang_queue(const struct kd_ctrl *c, const json_t *trial)
+{
+    const char *pool = kd_ctrl_str(trial, "spec", "resources", "resourcePool");
+    return c->o.gang_queue != NULL ? c->o.gang_queue : pool != NULL && pool[0] ? pool : "default";
+}
+
+/*
+ * Delete the group object (Volcano's PodGroup) of trial `tname` along with its pods. It is
+ * owned by the Trial too, so the garbage collector removes it when the Trial goes; this
+ * removes it when the attempt ends. Only backends that create their group object have one.
+ */
+static void delete_group(struct kd_ctrl *c, const char *ns, const char *tname, const char *run_id)
+{
+    char name[KD_GANG_NAMELEN], err[KD_ERRLEN] = "";
+    if (!delegated(c) || c->o.gang->build_group == NULL || tname == NULL)
+        return;
+    json_t *t = json_pack("{s:{s:s}}", "metadata", "name", tname);
+    struct kd_gang_attempt a = {.trial = t, .run_id = run_id};
+    c->o.gang->group_name(&a, name, sizeof(name));
+    int r = kd_k8s_delete(c->client, c->o.gang->gvr, ns, name, NULL, NULL, NULL, err);
+    if (r == 0)
+        KD_INFO("pod group deleted", "namespace=%s group=%s", kd_logq(ns), kd_logq(name));
+    else if (r != KD_ENOTFOUND)
+        KD_WARN("pod group not deleted", "namespace=%s group=%s err=%s detail=%s", kd_logq(ns),
+                kd_logq(name), kd_err_name(r), kd_logq(err));
+    json_decref(t);
+}
+
 /* Delete the pods; `now`: with gracePeriodSeconds 0 (a kill: no time to checkpoint). */
 static int delete_pods(struct kd_ctrl *c, json_t *pods, bool now)
 {
     int rc = 0;
     size_t i;
-    json_t *p;
+    json_t *p, *deleted = NULL;
     struct kd_k8s_delete_opts at_once = {.has_grace_period = true, .grace_period_seconds = 0};
     json_array_foreach(pods, i, p)
     {
@@ -124,7 +162,13 @@ static int delete_pods(struct kd_ctrl *c, json_t *pods, bool now)
             KD_INFO("pod deleted", "pod=%s", kd_logq(kd_k8s_meta_str(p, "name")));
         if (r != 0 && r != KD_ENOTFOUND && rc == 0)
             rc = r;
+        if (r == 0)
+            deleted = p;
     }
+    if (deleted != NULL) /* the attempt ends: its group object goes with its pods */
+        delete_group(c, kd_k8s_meta_str(deleted, "namespace"),
+                     kd_ctrl_str(deleted, "metadata", "labels", KD_POD_LABEL_TRIAL),
+                     kd_ctrl_str(deleted, "metadata", "labels", KD_POD_LABEL_RUN));
     return rc;
 }
 
@@ -338,6 +382,60 @@ static void clear_idle(json_t *st, const json_t *tstatus, const char *reason, co
         kd_ctrl_set_condition(st, tstatus, KD_TRIAL_COND_IDLE, false, reason, msg, gen);
 }
 
+/*
+ * Hand the attempt to the batch scheduler: mark its pods and create its group object (a
+ * Volcano PodGroup) before them, so that the batch scheduler never sees a partial gang.
+ */
+static int create_group(struct kd_ctrl *c, const json_t *trial, const char *run_id, json_t *pods,
+                        char *err)
+{
+    json_t *group = NULL;
+    struct kd_gang_attempt a = {
+        .trial = trial, .run_id = run_id, .queue = gang_queue(c, trial), .pods = pods};
+    int rc = kd_gang_prepare(c->o.gang, &a, pods, &group, err);
+    if (rc == 0 && group != NULL) {
+        rc = kd_k8s_create(c->client, c->o.gang->gvr, NULL, group, NULL, NULL, err);
+        if (rc == KD_EEXIST)
+            rc = 0; /* created by an attempt whose pods were not all made; same trial, same shape */
+        if (rc == 0)
+            KD_INFO("pod group created", "trial=%s group=%s queue=%s scheduler=%s",
+                    kd_logq(kd_k8s_meta_str(trial, "name")),
+                    kd_logq(kd_k8s_meta_str(group, "name")), kd_logq(a.queue), c->o.gang->name);
+    }
+    json_decref(group);
+    return rc;
+}
+
+/*
+ * Why the batch scheduler keeps the gang waiting (w->waiting false: it admitted it). Reads
+ * the group object (PodGroup, Workload) from the API only while some pod is unbound, and
+ * not at all when `fresh` (the pods were just created: the batch scheduler has not looked
+ * at them yet).
+ */
+static void gang_wait(struct kd_ctrl *c, const json_t *trial, json_t *pods, const char *run_id,
+                      bool fresh, struct kd_gang_wait *w)
+{
+    char name[KD_GANG_NAMELEN], err[KD_ERRLEN] = "";
+    json_t *group = NULL;
+    struct kd_gang_attempt a = {.trial = trial, .run_id = run_id, .pods = pods};
+    const char *queue = gang_queue(c, trial);
+    memset(w, 0, sizeof(*w));
+    if (kd_gang_all_bound(pods))
+        return;
+    c->o.gang->group_name(&a, name, sizeof(name));
+    int r = 0;
+    if (fresh)
+        group = json_object(); /* no status yet */
+    else
+        r = kd_k8s_get(c->client, c->o.gang->gvr, kd_k8s_meta_str(trial, "namespace"), name, &group,
+                       NULL, err);
+    if (r != 0 && r != KD_ENOTFOUND)
+        KD_DEBUG("cannot read the pod group", "group=%s err=%s detail=%s", kd_logq(name),
+                 kd_err_name(r), kd_logq(err));
+    c->o.gang->explain(r == 0 ? group : NULL, pods, name, queue, w);
+    json_decref(group);
+}
+
 /* Create the pods of an admitted attempt. */
 static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *trial,
                          const json_t *cfg, const struct kd_ctrl_admit *ad, const char *run_id,
@@ -359,6 +457,8 @@ static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *tri
         po.latest_checkpoint = latest;
     }
     if ((rc = kd_pod_build(trial, cfg, run_id, nodes, ad->gpus, ad->nplace, &po, &pods, err)) != 0)
+        goto out;
+    if (delegated(c) && (rc = create_group(c, trial, run_id, pods, err)) != 0)
         goto out;
     if (ad->nplace > 1) {
         char svc[32];
@@ -649,15 +749,22 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
                 json_decref(why);
                 goto out;
             }
-            status = state_status(trial, KD_TRIAL_ACTIVE, "pods created");
+            struct kd_gang_wait gw = {0};
+            if (delegated(c))
+                gang_wait(c, trial, pst, run_id, true, &gw);
+            status = state_status(trial, KD_TRIAL_ACTIVE, gw.waiting ? gw.message : "pods created");
             json_object_set_new(status, "pods", pst);
             pst = NULL;
             char ts[40];
             if (kd_ctrl_str(trial, "status", "startTime", NULL) == NULL)
                 json_object_set_new(status, "startTime",
                                     json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
-            kd_ctrl_set_condition(status, tstatus, "Scheduled", true, "Admitted",
-                                  "admitted by the kdet scheduler", gen);
+            if (gw.waiting)
+                kd_ctrl_set_condition(status, tstatus, "Scheduled", false, gw.reason, gw.message,
+                                      gen);
+            else
+                kd_ctrl_set_condition(status, tstatus, "Scheduled", true, "Admitted",
+                                      "admitted by the kdet scheduler", gen);
             rc = set_status(c, trial, status, err);
         } else {
             const char *reason = json_string_value(json_object_get(why, "reason"));
@@ -813,14 +920,26 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
         kd_ctrl_kick(c);
         goto out;
     }
-    status = state_status(trial, KD_TRIAL_ACTIVE, "running");
+    struct kd_gang_wait gw = {0};
+    if (delegated(c))
+        gang_wait(c, trial, pods, a.run_id, false, &gw);
+    status = state_status(trial, KD_TRIAL_ACTIVE, gw.waiting ? gw.message : "running");
     json_object_set_new(status, "pods", pods_status(pods));
     clear_idle(status, tstatus, closed ? "Closed" : "Promoted",
                closed ? "the searcher closed the trial" : "the searcher raised the trial's target",
                gen);
+    if (gw.waiting) {
+        kd_ctrl_set_condition(status, tstatus, "Scheduled", false, gw.reason, gw.message, gen);
+    } else if (delegated(c) && !condition_true(tstatus, "Scheduled")) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "admitted by %s", c->o.gang->name);
+        kd_ctrl_set_condition(status, tstatus, "Scheduled", true, "Admitted", msg, gen);
+    }
     rc = set_status(c, trial, status, err);
     if (idle_in_ms >= 0)
         *requeue_after_ms = idle_in_ms;
+    if (gw.waiting && (*requeue_after_ms <= 0 || *requeue_after_ms > 3000))
+        *requeue_after_ms = 3000; /* the group's status is read, not watched */
 out:
     if (rc != 0 && rc != KD_ECONFLICT)
         KD_WARN("trial reconcile failed", "trial=%s err=%s detail=%s", kd_logq(key),

@@ -59,7 +59,7 @@ struct target {
     struct kd_restype *rt;
     const char *ns;   /* NULL: cluster-scoped or all namespaces */
     const char *name; /* NULL: the collection */
-    const char *sub;  /* "status", "log" or NULL */
+    const char *sub;  /* "status", "log", "binding" or NULL */
     bool watch_path;  /* the legacy /watch/ prefix */
 };
 
@@ -2427,6 +2427,77 @@ out:
     json_decref(pod);
 }
 
+/*
+ * POST pods/NAME/binding: how a scheduler other than the built-in one (a
+ * batch scheduler such as Volcano) assigns a pod to a node. As in
+ * kube-apiserver, it sets spec.nodeName once and PodScheduled=True; a pod
+ * already assigned, or being deleted, is a 409 Conflict.
+ */
+static void do_binding(struct kd_api *api, struct kd_http_req *r, const struct target *t)
+{
+    json_t *b = body_object(r);
+    if (b == NULL)
+        return;
+    const char *node = jstr(json_object_get(b, "target"), "name");
+    if (node == NULL || node[0] == '\0') {
+        json_decref(b);
+        bad_request(r, "Binding target.name: Required value");
+        return;
+    }
+    kd_store_lock(api->st);
+    json_t *cur = kd_store_get(api->st, t->rt->gr, t->ns, t->name);
+    if (cur == NULL) {
+        kd_store_unlock(api->st);
+        json_decref(b);
+        not_found(r, t->rt, t->name);
+        return;
+    }
+    const char *bound = jstr(json_object_get(cur, "spec"), "nodeName");
+    char msg[700];
+    if ((bound != NULL && bound[0] != '\0') || jstr(meta(cur), "deletionTimestamp") != NULL) {
+        snprintf(msg, sizeof(msg),
+                 bound != NULL && bound[0] != '\0'
+                     ? "Operation cannot be fulfilled on pods/binding \"%s\": "
+                       "pod %s is already assigned to node \"%s\""
+                     : "Operation cannot be fulfilled on pods/binding \"%s\": "
+                       "pod %s is being deleted, cannot be assigned to a host%s",
+                 t->name, t->name, bound != NULL ? bound : "");
+        kd_store_unlock(api->st);
+        json_decref(b);
+        respond_status(r, 409, "Conflict", msg, details_for(t->rt, t->name, "pods/binding"));
+        return;
+    }
+    json_t *next = json_deep_copy(cur);
+    json_object_set_new(json_object_get(next, "spec"), "nodeName", json_string(node));
+    json_t *st = json_object_get(next, "status");
+    if (!json_is_object(st)) {
+        st = json_pack("{s:s}", "phase", "Pending");
+        json_object_set_new(next, "status", st);
+    }
+    json_t *conds = json_array(), *c;
+    size_t i;
+    char now[40];
+    json_array_foreach(json_object_get(st, "conditions"), i, c)
+    {
+        if (strcmp(jstr(c, "type") ? jstr(c, "type") : "", "PodScheduled") != 0)
+            json_array_append(conds, c);
+    }
+    kd_time_rfc3339(kd_wall_ms(), 0, now, sizeof(now));
+    json_array_append_new(conds, json_pack("{s:s,s:s,s:n,s:s}", "type", "PodScheduled", "status",
+                                           "True", "lastProbeTime", "lastTransitionTime", now));
+    json_object_set_new(st, "conditions", conds);
+    int rc = kd_store_put(api->st, t->rt->gr, t->ns, t->name, next, NULL);
+    kd_store_unlock(api->st);
+    if (rc == 0)
+        KD_INFO("pod bound", "namespace=%s pod=%s node=%s by=binding", kd_logq(t->ns),
+                kd_logq(t->name), kd_logq(node));
+    json_decref(b); /* node points into it */
+    if (rc != 0)
+        respond_status(r, 500, "InternalError", "the pod could not be stored", NULL);
+    else
+        respond_status(r, 201, "", "", NULL);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
 static bool authorized(struct kd_api *api, struct kd_http_req *r)
@@ -2454,6 +2525,14 @@ static void serve_resource(struct kd_api *api, struct kd_http_req *r, const stru
     if (t->sub != NULL) {
         if (strcmp(t->sub, "log") == 0 && t->rt->has_log && get) {
             do_log(api, r, t);
+            return;
+        }
+        if (strcmp(t->sub, "binding") == 0 && t->rt->builtin &&
+            strcmp(t->rt->resource, "pods") == 0 && t->name != NULL) {
+            if (strcmp(m, "POST") == 0)
+                do_binding(api, r, t);
+            else
+                method_not_allowed(r);
             return;
         }
         if (strcmp(t->sub, "status") == 0 && t->rt->has_status) {

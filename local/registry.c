@@ -373,6 +373,10 @@ json_t *kd_registry_resource_list(struct kd_registry *reg, const char *group, co
                                                  "verbs", str_array(verbs_sub)));
             free(n);
         }
+        if (rt->builtin && strcmp(rt->resource, "pods") == 0)
+            json_array_append_new(res, json_pack("{s:s,s:s,s:b,s:s,s:[s]}", "name", "pods/binding",
+                                                 "singularName", "", "namespaced", true, "kind",
+                                                 "Binding", "verbs", "create"));
         if (rt->has_log) {
             char *n = kd_xasprintf("%s/log", rt->resource);
             json_array_append_new(res, json_pack("{s:s,s:s,s:b,s:s,s:o}", "name", n, "singularName",

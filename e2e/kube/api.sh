@@ -276,6 +276,19 @@ if [[ -n "${KDET_KUBE_ETCD:-}" ]]; then
 	kubectl delete node "$node" --wait=false >/dev/null 2>&1
 fi
 
+# --- pods/binding (how a scheduler other than the default one, e.g. Volcano, binds) ---
+binding() { printf '{"apiVersion":"v1","kind":"Binding","metadata":{"name":"%s"},"target":{"apiVersion":"v1","kind":"Node","name":"%s"}}' "$1" "$2"; }
+expect "binding: discovery lists pods/binding" '"pods/binding"' kubectl get --raw /api/v1
+"${K[@]}" create -f <(printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"bindme"},"spec":{"schedulerName":"kdapi-other","containers":[{"name":"c","image":"x"}]}}') >/dev/null
+sleep 1
+expect_empty "binding: a pod for another scheduler is not bound by the default one" jp pod/bindme '{.spec.nodeName}'
+expect "binding: POST pods/NAME/binding succeeds" 'Success|^$' kubectl create --raw "/api/v1/namespaces/$NS/pods/bindme/binding" -f <(binding bindme kdapi-nowhere)
+expect "binding: it sets spec.nodeName" '^kdapi-nowhere$' jp pod/bindme '{.spec.nodeName}'
+expect "binding: PodScheduled=True" '^True$' jp pod/bindme '{.status.conditions[?(@.type=="PodScheduled")].status}'
+expect "binding: a second binding is a 409 (already assigned)" 'already assigned to node' kubectl create --raw "/api/v1/namespaces/$NS/pods/bindme/binding" -f <(binding bindme kdapi-elsewhere)
+expect "binding: a missing pod is 404" 'NotFound|not found' kubectl create --raw "/api/v1/namespaces/$NS/pods/nosuchpod/binding" -f <(binding nosuchpod kdapi-nowhere)
+"${K[@]}" delete pod bindme --grace-period=0 --force >/dev/null 2>&1
+
 # --- namespace deletion ---------------------------------------------------------
 "${K[@]}" create -f <(trial t-ns) >/dev/null
 kubectl delete ns "$NS" --wait=false >/dev/null

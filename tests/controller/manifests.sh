@@ -55,6 +55,16 @@ check({v for g, r, v in granted if (g, r) == ("", "secrets")} == {"get", "create
       "secrets: only get, create and delete (token key and per-trial tokens; never list or watch)")
 for bad in [("", "pods/exec"), ("", "*")]:
     check(not any(x[:2] == bad for x in granted), "no access to %s" % bad[1])
+# The gang backends' group objects (controller/gang*.c, through c->o.gang->gvr): Volcano
+# PodGroups are created, read and deleted; Kueue Workloads only read.
+gang = {(g, r, v) for g, r, v in granted if g in ("scheduling.volcano.sh", "kueue.x-k8s.io")}
+check(gang == {("scheduling.volcano.sh", "podgroups", v) for v in ("get", "create", "delete")} |
+      {("kueue.x-k8s.io", "workloads", "get")},
+      "batch schedulers: podgroups get/create/delete, workloads get, nothing more")
+gsrc = src + "".join(open(f).read() for f in glob.glob("controller/gang*.[ch]"))
+for verb in ("create", "get", "delete"):
+    check(re.search(r"kd_k8s_%s\(c->client, c->o\.gang->gvr" % verb, gsrc) is not None,
+          "the controller calls %s on the gang backend's group object" % verb)
 check(not any(v in ("*", "deletecollection", "escalate", "bind") for _, _, v in granted), "no wildcard or escalation verbs")
 tmpl = open("helm/kdet/templates/rbac.yaml").read()
 tmpl = re.sub(r"\{\{[^}]*\}\}", "x", tmpl)

@@ -15,4 +15,6 @@ $(eval $(call kd_test_script,test_ctrl_manifests,tests/controller/manifests.sh,3
 $(eval $(call kd_test_script,test_ctrl_e2e_leader,e2e/controller/leader.sh,150,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_apirestart,e2e/controller/apirestart.sh,150,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_wire,e2e/controller/wire.sh,120,,$(CTRL_E2E_DEPS)))
+$(eval $(call kd_test_script,test_ctrl_e2e_volcano,e2e/controller/volcano.sh,180,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_fmnist,e2e/controller/fmnist.sh,240,,$(CTRL_E2E_DEPS) $(O)/bin/fashion-mnist-c))
+$(eval $(call kd_test,test_ctrl_gang,tests/controller/test_ctrl_gang.c,ctrl config yaml hparams k8s core,-ljansson -lyaml -lcurl -lcrypto -lm,30))

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# kdet-controller's command line: --idle-release-after takes whole seconds
+# kdet-controller's command line: --gang-scheduler and --gang-queue (and
+# $KDET_GANG_SCHEDULER, $KDET_GANG_QUEUE) refuse bad values by name.
+# --idle-release-after takes whole seconds
 # from 0 to 86400 and names itself in the error for anything else (exit 2,
 # before any connection); a valid value is accepted (the next bad flag is
 # the one reported), also when $KDET_IDLE_RELEASE_AFTER is invalid.
@@ -45,5 +47,33 @@ check $? "--idle-release-after without a value: $(echo "$out" | head -1)"
 check $? "--help lists --idle-release-after"
 grep -q -- '`--idle-release-after SECONDS`' "$KD_SRC/docs/controller.md"
 check $? "docs/controller.md's flags table has --idle-release-after"
+# --gang-scheduler / --gang-queue and their environment variables.
+gang_refused() { # WANT ARGS...: exit 2, first line contains WANT
+    local want=$1 out rc
+    shift
+    out=$(timeout 10 "$@" 2>&1)
+    rc=$?
+    [ $rc = 2 ] && echo "$out" | head -1 | grep -qF -- "$want"
+    check $? "refused (rc $rc): $(echo "$out" | head -1)"
+}
+gang_refused "--gang-scheduler=yunikorn: expected builtin, volcano, kueue or auto" "$ctrl" --gang-scheduler yunikorn
+gang_refused "--gang-queue=Bad_Queue: expected a queue name" "$ctrl" --gang-queue Bad_Queue
+gang_refused "KDET_GANG_SCHEDULER=slurm: expected builtin" env KDET_GANG_SCHEDULER=slurm "$ctrl"
+gang_refused "KDET_GANG_QUEUE=-q: expected a queue name" env KDET_GANG_QUEUE=-q "$ctrl"
+for v in builtin volcano kueue auto; do
+    out=$(timeout 10 "$ctrl" --gang-scheduler "$v" --gang-queue research --log-level nope 2>&1)
+    echo "$out" | head -1 | grep -qF -- "--log-level=nope"
+    check $? "--gang-scheduler $v accepted: $(echo "$out" | head -1)"
+done
+# The flag wins over a bad environment: start-up goes on to the (missing) kubeconfig.
+out=$(KDET_GANG_SCHEDULER=bogus KDET_GANG_QUEUE=Bad timeout 10 "$ctrl" --gang-scheduler volcano \
+    --gang-queue q --kubeconfig "/nonexistent/kubeconfig" 2>&1)
+rc=$?
+[ $rc = 1 ] && ! echo "$out" | grep -q KDET_GANG
+check $? "the flags win over bad \$KDET_GANG_SCHEDULER/\$KDET_GANG_QUEUE (rc $rc)"
+"$ctrl" --help | grep -q -- "--gang-scheduler NAME"
+check $? "--help lists --gang-scheduler"
+grep -q -- '`--gang-scheduler NAME`' "$KD_SRC/docs/controller.md"
+check $? "docs/controller.md's flags table has --gang-scheduler"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
