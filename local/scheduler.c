@@ -301,21 +301,23 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* "N reason, M reason" from a counts object, reasons sorted as the scheduler sorts them. */
+/* "N reason, M reason" from a counts object; the "N reason" strings sorted, as the scheduler's
+ * FitError sorts them. */
 static int counts_text(const json_t *counts, struct kd_buf *out)
 {
     size_t n = json_object_size(counts), i = 0;
-    const char **keys = kd_xcalloc(n + 1, sizeof(*keys));
+    char **items = kd_xcalloc(n + 1, sizeof(*items));
     const char *k;
     json_t *v;
     int e = 0;
-    json_object_foreach((json_t *)counts, k, v)
-        keys[i++] = k;
-    qsort(keys, n, sizeof(*keys), cmp_str);
-    for (i = 0; i < n && e == 0; i++)
-        e = kd_buf_printf(out, "%s%" JSON_INTEGER_FORMAT " %s", i ? ", " : "",
-                          json_integer_value(json_object_get(counts, keys[i])), keys[i]);
-    free(keys);
+    json_object_foreach((json_t *)counts, k, v) items[i++] =
+        kd_xasprintf("%" JSON_INTEGER_FORMAT " %s", json_integer_value(v), k);
+    qsort(items, n, sizeof(*items), cmp_str);
+    for (i = 0; i < n; i++) {
+        e = e ? e : kd_buf_printf(out, "%s%s", i ? ", " : "", items[i]);
+        free(items[i]);
+    }
+    free(items);
     return e;
 }
 

@@ -16,3 +16,4 @@ $(eval $(call kd_test_script,test_ctrl_e2e_leader,e2e/controller/leader.sh,150,,
 $(eval $(call kd_test_script,test_ctrl_e2e_apirestart,e2e/controller/apirestart.sh,150,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_wire,e2e/controller/wire.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_fmnist,e2e/controller/fmnist.sh,240,,$(CTRL_E2E_DEPS) $(O)/bin/fashion-mnist-c))
+$(eval $(call kd_test_script,test_ctrl_e2e_multinode,e2e/controller/multinode.sh,180,,$(CTRL_E2E_DEPS) $(O)/bin/fashion-mnist-c))
