@@ -238,7 +238,9 @@ static const char *down_taint(const json_t *node, bool own, int64_t now_ms)
  * The filters in the real scheduler's order (NodeUnschedulable,
  * TaintToleration, NodeAffinity, NodeResourcesFit); the first that fails
  * gives the node's reasons (resources give every one that is short).
- * Appends "reason\n" lines to why; returns whether preemption could help.
+ * Appends "reason\n" lines to why; *fits says whether the pod fits, and
+ * *preempt_helps whether evicting pods could make it fit (only a shortage
+ * of resources can be helped).
  */
 static void filter(const json_t *pod, const struct kd_res *r, const struct node_view *nv,
                    struct kd_buf *why, bool *fits, bool *preempt_helps)

@@ -3,7 +3,8 @@
 # GPUs) and a `kdet-local kubelet` node agent (2 more) on the same server.
 # Per-node GPU accounting, nodeSelector, taints and tolerations, cordon,
 # the real scheduler's per-node reason counts when nothing fits, GPUs freed
-# by a deleted pod, and a pod bound to the agent's node run by the agent.
+# by a deleted pod, a pod bound to the agent's node run by the agent, and
+# nodes not Ready (Ready=False, or an agent's heartbeat older than 40 s).
 # Prints `N passed, N failed`.
 set -u
 bin="$KD_BUILD/bin/kdet-local"
@@ -103,6 +104,25 @@ check "g1's GPUs freed: g3 is bound to its node" wait_for 20 on_node g3 n0
 k delete pod --all --grace-period=0 --force >/dev/null 2>&1
 no_pods() { test -z "$(k get pods -o name 2>/dev/null)"; }
 check "all pods gone" wait_for 30 no_pods
+
+# ---- nodes that are not Ready --------------------------------------------------------
+kill -TERM "$agent" 2>/dev/null
+wait "$agent" 2>/dev/null
+agent=""
+ready_status() { # STATUS HEARTBEAT: n1's Ready condition, as a stopped agent leaves it
+    k patch node n1 --subresource=status --type=merge -p "{\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"$1\",\"reason\":\"KubeletNotReady\",\"message\":\"test\",\"lastHeartbeatTime\":\"$2\",\"lastTransitionTime\":\"$2\"}]}}" >/dev/null
+}
+ready_status False "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+pod r0 0 '  nodeSelector: {kubernetes.io/hostname: n1}
+'
+check "a node whose Ready is False counts as tainted not-ready" wait_for 10 why_is r0 \
+    "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+ready_status True 2020-01-01T00:00:00Z
+check "a node agent's heartbeat older than 40 s counts as unreachable" wait_for 10 eval \
+    'why r0 | grep -qF "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }"'
+ready_status True "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+check "a fresh heartbeat: bound to n1 again" wait_for 10 on_node r0 n1
+k delete pod r0 --grace-period=0 --force >/dev/null 2>&1
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
