@@ -25,6 +25,9 @@
 #define API_PROGRESS_MS 10000
 /* A run id (KDET_RUN_ID) is at most this long. */
 #define API_MAX_RUN_ID 128
+/* The labels the controller puts on trial pods (as controller/podspec.h). */
+#define API_POD_LABEL_TRIAL "kdet.io/trial"
+#define API_POD_LABEL_RUN "kdet.io/run-id"
 
 /* The live metrics hub: a bounded ring of recently stored batches. */
 struct api_hub_entry {

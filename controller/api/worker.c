@@ -627,6 +627,35 @@ static bool valid_address(const char *s)
            strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:") == n;
 }
 
+/*
+ * Whether run_id is the trial's current attempt: one of its pods, not being
+ * deleted, carries the run id (asked of the API server, not a cache, since
+ * the chief's own pod was created just before it reports). A chief left
+ * over from an earlier attempt is refused, so it cannot replace the report
+ * of the attempt that runs now.
+ */
+static int run_is_current(struct kd_api *a, const char *ns, const char *trial, const char *run_id,
+                          bool *current, char *err)
+{
+    char sel[512];
+    json_t *list = NULL;
+    struct kd_k8s_gvr pods = KD_K8S_PODS;
+    *current = false;
+    snprintf(sel, sizeof(sel), "%s=%s,%s=%s", API_POD_LABEL_TRIAL, trial, API_POD_LABEL_RUN,
+             run_id);
+    struct kd_k8s_query lq = {.label_selector = sel};
+    int rc = kd_k8s_list(a->o.k8s, &pods, ns, &lq, &list, NULL, err);
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(list, "items"), i, p)
+    {
+        if (kd_k8s_meta_str(p, "deletionTimestamp") == NULL)
+            *current = true;
+    }
+    json_decref(list);
+    return rc;
+}
+
 void api_worker_rendezvous_put(struct api_rq *q)
 {
     static const char *const keys[] = {"run_id", "address", "port", NULL};
@@ -655,9 +684,22 @@ void api_worker_rendezvous_put(struct api_rq *q)
         api_error(q, 400, "port", "port: must be between 1 and 65535");
         goto out;
     }
+    bool current = false;
+    int rc = run_is_current(a, NS(q), TRIAL(q), r.run_id, &current, err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    if (!current) {
+        api_error(q, 409, "run_id",
+                  "run_id: %s is not the current attempt of trial %s/%s (none of its pods "
+                  "carries it)",
+                  r.run_id, NS(q), TRIAL(q));
+        goto out;
+    }
     now_rfc3339(r.time, sizeof(r.time));
-    int rc = api_status_update(a, NS(q), TRIAL(q), kd_k8s_meta_str(trial, "uid"), set_rendezvous,
-                               &r, err);
+    rc = api_status_update(a, NS(q), TRIAL(q), kd_k8s_meta_str(trial, "uid"), set_rendezvous, &r,
+                           err);
     if (rc != 0) {
         api_fail(q, rc, NULL, err);
         goto out;

@@ -3,8 +3,9 @@
  * (launcher/chief.c) against the real API, a private PostgreSQL and a real
  * kdet-local: node rank 0 reports a free port and its pod IP, a peer that
  * asked first gets them for the same run id, a peer of another run times
- * out within its bound, bad tokens fail at once, an unreachable controller
- * is retried until the bound.
+ * out within its bound, a chief of a run with no pods is refused at once,
+ * bad tokens fail at once, an unreachable controller is retried until the
+ * bound.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -94,6 +95,7 @@ static void test_chief_and_peer(void **state)
 {
     (void)state;
     env_for("e-ch-1", tok);
+    fx_pod("e-ch-1", "run-1", "e-ch-1-run-1");
     /* The peer asks before the chief has reported. */
     struct peer a = {.timeout_ms = 30000};
     node(&a.e, 1, "run-1");
@@ -121,7 +123,14 @@ static void test_chief_and_peer(void **state)
     assert_non_null(strstr(b.err, "DTRAIN_RENDEZVOUS_TIMEOUT"));
     assert_string_equal(b.e.chief_addr, "node0.kdet-x.default.svc");
     assert_true(took >= 1000 && took < 15000);
-    /* Its own chief reports another port: two runs on one host do not share it. */
+    /* run-2 is no attempt of the trial yet: its chief is refused at once. */
+    node(&c, 0, "run-2");
+    t0 = kd_mono_ms();
+    assert_int_equal(kd_chief_resolve(&c, 20000, err), KD_EINVAL);
+    assert_non_null(strstr(err, "409"));
+    assert_true(kd_mono_ms() - t0 < 10000);
+    /* Once it is, its chief reports and its peer gets that port. */
+    fx_pod("e-ch-1", "run-2", "e-ch-1-run-2");
     node(&c, 0, "run-2");
     int first = a.e.master_port;
     assert_int_equal(kd_chief_resolve(&c, 10000, err), 0);

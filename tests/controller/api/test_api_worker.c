@@ -552,7 +552,14 @@ static void test_rendezvous(void **state)
     assert_int_equal(fx_http("GET", T("e-rdv-1/rendezvous"), tok, NULL, &out), 400);
     assert_string_equal(json_string_value(json_object_get(out, "field")), "run_id");
     json_decref(out);
+    /* Only the current attempt (a pod of the trial carries its run id) may report. */
+    assert_int_equal(fx_http("PUT", T("e-rdv-1/rendezvous"), tok, rep, &out), 409);
+    assert_string_equal(json_string_value(json_object_get(out, "field")), "run_id");
+    json_decref(out);
+    fx_pod("e-rdv-2", "run-a", "e-rdv-2-0"); /* another trial's pod does not count */
+    assert_int_equal(fx_http("PUT", T("e-rdv-1/rendezvous"), tok, rep, NULL), 409);
     /* The chief reports; the Trial's status keeps it. */
+    fx_pod("e-rdv-1", "run-a", "e-rdv-1-0");
     assert_int_equal(fx_http("PUT", T("e-rdv-1/rendezvous"), tok, rep, NULL), 200);
     json_t *t = fx_get_trial("e-rdv-1");
     json_t *r = json_object_get(json_object_get(t, "status"), "rendezvous");
