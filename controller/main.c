@@ -610,9 +610,10 @@ shutdown:
         pthread_join(sched_thread, NULL);
     kd_k8s_queue_shutdown(c.expq, false);
     kd_k8s_queue_shutdown(c.trialq, false);
-    kd_k8s_queue_free(c.expq);
-    kd_k8s_queue_free(c.trialq);
-    c.expq = c.trialq = NULL;
+    /* Join the workers (they read the informers' caches), but free the queues only once the
+     * informers have stopped: until then a watch event still calls their add. */
+    kd_k8s_queue_shutdown(c.expq, true);
+    kd_k8s_queue_shutdown(c.trialq, true);
     kd_ctrl_wire_stop(&c);
     kd_k8s_leader_stop(c.leader);
     c.leader = NULL;
@@ -620,6 +621,9 @@ shutdown:
     kd_k8s_informer_free(c.trials);
     kd_k8s_informer_free(c.pods);
     kd_k8s_informer_free(c.nodes);
+    kd_k8s_queue_free(c.expq);
+    kd_k8s_queue_free(c.trialq);
+    c.expq = c.trialq = NULL;
     struct kd_k8s_client_stats cs;
     kd_k8s_client_stats(c.client, &cs);
     KD_INFO("stopped",

@@ -475,6 +475,22 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
             env_set(env, "KDET_CONTROLLER_URL", o->controller_url);
         if (o->api)
             api_env(env, trial, cfg, o);
+        if (o->api && npods > 1) {
+            /* The chief reports this address to the controller (docs/launcher.md). */
+            json_t *ip = json_pack("{s:s,s:{s:{s:s}}}", "name", "KDET_POD_IP", "valueFrom",
+                                   "fieldRef", "fieldPath", "status.podIP");
+            size_t k;
+            json_t *x;
+            json_array_foreach(env, k, x)
+            {
+                if (strcmp(json_string_value(json_object_get(x, "name")) ?: "", "KDET_POD_IP") ==
+                    0) {
+                    json_array_remove(env, k);
+                    break;
+                }
+            }
+            json_array_append_new(env, ip);
+        }
         s3_creds_env(env, cfg);
 
         if (gpus > 0) {

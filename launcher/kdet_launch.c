@@ -17,8 +17,10 @@
 #include "core/buf.h"
 #include "core/log.h"
 #include "core/str.h"
+#include "core/time.h"
 #include "args.h"
 #include "context.h"
+#include "chief.h"
 #include "env.h"
 #include "supervise.h"
 
@@ -267,6 +269,18 @@ int main(int argc, char **argv)
     if (kd_launch_env_pick_port(&e, err) < 0)
         KD_WARN("keeping the default rendezvous port", "port=%d error=%s", e.master_port,
                 kd_logq(err));
+    if (kd_chief_via_controller(&e)) {
+        int64_t t0 = kd_mono_ms(), limit = kd_chief_timeout_ms();
+        if (kd_chief_resolve(&e, limit, err) < 0) {
+            KD_ERROR("cannot find the chief", "node_rank=%d num_nodes=%d run_id=%s error=%s",
+                     e.node_rank, e.num_nodes, e.run_id, kd_logq(err));
+            code = 1;
+            goto out;
+        }
+        KD_INFO(e.node_rank == 0 ? "chief address reported" : "chief address received",
+                "node_rank=%d chief=%s port=%d run_id=%s wait_ms=%lld", e.node_rank, e.chief_addr,
+                e.master_port, e.run_id, (long long)(kd_mono_ms() - t0));
+    }
     if (e.run_id_made && e.num_nodes > 1)
         KD_WARN("KDET_RUN_ID is not set on a trial of several nodes",
                 "num_nodes=%d run_id=%s hint=%s", e.num_nodes, e.run_id,

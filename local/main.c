@@ -1,7 +1,8 @@
 /*
- * kdet-local: the embedded single-node control plane. Serves a subset of
- * the Kubernetes API on 127.0.0.1 from a journaled store in --data-dir and
- * writes a kubeconfig that kubectl and kdet-controller can use.
+ * kdet-local: the embedded control plane (its own node, plus any node agents
+ * that register with it). Serves a subset of the Kubernetes API on 127.0.0.1
+ * from a journaled store in --data-dir and writes a kubeconfig that kubectl
+ * and kdet-controller can use.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-# local/: kdet-local, the embedded single-node control plane.
+# local/: kdet-local, the embedded control plane (its own node, plus `kdet-local kubelet` node agents).
 LOCAL_LIB_SRCS := local/api.c local/registry.c local/store.c local/selector.c local/patch.c \
                   local/quantity.c local/scheduler.c local/kubelet.c local/table.c \
                   local/proto.c local/events.c local/tls.c local/logproxy.c local/logstream.c \

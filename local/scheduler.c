@@ -1,7 +1,9 @@
 /*
- * The scheduler for kdet-local's single node: a fit check on cpu, memory,
- * pods and nvidia.com/gpu, nodeSelector, and priority order, with the real
- * scheduler's Unschedulable messages ("0/1 nodes are available: ...").
+ * kdet-local's scheduler: binds pending pods to any Ready, schedulable Node
+ * in the store (its own and node agents'), with per-node fit checks on cpu,
+ * memory, pods and nvidia.com/gpu, taints and tolerations, nodeSelector,
+ * and priority order, and the real scheduler's Unschedulable messages
+ * ("0/2 nodes are available: ...").
  */
 #include "scheduler.h"
 
@@ -172,33 +174,225 @@ static bool selector_fits(const json_t *pod, const json_t *node)
     return true;
 }
 
-int kd_sched_pass(struct kd_store *st, const char *node_name)
+/* As the scheduler's TolerationsTolerateTaint: empty key with Exists matches every key, empty
+ * effect every effect, Equal (the default operator) compares values. */
+static bool tolerated(const json_t *pod, const char *key, const char *value, const char *effect)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "tolerations"), i, t)
+    {
+        const char *tk = jstr(t, "key") ? jstr(t, "key") : "";
+        const char *op = jstr(t, "operator") ? jstr(t, "operator") : "Equal";
+        const char *te = jstr(t, "effect") ? jstr(t, "effect") : "";
+        if (te[0] != '\0' && strcmp(te, effect) != 0)
+            continue;
+        if (tk[0] == '\0' && strcmp(op, "Exists") == 0)
+            return true;
+        if (strcmp(tk, key) != 0)
+            continue;
+        if (strcmp(op, "Exists") == 0 ||
+            strcmp(jstr(t, "value") ? jstr(t, "value") : "", value ? value : "") == 0)
+            return true;
+    }
+    return false;
+}
+
+/* A Node as the scheduler sees it during one pass. */
+struct node_view {
+    const json_t *node;
+    const char *name;
+    struct kd_res avail;
+    const char *down_taint; /* node.kubernetes.io/not-ready or .../unreachable, or NULL */
+};
+
+/*
+ * Ready=True, and for a node other than kdet-local's own (which this
+ * process is), a heartbeat no older than the node lifecycle controller's
+ * grace period: a node agent that stopped posting counts as unreachable,
+ * as kube-controller-manager would taint it.
+ */
+static const char *down_taint(const json_t *node, bool own, int64_t now_ms)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(json_object_get(node, "status"), "conditions"), i, c)
+    {
+        if (strcmp(jstr(c, "type") ? jstr(c, "type") : "", "Ready") != 0)
+            continue;
+        if (strcmp(jstr(c, "status") ? jstr(c, "status") : "", "True") != 0)
+            return strcmp(jstr(c, "status") ? jstr(c, "status") : "", "Unknown") == 0
+                       ? "node.kubernetes.io/unreachable"
+                       : "node.kubernetes.io/not-ready";
+        int64_t hb = 0;
+        const char *ts = jstr(c, "lastHeartbeatTime");
+        if (!own && (ts == NULL || kd_time_parse_rfc3339(ts, &hb) != 0 ||
+                     now_ms - hb > KD_SCHED_NODE_GRACE_MS))
+            return "node.kubernetes.io/unreachable";
+        return NULL;
+    }
+    return "node.kubernetes.io/not-ready";
+}
+
+/*
+ * The filters in the real scheduler's order (NodeUnschedulable,
+ * TaintToleration, NodeAffinity, NodeResourcesFit); the first that fails
+ * gives the node's reasons (resources give every one that is short).
+ * Appends "reason\n" lines to why; *fits says whether the pod fits, and
+ * *preempt_helps whether evicting pods could make it fit (only a shortage
+ * of resources can be helped).
+ */
+static void filter(const json_t *pod, const struct kd_res *r, const struct node_view *nv,
+                   struct kd_buf *why, bool *fits, bool *preempt_helps)
+{
+    const json_t *spec = json_object_get(nv->node, "spec");
+    int e = 0;
+    *fits = false;
+    *preempt_helps = false;
+    if (json_is_true(json_object_get(spec, "unschedulable")) &&
+        !tolerated(pod, "node.kubernetes.io/unschedulable", NULL, "NoSchedule")) {
+        e = kd_buf_puts(why, "node(s) were unschedulable\n");
+        goto out;
+    }
+    if (nv->down_taint != NULL && !tolerated(pod, nv->down_taint, NULL, "NoSchedule")) {
+        e = kd_buf_printf(why, "node(s) had untolerated taint {%s: }\n", nv->down_taint);
+        goto out;
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(spec, "taints"), i, t)
+    {
+        const char *effect = jstr(t, "effect") ? jstr(t, "effect") : "";
+        if (strcmp(effect, "NoSchedule") != 0 && strcmp(effect, "NoExecute") != 0)
+            continue;
+        if (!tolerated(pod, jstr(t, "key") ? jstr(t, "key") : "", jstr(t, "value"), effect)) {
+            e = kd_buf_printf(why, "node(s) had untolerated taint {%s: %s}\n",
+                              jstr(t, "key") ? jstr(t, "key") : "",
+                              jstr(t, "value") ? jstr(t, "value") : "");
+            goto out;
+        }
+    }
+    if (!selector_fits(pod, nv->node)) {
+        e = kd_buf_puts(why, "node(s) didn't match Pod's node affinity/selector\n");
+        goto out;
+    }
+    *preempt_helps = true;
+    *fits = true;
+    if (r->cpu > nv->avail.cpu) {
+        e = e ? e : kd_buf_puts(why, "Insufficient cpu\n");
+        *fits = false;
+    }
+    if (r->memory > nv->avail.memory) {
+        e = e ? e : kd_buf_puts(why, "Insufficient memory\n");
+        *fits = false;
+    }
+    if (r->gpu > nv->avail.gpu) {
+        e = e ? e : kd_buf_puts(why, "Insufficient nvidia.com/gpu\n");
+        *fits = false;
+    }
+    if (r->pods > nv->avail.pods) {
+        e = e ? e : kd_buf_puts(why, "Too many pods\n");
+        *fits = false;
+    }
+out:
+    (void)e; /* a reason cut by the buffer cap only shortens the message */
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* "N reason, M reason" from a counts object; the "N reason" strings sorted, as the scheduler's
+ * FitError sorts them. */
+static int counts_text(const json_t *counts, struct kd_buf *out)
+{
+    size_t n = json_object_size(counts), i = 0;
+    char **items = kd_xcalloc(n + 1, sizeof(*items));
+    const char *k;
+    json_t *v;
+    int e = 0;
+    json_object_foreach((json_t *)counts, k, v) items[i++] =
+        kd_xasprintf("%" JSON_INTEGER_FORMAT " %s", json_integer_value(v), k);
+    qsort(items, n, sizeof(*items), cmp_str);
+    for (i = 0; i < n; i++) {
+        e = e ? e : kd_buf_printf(out, "%s%s", i ? ", " : "", items[i]);
+        free(items[i]);
+    }
+    free(items);
+    return e;
+}
+
+static void count(json_t *counts, const char *reason)
+{
+    json_t *c = json_object_get(counts, reason);
+    json_object_set_new(counts, reason, json_integer(json_integer_value(c) + 1));
+}
+
+/* The FailedScheduling message for n nodes, from the reasons each node gave. */
+static char *unschedulable_msg(size_t n, const json_t *reasons, const json_t *preempt)
+{
+    struct kd_buf b = KD_BUF_INIT(4096);
+    int e = kd_buf_printf(&b, "0/%zu nodes are available: ", n);
+    e = e ? e : counts_text(reasons, &b);
+    e = e ? e : kd_buf_printf(&b, ". preemption: 0/%zu nodes are available: ", n);
+    e = e ? e : counts_text(preempt, &b);
+    e = e ? e : kd_buf_puts(&b, ".");
+    (void)e; /* cut at the cap: still a message */
+    char *s = kd_buf_steal(&b);
+    return s ? s : kd_xstrdup("0 nodes are available");
+}
+
+static int cmp_node(const void *a, const void *b)
+{
+    return strcmp(((const struct node_view *)a)->name, ((const struct node_view *)b)->name);
+}
+
+static void take(struct kd_res *avail, const struct kd_res *r)
+{
+    avail->cpu -= r->cpu;
+    avail->memory -= r->memory;
+    avail->gpu -= r->gpu;
+    avail->pods -= r->pods;
+}
+
+int kd_sched_pass(struct kd_store *st, const char *own_node)
 {
     int bound = 0;
-    json_t **pods = NULL;
+    json_t **pods = NULL, **nodes = NULL;
     struct cand *cands = NULL;
-    json_t *node = kd_store_get(st, "/nodes", NULL, node_name);
-    if (node == NULL)
+    struct node_view *nv = NULL;
+    int64_t now = kd_wall_ms();
+    size_t nn = kd_store_list(st, "/nodes", NULL, &nodes);
+    if (nn == 0)
         goto out;
-    const json_t *alloc = json_object_get(json_object_get(node, "status"), "allocatable");
-    struct kd_res avail = {q(alloc, "cpu"), q(alloc, "memory"), q(alloc, "nvidia.com/gpu"),
-                           q(alloc, "pods")};
-    bool unschedulable =
-        json_is_true(json_object_get(json_object_get(node, "spec"), "unschedulable"));
+    nv = kd_xcalloc(nn, sizeof(*nv));
+    for (size_t i = 0; i < nn; i++) {
+        const json_t *alloc = json_object_get(json_object_get(nodes[i], "status"), "allocatable");
+        nv[i].node = nodes[i];
+        nv[i].name = jstr(json_object_get(nodes[i], "metadata"), "name");
+        if (nv[i].name == NULL)
+            nv[i].name = "";
+        nv[i].avail = (struct kd_res){q(alloc, "cpu"), q(alloc, "memory"),
+                                      q(alloc, "nvidia.com/gpu"), q(alloc, "pods")};
+        nv[i].down_taint = down_taint(nodes[i], strcmp(nv[i].name, own_node) == 0, now);
+    }
+    qsort(nv, nn, sizeof(*nv), cmp_node);
     size_t n = kd_store_list(st, "/pods", NULL, &pods);
     cands = kd_xcalloc(n + 1, sizeof(*cands));
     size_t nc = 0;
     for (size_t i = 0; i < n; i++) {
         const json_t *spec = json_object_get(pods[i], "spec");
-        const char *nn = jstr(spec, "nodeName");
-        if (nn != NULL && nn[0] != '\0') {
-            if (strcmp(nn, node_name) == 0 && !terminal(pods[i])) {
+        const char *bound_to = jstr(spec, "nodeName");
+        if (bound_to != NULL && bound_to[0] != '\0') {
+            if (terminal(pods[i]))
+                continue;
+            struct node_view key = {.name = bound_to};
+            struct node_view *hit = bsearch(&key, nv, nn, sizeof(*nv), cmp_node);
+            if (hit != NULL) {
                 struct kd_res r;
                 kd_sched_pod_requests(pods[i], &r);
-                avail.cpu -= r.cpu;
-                avail.memory -= r.memory;
-                avail.gpu -= r.gpu;
-                avail.pods -= r.pods;
+                take(&hit->avail, &r);
             }
             continue;
         }
@@ -218,47 +412,42 @@ int kd_sched_pass(struct kd_store *st, const char *node_name)
         json_t *pod = cands[i].pod;
         struct kd_res r;
         kd_sched_pod_requests(pod, &r);
-        struct kd_buf why = KD_BUF_INIT(1024);
-        int e = 0;
-        int reasons = 0;
-        if (unschedulable) {
-            e = e ? e : kd_buf_puts(&why, "1 node(s) were unschedulable");
-            reasons++;
+        struct node_view *chosen = NULL;
+        json_t *reasons = json_object(), *preempt = json_object();
+        for (size_t j = 0; j < nn; j++) {
+            struct kd_buf why = KD_BUF_INIT(1024);
+            bool fits, helps;
+            filter(pod, &r, &nv[j], &why, &fits, &helps);
+            if (fits && chosen == NULL)
+                chosen = &nv[j];
+            if (!fits) {
+                const char *s = kd_buf_str(&why);
+                for (const char *nl; s != NULL && (nl = strchr(s, '\n')) != NULL; s = nl + 1) {
+                    char *one = kd_xstrndup(s, (size_t)(nl - s));
+                    count(reasons, one);
+                    free(one);
+                }
+                count(preempt, helps ? "No preemption victims found for incoming pod"
+                                     : "Preemption is not helpful for scheduling");
+            }
+            kd_buf_free(&why);
         }
-        if (!selector_fits(pod, node)) {
-            e = e ? e
-                  : kd_buf_printf(&why, "%s1 node(s) didn't match Pod's node affinity/selector",
-                                  reasons++ ? ", " : "");
-        }
-        if (r.cpu > avail.cpu)
-            e = e ? e : kd_buf_printf(&why, "%s1 Insufficient cpu", reasons++ ? ", " : "");
-        if (r.memory > avail.memory)
-            e = e ? e : kd_buf_printf(&why, "%s1 Insufficient memory", reasons++ ? ", " : "");
-        if (r.gpu > avail.gpu)
-            e = e ? e
-                  : kd_buf_printf(&why, "%s1 Insufficient nvidia.com/gpu", reasons++ ? ", " : "");
-        if (r.pods > avail.pods)
-            e = e ? e : kd_buf_printf(&why, "%s1 Too many pods", reasons++ ? ", " : "");
         const json_t *md = json_object_get(pod, "metadata");
         json_t *next = json_deep_copy(pod);
         bool write;
         char *event_msg = NULL;
-        if (reasons == 0) {
-            json_object_set_new(json_object_get(next, "spec"), "nodeName", json_string(node_name));
+        if (chosen != NULL) {
+            json_object_set_new(json_object_get(next, "spec"), "nodeName",
+                                json_string(chosen->name));
             set_scheduled(next, "True", NULL, NULL);
             write = true;
-            avail.cpu -= r.cpu;
-            avail.memory -= r.memory;
-            avail.gpu -= r.gpu;
-            avail.pods -= r.pods;
+            take(&chosen->avail, &r);
         } else {
-            char *msg = kd_xasprintf("0/1 nodes are available: %s. preemption: 0/1 nodes are "
-                                     "available: 1 No preemption victims found for incoming pod.",
-                                     kd_buf_str(&why));
-            write = set_scheduled(next, "False", "Unschedulable", msg);
-            event_msg = msg;
+            event_msg = unschedulable_msg(nn, reasons, preempt);
+            write = set_scheduled(next, "False", "Unschedulable", event_msg);
         }
-        kd_buf_free(&why);
+        json_decref(reasons);
+        json_decref(preempt);
         if (!write) {
             json_decref(next);
             free(event_msg);
@@ -267,20 +456,21 @@ int kd_sched_pass(struct kd_store *st, const char *node_name)
         /* The put frees the old pod, and md with it: copy the names first. */
         char *ns = kd_xstrdup(jstr(md, "namespace") ? jstr(md, "namespace") : "");
         char *name = kd_xstrdup(jstr(md, "name") ? jstr(md, "name") : "");
+        const char *node_name = chosen != NULL ? chosen->name : "";
         int rc = kd_store_put(st, "/pods", ns, name, next, NULL);
         if (rc == 0) {
             /* next is the stored pod now (valid while the lock is held). */
             char *m = event_msg != NULL
                           ? kd_xstrdup(event_msg)
                           : kd_xasprintf("Successfully assigned %s/%s to %s", ns, name, node_name);
-            if (kd_events_record(st, next, "Pod", "v1", reasons ? "Warning" : "Normal",
-                                 reasons ? "FailedScheduling" : "Scheduled", m, "default-scheduler",
-                                 node_name) != 0)
+            if (kd_events_record(st, next, "Pod", "v1", chosen ? "Normal" : "Warning",
+                                 chosen ? "Scheduled" : "FailedScheduling", m, "default-scheduler",
+                                 chosen ? node_name : own_node) != 0)
                 KD_WARN("event not recorded", "pod=%s", kd_logq(name));
             free(m);
         }
         free(event_msg);
-        if (rc == 0 && reasons == 0) {
+        if (rc == 0 && chosen != NULL) {
             bound++;
             KD_INFO("pod bound", "namespace=%s pod=%s node=%s", kd_logq(ns), kd_logq(name),
                     kd_logq(node_name));
@@ -293,7 +483,9 @@ int kd_sched_pass(struct kd_store *st, const char *node_name)
         }
     }
 out:
+    free(nv);
     free(cands);
     free(pods);
+    free(nodes);
     return bound;
 }

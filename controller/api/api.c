@@ -493,6 +493,8 @@ static const struct route routes[] = {
     {"GET", NSP "trials/*/preemption", AUTH_TRIAL, api_worker_preemption},
     {"POST", NSP "trials/*/checkpoints", AUTH_TRIAL, api_worker_checkpoint},
     {"POST", NSP "trials/*/early_exit", AUTH_TRIAL, api_worker_early_exit},
+    {"PUT", NSP "trials/*/rendezvous", AUTH_TRIAL, api_worker_rendezvous_put},
+    {"GET", NSP "trials/*/rendezvous", AUTH_TRIAL, api_worker_rendezvous_get},
     {"GET", NSP "experiments", AUTH_USER, api_user_experiments},
     {"GET", NSP "experiments/*", AUTH_USER, api_user_experiment},
     {"GET", NSP "experiments/*/trials", AUTH_USER, api_user_experiment_trials},

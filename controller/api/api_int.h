@@ -23,6 +23,11 @@
 #define API_ANN_SMALLER "kdet.io/smaller-is-better"
 /* Training reports update status.batchesTrained at most this often per trial. */
 #define API_PROGRESS_MS 10000
+/* A run id (KDET_RUN_ID) is at most this long. */
+#define API_MAX_RUN_ID 128
+/* The labels the controller puts on trial pods (as controller/podspec.h). */
+#define API_POD_LABEL_TRIAL "kdet.io/trial"
+#define API_POD_LABEL_RUN "kdet.io/run-id"
 
 /* The live metrics hub: a bounded ring of recently stored batches. */
 struct api_hub_entry {
@@ -115,6 +120,8 @@ void api_worker_searcher(struct api_rq *q);
 void api_worker_preemption(struct api_rq *q);
 void api_worker_checkpoint(struct api_rq *q);
 void api_worker_early_exit(struct api_rq *q);
+void api_worker_rendezvous_put(struct api_rq *q);
+void api_worker_rendezvous_get(struct api_rq *q);
 
 void api_user_experiments(struct api_rq *q);
 void api_user_experiment(struct api_rq *q);

@@ -6,6 +6,8 @@
  * operation and the preemption signal are long-polls over the informer
  * caches. A trial the controller marked Idle (it waits at its target for
  * the searcher) is told to checkpoint and exit, so its GPUs are released.
+ * The chief of a multi-node trial reports where it listens, and the other
+ * nodes read it back for their attempt (run id), so no cluster DNS is needed.
  */
 #include "api/api_int.h"
 #include "states.h"
@@ -585,6 +587,175 @@ void api_worker_checkpoint(struct api_rq *q)
 out:
     json_decref(trial);
     json_decref(body);
+}
+
+/* ---- rendezvous --------------------------------------------------------------------------- */
+
+struct rdv_ctx {
+    const char *run_id, *address;
+    int64_t port;
+    char time[40];
+};
+
+static bool set_rendezvous(json_t *status, void *ctx)
+{
+    struct rdv_ctx *r = ctx;
+    json_t *cur = json_object_get(status, "rendezvous");
+    if (strcmp(json_string_value(json_object_get(cur, "runId")) ?: "", r->run_id) == 0 &&
+        strcmp(json_string_value(json_object_get(cur, "address")) ?: "", r->address) == 0 &&
+        json_integer_value(json_object_get(cur, "port")) == r->port)
+        return false;
+    json_object_set_new(status, "rendezvous",
+                        json_pack("{s:s,s:s,s:I,s:s}", "runId", r->run_id, "address", r->address,
+                                  "port", (json_int_t)r->port, "time", r->time));
+    return true;
+}
+
+/* [A-Za-z0-9._-]{1,128}, as the launcher checks KDET_RUN_ID. */
+static bool valid_run_id(const char *s)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+    return n > 0 && n <= API_MAX_RUN_ID &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+/* A host name or an IP address (v4 or v6): no spaces, separators or control bytes. */
+static bool valid_address(const char *s)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+    return n > 0 && n <= 253 &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:") == n;
+}
+
+/*
+ * Whether run_id is the trial's current attempt: one of its pods, not being
+ * deleted, carries the run id (asked of the API server, not a cache, since
+ * the chief's own pod was created just before it reports). A chief left
+ * over from an earlier attempt is refused, so it cannot replace the report
+ * of the attempt that runs now.
+ */
+static int run_is_current(struct kd_api *a, const char *ns, const char *trial, const char *run_id,
+                          bool *current, char *err)
+{
+    char sel[512];
+    json_t *list = NULL;
+    struct kd_k8s_gvr pods = KD_K8S_PODS;
+    *current = false;
+    snprintf(sel, sizeof(sel), "%s=%s,%s=%s", API_POD_LABEL_TRIAL, trial, API_POD_LABEL_RUN,
+             run_id);
+    struct kd_k8s_query lq = {.label_selector = sel};
+    int rc = kd_k8s_list(a->o.k8s, &pods, ns, &lq, &list, NULL, err);
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(list, "items"), i, p)
+    {
+        if (kd_k8s_meta_str(p, "deletionTimestamp") == NULL)
+            *current = true;
+    }
+    json_decref(list);
+    return rc;
+}
+
+void api_worker_rendezvous_put(struct api_rq *q)
+{
+    static const char *const keys[] = {"run_id", "address", "port", NULL};
+    struct kd_api *a = q->api;
+    json_t *trial = NULL, *body = NULL;
+    char err[KD_ERRLEN] = "";
+    struct rdv_ctx r = {0};
+    if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
+        goto out;
+    if (api_body(q, 4096, &body) != 0 || api_only_keys(q, body, "", keys) != 0)
+        goto out;
+    if (want_str(q, body, "run_id", API_MAX_RUN_ID, true, &r.run_id) != 0 ||
+        want_str(q, body, "address", 253, true, &r.address) != 0 ||
+        want_i64(q, body, "port", &r.port) != 0)
+        goto out;
+    if (!valid_run_id(r.run_id)) {
+        api_error(q, 400, "run_id", "run_id: characters other than A-Z a-z 0-9 . _ -");
+        goto out;
+    }
+    if (!valid_address(r.address)) {
+        api_error(q, 400, "address",
+                  "address: not a host name or an IP address (A-Z a-z 0-9 . - : only)");
+        goto out;
+    }
+    if (r.port < 1 || r.port > 65535) {
+        api_error(q, 400, "port", "port: must be between 1 and 65535");
+        goto out;
+    }
+    bool current = false;
+    int rc = run_is_current(a, NS(q), TRIAL(q), r.run_id, &current, err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    if (!current) {
+        api_error(q, 409, "run_id",
+                  "run_id: %s is not the current attempt of trial %s/%s (none of its pods "
+                  "carries it)",
+                  r.run_id, NS(q), TRIAL(q));
+        goto out;
+    }
+    now_rfc3339(r.time, sizeof(r.time));
+    rc = api_status_update(a, NS(q), TRIAL(q), kd_k8s_meta_str(trial, "uid"), set_rendezvous, &r,
+                           err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    KD_INFO("rendezvous address reported", "trial=%s/%s run_id=%s address=%s port=%lld", NS(q),
+            TRIAL(q), kd_logq(r.run_id), kd_logq(r.address), (long long)r.port);
+    api_json(q, 200,
+             json_pack("{s:s,s:s,s:I}", "run_id", r.run_id, "address", r.address, "port",
+                       (json_int_t)r.port));
+out:
+    json_decref(trial);
+    json_decref(body);
+}
+
+void api_worker_rendezvous_get(struct api_rq *q)
+{
+    struct kd_api *a = q->api;
+    json_t *trial = NULL, *t = NULL, *e = NULL, *ans = NULL;
+    long timeout_s;
+    uint64_t seen = 0;
+    if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
+        goto out;
+    const char *run_id = kd_http_query(q->r, "run_id");
+    if (run_id == NULL || !valid_run_id(run_id)) {
+        api_error(q, 400, "run_id",
+                  "run_id: %s (the attempt's KDET_RUN_ID, 1 to %d of A-Z a-z 0-9 . _ -)",
+                  run_id == NULL ? "required" : "invalid", API_MAX_RUN_ID);
+        goto out;
+    }
+    if (api_query_int(q, "timeout", 0, a->o.long_poll_max_s, 0, &timeout_s) != 0)
+        goto out;
+    const char *uid = kd_k8s_meta_str(trial, "uid");
+    int64_t deadline = kd_mono_ms() + timeout_s * 1000;
+    for (;;) {
+        json_decref(t);
+        json_decref(e);
+        load_pair(a, NS(q), TRIAL(q), uid, &t, &e);
+        const json_t *rdv = json_object_get(json_object_get(t, "status"), "rendezvous");
+        if (t != NULL &&
+            strcmp(json_string_value(json_object_get(rdv, "runId")) ?: "", run_id) == 0) {
+            ans = json_pack("{s:b,s:s,s:O,s:O}", "ready", 1, "run_id", run_id, "address",
+                            json_object_get(rdv, "address"), "port", json_object_get(rdv, "port"));
+            break;
+        }
+        if (t == NULL || kd_mono_ms() >= deadline || kd_http_stopping(kd_http_req_server(q->r))) {
+            ans = json_pack("{s:b,s:s}", "ready", 0, "run_id", run_id);
+            break;
+        }
+        int64_t left = deadline - kd_mono_ms();
+        api_wait_change(a, &seen, left < 1000 ? (left > 0 ? left : 1) : 1000);
+    }
+    api_json(q, 200, ans);
+out:
+    json_decref(trial);
+    json_decref(t);
+    json_decref(e);
 }
 
 /* ---- early exit --------------------------------------------------------------------------- */

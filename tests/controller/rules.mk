@@ -18,3 +18,4 @@ $(eval $(call kd_test_script,test_ctrl_e2e_wire,e2e/controller/wire.sh,120,,$(CT
 $(eval $(call kd_test_script,test_ctrl_e2e_volcano,e2e/controller/volcano.sh,180,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_fmnist,e2e/controller/fmnist.sh,240,,$(CTRL_E2E_DEPS) $(O)/bin/fashion-mnist-c))
 $(eval $(call kd_test,test_ctrl_gang,tests/controller/test_ctrl_gang.c,ctrl config yaml hparams k8s core,-ljansson -lyaml -lcurl -lcrypto -lm,30))
+$(eval $(call kd_test_script,test_ctrl_e2e_multinode,e2e/controller/multinode.sh,180,,$(CTRL_E2E_DEPS) $(O)/bin/fashion-mnist-c))

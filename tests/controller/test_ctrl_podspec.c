@@ -81,6 +81,13 @@ static void test_multi(void **s)
     golden("multi");
 }
 
+/* Several pods with the controller API: each also gets KDET_POD_IP from status.podIP. */
+static void test_multi_api(void **s)
+{
+    (void)s;
+    golden("multi_api");
+}
+
 static void test_cpu(void **s)
 {
     (void)s;
@@ -204,6 +211,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single),
         cmocka_unit_test(test_multi),
+        cmocka_unit_test(test_multi_api),
         cmocka_unit_test(test_cpu),
         cmocka_unit_test(test_api),
         cmocka_unit_test(test_sharedfs),

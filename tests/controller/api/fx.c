@@ -146,6 +146,20 @@ void fx_trial(const char *exp, const char *name, int64_t target, char *uid, size
     fx_patch("trials", name, "status", "{\"status\":{\"state\":\"ACTIVE\"}}");
 }
 
+void fx_pod(const char *trial, const char *run_id, const char *name)
+{
+    char err[KD_ERRLEN] = "";
+    struct kd_k8s_gvr pods = KD_K8S_PODS;
+    /* Bound to a node no kubelet serves: it stays Pending and never runs. */
+    json_t *o = json_pack("{s:s,s:s,s:{s:s,s:{s:s,s:s}},s:{s:s,s:[{s:s,s:s,s:[s]}]}}", "apiVersion",
+                          "v1", "kind", "Pod", "metadata", "name", name, "labels", "kdet.io/trial",
+                          trial, "kdet.io/run-id", run_id, "spec", "nodeName", "kd-test-nowhere",
+                          "containers", "name", "trial", "image", "none", "command", "true");
+    if (kd_k8s_create(fx.k8s, &pods, "default", o, NULL, NULL, err) != 0)
+        fail_msg("create pod %s: %s", name, err);
+    json_decref(o);
+}
+
 void fx_token(const char *name, const char *uid, char *tok, size_t len)
 {
     assert_int_equal(kd_api_trial_token(fx_key, sizeof(fx_key), "default", name, uid, tok, len), 0);

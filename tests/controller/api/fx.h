@@ -39,6 +39,8 @@ void fx_api_stop(void);
 void fx_experiment(const char *name, const char *metric);
 /** Create a Trial of `exp` with spec.validateAfter = target; *uid gets its uid. */
 void fx_trial(const char *exp, const char *name, int64_t target, char *uid, size_t uidlen);
+/** Create a Pending pod of `trial`'s attempt `run_id` (labels as the controller sets them). */
+void fx_pod(const char *trial, const char *run_id, const char *name);
 /** The trial's token. */
 void fx_token(const char *name, const char *uid, char *tok, size_t len);
 /** A merge patch on a Trial or Experiment ("trials"/"experiments"), fails the test on error. */

@@ -5,8 +5,11 @@ API_TEST_KD_LIBS := api http store k8s yaml core
 API_TEST_LDLIBS := -lmicrohttpd -lpq -lcurl -lcrypto -ljansson -lyaml -lm -lpthread
 API_TEST_DEPS := $(O)/bin/kdet-local
 $(O)/obj/tests/controller/api/%.o: KD_CFLAGS += -Itests -Itests/controller/api
+$(O)/obj/tests/controller/api/test_api_chief.o: KD_CFLAGS += -Ilauncher
 $(eval $(call kd_test,test_api_worker,tests/controller/api/test_api_worker.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 $(eval $(call kd_test,test_api_user,tests/controller/api/test_api_user.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 # Figures (latency, rows/s, long-poll wake-up); `slow`, so not in the sanitizer pass.
 $(eval $(call kd_test,test_api_perf,tests/controller/api/test_api_perf.c dtrain/src/client.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),180,slow,$(API_TEST_DEPS)))
 $(eval $(call kd_test,test_api_log,tests/controller/api/test_api_log.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
+# The launcher's rendezvous through the controller (launcher/chief.c) against the real API.
+$(eval $(call kd_test,test_api_chief,tests/controller/api/test_api_chief.c $(API_TEST_SRCS),launch $(API_TEST_KD_LIBS),$(API_TEST_LDLIBS) -ldl,120,,$(API_TEST_DEPS)))

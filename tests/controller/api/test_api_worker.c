@@ -513,6 +513,100 @@ static void test_checkpoint_and_early_exit(void **state)
     json_decref(out);
 }
 
+static void test_rendezvous(void **state)
+{
+    (void)state;
+    char uid[64], tok[64], uid2[64], tok2[64];
+    json_t *out = NULL;
+    fx_experiment("e-rdv", "validation_loss");
+    fx_trial("e-rdv", "e-rdv-1", 100, uid, sizeof(uid));
+    fx_token("e-rdv-1", uid, tok, sizeof(tok));
+    fx_trial("e-rdv", "e-rdv-2", 100, uid2, sizeof(uid2));
+    fx_token("e-rdv-2", uid2, tok2, sizeof(tok2));
+    const char *rep = "{\"run_id\":\"run-a\",\"address\":\"10.1.2.3\",\"port\":41001}";
+    /* The trial's own token only. */
+    assert_int_equal(fx_http("PUT", T("e-rdv-1/rendezvous"), NULL, rep, NULL), 401);
+    assert_int_equal(fx_http("PUT", T("e-rdv-1/rendezvous"), tok2, rep, NULL), 401);
+    assert_int_equal(fx_http("GET", T("e-rdv-1/rendezvous?run_id=run-a"), tok2, NULL, NULL), 401);
+    /* Nothing reported yet. */
+    assert_int_equal(fx_http("GET", T("e-rdv-1/rendezvous?run_id=run-a"), tok, NULL, &out), 200);
+    assert_false(json_is_true(json_object_get(out, "ready")));
+    json_decref(out);
+    /* Bad reports name the field. */
+    static const struct {
+        const char *body, *field;
+    } bad[] = {
+        {"{\"address\":\"10.1.2.3\",\"port\":41001}", "run_id"},
+        {"{\"run_id\":\"a/b\",\"address\":\"10.1.2.3\",\"port\":41001}", "run_id"},
+        {"{\"run_id\":\"run-a\",\"address\":\"10.1.2.3 x\",\"port\":41001}", "address"},
+        {"{\"run_id\":\"run-a\",\"port\":41001}", "address"},
+        {"{\"run_id\":\"run-a\",\"address\":\"10.1.2.3\",\"port\":0}", "port"},
+        {"{\"run_id\":\"run-a\",\"address\":\"10.1.2.3\",\"port\":65536}", "port"},
+        {"{\"run_id\":\"run-a\",\"address\":\"10.1.2.3\",\"port\":1,\"x\":1}", "x"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(fx_http("PUT", T("e-rdv-1/rendezvous"), tok, bad[i].body, &out), 400);
+        assert_string_equal(json_string_value(json_object_get(out, "field")), bad[i].field);
+        json_decref(out);
+    }
+    assert_int_equal(fx_http("GET", T("e-rdv-1/rendezvous"), tok, NULL, &out), 400);
+    assert_string_equal(json_string_value(json_object_get(out, "field")), "run_id");
+    json_decref(out);
+    /* Only the current attempt (a pod of the trial carries its run id) may report. */
+    assert_int_equal(fx_http("PUT", T("e-rdv-1/rendezvous"), tok, rep, &out), 409);
+    assert_string_equal(json_string_value(json_object_get(out, "field")), "run_id");
+    json_decref(out);
+    fx_pod("e-rdv-2", "run-a", "e-rdv-2-0"); /* another trial's pod does not count */
+    assert_int_equal(fx_http("PUT", T("e-rdv-1/rendezvous"), tok, rep, NULL), 409);
+    /* The chief reports; the Trial's status keeps it. */
+    fx_pod("e-rdv-1", "run-a", "e-rdv-1-0");
+    assert_int_equal(fx_http("PUT", T("e-rdv-1/rendezvous"), tok, rep, NULL), 200);
+    json_t *t = fx_get_trial("e-rdv-1");
+    json_t *r = json_object_get(json_object_get(t, "status"), "rendezvous");
+    assert_string_equal(json_string_value(json_object_get(r, "runId")), "run-a");
+    assert_string_equal(json_string_value(json_object_get(r, "address")), "10.1.2.3");
+    assert_int_equal(json_integer_value(json_object_get(r, "port")), 41001);
+    json_decref(t);
+    /* The other nodes of run-a get it (the cache may lag the write: a long-poll waits). */
+    assert_int_equal(
+        fx_http("GET", T("e-rdv-1/rendezvous?run_id=run-a&timeout=10"), tok, NULL, &out), 200);
+    assert_true(json_is_true(json_object_get(out, "ready")));
+    assert_string_equal(json_string_value(json_object_get(out, "address")), "10.1.2.3");
+    assert_int_equal(json_integer_value(json_object_get(out, "port")), 41001);
+    json_decref(out);
+    /* Another run never gets run-a's chief. */
+    assert_int_equal(fx_http("GET", T("e-rdv-1/rendezvous?run_id=run-b"), tok, NULL, &out), 200);
+    assert_false(json_is_true(json_object_get(out, "ready")));
+    json_decref(out);
+    /* A waiting poll for run-b returns once run-b's chief reports. */
+    pthread_t th;
+    struct later l = {500, "trials", "e-rdv-1", "status",
+                      "{\"status\":{\"rendezvous\":{\"runId\":\"run-b\",\"address\":\"10.1.2.4\","
+                      "\"port\":41002}}}"};
+    pthread_create(&th, NULL, patch_later, &l);
+    int64_t t0 = kd_mono_ms();
+    assert_int_equal(
+        fx_http("GET", T("e-rdv-1/rendezvous?run_id=run-b&timeout=20"), tok, NULL, &out), 200);
+    int64_t took = kd_mono_ms() - t0;
+    pthread_join(th, NULL);
+    assert_true(json_is_true(json_object_get(out, "ready")));
+    assert_string_equal(json_string_value(json_object_get(out, "address")), "10.1.2.4");
+    assert_int_equal(json_integer_value(json_object_get(out, "port")), 41002);
+    assert_true(took >= 400 && took < 10000);
+    json_decref(out);
+    /* ... and from then on run-a (a stale attempt) is told nothing. */
+    assert_int_equal(fx_http("GET", T("e-rdv-1/rendezvous?run_id=run-a"), tok, NULL, &out), 200);
+    assert_false(json_is_true(json_object_get(out, "ready")));
+    json_decref(out);
+    /* A short poll with nothing reported answers not ready when its time is up. */
+    t0 = kd_mono_ms();
+    assert_int_equal(
+        fx_http("GET", T("e-rdv-2/rendezvous?run_id=run-a&timeout=1"), tok2, NULL, &out), 200);
+    assert_false(json_is_true(json_object_get(out, "ready")));
+    assert_true(kd_mono_ms() - t0 >= 900);
+    json_decref(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -525,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_searcher_long_poll),
         cmocka_unit_test(test_preemption_long_poll),
         cmocka_unit_test(test_checkpoint_and_early_exit),
+        cmocka_unit_test(test_rendezvous),
     };
     return cmocka_run_group_tests(tests, fx_setup, fx_teardown);
 }
