@@ -241,24 +241,34 @@ static const char *condition_reason(const json_t *tstatus, const char *type)
  * an Idle=True becomes False (TrialEnded). Builds on status's own conditions
  * when it has some already (kd_ctrl_set_condition starts from the old ones).
  */
-static void end_conditions(const json_t *trial, json_t *status, enum kd_trial_state s)
+static void end_conditions(const struct kd_ctrl *c, const json_t *trial, json_t *status,
+                           enum kd_trial_state s)
 {
     const json_t *tstatus = json_object_get(trial, "status");
     json_int_t gen =
         json_integer_value(json_object_get(json_object_get(trial, "metadata"), "generation"));
+    char msg[160];
     if (!kd_trial_state_terminal(s))
         return;
     const json_t *cur = json_object_get(status, "conditions") != NULL ? status : tstatus;
-    bool ran = json_object_get(tstatus, "startTime") != NULL ||
-               json_object_get(status, "startTime") != NULL ||
-               json_object_get(tstatus, "latestValidation") != NULL ||
-               condition_true(cur, "Scheduled");
-    if (ran && !condition_true(cur, "Scheduled"))
-        kd_ctrl_set_condition(status, cur, "Scheduled", true, "Admitted",
-                              "admitted by the kdet scheduler", gen);
-    else if (!ran && strcmp(condition_reason(cur, "Scheduled") ?: "", "TrialEnded") != 0)
-        kd_ctrl_set_condition(status, cur, "Scheduled", false, "TrialEnded",
-                              "the trial ended before it was admitted", gen);
+    const char *why = condition_reason(cur, "Scheduled");
+    /* With a batch scheduler, pods exist (and startTime is set) while it has not admitted them:
+     * Scheduled=False with its reason. A trial that ended then was never admitted (and once
+     * that says TrialEnded, the repair of an ended trial's conditions keeps it). */
+    bool batch_waiting = delegated(c) && why != NULL && !condition_true(cur, "Scheduled") &&
+                         json_object_get(tstatus, "latestValidation") == NULL;
+    bool ran = !batch_waiting && (json_object_get(tstatus, "startTime") != NULL ||
+                                  json_object_get(status, "startTime") != NULL ||
+                                  json_object_get(tstatus, "latestValidation") != NULL ||
+                                  condition_true(cur, "Scheduled"));
+    const char *by = delegated(c) ? c->o.gang->name : "the kdet scheduler";
+    if (ran && !condition_true(cur, "Scheduled")) {
+        snprintf(msg, sizeof(msg), "admitted by %s", by);
+        kd_ctrl_set_condition(status, cur, "Scheduled", true, "Admitted", msg, gen);
+    } else if (!ran && strcmp(why ?: "", "TrialEnded") != 0) {
+        snprintf(msg, sizeof(msg), "the trial ended before %s admitted it", by);
+        kd_ctrl_set_condition(status, cur, "Scheduled", false, "TrialEnded", msg, gen);
+    }
     cur = json_object_get(status, "conditions") != NULL ? status : tstatus;
     if (condition_true(cur, KD_TRIAL_COND_IDLE))
         kd_ctrl_set_condition(status, cur, KD_TRIAL_COND_IDLE, false, "TrialEnded",
@@ -276,7 +286,7 @@ static int set_status(struct kd_ctrl *c, const json_t *trial, json_t *status, ch
     json_t *v;
     enum kd_trial_state s;
     if (kd_trial_state_parse(json_string_value(json_object_get(status, "state")), &s))
-        end_conditions(trial, status, s);
+        end_conditions(c, trial, status, s);
     json_object_foreach(status, k, v)
     {
         if (!json_equal(v, json_object_get(old, k)))
@@ -574,7 +584,7 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
         rc = delete_pods(c, pods, killed(exp));
         /* A trial that ended before its conditions were kept consistent: repair them. */
         status = json_object();
-        end_conditions(trial, status, cur);
+        end_conditions(c, trial, status, cur);
         if (rc == 0 && json_object_size(status) > 0)
             rc = set_status(c, trial, status, err);
         goto out;
@@ -930,7 +940,8 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
                gen);
     if (gw.waiting) {
         kd_ctrl_set_condition(status, tstatus, "Scheduled", false, gw.reason, gw.message, gen);
-    } else if (delegated(c) && !condition_true(tstatus, "Scheduled")) {
+    } else if (delegated(c) && !condition_true(tstatus, "Scheduled") && kd_gang_all_bound(pods)) {
+        /* Admitted once every pod is bound (not when the group went away with a cancel). */
         char msg[128];
         snprintf(msg, sizeof(msg), "admitted by %s", c->o.gang->name);
         kd_ctrl_set_condition(status, tstatus, "Scheduled", true, "Admitted", msg, gen);

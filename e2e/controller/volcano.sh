@@ -67,6 +67,21 @@ check "status.message says the same" test "$msg" = "$why"
 check "grid-1 is ACTIVE (its pods exist) while none of grid's pods is bound" eval \
     'trial_state_is grid-1 ACTIVE && [ "$(bound_gpus)" = 4 ]'
 
+log "a trial canceled while Volcano has not admitted it"
+experiment late '  entrypoint: sh -c "sleep 1; exit 0"
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  resources: {slots_per_trial: 2}'
+late_waits() {
+    [ "$(field trial late-1 '{.status.conditions[?(@.type=="Scheduled")].reason}')" = Unschedulable ]
+}
+check "late-1 waits for Volcano" wait_for 20 late_waits
+kubectl patch exp late --type=merge -p '{"spec":{"canceled":true}}' >/dev/null
+check "late is CANCELED" wait_for 30 exp_state_is late CANCELED
+late_sched=$(field trial late-1 '{.status.conditions[?(@.type=="Scheduled")].status}/{.status.conditions[?(@.type=="Scheduled")].reason}/{.status.conditions[?(@.type=="Scheduled")].message}')
+check "late-1 ends Scheduled=False, never admitted ($late_sched)" test \
+    "$late_sched" = "False/TrialEnded/the trial ended before volcano admitted it"
+kubectl delete exp late --wait=false >/dev/null
+
 log "cancel the 4-GPU experiment"
 kubectl patch exp hog --type=merge -p '{"spec":{"canceled":true}}' >/dev/null
 check "hog is CANCELED" wait_for 30 exp_state_is hog CANCELED
