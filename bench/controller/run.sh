@@ -20,9 +20,10 @@
 #      its Trials are deleted, experiment live runs one trial whose pod sleeps, and gets M - 1
 #      COMPLETED clones; a fresh controller reconciles it at start and again at each resync
 #      (30 s), reading all of its M Trials; VmRSS over 35 s and VmHWM.
+#   0. (first) the time to create the N Trials alone, against a kdet-local without its kubelet.
 # Quick run: KDC_BENCH_N=100 KDC_BENCH_CACHE=1000 make bench BENCH=controller
 set -u
-B=${KD_BUILD:-build}
+B=$(cd "${KD_BUILD:-build}" && pwd) || exit 1 # absolute: pods run in their own directories
 S=${KD_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 N=${KDC_BENCH_N:-1000}
 M=${KDC_BENCH_CACHE:-10000}
@@ -151,6 +152,40 @@ anchor_ms=$(($(ms) - t0))
 log "anchor: $N Trials in $anchor_ms ms"
 kubectl delete trials -l kdet.io/experiment=anchor --wait=false >/dev/null 2>&1
 wait_until 60 no_trials || log "anchor trials still there"
+
+# ---- 0. Trial creation alone: a second kdet-local without its kubelet (no pod runs) ----
+# With the kubelet, kdet-local also spawns and watches every pod's processes on this machine,
+# which paces trial creation as much as the controller does; here the controller (no client
+# rate limit) creates the N Trials against an API server that does nothing else.
+mkdir -p "$work/bare"
+PATH=$B/bin:$PATH "$B/bin/kdet-local" --data-dir "$work/bare/kdl" --port 0 --port-file "$work/bare/port" \
+    --kubeconfig-out "$work/bare/kubeconfig" --no-kubelet --log-level warn >"$work/bare/kdl.log" 2>&1 &
+bare=$!
+if wait_until 20 test -s "$work/bare/kubeconfig" &&
+    KUBECONFIG=$work/bare/kubeconfig wait_until 20 kubectl get ns default &&
+    KUBECONFIG=$work/bare/kubeconfig kubectl apply -f "$S/crds/" >/dev/null &&
+    KUBECONFIG=$work/bare/kubeconfig kubectl apply -f "$S/manifests/priorityclasses.yaml" >/dev/null &&
+    KUBECONFIG=$work/bare/kubeconfig wait_until 20 kubectl get trials; then
+    "$B/bin/kdet-controller" --kubeconfig "$work/bare/kubeconfig" --log-level info --kube-api-qps 0 \
+        --workers 4 >"$work/bare/ctrl.log" 2>&1 &
+    bctrl=$!
+    wait_until 30 grep -q 'msg="caches synced"' "$work/bare/ctrl.log"
+    printf 'apiVersion: kdet.io/v1alpha1\nkind: Experiment\nmetadata:\n  name: bare\nspec:\n  name: bare\n  entrypoint: sh -c "exit 0"\n  hyperparameters:\n    x: {type: int, minval: 1, maxval: %d, count: %d}\n  searcher: {name: grid, metric: loss, max_length: {batches: 1}, max_concurrent_trials: %d}\n  resources: {slots_per_trial: 0}\n' \
+        "$N" "$N" "$N" >"$work/bare/exp.yaml"
+    bare_trials() { [ "$(KUBECONFIG=$work/bare/kubeconfig kubectl get trials -o name 2>/dev/null | grep -c .)" -ge "$N" ]; }
+    t0=$(ms)
+    KUBECONFIG=$work/bare/kubeconfig kubectl apply -f "$work/bare/exp.yaml" >/dev/null
+    if wait_until 300 bare_trials; then
+        bare_ms=$(($(ms) - t0))
+        echo "time to all $N Trials, kdet-local without kubelet, no client rate limit: controller ${bare_ms} ms, kubectl create ${anchor_ms} ms, ratio $(ratio "$bare_ms" "$anchor_ms")"
+    else
+        echo "time to all $N Trials without kubelet: not reached in 300 s"
+    fi
+    kill -TERM "$bctrl" 2>/dev/null
+    wait "$bctrl" 2>/dev/null
+fi
+kill -TERM "$bare" 2>/dev/null
+wait "$bare" 2>/dev/null
 
 # ---- 1. N trials through the controller ----
 start_ctrl --workers 4
