@@ -75,14 +75,23 @@ int kd_openapi_unknown_fields(const json_t *schema, const json_t *instance, cons
 
 /**
  * Check that a CRD version's schema is structural, as the API server
- * requires for apiextensions.k8s.io/v1: every node specifies a type
- * (unless x-kubernetes-int-or-string or x-kubernetes-preserve-unknown-fields),
- * no `type` inside oneOf/anyOf/allOf/not, `properties` and
- * `additionalProperties` are not both set, `items` is set for arrays,
- * and the root is of type object. Returns 0 or KD_EINVALID with the first
- * violations written to `err` (KD_ERRLEN bytes; may be NULL) as
+ * requires for apiextensions.k8s.io/v1: the root is of type object; every
+ * field and array item specifies a type (unless x-kubernetes-int-or-string
+ * or x-kubernetes-preserve-unknown-fields); `items` is set for arrays;
+ * `additionalProperties` is neither at the root nor beside `properties`;
+ * int-or-string is not combined with preserve-unknown-fields; nodes under
+ * oneOf/anyOf/allOf/not are value validations only (no type, default,
+ * description, title, nullable, additionalProperties, externalDocs,
+ * x-kubernetes-* extensions or `metadata` property), except that exactly
+ * `anyOf: [{type: integer}, {type: string}]`, directly or as the first
+ * item of an allOf, is allowed (IntOrString, resource.Quantity); and the
+ * root's junctors name only properties the schema declares. Returns 0 or
+ * KD_EINVALID with the violations, sorted as the API server sorts them and
+ * newline separated, written to `err` (KD_ERRLEN bytes, truncated; may be
+ * NULL) as
  * "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty
- * for specified object fields".
+ * for specified object fields". Pure function: thread-safe, keeps no
+ * reference.
  */
 int kd_openapi_check_structural(const json_t *schema, const char *root_path, char *err) KD_WUR;
 
