@@ -1161,6 +1161,49 @@ static void complete(const json_t *v, const json_t *s, const char *spath, const 
     }
 }
 
+/* Split "FIELD: Forbidden: detail" lines into causes as the API server sends them. */
+static json_t *structural_causes(const char *lines)
+{
+    static const struct {
+        const char *sep, *reason;
+    } kinds[] = {{": Forbidden: ", "FieldValueForbidden"},
+                 {": Required value", "FieldValueRequired"},
+                 {": Invalid value: ", "FieldValueInvalid"}};
+    json_t *out = json_array();
+    char *copy = kd_xstrdup(lines), *next;
+    for (char *line = copy; line != NULL && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next != NULL)
+            *next++ = '\0';
+        const char *reason = "FieldValueInvalid";
+        char *sep = NULL;
+        for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+            char *at = strstr(line, kinds[i].sep);
+            if (at != NULL && (sep == NULL || at < sep)) {
+                sep = at;
+                reason = kinds[i].reason;
+            }
+        }
+        if (sep != NULL)
+            *sep = '\0';
+        json_t *c = json_pack("{s:s,s:s,s:s}", "reason", reason, "field", sep ? line : "",
+                              "message", sep ? sep + 2 : line);
+        if (c == NULL || json_array_append_new(out, c) != 0)
+            kd_oom(strlen(line));
+    }
+    free(copy);
+    return out;
+}
+
+int kd_openapi_structural_causes(const json_t *schema, const char *root_path, json_t **causes)
+{
+    char err[KD_ERRLEN] = "";
+    int rc = kd_openapi_check_structural(schema, root_path, err);
+    if (causes != NULL)
+        *causes = rc == KD_EINVALID ? structural_causes(err) : NULL;
+    return rc;
+}
+
 int kd_openapi_check_structural(const json_t *schema, const char *root_path, char *err)
 {
     int rc = 0;

@@ -96,6 +96,18 @@ int kd_openapi_unknown_fields(const json_t *schema, const json_t *instance, cons
 int kd_openapi_check_structural(const json_t *schema, const char *root_path, char *err) KD_WUR;
 
 /**
+ * kd_openapi_check_structural() with the violations as a new JSON array of
+ * causes in *causes (caller json_decref()s; NULL unless KD_EINVALID), one
+ * per violation as the API server lists them: "reason"
+ * (FieldValueForbidden, FieldValueRequired or FieldValueInvalid), "field"
+ * ("spec.versions[0].schema.openAPIV3Schema.properties[spec].anyOf[0].type")
+ * and "message" ("Forbidden: must be empty to be structural"). Violations
+ * beyond KD_ERRLEN bytes of text are left out. Pure function.
+ */
+int kd_openapi_structural_causes(const json_t *schema, const char *root_path,
+                                 json_t **causes) KD_WUR;
+
+/**
  * Render the causes array as the lines kubectl prints for a 422, one per
  * cause ("* spec.searcher.max_trials: Invalid value: ...", newline
  * separated, no trailing newline). Returns a new string the caller

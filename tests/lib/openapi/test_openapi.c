@@ -159,6 +159,23 @@ static void test_structural_cases(void **state)
             failures++;
         }
     }
+    /* the same violations as causes: one per line, split at the reason */
+    json_t *causes = NULL;
+    const json_t *third = json_object_get(json_array_get(cases, 6), "schema");
+    assert_int_equal(kd_openapi_structural_causes(third, "s", &causes), KD_EINVALID);
+    assert_int_equal(json_array_size(causes), 3);
+    json_t *want = json_pack("{s:s,s:s,s:s}", "reason", "FieldValueForbidden", "field",
+                             "s.properties[spec].properties[port].anyOf[2].type", "message",
+                             "Forbidden: must be empty to be structural");
+    assert_true(json_equal(json_array_get(causes, 2), want));
+    json_decref(want);
+    json_decref(causes);
+    json_t *sentinel = json_array();
+    causes = sentinel;
+    const json_t *ok = json_object_get(json_array_get(cases, 0), "schema");
+    assert_int_equal(kd_openapi_structural_causes(ok, NULL, &causes), 0);
+    assert_null(causes);
+    json_decref(sentinel);
     json_decref(all);
     assert_int_equal(failures, 0);
 }
