@@ -732,10 +732,13 @@ static int crd_check(struct kd_http_req *r, const struct kd_restype *rt, const c
         const json_t *schema = json_object_get(json_object_get(v, "schema"), "openAPIV3Schema");
         if (schema == NULL)
             continue;
-        char path[128], err[KD_ERRLEN] = "";
+        char path[128];
+        json_t *causes = NULL;
         snprintf(path, sizeof(path), "spec.versions[%zu].schema.openAPIV3Schema", i);
-        if (kd_openapi_check_structural(schema, path, err) != 0) {
-            invalid(r, rt, name, json_pack("[o]", cause("FieldValueInvalid", path, "%s", err)));
+        if (kd_openapi_structural_causes(schema, path, &causes) != 0) {
+            invalid(r, rt, name,
+                    causes ? causes
+                           : json_pack("[o]", cause("FieldValueInvalid", path, "Invalid value")));
             return KD_EINVALID;
         }
     }

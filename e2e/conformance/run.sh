@@ -19,7 +19,8 @@ LOCAL=0
 cleanup() {
     if [ -n "${NS:-}" ] && [ "$LOCAL" = 0 ]; then
         kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
-        kubectl delete crd widgets.test.kdet.io --wait=false >/dev/null 2>&1
+        kubectl delete crd widgets.test.kdet.io gadgets.test.kdet.io --wait=false >/dev/null 2>&1
+        kubectl delete crd badgadgets.test.kdet.io descgadgets.test.kdet.io --wait=false >/dev/null 2>&1
     fi
     if [ -n "$local_pid" ]; then
         kill "$local_pid" 2>/dev/null
@@ -212,6 +213,40 @@ $K apply -f "$work/unknown.yaml" --validate=false >/dev/null 2>&1
 expect "unknown fields are pruned otherwise" '^\{"size":2\}$' jp wd/u '{.spec}'
 expect "strategic merge patch on a custom resource is 415" 'UnsupportedMediaType|unknown format|415|not supported' \
     $K patch wd a --type=strategic -p '{"spec":{"size":5}}'
+
+# ---- int-or-string and value validations in CRD schemas ------------------------------------------
+expect "a CRD with int-or-string anyOf [integer, string] is accepted" 'gadgets.test.kdet.io (created|unchanged|configured)' \
+    kubectl apply -f "$data/crd-gadgets.yaml"
+until_ok 10 $K get gadgets
+# gadget NAME SPEC-JSON: create a Gadget; the server alone validates it (--validate=false).
+gadget() {
+    printf '{"apiVersion":"test.kdet.io/v1","kind":"Gadget","metadata":{"name":"%s"},"spec":%s}' "$1" "$2" |
+        $K create --validate=false -f - 2>&1 | tr '\n' ' '
+}
+expect "int-or-string fields take integers" 'gadget.test.kdet.io/g1 created' \
+    gadget g1 '{"port":8080,"limits":{"cpu":2},"maxUnavailable":1,"replicas":3,"mode":{"a":"x"}}'
+expect "int-or-string fields take strings" 'gadget.test.kdet.io/g2 created' \
+    gadget g2 '{"port":"http","limits":{"cpu":"500m","memory":"1Gi"},"maxUnavailable":"25%"}'
+expect "int-or-string stored as sent" '^http 500m 1Gi 25%$' jp gadget/g2 '{.spec.port} {.spec.limits.cpu} {.spec.limits.memory} {.spec.maxUnavailable}'
+expect "int-or-string rejects a boolean" 'is invalid.*spec\.port' gadget g3 '{"port":true}'
+expect "int-or-string rejects a fraction" 'is invalid.*spec\.port' gadget g3 '{"port":1.5}'
+expect "int-or-string rejects an object" 'is invalid.*spec\.limits\.cpu' gadget g3 '{"limits":{"cpu":{"n":1}}}'
+expect "a quantity string must match the pattern" 'is invalid.*spec\.limits\.cpu.*should match' gadget g3 '{"limits":{"cpu":"lots"}}'
+expect "not: a forbidden value is rejected" 'is invalid.*must not validate the schema \(not\)' gadget g3 '{"replicas":13}'
+expect "allOf with the int-or-string anyOf: its other items apply" 'is invalid.*allOf' gadget g3 '{"maxUnavailable":"0"}'
+expect "oneOf: none valid is rejected" 'is invalid.*oneOf' gadget g3 '{"mode":{}}'
+expect "oneOf: two valid is rejected" 'is invalid.*oneOf' gadget g3 '{"mode":{"a":"x","b":"y"}}'
+if $K get gadget g3 >/dev/null 2>&1; then bad "rejected gadgets are not stored"; else ok "rejected gadgets are not stored"; fi
+# The int-or-string exception is exactly anyOf [integer, string]: other types under anyOf are not structural.
+sed -e 's/gadgets\.test/badgadgets.test/; s/plural: gadgets/plural: badgadgets/; s/singular: gadget/singular: badgadget/; s/kind: Gadget/kind: BadGadget/' \
+    -e '0,/- type: integer/s//- type: string/' -e '0,/- type: string$/!{0,/- type: string$/s//- type: integer/}' \
+    "$data/crd-gadgets.yaml" > "$work/crd-badgadgets.yaml"
+expect "anyOf [string, integer] is not the int-or-string form: rejected" 'is invalid.*anyOf\[[01]\]\.type: Forbidden: must be empty to be structural' \
+    sh -c "kubectl create -f '$work/crd-badgadgets.yaml' 2>&1 | tr '\n' ' '"
+sed -e 's/gadgets\.test/descgadgets.test/; s/plural: gadgets/plural: descgadgets/; s/singular: gadget/singular: descgadget/; s/kind: Gadget/kind: DescGadget/' \
+    -e 's/^\( *\)enum: \[13\]/\1enum: [13]\n\1description: never thirteen/' "$data/crd-gadgets.yaml" > "$work/crd-descgadgets.yaml"
+expect "a description inside not is rejected" 'is invalid.*not\.description: Forbidden: must be empty to be structural' \
+    sh -c "kubectl create -f '$work/crd-descgadgets.yaml' 2>&1 | tr '\n' ' '"
 
 # ---- finalizers and garbage collection -------------------------------------------------------
 mkcm fin >/dev/null

@@ -912,79 +912,302 @@ out:
 
 /* ---- structural check --------------------------------------------------- */
 
-static int structural(const json_t *s, const char *path, bool in_logic, struct kd_buf *err,
-                      int depth)
+/*
+ * The API server's rules for apiextensions.k8s.io/v1 schemas: every node
+ * outside anyOf/allOf/oneOf/not (a "structural" node) says what it is
+ * (type, unless x-kubernetes-int-or-string or -preserve-unknown-fields),
+ * while the nodes under those junctors are value validations only: no
+ * type, default, description, title, nullable, additionalProperties and no
+ * x-kubernetes-* extensions. The one exception is what IntOrString and
+ * resource.Quantity fields are generated with:
+ *   anyOf: [{type: integer}, {type: string}]
+ * or the same anyOf as the first item of an allOf. Violations are
+ * collected, then sorted as the API server sorts them.
+ */
+
+enum level { LEVEL_ROOT, LEVEL_ITEM, LEVEL_FIELD };
+
+struct serrs {
+    char **v;
+    size_t n, cap;
+};
+
+static void serr(struct serrs *e, const char *fmt, ...) KD_PRINTF(2, 3);
+static void serr(struct serrs *e, const char *fmt, ...)
 {
-    int bad = 0;
+    struct kd_buf b = KD_BUF_INIT(MSG_MAX);
+    va_list ap;
+    va_start(ap, fmt);
+    bvprintf(&b, fmt, ap);
+    va_end(ap);
+    if (e->n == e->cap) {
+        e->cap = e->cap ? 2 * e->cap : 8;
+        e->v = kd_xrealloc(e->v, e->cap * sizeof(*e->v));
+    }
+    e->v[e->n++] = kd_xstrdup(kd_buf_str(&b));
+    kd_buf_free(&b);
+}
+
+/* Exactly [{type: integer}, {type: string}], in that order, nothing else. */
+static bool int_or_string_anyof(const json_t *any)
+{
+    static const char *const want[] = {"integer", "string"};
+    if (json_array_size(any) != 2)
+        return false;
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *x = json_array_get(any, i);
+        const char *t = json_string_value(json_object_get(x, "type"));
+        if (!json_is_object(x) || json_object_size(x) != 1 || t == NULL || strcmp(t, want[i]) != 0)
+            return false;
+    }
+    return true;
+}
+
+static bool int_or_string_allof(const json_t *s)
+{
+    const json_t *all = json_object_get(s, "allOf");
+    return json_array_size(all) >= 1 &&
+           int_or_string_anyof(json_object_get(json_array_get(all, 0), "anyOf"));
+}
+
+static void nested(const json_t *v, const char *path, bool skip_any, bool skip_first_all_any,
+                   struct serrs *e, int depth);
+
+/* The junctors of a node (structural or nested). */
+static void junctors(const json_t *s, const char *path, bool skip_any, bool skip_first_all_any,
+                     struct serrs *e, int depth)
+{
+    static const char *const logic[] = {"anyOf", "allOf", "oneOf"};
+    for (size_t j = 0; j < sizeof(logic) / sizeof(logic[0]); j++) {
+        const json_t *arr = json_object_get(s, logic[j]);
+        if (j == 0 && skip_any)
+            continue;
+        for (size_t i = 0; i < json_array_size(arr); i++) {
+            char *p = kd_xasprintf("%s.%s[%zu]", path, logic[j], i);
+            nested(json_array_get(arr, i), p, j == 1 && i == 0 && skip_first_all_any, false, e,
+                   depth + 1);
+            free(p);
+        }
+    }
+    if (json_object_get(s, "not") != NULL) {
+        char *p = kd_xasprintf("%s.not", path);
+        nested(json_object_get(s, "not"), p, false, false, e, depth + 1);
+        free(p);
+    }
+}
+
+/* A value validation under anyOf/allOf/oneOf/not. */
+static void nested(const json_t *v, const char *path, bool skip_any, bool skip_first_all_any,
+                   struct serrs *e, int depth)
+{
+    if (!json_is_object(v) || depth > MAX_DEPTH)
+        return;
+    junctors(v, path, skip_any, skip_first_all_any, e, depth);
+    if (json_object_get(v, "items") != NULL) {
+        char *p = kd_xasprintf("%s.items", path);
+        nested(json_object_get(v, "items"), p, false, false, e, depth + 1);
+        free(p);
+    }
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)json_object_get(v, "properties"), k, x)
+    {
+        char *p = kd_xasprintf("%s.properties[%s]", path, k);
+        nested(x, p, false, false, e, depth + 1);
+        free(p);
+    }
+    const char *type = json_string_value(json_object_get(v, "type"));
+    const char *title = json_string_value(json_object_get(v, "title"));
+    const char *desc = json_string_value(json_object_get(v, "description"));
+    if (type && type[0])
+        serr(e, "%s.type: Forbidden: must be empty to be structural", path);
+    if (json_object_get(v, "additionalProperties") != NULL)
+        serr(e, "%s.additionalProperties: Forbidden: must be undefined to be structural", path);
+    if (json_object_get(v, "default") != NULL && !json_is_null(json_object_get(v, "default")))
+        serr(e, "%s.default: Forbidden: must be undefined to be structural", path);
+    if (title && title[0])
+        serr(e, "%s.title: Forbidden: must be empty to be structural", path);
+    if (desc && desc[0])
+        serr(e, "%s.description: Forbidden: must be empty to be structural", path);
+    if (is_true(v, "nullable"))
+        serr(e, "%s.nullable: Forbidden: must be false to be structural", path);
+    if (json_object_get(v, "externalDocs") != NULL)
+        serr(e, "%s.externalDocs: Forbidden: must be undefined to be structural", path);
+    static const char *const must_be_false[] = {"x-kubernetes-preserve-unknown-fields",
+                                                "x-kubernetes-embedded-resource",
+                                                "x-kubernetes-int-or-string"};
+    for (size_t i = 0; i < sizeof(must_be_false) / sizeof(must_be_false[0]); i++)
+        if (is_true(v, must_be_false[i]))
+            serr(e, "%s.%s: Forbidden: must be false to be structural", path, must_be_false[i]);
+    if (json_array_size(json_object_get(v, "x-kubernetes-list-map-keys")) > 0)
+        serr(e, "%s.x-kubernetes-list-map-keys: Forbidden: must be empty to be structural", path);
+    if (json_object_get(v, "x-kubernetes-list-type") != NULL)
+        serr(e, "%s.x-kubernetes-list-type: Forbidden: must be undefined to be structural", path);
+    if (json_object_get(v, "x-kubernetes-map-type") != NULL)
+        serr(e, "%s.x-kubernetes-map-type: Forbidden: must be undefined to be structural", path);
+    if (json_array_size(json_object_get(v, "x-kubernetes-validations")) > 0)
+        serr(e, "%s.x-kubernetes-validations: Forbidden: must be empty to be structural", path);
+    if (json_object_get(json_object_get(v, "properties"), "metadata") != NULL)
+        serr(e, "%s.properties[metadata]: Forbidden: must not be specified in a nested context",
+             path);
+}
+
+static void structural(const json_t *s, const char *path, enum level lvl, struct serrs *e,
+                       int depth)
+{
     if (!json_is_object(s) || depth > MAX_DEPTH)
-        return 0;
+        return;
     const char *type = json_string_value(json_object_get(s, "type"));
     bool ios = is_true(s, "x-kubernetes-int-or-string");
     bool pres = is_true(s, "x-kubernetes-preserve-unknown-fields");
     const json_t *props = json_object_get(s, "properties");
     const json_t *addl = json_object_get(s, "additionalProperties");
-    if (in_logic) {
-        if (type) {
-            bprintf(err, "%s%s.type: Forbidden: must be empty to be structural",
-                    err->len ? "\n" : "", path);
-            bad++;
-        }
-    } else if ((type == NULL || type[0] == '\0') && !ios && !pres) {
-        bprintf(err,
-                "%s%s.type: Required value: must not be empty for specified "
-                "object fields",
-                err->len ? "\n" : "", path);
-        bad++;
-    }
-    if (props && addl && !json_is_false(addl)) {
-        bprintf(err,
-                "%s%s.additionalProperties: Forbidden: additionalProperties and "
-                "properties are mutual exclusive",
-                err->len ? "\n" : "", path);
-        bad++;
-    }
-    if (type && strcmp(type, "array") == 0 && !json_is_object(json_object_get(s, "items"))) {
-        bprintf(err, "%s%s.items: Required value: must be specified", err->len ? "\n" : "", path);
-        bad++;
+    const json_t *items = json_object_get(s, "items");
+    if (type && strcmp(type, "array") == 0 && !json_is_object(items))
+        serr(e, "%s.items: Required value: must be specified", path);
+    if (json_is_object(items)) {
+        char *p = kd_xasprintf("%s.items", path);
+        structural(items, p, LEVEL_ITEM, e, depth + 1);
+        free(p);
     }
     const char *k;
     json_t *x;
     json_object_foreach((json_t *)props, k, x)
     {
         char *p = kd_xasprintf("%s.properties[%s]", path, k);
-        bad += structural(x, p, in_logic, err, depth + 1);
+        structural(x, p, LEVEL_FIELD, e, depth + 1);
         free(p);
     }
+    if (props && addl && !json_is_false(addl))
+        serr(e,
+             "%s.additionalProperties: Forbidden: additionalProperties and properties are "
+             "mutual exclusive",
+             path);
+    if (addl != NULL && lvl == LEVEL_ROOT)
+        serr(e, "%s.additionalProperties: Forbidden: must not be used at the root", path);
     if (json_is_object(addl)) {
         char *p = kd_xasprintf("%s.additionalProperties", path);
-        bad += structural(addl, p, in_logic, err, depth + 1);
+        structural(addl, p, LEVEL_FIELD, e, depth + 1);
         free(p);
     }
-    if (json_is_object(json_object_get(s, "items"))) {
-        char *p = kd_xasprintf("%s.items", path);
-        bad += structural(json_object_get(s, "items"), p, in_logic, err, depth + 1);
+    if (ios && pres)
+        serr(e,
+             "%s.x-kubernetes-preserve-unknown-fields: Invalid value: true: must be false if "
+             "x-kubernetes-int-or-string is true",
+             path);
+    if (ios && is_true(s, "x-kubernetes-embedded-resource"))
+        serr(e,
+             "%s.x-kubernetes-embedded-resource: Invalid value: true: must be false if "
+             "x-kubernetes-int-or-string is true",
+             path);
+    junctors(s, path, int_or_string_anyof(json_object_get(s, "anyOf")), int_or_string_allof(s), e,
+             depth);
+    if ((type == NULL || type[0] == '\0') && !ios && !pres)
+        serr(e, "%s.type: Required value: must not be empty %s", path,
+             lvl == LEVEL_ROOT   ? "at the root"
+             : lvl == LEVEL_ITEM ? "for specified array items"
+                                 : "for specified object fields");
+}
+
+/*
+ * Every property or items that a value validation at the root names must
+ * also be in the structural schema (the API server checks this for the
+ * root's junctors).
+ */
+static void complete(const json_t *v, const json_t *s, const char *spath, const char *vpath,
+                     struct serrs *e, int depth)
+{
+    if (!json_is_object(v) || depth > MAX_DEPTH)
+        return;
+    if (!json_is_object(s)) {
+        serr(e, "%s: Required value: because it is defined in %s", spath, vpath);
+        return;
+    }
+    static const char *const logic[] = {"allOf", "anyOf", "oneOf"};
+    if (json_object_get(v, "not") != NULL) {
+        char *p = kd_xasprintf("%s.not", vpath);
+        complete(json_object_get(v, "not"), s, spath, p, e, depth + 1);
         free(p);
     }
-    static const char *const logic[] = {"anyOf", "oneOf", "allOf"};
     for (size_t j = 0; j < sizeof(logic) / sizeof(logic[0]); j++) {
-        const json_t *arr = json_object_get(s, logic[j]);
+        const json_t *arr = json_object_get(v, logic[j]);
         for (size_t i = 0; i < json_array_size(arr); i++) {
-            char *p = kd_xasprintf("%s.%s[%zu]", path, logic[j], i);
-            bad += structural(json_array_get(arr, i), p, true, err, depth + 1);
+            char *p = kd_xasprintf("%s.%s[%zu]", vpath, logic[j], i);
+            complete(json_array_get(arr, i), s, spath, p, e, depth + 1);
             free(p);
         }
     }
-    if (json_is_object(json_object_get(s, "not"))) {
-        char *p = kd_xasprintf("%s.not", path);
-        bad += structural(json_object_get(s, "not"), p, true, err, depth + 1);
-        free(p);
+    if (depth == 0)
+        return; /* the root itself is the structural schema */
+    if (json_object_get(v, "items") != NULL) {
+        char *sp = kd_xasprintf("%s.items", spath), *vp = kd_xasprintf("%s.items", vpath);
+        complete(json_object_get(v, "items"), json_object_get(s, "items"), sp, vp, e, depth + 1);
+        free(sp);
+        free(vp);
     }
-    return bad;
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)json_object_get(v, "properties"), k, x)
+    {
+        char *sp = kd_xasprintf("%s.properties[%s]", spath, k);
+        char *vp = kd_xasprintf("%s.properties[%s]", vpath, k);
+        const json_t *sx = json_object_get(json_object_get(s, "properties"), k);
+        if (sx == NULL)
+            serr(e, "%s: Required value: because it is defined in %s", sp, vp);
+        else
+            complete(x, sx, sp, vp, e, depth + 1);
+        free(sp);
+        free(vp);
+    }
+}
+
+/* Split "FIELD: Forbidden: detail" lines into causes as the API server sends them. */
+static json_t *structural_causes(const char *lines)
+{
+    static const struct {
+        const char *sep, *reason;
+    } kinds[] = {{": Forbidden: ", "FieldValueForbidden"},
+                 {": Required value", "FieldValueRequired"},
+                 {": Invalid value: ", "FieldValueInvalid"}};
+    json_t *out = json_array();
+    char *copy = kd_xstrdup(lines), *next;
+    for (char *line = copy; line != NULL && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next != NULL)
+            *next++ = '\0';
+        const char *reason = "FieldValueInvalid";
+        char *sep = NULL;
+        for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+            char *at = strstr(line, kinds[i].sep);
+            if (at != NULL && (sep == NULL || at < sep)) {
+                sep = at;
+                reason = kinds[i].reason;
+            }
+        }
+        if (sep != NULL)
+            *sep = '\0';
+        json_t *c = json_pack("{s:s,s:s,s:s}", "reason", reason, "field", sep ? line : "",
+                              "message", sep ? sep + 2 : line);
+        if (c == NULL || json_array_append_new(out, c) != 0)
+            kd_oom(strlen(line));
+    }
+    free(copy);
+    return out;
+}
+
+int kd_openapi_structural_causes(const json_t *schema, const char *root_path, json_t **causes)
+{
+    char err[KD_ERRLEN] = "";
+    int rc = kd_openapi_check_structural(schema, root_path, err);
+    if (causes != NULL)
+        *causes = rc == KD_EINVALID ? structural_causes(err) : NULL;
+    return rc;
 }
 
 int kd_openapi_check_structural(const json_t *schema, const char *root_path, char *err)
 {
     int rc = 0;
+    struct serrs e = {NULL, 0, 0};
     struct kd_buf b = KD_BUF_INIT(KD_ERRLEN - 1);
     const char *root = root_path ? root_path : "openAPIV3Schema";
     if (!json_is_object(schema)) {
@@ -997,11 +1220,19 @@ int kd_openapi_check_structural(const json_t *schema, const char *root_path, cha
                        type ? type : "");
         goto out;
     }
-    if (structural(schema, root, false, &b, 0) > 0) {
+    structural(schema, root, LEVEL_ROOT, &e, 0);
+    complete(schema, schema, root, root, &e, 0);
+    if (e.n > 0) {
+        qsort(e.v, e.n, sizeof(*e.v), cmp_str);
+        for (size_t i = 0; i < e.n; i++)
+            bprintf(&b, "%s%s", i ? "\n" : "", e.v[i]);
         rc = kd_seterr(err, KD_EINVALID, "%s", kd_buf_str(&b));
         goto out;
     }
 out:
+    for (size_t i = 0; i < e.n; i++)
+        free(e.v[i]);
+    free(e.v);
     kd_buf_free(&b);
     return rc;
 }

@@ -75,16 +75,37 @@ int kd_openapi_unknown_fields(const json_t *schema, const json_t *instance, cons
 
 /**
  * Check that a CRD version's schema is structural, as the API server
- * requires for apiextensions.k8s.io/v1: every node specifies a type
- * (unless x-kubernetes-int-or-string or x-kubernetes-preserve-unknown-fields),
- * no `type` inside oneOf/anyOf/allOf/not, `properties` and
- * `additionalProperties` are not both set, `items` is set for arrays,
- * and the root is of type object. Returns 0 or KD_EINVALID with the first
- * violations written to `err` (KD_ERRLEN bytes; may be NULL) as
+ * requires for apiextensions.k8s.io/v1: the root is of type object; every
+ * field and array item specifies a type (unless x-kubernetes-int-or-string
+ * or x-kubernetes-preserve-unknown-fields); `items` is set for arrays;
+ * `additionalProperties` is neither at the root nor beside `properties`;
+ * int-or-string is not combined with preserve-unknown-fields; nodes under
+ * oneOf/anyOf/allOf/not are value validations only (no type, default,
+ * description, title, nullable, additionalProperties, externalDocs,
+ * x-kubernetes-* extensions or `metadata` property), except that exactly
+ * `anyOf: [{type: integer}, {type: string}]`, directly or as the first
+ * item of an allOf, is allowed (IntOrString, resource.Quantity); and the
+ * root's junctors name only properties the schema declares. Returns 0 or
+ * KD_EINVALID with the violations, sorted as the API server sorts them and
+ * newline separated, written to `err` (KD_ERRLEN bytes, truncated; may be
+ * NULL) as
  * "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty
- * for specified object fields".
+ * for specified object fields". Pure function: thread-safe, keeps no
+ * reference.
  */
 int kd_openapi_check_structural(const json_t *schema, const char *root_path, char *err) KD_WUR;
+
+/**
+ * kd_openapi_check_structural() with the violations as a new JSON array of
+ * causes in *causes (caller json_decref()s; NULL unless KD_EINVALID), one
+ * per violation as the API server lists them: "reason"
+ * (FieldValueForbidden, FieldValueRequired or FieldValueInvalid), "field"
+ * ("spec.versions[0].schema.openAPIV3Schema.properties[spec].anyOf[0].type")
+ * and "message" ("Forbidden: must be empty to be structural"). Violations
+ * beyond KD_ERRLEN bytes of text are left out. Pure function.
+ */
+int kd_openapi_structural_causes(const json_t *schema, const char *root_path,
+                                 json_t **causes) KD_WUR;
 
 /**
  * Render the causes array as the lines kubectl prints for a 422, one per
