@@ -1,7 +1,7 @@
 # tests/controller: kdet-controller unit tests and the end-to-end suite on kdet-local.
 $(O)/obj/tests/controller/%.o: KD_CFLAGS += -Icontroller
 $(eval $(call kd_test,test_ctrl_sched,tests/controller/test_ctrl_sched.c,ctrl core,,30))
-$(eval $(call kd_test,test_ctrl_podspec,tests/controller/test_ctrl_podspec.c,ctrl config yaml hparams core,-ljansson -lyaml -lm,30))
+$(eval $(call kd_test,test_ctrl_podspec,tests/controller/test_ctrl_podspec.c tests/support/golden.c,ctrl config yaml hparams core,-ljansson -lyaml -lm,30))
 $(eval $(call kd_test,test_ctrl_states,tests/controller/test_ctrl_states.c,$(CTRL_KD_LIBS),$(CTRL_LDLIBS),30))
 # End-to-end scenarios on a private kdet-local (e2e/controller/*.sh).
 CTRL_E2E_DEPS := $(O)/bin/kdet-controller $(O)/bin/kdet-local $(O)/bin/kdet-launch $(O)/bin/det
@@ -17,5 +17,5 @@ $(eval $(call kd_test_script,test_ctrl_e2e_apirestart,e2e/controller/apirestart.
 $(eval $(call kd_test_script,test_ctrl_e2e_wire,e2e/controller/wire.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_volcano,e2e/controller/volcano.sh,180,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_fmnist,e2e/controller/fmnist.sh,240,,$(CTRL_E2E_DEPS) $(O)/bin/fashion-mnist-c))
-$(eval $(call kd_test,test_ctrl_gang,tests/controller/test_ctrl_gang.c,ctrl config yaml hparams k8s core,-ljansson -lyaml -lcurl -lcrypto -lm,30))
+$(eval $(call kd_test,test_ctrl_gang,tests/controller/test_ctrl_gang.c tests/support/golden.c,ctrl config yaml hparams k8s core,-ljansson -lyaml -lcurl -lcrypto -lm,30))
 $(eval $(call kd_test_script,test_ctrl_e2e_multinode,e2e/controller/multinode.sh,180,,$(CTRL_E2E_DEPS) $(O)/bin/fashion-mnist-c))

@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "../support/golden.h"
+
 #include "config/config.h"
 #include "gang.h"
 #include "podspec.h"
@@ -53,17 +55,7 @@ static void golden(const char *name)
         fail_msg("%s: kd_gang_prepare: %s (%s)", name, kd_err_name(rc), err);
     json_t *got = json_pack("{s:o,s:o}", "pods", pods, "group", group ? group : json_null());
     snprintf(path, sizeof(path), DIR "%s.out.json", name);
-    const char *upd = getenv("KD_UPDATE_GOLDEN");
-    if (upd != NULL && strcmp(upd, "1") == 0)
-        assert_int_equal(json_dump_file(got, path, JSON_INDENT(2) | JSON_SORT_KEYS), 0);
-    json_t *want = json_load_file(path, 0, &je);
-    if (want == NULL)
-        fail_msg("%s: %s (KD_UPDATE_GOLDEN=1 writes it)", path, je.text);
-    if (!json_equal(want, got)) {
-        char *dump = json_dumps(got, JSON_INDENT(2) | JSON_SORT_KEYS);
-        fail_msg("%s: output differs from %s; got:\n%s", name, path, dump);
-    }
-    json_decref(want);
+    kd_golden_check(name, path, got);
     json_decref(got);
     json_decref(cfg);
     json_decref(in);

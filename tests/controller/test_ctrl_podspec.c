@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "../support/golden.h"
+
 #include "config/config.h"
 #include "podspec.h"
 
@@ -53,17 +55,7 @@ static void golden(const char *name)
     if (rc != 0)
         fail_msg("%s: kd_pod_build: %s (%s)", name, kd_err_name(rc), err);
     snprintf(path, sizeof(path), DIR "%s.pods.json", name);
-    const char *upd = getenv("KD_UPDATE_GOLDEN");
-    if (upd != NULL && strcmp(upd, "1") == 0)
-        assert_int_equal(json_dump_file(pods, path, JSON_INDENT(2) | JSON_SORT_KEYS), 0);
-    json_t *want = json_load_file(path, 0, &je);
-    if (want == NULL)
-        fail_msg("%s: %s (KD_UPDATE_GOLDEN=1 writes it)", path, je.text);
-    if (!json_equal(want, pods)) {
-        char *got = json_dumps(pods, JSON_INDENT(2) | JSON_SORT_KEYS);
-        fail_msg("%s: pods differ from %s; got:\n%s", name, path, got);
-    }
-    json_decref(want);
+    kd_golden_check(name, path, pods);
     json_decref(pods);
     json_decref(cfg);
     json_decref(in);
