@@ -88,7 +88,10 @@ struct podrt {
     int64_t kill_at_ms;
     json_t *cond_times; /* type -> [status, time] */
     json_t *sent;       /* agent mode: the last status the API server accepted */
-    char **links;       /* symlinks made for volume mounts */
+    /* The runtime state (status_sig) and pod resourceVersion of the last pass that found the
+     * pod's status already as it should be: while both stay the same, so does the status. */
+    char *shown_sig, *shown_rv;
+    char **links; /* symlinks made for volume mounts */
     size_t nlinks;
 };
 
@@ -448,6 +451,8 @@ static void podrt_free(struct kd_kubelet *k, struct podrt *p)
     free(p->dir);
     json_decref(p->cond_times);
     json_decref(p->sent);
+    free(p->shown_sig);
+    free(p->shown_rv);
     free(p);
 }
 
@@ -1496,7 +1501,8 @@ static json_t *pod_status(struct podrt *p, const json_t *pod)
 /* ---- the loop
  * ------------------------------------------------------------------------------------ */
 
-static void write_status(struct kd_kubelet *k, struct podrt *p, json_t *pod, json_t *status)
+/* Returns true when nothing needed writing (the pod already shows status). */
+static bool write_status(struct kd_kubelet *k, struct podrt *p, json_t *pod, json_t *status)
 {
     const json_t *cur = json_object_get(pod, "status");
     /* Keep what others wrote next to ours (nominatedNodeName, ...), replace the rest. */
@@ -1504,12 +1510,12 @@ static void write_status(struct kd_kubelet *k, struct podrt *p, json_t *pod, jso
     json_object_update(merged, status);
     if (json_equal(merged, cur)) {
         json_decref(merged);
-        return;
+        return true;
     }
     if (k->kc != NULL && p->sent != NULL && json_equal(p->sent, status)) {
         /* Unchanged since the last write (the server may drop fields it does not know). */
         json_decref(merged);
-        return;
+        return true;
     }
     if (k->kc != NULL) {
         /* Through the status subresource, guarded by the uid as the kubelet's status manager. */
@@ -1527,12 +1533,38 @@ static void write_status(struct kd_kubelet *k, struct podrt *p, json_t *pod, jso
         kd_k8s_status_free(&st);
         json_decref(patch);
         json_decref(merged);
-        return;
+        return false;
     }
     json_t *next = json_deep_copy(pod);
     json_object_set_new(next, "status", merged);
     if (kd_store_put(k->st, "/pods", p->ns, p->name, next, NULL) != 0)
         KD_WARN("pod status write failed", "pod=%s", kd_logq(p->name));
+    return false;
+}
+
+/*
+ * Everything of the runtime that pod_status reads, as a string (malloc'd), or NULL when it
+ * does not fit the cap. Equal strings and an unchanged pod give an equal status, so the
+ * pass can skip building it: with hundreds of pods on the node, building and comparing
+ * every pod's status on every change of the store was most of kdet-local's CPU time.
+ */
+static char *status_sig(const struct podrt *p)
+{
+    struct kd_buf b = KD_BUF_INIT(64 * 1024);
+    int e = kd_buf_printf(&b, "%d|%s|%zu", p->prepared, p->start_time, p->nc);
+    for (size_t i = 0; i < p->nc && e == 0; i++) {
+        const struct ctr *c = &p->c[i];
+        e = kd_buf_printf(
+            &b, "\n%d|%d|%d|%d|%s|%s|%d|%s|%s|%s|%s|%s", (int)c->state, c->restarts,
+            c->ever_started, c->exit_code, c->started, c->finished, c->last != NULL,
+            c->wait_reason ? c->wait_reason : "\x01", c->wait_msg ? c->wait_msg : "\x01",
+            c->term_reason ? c->term_reason : "\x01", c->term_msg ? c->term_msg : "\x01", c->name);
+    }
+    if (e != 0) {
+        kd_buf_free(&b);
+        return NULL;
+    }
+    return kd_buf_steal(&b);
 }
 
 static void finish_deleted(struct kd_kubelet *k, struct podrt *p, json_t *pod)
@@ -1690,9 +1722,24 @@ static void loop_once(struct kd_kubelet *k)
             if (!any_running(p))
                 finish_deleted(k, p, pod);
         } else {
-            json_t *status = pod_status(p, pod);
-            write_status(k, p, pod, status);
-            json_decref(status);
+            char *sig = status_sig(p);
+            const char *rv = jstr(md, "resourceVersion");
+            if (sig == NULL || rv == NULL || p->shown_sig == NULL ||
+                strcmp(sig, p->shown_sig) != 0 || strcmp(rv, p->shown_rv) != 0) {
+                json_t *status = pod_status(p, pod);
+                bool settled = write_status(k, p, pod, status);
+                json_decref(status);
+                free(p->shown_sig);
+                free(p->shown_rv);
+                p->shown_sig = NULL;
+                p->shown_rv = NULL;
+                if (settled && sig != NULL && rv != NULL) {
+                    p->shown_sig = sig;
+                    p->shown_rv = kd_xstrdup(rv);
+                    sig = NULL;
+                }
+            }
+            free(sig);
         }
         json_decref(pod);
     }

@@ -122,6 +122,21 @@ static int cmp_cand(const void *a, const void *b)
     return c != 0 ? c : strcmp(x->key, y->key);
 }
 
+/* Whether the pod's PodScheduled condition already has this status and message. */
+static bool scheduled_is(const json_t *pod, const char *status, const char *msg)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(json_object_get(pod, "status"), "conditions"), i, c)
+    {
+        if (strcmp(jstr(c, "type") ? jstr(c, "type") : "", "PodScheduled") != 0)
+            continue;
+        return strcmp(jstr(c, "status") ? jstr(c, "status") : "", status) == 0 &&
+               strcmp(jstr(c, "message") ? jstr(c, "message") : "", msg ? msg : "") == 0;
+    }
+    return false;
+}
+
 /* Set (or replace) the PodScheduled condition; returns true when it changed. */
 static bool set_scheduled(json_t *pod, const char *status, const char *reason, const char *msg)
 {
@@ -433,9 +448,16 @@ int kd_sched_pass(struct kd_store *st, const char *own_node)
             kd_buf_free(&why);
         }
         const json_t *md = json_object_get(pod, "metadata");
+        char *event_msg = chosen == NULL ? unschedulable_msg(nn, reasons, preempt) : NULL;
+        json_decref(reasons);
+        json_decref(preempt);
+        if (chosen == NULL && scheduled_is(pod, "False", event_msg)) {
+            /* Still unschedulable for the same reasons: nothing to write (and no copy). */
+            free(event_msg);
+            continue;
+        }
         json_t *next = json_deep_copy(pod);
         bool write;
-        char *event_msg = NULL;
         if (chosen != NULL) {
             json_object_set_new(json_object_get(next, "spec"), "nodeName",
                                 json_string(chosen->name));
@@ -443,11 +465,8 @@ int kd_sched_pass(struct kd_store *st, const char *own_node)
             write = true;
             take(&chosen->avail, &r);
         } else {
-            event_msg = unschedulable_msg(nn, reasons, preempt);
             write = set_scheduled(next, "False", "Unschedulable", event_msg);
         }
-        json_decref(reasons);
-        json_decref(preempt);
         if (!write) {
             json_decref(next);
             free(event_msg);

@@ -640,6 +640,15 @@ int kd_store_put(struct kd_store *st, const char *gr, const char *ns, const char
     char *key = make_key(ns, name);
     struct entry *e = NULL;
     HASH_FIND_STR(t->objs, key, e);
+    const json_t *md = json_object_get(obj, "metadata");
+    const json_t *refs = json_object_get(md, "ownerReferences");
+    /* Only what the collector acts on, not every status write of an owned object: each
+     * hint costs a pass over every object. */
+    if (json_object_get(md, "deletionTimestamp") != NULL ||
+        (refs != NULL &&
+         (e == NULL || !json_equal(refs, json_object_get(json_object_get(e->obj, "metadata"),
+                                                         "ownerReferences")))))
+        st->gc_hint++;
     if (e == NULL) {
         e = kd_xcalloc(1, sizeof(*e));
         e->key = key;
@@ -653,10 +662,6 @@ int kd_store_put(struct kd_store *st, const char *gr, const char *ns, const char
     e->obj = obj;
     if (stored != NULL)
         *stored = obj;
-    const json_t *md = json_object_get(obj, "metadata");
-    if (json_object_get(md, "deletionTimestamp") != NULL ||
-        json_object_get(md, "ownerReferences") != NULL)
-        st->gc_hint++;
     pthread_cond_broadcast(&st->cv);
     maybe_compact(st);
 out:

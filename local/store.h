@@ -101,8 +101,8 @@ void kd_store_broadcast(struct kd_store *st);
 
 /**
  * A counter that grows whenever something the garbage collector acts on
- * changes: a delete, or a write of an object with deletionTimestamp or
- * ownerReferences.
+ * changes: a delete, a write of an object with deletionTimestamp, or a write
+ * that adds or changes ownerReferences.
  */
 uint64_t kd_store_gc_hint(const struct kd_store *st);
 

@@ -224,6 +224,7 @@ echo "API calls per trial: $(ratio "$req" "$N") (reads $(ratio "$(counter "$line
 echo "API writes per trial besides status: $(ratio $((writes - sw)) "$N") vs goal 5: ratio $(ratio "$(ratio $((writes - sw)) "$N")" 5); status writes per trial $(ratio "$sw" "$N")"
 echo "client rate limit: ${QPS:-50 (default)} requests/s (burst 100): the calls above take $(ratio "$req" "${QPS:-50}") s at that rate"
 echo "controller CPU: ${cpu1} ms ($(ratio "$cpu1" "$N") ms per trial); RSS ${rss1} KiB, peak (VmHWM) ${hwm1} KiB"
+awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "kdet-local CPU up to here (start-up, anchor, phase 1): %d ms; its reaped children (the pods): %d ms\n", ($12 + $13) * 1000 / hz, ($14 + $15) * 1000 / hz }' "/proc/$kdl/stat"
 
 # ---- 2. M trials in the cache ----
 if [ "$M" -gt "$N" ]; then
