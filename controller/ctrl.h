@@ -134,6 +134,10 @@ int kd_ctrl_exp_config(struct kd_ctrl *c, const json_t *exp, json_t **cfg, uint6
 
 /** The experiment seed kdet derives from an experiment's uid when none is configured. */
 uint64_t kd_ctrl_seed_from_uid(const char *uid);
+/** A new reference to the JSON number v as the API server writes it back: an integer when v is
+ * integral (it reads 1.0 as 1), else a real; so that a field compared with what was read back
+ * (json_equal) is not taken for a change and written again. */
+json_t *kd_ctrl_number(double v);
 
 /** Reconcile one Experiment ("ns/name"); kd_k8s_reconcile_fn. */
 int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *ud);

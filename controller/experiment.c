@@ -54,6 +54,15 @@ uint64_t kd_ctrl_seed_from_uid(const char *uid)
     return kd_mix64(h) & 0x7fffffffULL;
 }
 
+json_t *kd_ctrl_number(double v)
+{
+    /* The API server decodes a custom resource's numbers into int64 when they are integral and
+     * float64 otherwise, and writes float64 1.0 as 1: jansson's integer 1 and real 1.0 differ. */
+    if (isfinite(v) && v == floor(v) && fabs(v) < 9007199254740992.0)
+        return json_integer((json_int_t)v);
+    return json_real(v);
+}
+
 void kd_ctrl_set_condition(json_t *status, const json_t *old_status, const char *type, bool ok,
                            const char *reason, const char *message, int64_t generation)
 {
@@ -570,7 +579,7 @@ static json_t *desired_spec(const json_t *exp, const json_t *cfg, const json_t *
         json_object_set_new(r, "priority", json_integer(prio));
     const json_t *w = json_object_get(res, "weight");
     if (json_is_number(w))
-        json_object_set_new(r, "weight", json_real(json_number_value(w)));
+        json_object_set_new(r, "weight", kd_ctrl_number(json_number_value(w)));
     json_t *spec = json_pack(
         "{s:s,s:O,s:O,s:O,s:O,s:s,s:O,s:b,s:o}", "experiment", kd_k8s_meta_str(exp, "name"),
         "requestId", json_object_get(st, "request_id"), "hparams", json_object_get(st, "hparams"),
@@ -1106,7 +1115,7 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
         progress = 1.0;
     char pct[16];
     snprintf(pct, sizeof(pct), "%d%%", (int)floor(progress * 100.0 + 1e-9));
-    json_object_set_new(status, "progress", json_real(floor(progress * 1e6) / 1e6));
+    json_object_set_new(status, "progress", kd_ctrl_number(floor(progress * 1e6) / 1e6));
     json_object_set_new(status, "progressPercent", json_string(pct));
     kd_ctrl_set_condition(status, json_object_get(exp, "status"), "Valid", true, "ConfigValid",
                           "the configuration passed validation", gen);

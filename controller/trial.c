@@ -305,7 +305,7 @@ static json_t *state_status(const json_t *trial, enum kd_trial_state s, const ch
                            (json_int_t)json_integer_value(
                                json_object_get(json_object_get(trial, "metadata"), "generation")));
     if (s == KD_TRIAL_COMPLETED) {
-        json_object_set_new(st, "progress", json_real(1.0));
+        json_object_set_new(st, "progress", kd_ctrl_number(1.0));
         json_object_set_new(st, "progressPercent", json_string("100%"));
     }
     if (kd_trial_state_terminal(s) && kd_ctrl_str(trial, "status", "endTime", NULL) == NULL)

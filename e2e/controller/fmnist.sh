@@ -13,21 +13,9 @@ start_pg || exit 1
 start_local 2 || exit 1
 start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
 check "API serving" wait_for 20 grep -q 'msg="API serving"' "$T/ctrl.log"
-mkdir -p "$T/ckpt" # shared_fs: the directory must exist (on a cluster, a mounted volume)
-
-experiment fmnist "  entrypoint: fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet
-  environment:
-    environment_variables: [OPENBLAS_NUM_THREADS=1, DTRAIN_TIMEOUT=60, TMPDIR=$T]
-  hyperparameters:
-    global_batch_size: 32
-    hidden_units: 32
-    momentum: 0.9
-    learning_rate: {type: double, minval: 0.01, maxval: 0.1}
-  searcher: {name: random, metric: validation_loss, smaller_is_better: true, max_trials: 3,
-             max_concurrent_trials: 2, max_length: {batches: 40}}
-  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt}
-  max_restarts: 0
-  resources: {slots_per_trial: 1}"
+fmnist_experiment fmnist "{type: double, minval: 0.01, maxval: 0.1}" "{name: random,
+             metric: validation_loss, smaller_is_better: true, max_trials: 3, max_concurrent_trials: 2,
+             max_length: {batches: 40}}" 1
 log "experiment created"
 wait_for 240 eval 'exp_state_is fmnist COMPLETED || exp_state_is fmnist ERROR'
 check "experiment COMPLETED" exp_state_is fmnist COMPLETED
@@ -42,20 +30,9 @@ check "a checkpoint was registered" test "$(psqlq "select count(*) from checkpoi
 check "checkpoint files in the storage" test -n "$(ls -A "$T/ckpt" 2>/dev/null)"
 check "the experiment row is in the store" test "$(psqlq "select count(*) from experiments where name='fmnist'")" = 1
 
-experiment asha "  entrypoint: fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet
-  environment:
-    environment_variables: [OPENBLAS_NUM_THREADS=1, DTRAIN_TIMEOUT=60, TMPDIR=$T]
-  hyperparameters:
-    global_batch_size: 32
-    hidden_units: 32
-    momentum: 0.9
-    learning_rate: {type: log, base: 10, minval: -3, maxval: -0.5}
-  searcher: {name: adaptive_asha, metric: validation_loss, smaller_is_better: true, max_trials: 4,
-             max_concurrent_trials: 2, max_length: {batches: 64}, divisor: 2, max_rungs: 2,
-             mode: standard}
-  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt}
-  max_restarts: 0
-  resources: {slots_per_trial: 1}"
+fmnist_experiment asha "{type: log, base: 10, minval: -3, maxval: -0.5}" "{name: adaptive_asha,
+             metric: validation_loss, smaller_is_better: true, max_trials: 4, max_concurrent_trials: 2,
+             max_length: {batches: 64}, divisor: 2, max_rungs: 2, mode: standard}" 1
 log "ASHA experiment created"
 wait_for 240 eval 'exp_state_is asha COMPLETED || exp_state_is asha ERROR'
 check "ASHA experiment COMPLETED" exp_state_is asha COMPLETED

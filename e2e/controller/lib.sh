@@ -112,6 +112,75 @@ experiment() {
         "$1" "$1" "$2" | kubectl apply -f - >/dev/null
 }
 
+# fmnist_experiment NAME LEARNING_RATE SEARCHER SLOTS: a small fashion-mnist-c
+# Experiment (3200 training and 500 test images, batch 32, 32 hidden units)
+# with shared_fs checkpoints in $T/ckpt (created here). LEARNING_RATE is a
+# value or a hyperparameter range, SEARCHER a flow mapping, SLOTS its
+# slots_per_trial.
+fmnist_experiment() {
+    mkdir -p "$T/ckpt" # shared_fs: the directory must exist (on a cluster, a mounted volume)
+    experiment "$1" "  entrypoint: fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet
+  environment:
+    environment_variables: [OPENBLAS_NUM_THREADS=1, DTRAIN_TIMEOUT=60, DTRAIN_RENDEZVOUS_TIMEOUT=60, TMPDIR=$T]
+  hyperparameters:
+    global_batch_size: 32
+    hidden_units: 32
+    momentum: 0.9
+    learning_rate: $2
+  searcher: $3
+  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt}
+  max_restarts: 0
+  resources: {slots_per_trial: $4}"
+}
+
+# exp_metrics EXP KIND: how many KIND ('validation', 'training') metric rows
+# the store holds for experiment EXP.
+exp_metrics() {
+    psqlq "select count(*) from metrics m join trials t on t.id = m.trial_id
+        join experiments e on e.id = t.experiment_id where e.name = '$1' and m.kind = '$2'"
+}
+
+# pod_nodes EXP: the nodes the experiment's pods are bound to, sorted, one a line.
+pod_nodes() {
+    kubectl get pods -l "kdet.io/experiment=$1" -o \
+        'jsonpath={range .items[*]}{.spec.nodeName}{"\n"}{end}' 2>/dev/null | grep . | sort
+}
+
+# check_multinode_trial EXP NS: the checks of a COMPLETED multi-node
+# fashion-mnist-c experiment EXP (one trial, EXP-1) in namespace NS: the
+# chief reported its address to the controller API, node rank 1 read it back,
+# metrics and a checkpoint were stored.
+check_multinode_trial() {
+    local e=$1 ns=$2
+    check "its trial COMPLETED" trial_state_is "$e-1" COMPLETED
+    check "the chief reported its address for the run (status.rendezvous)" test -n \
+        "$(field trial "$e-1" '{.status.rendezvous.runId}')"
+    check "the chief reported a pod IP and a port" test -n "$(field trial "$e-1" '{.status.rendezvous.address}')" -a \
+        "$(field trial "$e-1" '{.status.rendezvous.port}')" -gt 0
+    check "the controller logged the report" grep -q "msg=\"rendezvous address reported\" trial=$ns/$e-1 " "$T/ctrl.log"
+    check "node rank 1 read it from the controller" grep -q \
+        "method=GET path=/api/v1/namespaces/$ns/trials/$e-1/rendezvous status=200" "$T/ctrl.log"
+    check "validation metrics stored" test "$(exp_metrics "$e" validation)" -ge 1
+    check "training metrics stored" test "$(exp_metrics "$e" training)" -ge 1
+    check "latestValidation at 40 batches" test "$(field trial "$e-1" '{.status.latestValidation.batches}')" = 40
+    check "a checkpoint was registered" test "$(psqlq "select count(*) from checkpoints c join trials t
+        on t.id = c.trial_id join experiments e on e.id = t.experiment_id where e.name = '$e'")" -ge 1
+    check "checkpoint files in the storage" test -n "$(ls -A "$T/ckpt" 2>/dev/null)"
+}
+
+# check_queued_big EXP SLOTS NODES GPUS: experiment EXP asks for SLOTS, which
+# needs NODES nodes of GPUS, more than the cluster has: its trial stays QUEUED
+# with the scheduler's reason and no pod.
+check_queued_big() {
+    check "experiment $1 is ACTIVE, waiting" exp_state_is "$1" ACTIVE
+    check "its trial stays QUEUED" trial_state_is "$1-1" QUEUED
+    local msg
+    msg=$(field trial "$1-1" '{.status.message}')
+    echo "# $1-1: $msg"
+    check "the reason names what is missing" grep -qF "slots_per_trial=$2 needs $3 nodes with $4 GPUs" <<<"$msg"
+    check "no pod was created for it" no_pods "kdet.io/experiment=$1"
+}
+
 finish() {
     stop_ctrl
     if [ -n "$LOCAL_PID" ]; then

@@ -114,6 +114,8 @@ expect "cr: strategic merge patch is refused (415)" 'UnsupportedMediaType|not su
 expect "cr: status patch through the subresource" 'patched' \
 	"${K[@]}" patch trial t1 --subresource=status --type=merge -p '{"status":{"state":"ACTIVE"}}'
 expect "cr: status write keeps spec and generation" '^ACTIVE 9 3$' jp trial/t1 '{.status.state} {.spec.seed} {.metadata.generation}'
+expect "cr: an empty string is a valid string (not null)" 'patched' \
+	"${K[@]}" patch trial t1 --subresource=status --type=merge -p '{"status":{"message":""}}'
 "${K[@]}" patch trial t1 --type=merge -p '{"status":{"state":"COMPLETED"}}' >/dev/null 2>&1
 expect "cr: status in a main-resource patch is ignored" '^ACTIVE$' jp trial/t1 '{.status.state}'
 "${K[@]}" patch trial t1 --subresource=status --type=merge -p '{"spec":{"seed":99},"status":{"state":"PAUSED"}}' >/dev/null 2>&1

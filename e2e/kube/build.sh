@@ -14,7 +14,11 @@
 #      never touched)
 #   2. replace vendored modern-go/reflect2 and json-iterator/go with Debian's
 #      -dev package sources (the vendored ones crash on Go >= 1.18 when a
-#      custom resource is created)
+#      custom resource is created), and patch the OpenAPI type validator
+#      so that custom resources may hold "" in a string field (upstream
+#      kube-openapi#230, in Kubernetes 1.21: built with Go >= 1.16, 1.20's
+#      validator takes every "" for null and rejects it with `must be of
+#      type string: "null"`)
 #   3. make gen_openapi (else: undefined: openapi.GetOpenAPIDefinitions)
 #   4. hack/make-rules/build.sh in GOPATH mode, CGO off, no network
 #   5. copy the binaries into a temp dir next to the cache and rename it into
@@ -135,6 +139,21 @@ if [[ ! -f "$work/.stamp-vendor" ]]; then
 		find "$src/vendor/github.com/$pkg" \( -name '*_test.go' -o -name go.mod -o -name go.sum \) -delete
 	done
 	touch "$work/.stamp-vendor"
+fi
+if [[ ! -f "$work/.stamp-zerofix" ]]; then
+	# reflect.DeepEqual on two reflect.Values compares their internals; since
+	# Go 1.16 reflect.Zero shares one zero buffer with the runtime's "", so the
+	# check is true for every empty string. Upstream dropped it (kube-openapi#230).
+	stage "patching the OpenAPI type validator to accept \"\" in custom resources..."
+	zcheck='data == nil || reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data))'
+	mapfile -t zfiles < <(grep -rlF "$zcheck" "$src/vendor" "$src/staging" 2>/dev/null || true)
+	((${#zfiles[@]})) || kube_die "the zero-value check of the OpenAPI type validator was not found under $src/vendor"
+	for f in "${zfiles[@]}"; do
+		sed -i "s/$(printf '%s' "$zcheck" | sed 's/[].[*^$/]/\\&/g')/data == nil/" "$f"
+		! grep -qF "$zcheck" "$f" || kube_die "could not patch $f"
+		kube_log "patched $f"
+	done
+	touch "$work/.stamp-zerofix"
 fi
 
 # The build environment: GOPATH mode, no network, no cgo, low priority.

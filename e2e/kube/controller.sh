@@ -7,7 +7,14 @@
 # kube-scheduler binds the trial pods to kdet's process kubelet (node
 # kdet-node, fake GPUs, e2e/kube/kubelet.sh), which runs fashion-mnist-c;
 # the workers report metrics; the experiment COMPLETES; deleting it removes
-# its trials and pods through the real garbage collector.
+# its trials and pods through the real garbage collector. Then a second
+# process kubelet joins as node kdet-node-2 (its own node identity, with as
+# many GPUs as kdet-node) and a fashion-mnist-c trial that needs both nodes
+# runs: kube-scheduler binds its two pods to the two nodes, the chief reports
+# its pod IP and port to the controller API, the other pod reads them back,
+# the workers train and checkpoint, the experiment COMPLETES; a trial larger
+# than the cluster stays QUEUED with the reason. The second node is stopped
+# and its Node deleted at the end.
 #
 # Usage (from e2e/kube/run.sh, with an up.sh dir's env loaded and the
 # process kubelet running): KD_SRC=TREE KD_BUILD=BUILD e2e/kube/controller.sh
@@ -16,16 +23,29 @@
 set -u
 : "${KUBECONFIG:?the admin kubeconfig of an e2e/kube/up.sh dir}"
 : "${KDET_KUBE_CONTROLLER_KUBECONFIG:?from an e2e/kube/up.sh dir}"
+: "${KDET_KUBE_DIR:?from an e2e/kube/up.sh dir}"
 ADMIN_KUBECONFIG=$KUBECONFIG
 # shellcheck source=e2e/controller/lib.sh
 . "$(dirname "$0")/../controller/lib.sh"
 NS=kdctl-$$
 NODE=kdet-node
+NODE2=kdet-node-2
 
 cleanup_ns() {
     KUBECONFIG=$ADMIN_KUBECONFIG kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
 }
-trap 'stop_pg; cleanup_ns; finish; exit $?' EXIT
+# stop_node2: stops the second process kubelet (and so its pods) and deletes its Node.
+stop_node2() {
+    local f=$KDET_KUBE_DIR/pids/kubelet-$NODE2 pid
+    [ -f "$f" ] || return 0
+    pid=$(cat "$f")
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+    rm -f "$f"
+    KUBECONFIG=$ADMIN_KUBECONFIG kubectl delete node "$NODE2" --wait=false >/dev/null 2>&1
+}
+trap 'stop_ctrl; stop_node2; stop_pg; cleanup_ns; finish; exit $?' EXIT
 for p in kdet-controller kdet-launch fashion-mnist-c; do
     [ -x "$KD_BUILD/bin/$p" ] || { bad "$KD_BUILD/bin/$p missing (make O=BUILD BUILD/bin/$p)"; exit 1; }
 done
@@ -60,7 +80,6 @@ check "rbac: a forbidden request is 403 for the service account" eval \
     'case "$out" in *Forbidden*system:serviceaccount:kdet:kdet-controller*) true ;; *) false ;; esac'
 
 start_pg || exit 1
-mkdir -p "$T/ckpt"
 "$KD_BUILD/bin/kdet-controller" --kubeconfig "$CTRL_KC" --namespace "$NS" --workers 2 --resync 5 \
     --database-url "$PG_URL" --api-listen 127.0.0.1:0 --leader-elect on --lease-namespace kdet \
     >>"$T/ctrl.log" 2>&1 &
@@ -68,19 +87,9 @@ CTRL_PID=$!
 check "controller: leader election on a Lease in kdet" wait_for 30 grep -q 'msg="became leader"' "$T/ctrl.log"
 check "controller: API serving" wait_for 30 grep -q 'msg="API serving"' "$T/ctrl.log"
 
-experiment fmnist "  entrypoint: fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet
-  environment:
-    environment_variables: [OPENBLAS_NUM_THREADS=1, DTRAIN_TIMEOUT=60, TMPDIR=$T]
-  hyperparameters:
-    global_batch_size: 32
-    hidden_units: 32
-    momentum: 0.9
-    learning_rate: {type: double, minval: 0.01, maxval: 0.1}
-  searcher: {name: random, metric: validation_loss, smaller_is_better: true, max_trials: 2,
-             max_concurrent_trials: 2, max_length: {batches: 40}}
-  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt}
-  max_restarts: 0
-  resources: {slots_per_trial: 1}"
+fmnist_experiment fmnist "{type: double, minval: 0.01, maxval: 0.1}" "{name: random,
+             metric: validation_loss, smaller_is_better: true, max_trials: 2, max_concurrent_trials: 2,
+             max_length: {batches: 40}}" 1
 log "experiment fmnist created in $NS"
 wait_for 300 eval 'exp_state_is fmnist COMPLETED || exp_state_is fmnist ERROR'
 check "experiment COMPLETED" exp_state_is fmnist COMPLETED
@@ -129,4 +138,66 @@ kubectl delete exp sleeper --wait=false >/dev/null 2>&1
 check "deleting a running experiment removes its trial" wait_for 60 n_is 0 count_trials kdet.io/experiment=sleeper
 check "... and its running pod" wait_for 60 no_pods kdet.io/experiment=sleeper
 check "... and the kubelet stopped its process" wait_for 30 eval '! pgrep -f "$NS-sleeper-done" >/dev/null'
+
+# Two nodes: a multi-node trial. The second process kubelet advertises as
+# many GPUs as kdet-node, so a trial of twice that needs one whole-node pod
+# on each.
+G=$(field node "$NODE" '{.status.allocatable.nvidia\.com/gpu}')
+echo "# $NODE has $G GPUs"
+check "a second process kubelet registers node $NODE2 as system:node:$NODE2" \
+    env KDET_KUBE_FAKE_GPUS="$G" "$KD_SRC/e2e/kube/kubelet.sh" "$KDET_KUBE_DIR" "$KD_BUILD/bin/kdet-local" "$NODE2"
+NODE2_LOG=$KDET_KUBE_DIR/logs/kubelet-$NODE2.log
+check "node $NODE2 is Ready with $G GPUs" test "$(field node "$NODE2" \
+    '{.status.conditions[?(@.type=="Ready")].status} {.status.allocatable.nvidia\.com/gpu}')" = "True $G"
+check "NodeRestriction: $NODE2 may not label $NODE" eval '! kubectl --kubeconfig "$KDET_KUBE_DIR/node-$NODE2.kubeconfig" \
+    label node "$NODE" kdet.io/x=y >/dev/null 2>&1'
+fmnist_experiment mn 0.05 "{name: single, metric: validation_loss, smaller_is_better: true,
+             max_length: {batches: 40}}" $((2 * G))
+log "experiment mn created ($((2 * G)) slots)"
+check "the trial gets 2 pods, both bound" wait_for 60 n_is 2 eval 'pod_nodes mn | grep -c .'
+nodes=$(pod_nodes mn | tr '\n' ' ')
+echo "# pods bound to: $nodes"
+check "the pods are on the 2 different nodes" test "$nodes" = "$NODE $NODE2 "
+podnodes=$(kubectl get pods -l kdet.io/experiment=mn -o \
+    'jsonpath={range .items[*]}{.metadata.name}={.spec.nodeName}{"\n"}{end}' 2>/dev/null)
+check "each pod asks for $G GPUs" test "$(kubectl get pods -l kdet.io/experiment=mn -o \
+    'jsonpath={range .items[*]}{.spec.containers[0].resources.limits.nvidia\.com/gpu}{" "}{end}')" = "$G $G "
+check "the controller pinned each pod to its node (nodeSelector kubernetes.io/hostname)" test \
+    "$(kubectl get pods -l kdet.io/experiment=mn -o 'jsonpath={range .items[*]}{.spec.nodeSelector.kubernetes\.io/hostname}={.spec.nodeName}{" "}{end}' |
+        tr ' ' '\n' | grep -c '^\(.*\)=\1$')" = 2
+sched=$(kubectl get events --field-selector reason=Scheduled \
+    -o 'jsonpath={range .items[*]}{.involvedObject.name} {.message}{"\n"}{end}' 2>/dev/null | grep '^mn-1-')
+echo "# scheduled: $(echo "$sched" | tr '\n' ';')"
+check "kube-scheduler bound one pod to each node" test "$(echo "$sched" | grep -c " to $NODE$")/$(echo "$sched" |
+    grep -c " to $NODE2$")" = 1/1
+check "the trial has a headless rendezvous Service" test "$(kubectl get svc -l kdet.io/trial=mn-1 \
+    -o 'jsonpath={.items[*].spec.clusterIP}')" = None
+
+fmnist_experiment big 0.05 "{name: single, metric: validation_loss, max_length: {batches: 10}}" $((3 * G))
+log "experiment big created ($((3 * G)) slots)"
+
+wait_for 240 eval 'exp_state_is mn COMPLETED || exp_state_is mn ERROR'
+check "experiment mn COMPLETED" exp_state_is mn COMPLETED
+check_multinode_trial mn "$NS"
+for pn in $podnodes; do
+    pod=${pn%%=*} n=${pn#*=}
+    [ "$n" = "$NODE" ] && lg=$KDET_KUBE_DIR/logs/kubelet.log || lg=$NODE2_LOG
+    check "pod $pod ran to exit 0 on $n" grep -q "msg=\"container exited\" namespace=$NS pod=$pod container=trial exit_code=0" "$lg"
+done
+check_queued_big big $((3 * G)) 3 "$G"
+# The API server writes a number like weight 1.0 back as 1: the controller
+# must not take that for a change and patch the spec again on every pass.
+check "the waiting trial's spec was not rewritten (generation $(field trial big-1 '{.metadata.generation}'))" \
+    test "$(field trial big-1 '{.metadata.generation}')" -le 2
+
+kubectl delete exp mn big --wait=false >/dev/null 2>&1
+check "deleting the experiments removes their trials" wait_for 60 eval \
+    'n_is 0 count_trials kdet.io/experiment=mn && n_is 0 count_trials kdet.io/experiment=big'
+check "... their pods" wait_for 60 eval 'no_pods kdet.io/experiment=mn && no_pods kdet.io/experiment=big'
+check "... and the rendezvous Service" wait_for 60 eval \
+    'test -z "$(kubectl get svc -l kdet.io/trial=mn-1 -o name 2>/dev/null)"'
+check "the API server rejected none of the controller's writes as invalid (422)" \
+    test "$(grep -c 'err=KD_EINVALID' "$T/ctrl.log")" = 0
 stop_ctrl
+stop_node2
+check "node $NODE2 deleted" wait_for 30 eval '! kubectl get node "$NODE2" >/dev/null 2>&1'

@@ -19,8 +19,9 @@
 # Tokens in DIR/tokens.csv: admin (system:masters), the scheduler, the
 # controller-manager, the kdet-controller service account
 # (system:serviceaccount:kdet:kdet-controller, no groups beyond the service
-# account ones, so only the RBAC rules bound to it apply) and a node
-# (system:node:kdet-node in system:nodes) for a process kubelet.
+# account ones, so only the RBAC rules bound to it apply) and two nodes
+# (system:node:kdet-node and system:node:kdet-node-2 in system:nodes) for
+# process kubelets (e2e/kube/kubelet.sh DIR BIN [NODE]).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -133,6 +134,7 @@ sched_token=$(tok)
 cm_token=$(tok)
 kdet_token=$(tok)
 node_token=$(tok)
+node2_token=$(tok)
 umask 077
 cat >"$dir/tokens.csv" <<EOF
 $admin_token,admin,uid-admin,"system:masters"
@@ -140,6 +142,7 @@ $sched_token,system:kube-scheduler,uid-kube-scheduler
 $cm_token,system:kube-controller-manager,uid-kube-controller-manager
 $kdet_token,system:serviceaccount:kdet:kdet-controller,uid-kdet-controller,"system:serviceaccounts,system:serviceaccounts:kdet"
 $node_token,system:node:kdet-node,uid-kdet-node,"system:nodes"
+$node2_token,system:node:kdet-node-2,uid-kdet-node-2,"system:nodes"
 EOF
 umask 022
 
@@ -176,6 +179,7 @@ kubeconfig "$dir/scheduler.kubeconfig" system:kube-scheduler "$sched_token"
 kubeconfig "$dir/controller-manager.kubeconfig" system:kube-controller-manager "$cm_token"
 kubeconfig "$dir/kdet-controller.kubeconfig" kdet-controller "$kdet_token"
 kubeconfig "$dir/node.kubeconfig" system:node:kdet-node "$node_token"
+kubeconfig "$dir/node-kdet-node-2.kubeconfig" system:node:kdet-node-2 "$node2_token"
 
 # --- etcd -----------------------------------------------------------------
 kube_log "starting etcd on 127.0.0.1:$etcd_port..."

@@ -1,7 +1,8 @@
 /*
  * The Experiment and Trial state machines: every transition of the diagram
  * in docs/resources.md, the terminal states, parsing, restart decisions and
- * backoff, and the experiment seed derived from the uid.
+ * backoff, the experiment seed derived from the uid, and numbers written as the API server
+ * writes them back.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -93,12 +94,39 @@ static void test_seed(void **s)
     assert_int_not_equal(a, kd_ctrl_seed_from_uid("5d1c2a9e-0b4f-4c1e-9a55-1234567890ac"));
 }
 
+/* A number the controller writes compares equal to what the API server returns for it: a real
+ * API server writes an integral float64 as an integer (1.0 comes back as 1). */
+static void test_number(void **s)
+{
+    (void)s;
+    static const struct {
+        double v;
+        const char *back; /* as the API server writes it */
+    } cases[] = {{1.0, "1"},   {0.0, "0"},     {-3.0, "-3"},
+                 {0.5, "0.5"}, {0.25, "0.25"}, {1e300, "1e300"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *n = kd_ctrl_number(cases[i].v),
+               *back = json_loads(cases[i].back, JSON_DECODE_ANY, NULL);
+        assert_non_null(back);
+        assert_true(json_equal(n, back));
+        json_decref(n);
+        json_decref(back);
+    }
+    json_t *n = kd_ctrl_number(2.0);
+    assert_true(json_is_integer(n));
+    json_decref(n);
+    n = kd_ctrl_number(0.1);
+    assert_true(json_is_real(n));
+    json_decref(n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_experiment),
         cmocka_unit_test(test_trial),
         cmocka_unit_test(test_seed),
+        cmocka_unit_test(test_number),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
