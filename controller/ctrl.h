@@ -81,8 +81,8 @@ struct kd_ctrl_deleted {
 struct kd_ctrl_admit {
     char key[512];
     int nplace;
-    char nodes[KD_SCHED_MAX_PODS][KD_SCHED_NAMELEN];
-    int gpus; /* per pod */
+    const char *nodes[KD_SCHED_MAX_PODS]; /* NULL: not pinned; else kd_ctrl_node_name's */
+    int gpus;                             /* per pod */
     int64_t at_ms;
     bool used; /* pods were created for it; kept only as a reservation */
 };
@@ -104,11 +104,13 @@ struct kd_ctrl {
     pthread_cond_t kick;
     struct kd_ctrl_admit *admits;
     size_t nadmits;
-    json_t *reasons; /* trial key -> {"decision":..,"reason":..} from the last pass */
-    json_t *preempt; /* trial key -> reason: stop it and queue it again */
-    json_t *cfgs;    /* experiment uid -> {"generation":N,"config":{...}} effective configs */
-    json_t *gcmemo;  /* experiment uid -> signature of the states GC last ran for (gc.c) */
-    json_t *endmemo; /* experiment uid -> the same, as experiment.c computes it (NULL: empty) */
+    json_t *reasons;    /* trial key -> {"decision":..,"reason":..} from the last pass */
+    json_t *node_names; /* node name -> the same name: kd_ctrl_admit's nodes point into it */
+    size_t admits_cap;  /* of admits */
+    json_t *preempt;    /* trial key -> reason: stop it and queue it again */
+    json_t *cfgs;       /* experiment uid -> {"generation":N,"config":{...}} effective configs */
+    json_t *gcmemo;     /* experiment uid -> signature of the states GC last ran for (gc.c) */
+    json_t *endmemo;    /* experiment uid -> the same, as experiment.c computes it (NULL: empty) */
     struct kd_ctrl_deleted deleted[KD_CTRL_DELETED_MEMO]; /* a ring (trial.c) */
     size_t deleted_next;
     bool kicked;

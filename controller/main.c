@@ -642,6 +642,7 @@ out:
     kd_k8s_client_free(c.client);
     kd_k8s_config_free(&cfg);
     json_decref(c.reasons);
+    json_decref(c.node_names);
     json_decref(c.preempt);
     json_decref(c.cfgs);
     json_decref(c.endmemo);

@@ -52,6 +52,21 @@ static int node_index(const struct kd_sched_node *nodes, size_t n, const char *n
     return found;
 }
 
+/* A node name that stays valid while the controller runs (admissions are copied by value, so
+ * they point at names rather than hold 64 x 254-byte arrays: 1,000 admissions at once took
+ * 16 MB). Node names are few; they are kept until the controller stops. c->mu held. */
+static const char *node_name(struct kd_ctrl *c, const char *name)
+{
+    if (c->node_names == NULL)
+        c->node_names = json_object();
+    json_t *v = json_object_get(c->node_names, name);
+    if (v == NULL) {
+        v = json_string(name);
+        json_object_set_new(c->node_names, name, v);
+    }
+    return json_string_value(v);
+}
+
 /* The node a pod runs on or is pinned to. */
 static const char *pod_node(const json_t *p)
 {
@@ -395,7 +410,10 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
             prev == NULL ||
             strcmp(json_string_value(json_object_get(prev, "reason")) ?: "", t->reason) != 0;
         if (t->decision == KD_SCHED_ADMIT) {
-            c->admits = kd_xrealloc(c->admits, (c->nadmits + 1) * sizeof(*c->admits));
+            if (c->nadmits == c->admits_cap) {
+                c->admits_cap = c->admits_cap != 0 ? 2 * c->admits_cap : 16;
+                c->admits = kd_xrealloc(c->admits, c->admits_cap * sizeof(*c->admits));
+            }
             struct kd_ctrl_admit *ad = &c->admits[c->nadmits++];
             memset(ad, 0, sizeof(*ad));
             kd_strlcpy(ad->key, t->key, sizeof(ad->key));
@@ -403,10 +421,10 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
             ad->gpus = t->nplace > 0 ? t->place[0].gpus : 0;
             /* Delegated: no node pin, the batch scheduler places the pods. */
             for (int p = 0; p < t->nplace && !delegate; p++)
-                kd_strlcpy(ad->nodes[p], nodes[t->place[p].node].name, sizeof(ad->nodes[p]));
+                ad->nodes[p] = node_name(c, nodes[t->place[p].node].name);
             ad->at_ms = now;
             KD_INFO("trial admitted", "trial=%s slots=%d pods=%d node=%s", kd_logq(t->key),
-                    t->slots, t->nplace, t->nplace > 0 ? kd_logq(ad->nodes[0]) : "");
+                    t->slots, t->nplace, ad->nodes[0] != NULL ? kd_logq(ad->nodes[0]) : "");
             json_object_del(c->reasons, t->key);
             kd_k8s_queue_add(c->trialq, t->key);
         } else if (t->decision == KD_SCHED_PREEMPT) {

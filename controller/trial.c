@@ -458,7 +458,7 @@ static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *tri
     struct kd_pod_opts po = c->o.pod;
     po.context = json_object_get(json_object_get(exp, "spec"), "context");
     for (int r = 0; r < ad->nplace; r++)
-        nodes[r] = ad->nodes[r][0] != '\0' ? ad->nodes[r] : NULL;
+        nodes[r] = ad->nodes[r] != NULL && ad->nodes[r][0] != '\0' ? ad->nodes[r] : NULL;
     *pods_status = json_array();
     if (kd_ctrl_api_on(c)) {
         if ((rc = kd_ctrl_wire_trial(c, exp, trial, cfg, latest, sizeof(latest), err)) != 0)
@@ -502,8 +502,9 @@ static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *tri
             goto out;
         json_array_append_new(*pods_status,
                               json_pack("{s:s,s:s,s:s,s:i,s:i}", "name", kd_k8s_meta_str(p, "name"),
-                                        "node", ad->nodes[i], "phase", "Pending", "slots", ad->gpus,
-                                        "rankOffset", (int)i * (ad->gpus > 0 ? ad->gpus : 1)));
+                                        "node", ad->nodes[i] ?: "", "phase", "Pending", "slots",
+                                        ad->gpus, "rankOffset",
+                                        (int)i * (ad->gpus > 0 ? ad->gpus : 1)));
     }
     KD_INFO("trial pods created", "trial=%s pods=%d gpus_per_pod=%d run_id=%s",
             kd_logq(kd_k8s_meta_str(trial, "name")), ad->nplace, ad->gpus, run_id);
