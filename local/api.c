@@ -11,6 +11,7 @@
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -661,6 +662,38 @@ static void prune_path(json_t *obj, const char *path)
 }
 
 /*
+ * kube-apiserver decodes a custom resource's numbers into int64 or float64
+ * and encodes a float64 with an integral value without a fraction, so
+ * `1.0` (or `1e3`) is stored and read back as `1` (`1000`). The same here:
+ * reals with an integral value (within int64) become integers.
+ */
+static void integral_numbers(json_t *v)
+{
+    const char *k;
+    json_t *x;
+    size_t i;
+    if (json_is_object(v)) {
+        json_object_foreach(v, k, x)
+        {
+            double d = json_real_value(x);
+            if (json_is_real(x) && d == floor(d) && fabs(d) < 9.2e18)
+                json_object_set_new(v, k, json_integer((json_int_t)d));
+            else
+                integral_numbers(x);
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, x)
+        {
+            double d = json_real_value(x);
+            if (json_is_real(x) && d == floor(d) && fabs(d) < 9.2e18)
+                json_array_set_new(v, i, json_integer((json_int_t)d));
+            else
+                integral_numbers(x);
+        }
+    }
+}
+
+/*
  * Custom resources: unknown fields are an error under fieldValidation=Strict
  * (kubectl's default) and pruned otherwise, then the object is validated
  * against the CRD's schema. 0, or the response has been sent.
@@ -670,6 +703,8 @@ static int cr_check(struct kd_http_req *r, const struct kd_restype *rt, const ch
 {
     int rc = 0;
     json_t *unknown = NULL, *causes = NULL;
+    if (!rt->builtin)
+        integral_numbers(obj);
     if (rt->builtin || rt->schema == NULL)
         goto out;
     if (kd_openapi_unknown_fields(rt->schema, obj, "", &unknown) == 0) {

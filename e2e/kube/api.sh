@@ -116,6 +116,9 @@ expect "cr: status patch through the subresource" 'patched' \
 expect "cr: status write keeps spec and generation" '^ACTIVE 9 3$' jp trial/t1 '{.status.state} {.spec.seed} {.metadata.generation}'
 expect "cr: an empty string is a valid string (not null)" 'patched' \
 	"${K[@]}" patch trial t1 --subresource=status --type=merge -p '{"status":{"message":""}}'
+"${K[@]}" patch trial t1 --subresource=status --type=merge -p '{"status":{"progress":1.0}}' >/dev/null 2>&1
+expect "cr: an integral number comes back without a fraction (1.0 as 1)" '"progress":1[,}]' \
+	kubectl get --raw "/apis/kdet.io/v1alpha1/namespaces/$NS/trials/t1"
 "${K[@]}" patch trial t1 --type=merge -p '{"status":{"state":"COMPLETED"}}' >/dev/null 2>&1
 expect "cr: status in a main-resource patch is ignored" '^ACTIVE$' jp trial/t1 '{.status.state}'
 "${K[@]}" patch trial t1 --subresource=status --type=merge -p '{"spec":{"seed":99},"status":{"state":"PAUSED"}}' >/dev/null 2>&1
