@@ -83,31 +83,6 @@ void kd_ctrl_gc_forget(struct kd_ctrl *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-static bool trial_ended(const struct kd_gc_trial *t)
-{
-    enum kd_trial_state s;
-    return t != NULL && kd_trial_state_parse(t->state, &s) && kd_trial_state_terminal(s);
-}
-
-static int by_uid(const void *a, const void *b)
-{
-    return strcmp(((const struct kd_gc_trial *)a)->uid ?: "",
-                  ((const struct kd_gc_trial *)b)->uid ?: "");
-}
-
-/* The trial with this uid in trials (sorted by uid), or NULL. */
-static const struct kd_gc_trial *trial_by_uid(const struct kd_gc_trial *trials, size_t n,
-                                              const char *uid)
-{
-    struct kd_gc_trial k = {.uid = uid != NULL ? uid : ""};
-    return uid != NULL && n > 0 ? bsearch(&k, trials, n, sizeof(*trials), by_uid) : NULL;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 /* Trial states into the store (rows the API or wire.c created); returns the first error. */
 static int sync_trial_states(struct kd_ctrl *c, const json_t *rows,
                              const struct kd_gc_trial *trials, size_t n, char *err)
@@ -118,7 +93,7 @@ static int sync_trial_states(struct kd_ctrl *c, const json_t *rows,
     json_array_foreach(rows, i, row)
     {
         const struct kd_gc_trial *t =
-            trial_by_uid(trials, n, json_string_value(json_object_get(row, "uid")));
+            kd_gc_trial_find(trials, n, json_string_value(json_object_get(row, "uid")));
         const char *want = t != NULL ? t->state : NULL;
         const char *have = json_string_value(json_object_get(row, "state")) ?: "";
         if (want == NULL || want[0] == '\0' || strcmp(want, have) == 0)
@@ -232,30 +207,6 @@ static int validations(struct kd_ctrl *c, int64_t tid, const char *metric, json_
     return rc;
 }
 
-/* The request ids of live trials that will start from their parent's latest checkpoint
- * (PBT: a parent and no checkpoint of their own yet), sorted; *n of them. */
-static const char **parent_starts(const struct kd_gc_trial *trials, size_t n, size_t *np)
-{
-    const char **v = kd_xcalloc(n + 1, sizeof(*v));
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (trials[i].parent_request_id != NULL && !trial_ended(&trials[i]) &&
-            trials[i].checkpoint == NULL)
-            v[k++] = trials[i].parent_request_id;
-    qsort(v, k, sizeof(*v), cmp_str);
-    *np = k;
-    return v;
-}
-
-/* The checkpoint a live trial will start from although it is another trial's (PBT). */
-static bool parent_start(const char *const *parents, size_t np, const struct kd_gc_trial *ck_trial,
-                         const char *uuid)
-{
-    const char *rid = ck_trial->request_id ?: "";
-    return ck_trial->checkpoint != NULL && strcmp(ck_trial->checkpoint, uuid) == 0 && np > 0 &&
-           bsearch(&rid, parents, np, sizeof(*parents), cmp_str) != NULL;
-}
-
 /* A store row of a trial: its id and the Trial's uid. */
 struct rowref {
     json_int_t id;
@@ -302,7 +253,7 @@ static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
     in = kd_xcalloc(n, sizeof(*in));
     keep = kd_xcalloc(n, sizeof(*keep));
     tids = kd_xcalloc(n, sizeof(*tids));
-    parents = parent_starts(trials, ntrials, &nparents);
+    parents = kd_gc_parent_starts(trials, ntrials, &nparents);
     refs = kd_xcalloc(nrows + 1, sizeof(*refs));
     for (size_t i = 0; i < nrows; i++) {
         const json_t *row = json_array_get(rows, i);
@@ -327,7 +278,8 @@ static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
         struct rowref rk = {.id = tid}, *ref = NULL;
         if (nrows > 0)
             ref = bsearch(&rk, refs, nrows, sizeof(*refs), by_id);
-        const struct kd_gc_trial *t = trial_by_uid(trials, ntrials, ref != NULL ? ref->uid : NULL);
+        const struct kd_gc_trial *t =
+            kd_gc_trial_find(trials, ntrials, ref != NULL ? ref->uid : NULL);
         char step[24];
         snprintf(step, sizeof(step), "%" JSON_INTEGER_FORMAT,
                  json_integer_value(json_object_get(ck, "steps_completed")));
@@ -338,8 +290,8 @@ static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
         in[i].steps_completed = json_integer_value(json_object_get(ck, "steps_completed"));
         in[i].has_metric = m != NULL;
         in[i].metric = m != NULL ? json_number_value(m) : NAN;
-        in[i].trial_active = !trial_ended(t);
-        in[i].protected_ = t != NULL && parent_start(parents, nparents, t, in[i].uuid);
+        in[i].trial_active = !kd_gc_trial_ended(t);
+        in[i].protected_ = t != NULL && kd_gc_parent_start(parents, nparents, t, in[i].uuid);
     }
     struct kd_gc_policy p;
     kd_gc_policy_default(&p);
@@ -427,7 +379,7 @@ int kd_ctrl_gc_experiment(struct kd_ctrl *c, const json_t *exp, const json_t *cf
     if (memo_is(c, uid, sig))
         goto out;
     if (n > 1)
-        qsort(trials, n, sizeof(*trials), by_uid);
+        kd_gc_trials_sort(trials, n);
     rc = kd_store_experiment_lookup(c->store, uid, &eid, err);
     if (rc == KD_ENOTFOUND) {
         rc = 0; /* no trial ever started with the store: nothing recorded, nothing to collect */
@@ -443,7 +395,7 @@ int kd_ctrl_gc_experiment(struct kd_ctrl *c, const json_t *exp, const json_t *cf
     enum kd_exp_state es;
     bool due = kd_exp_state_parse(state, &es) && kd_exp_state_terminal(es);
     for (size_t i = 0; i < n && !due; i++)
-        due = trial_ended(&trials[i]);
+        due = kd_gc_trial_ended(&trials[i]);
     if (due && (rc = collect(c, exp, cfg, trials, n, rows, eid, err)) != 0)
         goto out;
     /* The experiment's own state last: a terminal one in the store says GC is done. */

@@ -13,17 +13,9 @@
 #include <jansson.h>
 
 #include "core/err.h"
+#include "gcview.h"
 
 struct kd_ctrl;
-
-/** What checkpoint GC reads of one Trial (strings NULL when absent). */
-struct kd_gc_trial {
-    const char *uid;
-    const char *request_id;        /* spec.requestId */
-    const char *parent_request_id; /* spec.parentRequestId (PBT) */
-    const char *checkpoint;        /* status.latestCheckpoint.uuid */
-    const char *state;             /* status.state; NULL: not set yet (queued) */
-};
 
 /**
  * With the store on, bring the store up to the experiment's state: trial
