@@ -83,11 +83,23 @@ PGresult *kd_pg_exec(PGconn *c, const char *sql, int n, const char *const *param
             r = PQgetResult(c);
             if (!r)
                 return res;
-            /* One statement gives one result; keep the first (an error stays an error). */
-            if (res)
-                PQclear(r);
-            else
+            /*
+             * One statement gives one result, but an error that follows it wins: the
+             * implicit transaction commits only after the rows were sent, so a server that
+             * dies in between answers rows and then a broken connection, and the statement
+             * did not commit. (Keeping the rows lost a metrics batch when PostgreSQL was
+             * killed mid-stream; the error makes the writer retry it, and the batch keys
+             * make the retry safe if it did commit.)
+             */
+            if (!res) {
                 res = r;
+            } else if (PQresultStatus(r) == PGRES_FATAL_ERROR &&
+                       PQresultStatus(res) != PGRES_FATAL_ERROR) {
+                PQclear(res);
+                res = r;
+            } else {
+                PQclear(r);
+            }
         }
         int64_t left = deadline - kd_mono_ms();
         if (left <= 0)
