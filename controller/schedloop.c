@@ -82,18 +82,6 @@ static bool pod_live(const json_t *p)
     return strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0;
 }
 
-/* An experiment from the cache, for kd_queue_position. */
-static json_t *cached_exp(const char *ns, const char *name, void *ud)
-{
-    struct kd_ctrl *c = ud;
-    char key[600];
-    json_t *o = NULL;
-    snprintf(key, sizeof(key), "%s/%s", ns, name);
-    if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), key, &o) != 0)
-        o = NULL;
-    return o;
-}
-
 bool kd_ctrl_acting(struct kd_ctrl *c)
 {
     return c->leader == NULL ? !c->o.leader_elect : kd_k8s_leader_is_leader(c->leader);
@@ -178,7 +166,8 @@ static const json_t *exp_facts(struct pass *ps, const char *ekey)
     }
     const json_t *spec = json_object_get(exp, "spec");
     const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
-    f = json_pack("{s:f,s:I,s:b,s:b}", "position", kd_queue_position(exp, cached_exp, ps->c),
+    f = json_pack("{s:f,s:I,s:b,s:b}", "position",
+                  kd_queue_position(exp, kd_exp_from_cache, kd_k8s_informer_cache(ps->c->exps)),
                   "max_slots",
                   (json_int_t)json_integer_value(
                       json_object_get(json_object_get(spec, "resources"), "max_slots")),

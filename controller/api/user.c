@@ -417,18 +417,6 @@ static json_int_t prio(const json_t *t)
     return json_is_integer(p) ? json_integer_value(p) : 42;
 }
 
-/* An experiment from the cache, for kd_queue_position (the scheduler's queue order). */
-static json_t *cached_exp(const char *ns, const char *name, void *ud)
-{
-    struct kd_api *a = ud;
-    char key[600];
-    json_t *o = NULL;
-    snprintf(key, sizeof(key), "%s/%s", ns, name);
-    if (kd_k8s_cache_get(kd_k8s_informer_cache(a->exps), key, &o) != 0)
-        o = NULL;
-    return o;
-}
-
 struct job {
     json_t *t;
     int rank;
@@ -475,7 +463,7 @@ void api_user_jobs(struct api_rq *q)
                      ?: "");
         v[m] = (struct job){t, rank, prio(t), 0};
         if (kd_k8s_cache_get(kd_k8s_informer_cache(a->exps), key, &exp) == 0) {
-            v[m].pos = kd_queue_position(exp, cached_exp, a);
+            v[m].pos = kd_queue_position(exp, kd_exp_from_cache, kd_k8s_informer_cache(a->exps));
             json_decref(exp);
         }
         m++;

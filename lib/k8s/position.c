@@ -2,9 +2,11 @@
 #include "k8s/position.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/time.h"
 #include "k8s/client.h"
+#include "k8s/informer.h"
 
 #define MAX_DEPTH 8
 
@@ -36,4 +38,14 @@ static double position(const json_t *exp, kd_exp_lookup_fn lookup, void *ud, int
 double kd_queue_position(const json_t *exp, kd_exp_lookup_fn lookup, void *ud)
 {
     return position(exp, lookup, ud, 0);
+}
+
+json_t *kd_exp_from_cache(const char *ns, const char *name, void *ud)
+{
+    char key[600];
+    json_t *o = NULL;
+    snprintf(key, sizeof(key), "%s/%s", ns, name);
+    if (kd_k8s_cache_get(ud, key, &o) != 0)
+        o = NULL;
+    return o;
 }

@@ -17,6 +17,9 @@
 /** The experiment `name` in namespace `ns` as a new reference, or NULL when there is none. */
 typedef json_t *(*kd_exp_lookup_fn)(const char *ns, const char *name, void *ud);
 
+/** A kd_exp_lookup_fn over an informer cache (ud: the struct kd_k8s_cache *). */
+json_t *kd_exp_from_cache(const char *ns, const char *name, void *ud);
+
 /** Smaller is earlier. An experiment named by an annotation but not found leaves the time as is. */
 double kd_queue_position(const json_t *exp, kd_exp_lookup_fn lookup, void *ud);
 
