@@ -667,28 +667,34 @@ static void prune_path(json_t *obj, const char *path)
  * `1.0` (or `1e3`) is stored and read back as `1` (`1000`). The same here:
  * reals with an integral value (within int64) become integers.
  */
+static void integral_numbers(json_t *v);
+
+/* An integer to replace the integral real x with, or NULL after descending into x. */
+static json_t *integral_member(json_t *x)
+{
+    double d = json_real_value(x);
+    if (json_is_real(x) && d == floor(d) && fabs(d) < 9.2e18)
+        return json_integer((json_int_t)d);
+    integral_numbers(x);
+    return NULL;
+}
+
 static void integral_numbers(json_t *v)
 {
     const char *k;
-    json_t *x;
+    json_t *x, *n;
     size_t i;
     if (json_is_object(v)) {
         json_object_foreach(v, k, x)
         {
-            double d = json_real_value(x);
-            if (json_is_real(x) && d == floor(d) && fabs(d) < 9.2e18)
-                json_object_set_new(v, k, json_integer((json_int_t)d));
-            else
-                integral_numbers(x);
+            if ((n = integral_member(x)) != NULL)
+                json_object_set_new(v, k, n);
         }
     } else if (json_is_array(v)) {
         json_array_foreach(v, i, x)
         {
-            double d = json_real_value(x);
-            if (json_is_real(x) && d == floor(d) && fabs(d) < 9.2e18)
-                json_array_set_new(v, i, json_integer((json_int_t)d));
-            else
-                integral_numbers(x);
+            if ((n = integral_member(x)) != NULL)
+                json_array_set_new(v, i, n);
         }
     }
 }
