@@ -16,9 +16,9 @@
  * first objects the cache holds (objects of one kind share most of their
  * bytes: keys, label and owner values, conditions' messages). A 1.1 KB
  * Trial becomes about 100 bytes, so the 10,000-trial cache shrinks from
- * 11 MiB to about 1 MiB, for about 15 microseconds per write and a few per
- * read. The dictionary never changes once set, so readers use it without
- * a lock. Text that does not shrink by an eighth is kept as it is.
+ * 11 MiB to about 1 MiB, for one deflate per write (9 to 15 microseconds
+ * per Trial) and one inflate per read. The dictionary never changes once set, so readers use it
+ * without a lock. Text that does not shrink by an eighth is kept as it is.
  */
 #include <pthread.h>
 #include <stdatomic.h>
