@@ -18,6 +18,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "ctrl.h"
+#include "defaults.h"
 #include "gc.h"
 #include "wire.h"
 #include "hparams/rng.h"
@@ -189,6 +190,7 @@ int kd_ctrl_exp_config(struct kd_ctrl *c, const json_t *exp, json_t **cfg, uint6
             spec = json_deep_copy(merged);
         }
     }
+    kd_ctrl_default_storage(spec, c->o.default_storage);
     if ((rc = kd_config_check(spec, err)) != 0)
         goto out;
     json_t *repro = json_object_get(spec, "reproducibility");

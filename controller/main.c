@@ -21,6 +21,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "ctrl.h"
+#include "defaults.h"
 #include "states.h"
 #include "wire.h"
 
@@ -57,6 +58,10 @@ static void usage(FILE *f)
         "  --lease-namespace NS     its namespace (default: $POD_NAMESPACE or the client's)\n"
         "  --image IMAGE            trial image when the config names none\n"
         "  --launcher PROG          the launcher in the trial image (default kdet-launch)\n"
+        "  --trial-run-as-user UID  run trial pods as this non-root uid unless their pod_spec\n"
+        "                           names a user (default: the image's user)\n"
+        "  --default-checkpoint-storage FILE  checkpoint_storage (JSON) of experiments that set\n"
+        "                           none; a partial one is merged over it\n"
         "  --controller-url URL     KDET_CONTROLLER_URL given to trials (default with a database:\n"
         "                           http://127.0.0.1:PORT for --api-listen's port)\n"
         "  --database-url CONNINFO  PostgreSQL (libpq conninfo or URI; $KDET_DATABASE_URL, else\n"
@@ -92,6 +97,8 @@ static const char *const flag_names[] = {
     "--lease-namespace",
     "--image",
     "--launcher",
+    "--trial-run-as-user",
+    "--default-checkpoint-storage",
     "--controller-url",
     "--database-url",
     "--api-listen",
@@ -281,6 +288,13 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
             o->pod.image = v;
         else if (strcmp(name, "--launcher") == 0)
             o->pod.launcher = v;
+        else if (strcmp(name, "--trial-run-as-user") == 0) {
+            if (kd_parse_int(v, &n) != 0 || n < 1)
+                rc = kd_seterr(err, KD_EINVAL,
+                               "--trial-run-as-user=%s: expected a non-root uid (1 or more)", v);
+            o->pod.run_as_user = n;
+        } else if (strcmp(name, "--default-checkpoint-storage") == 0)
+            o->default_storage_file = v;
         else if (strcmp(name, "--controller-url") == 0) {
             if (!kd_str_has_prefix(v, "http://") && !kd_str_has_prefix(v, "https://"))
                 rc = kd_seterr(err, KD_EINVAL,
@@ -324,6 +338,33 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
                                "--log-level=%s: expected debug, info, warn or error", v);
         }
     }
+    return rc;
+}
+
+/* The --default-checkpoint-storage file: JSON, at most 64 KiB. */
+static int load_default_storage(const char *path, json_t **out, char *err)
+{
+    enum { CAP = 64 * 1024 };
+    int rc = 0;
+    char *text = kd_xmalloc(CAP + 1);
+    FILE *f = fopen(path, "re");
+    size_t n = 0;
+    if (f == NULL) {
+        rc = kd_seterr(err, -errno, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    n = fread(text, 1, CAP + 1, f);
+    if (ferror(f) || n > CAP) {
+        rc = kd_seterr(err, KD_EINVALID, "%s: %s", path,
+                       n > CAP ? "larger than 64 KiB" : "read error");
+        goto out;
+    }
+    text[n] = '\0';
+    rc = kd_ctrl_default_storage_parse(path, text, out, err);
+out:
+    if (f != NULL)
+        fclose(f);
+    free(text);
     return rc;
 }
 
@@ -462,6 +503,12 @@ int main(int argc, char **argv)
         goto out;
     }
     kd_log_init("kdet-controller", level, -1);
+    if (c.o.default_storage_file != NULL &&
+        (rc = load_default_storage(c.o.default_storage_file, &c.o.default_storage, err)) != 0) {
+        fprintf(stderr, "kdet-controller: --default-checkpoint-storage: %s\n", err);
+        rc = 2;
+        goto out;
+    }
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
         rc = 1;
         goto out;
@@ -646,6 +693,7 @@ out:
     json_decref(c.preempt);
     json_decref(c.cfgs);
     json_decref(c.endmemo);
+    json_decref(c.o.default_storage);
     free(c.admits);
     if (sig_pipe[0] >= 0) {
         close(sig_pipe[0]);

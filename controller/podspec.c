@@ -257,6 +257,24 @@ static void ckpt_volume(json_t *ps, json_t *c, const json_t *cfg)
                           json_pack("{s:s,s:s}", "name", KD_POD_CKPT_VOLUME, "mountPath", hp));
 }
 
+/*
+ * The cluster's non-root default (--trial-run-as-user): pod-level runAsUser,
+ * runAsGroup and runAsNonRoot, unless the user's pod_spec already chose a
+ * user for the pod or for the trial container.
+ */
+static void run_as(json_t *ps, const json_t *c, long uid)
+{
+    if (uid <= 0 || json_object_get(json_object_get(ps, "securityContext"), "runAsUser") != NULL ||
+        json_object_get(json_object_get(c, "securityContext"), "runAsUser") != NULL)
+        return;
+    json_t *sc = child(ps, "securityContext", false);
+    json_object_set_new(sc, "runAsUser", json_integer(uid));
+    if (json_object_get(sc, "runAsGroup") == NULL)
+        json_object_set_new(sc, "runAsGroup", json_integer(uid));
+    if (json_object_get(sc, "runAsNonRoot") == NULL)
+        json_object_set_new(sc, "runAsNonRoot", json_true());
+}
+
 static bool env_has(const json_t *env, const char *name)
 {
     size_t i;
@@ -450,6 +468,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
             json_array_append_new(cmd, json_string(argv[i]));
         json_object_set_new(c, "command", cmd);
         json_object_del(c, "args");
+        run_as(ps, c, o->run_as_user);
 
         json_t *env = child(c, "env", true);
         if ((rc = user_env(env, cfg, gpus, err)) != 0) {

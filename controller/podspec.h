@@ -44,6 +44,13 @@ struct kd_pod_opts {
     bool priority_classes;      /* set priorityClassName from resources.priority */
     long grace_period_s;        /* terminationGracePeriodSeconds [30] */
     /*
+     * > 0: trial pods run as this uid and gid with runAsNonRoot, unless the
+     * user's pod_spec sets runAsUser (pod or trial container): that is the
+     * documented way to run a trial as another user, root included. 0: the
+     * image's user.
+     */
+    long run_as_user;
+    /*
      * The controller API is on: KDET_TOKEN from the Secret <trial>-token,
      * KDET_NAMESPACE, KDET_CHECKPOINT_STORAGE (checkpoint_storage as compact
      * JSON), KDET_LENGTH_UNIT (spec.lengthUnit) and KDET_LATEST_CHECKPOINT.

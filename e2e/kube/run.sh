@@ -28,13 +28,13 @@ KD_DET="$KD_BUILD/bin/det"
 export KD_SRC KD_BUILD KD_DET # for the suites
 suite_timeout="${KDET_KUBE_SUITE_TIMEOUT:-900}"
 suites=("$@")
-((${#suites[@]})) || suites=(conformance api controller)
+((${#suites[@]})) || suites=(conformance api helm controller)
 need_node=0
 for s in "${suites[@]}"; do
 	case "$s" in
-	api) ;;
+	api | helm) ;;
 	conformance | controller) need_node=1 ;;
-	*) kube_die "unknown suite $s (conformance, api, controller)" ;;
+	*) kube_die "unknown suite $s (conformance, api, helm, controller)" ;;
 	esac
 done
 [[ -x "$KD_BUILD/bin/det" ]] || kube_log "warning: $KD_BUILD/bin/det missing; the det checks will fail (make $KD_BUILD/bin/det)"
@@ -141,8 +141,9 @@ for s in "${suites[@]}"; do
 	case "$s" in
 	conformance) run_suite conformance env -u KD_LOCAL_BIN "$KD_SRC/e2e/conformance/run.sh" ;;
 	api) run_suite api "$here/api.sh" ;;
+	helm) run_suite helm "$here/helm.sh" ;;
 	controller) run_suite controller "$here/controller.sh" ;;
-	*) kube_die "unknown suite $s (conformance, api, controller)" ;;
+	*) kube_die "unknown suite $s (conformance, api, helm, controller)" ;;
 	esac
 done
 

@@ -47,6 +47,7 @@ static void golden(const char *name)
         o.latest_checkpoint = json_string_value(json_object_get(api, "latest_checkpoint"));
     }
     o.context = json_object_get(in, "context"); /* the Experiment's spec.context */
+    o.run_as_user = (long)json_integer_value(json_object_get(in, "run_as_user"));
     json_t *pods = NULL;
     int rc = kd_pod_build(
         json_object_get(in, "trial"), cfg, json_string_value(json_object_get(in, "run_id")),
@@ -96,6 +97,20 @@ static void test_sharedfs(void **s)
 {
     (void)s;
     golden("sharedfs");
+}
+
+/* --trial-run-as-user: the pod runs as that uid and gid, with runAsNonRoot. */
+static void test_nonroot(void **s)
+{
+    (void)s;
+    golden("nonroot");
+}
+
+/* ...unless the user's pod_spec names a user (here root): theirs is kept, nothing added. */
+static void test_asroot(void **s)
+{
+    (void)s;
+    golden("asroot");
 }
 
 /* The context ConfigMap: a read-only volume per pod, the archive's path and digest. */
@@ -207,6 +222,8 @@ int main(void)
         cmocka_unit_test(test_cpu),
         cmocka_unit_test(test_api),
         cmocka_unit_test(test_sharedfs),
+        cmocka_unit_test(test_nonroot),
+        cmocka_unit_test(test_asroot),
         cmocka_unit_test(test_sharedfs_user_mount),
         cmocka_unit_test(test_context_configmap),
         cmocka_unit_test(test_context_path),

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# helm/kdet with the real helm (.deps/helm, from `make deps`): lint; render
+# with the defaults and with tests/helm/values-full.yaml (every value set),
+# and check what reaches the objects; values.schema.json and the templates'
+# `required` refuse bad values with a message naming them; the chart's
+# crds/ are the tree's crds/. e2e/kube/helm.sh applies the renderings to a
+# real API server (make e2e-real).
+set -u
+KD_SRC=${KD_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+cd "$KD_SRC" || exit 1
+HELM=${HELM:-$KD_SRC/.deps/helm/helm}
+if [[ ! -x "$HELM" ]]; then
+	echo "FAIL - helm missing at $HELM (make deps installs it)"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+export HELM
+exec /usr/bin/python3 - <<'PY'
+import os, re, subprocess, sys, yaml
+HELM = os.environ["HELM"]
+passed = failed = 0
+def check(ok, what):
+    global passed, failed
+    if ok: passed += 1; print("ok -", what)
+    else: failed += 1; print("FAIL -", what)
+
+def helm(*args):
+    p = subprocess.run([HELM, *args], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+def render(*extra):
+    rc, out, err = helm("template", "kdet", "helm/kdet", "--namespace", "kdet", *extra)
+    if rc != 0:
+        print(err)
+        return None
+    return [d for d in yaml.safe_load_all(out) if d]
+
+def find(objs, kind, name=None):
+    for o in objs or []:
+        if o["kind"] == kind and (name is None or o["metadata"]["name"] == name):
+            return o
+    return None
+
+rc, out, err = helm("lint", "--strict", "helm/kdet")
+check(rc == 0, "helm lint --strict passes" + ("" if rc == 0 else ": " + out + err))
+
+# ---- defaults
+objs = render()
+check(objs is not None, "renders with the default values")
+kinds = sorted(o["kind"] for o in objs or [])
+for k in ["Deployment", "StatefulSet", "Service", "Secret", "ServiceAccount", "ClusterRole",
+          "ClusterRoleBinding", "Role", "RoleBinding", "PriorityClass"]:
+    check(k in kinds, "defaults render a %s" % k)
+dep = find(objs, "Deployment", "kdet-controller")
+pod = dep["spec"]["template"]["spec"] if dep else {}
+c = (pod.get("containers") or [{}])[0]
+args = c.get("args", [])
+chart = yaml.safe_load(open("helm/kdet/Chart.yaml"))
+check(c.get("image") == "kdet-controller:%s" % chart["appVersion"], "the image tag defaults to appVersion (%s)" % c.get("image"))
+check(c.get("imagePullPolicy") == "IfNotPresent", "imagePullPolicy IfNotPresent")
+check(dep and dep["spec"]["replicas"] == 2 and "--leader-elect=on" in args, "2 replicas with leader election")
+check("--image=kdet-trainer:%s" % chart["appVersion"] in args, "the trial image defaults to kdet-trainer:<appVersion>")
+check("--trial-run-as-user=65532" in args, "trial pods run as non-root by default")
+check(not any(a.startswith("--default-checkpoint-storage") for a in args), "no default storage unless asked")
+sc, psc = c.get("securityContext", {}), pod.get("securityContext", {})
+check(psc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is True, "controller runAsNonRoot")
+check(sc.get("readOnlyRootFilesystem") is True, "controller readOnlyRootFilesystem")
+check(sc.get("capabilities") == {"drop": ["ALL"]}, "controller drops all capabilities")
+check(sc.get("allowPrivilegeEscalation") is False, "no privilege escalation")
+check(psc.get("seccompProfile") == {"type": "RuntimeDefault"} and sc.get("seccompProfile") == {"type": "RuntimeDefault"}, "seccomp RuntimeDefault")
+for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+    check(c.get(probe, {}).get("httpGet", {}).get("path") == "/healthz", "%s on /healthz" % probe)
+env = {e["name"]: e for e in c.get("env", [])}
+check(env.get("KDET_DATABASE_URL", {}).get("valueFrom", {}).get("secretKeyRef", {}).get("name") == "kdet-database", "database URL from the chart's Secret")
+check("optional" not in env.get("KDET_DATABASE_URL", {}).get("valueFrom", {}).get("secretKeyRef", {}), "the database Secret is not optional")
+tok = find(objs, "Secret", "kdet-user-token")
+check(tok is not None and len(tok["data"]["token"]) >= 40, "a user token is generated")
+db = find(objs, "Secret", "kdet-database")
+import base64
+url = base64.b64decode(db["data"]["url"]).decode() if db else ""
+pw = base64.b64decode(db["data"]["password"]).decode() if db else ""
+check(len(pw) >= 32 and url == "postgresql://kdet:%s@kdet-postgresql.kdet.svc:5432/kdet?sslmode=disable" % pw, "the database URL carries the generated password")
+sts = find(objs, "StatefulSet", "kdet-postgresql")
+check(sts and sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "8Gi", "PostgreSQL keeps its data on an 8Gi PersistentVolumeClaim")
+check(sts and sts["spec"]["template"]["spec"]["securityContext"].get("runAsNonRoot") is True, "PostgreSQL runs as non-root")
+objs2 = render()
+tok2 = find(objs2, "Secret", "kdet-user-token")
+check(tok and tok2 and tok["data"]["token"] != tok2["data"]["token"], "each fresh render generates a new token (lookup keeps it on upgrade)")
+svc = find(objs, "Service", "kdet-controller")
+check(svc and svc["spec"]["type"] == "ClusterIP" and svc["spec"]["ports"][0]["port"] == 8080, "the Service is ClusterIP on 8080")
+check(len([o for o in objs if o["kind"] == "PriorityClass"]) == 3, "three PriorityClasses")
+for o in objs:
+    if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "PriorityClass"):
+        continue
+    check(o["metadata"].get("namespace") == "kdet", "%s/%s is in the release namespace" % (o["kind"], o["metadata"]["name"]))
+
+# ---- every value set
+full = yaml.safe_load(open("tests/helm/values-full.yaml"))
+defaults = yaml.safe_load(open("helm/kdet/values.yaml"))
+def leaves(d, pre=""):
+    out = set()
+    for k, v in d.items():
+        if isinstance(v, dict) and v and k not in ("requests", "limits", "nodeSelector", "affinity"):
+            out |= leaves(v, pre + k + ".")
+        else:
+            out.add(pre + k)
+    return out
+missing = leaves(defaults) - leaves(full)
+check(not missing, "values-full.yaml sets every value of values.yaml (missing: %s)" % sorted(missing))
+objs = render("-f", "tests/helm/values-full.yaml")
+check(objs is not None, "renders with every value set")
+dep = find(objs, "Deployment", "kdet-controller")
+pod = dep["spec"]["template"]["spec"] if dep else {}
+c = (pod.get("containers") or [{}])[0]
+args = c.get("args", [])
+want_args = ["--scheduler=fair_share", "--preemption=off", "--workers=8", "--gang-scheduler=volcano",
+             "--gang-queue=research", "--controller-url=http://kdet-controller.kdet.svc:9090",
+             "--api-listen=0.0.0.0:9090", "--image=registry.example/kdet-trainer:9.9.9",
+             "--namespace=ml", "--idle-release-after=60", "--resync=45", "--kube-api-qps=20",
+             "--kube-api-burst=40", "--trial-run-as-user=1000", "--leader-elect=on",
+             "--default-checkpoint-storage=/etc/kdet/checkpoint-storage.json", "--priority-classes=off"]
+for a in want_args:
+    check(a in args, "full values: %s" % a)
+check(c.get("image") == "registry.example/kdet-controller:9.9.9" and c.get("imagePullPolicy") == "Always", "full values: image")
+check(dep["spec"]["replicas"] == 3, "full values: replicas")
+check(pod.get("imagePullSecrets") == [{"name": "regcred"}], "full values: imagePullSecrets")
+check(pod.get("nodeSelector") == {"kdet.io/control": "true"} and pod.get("tolerations", [{}])[0].get("key") == "dedicated", "full values: nodeSelector and tolerations")
+env = {e["name"]: e for e in c.get("env", [])}
+check(env["KDET_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "my-db", "key": "dsn"}, "full values: external database Secret")
+check(env["KDET_USER_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "my-token", "full values: existing token Secret")
+check(env["KDET_LOG_LEVEL"]["value"] == "debug", "full values: logLevel")
+check(find(objs, "StatefulSet") is None and find(objs, "Secret", "kdet-database") is None, "external database: no StatefulSet, no generated database Secret")
+check(find(objs, "Secret", "kdet-user-token") is None, "existing token Secret: none generated")
+check(find(objs, "PriorityClass") is None, "priorityClasses.create=false: none")
+svc = find(objs, "Service", "kdet-controller")
+check(svc["spec"]["type"] == "NodePort" and svc["spec"]["ports"][0].get("nodePort") == 30090, "full values: NodePort service")
+cm = find(objs, "ConfigMap", "kdet-defaults")
+import json
+cs = json.loads(cm["data"]["checkpoint-storage.json"]) if cm else {}
+check(cs == {"type": "s3", "bucket": "ckpts", "prefix": "kdet", "endpoint_url": "http://s3.example:9000",
+             "region": "eu-west-1", "credentials_secret": "s3-keys"}, "full values: the default s3 storage (%s)" % cs)
+check(c["resources"]["limits"]["memory"] == "512Mi", "full values: resources")
+shared = render("--set", "checkpointStorage.type=shared_fs", "--set", "checkpointStorage.sharedFs.hostPath=/data/ck",
+                "--set", "checkpointStorage.sharedFs.storagePath=team")
+dep = find(shared, "Deployment")
+cm = find(shared, "ConfigMap", "kdet-defaults")
+check(cm and json.loads(cm["data"]["checkpoint-storage.json"]) == {"type": "shared_fs", "host_path": "/data/ck", "storage_path": "team"}, "shared_fs default storage")
+vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+check(vols.get("checkpoints", {}).get("hostPath", {}).get("path") == "/data/ck", "shared_fs: the controller mounts host_path (for checkpoint GC)")
+db = render("--set", "database.internal.storage.storageClassName=local-path", "--set", "replicas=1")
+sts = find(db, "StatefulSet")
+check(sts["spec"]["volumeClaimTemplates"][0]["spec"].get("storageClassName") == "local-path", "storageClassName reaches the claim")
+check("--leader-elect=off" in find(db, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"], "1 replica: no leader election")
+
+# ---- bad values, with a message naming them
+for setv, want in [("replicas=0", "/replicas"), ("controller.scheduler=fifo", "/controller/scheduler"),
+                   ("checkpointStorage.type=nfs", "/checkpointStorage/type"), ("controller.workers=100", "/controller/workers"),
+                   ("api.port=70000", "/api/port"), ("nosuchvalue=1", "nosuchvalue"),
+                   ("controller.logLevel=loud", "/controller/logLevel"),
+                   ("checkpointStorage.sharedFs.hostPath=relative", "/checkpointStorage/sharedFs/hostPath")]:
+    rc, out, err = helm("template", "kdet", "helm/kdet", "--set", setv)
+    check(rc != 0 and want in err, "schema refuses %s, naming %s (%s)" % (setv, want, err.strip().splitlines()[-1] if err.strip() else "no error"))
+for setv, want in [(["database.mode=external"], "database.external.secretName is required"),
+                   (["checkpointStorage.type=s3"], "checkpointStorage.s3.bucket is required"),
+                   (["checkpointStorage.type=shared_fs"], "checkpointStorage.sharedFs.hostPath is required")]:
+    a = []
+    for s in setv: a += ["--set", s]
+    rc, out, err = helm("template", "kdet", "helm/kdet", *a)
+    check(rc != 0 and want in err, "refuses %s: %s" % (" ".join(setv), want))
+
+# ---- CRDs
+for f in ("experiments.yaml", "trials.yaml"):
+    check(open("crds/" + f).read() == open("helm/kdet/crds/" + f).read(), "helm/kdet/crds/%s is crds/%s" % (f, f))
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)
+PY
