@@ -75,5 +75,18 @@ check $? "the flags win over bad \$KDET_GANG_SCHEDULER/\$KDET_GANG_QUEUE (rc $rc
 check $? "--help lists --gang-scheduler"
 grep -q -- '`--gang-scheduler NAME`' "$KD_SRC/docs/controller.md"
 check $? "docs/controller.md's flags table has --gang-scheduler"
+# --trial-run-as-user: a non-root uid; --default-checkpoint-storage: a JSON
+# object with a "type", read at start (exit 2 naming the file otherwise).
+gang_refused "--trial-run-as-user=0: expected a non-root uid" "$ctrl" --trial-run-as-user 0
+gang_refused "--trial-run-as-user=root: expected a non-root uid" "$ctrl" --trial-run-as-user root
+tmpd=$(mktemp -d)
+printf '{"bucket": "b"}' >"$tmpd/notype.json"
+printf '{"type": ' >"$tmpd/broken.json"
+gang_refused "--default-checkpoint-storage: $tmpd/notype.json: expected a checkpoint_storage object with a \"type\"" "$ctrl" --default-checkpoint-storage "$tmpd/notype.json"
+gang_refused "--default-checkpoint-storage: $tmpd/broken.json:1:" "$ctrl" --default-checkpoint-storage "$tmpd/broken.json"
+gang_refused "--default-checkpoint-storage: $tmpd/absent.json: No such file" "$ctrl" --default-checkpoint-storage "$tmpd/absent.json"
+head -c 70000 /dev/zero | tr '\0' ' ' >"$tmpd/big.json"
+gang_refused "--default-checkpoint-storage: $tmpd/big.json: larger than 64 KiB" "$ctrl" --default-checkpoint-storage "$tmpd/big.json"
+rm -rf "$tmpd"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
