@@ -1,0 +1,1 @@
+$(eval $(call kd_test,test_metrics,tests/lib/metrics/test_metrics.c,metrics core,-lm,30))
