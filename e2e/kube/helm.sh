@@ -76,9 +76,11 @@ dry sharedfs
 "$HELM" template kdet "$src/helm/kdet" --namespace "$NS" --show-only templates/rbac.yaml >"$work/rbac.yaml" 2>/dev/null
 if out=$(kubectl apply -f "$work/rbac.yaml" 2>&1); then ok "RBAC applies"; else bad "RBAC applies" "$out"; fi
 sa="system:serviceaccount:$NS:kdet-controller"
-can() { # can WANT VERB RESOURCE [NS]
-	local want=$1 verb=$2 res=$3 ns=${4:-default} got
-	got=$(kubectl auth can-i "$verb" "$res" --as="$sa" -n "$ns" 2>/dev/null)
+can() { # can WANT VERB RESOURCE[/SUBRESOURCE] [NS]
+	local want=$1 verb=$2 res=$3 ns=${4:-default} got sub=()
+	# kubectl reads RESOURCE/NAME, so a subresource goes in its own flag
+	if [[ "$res" == */* ]]; then sub=(--subresource="${res#*/}"); res=${res%%/*}; fi
+	got=$(kubectl auth can-i "$verb" "$res" "${sub[@]}" --as="$sa" -n "$ns" 2>/dev/null)
 	if [[ "$got" == "$want" ]]; then ok "controller can-i $verb $res: $want"; else bad "controller can-i $verb $res: want $want, got '$got'"; fi
 }
 for vr in "create trials.kdet.io" "patch experiments.kdet.io/status" "create pods" "delete pods" \
