@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
     /* Merging a config with itself and checking the result must not crash. */
-    if (json_is_object(root) && kd_config_merge_template(root, root, &merged) == 0 &&
+    if (json_is_object(root) && kd_config_merge_template(root, root, &merged, err) == 0 &&
         kd_config_check(merged, err) != 0 && err[0] == '\0')
         abort(); /* a failed check always says why */
 out:
