@@ -63,6 +63,16 @@ check "template's slots_per_trial reached the trial" test "$(field trial templ-1
 check "template's priority reached the trial" test "$(field trial templ-1 '{.spec.resources.priority}')" = 20
 check "the stored spec is not rewritten" test -z "$(field exp templ '{.spec.resources}')"
 
+# Integer fields of the resources refuse numbers that are no integers (1e300 would be stored as a
+# float): the API server answers 422 naming the field, and nothing changes.
+out=$(kubectl patch trial templ-1 --type=merge -p '{"spec":{"validateAfter":1e300}}' 2>&1)
+check "validateAfter 1e300 refused naming the field" eval \
+    'case "$out" in *"spec.validateAfter in body must be of type integer"*) true ;; *) false ;; esac'
+check "validateAfter unchanged" test "$(field trial templ-1 '{.spec.validateAfter}')" = 10
+out=$(kubectl patch exp templ --type=merge -p '{"spec":{"max_restarts":2.5}}' 2>&1)
+check "max_restarts 2.5 refused naming the field" eval \
+    'case "$out" in *"spec.max_restarts in body must be of type integer"*) true ;; *) false ;; esac'
+
 # A stored template that aliases one 200,000-character string 100,000 times (20 GB once
 # expanded, few nodes): the experiment gets ERROR naming the cause, the controller lives on
 # and its peak memory stays far below what the expansion would take.

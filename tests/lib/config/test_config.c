@@ -554,6 +554,70 @@ static void test_load_template_alias_bomb(void **state)
     unlink(path);
 }
 
+/*
+ * Every integer field of the config (and so of an Experiment's spec) refuses a number that
+ * is not an integer, huge or fractional, with an error naming the field: such a value in a
+ * CR arrives as a JSON real (1e300 has no int64 form).
+ */
+static void test_integer_fields_refuse_reals(void **state)
+{
+    (void)state;
+    static const char *const base =
+        "{\"entrypoint\": \"python3 train.py\", \"searcher\": {\"name\": \"random\", \"metric\": "
+        "\"loss\", \"max_trials\": 4, \"max_length\": {\"batches\": 10}}}";
+    static const struct {
+        const char *patch; /* merged into base */
+        const char *path;  /* named in the error */
+    } cases[] = {
+        {"{\"max_restarts\": 1e300}", "max_restarts"},
+        {"{\"max_restarts\": 2.5}", "max_restarts"},
+        {"{\"searcher\": {\"max_trials\": 1e300}}", "searcher.max_trials"},
+        {"{\"searcher\": {\"max_trials\": 4.0}}", "searcher.max_trials"},
+        {"{\"searcher\": {\"max_length\": {\"batches\": 1e300}}}", "searcher.max_length"},
+        {"{\"searcher\": {\"max_length\": {\"batches\": 0.5}}}", "searcher.max_length"},
+        {"{\"searcher\": {\"max_concurrent_trials\": -1e300}}", "searcher.max_concurrent_trials"},
+        {"{\"resources\": {\"slots_per_trial\": 1e300}}", "resources.slots_per_trial"},
+        {"{\"resources\": {\"priority\": 1.5}}", "resources.priority"},
+        {"{\"records_per_epoch\": 1e19}", "records_per_epoch"},
+        {"{\"scheduling_unit\": 1e300}", "scheduling_unit"},
+        {"{\"min_validation_period\": {\"batches\": 1e300}}", "min_validation_period"},
+        {"{\"min_checkpoint_period\": {\"batches\": 2.5}}", "min_checkpoint_period"},
+        {"{\"checkpoint_storage\": {\"type\": \"shared_fs\", \"host_path\": \"/c\", "
+         "\"save_trial_latest\": 1e300}}",
+         "checkpoint_storage.save_trial_latest"},
+        {"{\"reproducibility\": {\"experiment_seed\": 1e300}}", "reproducibility.experiment_seed"},
+        {"{\"reproducibility\": {\"experiment_seed\": 4294967296}}",
+         "reproducibility.experiment_seed"},
+        {"{\"environment\": {\"ports\": {\"p\": 1e300}}}", "environment.ports"},
+        {"{\"hyperparameters\": {\"n\": {\"type\": \"int\", \"minval\": 1, \"maxval\": 1e300}}}",
+         "hyperparameters.n.maxval"},
+        {"{\"hyperparameters\": {\"global_batch_size\": 1e300}}",
+         "hyperparameters.global_batch_size"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *cfg = json_loads(base, 0, NULL), *patch = json_loads(cases[i].patch, 0, NULL);
+        assert_non_null(cfg);
+        assert_non_null(patch);
+        const char *k;
+        json_t *v;
+        json_object_foreach(patch, k, v)
+        {
+            json_t *cur = json_object_get(cfg, k);
+            if (json_is_object(cur) && json_is_object(v))
+                json_object_update(cur, v);
+            else
+                json_object_set(cfg, k, v);
+        }
+        char err[KD_ERRLEN] = "";
+        int rc = kd_config_check(cfg, err);
+        if (rc != KD_EINVALID || strncmp(err, cases[i].path, strlen(cases[i].path)) != 0)
+            fail_msg("%s: rc %d, err \"%s\" (want an error naming %s)", cases[i].patch, rc, err,
+                     cases[i].path);
+        json_decref(patch);
+        json_decref(cfg);
+    }
+}
+
 static void test_load_errors(void **state)
 {
     (void)state;
@@ -594,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_merge_objects_recursive),
         cmocka_unit_test(test_load_with_template),
         cmocka_unit_test(test_merge_byte_budget),
+        cmocka_unit_test(test_integer_fields_refuse_reals),
         cmocka_unit_test(test_load_template_alias_bomb),
         cmocka_unit_test(test_load_errors),
     };
