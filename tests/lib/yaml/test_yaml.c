@@ -387,6 +387,15 @@ static void test_string_alias_bomb(void **state)
     assert_int_equal(kd_yaml_parse_stream("s.yaml", text, len, &docs, err), KD_ETOOBIG);
     assert_non_null(strstr(err, "alias *a of 1001 bytes used 16"));
     free(text);
+    /* The small forms kept in the fuzzer's corpus fail the same way. */
+    static const char *const corpus[] = {"tests/fuzz/regress/string_alias_bomb.yaml",
+                                         "tests/fuzz/regress/string_laughs.yaml"};
+    for (size_t i = 0; i < 2; i++) {
+        struct kd_yaml_doc *d = NULL;
+        assert_int_equal(kd_yaml_parse_file(corpus[i], &d, err), KD_ETOOBIG);
+        assert_null(d);
+        assert_non_null(strstr(err, "expands to more than 16777216 bytes (alias *"));
+    }
     /* Under the budget, the same shape parses. */
     text = string_alias_bomb(1000, 1000, &len);
     struct kd_yaml_doc *doc = NULL;
