@@ -135,8 +135,12 @@ static int load_template(struct kd_ctrl *c, const char *ns, const char *name, js
     }
     char label[300];
     snprintf(label, sizeof(label), "template %s", name);
-    if ((rc = kd_yaml_parse(label, text, strlen(text), &doc, err)) != 0)
+    if ((rc = kd_yaml_parse(label, text, strlen(text), &doc, err)) != 0) {
+        /* bad YAML or past a cap (an alias bomb): the user's error, not a reason to retry */
+        if (rc == KD_EPARSE || rc == KD_ETOOBIG)
+            rc = KD_EINVALID;
         goto out;
+    }
     *out = json_incref(kd_yaml_root(doc));
 out:
     kd_yaml_free(doc);
@@ -184,8 +188,12 @@ int kd_ctrl_exp_config(struct kd_ctrl *c, const json_t *exp, json_t **cfg, uint6
         } else if (rc != 0) {
             goto out;
         } else {
-            if ((rc = kd_config_merge_template(tmpl, spec, &merged)) != 0)
+            char merr[KD_ERRLEN] = "";
+            if ((rc = kd_config_merge_template(tmpl, spec, &merged, merr)) != 0) {
+                rc = rc == KD_ETOOBIG ? KD_EINVALID : rc;
+                kd_seterr(err, rc, "template %s: %s", tname, merr);
                 goto out;
+            }
             json_decref(spec);
             spec = json_deep_copy(merged);
         }

@@ -219,6 +219,46 @@ static int by_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/*
+ * Drop from ckpts (in place) every row whose uuid fails kd_ckpt_check_uuid, marking it DELETED
+ * in the registry with a checkpoint_gc event that says its files were not touched; the store
+ * records that once (a later run finds the row no longer ACTIVE), and the warning is logged by
+ * the run that recorded it. A row that cannot be marked now (the database is away) is still
+ * left out of this run's plan and tried again on the next. Returns the rows left.
+ */
+static size_t retire_invalid(struct kd_ctrl *c, const char *name, json_t *ckpts, char *err)
+{
+    size_t i = 0;
+    while (i < json_array_size(ckpts)) {
+        const json_t *ck = json_array_get(ckpts, i);
+        const char *uuid = json_string_value(json_object_get(ck, "uuid")) ?: "";
+        char why[KD_ERRLEN];
+        bool marked = false;
+        if (kd_ckpt_check_uuid(uuid, why) == 0) {
+            i++;
+            continue;
+        }
+        json_t *d = json_pack("{s:b,s:b,s:s}", "invalid_uuid", 1, "files_deleted", 0, "error", why);
+        int rc = kd_store_checkpoint_gc(c->store, uuid,
+                                        "invalid checkpoint uuid: no storage path may be built "
+                                        "from it, so its files were left alone and the record "
+                                        "retired",
+                                        d, &marked, err);
+        json_decref(d);
+        if (rc != 0)
+            KD_WARN("checkpoint GC: cannot retire a checkpoint with an invalid uuid",
+                    "experiment=%s uuid=%s err=%s", kd_logq(name), kd_logq(uuid), kd_logq(err));
+        else if (marked)
+            KD_WARN("checkpoint GC: skipped a checkpoint with an invalid uuid, record retired",
+                    "experiment=%s uuid=%s trial_id=%" JSON_INTEGER_FORMAT " err=%s", kd_logq(name),
+                    kd_logq(uuid), json_integer_value(json_object_get(ck, "trial_id")),
+                    kd_logq(why));
+        if (json_array_remove(ckpts, i) != 0)
+            kd_oom(64);
+    }
+    return json_array_size(ckpts);
+}
+
 /* Plan and apply GC over the experiment's ACTIVE checkpoints. */
 static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
                    const struct kd_gc_trial *trials, size_t ntrials, const json_t *rows,
@@ -250,6 +290,12 @@ static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
         kd_seterr(err, rc, "checkpoint GC: metrics are not all written yet");
         goto out;
     }
+    /* A row whose uuid no storage path may be built from (registered before the API checked
+     * ids, or written into the store by hand) is retired on its own, once, and left out of the
+     * plan, so that it neither stops GC for the others nor keeps the experiment from ending. */
+    n = retire_invalid(c, name, ckpts, err);
+    if (n == 0)
+        goto out;
     in = kd_xcalloc(n, sizeof(*in));
     keep = kd_xcalloc(n, sizeof(*keep));
     tids = kd_xcalloc(n, sizeof(*tids));

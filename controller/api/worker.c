@@ -19,6 +19,7 @@
 
 #include "core/log.h"
 #include "core/time.h"
+#include "storage/checkpoint.h"
 
 #define NS(q) ((q)->seg[3])
 #define TRIAL(q) ((q)->seg[5])
@@ -557,6 +558,12 @@ void api_worker_checkpoint(struct api_rq *q)
         want_str(q, body, "storage_path", 4096, true, &path) != 0 ||
         want_i64(q, body, "size", &c.size) != 0)
         goto out;
+    /* The uuid names the checkpoint's files in storage (GC deletes <storage>/<uuid>/): only a
+     * canonical UUID enters the registry, so no stored id can name a path elsewhere. */
+    if (kd_ckpt_check_canonical_uuid(c.uuid, err) != 0) {
+        api_error(q, 400, "uuid", "%s", err);
+        goto out;
+    }
     json_t *md = json_object_get(body, "metadata");
     if (md != NULL && !json_is_object(md)) {
         api_error(q, 400, "metadata", "metadata: must be an object");

@@ -63,6 +63,42 @@ check "template's slots_per_trial reached the trial" test "$(field trial templ-1
 check "template's priority reached the trial" test "$(field trial templ-1 '{.spec.resources.priority}')" = 20
 check "the stored spec is not rewritten" test -z "$(field exp templ '{.spec.resources}')"
 
+# Integer fields of the resources refuse numbers that are no integers (1e300 would be stored as a
+# float): the API server answers 422 naming the field, and nothing changes.
+out=$(kubectl patch trial templ-1 --type=merge -p '{"spec":{"validateAfter":1e300}}' 2>&1)
+check "validateAfter 1e300 refused naming the field" eval \
+    'case "$out" in *"spec.validateAfter in body must be of type integer"*) true ;; *) false ;; esac'
+check "validateAfter unchanged" test "$(field trial templ-1 '{.spec.validateAfter}')" = 10
+out=$(kubectl patch exp templ --type=merge -p '{"spec":{"max_restarts":2.5}}' 2>&1)
+check "max_restarts 2.5 refused naming the field" eval \
+    'case "$out" in *"spec.max_restarts in body must be of type integer"*) true ;; *) false ;; esac'
+
+# A stored template that aliases one 200,000-character string 100,000 times (20 GB once
+# expanded, few nodes): the experiment gets ERROR naming the cause, the controller lives on
+# and its peak memory stays far below what the expansion would take.
+python3 - "$T/bomb.json" <<'PY'
+import json, sys
+text = 's: &a "' + 'x' * 200000 + '"\nl: [' + ','.join(['*a'] * 100000) + ']\n'
+json.dump({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "tmpl-bomb", "labels": {"kdet.io/template": "bomb"}},
+           "data": {"template.yaml": text}}, open(sys.argv[1], "w"))
+PY
+kubectl create -f "$T/bomb.json" >/dev/null
+experiment bombed '  template: bomb
+  entrypoint: sh -c "exit 0"
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}'
+check "alias-bomb template: experiment ERROR" wait_for 40 exp_state_is bombed ERROR
+msg=$(field exp bombed '{.status.conditions[?(@.type=="Valid")].message}')
+echo "# condition: $msg"
+check "condition names the template and the alias" eval \
+    'case "$msg" in "template bomb:"*"expands to more than 16777216 bytes (alias *a of 200001 bytes used "*) true ;; *) false ;; esac'
+check "controller still running" kill -0 "$CTRL_PID"
+hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$CTRL_PID/status")
+echo "# controller peak RSS: ${hwm} kB"
+check "controller peak RSS under 1 GiB" test "${hwm:-9999999}" -lt 1048576
+check "no trial for the alias-bomb experiment" test "$(count_trials kdet.io/experiment=bombed)" = 0
+
 # An experiment as det creates it (ConfigMap with the packed context + Experiment).
 mkdir -p "$T/ctx" && echo 'print(1)' >"$T/ctx/train.py"
 cat >"$T/det.yaml" <<'YAML'

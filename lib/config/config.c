@@ -1766,15 +1766,63 @@ static json_t *merge(const json_t *t, const json_t *c, const char *path)
     return json_incref((json_t *)c);
 }
 
-int kd_config_merge_template(const json_t *tmpl, const json_t *cfg, json_t **out)
+/*
+ * Add the expanded size of v to *total (a string or key costs its length
+ * plus one, any other node one, as in the YAML reader's budget) and stop
+ * as soon as it passes `cap`: the merged tree shares subtrees by reference,
+ * so a walk that did not stop could itself take as long as a copy.
+ */
+static bool over_budget(const json_t *v, size_t cap, size_t *total, int depth)
 {
+    const char *k;
+    json_t *e;
+    size_t i;
+    *total += 1 + (json_is_string(v) ? json_string_length(v) : 0);
+    if (*total > cap || depth > KD_YAML_MAX_DEPTH * 2)
+        return true;
+    if (json_is_object(v)) {
+        json_object_foreach((json_t *)v, k, e)
+        {
+            *total += strlen(k) + 1;
+            if (over_budget(e, cap, total, depth + 1))
+                return true;
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, e)
+        {
+            if (over_budget(e, cap, total, depth + 1))
+                return true;
+        }
+    }
+    return false;
+}
+
+int kd_config_merge_template(const json_t *tmpl, const json_t *cfg, json_t **out, char *err)
+{
+    int rc = 0;
+    size_t total = 0;
     if (!out)
-        return KD_EINVAL;
+        return kd_seterr(err, KD_EINVAL, "kd_config_merge_template: invalid arguments");
     *out = NULL;
-    if (!tmpl || !cfg)
-        return KD_EINVAL;
+    if (!tmpl || !cfg) {
+        rc = kd_seterr(err, KD_EINVAL, "kd_config_merge_template: invalid arguments");
+        goto out;
+    }
     *out = merge(tmpl, cfg, "");
-    return *out ? 0 : KD_ENOMEM;
+    if (!*out) {
+        rc = kd_seterr(err, KD_ENOMEM, "template merge: out of memory");
+        goto out;
+    }
+    if (over_budget(*out, KD_CONFIG_MAX_BYTES, &total, 0)) {
+        json_decref(*out);
+        *out = NULL;
+        rc = kd_seterr(err, KD_ETOOBIG,
+                       "template merge: the config merged over its template expands to more than "
+                       "%u bytes (or nests deeper than %d levels)",
+                       (unsigned)KD_CONFIG_MAX_BYTES, KD_YAML_MAX_DEPTH * 2);
+    }
+out:
+    return rc;
 }
 
 /* ---- loading ------------------------------------------------------------------------------ */
@@ -1818,7 +1866,7 @@ int kd_config_load(const char *path, const char *template_path, json_t **out, ch
             goto out;
         if ((rc = root_mapping(tdoc, "template", err)))
             goto out;
-        if ((rc = kd_config_merge_template(kd_yaml_root(tdoc), kd_yaml_root(doc), &merged)))
+        if ((rc = kd_config_merge_template(kd_yaml_root(tdoc), kd_yaml_root(doc), &merged, err)))
             goto out;
     } else {
         merged = json_incref(kd_yaml_root(doc));

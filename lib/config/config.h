@@ -11,6 +11,9 @@
 
 #include "core/err.h"
 
+/** The byte budget of a merged config (the YAML reader's, KD_YAML_MAX_BYTES). */
+#define KD_CONFIG_MAX_BYTES (16u << 20)
+
 /**
  * Load the experiment config at `path`, merge it over the template at
  * `template_path` (NULL for none) with kd_config_merge_template, and
@@ -69,10 +72,15 @@ int kd_config_apply_defaults(json_t *cfg, char *err) KD_WUR;
  *    order first, then the template's extra keys.
  * *out is a new reference; it may share unchanged subtrees with tmpl and
  * cfg by reference (neither input is modified), so json_deep_copy it
- * before modifying it in place. Returns 0, KD_EINVAL (NULL argument) or
- * KD_ENOMEM. Thread-safe.
+ * before modifying it in place. The result is held to a byte budget,
+ * KD_CONFIG_MAX_BYTES of expanded size (each string and key its length
+ * plus one, every other node one; shared subtrees counted each time they
+ * occur), so that a copy of it cannot take unbounded memory.
+ * Returns 0, KD_ETOOBIG (over the budget: *out NULL, `err` says so),
+ * KD_EINVAL (NULL argument) or KD_ENOMEM; `err` (KD_ERRLEN bytes, may be
+ * NULL) gets the detail. Thread-safe.
  */
-int kd_config_merge_template(const json_t *tmpl, const json_t *cfg, json_t **out) KD_WUR;
+int kd_config_merge_template(const json_t *tmpl, const json_t *cfg, json_t **out, char *err) KD_WUR;
 
 /**
  * The arguments of `kdet-launch` (without the program name) that run an

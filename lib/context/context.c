@@ -502,6 +502,15 @@ static bool path_is_safe(const char *p)
     return true;
 }
 
+mode_t kd_context_unpack_perm(mode_t type, mode_t perm)
+{
+    if (type == AE_IFDIR)
+        return 0755;
+    if (type == AE_IFLNK)
+        return 0777;
+    return (perm & 0111) != 0 ? 0755 : 0644;
+}
+
 int kd_context_unpack(const void *data, size_t len, const char *dest, uint64_t max_bytes, char *err)
 {
     int rc = 0, r;
@@ -574,6 +583,10 @@ int kd_context_unpack(const void *data, size_t len, const char *dest, uint64_t m
         archive_entry_set_pathname(ae, full);
         archive_entry_set_uid(ae, getuid());
         archive_entry_set_gid(ae, getgid());
+        /* The modes kd_context_pack writes, whatever the archive says: no setuid, setgid or
+         * sticky bit and nothing writable by others survives an unpack (the owner is the
+         * unpacking user, so libarchive would otherwise restore a setuid bit). */
+        archive_entry_set_perm(ae, kd_context_unpack_perm(type, archive_entry_perm(ae)));
         if (archive_write_header(disk, ae) != ARCHIVE_OK) {
             rc = kd_seterr(err, KD_EIO, "%s: %s", full, archive_error_string(disk));
             goto out;

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "core/err.h"
 
@@ -98,11 +99,22 @@ void kd_context_free(struct kd_context *ctx);
  * `err`), KD_ETOOBIG, KD_ECORRUPT (not a readable archive) or -errno.
  * libarchive also refuses to write through a symlink that is already on
  * disk (one the archive created earlier). `dest` must not contain `..`.
+ * Modes are not taken from the archive: see kd_context_unpack_perm.
  * Entries written before a refusal stay on disk: unpack into a fresh
  * directory and remove it on error. Blocks on file I/O; thread-safe.
  */
 int kd_context_unpack(const void *data, size_t len, const char *dest, uint64_t max_bytes,
                       char *err) KD_WUR;
+
+/**
+ * The permission bits kd_context_unpack gives an entry of file type `type`
+ * (AE_IFREG, AE_IFDIR, AE_IFLNK) whose archive header says `perm`: the
+ * modes kd_context_pack writes, 0755 for a directory, 0777 for a symlink,
+ * 0755 for a file with any execute bit and 0644 for any other file. So a
+ * setuid, setgid or sticky bit, or write permission for group and others,
+ * never survives an unpack. Pure.
+ */
+mode_t kd_context_unpack_perm(mode_t type, mode_t perm);
 
 /** Hex sha256 of `len` bytes into hex (65 bytes). */
 void kd_context_sha256(const void *data, size_t len, char hex[65]);

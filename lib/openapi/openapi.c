@@ -261,9 +261,14 @@ static double num_of(const json_t *v)
     return json_is_integer(v) ? (double)json_integer_value(v) : json_real_value(v);
 }
 
+/*
+ * A real that stands for an integer, as the API server's validator takes it: whole and
+ * within the integers a double holds exactly (|d| <= 2^53 - 1). 1e300 is whole but no
+ * integer: accepted, it would be stored as a float in an integer field.
+ */
 static bool is_integral(double d)
 {
-    return isfinite(d) && d == floor(d);
+    return isfinite(d) && d == floor(d) && fabs(d) <= 9007199254740991.0;
 }
 
 static bool is_true(const json_t *s, const char *key)

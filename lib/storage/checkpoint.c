@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,23 @@ int kd_ckpt_check_uuid(const char *uuid, char *err)
                              "[A-Za-z0-9._-]",
                              40, uuid, i + 1);
     }
+    return 0;
+}
+
+int kd_ckpt_check_canonical_uuid(const char *uuid, char *err)
+{
+    static const char form[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+    size_t n = strnlen(uuid, sizeof(form));
+    bool ok = n == sizeof(form) - 1;
+    for (size_t i = 0; ok && i < n; i++) {
+        char c = uuid[i];
+        ok = form[i] == '-' ? c == '-' : ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+    }
+    if (!ok)
+        return kd_seterr(err, KD_EINVAL,
+                         "uuid: \"%.*s%s\" is not a UUID in canonical form (8-4-4-4-12 lowercase "
+                         "hex digits, e.g. 6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c11)",
+                         40, uuid, n > 40 ? "..." : "");
     return 0;
 }
 

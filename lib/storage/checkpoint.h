@@ -38,8 +38,21 @@ struct kd_ckpt_manifest {
     size_t nfiles;
 };
 
-/** A checkpoint uuid: 1-127 bytes of [A-Za-z0-9._-], not starting with '.'. */
+/**
+ * A checkpoint uuid that storage keys and paths may be built from: 1-127
+ * bytes of [A-Za-z0-9._-], not starting with '.' (so never "..", never a
+ * '/'). KD_EINVAL with `err` naming the uuid otherwise.
+ */
 int kd_ckpt_check_uuid(const char *uuid, char *err) KD_WUR;
+
+/**
+ * A new checkpoint's uuid as it enters kdet (the controller's API): a UUID
+ * in canonical form, 36 characters 8-4-4-4-12 of lowercase hex digits and
+ * '-', e.g. 6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c11 (what Python's
+ * str(uuid.uuid4()) gives). Every such uuid passes kd_ckpt_check_uuid.
+ * KD_EINVAL with `err` ("uuid: ...") otherwise. Pure; thread-safe.
+ */
+int kd_ckpt_check_canonical_uuid(const char *uuid, char *err) KD_WUR;
 
 /**
  * Walk dir and hash every regular file (symlinks followed; other file types

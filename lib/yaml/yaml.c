@@ -51,6 +51,8 @@ struct anchor {
     json_t *val;       /* reference held */
     struct ynode *pos; /* deep copy (owned) */
     size_t nodes;      /* nodes in the subtree, for the expansion budget */
+    size_t bytes;      /* expanded bytes of the subtree, for the byte budget */
+    size_t uses;       /* aliases that expanded it so far, for the error message */
     UT_hash_handle hh; /* by name: an alias finds its anchor in O(1) */
 };
 
@@ -59,6 +61,7 @@ struct frame {
     struct ynode *node; /* points into the parent's kids (stable while open) */
     char *anchor;       /* anchor to register when the node ends (owned) */
     size_t start_nodes; /* node count when the node started */
+    size_t start_bytes; /* byte count when the node started */
     /* mapping state: the pending key */
     bool is_map;
     bool have_key;
@@ -74,6 +77,7 @@ struct builder {
     struct frame stack[KD_YAML_MAX_DEPTH + 1];
     int depth;
     size_t nodes;
+    size_t bytes;           /* expanded size so far: see count_node */
     struct anchor *anchors; /* uthash table */
     struct ynode *docnode;  /* the document being built */
     bool doc_done;
@@ -359,7 +363,8 @@ static void anchor_free(struct anchor *a)
 }
 
 /* Register (or redefine: the latest definition wins) an anchor; takes `name`. */
-static void add_anchor(struct builder *b, char *name, const struct ynode *n, size_t nodes)
+static void add_anchor(struct builder *b, char *name, const struct ynode *n, size_t nodes,
+                       size_t bytes)
 {
     struct anchor *old = find_anchor(b, name);
     if (old) {
@@ -372,6 +377,7 @@ static void add_anchor(struct builder *b, char *name, const struct ynode *n, siz
     a->pos = kd_xcalloc(1, sizeof(*a->pos));
     ynode_copy(a->pos, n, a->val);
     a->nodes = nodes;
+    a->bytes = bytes;
     HASH_ADD_KEYPTR(hh, b->anchors, a->name, strlen(a->name), a);
 }
 
@@ -515,12 +521,33 @@ static void free_anchors(struct builder *b)
     b->anchors = NULL;
 }
 
-static int count_node(struct builder *b, size_t add, yaml_mark_t m)
+/*
+ * Count `add` nodes of `bytes` expanded bytes against both budgets. The node
+ * cap alone lets a few aliases of one long string grow the tree by
+ * gigabytes, so the bytes count too: a scalar costs its length plus one, a
+ * mapping or sequence one. Text without aliases never costs more than its
+ * own length, which is under KD_YAML_MAX_INPUT. `alias` (NULL for a node
+ * written out) is named in the error when its expansion passed a budget.
+ */
+static int count_node(struct builder *b, size_t add, size_t bytes, const struct anchor *alias,
+                      yaml_mark_t m)
 {
     b->nodes += add;
+    b->bytes += bytes;
+    if (b->nodes > KD_YAML_MAX_NODES && alias)
+        return berr(b, KD_ETOOBIG, m,
+                    "document too large: more than %d nodes (alias *%s of %zu nodes used %zu "
+                    "times)",
+                    KD_YAML_MAX_NODES, alias->name, alias->nodes, alias->uses);
     if (b->nodes > KD_YAML_MAX_NODES)
         return berr(b, KD_ETOOBIG, m, "document too large: more than %d nodes (aliases counted)",
                     KD_YAML_MAX_NODES);
+    if (b->bytes > KD_YAML_MAX_BYTES && alias)
+        return berr(b, KD_ETOOBIG, m,
+                    "expands to more than %u bytes (alias *%s of %zu bytes used %zu times)",
+                    (unsigned)KD_YAML_MAX_BYTES, alias->name, alias->bytes, alias->uses);
+    if (b->bytes > KD_YAML_MAX_BYTES)
+        return berr(b, KD_ETOOBIG, m, "expands to more than %u bytes", (unsigned)KD_YAML_MAX_BYTES);
     return 0;
 }
 
@@ -530,7 +557,8 @@ static int on_event(struct builder *b, const yaml_event_t *ev)
     yaml_mark_t m = ev->start_mark;
     switch (ev->type) {
     case YAML_SCALAR_EVENT: {
-        if (count_node(b, 1, m))
+        size_t sbytes = ev->data.scalar.length + 1;
+        if (count_node(b, 1, sbytes, NULL, m))
             return b->rc;
         json_t *v = scalar_value(b, ev);
         if (!v)
@@ -541,7 +569,7 @@ static int on_event(struct builder *b, const yaml_event_t *ev)
         if (!pos)
             return b->rc;
         if (ev->data.scalar.anchor && !is_key)
-            add_anchor(b, kd_xstrdup((const char *)ev->data.scalar.anchor), pos, 1);
+            add_anchor(b, kd_xstrdup((const char *)ev->data.scalar.anchor), pos, 1, sbytes);
         return 0;
     }
     case YAML_ALIAS_EVENT: {
@@ -549,7 +577,8 @@ static int on_event(struct builder *b, const yaml_event_t *ev)
         struct anchor *a = find_anchor(b, name);
         if (!a)
             return berr(b, KD_EPARSE, m, "alias *%s refers to no complete anchor", name);
-        if (count_node(b, a->nodes, m))
+        a->uses++;
+        if (count_node(b, a->nodes, a->bytes, a, m))
             return b->rc;
         bool is_key =
             b->depth > 0 && b->stack[b->depth - 1].is_map && !b->stack[b->depth - 1].have_key;
@@ -580,7 +609,7 @@ static int on_event(struct builder *b, const yaml_event_t *ev)
             return berr(b, KD_EPARSE, m, "unsupported tag %s", (const char *)tag);
         if (b->depth >= KD_YAML_MAX_DEPTH)
             return berr(b, KD_ETOOBIG, m, "nesting deeper than %d levels", KD_YAML_MAX_DEPTH);
-        if (count_node(b, 1, m))
+        if (count_node(b, 1, 1, NULL, m))
             return b->rc;
         json_t *v = is_map ? json_object() : json_array();
         if (!v)
@@ -594,6 +623,7 @@ static int on_event(struct builder *b, const yaml_event_t *ev)
         f->is_map = is_map;
         f->anchor = anchor ? kd_xstrdup((const char *)anchor) : NULL;
         f->start_nodes = b->nodes;
+        f->start_bytes = b->bytes;
         return 0;
     }
     case YAML_SEQUENCE_END_EVENT:
@@ -602,7 +632,8 @@ static int on_event(struct builder *b, const yaml_event_t *ev)
         if (f->is_map && apply_merges(b, f->node, m))
             return b->rc;
         if (f->anchor) {
-            add_anchor(b, f->anchor, f->node, b->nodes - f->start_nodes + 1);
+            add_anchor(b, f->anchor, f->node, b->nodes - f->start_nodes + 1,
+                       b->bytes - f->start_bytes + 1);
             f->anchor = NULL;
         }
         free(f->key);
@@ -673,6 +704,7 @@ static int run_parser(struct builder *b, const char *text, size_t len, struct yn
             b->docnode = multi ? &doc : top;
             b->doc_done = false;
             b->nodes = multi ? b->nodes : 0;
+            b->bytes = multi ? b->bytes : 0;
             free_anchors(b);
         } else if (ev.type == YAML_STREAM_END_EVENT) {
             done = true;

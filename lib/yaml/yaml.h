@@ -19,6 +19,9 @@
 #define KD_YAML_MAX_DEPTH 64         /* nested mappings/sequences */
 #define KD_YAML_MAX_NODES 1000000    /* nodes, counting every alias expansion in full */
 #define KD_YAML_MAX_DOCS 1000        /* documents in one stream */
+#define KD_YAML_MAX_BYTES                                                                          \
+    (16u << 20) /* expanded size: each scalar's length + 1 per node,                               \
+                   counting every alias expansion in full */
 
 /** A parsed document: its JSON tree plus the position of every node. Opaque. */
 struct kd_yaml_doc;
@@ -40,8 +43,11 @@ struct kd_yaml_doc;
  * tag is an error. Mapping keys must be scalars and become their text;
  * duplicate keys are an error naming both positions. Aliases are expanded
  * (deep copies), `<<` merge keys are applied (explicit keys win), and the
- * expanded size counts against KD_YAML_MAX_NODES, so "billion laughs"
- * inputs fail fast. An empty document gives a null root.
+ * expanded size counts against both KD_YAML_MAX_NODES and KD_YAML_MAX_BYTES,
+ * so "billion laughs" inputs (many small nodes, or a few aliases of one long
+ * string) fail fast with an error naming the alias that passed the budget:
+ * "NAME:L:C: expands to more than N bytes (alias *a of B bytes used U times)". An empty document
+ * gives a null root.
  *
  * Returns 0, KD_EPARSE (syntax, typing, duplicates, several documents),
  * KD_ETOOBIG (a cap was passed) or KD_EINVAL (NULL arguments).

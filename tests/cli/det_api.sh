@@ -69,7 +69,7 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" 
 mkdir -p "$tmp/model/sub" "$tmp/ckpt"
 echo "weights v1" > "$tmp/model/w.txt"
 head -c 300000 /dev/urandom > "$tmp/model/sub/big.bin"
-"$build/bin/dtrain" ckpt --storage "file://$tmp/ckpt" --quiet upload "$tmp/model" --uuid ck-0001 > "$tmp/out" 2>&1 ||
+"$build/bin/dtrain" ckpt --storage "file://$tmp/ckpt" --quiet upload "$tmp/model" --uuid c0ffee00-0000-4000-8000-000000000001 > "$tmp/out" 2>&1 ||
     bad "dtrain ckpt upload" "$tmp/out"
 size=$(du -sb "$tmp/model" | cut -f1)
 
@@ -103,7 +103,7 @@ experiment() { # NAME EXTRA-SPEC-LINES
 }
 spec="  entrypoint: sh $tmp/worker.sh
   environment:
-    environment_variables: [CK=ck-0001, SP=$tmp/ckpt/ck-0001, SIZE=$size]
+    environment_variables: [CK=c0ffee00-0000-4000-8000-000000000001, SP=$tmp/ckpt/c0ffee00-0000-4000-8000-000000000001, SIZE=$size]
   hyperparameters:
     lr: 0.1
   searcher: {name: single, metric: loss, max_length: {batches: 30}}
@@ -148,17 +148,17 @@ rc=$?
 # ---- checkpoints
 "$det" checkpoint list apie > "$tmp/c.txt" 2> "$tmp/out"
 grep -qE "^UUID +TRIAL +BATCHES +STATE +SIZE +REPORTED +STORAGE PATH$" "$tmp/c.txt" &&
-    grep -qE "^ck-0001 +apiexp-1 +30 +ACTIVE .*$tmp/ckpt/ck-0001$" "$tmp/c.txt" && ok "checkpoint list EXPERIMENT" ||
+    grep -qE "^c0ffee00-0000-4000-8000-000000000001 +apiexp-1 +30 +ACTIVE .*$tmp/ckpt/c0ffee00-0000-4000-8000-000000000001$" "$tmp/c.txt" && ok "checkpoint list EXPERIMENT" ||
     bad "checkpoint list" "$tmp/c.txt"
 "$det" checkpoint list --trial apiexp-1 -o json > "$tmp/c.json" 2> "$tmp/out"
-[ "$(json "$tmp/c.json" "[(c['uuid'], c['trial'], c['steps_completed'], c['size_bytes']) for c in j['checkpoints']]")" = "[('ck-0001', 'apiexp-1', 30, $size)]" ] &&
+[ "$(json "$tmp/c.json" "[(c['uuid'], c['trial'], c['steps_completed'], c['size_bytes']) for c in j['checkpoints']]")" = "[('c0ffee00-0000-4000-8000-000000000001', 'apiexp-1', 30, $size)]" ] &&
     ok "checkpoint list --trial -o json" || bad "checkpoint list --trial" "$tmp/c.json"
-"$det" checkpoint describe ck-00 > "$tmp/c.txt" 2> "$tmp/out"
-grep -qE "^UUID: +ck-0001$" "$tmp/c.txt" && grep -qE "^Experiment: +apiexp$" "$tmp/c.txt" &&
+"$det" checkpoint describe c0ffee00 > "$tmp/c.txt" 2> "$tmp/out"
+grep -qE "^UUID: +c0ffee00-0000-4000-8000-000000000001$" "$tmp/c.txt" && grep -qE "^Experiment: +apiexp$" "$tmp/c.txt" &&
     grep -qE "^Trial: +apiexp-1 \(id [0-9]+\)$" "$tmp/c.txt" &&
     grep -qE "^Batches: +30$" "$tmp/c.txt" && grep -q '"format":"test"' "$tmp/c.txt" &&
     ok "checkpoint describe (a unique uuid prefix)" || bad "checkpoint describe" "$tmp/c.txt"
-"$det" checkpoint download ck-0001 -o "$tmp/dl" > "$tmp/out" 2>&1 && diff -r "$tmp/model" "$tmp/dl" >> "$tmp/out" 2>&1 &&
+"$det" checkpoint download c0ffee00-0000-4000-8000-000000000001 -o "$tmp/dl" > "$tmp/out" 2>&1 && diff -r "$tmp/model" "$tmp/dl" >> "$tmp/out" 2>&1 &&
     ok "checkpoint download: the same bytes" || bad "checkpoint download" "$tmp/out"
 "$det" checkpoint describe nope > "$tmp/out" 2>&1
 [ $? -eq 5 ] && grep -q 'checkpoint "nope" is not registered' "$tmp/out" && ok "unknown checkpoint: exit 5" ||
@@ -175,18 +175,18 @@ if [ -x "$S3RVER" ]; then
     for _ in $(seq 100); do (exec 3<> "/dev/tcp/127.0.0.1/$s3port") 2> /dev/null && break; sleep 0.1; done
     export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
     "$build/bin/dtrain" ckpt --storage s3://ckpts/p --endpoint-url "http://127.0.0.1:$s3port" --quiet \
-        upload "$tmp/model" --uuid ck-s3 > "$tmp/out" 2>&1 || bad "dtrain ckpt upload to s3rver" "$tmp/out"
-    experiment s3exp "${spec//CK=ck-0001, SP=$tmp\/ckpt\/ck-0001/CK=ck-s3, SP=s3://ckpts/p/ck-s3}
+        upload "$tmp/model" --uuid c0ffee00-0000-4000-8000-0000000000e3 > "$tmp/out" 2>&1 || bad "dtrain ckpt upload to s3rver" "$tmp/out"
+    experiment s3exp "${spec//CK=c0ffee00-0000-4000-8000-000000000001, SP=$tmp\/ckpt\/c0ffee00-0000-4000-8000-000000000001/CK=c0ffee00-0000-4000-8000-0000000000e3, SP=s3://ckpts/p/c0ffee00-0000-4000-8000-0000000000e3}
 " && kubectl patch exp s3exp --type merge -p "{\"spec\":{\"checkpoint_storage\":{\"type\":\"s3\",\"host_path\":null,
         \"bucket\":\"ckpts\",\"prefix\":\"p\",\"endpoint_url\":\"http://127.0.0.1:$s3port\"}}}" > "$tmp/out" 2>&1 ||
         bad "create experiment s3exp" "$tmp/out"
     timeout 100 "$det" experiment wait s3exp --timeout 90 > "$tmp/out" 2>&1 || bad "experiment s3exp" "$tmp/out"
-    "$det" checkpoint download ck-s3 -o "$tmp/dl-s3" > "$tmp/out" 2>&1 && diff -r "$tmp/model" "$tmp/dl-s3" >> "$tmp/out" 2>&1 &&
+    "$det" checkpoint download c0ffee00-0000-4000-8000-0000000000e3 -o "$tmp/dl-s3" > "$tmp/out" 2>&1 && diff -r "$tmp/model" "$tmp/dl-s3" >> "$tmp/out" 2>&1 &&
         ok "checkpoint download from S3: the same bytes" || bad "checkpoint download from S3" "$tmp/out"
     (unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY; HOME=$tmp AWS_SHARED_CREDENTIALS_FILE=$tmp/none \
-        "$det" checkpoint download ck-s3 -o "$tmp/dl-s3b") > "$tmp/out" 2>&1
+        "$det" checkpoint download c0ffee00-0000-4000-8000-0000000000e3 -o "$tmp/dl-s3b") > "$tmp/out" 2>&1
     rc=$?
-    [ $rc -eq 1 ] && grep -q "checkpoint ck-s3 (storage path s3://ckpts/p/ck-s3): opening the checkpoint storage: .*credentials" "$tmp/out" &&
+    [ $rc -eq 1 ] && grep -q "checkpoint c0ffee00-0000-4000-8000-0000000000e3 (storage path s3://ckpts/p/c0ffee00-0000-4000-8000-0000000000e3): opening the checkpoint storage: .*credentials" "$tmp/out" &&
         ok "S3 without credentials: exit 1, a clear error" ||
         bad "S3 without credentials (exit $rc)" "$tmp/out"
     unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY

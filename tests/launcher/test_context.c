@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <cmocka.h>
 #include <dirent.h>
 
@@ -120,6 +122,55 @@ static void test_good(void **state)
     assert_null(ctx.dir);
     assert_int_equal(stat(dir, &st), -1); /* removed at the end */
     free(dir);
+}
+
+/* A crafted tar.gz with a setuid root-style program and a setgid, sticky folder: the pod's
+ * working directory gets plain modes (0755), never a setuid or setgid bit. */
+static void test_special_modes(void **state)
+{
+    struct fx *f = *state;
+    struct kd_launch_context ctx;
+    char err[KD_ERRLEN] = "", path[256];
+    struct stat st;
+    static unsigned char buf[1 << 16];
+    size_t used = 0;
+    struct archive *a = archive_write_new();
+    struct archive_entry *ae = archive_entry_new();
+    archive_write_add_filter_gzip(a);
+    archive_write_set_format_pax_restricted(a);
+    assert_int_equal(archive_write_open_memory(a, buf, sizeof(buf), &used), ARCHIVE_OK);
+    archive_entry_set_pathname(ae, "shared");
+    archive_entry_set_filetype(ae, AE_IFDIR);
+    archive_entry_set_perm(ae, 03777);
+    assert_int_equal(archive_write_header(a, ae), ARCHIVE_OK);
+    archive_entry_clear(ae);
+    archive_entry_set_pathname(ae, "shared/rootshell");
+    archive_entry_set_filetype(ae, AE_IFREG);
+    archive_entry_set_perm(ae, 06755);
+    archive_entry_set_size(ae, 10);
+    assert_int_equal(archive_write_header(a, ae), ARCHIVE_OK);
+    assert_int_equal(archive_write_data(a, "#!/bin/sh\n", 10), 10);
+    assert_int_equal(archive_write_close(a), ARCHIVE_OK);
+    archive_write_free(a);
+    archive_entry_free(ae);
+    snprintf(path, sizeof(path), "%s/suid.tar.gz", f->root);
+    FILE *o = fopen(path, "w");
+    assert_non_null(o);
+    assert_int_equal(fwrite(buf, 1, used, o), used);
+    assert_int_equal(fclose(o), 0);
+    setenv("KDET_CONTEXT_ARCHIVE", path, 1);
+    mode_t old = umask(0);
+    int rc = kd_launch_context_prepare(&ctx, 0, err);
+    umask(old);
+    if (rc != 0)
+        fail_msg("prepare: %s", err);
+    assert_int_equal(stat("shared/rootshell", &st), 0);
+    if ((st.st_mode & 07777) != 0755)
+        fail_msg("shared/rootshell: mode %04o (want 0755)", (unsigned)(st.st_mode & 07777));
+    assert_int_equal(stat("shared", &st), 0);
+    if ((st.st_mode & 07777) != 0755)
+        fail_msg("shared: mode %04o (want 0755)", (unsigned)(st.st_mode & 07777));
+    kd_launch_context_done(&ctx);
 }
 
 static void test_keep(void **state)
@@ -328,6 +379,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_good, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_special_modes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_into_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_digest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing, setup, teardown),

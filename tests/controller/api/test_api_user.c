@@ -225,15 +225,21 @@ static void test_checkpoint_by_uuid(void **state)
     fx_experiment("u-ck", "validation_loss");
     fx_trial("u-ck", "u-ck-1", 100, uid, sizeof(uid));
     fx_token("u-ck-1", uid, tok, sizeof(tok));
-    assert_int_equal(fx_http("POST", NSP "trials/u-ck-1/checkpoints", tok,
-                             "{\"uuid\":\"u-ck-0001\",\"batches\":100,\"storage_path\":"
-                             "\"/ckpt/u-ck-0001\",\"size\":4096,\"metadata\":{\"k\":\"v\"}}",
-                             NULL),
-                     200);
-    assert_int_equal(fx_http("GET", NSP "checkpoints/u-ck-0001", NULL, NULL, NULL), 401);
+    assert_int_equal(
+        fx_http(
+            "POST", NSP "trials/u-ck-1/checkpoints", tok,
+            "{\"uuid\":\"0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d\",\"batches\":100,\"storage_path\":"
+            "\"/ckpt/"
+            "0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d\",\"size\":4096,\"metadata\":{\"k\":\"v\"}}",
+            NULL),
+        200);
+    assert_int_equal(
+        fx_http("GET", NSP "checkpoints/0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d", NULL, NULL, NULL),
+        401);
     json_t *ck = NULL;
     for (int i = 0;; i++) { /* the informer sees the Trial */
-        assert_int_equal(fx_http("GET", NSP "checkpoints/u-ck-0001", FX_USER_TOKEN, NULL, &out),
+        assert_int_equal(fx_http("GET", NSP "checkpoints/0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d",
+                                 FX_USER_TOKEN, NULL, &out),
                          200);
         ck = json_object_get(out, "checkpoint");
         if (json_is_string(json_object_get(ck, "trial")))
@@ -242,14 +248,16 @@ static void test_checkpoint_by_uuid(void **state)
         assert_true(i < 100);
         kd_sleep_ms(50);
     }
-    assert_string_equal(json_string_value(json_object_get(ck, "uuid")), "u-ck-0001");
+    assert_string_equal(json_string_value(json_object_get(ck, "uuid")),
+                        "0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d");
     assert_string_equal(json_string_value(json_object_get(ck, "trial")), "u-ck-1");
     assert_string_equal(json_string_value(json_object_get(ck, "trial_uid")), uid);
     assert_string_equal(json_string_value(json_object_get(ck, "experiment")), "u-ck");
     assert_string_equal(json_string_value(json_object_get(ck, "namespace")), "default");
     assert_int_equal(json_integer_value(json_object_get(ck, "steps_completed")), 100);
     assert_int_equal(json_integer_value(json_object_get(ck, "size_bytes")), 4096);
-    assert_string_equal(json_string_value(json_object_get(ck, "storage_path")), "/ckpt/u-ck-0001");
+    assert_string_equal(json_string_value(json_object_get(ck, "storage_path")),
+                        "/ckpt/0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d");
     assert_string_equal(json_string_value(json_object_get(json_object_get(ck, "metadata"), "k")),
                         "v");
     assert_string_equal(json_string_value(json_object_get(ck, "state")), "ACTIVE");
@@ -258,8 +266,9 @@ static void test_checkpoint_by_uuid(void **state)
     assert_true(json_is_object(json_object_get(exp, "spec")));
     json_decref(out);
     /* Exact uuids only: a prefix, an unknown uuid and another namespace are 404s. */
-    const char *absent[] = {NSP "checkpoints/u-ck-00", NSP "checkpoints/nope",
-                            "/api/v1/namespaces/other/checkpoints/u-ck-0001"};
+    const char *absent[] = {
+        NSP "checkpoints/0a1b2c3d-4e5f", NSP "checkpoints/nope",
+        "/api/v1/namespaces/other/checkpoints/0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d"};
     for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++) {
         assert_int_equal(fx_http("GET", absent[i], FX_USER_TOKEN, NULL, &out), 404);
         assert_non_null(json_string_value(json_object_get(out, "error")));
@@ -275,10 +284,15 @@ static void test_checkpoint_by_uuid(void **state)
         assert_string_equal(json_string_value(json_object_get(out, "field")), "uuid");
         json_decref(out);
     }
-    assert_int_equal(fx_http("POST", NSP "checkpoints/u-ck-0001", FX_USER_TOKEN, NULL, NULL), 405);
+    assert_int_equal(fx_http("POST", NSP "checkpoints/0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d",
+                             FX_USER_TOKEN, NULL, NULL),
+                     405);
     /* A deleted checkpoint is still described, with its state. */
-    assert_int_equal(kd_store_checkpoint_mark_deleted(fx.store, "u-ck-0001", err), 0);
-    assert_int_equal(fx_http("GET", NSP "checkpoints/u-ck-0001", FX_USER_TOKEN, NULL, &out), 200);
+    assert_int_equal(
+        kd_store_checkpoint_mark_deleted(fx.store, "0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d", err), 0);
+    assert_int_equal(fx_http("GET", NSP "checkpoints/0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d",
+                             FX_USER_TOKEN, NULL, &out),
+                     200);
     ck = json_object_get(out, "checkpoint");
     assert_string_equal(json_string_value(json_object_get(ck, "state")), "DELETED");
     assert_true(json_is_string(json_object_get(ck, "deleted_at")));

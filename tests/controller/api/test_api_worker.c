@@ -493,6 +493,34 @@ static void test_checkpoint_and_early_exit(void **state)
     assert_int_equal(fx_http("POST", T("e-ck-2/checkpoints"), tok2, ck, &out), 409);
     assert_string_equal(json_string_value(json_object_get(out, "field")), "uuid");
     json_decref(out);
+    /* Ids that would name a path outside the checkpoint's folder, or are no UUID at all: 400
+     * naming the field, nothing registered (GC once stopped for good on such a row). */
+    static const char *const bad_ids[] = {
+        "../../../../tmp/x",
+        "..",
+        "6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c1/",
+        "6F1D0C1E-2A5B-4B8E-9A55-0A4C6E0B7C12",
+        "6f1d0c1e2a5b4b8e9a550a4c6e0b7c12",
+        "6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c1234",
+        "ck-0001",
+    };
+    long long nck = fx_sql_int("SELECT count(*) FROM checkpoints");
+    for (size_t i = 0; i < sizeof(bad_ids) / sizeof(bad_ids[0]); i++) {
+        json_t *body = json_pack("{s:s,s:i,s:s,s:i}", "uuid", bad_ids[i], "batches", 1,
+                                 "storage_path", "/ckpt/x", "size", 1);
+        char *text = json_dumps(body, JSON_COMPACT);
+        int code = fx_http("POST", T("e-ck-1/checkpoints"), tok, text, &out);
+        const char *field = json_string_value(json_object_get(out, "field"));
+        const char *msg = json_string_value(json_object_get(out, "error"));
+        if (code != 400 || field == NULL || strcmp(field, "uuid") != 0 || msg == NULL ||
+            strstr(msg, "not a UUID in canonical form") == NULL)
+            fail_msg("uuid %s: HTTP %d field=%s error=%s", bad_ids[i], code, field ? field : "-",
+                     msg ? msg : "-");
+        json_decref(out);
+        free(text);
+        json_decref(body);
+    }
+    assert_int_equal(fx_sql_int("SELECT count(*) FROM checkpoints"), nck);
     /* Early exit: recorded as a condition. */
     assert_int_equal(fx_http("POST", T("e-ck-1/early_exit"), tok,
                              "{\"reason\":\"invalid_hp\",\"message\":\"lr too large\"}", NULL),

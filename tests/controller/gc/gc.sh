@@ -13,7 +13,9 @@
 # the controller takes the keys from checkpoint_storage.credentials_secret
 # and logs none of them. Also: trial and
 # experiment states in the store, status.bestValidation, and a
-# spec.template naming no stored template is a configuration error.
+# spec.template naming no stored template is a configuration error. A
+# registry row whose uuid no storage path may be built from is retired
+# once (files untouched) and GC goes on with the others.
 KD_SRC=${KD_SRC:-$(cd "$(dirname "$0")/../../.." && pwd)}
 . "$KD_SRC/e2e/controller/lib.sh"
 need_pg || exit 77
@@ -22,6 +24,7 @@ start_pg || exit 1
 start_local 4 || exit 1
 start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
 check "API serving" wait_for 20 grep -q 'msg="API serving"' "$T/ctrl.log"
+: >"$T/names"
 
 cat >"$T/worker.sh" <<'W'
 H="Authorization: Bearer $KDET_TOKEN"
@@ -42,7 +45,11 @@ while :; do
         $len) loss=$(awk "BEGIN { print $lr + 0.05 }") ;;
         *) loss=$lr ;;
         esac
-        uuid=$KDET_TRIAL_ID-$step
+        # A canonical UUID made from the name TRIAL-STEP (the API takes no other ids); the tests
+        # read the names back through $OUTDIR/names.
+        name=$KDET_TRIAL_ID-$step
+        uuid=$(printf %s "$name" | md5sum | sed 's/^\(.\{8\}\)\(.\{4\}\).\(.\{3\}\).\(.\{3\}\)\(.\{12\}\).*/\1-\2-4\3-8\4-\5/')
+        echo "$uuid $name" >>"$OUTDIR/names"
         mkdir -p "$OUTDIR/w/$uuid" && echo "$KDET_TRIAL_ID $step" >"$OUTDIR/w/$uuid/model.bin"
         "$DTRAIN" ckpt upload "$OUTDIR/w/$uuid" --uuid "$uuid" --quiet >/dev/null 2>&1 || [ -f "$CKPT/$uuid/kdet-manifest.json" ] || exit 1
         curl -sf -H "$H" -X POST -d "{\"uuid\":\"$uuid\",\"batches\":$step,\"storage_path\":\"$CKPT/$uuid\",\"size\":16}" \
@@ -69,9 +76,14 @@ gc_exp() {
   max_restarts: 0
   resources: {slots_per_trial: 1}"
 }
+# names: the uuids on stdin (whitespace-separated) as the workers' TRIAL-STEP names, sorted,
+# on one line; a uuid no worker made stays as it is. uuid_of NAME: the other way.
+names() { tr -s ' \n' '\n\n' | awk 'NR == FNR { m[$1] = $2; next } NF { print ($1 in m) ? m[$1] : $1 }' \
+    "$T/names" - | sort | tr '\n' ' ' | sed 's/ $//'; }
+uuid_of() { awk -v n="$1" '$2 == n { print $1; exit }' "$T/names"; }
 ckpts() { psqlq "select string_agg(c.uuid, ' ' order by c.uuid) from checkpoints c join trials t on t.id = c.trial_id
-    join experiments x on x.id = t.experiment_id where x.name = '$1' and c.state = '$2'"; }
-on_disk() { (cd "$T/ckpt-$1" && ls -d */ 2>/dev/null | tr -d / | sort | tr '\n' ' ' | sed 's/ $//'); }
+    join experiments x on x.id = t.experiment_id where x.name = '$1' and c.state = '$2'" | names; }
+on_disk() { (cd "$T/ckpt-$1" && ls -d */ 2>/dev/null | tr -d / | names); }
 gc_events() { psqlq "select count(*) from events e join experiments x on x.id = e.experiment_id
     where x.name = '$1' and e.kind = 'checkpoint_gc' and e.decision = 'delete'"; }
 
@@ -100,19 +112,35 @@ check "two trials of three COMPLETED" wait_for 90 n_is 2 eval "kubectl get trial
 check "GC of the ended trials: only the experiment's best of them left" wait_for 20 n_is \
     "dexp-1-20 dexp-3-10 dexp-3-20 dexp-3-30" ckpts dexp ACTIVE
 check "the running trial's checkpoints all on disk" test "$(on_disk dexp)" = "dexp-1-20 dexp-3-10 dexp-3-20 dexp-3-30"
+# A row whose uuid names a path outside the storage (as the API once let a trial register
+# ../../../../tmp/x), written into the store by hand: GC retires it once, touches no file for it,
+# and still collects the others; the experiment still ends in the store.
+psqlq "insert into checkpoints (uuid, trial_id, steps_completed, storage_path, size_bytes)
+    select '../../../../tmp/x', t.id, 5, '../../../../tmp/x', 1 from trials t
+    join experiments x on x.id = t.experiment_id where x.name = 'dexp' order by t.id limit 1" >/dev/null
+check "the bad row is in the store" test "$(psqlq "select state from checkpoints where uuid = '../../../../tmp/x'")" = ACTIVE
 touch "$T/release"
 check "experiment-best experiment COMPLETED" wait_for 60 exp_state_is dexp COMPLETED
 check "at the end only the experiment's best is left" wait_for 20 n_is "dexp-1-20" ckpts dexp ACTIVE
 check "storage: only the experiment's best" test "$(on_disk dexp)" = "dexp-1-20"
-check "one event per deletion" test "$(gc_events dexp)" = 8
+check "one event per deletion" test "$(psqlq "select count(*) from events e join experiments x on x.id = e.experiment_id
+    where x.name = 'dexp' and e.kind = 'checkpoint_gc' and e.details->>'invalid_uuid' is null")" = 8
+check "the bad row retired with one event saying its files were left alone" test \
+    "$(psqlq "select c.state || ' ' || count(e.id) || ' ' || min(e.details->>'files_deleted') from checkpoints c
+    left join events e on e.kind = 'checkpoint_gc' and e.details->>'uuid' = c.uuid
+    where c.uuid = '../../../../tmp/x' group by c.state")" = "DELETED 1 false"
+check "the bad row warned about once" test "$(grep -c 'checkpoint GC: skipped a checkpoint with an invalid uuid' "$T/ctrl.log")" = 1
+check "the experiment ended in the store" wait_for 20 eval \
+    "[ \"\$(psqlq \"select state from experiments where name = 'dexp'\")\" = COMPLETED ]"
 check "GC logged" grep -q 'msg="checkpoint GC" experiment=dexp' "$T/ctrl.log"
 
 # A restarted controller runs GC again over the ended experiments: nothing new to delete or record.
 stop_ctrl
 # As if the controller had been killed after deleting dflt-1-10's files and before the registry
 # said so: the row is ACTIVE again and its event gone; the next controller must finish the job.
-psqlq "update checkpoints set state = 'ACTIVE', deleted_at = null where uuid = 'dflt-1-10';
-    delete from events where kind = 'checkpoint_gc' and details->>'uuid' = 'dflt-1-10'" >/dev/null
+u=$(uuid_of dflt-1-10)
+psqlq "update checkpoints set state = 'ACTIVE', deleted_at = null where uuid = '$u';
+    delete from events where kind = 'checkpoint_gc' and details->>'uuid' = '$u'" >/dev/null
 check "a deletion left half done (files gone, row ACTIVE)" test "$(gc_events dflt)" = 2
 nlog=$(wc -l <"$T/ctrl.log")
 start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
@@ -121,7 +149,7 @@ check "the restarted controller looked at the ended experiments" wait_for 20 eva
     "tail -n +$nlog '$T/ctrl.log' | grep -q 'msg=\"checkpoint GC\" experiment=dexp checkpoints=1 deleted=0'"
 check "the half-done deletion finished" wait_for 20 eval "tail -n +$nlog '$T/ctrl.log' |
     grep -q 'msg=\"checkpoint GC\" experiment=dflt checkpoints=7 deleted=1'"
-check "no deletion recorded twice, none lost" test "$(gc_events dflt) $(gc_events dexp)" = "3 8"
+check "no deletion recorded twice, none lost" test "$(gc_events dflt) $(gc_events dexp)" = "3 9"
 check "registry: the same three DELETED" test "$(ckpts dflt DELETED)" = "dflt-1-10 dflt-2-10 dflt-3-10"
 check "still exactly the kept checkpoints" test "$(ckpts dexp ACTIVE) / $(on_disk dflt)" = "dexp-1-20 / $keep"
 
@@ -144,8 +172,8 @@ if [ -x "$S3RVER" ]; then
     check "S3 registry: each trial's best ACTIVE" wait_for 20 n_is "s3gc-1-20 s3gc-2-20 s3gc-3-20" ckpts s3gc ACTIVE
     s3ls() { AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER "$KD_BUILD/bin/dtrain" ckpt ls \
         --storage s3://ckpts/gc --endpoint-url "http://127.0.0.1:$s3port" 2>&1; }
-    check "S3 storage: exactly the kept checkpoints" test "$(s3ls | grep ' complete ' | awk '{print $1}' | sort |
-        tr '\n' ' ')" = "s3gc-1-20 s3gc-2-20 s3gc-3-20 "
+    check "S3 storage: exactly the kept checkpoints" test "$(s3ls | grep ' complete ' | awk '{print $1}' |
+        names)" = "s3gc-1-20 s3gc-2-20 s3gc-3-20"
     check "S3: one event per deletion" test "$(gc_events s3gc)" = 6
     check "S3: no credentials in the controller log" eval "! grep -q S3RVER '$T/ctrl.log'"
     kill "$S3PID" 2>/dev/null

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -390,7 +391,7 @@ static void expect_merge(const char *tmpl, const char *cfg, const char *want)
 {
     json_t *t = J(tmpl), *c = J(cfg), *w = J(want), *out = NULL;
     json_t *t0 = json_deep_copy(t), *c0 = json_deep_copy(c);
-    assert_int_equal(kd_config_merge_template(t, c, &out), 0);
+    assert_int_equal(kd_config_merge_template(t, c, &out, NULL), 0);
     if (!json_equal(out, w)) {
         char *got = json_dumps(out, JSON_SORT_KEYS);
         fail_msg("merge(%s, %s) = %s, want %s", tmpl, cfg, got, want);
@@ -464,7 +465,7 @@ static void test_merge_objects_recursive(void **state)
                  " \"searcher\": {\"name\": \"single\", \"metric\": \"loss\", \"max_length\": "
                  "10}}");
     json_t *out = NULL;
-    assert_int_equal(kd_config_merge_template(NULL, NULL, &out), KD_EINVAL);
+    assert_int_equal(kd_config_merge_template(NULL, NULL, &out, NULL), KD_EINVAL);
 }
 
 static void test_load_with_template(void **state)
@@ -499,6 +500,124 @@ static void test_load_with_template(void **state)
     assert_null(cfg);
 }
 
+/* The merged config has a byte budget: two halves under it that together pass it fail. */
+static void test_merge_byte_budget(void **state)
+{
+    (void)state;
+    size_t half = KD_CONFIG_MAX_BYTES / 2 + 16;
+    char *big = malloc(half + 1);
+    assert_non_null(big);
+    memset(big, 'x', half);
+    big[half] = '\0';
+    json_t *t = json_pack("{s:s}", "description", big);
+    json_t *c = json_pack("{s:{s:s}}", "environment", "image", big);
+    json_t *out = NULL;
+    char err[KD_ERRLEN] = "";
+    assert_int_equal(kd_config_merge_template(t, c, &out, err), KD_ETOOBIG);
+    assert_null(out);
+    assert_non_null(strstr(err, "template merge: the config merged over its template expands to "
+                                "more than 16777216 bytes"));
+    /* Either half alone merges. */
+    json_t *e = json_object();
+    assert_int_equal(kd_config_merge_template(t, e, &out, err), 0);
+    json_decref(out);
+    json_decref(e);
+    json_decref(t);
+    json_decref(c);
+    free(big);
+}
+
+/* `det experiment create --template FILE` loads through kd_config_load: a template that
+ * aliases one long string many times fails with the byte budget's error naming the file. */
+static void test_load_template_alias_bomb(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/kd-config-bomb-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fputs("description: &a \"", f);
+    for (int i = 0; i < 200000; i++)
+        fputc('x', f);
+    fputs("\"\nbind_mounts: [", f);
+    for (int i = 0; i < 100000; i++)
+        fputs(i ? ",*a" : "*a", f);
+    fputs("]\n", f);
+    assert_int_equal(fclose(f), 0);
+    char err[KD_ERRLEN] = "";
+    json_t *cfg = NULL;
+    assert_int_equal(kd_config_load(DATA "/good/bind_mounts.yaml", path, &cfg, err), KD_ETOOBIG);
+    assert_null(cfg);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "expands to more than 16777216 bytes (alias *a of 200001 bytes"));
+    unlink(path);
+}
+
+/*
+ * Every integer field of the config (and so of an Experiment's spec) refuses a number that
+ * is not an integer, huge or fractional, with an error naming the field: such a value in a
+ * CR arrives as a JSON real (1e300 has no int64 form).
+ */
+static void test_integer_fields_refuse_reals(void **state)
+{
+    (void)state;
+    static const char *const base =
+        "{\"entrypoint\": \"python3 train.py\", \"searcher\": {\"name\": \"random\", \"metric\": "
+        "\"loss\", \"max_trials\": 4, \"max_length\": {\"batches\": 10}}}";
+    static const struct {
+        const char *patch; /* merged into base */
+        const char *path;  /* named in the error */
+    } cases[] = {
+        {"{\"max_restarts\": 1e300}", "max_restarts"},
+        {"{\"max_restarts\": 2.5}", "max_restarts"},
+        {"{\"searcher\": {\"max_trials\": 1e300}}", "searcher.max_trials"},
+        {"{\"searcher\": {\"max_trials\": 4.0}}", "searcher.max_trials"},
+        {"{\"searcher\": {\"max_length\": {\"batches\": 1e300}}}", "searcher.max_length"},
+        {"{\"searcher\": {\"max_length\": {\"batches\": 0.5}}}", "searcher.max_length"},
+        {"{\"searcher\": {\"max_concurrent_trials\": -1e300}}", "searcher.max_concurrent_trials"},
+        {"{\"resources\": {\"slots_per_trial\": 1e300}}", "resources.slots_per_trial"},
+        {"{\"resources\": {\"priority\": 1.5}}", "resources.priority"},
+        {"{\"records_per_epoch\": 1e19}", "records_per_epoch"},
+        {"{\"scheduling_unit\": 1e300}", "scheduling_unit"},
+        {"{\"min_validation_period\": {\"batches\": 1e300}}", "min_validation_period"},
+        {"{\"min_checkpoint_period\": {\"batches\": 2.5}}", "min_checkpoint_period"},
+        {"{\"checkpoint_storage\": {\"type\": \"shared_fs\", \"host_path\": \"/c\", "
+         "\"save_trial_latest\": 1e300}}",
+         "checkpoint_storage.save_trial_latest"},
+        {"{\"reproducibility\": {\"experiment_seed\": 1e300}}", "reproducibility.experiment_seed"},
+        {"{\"reproducibility\": {\"experiment_seed\": 4294967296}}",
+         "reproducibility.experiment_seed"},
+        {"{\"environment\": {\"ports\": {\"p\": 1e300}}}", "environment.ports"},
+        {"{\"hyperparameters\": {\"n\": {\"type\": \"int\", \"minval\": 1, \"maxval\": 1e300}}}",
+         "hyperparameters.n.maxval"},
+        {"{\"hyperparameters\": {\"global_batch_size\": 1e300}}",
+         "hyperparameters.global_batch_size"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *cfg = json_loads(base, 0, NULL), *patch = json_loads(cases[i].patch, 0, NULL);
+        assert_non_null(cfg);
+        assert_non_null(patch);
+        const char *k;
+        json_t *v;
+        json_object_foreach(patch, k, v)
+        {
+            json_t *cur = json_object_get(cfg, k);
+            if (json_is_object(cur) && json_is_object(v))
+                json_object_update(cur, v);
+            else
+                json_object_set(cfg, k, v);
+        }
+        char err[KD_ERRLEN] = "";
+        int rc = kd_config_check(cfg, err);
+        if (rc != KD_EINVALID || strncmp(err, cases[i].path, strlen(cases[i].path)) != 0)
+            fail_msg("%s: rc %d, err \"%s\" (want an error naming %s)", cases[i].patch, rc, err,
+                     cases[i].path);
+        json_decref(patch);
+        json_decref(cfg);
+    }
+}
+
 static void test_load_errors(void **state)
 {
     (void)state;
@@ -517,6 +636,13 @@ static void test_load_errors(void **state)
 
 int main(void)
 {
+#ifndef KD_SANITIZE
+    /* A regression of the byte budgets fails on a failed allocation, not by taking the
+     * machine's memory (ASan reserves terabytes of address space, so not there). */
+    struct rlimit rl = {.rlim_cur = 2ul << 30, .rlim_max = 2ul << 30};
+    if (setrlimit(RLIMIT_AS, &rl) != 0)
+        return 1;
+#endif
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_good_configs),
@@ -531,6 +657,9 @@ int main(void)
         cmocka_unit_test(test_merge_devices_by_container_path),
         cmocka_unit_test(test_merge_objects_recursive),
         cmocka_unit_test(test_load_with_template),
+        cmocka_unit_test(test_merge_byte_budget),
+        cmocka_unit_test(test_integer_fields_refuse_reals),
+        cmocka_unit_test(test_load_template_alias_bomb),
         cmocka_unit_test(test_load_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

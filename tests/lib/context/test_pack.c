@@ -311,6 +311,66 @@ static void test_hostile_archives(void **state)
     }
 }
 
+/* Modes of a crafted archive: setuid, setgid, sticky and world-writable bits do not survive. */
+static void test_special_modes_stripped(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *path;
+        int type;
+        mode_t perm, want;
+    } cases[] = {
+        {"suid", AE_IFREG, 04755, 0755},         {"sgid", AE_IFREG, 02755, 0755},
+        {"both", AE_IFREG, 06711, 0755},         {"sgid-data", AE_IFREG, 02644, 0644},
+        {"open", AE_IFREG, 0666, 0644},          {"exec-other", AE_IFREG, 0001, 0755},
+        {"sticky", AE_IFDIR, 01777, 0755},       {"sgid-dir", AE_IFDIR, 02775, 0755},
+        {"sticky/inner", AE_IFREG, 07777, 0755},
+    };
+    static unsigned char buf[1 << 16];
+    struct archive *a = archive_write_new();
+    struct archive_entry *ae = archive_entry_new();
+    size_t used = 0;
+    archive_write_set_format_pax_restricted(a);
+    assert_int_equal(archive_write_open_memory(a, buf, sizeof(buf), &used), ARCHIVE_OK);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        archive_entry_clear(ae);
+        archive_entry_set_pathname(ae, cases[i].path);
+        archive_entry_set_filetype(ae, (mode_t)cases[i].type);
+        archive_entry_set_perm(ae, cases[i].perm);
+        archive_entry_set_size(ae, cases[i].type == AE_IFREG ? 2 : 0);
+        assert_int_equal(archive_write_header(a, ae), ARCHIVE_OK);
+        if (cases[i].type == AE_IFREG)
+            assert_int_equal(archive_write_data(a, "#!", 2), 2);
+    }
+    archive_write_close(a);
+    archive_write_free(a);
+    archive_entry_free(ae);
+
+    char dest[600], err[KD_ERRLEN] = "";
+    snprintf(dest, sizeof(dest), "%s/dest", tmp);
+    assert_int_equal(mkdir(dest, 0755), 0);
+    mode_t old = umask(0);
+    int rc = kd_context_unpack(buf, used, dest, 0, err);
+    umask(old);
+    if (rc != 0)
+        fail_msg("unpack: %d %s", rc, err);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char p[700];
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/%s", dest, cases[i].path);
+        assert_int_equal(lstat(p, &st), 0);
+        if ((st.st_mode & 07777) != cases[i].want)
+            fail_msg("%s: mode %04o in the archive, %04o on disk (want %04o)", cases[i].path,
+                     (unsigned)cases[i].perm, (unsigned)(st.st_mode & 07777),
+                     (unsigned)cases[i].want);
+    }
+    /* The rule, as a table. */
+    assert_int_equal(kd_context_unpack_perm(AE_IFREG, 04755), 0755);
+    assert_int_equal(kd_context_unpack_perm(AE_IFREG, 0600), 0644);
+    assert_int_equal(kd_context_unpack_perm(AE_IFDIR, 0700), 0755);
+    assert_int_equal(kd_context_unpack_perm(AE_IFLNK, 0700), 0777);
+}
+
 /* Inputs the fuzzer once crashed on: unpacking them must fail cleanly (run
  * under ASan in the sanitizer build). */
 static void test_fuzz_regressions(void **state)
@@ -351,6 +411,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_symlinks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_archives, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_special_modes_stripped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fuzz_regressions, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,10 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "core/alloc.h"
 #include "core/buf.h"
 #include "yaml/yaml.h"
 
@@ -312,6 +315,112 @@ static void test_caps(void **state)
     unlink(path);
 }
 
+/*
+ * The attack of a template that aliases one long string many times: few
+ * nodes (under KD_YAML_MAX_NODES) but strlen * uses bytes once expanded
+ * (200,000 * 100,000 = 20 GB). Caller frees.
+ */
+static char *string_alias_bomb(size_t strlen_, size_t uses, size_t *len)
+{
+    struct kd_buf b = KD_BUF_INIT(KD_YAML_MAX_INPUT);
+    assert_int_equal(kd_buf_puts(&b, "s: &a \""), 0);
+    for (size_t i = 0; i < strlen_; i++)
+        assert_int_equal(kd_buf_append(&b, "x", 1), 0);
+    assert_int_equal(kd_buf_puts(&b, "\"\nl: ["), 0);
+    for (size_t i = 0; i < uses; i++)
+        assert_int_equal(kd_buf_puts(&b, i ? ",*a" : "*a"), 0);
+    assert_int_equal(kd_buf_puts(&b, "]\n"), 0);
+    *len = b.len;
+    char *s = kd_xstrdup(kd_buf_str(&b));
+    kd_buf_free(&b);
+    return s;
+}
+
+/* A "Vm...:" line of /proc/self/status in KiB, or -1. */
+static long status_kib(const char *key)
+{
+    char line[256];
+    long v = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return -1;
+    while (v < 0 && fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, key, strlen(key)) == 0)
+            v = strtol(line + strlen(key), NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/*
+ * The string alias bomb fails with a byte-budget error naming the alias, in a
+ * child process whose address space is capped (outside ASan, which reserves
+ * terabytes of shadow) so that a regression dies of a failed allocation
+ * instead of taking the machine's memory; its peak RSS must grow by little.
+ */
+static void test_string_alias_bomb(void **state)
+{
+    (void)state;
+    size_t len = 0;
+    char *text = string_alias_bomb(200000, 100000, &len);
+    assert_true(len < KD_YAML_MAX_INPUT);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+#ifndef KD_SANITIZE
+        struct rlimit rl = {.rlim_cur = 1u << 30, .rlim_max = 1u << 30};
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(3);
+#endif
+        struct kd_yaml_doc *doc = NULL;
+        char err[KD_ERRLEN] = "";
+        long before = status_kib("VmRSS:");
+        int rc = kd_yaml_parse("template big", text, len, &doc, err);
+        long grew = status_kib("VmHWM:") - before;
+        fprintf(stderr, "alias bomb: rc %d: %s; peak RSS %ld KiB over the start\n", rc, err, grew);
+        /* The budget (16 MiB of expanded text) bounds the growth; allow for jansson's per-node
+         * cost and ASan's redzones, far below the 20 GB the expansion would take. */
+        if (before < 0 || grew > 256 * 1024)
+            _exit(4);
+        if (rc != KD_ETOOBIG || doc != NULL)
+            _exit(1);
+        if (!strstr(err, "template big:2:") ||
+            !strstr(err, "expands to more than 16777216 bytes (alias *a of 200001 bytes used "))
+            _exit(2);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    free(text);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("child: %s %d", WIFEXITED(status) ? "exit" : "signal",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+
+    /* A stream is held to the same budget. */
+    text = string_alias_bomb(1000, 20000, &len);
+    json_t *docs = NULL;
+    char err[KD_ERRLEN] = "";
+    assert_int_equal(kd_yaml_parse_stream("s.yaml", text, len, &docs, err), KD_ETOOBIG);
+    assert_non_null(strstr(err, "alias *a of 1001 bytes used 16"));
+    free(text);
+    /* The small forms kept in the fuzzer's corpus fail the same way. */
+    static const char *const corpus[] = {"tests/fuzz/regress/string_alias_bomb.yaml",
+                                         "tests/fuzz/regress/string_laughs.yaml"};
+    for (size_t i = 0; i < 2; i++) {
+        struct kd_yaml_doc *d = NULL;
+        assert_int_equal(kd_yaml_parse_file(corpus[i], &d, err), KD_ETOOBIG);
+        assert_null(d);
+        assert_non_null(strstr(err, "expands to more than 16777216 bytes (alias *"));
+    }
+    /* Under the budget, the same shape parses. */
+    text = string_alias_bomb(1000, 1000, &len);
+    struct kd_yaml_doc *doc = NULL;
+    assert_int_equal(kd_yaml_parse("ok.yaml", text, len, &doc, err), 0);
+    assert_int_equal(json_array_size(json_object_get(kd_yaml_root(doc), "l")), 1000);
+    kd_yaml_free(doc);
+    free(text);
+}
+
 /* Large inputs take linear time: many keys in one mapping, many anchors and aliases. */
 static void test_linear_time(void **state)
 {
@@ -580,6 +689,7 @@ int main(void)
         cmocka_unit_test(test_empty_and_scalar_documents),
         cmocka_unit_test(test_aliases_and_merge_keys),
         cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_string_alias_bomb),
         cmocka_unit_test(test_linear_time),
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_emit_quoting),
