@@ -448,7 +448,7 @@ static void gang_wait(struct kd_ctrl *c, const json_t *trial, json_t *pods, cons
 
 /* Create the pods of an admitted attempt. */
 static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *trial,
-                         const json_t *cfg, const struct kd_ctrl_admit *ad, const char *run_id,
+                         const json_t *cfg, const struct kd_handoff_admit *ad, const char *run_id,
                          json_t **pods_status, char *err)
 {
     int rc = 0;
@@ -561,30 +561,11 @@ struct gathered {
 static void gather_handoff(struct kd_ctrl *c, struct gathered *g)
 {
     struct kd_trial_facts *f = &g->f;
-    pthread_mutex_lock(&c->mu);
-    const char *pre = json_string_value(json_object_get(c->preempt, g->key));
-    const json_t *why = json_object_get(c->reasons, g->key);
-    const char *reason = json_string_value(json_object_get(why, "reason"));
-    const char *decision = json_string_value(json_object_get(why, "decision"));
-    if (pre != NULL) {
-        kd_strlcpy(g->preempt, pre, sizeof(g->preempt));
+    if (kd_handoff_preemption(c->handoff, g->key, g->preempt, sizeof(g->preempt)))
         f->preempted = g->preempt;
-    }
-    if (reason != NULL) {
-        kd_strlcpy(g->reason, reason, sizeof(g->reason));
+    if (kd_handoff_reason(c->handoff, g->key, g->reason, sizeof(g->reason), &f->wait_never))
         f->wait_reason = g->reason;
-    }
-    f->wait_never = decision != NULL && strcmp(decision, "never") == 0;
-    for (size_t i = 0; i < c->nadmits && !f->admitted; i++)
-        f->admitted = !c->admits[i].used && strcmp(c->admits[i].key, g->key) == 0;
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void take_preemption(struct kd_ctrl *c, const char *key)
-{
-    pthread_mutex_lock(&c->mu);
-    json_object_del(c->preempt, key);
-    pthread_mutex_unlock(&c->mu);
+    f->admitted = kd_handoff_admitted(c->handoff, g->key);
 }
 
 /* The facts of the Experiment the trial belongs to (g->exp). */
@@ -706,17 +687,17 @@ static void set_start_time(json_t *status, const json_t *trial)
 static int apply_start(struct kd_ctrl *c, struct gathered *g, long *requeue_after_ms, char *err)
 {
     int rc = 0;
-    struct kd_ctrl_admit ad;
+    struct kd_handoff_admit ad;
     char run_id[64];
     json_t *pst = NULL, *status = NULL;
     struct kd_gang_wait gw = {0};
-    if (!kd_ctrl_admission(c, g->key, &ad)) {
+    if (!kd_handoff_take_admission(c->handoff, g->key, &ad)) {
         *requeue_after_ms = 200; /* it went away since it was seen: decide again */
         goto out;
     }
     new_run_id(kd_k8s_meta_str(g->trial, "name"), run_id, sizeof(run_id));
     if ((rc = start_attempt(c, g->exp, g->trial, g->cfg, &ad, run_id, &pst, err)) != 0) {
-        kd_ctrl_admission_unuse(c, g->key);
+        kd_handoff_unuse_admission(c->handoff, g->key);
         status = state_status(g->trial, KD_TRIAL_QUEUED, err);
         (void)set_status(c, g->trial, status, NULL);
         if (rc == KD_EINVALID) {
@@ -841,9 +822,10 @@ static int apply(struct kd_ctrl *c, struct gathered *g, const struct kd_trial_ac
     size_t n = 0;
     json_t *status = NULL;
     if (g->f.npods > 0)
-        kd_ctrl_admission_drop(c, g->key); /* the pods now hold (or no longer hold) the GPUs */
+        kd_handoff_drop_admission(c->handoff,
+                                  g->key); /* the pods now hold (or no longer hold) the GPUs */
     if (act->take_preemption)
-        take_preemption(c, g->key);
+        kd_handoff_take_preemption(c->handoff, g->key);
     if (act->requeue_ms != 0)
         *requeue_after_ms = act->requeue_ms;
     note(g, act);
@@ -855,9 +837,9 @@ static int apply(struct kd_ctrl *c, struct gathered *g, const struct kd_trial_ac
     if (act->what == KD_TRIAL_DO_STOP && (rc = delete_pods(c, g->pods, act->delete_now)) != 0)
         goto out;
     if (act->drop_admission) {
-        struct kd_ctrl_admit ad;
-        if (kd_ctrl_admission(c, g->key, &ad))
-            kd_ctrl_admission_drop(c, g->key);
+        struct kd_handoff_admit ad;
+        if (kd_handoff_take_admission(c->handoff, g->key, &ad))
+            kd_handoff_drop_admission(c->handoff, g->key);
     }
     switch (act->what) {
     case KD_TRIAL_DO_NOTHING: break;

@@ -237,11 +237,6 @@ void kd_ctrl_wire_stop(struct kd_ctrl *c)
     c->user_token = NULL;
 }
 
-bool kd_ctrl_api_on(const struct kd_ctrl *c)
-{
-    return c->api != NULL;
-}
-
 int kd_ctrl_trial_secret(struct kd_ctrl *c, const json_t *trial, char *err)
 {
     int rc = 0;

@@ -33,9 +33,6 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err) KD_WUR;
 /** Stop the API, then close the store. NULL-safe members; idempotent. */
 void kd_ctrl_wire_stop(struct kd_ctrl *c);
 
-/** Whether the API is on (the store is open and the API serves). */
-bool kd_ctrl_api_on(const struct kd_ctrl *c);
-
 /**
  * Ensure the trial's token Secret `<trial>-token` exists, owned by the
  * Trial, with key `token` = kd_api_trial_token(...). An existing Secret is
