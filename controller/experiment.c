@@ -916,6 +916,9 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
             *requeue_after_ms = 1000;
             goto out;
         }
+        /* Before the finalizer goes: once it has, nothing is left to say the experiment ended. */
+        if ((rc = kd_ctrl_wire_deleted(c, exp, err)) != 0)
+            goto out;
         rc = ensure_finalizer(c, exp, false, err);
         goto out;
     }

@@ -52,6 +52,22 @@ int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial
                        char *latest, size_t len, char *err) KD_WUR;
 
 /**
+ * The experiment and trial rows in the store (c->store NULL: nothing, 0): the experiment
+ * ACTIVE, the trial ACTIVE with status.restarts. 0 or KD_E* with the cause in err. Blocks.
+ * Thread-safe.
+ */
+int kd_ctrl_wire_rows(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
+                      char *err) KD_WUR;
+
+/**
+ * The experiment is being deleted: its row in the store (when it has one and it has not ended
+ * yet) becomes DELETED, so that it no longer shows as ACTIVE; an ended one keeps its outcome.
+ * The row and its trials stay (`det experiment delete` removes them). c->store NULL: nothing, 0. 0
+ * or KD_E* with the cause in err. Blocks. Thread-safe.
+ */
+int kd_ctrl_wire_deleted(struct kd_ctrl *c, const json_t *exp, char *err) KD_WUR;
+
+/**
  * Record searcher decisions (an array of {"decision","request_id",
  * "length"?,"reason"?,"failure"?}) as events of the experiment in the store
  * (kind "searcher"). Best effort: failures are logged, not returned.
