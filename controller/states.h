@@ -179,7 +179,7 @@ struct kd_trial_action {
     enum kd_trial_state state; /* to write (SET_STATE, STOP) */
     char message[700];         /* status.message to write */
     int restarts;              /* status.restarts to write; -1: unchanged */
-    bool delete_pods;          /* SET_STATE: delete the pods once the status is written */
+    bool delete_pods;          /* SET_STATE, IDLE: delete the pods once the status is written */
     bool delete_now;           /* with gracePeriodSeconds 0 (a kill) */
     bool clear_pods;           /* status.pods = [] */
     bool preempted;            /* SET_STATE: condition Preempted=True with the message */
