@@ -1,8 +1,9 @@
 /*
  * kdet-controller's shared state: options, the API client, informers and
- * work queues, and the scheduler's in-memory admissions. The experiment
- * reconciler (experiment.c), the trial reconciler (trial.c) and the
- * scheduler loop (schedloop.c) all work through this struct.
+ * work queues, the scheduler's handoff to the trial reconciler, and small
+ * memos. The experiment reconciler (experiment.c), the trial reconciler
+ * (trial.c) and the scheduler loop (schedloop.c) all work through this
+ * struct.
  */
 #ifndef KD_CTRL_CTRL_H
 #define KD_CTRL_CTRL_H
@@ -19,6 +20,7 @@
 #include "k8s/leader.h"
 #include "k8s/queue.h"
 #include "gang.h"
+#include "handoff.h"
 #include "podspec.h"
 #include "scheduler.h"
 
@@ -80,16 +82,6 @@ struct kd_ctrl_deleted {
     bool now;      /* deleted with gracePeriodSeconds 0 */
 };
 
-/** A scheduler admission kept until the trial's pods show up in the cache. */
-struct kd_ctrl_admit {
-    char key[512];
-    int nplace;
-    const char *nodes[KD_SCHED_MAX_PODS]; /* NULL: not pinned; else kd_ctrl_node_name's */
-    int gpus;                             /* per pod */
-    int64_t at_ms;
-    bool used; /* pods were created for it; kept only as a reservation */
-};
-
 struct kd_ctrl {
     struct kd_ctrl_opts o;
     struct kd_k8s_client *client;
@@ -102,28 +94,34 @@ struct kd_ctrl {
     size_t keylen;
     char *user_token; /* registered as a log secret */
     atomic_int stop;
+    /* The scheduler loop writes admissions, preemptions and reasons here, the trial reconciler
+     * takes them; it has its own lock (handoff.h). */
+    struct kd_handoff *handoff;
 
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t kick;
-    struct kd_ctrl_admit *admits;
-    size_t nadmits;
-    json_t *reasons;    /* trial key -> {"decision":..,"reason":..} from the last pass */
-    json_t *node_names; /* node name -> the same name: kd_ctrl_admit's nodes point into it */
-    size_t admits_cap;  /* of admits */
-    json_t *preempt;    /* trial key -> reason: stop it and queue it again */
-    json_t *cfgs;       /* experiment uid -> {"generation":N,"config":{...}} effective configs */
-    json_t *gcmemo;     /* experiment uid -> signature of the states GC last ran for (gc.c) */
-    json_t *endmemo;    /* experiment uid -> the same, as experiment.c computes it (NULL: empty) */
+    json_t *cfgs;    /* experiment uid -> {"generation":N,"config":{...}} effective configs */
+    json_t *gcmemo;  /* experiment uid -> signature of the states GC last ran for (gc.c) */
+    json_t *endmemo; /* experiment uid -> the same, as experiment.c computes it (NULL: empty) */
     struct kd_ctrl_deleted deleted[KD_CTRL_DELETED_MEMO]; /* a ring (trial.c) */
     size_t deleted_next;
     bool kicked;
 };
+
+/* Small helpers shared by all of controller/ (ctrl.c): they call nothing else in it. */
 
 /** Whether this replica may act (leader election off, or leading). Thread-safe. */
 bool kd_ctrl_acting(struct kd_ctrl *c);
 
 /** Wake the scheduler loop for a pass now. Thread-safe. */
 void kd_ctrl_kick(struct kd_ctrl *c);
+
+/** Whether the API is on (the store is open and the API serves; wire.c starts both). */
+bool kd_ctrl_api_on(const struct kd_ctrl *c);
+
+/** The string at obj.a[.b[.c2]] (b, c2 NULL: fewer levels), borrowed; NULL when absent or not
+ * a string. */
+const char *kd_ctrl_str(const json_t *obj, const char *a, const char *b, const char *c2);
 
 /**
  * The experiment's configuration as the controller runs it: spec without
@@ -153,21 +151,6 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud);
 /** One scheduler pass over the caches: admissions, preemptions, reasons. */
 void kd_ctrl_schedule(struct kd_ctrl *c);
 
-/**
- * Take the admission of trial `key` (copied into *out): true when there is
- * an unused one, which is then marked used (it stays a reservation for the
- * scheduler until the pods show up in the cache). Thread-safe.
- */
-bool kd_ctrl_admission(struct kd_ctrl *c, const char *key, struct kd_ctrl_admit *out);
-
-/** Forget a used admission: the trial's pods are in the cache and account for themselves. */
-void kd_ctrl_admission_drop(struct kd_ctrl *c, const char *key);
-
-/** Give an admission back unused (its pods could not be created). Thread-safe. */
-void kd_ctrl_admission_unuse(struct kd_ctrl *c, const char *key);
-
-/* Small helpers shared by the reconcilers (ctrl_util in experiment.c). */
-const char *kd_ctrl_str(const json_t *obj, const char *a, const char *b, const char *c2);
 /** Merge-patch the status subresource with {"status": status}. */
 int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const json_t *obj,
                          json_t *status, char *err) KD_WUR;

@@ -29,16 +29,6 @@
 static const char *const own_fields[] = {"paused",   "canceled", "archived",
                                          "template", "context",  NULL};
 
-const char *kd_ctrl_str(const json_t *obj, const char *a, const char *b, const char *c2)
-{
-    const json_t *v = json_object_get(obj, a);
-    if (b != NULL)
-        v = json_object_get(v, b);
-    if (c2 != NULL)
-        v = json_object_get(v, c2);
-    return json_string_value(v);
-}
-
 static bool spec_bool(const json_t *obj, const char *field)
 {
     return json_is_true(json_object_get(json_object_get(obj, "spec"), field));
@@ -53,59 +43,6 @@ uint64_t kd_ctrl_seed_from_uid(const char *uid)
         h *= 1099511628211ULL;
     }
     return kd_mix64(h) & 0x7fffffffULL;
-}
-
-json_t *kd_ctrl_number(double v)
-{
-    /* The API server decodes a custom resource's numbers into int64 when they are integral and
-     * float64 otherwise, and writes float64 1.0 as 1: jansson's integer 1 and real 1.0 differ. */
-    if (isfinite(v) && v == floor(v) && fabs(v) < 9007199254740992.0)
-        return json_integer((json_int_t)v);
-    return json_real(v);
-}
-
-void kd_ctrl_set_condition(json_t *status, const json_t *old_status, const char *type, bool ok,
-                           const char *reason, const char *message, int64_t generation)
-{
-    char ts[40];
-    const char *st = ok ? "True" : "False";
-    json_t *conds = json_array();
-    const char *ltt = NULL;
-    size_t i;
-    json_t *c;
-    json_array_foreach(json_object_get(old_status, "conditions"), i, c)
-    {
-        const char *t = json_string_value(json_object_get(c, "type"));
-        if (t != NULL && strcmp(t, type) == 0) {
-            if (strcmp(json_string_value(json_object_get(c, "status")) ?: "", st) == 0)
-                ltt = json_string_value(json_object_get(c, "lastTransitionTime"));
-            continue;
-        }
-        json_array_append(conds, c);
-    }
-    if (ltt == NULL)
-        ltt = kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts));
-    json_array_append_new(conds, json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "type", type, "status", st,
-                                           "observedGeneration", (json_int_t)generation,
-                                           "lastTransitionTime", ltt, "reason", reason, "message",
-                                           message != NULL ? message : ""));
-    json_object_set_new(status, "conditions", conds);
-}
-
-int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const json_t *obj,
-                         json_t *status, char *err)
-{
-    /* The resourceVersion makes the patch conditional: a status computed from a stale cache
-     * gets 409 Conflict (and the key is retried) instead of overwriting a newer one. */
-    json_t *rv = json_object_get(json_object_get(obj, "metadata"), "resourceVersion");
-    json_t *patch =
-        rv != NULL ? json_pack("{s:{s:O},s:O}", "metadata", "resourceVersion", rv, "status", status)
-                   : json_pack("{s:O}", "status", status);
-    int rc = kd_k8s_patch(c->client, gvr, kd_k8s_meta_str(obj, "namespace"),
-                          kd_k8s_meta_str(obj, "name"), "status", KD_K8S_PATCH_MERGE, patch, NULL,
-                          NULL, err);
-    json_decref(patch);
-    return rc;
 }
 
 /* The stored template named `name` in ns: the YAML/JSON under KD_CTRL_TEMPLATE_KEY of the
@@ -989,6 +926,9 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
             *requeue_after_ms = 1000;
             goto out;
         }
+        /* Before the finalizer goes: once it has, nothing is left to say the experiment ended. */
+        if ((rc = kd_ctrl_wire_deleted(c, exp, err)) != 0)
+            goto out;
         rc = ensure_finalizer(c, exp, false, err);
         goto out;
     }

@@ -31,7 +31,6 @@
 #include "storage/gc.h"
 #include "storage/storage.h"
 #include "store/store.h"
-#include "wire.h"
 
 #define SECRETS KD_K8S_GVR("", "v1", "secrets")
 #define FLUSH_MS 5000 /* metrics still queued must reach the database before a plan */

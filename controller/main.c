@@ -482,8 +482,7 @@ int main(int argc, char **argv)
                  : NULL;
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.kick, NULL);
-    c.reasons = json_object();
-    c.preempt = json_object();
+    c.handoff = kd_handoff_new();
     c.cfgs = json_object();
     c.o.gang = &kd_gang_builtin;
     if ((rc = parse_args(argc, argv, &c.o, &kube, &level, err)) != 0) {
@@ -688,13 +687,10 @@ out:
     kd_ctrl_wire_stop(&c);
     kd_k8s_client_free(c.client);
     kd_k8s_config_free(&cfg);
-    json_decref(c.reasons);
-    json_decref(c.node_names);
-    json_decref(c.preempt);
+    kd_handoff_free(c.handoff);
     json_decref(c.cfgs);
     json_decref(c.endmemo);
     json_decref(c.o.default_storage);
-    free(c.admits);
     if (sig_pipe[0] >= 0) {
         close(sig_pipe[0]);
         close(sig_pipe[1]);

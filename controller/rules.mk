@@ -1,8 +1,8 @@
 # controller/: kdet-controller (reconcilers, scheduler, pod generation).
-CTRL_LIB_SRCS := controller/scheduler.c controller/podspec.c controller/states.c \
+CTRL_LIB_SRCS := controller/ctrl.c controller/scheduler.c controller/podspec.c controller/states.c \
                  controller/experiment.c controller/trial.c controller/schedloop.c \
                  controller/wire.c controller/gc.c controller/gcview.c controller/gang.c \
-                 controller/gang_volcano.c controller/gang_kueue.c
+                 controller/gang_volcano.c controller/gang_kueue.c controller/handoff.c
 CTRL_LIB_SRCS += controller/defaults.c
 $(eval $(call kd_lib,ctrl,$(CTRL_LIB_SRCS)))
 CTRL_KD_LIBS := ctrl api http store storage searcher hparams config yaml k8s core

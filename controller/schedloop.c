@@ -1,8 +1,8 @@
 /*
  * The scheduler loop: builds the scheduler's input from the informer
  * caches (Nodes, Trials, Experiments, trial Pods), runs kd_sched_decide,
- * and hands the outcome to the trial reconciler through in-memory
- * admissions, preemptions and reasons. It never writes to the API itself,
+ * and hands the outcome to the trial reconciler through the handoff
+ * (handoff.h): admissions, preemptions and reasons. It never writes to the API itself,
  * so one pass is cheap and runs every second or when kicked.
  */
 #include <math.h>
@@ -52,21 +52,6 @@ static int node_index(const struct kd_sched_node *nodes, size_t n, const char *n
     return found;
 }
 
-/* A node name that stays valid while the controller runs (admissions are copied by value, so
- * they point at names rather than hold 64 x 254-byte arrays: 1,000 admissions at once took
- * 16 MB). Node names are few; they are kept until the controller stops. c->mu held. */
-static const char *node_name(struct kd_ctrl *c, const char *name)
-{
-    if (c->node_names == NULL)
-        c->node_names = json_object();
-    json_t *v = json_object_get(c->node_names, name);
-    if (v == NULL) {
-        v = json_string(name);
-        json_object_set_new(c->node_names, name, v);
-    }
-    return json_string_value(v);
-}
-
 /* The node a pod runs on or is pinned to. */
 static const char *pod_node(const json_t *p)
 {
@@ -80,54 +65,6 @@ static bool pod_live(const json_t *p)
 {
     const char *phase = kd_ctrl_str(p, "status", "phase", NULL) ?: "Pending";
     return strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0;
-}
-
-bool kd_ctrl_acting(struct kd_ctrl *c)
-{
-    return c->leader == NULL ? !c->o.leader_elect : kd_k8s_leader_is_leader(c->leader);
-}
-
-void kd_ctrl_kick(struct kd_ctrl *c)
-{
-    pthread_mutex_lock(&c->mu);
-    c->kicked = true;
-    pthread_cond_signal(&c->kick);
-    pthread_mutex_unlock(&c->mu);
-}
-
-bool kd_ctrl_admission(struct kd_ctrl *c, const char *key, struct kd_ctrl_admit *out)
-{
-    bool found = false;
-    pthread_mutex_lock(&c->mu);
-    for (size_t i = 0; i < c->nadmits && !found; i++) {
-        if (strcmp(c->admits[i].key, key) == 0 && !c->admits[i].used) {
-            *out = c->admits[i];
-            c->admits[i].used = true;
-            found = true;
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
-    return found;
-}
-
-void kd_ctrl_admission_drop(struct kd_ctrl *c, const char *key)
-{
-    size_t w = 0;
-    pthread_mutex_lock(&c->mu);
-    for (size_t i = 0; i < c->nadmits; i++)
-        if (!(c->admits[i].used && strcmp(c->admits[i].key, key) == 0))
-            c->admits[w++] = c->admits[i];
-    c->nadmits = w;
-    pthread_mutex_unlock(&c->mu);
-}
-
-void kd_ctrl_admission_unuse(struct kd_ctrl *c, const char *key)
-{
-    pthread_mutex_lock(&c->mu);
-    for (size_t i = 0; i < c->nadmits; i++)
-        if (strcmp(c->admits[i].key, key) == 0)
-            c->admits[i].used = false;
-    pthread_mutex_unlock(&c->mu);
 }
 
 /* What one scheduler pass gathers from the Trial cache (gather_trial). */
@@ -180,8 +117,7 @@ static const json_t *exp_facts(struct pass *ps, const char *ekey)
     return f;
 }
 
-/* kd_k8s_cache_each_if callback: add the trial to the pass when it runs, is admitted or waits.
- * Called with c->mu held. */
+/* kd_k8s_cache_each_if callback: add the trial to the pass when it runs, is admitted or waits. */
 static int gather_trial(json_t *o, void *ud)
 {
     struct pass *ps = ud;
@@ -228,10 +164,8 @@ static int gather_trial(json_t *o, void *ud)
                   json_is_true(json_object_get(exp, "paused"));
     bool exp_stopping = json_is_true(json_object_get(exp, "stopping"));
     /* Holding capacity: live pods, else a pending admission. */
-    struct kd_ctrl_admit *ad = NULL;
-    for (size_t k = 0; k < c->nadmits; k++)
-        if (strcmp(c->admits[k].key, key) == 0)
-            ad = &c->admits[k];
+    struct kd_handoff_admit held;
+    const struct kd_handoff_admit *ad = kd_handoff_holds(c->handoff, key, &held) ? &held : NULL;
     if (json_array_size(live) > 0) {
         t->state = KD_SCHED_RUNNING;
         size_t k;
@@ -252,7 +186,7 @@ static int gather_trial(json_t *o, void *ud)
                         "nvidia.com/gpu"))};
         }
         t->stopping = paused || exp_stopping || st != KD_TRIAL_ACTIVE ||
-                      json_object_get(c->preempt, key) != NULL;
+                      kd_handoff_preempting(c->handoff, key);
     } else if (ad != NULL) {
         t->state = KD_SCHED_RUNNING;
         for (int k = 0; k < ad->nplace; k++) {
@@ -331,7 +265,6 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     }
     (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->pods), c->o.ns, want_pod, gather_pod,
                                by_trial);
-    pthread_mutex_lock(&c->mu);
     (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->trials), c->o.ns, want_trial, gather_trial,
                                &ps);
     ts = ps.ts;
@@ -353,36 +286,22 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     }
     const char *ck;
     json_t *cv, *ctmp;
+    pthread_mutex_lock(&c->mu);
     json_object_foreach_safe(c->cfgs, ctmp, ck, cv)
     {
         if (json_object_get(uids, ck) == NULL)
             json_object_del(c->cfgs, ck);
     }
+    pthread_mutex_unlock(&c->mu);
     json_decref(uids);
     json_decref(exps_j);
-    /* Forget what was said about trials that are gone. */
+    /* Forget what was said about trials that are gone; admissions whose pods exist now, or
+     * that were never used, are dropped. */
     json_t *seen = json_object();
     for (size_t k = 0; k < n; k++)
         json_object_set_new(seen, ts[k].key, json_true());
-    const char *rk;
-    json_t *rv, *tmp;
-    json_object_foreach_safe(c->reasons, tmp, rk, rv)
-    {
-        if (json_object_get(seen, rk) == NULL)
-            json_object_del(c->reasons, rk);
-    }
+    kd_handoff_prune(c->handoff, seen, by_trial, now, ADMIT_TTL_MS);
     json_decref(seen);
-    /* Admissions whose pods exist now, or that were never used, are dropped. */
-    size_t w = 0;
-    for (size_t k = 0; k < c->nadmits; k++) {
-        json_t *live = json_object_get(by_trial, c->admits[k].key);
-        bool keep = (int)json_array_size(live) < c->admits[k].nplace &&
-                    now - c->admits[k].at_ms < ADMIT_TTL_MS;
-        if (keep)
-            c->admits[w++] = c->admits[k];
-    }
-    c->nadmits = w;
-    pthread_mutex_unlock(&c->mu);
 
     bool delegate = c->o.gang != NULL && !c->o.gang->kdet_admits;
     struct kd_sched_opts so = {
@@ -391,45 +310,26 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
         KD_ERROR("scheduler input rejected", "trials=%zu nodes=%zu", n, nn);
         goto out;
     }
-    pthread_mutex_lock(&c->mu);
     for (size_t k = 0; k < n; k++) {
         struct kd_sched_trial *t = &ts[k];
-        json_t *prev = json_object_get(c->reasons, t->key);
-        bool changed =
-            prev == NULL ||
-            strcmp(json_string_value(json_object_get(prev, "reason")) ?: "", t->reason) != 0;
         if (t->decision == KD_SCHED_ADMIT) {
-            if (c->nadmits == c->admits_cap) {
-                c->admits_cap = c->admits_cap != 0 ? 2 * c->admits_cap : 16;
-                c->admits = kd_xrealloc(c->admits, c->admits_cap * sizeof(*c->admits));
-            }
-            struct kd_ctrl_admit *ad = &c->admits[c->nadmits++];
-            memset(ad, 0, sizeof(*ad));
-            kd_strlcpy(ad->key, t->key, sizeof(ad->key));
-            ad->nplace = t->nplace;
-            ad->gpus = t->nplace > 0 ? t->place[0].gpus : 0;
+            const char *pin[KD_SCHED_MAX_PODS] = {NULL};
             /* Delegated: no node pin, the batch scheduler places the pods. */
             for (int p = 0; p < t->nplace && !delegate; p++)
-                ad->nodes[p] = node_name(c, nodes[t->place[p].node].name);
-            ad->at_ms = now;
+                pin[p] = nodes[t->place[p].node].name;
+            kd_handoff_admit(c->handoff, t->key, t->nplace, pin,
+                             t->nplace > 0 ? t->place[0].gpus : 0, now);
             KD_INFO("trial admitted", "trial=%s slots=%d pods=%d node=%s", kd_logq(t->key),
-                    t->slots, t->nplace, ad->nodes[0] != NULL ? kd_logq(ad->nodes[0]) : "");
-            json_object_del(c->reasons, t->key);
+                    t->slots, t->nplace, pin[0] != NULL ? kd_logq(pin[0]) : "");
             kd_k8s_queue_add(c->trialq, t->key);
         } else if (t->decision == KD_SCHED_PREEMPT) {
-            if (json_object_get(c->preempt, t->key) == NULL) {
-                json_object_set_new(c->preempt, t->key, json_string(t->reason));
+            if (kd_handoff_preempt(c->handoff, t->key, t->reason))
                 kd_k8s_queue_add(c->trialq, t->key);
-            }
-        } else if ((t->decision == KD_SCHED_WAIT || t->decision == KD_SCHED_NEVER) && changed) {
-            json_object_set_new(c->reasons, t->key,
-                                json_pack("{s:s,s:s}", "decision",
-                                          kd_sched_decision_name(t->decision), "reason",
-                                          t->reason));
-            kd_k8s_queue_add(c->trialq, t->key);
+        } else if (t->decision == KD_SCHED_WAIT || t->decision == KD_SCHED_NEVER) {
+            if (kd_handoff_say(c->handoff, t->key, kd_sched_decision_name(t->decision), t->reason))
+                kd_k8s_queue_add(c->trialq, t->key);
         }
     }
-    pthread_mutex_unlock(&c->mu);
 out:
     json_decref(nodes_j);
     json_decref(ps.exps);

@@ -5,6 +5,7 @@
 #include "states.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,4 +121,257 @@ long kd_trial_restart_backoff_ms(int restarts)
     for (int i = 0; i < restarts && d < 60000; i++)
         d *= 2;
     return d < 60000 ? d : 60000;
+}
+
+static const char *const do_names[] = {
+    "NOTHING", "NO_CONFIG", "CLEANUP", "STOP",   "SET_STATE", "LEFTOVERS", "ADOPT",
+    "IDLE",    "START",     "WAIT",    "RECORD", "RELEASE",   "RUN",
+};
+
+const char *kd_trial_do_name(enum kd_trial_do d)
+{
+    return (size_t)d < NELEM(do_names) ? do_names[d] : "UNKNOWN";
+}
+
+/* A decision to write state s with message msg (SET_STATE). */
+static void set_state(struct kd_trial_action *a, enum kd_trial_state s, const char *msg)
+{
+    a->what = KD_TRIAL_DO_SET_STATE;
+    a->state = s;
+    snprintf(a->message, sizeof(a->message), "%s", msg);
+}
+
+/* Whether the experiment's state stops its trials: canceled, deleted, or ended (an ERROR only
+ * for its current spec: a fixed configuration is being retried). */
+static bool exp_stops(const struct kd_trial_facts *f)
+{
+    bool stop = f->exp_canceled || f->exp_deleting;
+    if (f->exp_has_state) {
+        switch (f->exp_state) {
+        case KD_EXP_STOPPING_CANCELED:
+        case KD_EXP_STOPPING_ERROR:
+        case KD_EXP_CANCELED:
+        case KD_EXP_COMPLETED: stop = true; break;
+        case KD_EXP_ERROR: stop = stop || f->exp_state_current; break;
+        default: break;
+        }
+    }
+    return stop;
+}
+
+/* Paused, or its experiment stops it: the pods go first, then the state follows. */
+static void stop_or_pause(const struct kd_trial_facts *f, bool stop, struct kd_trial_action *a)
+{
+    bool kill = stop && f->exp_killed;
+    a->what = KD_TRIAL_DO_STOP;
+    a->delete_now = kill;
+    a->kick = true;
+    if (f->npods > 0) {
+        a->state = kill ? KD_TRIAL_STOPPING_KILLED : stop ? KD_TRIAL_STOPPING_CANCELED : f->cur;
+        snprintf(a->message, sizeof(a->message), "%s",
+                 kill   ? "stopping: the experiment was killed"
+                 : stop ? "stopping: the experiment was canceled"
+                        : "pausing: deleting the trial's pods");
+        a->requeue_ms = 1000;
+    } else {
+        a->state = stop ? KD_TRIAL_CANCELED : KD_TRIAL_PAUSED;
+        snprintf(a->message, sizeof(a->message), "%s",
+                 kill   ? "the experiment was killed"
+                 : stop ? "the experiment was canceled"
+                        : "paused");
+        a->clear_pods = true;
+        a->idle_reason = stop ? "Stopped" : "Paused";
+        a->idle_message = stop ? "the trial was stopped" : "the trial was paused";
+    }
+}
+
+/* A QUEUED trial (or one resumed from PAUSED or a stop that no longer applies). */
+static void queued(const struct kd_trial_facts *f, struct kd_trial_action *a)
+{
+    if (f->npods > 0 && (f->failed > 0 || f->succeeded > 0 || f->deleting > 0)) {
+        a->what = KD_TRIAL_DO_LEFTOVERS;
+    } else if (f->npods > 0) {
+        a->what = KD_TRIAL_DO_ADOPT;
+        a->state = KD_TRIAL_ACTIVE;
+        snprintf(a->message, sizeof(a->message), "running");
+    } else if (f->api_on && kd_trial_at_target(f->target, f->reached, f->closed)) {
+        /* Paused or preempted at its target: nothing to train until the searcher raises the
+         * target, so wait without pods. */
+        a->what = KD_TRIAL_DO_IDLE;
+        a->drop_admission = true;
+        a->kick = true;
+    } else if (f->admitted) {
+        a->what = KD_TRIAL_DO_START;
+        a->confirm_no_pods = true;
+    } else {
+        a->what = KD_TRIAL_DO_WAIT;
+        a->state = KD_TRIAL_QUEUED;
+        snprintf(a->message, sizeof(a->message), "%s",
+                 f->wait_reason != NULL ? f->wait_reason : "waiting for the scheduler");
+        a->kick = true;
+    }
+}
+
+/* A failed attempt: restart with backoff, or ERROR once max_restarts are used up. */
+static void failed(const struct kd_trial_facts *f, struct kd_trial_action *a)
+{
+    const char *why = f->failure != NULL ? f->failure : "";
+    if (kd_trial_on_failure(f->restarts, f->max_restarts) == KD_TRIAL_RESTART) {
+        set_state(a, KD_TRIAL_QUEUED, "");
+        snprintf(a->message, sizeof(a->message), "%s; restart %d of max_restarts=%d", why,
+                 f->restarts + 1, f->max_restarts);
+        a->restarts = f->restarts + 1;
+        a->clear_pods = true;
+        a->requeue_ms = kd_trial_restart_backoff_ms(f->restarts);
+        a->note = KD_TRIAL_NOTE_RESTART;
+    } else {
+        set_state(a, KD_TRIAL_ERROR, "");
+        snprintf(a->message, sizeof(a->message), "%s; max_restarts=%d used up", why,
+                 f->max_restarts);
+        a->note = KD_TRIAL_NOTE_FAILED;
+    }
+    a->delete_pods = true;
+    a->kick = true;
+}
+
+/* An ACTIVE trial: follow its attempt. */
+static void active(const struct kd_trial_facts *f, struct kd_trial_action *a)
+{
+    bool all_done = f->npods > 0 && f->succeeded == f->npods;
+    long idle_in_ms = -1; /* >= 0: within the grace, look again then */
+    if (f->failed > 0) {
+        failed(f, a);
+        return;
+    }
+    if (all_done && !f->api_on && f->reached < f->attempt_target) {
+        /* Interim until metrics flow: exit 0 means the attempt reached the target it was
+         * started for; it is recorded with no metric value. */
+        a->what = KD_TRIAL_DO_RECORD;
+        a->state = KD_TRIAL_ACTIVE;
+        snprintf(a->message, sizeof(a->message),
+                 "reached the searcher's target; waiting for its next operation");
+        a->requeue_ms = 1000;
+        return;
+    }
+    if (f->running == 0 && f->target > 0 && f->reached >= f->target &&
+        (f->npods == 0 || all_done)) {
+        if (f->closed) {
+            set_state(a, KD_TRIAL_COMPLETED, "completed");
+            a->clear_pods = true;
+            a->idle_reason = "Closed";
+            a->idle_message = "the searcher closed the trial";
+            a->delete_pods = true;
+            a->kick = true;
+            a->note = KD_TRIAL_NOTE_COMPLETED;
+        } else if (f->api_on) {
+            /* The workers checkpointed and exited while waiting for the searcher (or the pods
+             * are gone): the trial waits without pods until the searcher decides. */
+            a->what = KD_TRIAL_DO_IDLE;
+            a->delete_pods = true;
+            a->requeue_ms = f->resync_ms;
+        } else {
+            a->requeue_ms = f->resync_ms; /* waiting for the searcher's next operation */
+        }
+        return;
+    }
+    if (f->api_on && f->running > 0 && kd_trial_at_target(f->target, f->reached, f->closed)) {
+        /* The workers wait at their target for the searcher. After a grace (the searcher
+         * usually answers at once), Idle tells them to checkpoint and exit, so that queued
+         * trials get the GPUs. Counted from the validation's time: level-triggered. */
+        a->waited_ms = -1;
+        if (!f->idle) {
+            if (f->now_ms - f->validated_ms < f->idle_release_ms)
+                idle_in_ms = (long)(f->validated_ms + f->idle_release_ms - f->now_ms) + 100;
+            else
+                a->waited_ms = f->now_ms - f->validated_ms;
+        }
+        if (idle_in_ms < 0) {
+            a->what = KD_TRIAL_DO_RELEASE;
+            a->requeue_ms = f->resync_ms; /* the pods' exit wakes the reconciler */
+            return;
+        }
+    }
+    if (f->npods == 0 || all_done) {
+        /* The searcher asked for more training (a new attempt continues the trial), or the
+         * pods are gone. */
+        set_state(a, KD_TRIAL_QUEUED,
+                  all_done ? "more training asked by the searcher"
+                           : "the trial's pods disappeared; queued again");
+        if (f->idle)
+            snprintf(a->message, sizeof(a->message),
+                     "promoted by the searcher to %lld; queued to resume from its latest "
+                     "checkpoint",
+                     f->target);
+        a->clear_pods = true;
+        a->idle_reason = "Promoted";
+        a->idle_message = "the searcher raised the trial's target";
+        a->delete_pods = all_done;
+        a->confirm_no_pods = f->npods == 0; /* pods just created may not be in the cache yet */
+        a->kick = true;
+        if (f->idle && f->running == 0)
+            a->note = KD_TRIAL_NOTE_PROMOTED;
+        return;
+    }
+    a->what = KD_TRIAL_DO_RUN;
+    a->state = KD_TRIAL_ACTIVE;
+    snprintf(a->message, sizeof(a->message), "running");
+    a->idle_reason = f->closed ? "Closed" : "Promoted";
+    a->idle_message =
+        f->closed ? "the searcher closed the trial" : "the searcher raised the trial's target";
+    if (f->idle && f->running == 0)
+        a->note = KD_TRIAL_NOTE_PROMOTED;
+    if (idle_in_ms >= 0)
+        a->requeue_ms = idle_in_ms;
+}
+
+struct kd_trial_action kd_trial_next(const struct kd_trial_facts *f)
+{
+    struct kd_trial_action a = {.what = KD_TRIAL_DO_NOTHING, .state = f->cur, .restarts = -1};
+    bool stop;
+    if (!f->exp_cached) {
+        a.requeue_ms = 5000; /* the experiment is not in the cache (yet) */
+    } else if (kd_trial_state_terminal(f->cur)) {
+        a.what = KD_TRIAL_DO_CLEANUP;
+        a.delete_now = f->exp_killed;
+    } else if (f->early_exit != NULL) {
+        /* The worker reported an early exit: the trial ends there, whatever its pods do next,
+         * and is never restarted. */
+        bool canceled = strcmp(f->early_exit, "UserCanceled") == 0 ||
+                        strcmp(f->early_exit, "user_canceled") == 0;
+        set_state(&a, canceled ? KD_TRIAL_CANCELED : KD_TRIAL_ERROR, "");
+        snprintf(a.message, sizeof(a.message), "the trial exited early: %.63s", f->early_exit);
+        a.clear_pods = true;
+        a.delete_pods = true;
+        a.kick = true;
+        a.note = KD_TRIAL_NOTE_EARLY_EXIT;
+    } else if ((stop = exp_stops(f)) || f->paused || f->exp_paused) {
+        stop_or_pause(f, stop, &a);
+    } else if (f->cfg_rc != 0) {
+        a.what = KD_TRIAL_DO_NO_CONFIG;
+    } else if (f->exp_has_state && f->exp_state == KD_EXP_STOPPING_COMPLETED && f->running == 0) {
+        /* The search is over: nothing new starts; a trial that reached its target is done. */
+        bool done = f->target > 0 && f->reached >= f->target;
+        set_state(&a, done ? KD_TRIAL_COMPLETED : KD_TRIAL_CANCELED,
+                  done ? "completed" : "the search ended before this trial ran");
+        a.clear_pods = true;
+        a.idle_reason = "Closed";
+        a.idle_message = "the search ended";
+        a.delete_pods = true;
+    } else {
+        a.take_preemption = f->preempted != NULL;
+        if (f->preempted != NULL && f->cur == KD_TRIAL_ACTIVE) {
+            /* Preempted by the scheduler: stop the attempt and queue the trial again. */
+            set_state(&a, KD_TRIAL_QUEUED, f->preempted);
+            a.preempted = true;
+            a.clear_pods = true;
+            a.delete_pods = true;
+            a.requeue_ms = 1000;
+            a.note = KD_TRIAL_NOTE_PREEMPTED;
+        } else if (f->cur == KD_TRIAL_ACTIVE) {
+            active(f, &a);
+        } else {
+            queued(f, &a); /* QUEUED, or resumed from PAUSED or a stop that no longer applies */
+        }
+    }
+    return a;
 }

@@ -448,7 +448,7 @@ static void gang_wait(struct kd_ctrl *c, const json_t *trial, json_t *pods, cons
 
 /* Create the pods of an admitted attempt. */
 static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *trial,
-                         const json_t *cfg, const struct kd_ctrl_admit *ad, const char *run_id,
+                         const json_t *cfg, const struct kd_handoff_admit *ad, const char *run_id,
                          json_t **pods_status, char *err)
 {
     int rc = 0;
@@ -544,423 +544,368 @@ static int api_pod_count(struct kd_ctrl *c, const json_t *trial, size_t *n, char
     return rc;
 }
 
+/* What the reconciler read of a trial before deciding: the objects it holds and the facts. */
+struct gathered {
+    const char *key;
+    json_t *trial, *exp, *pods, *cfg; /* owned */
+    const json_t *tstatus;
+    json_int_t gen;
+    struct attempt a;
+    char early[64];
+    char cfg_err[KD_ERRLEN]; /* why there is no configuration (f.cfg_rc) */
+    char preempt[KD_SCHED_REASONLEN], reason[KD_SCHED_REASONLEN];
+    struct kd_trial_facts f;
+};
+
+/* What the scheduler handed over for trial `key` (copied: the decision holds no lock). */
+static void gather_handoff(struct kd_ctrl *c, struct gathered *g)
+{
+    struct kd_trial_facts *f = &g->f;
+    if (kd_handoff_preemption(c->handoff, g->key, g->preempt, sizeof(g->preempt)))
+        f->preempted = g->preempt;
+    if (kd_handoff_reason(c->handoff, g->key, g->reason, sizeof(g->reason), &f->wait_never))
+        f->wait_reason = g->reason;
+    f->admitted = kd_handoff_admitted(c->handoff, g->key);
+}
+
+/* The facts of the Experiment the trial belongs to (g->exp). */
+static void gather_exp(struct kd_ctrl *c, struct gathered *g)
+{
+    struct kd_trial_facts *f = &g->f;
+    uint64_t seed;
+    const json_t *est = json_object_get(g->exp, "status");
+    f->exp_has_state =
+        kd_exp_state_parse(json_string_value(json_object_get(est, "state")), &f->exp_state);
+    f->exp_state_current =
+        json_integer_value(json_object_get(est, "observedGeneration")) ==
+        json_integer_value(json_object_get(json_object_get(g->exp, "metadata"), "generation"));
+    f->exp_canceled = json_is_true(json_object_get(json_object_get(g->exp, "spec"), "canceled"));
+    f->exp_paused = json_is_true(json_object_get(json_object_get(g->exp, "spec"), "paused"));
+    f->exp_deleting = kd_ctrl_str(g->exp, "metadata", "deletionTimestamp", NULL) != NULL;
+    f->exp_killed = killed(g->exp);
+    if (kd_trial_state_terminal(f->cur) || f->early_exit != NULL)
+        return; /* no configuration needed */
+    f->cfg_rc = kd_ctrl_exp_config(c, g->exp, &g->cfg, &seed, g->cfg_err);
+    f->max_restarts = (int)json_integer_value(json_object_get(g->cfg, "max_restarts"));
+}
+
+/* Read what the decision needs (g->trial is set): the experiment, the pods, the handoff. */
+static void gather(struct kd_ctrl *c, struct gathered *g)
+{
+    struct kd_trial_facts *f = &g->f;
+    char ekey[600];
+    const json_t *spec = json_object_get(g->trial, "spec");
+    g->tstatus = json_object_get(g->trial, "status");
+    g->gen =
+        json_integer_value(json_object_get(json_object_get(g->trial, "metadata"), "generation"));
+    if (!kd_trial_state_parse(json_string_value(json_object_get(g->tstatus, "state")), &f->cur))
+        f->cur = KD_TRIAL_QUEUED;
+    snprintf(ekey, sizeof(ekey), "%s/%s", kd_k8s_meta_str(g->trial, "namespace"),
+             json_string_value(json_object_get(spec, "experiment")) ?: "");
+    f->exp_cached = kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), ekey, &g->exp) == 0;
+    if (!f->exp_cached)
+        return;
+    g->pods = pods_of(c, g->trial);
+    summarize(g->pods, &g->a);
+    f->npods = g->a.npods;
+    f->running = g->a.running;
+    f->succeeded = g->a.succeeded;
+    f->failed = g->a.failed;
+    f->deleting = g->a.deleting;
+    f->attempt_target = g->a.target;
+    f->failure = g->a.failure;
+    f->paused = json_is_true(json_object_get(spec, "paused"));
+    f->closed = json_is_true(json_object_get(spec, "closed"));
+    f->target = json_integer_value(json_object_get(spec, "validateAfter"));
+    const json_t *lv = json_object_get(g->tstatus, "latestValidation");
+    f->reached = json_integer_value(json_object_get(lv, "batches"));
+    const char *vt = json_string_value(json_object_get(lv, "time"));
+    if (vt == NULL || kd_time_parse_rfc3339(vt, &f->validated_ms) != 0)
+        f->validated_ms = 0;
+    f->idle = condition_true(g->tstatus, KD_TRIAL_COND_IDLE);
+    f->restarts = (int)json_integer_value(json_object_get(g->tstatus, "restarts"));
+    f->api_on = kd_ctrl_api_on(c);
+    /* With the API, a worker may report an early exit (condition EarlyExit). The condition may
+     * have been written just before a pod failed: re-read the Trial before treating a failure. */
+    if (f->api_on && !kd_trial_state_terminal(f->cur)) {
+        json_t *fresh = NULL;
+        const char *w = early_exit_reason(g->tstatus);
+        if (w == NULL && f->failed > 0 &&
+            kd_k8s_get(c->client, &KD_K8S_TRIALS, kd_k8s_meta_str(g->trial, "namespace"),
+                       kd_k8s_meta_str(g->trial, "name"), &fresh, NULL, NULL) == 0)
+            w = early_exit_reason(json_object_get(fresh, "status"));
+        if (w != NULL) {
+            kd_strlcpy(g->early, w, sizeof(g->early));
+            f->early_exit = g->early;
+        }
+        json_decref(fresh);
+    }
+    gather_exp(c, g);
+    gather_handoff(c, g);
+    f->now_ms = kd_wall_ms();
+    f->idle_release_ms = idle_release_ms(c);
+    f->resync_ms = c->o.resync_ms;
+}
+
+/* The log line of a decision. */
+static void note(const struct gathered *g, const struct kd_trial_action *act)
+{
+    const struct kd_trial_facts *f = &g->f;
+    switch (act->note) {
+    case KD_TRIAL_NOTE_EARLY_EXIT:
+        KD_INFO("trial exited early", "trial=%s reason=%s", kd_logq(g->key), kd_logq(g->early));
+        break;
+    case KD_TRIAL_NOTE_PREEMPTED:
+        KD_INFO("trial preempted", "trial=%s reason=%s", kd_logq(g->key), kd_logq(g->preempt));
+        break;
+    case KD_TRIAL_NOTE_RESTART:
+        KD_WARN("trial attempt failed", "trial=%s restarts=%d max_restarts=%d detail=%s",
+                kd_logq(g->key), f->restarts + 1, f->max_restarts, kd_logq(g->a.failure));
+        break;
+    case KD_TRIAL_NOTE_FAILED:
+        KD_WARN("trial failed", "trial=%s detail=%s", kd_logq(g->key), kd_logq(act->message));
+        break;
+    case KD_TRIAL_NOTE_COMPLETED: KD_INFO("trial completed", "trial=%s", kd_logq(g->key)); break;
+    case KD_TRIAL_NOTE_PROMOTED:
+        KD_INFO("idle trial promoted: queued again", "trial=%s target=%lld", kd_logq(g->key),
+                f->target);
+        break;
+    case KD_TRIAL_NOTE_NONE: break;
+    }
+}
+
+/* The start time for a status that starts the trial, unless it has one. */
+static void set_start_time(json_t *status, const json_t *trial)
+{
+    char ts[40];
+    if (kd_ctrl_str(trial, "status", "startTime", NULL) == NULL)
+        json_object_set_new(status, "startTime",
+                            json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
+}
+
+/* START: take the admission and create the attempt's pods. */
+static int apply_start(struct kd_ctrl *c, struct gathered *g, long *requeue_after_ms, char *err)
+{
+    int rc = 0;
+    struct kd_handoff_admit ad;
+    char run_id[64];
+    json_t *pst = NULL, *status = NULL;
+    struct kd_gang_wait gw = {0};
+    if (!kd_handoff_take_admission(c->handoff, g->key, &ad)) {
+        *requeue_after_ms = 200; /* it went away since it was seen: decide again */
+        goto out;
+    }
+    new_run_id(kd_k8s_meta_str(g->trial, "name"), run_id, sizeof(run_id));
+    if ((rc = start_attempt(c, g->exp, g->trial, g->cfg, &ad, run_id, &pst, err)) != 0) {
+        kd_handoff_unuse_admission(c->handoff, g->key);
+        status = state_status(g->trial, KD_TRIAL_QUEUED, err);
+        (void)set_status(c, g->trial, status, NULL);
+        if (rc == KD_EINVALID) {
+            json_decref(status);
+            status = state_status(g->trial, KD_TRIAL_ERROR, err);
+            rc = set_status(c, g->trial, status, err);
+        }
+        goto out;
+    }
+    if (delegated(c))
+        gang_wait(c, g->trial, pst, run_id, true, &gw);
+    status = state_status(g->trial, KD_TRIAL_ACTIVE, gw.waiting ? gw.message : "pods created");
+    json_object_set(status, "pods", pst);
+    set_start_time(status, g->trial);
+    if (gw.waiting)
+        kd_ctrl_set_condition(status, g->tstatus, "Scheduled", false, gw.reason, gw.message,
+                              g->gen);
+    else
+        kd_ctrl_set_condition(status, g->tstatus, "Scheduled", true, "Admitted",
+                              "admitted by the kdet scheduler", g->gen);
+    rc = set_status(c, g->trial, status, err);
+out:
+    json_decref(pst);
+    json_decref(status);
+    return rc;
+}
+
+/* RUN: the attempt runs; status.pods, Idle and (with a batch scheduler) Scheduled. */
+static int apply_run(struct kd_ctrl *c, struct gathered *g, const struct kd_trial_action *act,
+                     long *requeue_after_ms, char *err)
+{
+    struct kd_gang_wait gw = {0};
+    if (delegated(c))
+        gang_wait(c, g->trial, g->pods, g->a.run_id, false, &gw);
+    json_t *status =
+        state_status(g->trial, KD_TRIAL_ACTIVE, gw.waiting ? gw.message : act->message);
+    json_object_set_new(status, "pods", pods_status(g->pods));
+    clear_idle(status, g->tstatus, act->idle_reason, act->idle_message, g->gen);
+    if (gw.waiting) {
+        kd_ctrl_set_condition(status, g->tstatus, "Scheduled", false, gw.reason, gw.message,
+                              g->gen);
+    } else if (delegated(c) && !condition_true(g->tstatus, "Scheduled") &&
+               kd_gang_all_bound(g->pods)) {
+        /* Admitted once every pod is bound (not when the group went away with a cancel). */
+        char msg[128];
+        snprintf(msg, sizeof(msg), "admitted by %s", c->o.gang->name);
+        kd_ctrl_set_condition(status, g->tstatus, "Scheduled", true, "Admitted", msg, g->gen);
+    }
+    int rc = set_status(c, g->trial, status, err);
+    if (gw.waiting && (*requeue_after_ms <= 0 || *requeue_after_ms > 3000))
+        *requeue_after_ms = 3000; /* the group's status is read, not watched */
+    json_decref(status);
+    return rc;
+}
+
+/* LEFTOVERS: pods of an earlier attempt go before a new one starts. But the cache may not show
+ * yet that this attempt started (ACTIVE): ask the API server, so that a fast failure or success
+ * of the current attempt is never discarded. */
+static int apply_leftovers(struct kd_ctrl *c, struct gathered *g, long *requeue_after_ms, char *err)
+{
+    json_t *fresh = NULL;
+    int rc = kd_k8s_get(c->client, &KD_K8S_TRIALS, kd_k8s_meta_str(g->trial, "namespace"),
+                        kd_k8s_meta_str(g->trial, "name"), &fresh, NULL, err);
+    bool active =
+        rc == 0 && strcmp(kd_ctrl_str(fresh, "status", "state", NULL) ?: "", "ACTIVE") == 0;
+    json_decref(fresh);
+    if (rc == 0 && !active)
+        rc = delete_all(c, g->pods);
+    *requeue_after_ms = active ? 200 : 1000;
+    return rc;
+}
+
+/* The status a decision writes (those that write one of their own kind: NULL). */
+static json_t *action_status(const struct gathered *g, const struct kd_trial_action *act)
+{
+    const struct kd_trial_facts *f = &g->f;
+    json_t *st = NULL;
+    switch (act->what) {
+    case KD_TRIAL_DO_STOP:
+    case KD_TRIAL_DO_SET_STATE:
+    case KD_TRIAL_DO_WAIT:
+    case KD_TRIAL_DO_ADOPT:
+    case KD_TRIAL_DO_RECORD: st = state_status(g->trial, act->state, act->message); break;
+    case KD_TRIAL_DO_IDLE:
+    case KD_TRIAL_DO_RELEASE:
+        st = idle_status(g->trial, g->tstatus, f->target, g->gen, act->what == KD_TRIAL_DO_RELEASE);
+        break;
+    default: return NULL;
+    }
+    if (act->restarts >= 0)
+        json_object_set_new(st, "restarts", json_integer(act->restarts));
+    if (act->preempted)
+        kd_ctrl_set_condition(st, g->tstatus, "Preempted", true, "Preempted", act->message, g->gen);
+    if (act->clear_pods)
+        json_object_set_new(st, "pods", json_array());
+    else if (act->what == KD_TRIAL_DO_ADOPT || act->what == KD_TRIAL_DO_RECORD ||
+             act->what == KD_TRIAL_DO_RELEASE)
+        json_object_set_new(st, "pods", pods_status(g->pods));
+    if (act->idle_reason != NULL)
+        clear_idle(st, g->tstatus, act->idle_reason, act->idle_message, g->gen);
+    if (act->what == KD_TRIAL_DO_WAIT && f->wait_reason != NULL)
+        kd_ctrl_set_condition(st, g->tstatus, "Scheduled", false,
+                              f->wait_never ? "Unschedulable" : "Waiting", f->wait_reason, g->gen);
+    if (act->what == KD_TRIAL_DO_ADOPT) {
+        set_start_time(st, g->trial);
+        kd_ctrl_set_condition(st, g->tstatus, "Scheduled", true, "Admitted",
+                              "admitted by the kdet scheduler", g->gen);
+    }
+    if (act->what == KD_TRIAL_DO_RECORD)
+        json_object_set_new(st, "latestValidation",
+                            json_pack("{s:s,s:I}", "metric",
+                                      kd_ctrl_str(g->cfg, "searcher", "metric", NULL) ?: "",
+                                      "batches", (json_int_t)f->attempt_target));
+    return st;
+}
+
+/* Carry out a decision of kd_trial_next: the one place the trial reconciler writes. */
+static int apply(struct kd_ctrl *c, struct gathered *g, const struct kd_trial_action *act,
+                 long *requeue_after_ms, char *err)
+{
+    int rc = 0;
+    size_t n = 0;
+    json_t *status = NULL;
+    if (g->f.npods > 0)
+        kd_handoff_drop_admission(c->handoff,
+                                  g->key); /* the pods now hold (or no longer hold) the GPUs */
+    if (act->take_preemption)
+        kd_handoff_take_preemption(c->handoff, g->key);
+    if (act->requeue_ms != 0)
+        *requeue_after_ms = act->requeue_ms;
+    note(g, act);
+    if (act->confirm_no_pods && ((rc = api_pod_count(c, g->trial, &n, err)) != 0 || n > 0)) {
+        if (n > 0 || act->what == KD_TRIAL_DO_START)
+            *requeue_after_ms = 500; /* pods just created: the cache lags behind */
+        goto out;
+    }
+    if (act->what == KD_TRIAL_DO_STOP && (rc = delete_pods(c, g->pods, act->delete_now)) != 0)
+        goto out;
+    if (act->drop_admission) {
+        struct kd_handoff_admit ad;
+        if (kd_handoff_take_admission(c->handoff, g->key, &ad))
+            kd_handoff_drop_admission(c->handoff, g->key);
+    }
+    switch (act->what) {
+    case KD_TRIAL_DO_NOTHING: break;
+    case KD_TRIAL_DO_NO_CONFIG:
+        rc = g->f.cfg_rc;
+        kd_strlcpy(err, g->cfg_err, KD_ERRLEN);
+        break;
+    case KD_TRIAL_DO_CLEANUP:
+        rc = delete_pods(c, g->pods, act->delete_now);
+        /* A trial that ended before its conditions were kept consistent: repair them. */
+        status = json_object();
+        end_conditions(c, g->trial, status, g->f.cur);
+        if (rc == 0 && json_object_size(status) > 0)
+            rc = set_status(c, g->trial, status, err);
+        break;
+    case KD_TRIAL_DO_LEFTOVERS: rc = apply_leftovers(c, g, requeue_after_ms, err); break;
+    case KD_TRIAL_DO_START: rc = apply_start(c, g, requeue_after_ms, err); break;
+    case KD_TRIAL_DO_RUN: rc = apply_run(c, g, act, requeue_after_ms, err); break;
+    default:
+        status = action_status(g, act);
+        rc = set_status(c, g->trial, status, err);
+        if (rc == 0 && act->delete_pods)
+            rc = delete_all(c, g->pods);
+        if (rc == 0 && act->what == KD_TRIAL_DO_IDLE && act->delete_pods && g->f.npods > 0) {
+            KD_INFO("idle trial released its pods", "trial=%s target=%lld", kd_logq(g->key),
+                    g->f.target);
+            kd_ctrl_kick(c);
+        }
+        if (act->what == KD_TRIAL_DO_RELEASE && act->waited_ms >= 0)
+            KD_INFO("trial idle: releasing its GPUs", "trial=%s target=%lld waited_ms=%lld",
+                    kd_logq(g->key), g->f.target, (long long)act->waited_ms);
+        break;
+    }
+    if (act->kick)
+        kd_ctrl_kick(c);
+out:
+    json_decref(status);
+    return rc;
+}
+
 int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
 {
     struct kd_ctrl *c = ud;
     int rc = 0;
-    json_t *trial = NULL, *exp = NULL, *pods = NULL, *cfg = NULL, *status = NULL, *pst = NULL;
+    struct gathered g = {.key = key};
     char err[KD_ERRLEN] = "";
-    char ekey[600];
-    uint64_t seed;
     if (!kd_ctrl_acting(c)) {
         *requeue_after_ms = 2000;
         goto out;
     }
-    if (kd_k8s_cache_get(kd_k8s_informer_cache(c->trials), key, &trial) != 0) {
-        kd_ctrl_kick(c);
+    if (kd_k8s_cache_get(kd_k8s_informer_cache(c->trials), key, &g.trial) != 0) {
+        kd_ctrl_kick(c); /* deleted: its capacity is free */
         goto out;
     }
-    if (kd_ctrl_str(trial, "metadata", "deletionTimestamp", NULL) != NULL)
+    if (kd_ctrl_str(g.trial, "metadata", "deletionTimestamp", NULL) != NULL)
         goto out;
-    const char *tname = kd_k8s_meta_str(trial, "name");
-    json_int_t gen =
-        json_integer_value(json_object_get(json_object_get(trial, "metadata"), "generation"));
-    snprintf(ekey, sizeof(ekey), "%s/%s", kd_k8s_meta_str(trial, "namespace"),
-             kd_ctrl_str(trial, "spec", "experiment", NULL) ?: "");
-    if (kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), ekey, &exp) != 0) {
-        *requeue_after_ms = 5000; /* the experiment is not in the cache (yet) */
-        goto out;
-    }
-    pods = pods_of(c, trial);
-    struct attempt a;
-    summarize(pods, &a);
-    if (a.npods > 0)
-        kd_ctrl_admission_drop(c, key); /* the pods now hold (or no longer hold) the GPUs */
-    enum kd_trial_state cur;
-    if (!kd_trial_state_parse(kd_ctrl_str(trial, "status", "state", NULL), &cur))
-        cur = KD_TRIAL_QUEUED;
-    const json_t *tstatus = json_object_get(trial, "status");
-
-    if (kd_trial_state_terminal(cur)) {
-        rc = delete_pods(c, pods, killed(exp));
-        /* A trial that ended before its conditions were kept consistent: repair them. */
-        status = json_object();
-        end_conditions(c, trial, status, cur);
-        if (rc == 0 && json_object_size(status) > 0)
-            rc = set_status(c, trial, status, err);
-        goto out;
-    }
-    /* With the API, a worker may report an early exit (condition EarlyExit): the trial ends
-     * there, whatever its pods do next, and is never restarted. The condition may have been
-     * written just before a pod failed: re-read the Trial before treating a failure. */
-    char early[64] = "";
-    if (kd_ctrl_api_on(c)) {
-        json_t *fresh = NULL;
-        const char *w = early_exit_reason(tstatus);
-        if (w == NULL && a.failed > 0 &&
-            kd_k8s_get(c->client, &KD_K8S_TRIALS, kd_k8s_meta_str(trial, "namespace"), tname,
-                       &fresh, NULL, NULL) == 0)
-            w = early_exit_reason(json_object_get(fresh, "status"));
-        if (w != NULL)
-            kd_strlcpy(early, w, sizeof(early));
-        json_decref(fresh);
-    }
-    if (early[0] != '\0') {
-        char msg[300];
-        bool canceled = strcmp(early, "UserCanceled") == 0 || strcmp(early, "user_canceled") == 0;
-        snprintf(msg, sizeof(msg), "the trial exited early: %s", early);
-        status = state_status(trial, canceled ? KD_TRIAL_CANCELED : KD_TRIAL_ERROR, msg);
-        json_object_set_new(status, "pods", json_array());
-        KD_INFO("trial exited early", "trial=%s reason=%s", kd_logq(key), kd_logq(early));
-        if ((rc = set_status(c, trial, status, err)) == 0)
-            rc = delete_all(c, pods);
-        kd_ctrl_kick(c);
-        goto out;
-    }
-    const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
-    if (strcmp(estate, "ERROR") == 0 &&
-        json_integer_value(json_object_get(json_object_get(exp, "status"), "observedGeneration")) !=
-            json_integer_value(json_object_get(json_object_get(exp, "metadata"), "generation")))
-        estate = ""; /* an ERROR for an older spec (a fixed configuration is being retried) */
-    bool stop = json_is_true(json_object_get(json_object_get(exp, "spec"), "canceled")) ||
-                strcmp(estate, "STOPPING_CANCELED") == 0 || strcmp(estate, "STOPPING_ERROR") == 0 ||
-                strcmp(estate, "CANCELED") == 0 || strcmp(estate, "ERROR") == 0 ||
-                strcmp(estate, "COMPLETED") == 0 ||
-                kd_ctrl_str(exp, "metadata", "deletionTimestamp", NULL) != NULL;
-    bool paused = json_is_true(json_object_get(json_object_get(trial, "spec"), "paused")) ||
-                  json_is_true(json_object_get(json_object_get(exp, "spec"), "paused"));
-    if (stop || paused) {
-        bool kill = stop && killed(exp);
-        if ((rc = delete_pods(c, pods, kill)) != 0)
-            goto out;
-        if (a.npods > 0) {
-            status = state_status(trial,
-                                  kill   ? KD_TRIAL_STOPPING_KILLED
-                                  : stop ? KD_TRIAL_STOPPING_CANCELED
-                                         : cur,
-                                  kill   ? "stopping: the experiment was killed"
-                                  : stop ? "stopping: the experiment was canceled"
-                                         : "pausing: deleting the trial's pods");
-            *requeue_after_ms = 1000;
-        } else {
-            status = state_status(trial, stop ? KD_TRIAL_CANCELED : KD_TRIAL_PAUSED,
-                                  kill   ? "the experiment was killed"
-                                  : stop ? "the experiment was canceled"
-                                         : "paused");
-            json_object_set_new(status, "pods", json_array());
-            clear_idle(status, tstatus, stop ? "Stopped" : "Paused",
-                       stop ? "the trial was stopped" : "the trial was paused", gen);
-        }
-        rc = set_status(c, trial, status, err);
-        kd_ctrl_kick(c);
-        goto out;
-    }
-    if ((rc = kd_ctrl_exp_config(c, exp, &cfg, &seed, err)) != 0)
-        goto out;
-    json_int_t target0 =
-        json_integer_value(json_object_get(json_object_get(trial, "spec"), "validateAfter"));
-    json_int_t reached0 = json_integer_value(
-        json_object_get(json_object_get(tstatus, "latestValidation"), "batches"));
-    bool closed0 = json_is_true(json_object_get(json_object_get(trial, "spec"), "closed"));
-    if (strcmp(estate, "STOPPING_COMPLETED") == 0 && a.running == 0) {
-        /* The search is over: nothing new starts; a trial that reached its target is done. */
-        bool done = target0 > 0 && reached0 >= target0;
-        status = state_status(trial, done ? KD_TRIAL_COMPLETED : KD_TRIAL_CANCELED,
-                              done ? "completed" : "the search ended before this trial ran");
-        json_object_set_new(status, "pods", json_array());
-        clear_idle(status, tstatus, "Closed", "the search ended", gen);
-        if ((rc = set_status(c, trial, status, err)) == 0)
-            rc = delete_all(c, pods);
-        goto out;
-    }
-    int max_restarts = (int)json_integer_value(json_object_get(cfg, "max_restarts"));
-    int restarts = (int)json_integer_value(json_object_get(tstatus, "restarts"));
-
-    /* Preempted by the scheduler: stop the attempt and queue the trial again. */
-    pthread_mutex_lock(&c->mu);
-    json_t *pre = json_incref(json_object_get(c->preempt, key));
-    json_object_del(c->preempt, key);
-    json_t *why = json_incref(json_object_get(c->reasons, key));
-    pthread_mutex_unlock(&c->mu);
-    if (pre != NULL && cur == KD_TRIAL_ACTIVE) {
-        status = state_status(trial, KD_TRIAL_QUEUED, json_string_value(pre));
-        kd_ctrl_set_condition(status, tstatus, "Preempted", true, "Preempted",
-                              json_string_value(pre), gen);
-        KD_INFO("trial preempted", "trial=%s reason=%s", kd_logq(key),
-                kd_logq(json_string_value(pre)));
-        json_decref(pre);
-        json_object_set_new(status, "pods", json_array());
-        if ((rc = set_status(c, trial, status, err)) == 0)
-            rc = delete_all(c, pods);
-        *requeue_after_ms = 1000;
-        json_decref(why);
-        goto out;
-    }
-    json_decref(pre);
-
-    if (cur == KD_TRIAL_PAUSED || cur == KD_TRIAL_STOPPING_CANCELED ||
-        cur == KD_TRIAL_STOPPING_KILLED || cur == KD_TRIAL_STOPPING_ERROR ||
-        cur == KD_TRIAL_STOPPING_COMPLETED)
-        cur = KD_TRIAL_QUEUED; /* resumed (or a stop that no longer applies) */
-
-    if (cur == KD_TRIAL_QUEUED) {
-        struct kd_ctrl_admit ad;
-        if (a.npods > 0 && (a.failed > 0 || a.succeeded > 0 || a.deleting > 0)) {
-            /* Leftovers of an earlier attempt: remove them before a new one starts. But the
-             * cache may not show yet that this attempt started (ACTIVE): ask the API server,
-             * so that a fast failure or success of the current attempt is never discarded. */
-            json_t *fresh = NULL;
-            rc = kd_k8s_get(c->client, &KD_K8S_TRIALS, kd_k8s_meta_str(trial, "namespace"), tname,
-                            &fresh, NULL, err);
-            bool active =
-                rc == 0 && strcmp(kd_ctrl_str(fresh, "status", "state", NULL) ?: "", "ACTIVE") == 0;
-            json_decref(fresh);
-            if (rc == 0 && !active)
-                rc = delete_all(c, pods);
-            *requeue_after_ms = active ? 200 : 1000;
-        } else if (a.npods > 0) {
-            /* Pods of an attempt whose status write was lost: adopt them. */
-            char ts[40];
-            status = state_status(trial, KD_TRIAL_ACTIVE, "running");
-            json_object_set_new(status, "pods", pods_status(pods));
-            if (kd_ctrl_str(trial, "status", "startTime", NULL) == NULL)
-                json_object_set_new(status, "startTime",
-                                    json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
-            kd_ctrl_set_condition(status, tstatus, "Scheduled", true, "Admitted",
-                                  "admitted by the kdet scheduler", gen);
-            rc = set_status(c, trial, status, err);
-        } else if (kd_ctrl_api_on(c) && kd_trial_at_target(target0, reached0, closed0)) {
-            /* Paused or preempted at its target: nothing to train until the searcher raises
-             * the target, so wait without pods (and give back an admission made meanwhile). */
-            if (kd_ctrl_admission(c, key, &ad))
-                kd_ctrl_admission_drop(c, key);
-            status = idle_status(trial, tstatus, target0, gen, false);
-            rc = set_status(c, trial, status, err);
-            kd_ctrl_kick(c);
-        } else if (kd_ctrl_admission(c, key, &ad)) {
-            char run_id[64];
-            size_t existing = 0;
-            /* The pod cache may lag behind our own creates: ask the API server. */
-            if ((rc = api_pod_count(c, trial, &existing, err)) != 0 || existing > 0) {
-                kd_ctrl_admission_unuse(c, key);
-                *requeue_after_ms = 500;
-                json_decref(why);
-                goto out;
-            }
-            new_run_id(tname, run_id, sizeof(run_id));
-            if ((rc = start_attempt(c, exp, trial, cfg, &ad, run_id, &pst, err)) != 0) {
-                kd_ctrl_admission_unuse(c, key);
-                status = state_status(trial, KD_TRIAL_QUEUED, err);
-                (void)set_status(c, trial, status, NULL);
-                if (rc == KD_EINVALID) {
-                    json_decref(status);
-                    status = state_status(trial, KD_TRIAL_ERROR, err);
-                    rc = set_status(c, trial, status, err);
-                }
-                json_decref(why);
-                goto out;
-            }
-            struct kd_gang_wait gw = {0};
-            if (delegated(c))
-                gang_wait(c, trial, pst, run_id, true, &gw);
-            status = state_status(trial, KD_TRIAL_ACTIVE, gw.waiting ? gw.message : "pods created");
-            json_object_set_new(status, "pods", pst);
-            pst = NULL;
-            char ts[40];
-            if (kd_ctrl_str(trial, "status", "startTime", NULL) == NULL)
-                json_object_set_new(status, "startTime",
-                                    json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
-            if (gw.waiting)
-                kd_ctrl_set_condition(status, tstatus, "Scheduled", false, gw.reason, gw.message,
-                                      gen);
-            else
-                kd_ctrl_set_condition(status, tstatus, "Scheduled", true, "Admitted",
-                                      "admitted by the kdet scheduler", gen);
-            rc = set_status(c, trial, status, err);
-        } else {
-            const char *reason = json_string_value(json_object_get(why, "reason"));
-            const char *decision = json_string_value(json_object_get(why, "decision"));
-            bool never = decision != NULL && strcmp(decision, "never") == 0;
-            status = state_status(trial, KD_TRIAL_QUEUED,
-                                  reason != NULL ? reason : "waiting for the scheduler");
-            if (reason != NULL)
-                kd_ctrl_set_condition(status, tstatus, "Scheduled", false,
-                                      never ? "Unschedulable" : "Waiting", reason, gen);
-            rc = set_status(c, trial, status, err);
-            kd_ctrl_kick(c);
-        }
-        json_decref(why);
-        goto out;
-    }
-    json_decref(why);
-
-    /* ACTIVE: follow the attempt. */
-    if (a.failed > 0) {
-        if (kd_trial_on_failure(restarts, max_restarts) == KD_TRIAL_RESTART) {
-            char msg[700];
-            snprintf(msg, sizeof(msg), "%s; restart %d of max_restarts=%d", a.failure, restarts + 1,
-                     max_restarts);
-            status = state_status(trial, KD_TRIAL_QUEUED, msg);
-            json_object_set_new(status, "restarts", json_integer(restarts + 1));
-            json_object_set_new(status, "pods", json_array());
-            KD_WARN("trial attempt failed", "trial=%s restarts=%d max_restarts=%d detail=%s",
-                    kd_logq(key), restarts + 1, max_restarts, kd_logq(a.failure));
-            if ((rc = set_status(c, trial, status, err)) == 0)
-                rc = delete_all(c, pods);
-            *requeue_after_ms = kd_trial_restart_backoff_ms(restarts);
-        } else {
-            char msg[700];
-            snprintf(msg, sizeof(msg), "%s; max_restarts=%d used up", a.failure, max_restarts);
-            status = state_status(trial, KD_TRIAL_ERROR, msg);
-            KD_WARN("trial failed", "trial=%s detail=%s", kd_logq(key), kd_logq(msg));
-            if ((rc = set_status(c, trial, status, err)) == 0)
-                rc = delete_all(c, pods);
-        }
-        kd_ctrl_kick(c);
-        goto out;
-    }
-    json_int_t target =
-        json_integer_value(json_object_get(json_object_get(trial, "spec"), "validateAfter"));
-    bool closed = json_is_true(json_object_get(json_object_get(trial, "spec"), "closed"));
-    json_int_t reached = json_integer_value(
-        json_object_get(json_object_get(tstatus, "latestValidation"), "batches"));
-    if (a.npods > 0 && a.succeeded == a.npods && !kd_ctrl_api_on(c)) {
-        if (reached < a.target) {
-            /* Interim until metrics flow: exit 0 means the attempt reached the target it was
-             * started for; it is recorded with no metric value. */
-            status = state_status(trial, KD_TRIAL_ACTIVE,
-                                  "reached the searcher's target; waiting for its next operation");
-            json_object_set_new(status, "latestValidation",
-                                json_pack("{s:s,s:I}", "metric",
-                                          kd_ctrl_str(cfg, "searcher", "metric", NULL) ?: "",
-                                          "batches", a.target));
-            json_object_set_new(status, "pods", pods_status(pods));
-            rc = set_status(c, trial, status, err);
-            *requeue_after_ms = 1000;
-            goto out;
-        }
-    }
-    if (a.running == 0 && target > 0 && reached >= target &&
-        (a.npods == 0 || a.succeeded == a.npods)) {
-        if (closed) {
-            status = state_status(trial, KD_TRIAL_COMPLETED, "completed");
-            json_object_set_new(status, "pods", json_array());
-            clear_idle(status, tstatus, "Closed", "the searcher closed the trial", gen);
-            if ((rc = set_status(c, trial, status, err)) == 0)
-                rc = delete_all(c, pods);
-            KD_INFO("trial completed", "trial=%s", kd_logq(key));
-            kd_ctrl_kick(c);
-        } else if (kd_ctrl_api_on(c)) {
-            /* The workers checkpointed and exited while waiting for the searcher (or the pods
-             * are gone): the trial waits without pods until the searcher decides. */
-            status = idle_status(trial, tstatus, target, gen, false);
-            if ((rc = set_status(c, trial, status, err)) == 0)
-                rc = delete_all(c, pods);
-            if (rc == 0 && a.npods > 0) {
-                KD_INFO("idle trial released its pods", "trial=%s target=%" JSON_INTEGER_FORMAT,
-                        kd_logq(key), target);
-                kd_ctrl_kick(c);
-            }
-            *requeue_after_ms = c->o.resync_ms;
-        } else {
-            *requeue_after_ms = c->o.resync_ms; /* waiting for the searcher's next operation */
-        }
-        goto out;
-    }
-    long idle_in_ms = -1; /* >= 0: within the grace, look again then */
-    if (kd_ctrl_api_on(c) && a.running > 0 && kd_trial_at_target(target, reached, closed)) {
-        /* The workers wait at their target for the searcher. After a grace (the searcher
-         * usually answers at once), Idle tells them to checkpoint and exit, so that queued
-         * trials get the GPUs. Counted from the validation's time: level-triggered. */
-        bool idle = condition_true(tstatus, KD_TRIAL_COND_IDLE);
-        int64_t since = 0, now = kd_wall_ms();
-        if (!idle) {
-            const char *vt = kd_ctrl_str(tstatus, "latestValidation", "time", NULL);
-            long grace = idle_release_ms(c);
-            if (vt == NULL || kd_time_parse_rfc3339(vt, &since) != 0)
-                since = 0;
-            if (now - since < grace)
-                idle_in_ms = (long)(since + grace - now) + 100;
-            else
-                KD_INFO("trial idle: releasing its GPUs",
-                        "trial=%s target=%" JSON_INTEGER_FORMAT " waited_ms=%lld", kd_logq(key),
-                        target, (long long)(now - since));
-        }
-        if (idle_in_ms < 0) {
-            status = idle_status(trial, tstatus, target, gen, true);
-            json_object_set_new(status, "pods", pods_status(pods));
-            rc = set_status(c, trial, status, err);
-            *requeue_after_ms = c->o.resync_ms; /* the pods' exit wakes the reconciler */
-            goto out;
-        }
-    }
-    char promoted[300];
-    bool was_idle = condition_true(tstatus, KD_TRIAL_COND_IDLE);
-    snprintf(promoted, sizeof(promoted),
-             "promoted by the searcher to %" JSON_INTEGER_FORMAT
-             "; queued to resume from its latest checkpoint",
-             target);
-    if (was_idle && a.running == 0)
-        KD_INFO("idle trial promoted: queued again", "trial=%s target=%" JSON_INTEGER_FORMAT,
-                kd_logq(key), target);
-    if (a.npods > 0 && a.succeeded == a.npods) {
-        /* The searcher asked for more training: a new attempt continues the trial. */
-        status = state_status(trial, KD_TRIAL_QUEUED,
-                              was_idle ? promoted : "more training asked by the searcher");
-        json_object_set_new(status, "pods", json_array());
-        clear_idle(status, tstatus, "Promoted", "the searcher raised the trial's target", gen);
-        if ((rc = set_status(c, trial, status, err)) == 0)
-            rc = delete_all(c, pods);
-        kd_ctrl_kick(c);
-        goto out;
-    }
-    if (a.npods == 0) {
-        /* Pods just created may not be in the cache yet: ask the API server. */
-        size_t n = 0;
-        if ((rc = api_pod_count(c, trial, &n, err)) != 0)
-            goto out;
-        if (n > 0) {
-            *requeue_after_ms = 500;
-            goto out;
-        }
-        status = state_status(trial, KD_TRIAL_QUEUED,
-                              was_idle ? promoted : "the trial's pods disappeared; queued again");
-        json_object_set_new(status, "pods", json_array());
-        clear_idle(status, tstatus, "Promoted", "the searcher raised the trial's target", gen);
-        rc = set_status(c, trial, status, err);
-        kd_ctrl_kick(c);
-        goto out;
-    }
-    struct kd_gang_wait gw = {0};
-    if (delegated(c))
-        gang_wait(c, trial, pods, a.run_id, false, &gw);
-    status = state_status(trial, KD_TRIAL_ACTIVE, gw.waiting ? gw.message : "running");
-    json_object_set_new(status, "pods", pods_status(pods));
-    clear_idle(status, tstatus, closed ? "Closed" : "Promoted",
-               closed ? "the searcher closed the trial" : "the searcher raised the trial's target",
-               gen);
-    if (gw.waiting) {
-        kd_ctrl_set_condition(status, tstatus, "Scheduled", false, gw.reason, gw.message, gen);
-    } else if (delegated(c) && !condition_true(tstatus, "Scheduled") && kd_gang_all_bound(pods)) {
-        /* Admitted once every pod is bound (not when the group went away with a cancel). */
-        char msg[128];
-        snprintf(msg, sizeof(msg), "admitted by %s", c->o.gang->name);
-        kd_ctrl_set_condition(status, tstatus, "Scheduled", true, "Admitted", msg, gen);
-    }
-    rc = set_status(c, trial, status, err);
-    if (idle_in_ms >= 0)
-        *requeue_after_ms = idle_in_ms;
-    if (gw.waiting && (*requeue_after_ms <= 0 || *requeue_after_ms > 3000))
-        *requeue_after_ms = 3000; /* the group's status is read, not watched */
+    gather(c, &g);
+    struct kd_trial_action act = kd_trial_next(&g.f);
+    rc = apply(c, &g, &act, requeue_after_ms, err);
 out:
     if (rc != 0 && rc != KD_ECONFLICT)
         KD_WARN("trial reconcile failed", "trial=%s err=%s detail=%s", kd_logq(key),
                 kd_err_name(rc), kd_logq(err));
-    json_decref(trial);
-    json_decref(exp);
-    json_decref(pods);
-    json_decref(cfg);
-    json_decref(status);
-    json_decref(pst);
+    json_decref(g.trial);
+    json_decref(g.exp);
+    json_decref(g.pods);
+    json_decref(g.cfg);
     return rc;
 }

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "ctrl.h"
 #include "gc.h"
 #include "k8s/config.h"
+#include "states.h"
 #include "wire.h"
 
 #define SECRETS KD_K8S_GVR("", "v1", "secrets")
@@ -237,11 +239,6 @@ void kd_ctrl_wire_stop(struct kd_ctrl *c)
     c->user_token = NULL;
 }
 
-bool kd_ctrl_api_on(const struct kd_ctrl *c)
-{
-    return c->api != NULL;
-}
-
 int kd_ctrl_trial_secret(struct kd_ctrl *c, const json_t *trial, char *err)
 {
     int rc = 0;
@@ -304,20 +301,15 @@ static void parent_checkpoint(struct kd_ctrl *c, const json_t *exp, const json_t
                                 kd_k8s_meta_str(trial, "namespace"), parent_match, &f);
 }
 
-int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
-                       char *latest, size_t len, char *err)
+int kd_ctrl_wire_rows(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
+                      char *err)
 {
     int rc = 0;
     int64_t eid = 0, tid = 0;
     const json_t *spec = json_object_get(trial, "spec");
-    const char *own = kd_ctrl_str(trial, "status", "latestCheckpoint", "uuid");
-    const char *parent = json_string_value(json_object_get(spec, "parentRequestId"));
-    latest[0] = '\0';
-    if (own != NULL && own[0] != '\0')
-        kd_strlcpy(latest, own, len);
-    else if (parent != NULL && parent[0] != '\0')
-        parent_checkpoint(c, exp, trial, parent, latest, len);
-    if ((rc = kd_ctrl_trial_secret(c, trial, err)) != 0)
+    json_int_t restarts =
+        json_integer_value(json_object_get(json_object_get(trial, "status"), "restarts"));
+    if (c->store == NULL)
         goto out;
     struct kd_store_experiment se = {
         .uid = kd_k8s_meta_str(exp, "uid"),
@@ -336,8 +328,62 @@ int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial
         .seed = (int64_t)json_integer_value(json_object_get(spec, "seed")),
         .state = "ACTIVE",
     };
-    rc = kd_store_trial_upsert(c->store, &st, &tid, err);
+    if ((rc = kd_store_trial_upsert(c->store, &st, &tid, err)) != 0)
+        goto out;
+    /* The Trial's count is the truth (the reconciler writes it when an attempt fails); the
+     * attempt that starts after a restart brings it to the row. */
+    if (restarts > 0 && restarts < INT_MAX)
+        rc = kd_store_trial_set_restarts(c->store, tid, (int)restarts, err);
 out:
+    return rc;
+}
+
+int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
+                       char *latest, size_t len, char *err)
+{
+    int rc = 0;
+    const json_t *spec = json_object_get(trial, "spec");
+    const char *own = kd_ctrl_str(trial, "status", "latestCheckpoint", "uuid");
+    const char *parent = json_string_value(json_object_get(spec, "parentRequestId"));
+    latest[0] = '\0';
+    if (own != NULL && own[0] != '\0')
+        kd_strlcpy(latest, own, len);
+    else if (parent != NULL && parent[0] != '\0')
+        parent_checkpoint(c, exp, trial, parent, latest, len);
+    if ((rc = kd_ctrl_trial_secret(c, trial, err)) != 0)
+        goto out;
+    rc = kd_ctrl_wire_rows(c, exp, trial, cfg, err);
+out:
+    return rc;
+}
+
+int kd_ctrl_wire_deleted(struct kd_ctrl *c, const json_t *exp, char *err)
+{
+    int rc = 0;
+    int64_t eid = 0;
+    json_t *row = NULL;
+    const char *uid = kd_k8s_meta_str(exp, "uid");
+    if (c->store == NULL || uid == NULL)
+        goto out;
+    rc = kd_store_experiment_lookup(c->store, uid, &eid, err);
+    if (rc == KD_ENOTFOUND) {
+        rc = 0; /* no trial ever started with the store: no row */
+        goto out;
+    }
+    if (rc != 0 || (rc = kd_store_experiment_get(c->store, eid, &row, err)) != 0)
+        goto out;
+    /* An ended experiment keeps its outcome (and ended_at); a live one ends here. */
+    const char *have = json_string_value(json_object_get(row, "state")) ?: "";
+    enum kd_exp_state es;
+    if (strcmp(have, "DELETED") == 0 ||
+        (kd_exp_state_parse(have, &es) && kd_exp_state_terminal(es)))
+        goto out;
+    if ((rc = kd_store_experiment_set_state(c->store, eid, "DELETED", err)) == 0)
+        KD_INFO("experiment marked deleted in the store", "experiment=%s/%s id=%lld",
+                kd_logq(kd_k8s_meta_str(exp, "namespace")), kd_logq(kd_k8s_meta_str(exp, "name")),
+                (long long)eid);
+out:
+    json_decref(row);
     return rc;
 }
 

@@ -33,9 +33,6 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err) KD_WUR;
 /** Stop the API, then close the store. NULL-safe members; idempotent. */
 void kd_ctrl_wire_stop(struct kd_ctrl *c);
 
-/** Whether the API is on (the store is open and the API serves). */
-bool kd_ctrl_api_on(const struct kd_ctrl *c);
-
 /**
  * Ensure the trial's token Secret `<trial>-token` exists, owned by the
  * Trial, with key `token` = kd_api_trial_token(...). An existing Secret is
@@ -53,6 +50,22 @@ int kd_ctrl_trial_secret(struct kd_ctrl *c, const json_t *trial, char *err) KD_W
  */
 int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
                        char *latest, size_t len, char *err) KD_WUR;
+
+/**
+ * The experiment and trial rows in the store (c->store NULL: nothing, 0): the experiment
+ * ACTIVE, the trial ACTIVE with status.restarts. 0 or KD_E* with the cause in err. Blocks.
+ * Thread-safe.
+ */
+int kd_ctrl_wire_rows(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
+                      char *err) KD_WUR;
+
+/**
+ * The experiment is being deleted: its row in the store (when it has one and it has not ended
+ * yet) becomes DELETED, so that it no longer shows as ACTIVE; an ended one keeps its outcome.
+ * The row and its trials stay (`det experiment delete` removes them). c->store NULL: nothing, 0. 0
+ * or KD_E* with the cause in err. Blocks. Thread-safe.
+ */
+int kd_ctrl_wire_deleted(struct kd_ctrl *c, const json_t *exp, char *err) KD_WUR;
 
 /**
  * Record searcher decisions (an array of {"decision","request_id",

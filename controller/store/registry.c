@@ -226,6 +226,22 @@ int kd_store_trial_set_state(struct kd_store *s, int64_t id, const char *state, 
                     2, p, err);
 }
 
+int kd_store_trial_set_restarts(struct kd_store *s, int64_t id, int restarts, char *err)
+{
+    char b[24], rb[24];
+    int rc = check_id("trial_id", id, err);
+    if (rc != 0)
+        return rc;
+    if (restarts < 0)
+        return kd_seterr(err, KD_EINVAL, "restarts: %d is negative", restarts);
+    const char *p[2] = {i64(b, id), i64(rb, restarts)};
+    return exec_one(s, "set trial restarts",
+                    "UPDATE trials SET restarts = greatest(restarts, $2::integer),"
+                    " updated_at = CASE WHEN restarts < $2::integer THEN now() ELSE updated_at END"
+                    " WHERE id = $1::bigint",
+                    2, p, err);
+}
+
 int kd_store_trial_add_restart(struct kd_store *s, int64_t id, int *restarts, char *err)
 {
     char b[24];

@@ -6,7 +6,8 @@
 # KDET_CHECKPOINT_STORAGE, KDET_LENGTH_UNIT); experiment and trial rows are
 # in the store before the pods start. A shell worker drives the searcher
 # through the API (validations → searcher → validateAfter/closed → stop);
-# an early exit ends its trial without a restart.
+# an early exit ends its trial without a restart. The store keeps a trial's
+# restarts, and an experiment deleted while it runs is DELETED there.
 . "$(dirname "$0")/lib.sh"
 need_pg || exit 77
 trap 'stop_pg; finish; exit $?' EXIT
@@ -96,3 +97,25 @@ stop_ctrl
 start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
 check "API serving after a restart" wait_for 20 n_is 2 grep -c 'msg="API serving"' "$T/ctrl.log"
 check "the token key is kept across restarts" test "$(field secret kdet-controller-key '{.data.key}')" = "$key1"
+
+# The store follows the Trials: a trial's restarts, and the end of an experiment deleted live.
+experiment failing '  entrypoint: sh -c "exit 3"
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  max_restarts: 2
+  resources: {slots_per_trial: 1}'
+check "a failing trial ends ERROR after 2 restarts" wait_for 60 trial_state_is failing-1 ERROR
+check "its 2 restarts are in the store" wait_for 10 n_is 2 psqlq \
+    "select t.restarts from trials t join experiments e on e.id = t.experiment_id where e.name = 'failing'"
+experiment sleeper '  entrypoint: sleep 300
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  resources: {slots_per_trial: 1}'
+check "a sleeping trial runs" wait_for 30 trial_state_is sleeper-1 ACTIVE
+check "its experiment is ACTIVE in the store" wait_for 10 n_is ACTIVE psqlq "select state from experiments where name = 'sleeper'"
+kubectl delete exp sleeper --wait=true --timeout=60s >/dev/null 2>&1
+check "deleted while live: DELETED in the store, with its end" wait_for 10 n_is DELETED psqlq \
+    "select state from experiments where name = 'sleeper' and ended_at is not null"
+check "an ended experiment keeps its outcome when deleted" eval \
+    'kubectl delete exp early --wait=true --timeout=30s >/dev/null 2>&1 &&
+     case "$(psqlq "select state from experiments where name = '"'"'early'"'"'")" in COMPLETED | ERROR) true ;; *) false ;; esac'

@@ -132,6 +132,16 @@ static void trials(void **state)
     assert_int_equal(json_array_size(list), 2);
     assert_int_equal(json_integer_value(json_object_get(json_array_get(list, 0), "id")), t1);
     json_decref(list);
+    /* Restarts set from the Trial's count; a lower (stale) count never lowers them. */
+    assert_int_equal(kd_store_trial_set_restarts(s, t2, 5, err), 0);
+    assert_int_equal(kd_store_trial_set_restarts(s, t2, 1, err), 0);
+    assert_int_equal(kd_store_trial_upsert(s, &t, &t2, err), 0); /* an upsert keeps them too */
+    assert_int_equal(kd_store_trial_get(s, t2, &got, err), 0);
+    assert_int_equal(json_integer_value(json_object_get(got, "restarts")), 5);
+    json_decref(got);
+    assert_int_equal(kd_store_trial_set_restarts(s, t2, -1, err), KD_EINVAL);
+    assert_non_null(strstr(err, "restarts"));
+    assert_int_equal(kd_store_trial_set_restarts(s, 987654, 1, err), KD_ENOTFOUND);
     /* A trial of an unknown experiment. */
     t.uid = "orphan";
     t.experiment_id = exp + 100;

@@ -1,0 +1,93 @@
+/*
+ * Small helpers every part of kdet-controller uses (ctrl.h): reading and
+ * writing JSON fields as the API server does, status patches and
+ * conditions, whether this replica acts, and the scheduler's wake-up. They
+ * call nothing else in controller/, so any file may call them.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/time.h"
+#include "ctrl.h"
+
+const char *kd_ctrl_str(const json_t *obj, const char *a, const char *b, const char *c2)
+{
+    const json_t *v = json_object_get(obj, a);
+    if (b != NULL)
+        v = json_object_get(v, b);
+    if (c2 != NULL)
+        v = json_object_get(v, c2);
+    return json_string_value(v);
+}
+
+json_t *kd_ctrl_number(double v)
+{
+    /* The API server decodes a custom resource's numbers into int64 when they are integral and
+     * float64 otherwise, and writes float64 1.0 as 1: jansson's integer 1 and real 1.0 differ. */
+    if (isfinite(v) && v == floor(v) && fabs(v) < 9007199254740992.0)
+        return json_integer((json_int_t)v);
+    return json_real(v);
+}
+
+void kd_ctrl_set_condition(json_t *status, const json_t *old_status, const char *type, bool ok,
+                           const char *reason, const char *message, int64_t generation)
+{
+    char ts[40];
+    const char *st = ok ? "True" : "False";
+    json_t *conds = json_array();
+    const char *ltt = NULL;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(old_status, "conditions"), i, c)
+    {
+        const char *t = json_string_value(json_object_get(c, "type"));
+        if (t != NULL && strcmp(t, type) == 0) {
+            if (strcmp(json_string_value(json_object_get(c, "status")) ?: "", st) == 0)
+                ltt = json_string_value(json_object_get(c, "lastTransitionTime"));
+            continue;
+        }
+        json_array_append(conds, c);
+    }
+    if (ltt == NULL)
+        ltt = kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts));
+    json_array_append_new(conds, json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "type", type, "status", st,
+                                           "observedGeneration", (json_int_t)generation,
+                                           "lastTransitionTime", ltt, "reason", reason, "message",
+                                           message != NULL ? message : ""));
+    json_object_set_new(status, "conditions", conds);
+}
+
+int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const json_t *obj,
+                         json_t *status, char *err)
+{
+    /* The resourceVersion makes the patch conditional: a status computed from a stale cache
+     * gets 409 Conflict (and the key is retried) instead of overwriting a newer one. */
+    json_t *rv = json_object_get(json_object_get(obj, "metadata"), "resourceVersion");
+    json_t *patch =
+        rv != NULL ? json_pack("{s:{s:O},s:O}", "metadata", "resourceVersion", rv, "status", status)
+                   : json_pack("{s:O}", "status", status);
+    int rc = kd_k8s_patch(c->client, gvr, kd_k8s_meta_str(obj, "namespace"),
+                          kd_k8s_meta_str(obj, "name"), "status", KD_K8S_PATCH_MERGE, patch, NULL,
+                          NULL, err);
+    json_decref(patch);
+    return rc;
+}
+
+bool kd_ctrl_acting(struct kd_ctrl *c)
+{
+    return c->leader == NULL ? !c->o.leader_elect : kd_k8s_leader_is_leader(c->leader);
+}
+
+void kd_ctrl_kick(struct kd_ctrl *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->kicked = true;
+    pthread_cond_signal(&c->kick);
+    pthread_mutex_unlock(&c->mu);
+}
+
+bool kd_ctrl_api_on(const struct kd_ctrl *c)
+{
+    return c->api != NULL;
+}
