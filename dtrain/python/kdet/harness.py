@@ -82,7 +82,7 @@ class _Mean:
             self.counts[k] = self.counts.get(k, 0) + 1
 
     def reduce(self, dist):
-        parts = dist.gather((self.sums, self.counts))
+        parts = dist.allgather((self.sums, self.counts))
         sums, counts = {}, {}
         for s, c in parts:
             for k in s:
