@@ -86,11 +86,12 @@ class DistributedContext:
 
     @classmethod
     def from_torch_distributed(cls, chief_ip=None):
-        """From the env torchrun (or kdet-launch) gives each worker."""
+        """From the env torchrun (or kdet-launch) gives each worker; KeyError
+        when it is not there (a script run by hand)."""
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
             if os.environ.get(k) in (None, ""):
-                raise ValueError(f"{k} is not set: from_torch_distributed() needs the env "
-                                 "of torchrun or kdet-launch")
+                raise KeyError(f"{k} is not set: from_torch_distributed() needs the env "
+                               "of torchrun or kdet-launch")
         return cls(chief_ip=chief_ip)
 
     @classmethod
@@ -416,7 +417,10 @@ class SearcherContext:
             op = SearcherOperation(self, length)
             yield op
             if not op.completed:
-                raise RuntimeError(f"{op!r} was not reported completed (op.report_completed)")
+                if core.distributed.is_chief:
+                    raise RuntimeError(f"{op!r} was not reported completed "
+                                       "(op.report_completed)")
+                op.report_completed()  # the chief reports; the others follow it
 
 
 class PreemptContext:
