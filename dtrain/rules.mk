@@ -38,4 +38,5 @@ PY_PKG_SRCS := $(wildcard dtrain/python/kdet/*.py dtrain/python/kdet/*/*.py \
 $(O)/lib/python/%.py: dtrain/python/%.py
 	@mkdir -p $(@D)
 	$(Q)cp $< $@
-ALL_LIBS += $(patsubst dtrain/python/%,$(O)/lib/python/%,$(PY_PKG_SRCS))
+PY_PKG_OUT := $(patsubst dtrain/python/%,$(O)/lib/python/%,$(PY_PKG_SRCS))
+ALL_LIBS += $(PY_PKG_OUT)

@@ -586,6 +586,9 @@ class CheckpointContext:
             metadata.setdefault("trial_id", trial)
         uuid = uuid or str(uuidlib.uuid4())
         ckpt_dir = os.fspath(ckpt_dir)
+        # As Determined does: the metadata travels with the files.
+        with open(os.path.join(ckpt_dir, "metadata.json"), "w") as f:
+            json.dump(metadata, f, indent=2, sort_keys=True)
         store = self._open()
         if store is False:
             dst = os.path.join(self._local_root(), uuid)
@@ -663,11 +666,9 @@ class CheckpointContext:
     def get_metadata(self, storage_id):
         """The checkpoint's metadata (downloads it)."""
         with self.restore_path(storage_id) as p:
-            for name in ("kdet-metadata.json", "kdet-manifest.json"):
-                f = p / name
-                if f.exists():
-                    m = json.loads(f.read_text())
-                    return m.get("metadata", m) if name == "kdet-manifest.json" else m
+            for name in ("metadata.json", "kdet-metadata.json"):
+                if (p / name).exists():
+                    return json.loads((p / name).read_text())
         return {}
 
     def close(self):
