@@ -491,6 +491,26 @@ def test_launch_workers_find_the_package():
 
 
 @case
+def test_editable_install_in_a_venv():
+    # docs/python.md: a venv that sees Debian's torch, then pip install -e
+    # (no network: the system's setuptools builds it).
+    v = os.path.join(tk.tmpdir(), "venv")
+    rc, out = tk.run([tk.PY, "-m", "venv", "--system-site-packages", v], tk.env(), timeout=120)
+    check(rc == 0, out)
+    e = tk.env(PYTHONPATH=None, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    rc, out = tk.run([os.path.join(v, "bin", "pip"), "install", "--no-build-isolation",
+                      "--no-deps", "-e", tk.PYPATH], e, timeout=120)
+    check(rc == 0, out)
+    rc, out = tk.run([os.path.join(v, "bin", "python"), "-c",
+                      "import determined as det; from determined import pytorch; "
+                      "print('from', det.__file__, pytorch.Trainer.__name__)"], e, timeout=60,
+                     cwd="/")
+    want = os.path.join(tk.PYPATH, "determined", "__init__.py")
+    check(rc == 0 and f"from {want} Trainer" in out, out)
+    check(not os.path.exists(os.path.join(tk.PYPATH, "build")), "pip left build/ in the tree")
+
+
+@case
 def test_torchrun_workaround_decision():
     from kdet.launch import TORCHRUN_STD_FIX, torchrun_env
     fix = {"PET_REDIRECTS": TORCHRUN_STD_FIX, "PET_TEE": TORCHRUN_STD_FIX}
