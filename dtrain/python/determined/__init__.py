@@ -10,6 +10,7 @@ import importlib
 from kdet import __version__  # noqa: F401
 from kdet._info import LOG_FORMAT, ClusterInfo, TrialInfo, get_cluster_info  # noqa: F401
 
+__all__ = ["ClusterInfo", "LOG_FORMAT", "TrialInfo", "__version__", "get_cluster_info"]
 _SUBMODULES = ("core", "pytorch", "launch")
 
 

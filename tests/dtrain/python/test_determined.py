@@ -10,7 +10,6 @@ import io
 import json
 import os
 import re
-import sys
 
 import tk
 from tk import case, check

@@ -123,7 +123,8 @@ class Trainer:
         self._context = context
         self._core = context._core
         self._dist = context.distributed
-        self._callbacks = dict(trial.build_callbacks() or {})
+        build = getattr(trial, "build_callbacks", None)
+        self._callbacks = dict((build() if build else None) or {})
         self.batches = 0
         self.last_uuid = None
         self._saved_at = -1
@@ -280,7 +281,7 @@ class Trainer:
         never), at the end of each operation and when preempted. Training
         metrics are reported every reporting_period (default Batch(100))."""
         from kdet.pytorch._context import Batch
-        core, dist, ctx, trial = self._core, self._dist, self._context, self._trial
+        core = self._core
         if checkpoint_policy not in ("best", "all", "none"):
             raise ValueError(f"checkpoint_policy={checkpoint_policy!r}: must be best, all "
                              "or none")
@@ -291,11 +292,7 @@ class Trainer:
             reporting_period = Batch(100)
         if profiling_enabled:
             core.profiler.on()
-        shard = _Shard(trial.build_training_data_loader(), dist.rank, dist.size,
-                       ctx.get_trial_seed(), True)
-        self._epoch_len = ctx._epoch_len = shard.len
-        if shard.len < 1:
-            raise ValueError("the training data loader yields fewer batches than ranks")
+        shard = self._prepare()
         max_b = self._to_batches(max_length, "max_length")
         if test_mode:
             max_b = 1
@@ -303,30 +300,48 @@ class Trainer:
         ckpt_b = self._to_batches(checkpoint_period, "checkpoint_period")
         rep_b = self._to_batches(reporting_period, "reporting_period")
         check_b = max(1, int(os.environ.get("KDET_PREEMPT_EVERY") or 10))
+        try:
+            how = self._run(shard, max_b, val_b, ckpt_b, rep_b, check_b, checkpoint_policy,
+                            latest_checkpoint, step_zero_validation, test_mode)
+        finally:
+            core.profiler.off()
+        print(f"kdet: trial {how} batches_trained={self.batches}"
+              + (f" checkpoint={self.last_uuid}" if self.last_uuid else ""), flush=True)
 
+    def _prepare(self):
+        """This rank's shard of the training data; sets the epoch length."""
+        dist, ctx = self._dist, self._context
+        shard = _Shard(self._trial.build_training_data_loader(), dist.rank, dist.size,
+                       ctx.get_trial_seed(), True)
+        self._epoch_len = ctx._epoch_len = shard.len
+        if shard.len < 1:
+            raise ValueError("the training data loader yields fewer batches than ranks")
+        return shard
+
+    def _run(self, shard, max_b, val_b, ckpt_b, rep_b, check_b, policy, latest_checkpoint=None,
+             step_zero_validation=False, test_mode=False):
+        """Restore, then train until the searcher (or max_b batches, off-cluster)
+        says stop. Returns "stopped" or "preempted". Lengths in batches."""
+        core, ctx = self._core, self._context
         uuid = core.latest_checkpoint if not core.local else None
         uuid = uuid or latest_checkpoint or core.latest_checkpoint
         if uuid:
             self._restore(uuid)
         if core.local:
-            core.searcher._max_length = max_b
+            if max_b is not None:
+                core.searcher._max_length = max_b
             if core.searcher.get_configured_units() != kdet.core.Unit.BATCHES:
                 os.environ["KDET_LENGTH_UNIT"] = "batches"
         self._cb("on_trial_startup", self.batches, uuid)
-        how = "stopped"
         try:
             self._cb("on_training_start")
             for m in ctx.models:
                 m.train()
             if step_zero_validation and self.batches == 0:
                 self._validate(test_mode)
-            how = self._train(shard, max_b, val_b, ckpt_b, rep_b, check_b,
-                              checkpoint_policy, test_mode)
+            return self._train(shard, max_b, val_b, ckpt_b, rep_b, check_b, policy, test_mode)
         finally:
             self._cb("on_trial_shutdown")
-            core.profiler.off()
-        print(f"kdet: trial {how} batches_trained={self.batches}"
-              + (f" checkpoint={self.last_uuid}" if self.last_uuid else ""), flush=True)
 
     def _train(self, shard, max_b, val_b, ckpt_b, rep_b, check_b, policy, test_mode):
         core, dist, ctx, trial = self._core, self._dist, self._context, self._trial
