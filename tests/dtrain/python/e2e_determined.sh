@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Determined's Trainer API on the whole stack: a private PostgreSQL,
+# kdet-local (process kubelet), kdet-controller with its API. The
+# examples/pytorch-fashion-mnist/trainer-api script runs as the trial's
+# entrypoint unchanged (`import determined` found through kdet-launch's
+# PYTHONPATH, nothing set by the experiment): the searcher's 40 batches
+# set the length, metrics and a checkpoint are stored, the experiment
+# COMPLETES. A second experiment is paused after its first training report
+# and resumed: the new pod restores the checkpoint under the trial's name
+# and finishes.
+. "$KD_SRC/e2e/controller/lib.sh"
+need_pg || exit 77
+trap 'stop_pg; finish; exit $?' EXIT
+start_pg || exit 1
+start_local 1 || exit 1 # slots are GPUs: one fake GPU for one trial
+start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
+check "API serving" wait_for 20 grep -q 'msg="API serving"' "$T/ctrl.log"
+mkdir -p "$T/ckpt"
+EX=$KD_SRC/examples/pytorch-fashion-mnist/trainer-api
+
+# trainer_experiment NAME BATCHES
+trainer_experiment() {
+    experiment "$1" "  entrypoint: /usr/bin/python3 $EX/train.py
+  environment:
+    environment_variables: [OMP_NUM_THREADS=1, TMPDIR=$T]
+  hyperparameters:
+    global_batch_size: 32
+    learning_rate: 0.05
+    hidden_units: 32
+    momentum: 0.9
+    gamma: 1.0
+  searcher: {name: single, metric: validation_loss, smaller_is_better: true,
+             max_length: {batches: $2}}
+  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt}
+  max_restarts: 0
+  resources: {slots_per_trial: 1}"
+}
+
+trial_metrics() { # TRIAL KIND: its metric rows' steps, in order
+    psqlq "select string_agg(m.step::text, ' ' order by m.step) from metrics m
+        join trials t on t.id = m.trial_id where t.uid = '$(field trial "$1" '{.metadata.uid}')'
+        and m.kind = '$2'"
+}
+
+trainer_experiment tapi 40
+log "experiment created"
+wait_for 180 eval 'exp_state_is tapi COMPLETED || exp_state_is tapi ERROR'
+check "experiment COMPLETED" exp_state_is tapi COMPLETED
+check "validated at the searcher's 40 batches" test \
+    "$(field trial tapi-1 '{.status.latestValidation.batches}')" = 40
+check "one training row at the end of the operation (reporting_period 100)" test \
+    "$(trial_metrics tapi-1 training)" = 40
+check "validation metrics stored" test "$(trial_metrics tapi-1 validation)" = 40
+check "checkpoint registered at 40" test "$(field trial tapi-1 '{.status.latestCheckpoint.batches}')" = 40
+ck=$(field trial tapi-1 '{.status.latestCheckpoint.uuid}')
+check "checkpoint files in the storage" test -f "$T/ckpt/$ck/state_dict.pth"
+
+trainer_experiment tpause 400
+wait_for 120 n_is 100 trial_metrics tpause-1 training
+check "trained to the first report" test "$(trial_metrics tpause-1 training)" = 100
+kubectl patch exp tpause --type=merge -p '{"spec":{"paused":true}}' >/dev/null
+log "paused"
+check "trial PAUSED" wait_for 60 trial_state_is tpause-1 PAUSED
+check "its pod is gone" wait_for 60 no_pods kdet.io/trial=tpause-1
+at=$(field trial tpause-1 '{.status.latestCheckpoint.batches}')
+check "checkpointed when paused (at $at)" test -n "$at" -a "${at:-0}" -ge 100
+kubectl patch exp tpause --type=merge -p '{"spec":{"paused":false}}' >/dev/null
+log "resumed"
+wait_for 180 eval 'exp_state_is tpause COMPLETED || exp_state_is tpause ERROR'
+check "resumed experiment COMPLETED" exp_state_is tpause COMPLETED
+check "validated at 400" test "$(field trial tpause-1 '{.status.latestValidation.batches}')" = 400
+# A run from scratch would have reported (and checkpointed) batch 100 again.
+check "training continued from the checkpoint" test \
+    "$(trial_metrics tpause-1 training)" = "100 200 300 400"
+check "one checkpoint at $at" test "$(psqlq "select count(*) from checkpoints c join trials t
+    on t.id = c.trial_id where t.uid = '$(field trial tpause-1 '{.metadata.uid}')'
+    and c.steps_completed = $at")" = 1
+check "no early exit recorded" test "$(field trial tpause-1 '{.status.state}')" = COMPLETED
