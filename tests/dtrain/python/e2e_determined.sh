@@ -7,7 +7,8 @@
 # set the length, metrics and a checkpoint are stored, the experiment
 # COMPLETES. A second experiment is paused after its first training report
 # and resumed: the new pod restores the checkpoint under the trial's name
-# and finishes.
+# and finishes. A third runs the Core API example through Determined's
+# `python3 -m determined.launch.torch_distributed` entrypoint (torchrun).
 . "$KD_SRC/e2e/controller/lib.sh"
 need_pg || exit 77
 trap 'stop_pg; finish; exit $?' EXIT
@@ -76,3 +77,25 @@ check "one checkpoint at $at" test "$(psqlq "select count(*) from checkpoints c 
     on t.id = c.trial_id where t.uid = '$(field trial tpause-1 '{.metadata.uid}')'
     and c.steps_completed = $at")" = 1
 check "no early exit recorded" test "$(field trial tpause-1 '{.status.state}')" = COMPLETED
+
+CORE=$KD_SRC/examples/core-api-fashion-mnist
+experiment tcore "  entrypoint: python3 -m determined.launch.torch_distributed /usr/bin/python3 $CORE/train.py
+  environment:
+    environment_variables: [OMP_NUM_THREADS=1, TMPDIR=$T, PET_REDIRECTS=9:3, PET_TEE=9:3]
+  hyperparameters:
+    learning_rate: 0.05
+    hidden_units: 32
+    global_batch_size: 64
+    train_examples: 3200
+    validation_examples: 500
+  searcher: {name: single, metric: validation_loss, smaller_is_better: true,
+             max_length: {batches: 60}}
+  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt}
+  max_restarts: 0
+  resources: {slots_per_trial: 1}"
+log "Core API experiment created"
+wait_for 180 eval 'exp_state_is tcore COMPLETED || exp_state_is tcore ERROR'
+check "Core API experiment COMPLETED" exp_state_is tcore COMPLETED
+check "training reported at 50" test "$(trial_metrics tcore-1 training)" = 50
+check "validated at the searcher's 60 batches" test "$(trial_metrics tcore-1 validation)" = 60
+check "Core API checkpoint at 60" test "$(field trial tcore-1 '{.status.latestCheckpoint.batches}')" = 60
