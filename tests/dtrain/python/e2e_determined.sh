@@ -56,23 +56,24 @@ check "checkpoint registered at 40" test "$(field trial tapi-1 '{.status.latestC
 ck=$(field trial tapi-1 '{.status.latestCheckpoint.uuid}')
 check "checkpoint files in the storage" test -f "$T/ckpt/$ck/state_dict.pth"
 
-trainer_experiment tpause 400
-wait_for 120 n_is 100 trial_metrics tpause-1 training
-check "trained to the first report" test "$(trial_metrics tpause-1 training)" = 100
+# Long enough (1500 batches) that the pause lands mid-training.
+trainer_experiment tpause 1500
+check "trained to a first report" wait_for 120 eval '[ -n "$(trial_metrics tpause-1 training)" ]'
 kubectl patch exp tpause --type=merge -p '{"spec":{"paused":true}}' >/dev/null
 log "paused"
 check "trial PAUSED" wait_for 60 trial_state_is tpause-1 PAUSED
 check "its pod is gone" wait_for 60 no_pods kdet.io/trial=tpause-1
 at=$(field trial tpause-1 '{.status.latestCheckpoint.batches}')
-check "checkpointed when paused (at $at)" test -n "$at" -a "${at:-0}" -ge 100
+check "checkpointed when paused (at $at)" test -n "$at" -a "${at:-0}" -ge 100 -a "${at:-0}" -lt 1500
 kubectl patch exp tpause --type=merge -p '{"spec":{"paused":false}}' >/dev/null
 log "resumed"
 wait_for 180 eval 'exp_state_is tpause COMPLETED || exp_state_is tpause ERROR'
 check "resumed experiment COMPLETED" exp_state_is tpause COMPLETED
-check "validated at 400" test "$(field trial tpause-1 '{.status.latestValidation.batches}')" = 400
-# A run from scratch would have reported (and checkpointed) batch 100 again.
+check "validated at 1500" test "$(field trial tpause-1 '{.status.latestValidation.batches}')" = 1500
+# Reports every 100 batches, each once: a run from scratch would have
+# reported (and checkpointed) the first ones again.
 check "training continued from the checkpoint" test \
-    "$(trial_metrics tpause-1 training)" = "100 200 300 400"
+    "$(trial_metrics tpause-1 training)" = "$(seq -s ' ' 100 100 1500)"
 check "one checkpoint at $at" test "$(psqlq "select count(*) from checkpoints c join trials t
     on t.id = c.trial_id where t.uid = '$(field trial tpause-1 '{.metadata.uid}')'
     and c.steps_completed = $at")" = 1
