@@ -29,3 +29,14 @@ ALL_LIBS += $(O)/lib/libdtrain.a $(O)/lib/libdtrain.so
 # The dtrain tool: bench, check and ckpt (docs/dtrain.md, docs/checkpoints.md).
 DTRAIN_TOOL_SRCS := $(wildcard dtrain/tool/*.c)
 $(eval $(call kd_prog,dtrain,$(DTRAIN_TOOL_SRCS),$(DTRAIN_KD_LIBS),$(DTRAIN_LDLIBS)))
+
+# The Python package (kdet, and determined: its second name), staged as
+# $(O)/lib/python, where kdet-launch ($(O)/bin) puts it on the workers'
+# PYTHONPATH (docs/python.md).
+PY_PKG_SRCS := $(wildcard dtrain/python/kdet/*.py dtrain/python/kdet/*/*.py \
+                 dtrain/python/determined/*.py dtrain/python/determined/*/*.py)
+$(O)/lib/python/%.py: dtrain/python/%.py
+	@mkdir -p $(@D)
+	$(Q)cp $< $@
+PY_PKG_OUT := $(patsubst dtrain/python/%,$(O)/lib/python/%,$(PY_PKG_SRCS))
+ALL_LIBS += $(PY_PKG_OUT)

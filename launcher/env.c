@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,6 +355,76 @@ out:
     return n;
 }
 
+/*
+ * The directory holding the Python package (kdet and determined) when it is
+ * installed next to this program: <bindir>/../lib/python, as libdtrain.so is
+ * <bindir>/../lib/libdtrain.so. NULL when there is none. Caller frees.
+ */
+static char *python_pkg_dir(void)
+{
+    char self[PATH_MAX];
+    char *dir = NULL, *probe = NULL;
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        goto out;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash == NULL)
+        goto out;
+    *slash = '\0'; /* the bin directory */
+    slash = strrchr(self, '/');
+    if (slash == NULL)
+        goto out;
+    *slash = '\0'; /* its parent */
+    dir = kd_xasprintf("%s/lib/python", self[0] ? self : "");
+    probe = kd_xasprintf("%s/kdet/__init__.py", dir);
+    if (access(probe, R_OK) != 0) {
+        free(dir);
+        dir = NULL;
+    }
+out:
+    free(probe);
+    return dir;
+}
+
+/*
+ * PYTHONPATH with dir appended (the user's own entries first, so that a
+ * package they put on it wins), or NULL when dir is NULL or already one of
+ * its entries. Caller frees.
+ */
+static char *python_path_with(const char *old, const char *dir)
+{
+    char *out = NULL;
+    if (dir == NULL)
+        goto out;
+    if (old == NULL || old[0] == '\0') {
+        out = kd_xstrdup(dir);
+        goto out;
+    }
+    size_t dl = strlen(dir);
+    for (const char *p = old;;) {
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        if (len == dl && memcmp(p, dir, dl) == 0)
+            goto out;
+        if (colon == NULL)
+            break;
+        p = colon + 1;
+    }
+    out = kd_xasprintf("%s:%s", old, dir);
+out:
+    return out;
+}
+
+/* The PYTHONPATH workers get, or NULL to leave it as inherited. */
+static char *worker_python_path(void)
+{
+    char *dir = python_pkg_dir();
+    char *v = python_path_with(getenv("PYTHONPATH"), dir);
+    free(dir);
+    return v;
+}
+
 /* The names the launcher sets for each worker; inherited values are dropped. */
 static const char *const worker_keys[] = {
     "RANK",
@@ -390,12 +461,16 @@ char **kd_launch_worker_env(const struct kd_launch_env *e, int nproc, int local_
     for (char **p = environ; p && *p; p++)
         inherited++;
     size_t nkeys = sizeof(worker_keys) / sizeof(worker_keys[0]);
-    char **envp = kd_xcalloc(inherited + nkeys + 2, sizeof(char *));
+    char **envp = kd_xcalloc(inherited + nkeys + 3, sizeof(char *));
+    char *pypath = worker_python_path();
     size_t n = 0;
     for (char **p = environ; p && *p; p++) {
-        if (!is_worker_key(*p))
+        if (!is_worker_key(*p) && !(pypath != NULL && kd_str_has_prefix(*p, "PYTHONPATH=")))
             envp[n++] = kd_xstrdup(*p);
     }
+    if (pypath != NULL)
+        envp[n++] = kd_xasprintf("PYTHONPATH=%s", pypath);
+    free(pypath);
     int world = e->num_nodes * nproc;
     envp[n++] = kd_xasprintf("RANK=%d", e->node_rank * nproc + local_rank);
     envp[n++] = kd_xasprintf("LOCAL_RANK=%d", local_rank);
@@ -434,6 +509,12 @@ int kd_launch_env_export(const struct kd_launch_env *e)
     if (setenv("KDET_GRACE_PERIOD", num, 1) < 0 ||
         setenv("KDET_CHIEF_ADDR", e->chief_addr, 1) < 0 || setenv("KDET_RUN_ID", e->run_id, 1) < 0)
         goto fail;
+    char *pypath = worker_python_path();
+    if (pypath != NULL && setenv("PYTHONPATH", pypath, 1) < 0) {
+        free(pypath);
+        goto fail;
+    }
+    free(pypath);
     goto out;
 fail:
     rc = -errno;

@@ -85,16 +85,19 @@ int kd_launch_nvml_count(void);
  * The environment of worker `local_rank` out of nproc: the launcher's own
  * environment with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
  * GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and the resolved
- * KDET_* values set (replacing any inherited ones), and PYTHONUNBUFFERED=1
- * unless already set. Returns a NULL-terminated array the caller frees with
+ * KDET_* values set (replacing any inherited ones), PYTHONUNBUFFERED=1
+ * unless already set, and the Python package's directory
+ * (<bindir>/../lib/python, when it holds kdet/__init__.py) appended to
+ * PYTHONPATH. Returns a NULL-terminated array the caller frees with
  * kd_launch_envp_free. Aborts on out-of-memory (kd_xmalloc).
  */
 char **kd_launch_worker_env(const struct kd_launch_env *e, int nproc, int local_rank);
 
 /**
  * Export the resolved KDET_* values (node rank, number of nodes, chief
- * address, master port, run id, grace period) into this process's own
- * environment, for the forms that exec an upstream launcher. 0 or -errno.
+ * address, master port, run id, grace period) and the PYTHONPATH workers
+ * get (see kd_launch_worker_env) into this process's own environment, for
+ * the forms that exec an upstream launcher. 0 or -errno.
  */
 int kd_launch_env_export(const struct kd_launch_env *e) KD_WUR;
 

@@ -7,3 +7,7 @@ kdet.harness   python3 -m kdet.harness --trial FILE:CLASS
 kdet.launch    python3 -m kdet.launch.torch_distributed ... (exec kdet-launch)
 """
 __version__ = "0.1.0"
+
+from kdet._info import LOG_FORMAT, ClusterInfo, TrialInfo, get_cluster_info  # noqa: E402,F401
+
+__all__ = ["ClusterInfo", "LOG_FORMAT", "TrialInfo", "__version__", "get_cluster_info"]

@@ -1,25 +1,28 @@
 """python3 -m kdet.harness --trial FILE:CLASS: run a PyTorchTrial under kdet.
 
-Drives the searcher's operations through kdet.core: trains to each
-operation's length (in batches), reports averaged training metrics every
---report-every batches and validation metrics at the end of each
-operation, checkpoints (state_dicts) after each validation and when the
-trial is preempted, and restores $KDET_LATEST_CHECKPOINT at start.
-With WORLD_SIZE > 1 it joins torch.distributed (gloo, env://); each rank
-trains on every WORLD_SIZE-th batch of the loaders, starting at its rank.
+Drives the searcher's operations through kdet.core with the Trainer's
+loop (kdet.pytorch.Trainer): trains to each operation's length, reports
+averaged training metrics every --report-every batches and validation
+metrics at the end of each operation, checkpoints (state_dicts) after
+each validation and when the trial is preempted, and restores
+$KDET_LATEST_CHECKPOINT at start. With WORLD_SIZE > 1 it joins
+torch.distributed (gloo, env://); each rank trains on every
+WORLD_SIZE-th batch of a torch DataLoader, starting at its rank (whole
+rounds only), or on its DistributedSampler shard of a
+kdet.pytorch.DataLoader.
 """
 import argparse
 import importlib
 import importlib.util
-import math
 import os
 import signal
 import sys
 
 import kdet.core
-from kdet.pytorch import PyTorchTrialContext
+from kdet.pytorch import PyTorchTrialContext, Trainer
+from kdet.pytorch._trainer import STATE_FILE
 
-STATE_FILE = "state_dict.pth"
+__all__ = ["Harness", "STATE_FILE", "load_trial_class", "main"]
 
 
 def load_trial_class(spec):
@@ -51,69 +54,12 @@ def load_trial_class(spec):
     return obj
 
 
-def _scalar(v):
-    if hasattr(v, "detach"):
-        v = v.detach()
-        if v.numel() != 1:
-            return None
-        return float(v.item())
-    if isinstance(v, bool):
-        return float(v)
-    if isinstance(v, (int, float)):
-        return float(v)
-    return None
-
-
-class _Mean:
-    """Per-name sums and counts of scalar metrics, averaged across ranks."""
-
-    def __init__(self):
-        self.sums, self.counts = {}, {}
-
-    def add(self, metrics):
-        if not isinstance(metrics, dict):
-            raise TypeError(f"train_batch/evaluate_batch must return a dict, got "
-                            f"{type(metrics).__name__}")
-        for k, v in metrics.items():
-            x = _scalar(v)
-            if x is None:
-                continue
-            self.sums[k] = self.sums.get(k, 0.0) + x
-            self.counts[k] = self.counts.get(k, 0) + 1
-
-    def reduce(self, dist):
-        parts = dist.gather((self.sums, self.counts))
-        sums, counts = {}, {}
-        for s, c in parts:
-            for k in s:
-                sums[k] = sums.get(k, 0.0) + s[k]
-                counts[k] = counts.get(k, 0) + c[k]
-        self.sums, self.counts = {}, {}
-        return {k: (sums[k] / counts[k] if counts[k] else math.nan) for k in sorted(sums)}
-
-
-def _shard(loader, rank, size):
-    for i, batch in enumerate(loader):
-        if i % size == rank:
-            yield batch
-
-
-def _train_batches(loader, rank, size, skip):
-    """(batch, epoch_idx) forever, this rank's shard, after `skip` batches."""
-    epoch, n = 0, 0
-    while True:
-        got = False
-        for batch in _shard(loader, rank, size):
-            got = True
-            if n >= skip:
-                yield batch, epoch
-            n += 1
-        if not got:
-            raise ValueError("the training data loader yields fewer batches than ranks")
-        epoch += 1
-
-
 class Harness:
+    """A trial class run by the Trainer's loop (kdet.pytorch.Trainer) with
+    the harness's settings: training reports every report_every batches,
+    preemption checks every preempt_every, validation and a checkpoint at
+    the end of each searcher operation only."""
+
     def __init__(self, trial_cls, core, report_every=10, preempt_every=10):
         import torch
         self.core = core
@@ -125,90 +71,28 @@ class Harness:
         torch.manual_seed(core.trial_seed)
         self.context = PyTorchTrialContext(core)
         self.trial = trial_cls(self.context)
-        self.batches = 0
-        self.saved_at = -1
-        self.last_uuid = None
+        self.trainer = Trainer(self.trial, self.context)
 
-    # Checkpoints ---------------------------------------------------------
+    @property
+    def batches(self):
+        return self.trainer.batches
+
+    @property
+    def last_uuid(self):
+        return self.trainer.last_uuid
+
     def save(self):
-        import torch
-        if self.saved_at == self.batches:
-            return self.last_uuid
-        uuid = None
-        if self.dist.is_chief:
-            meta = {"steps_completed": self.batches, "framework": "torch", "format": "pickle"}
-            with self.core.checkpoint.store_path(meta) as (path, uuid):
-                state = self.context.state_dict()
-                state["batches_trained"] = self.batches
-                torch.save(state, os.path.join(path, STATE_FILE))
-                if hasattr(self.trial, "save_extra"):
-                    self.trial.save_extra(path)
-        self.last_uuid = self.dist.broadcast(uuid)
-        self.saved_at = self.batches
-        return self.last_uuid
+        return self.trainer._save()
 
     def restore(self, uuid):
-        import torch
-        with self.core.checkpoint.restore_path(uuid) as path:
-            state = torch.load(os.path.join(path, STATE_FILE), map_location="cpu")
-            self.context.load_state_dict(state)
-            if hasattr(self.trial, "load_extra"):
-                self.trial.load_extra(path)
-        self.batches = int(state.get("batches_trained", 0))
-        self.saved_at = self.batches
-        self.last_uuid = uuid
-        print(f"kdet: restored checkpoint uuid={uuid} batches_trained={self.batches}",
-              flush=True)
-
-    # Training ------------------------------------------------------------
-    def validate(self):
-        import torch
-        for m in self.context.models:
-            m.eval()
-        mean = _Mean()
-        with torch.no_grad():
-            for batch in _shard(self.trial.build_validation_data_loader(), self.dist.rank,
-                                self.dist.size):
-                mean.add(self.trial.evaluate_batch(self.context.to_device(batch)))
-        for m in self.context.models:
-            m.train()
-        return mean.reduce(self.dist)
+        self.trainer._restore(uuid)
 
     def run(self):
         """Train until the searcher says stop or the trial is preempted.
         Returns "stopped" or "preempted"."""
-        if self.core.latest_checkpoint:
-            self.restore(self.core.latest_checkpoint)
-        loader = self.trial.build_training_data_loader()
-        it = _train_batches(loader, self.dist.rank, self.dist.size, self.batches)
-        train_mean = _Mean()
-        for m in self.context.models:
-            m.train()
-        for op in self.core.searcher.operations(completed=self.batches):
-            while self.batches < op.length:
-                batch, epoch = next(it)
-                metrics = self.trial.train_batch(self.context.to_device(batch), epoch,
-                                                 self.batches)
-                train_mean.add(metrics)
-                self.batches += 1
-                if self.batches % self.report_every == 0 or self.batches == op.length:
-                    self.core.train.report_training_metrics(self.batches,
-                                                            train_mean.reduce(self.dist))
-                if self.batches % self.preempt_every == 0 and \
-                        self.core.preempt.should_preempt():
-                    self.save()
-                    return "preempted"
-            val = self.validate()
-            self.core.train.report_validation_metrics(self.batches, val)
-            self.save()
-            metric = os.environ.get("KDET_SEARCHER_METRIC")
-            op.report_completed(val.get(metric) if metric else None)
-            if self.core.preempt.should_preempt():
-                return "preempted"
-        if self.core.preempt.should_preempt():
-            self.save()
-            return "preempted"
-        return "stopped"
+        shard = self.trainer._prepare()
+        return self.trainer._run(shard, None, None, None, self.report_every,
+                                 self.preempt_every, "none")
 
 
 def main(argv=None):

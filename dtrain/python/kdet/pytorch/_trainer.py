@@ -1,0 +1,470 @@
+"""det.pytorch.init() and Trainer: the training loop of a PyTorchTrial.
+
+    with det.pytorch.init() as train_context:
+        trial = MyTrial(train_context)
+        trainer = det.pytorch.Trainer(trial, train_context)
+        trainer.fit(max_length=det.pytorch.Epoch(1),
+                    validation_period=det.pytorch.Batch(100))
+
+Lengths are counted in batches: one batch is one step of every rank
+together; Epoch(n) is n times the batches in this rank's shard of the
+training data. Under the controller the searcher's operations decide how
+far to train (their unit from KDET_LENGTH_UNIT); off-cluster fit's
+max_length does. Each operation ends with a validation, a checkpoint and
+op.report_completed.
+"""
+import atexit
+import contextlib
+import math
+import os
+import signal
+import sys
+
+import kdet.core
+from kdet.pytorch._context import (DataLoader, Epoch, LRScheduler, PyTorchTrialContext,
+                                   Reducer, TrainUnit, _overrides, _takes_batch_idx,
+                                   seed_everything)
+
+STATE_FILE = "state_dict.pth"
+
+
+def _scalar(v):
+    if hasattr(v, "detach"):
+        v = v.detach()
+        if v.numel() != 1:
+            return None
+        return float(v.item())
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if hasattr(v, "item") and getattr(v, "size", 0) == 1:
+        return float(v.item())
+    return None
+
+
+class _Metrics:
+    """Per-name reductions of scalar metrics over batches and ranks."""
+
+    def __init__(self, reducer=Reducer.AVG):
+        self.reducer = reducer
+        self.vals = {}
+
+    def _how(self, name):
+        r = self.reducer
+        if isinstance(r, dict):
+            r = r.get(name, Reducer.AVG)
+        return Reducer(r)
+
+    def add(self, metrics):
+        if not isinstance(metrics, dict):
+            raise TypeError(f"train_batch/evaluate_batch must return a dict (or a loss "
+                            f"tensor), got {type(metrics).__name__}")
+        for k, v in metrics.items():
+            x = _scalar(v)
+            if x is not None:
+                self.vals.setdefault(k, []).append(x)
+
+    def reduce(self, dist):
+        """The reduced metrics (a collective: every rank calls it)."""
+        parts = dist.allgather({k: (sum(v), len(v), max(v), min(v))
+                                for k, v in self.vals.items()})
+        self.vals = {}
+        out = {}
+        for k in sorted({k for p in parts for k in p}):
+            got = [p[k] for p in parts if k in p]
+            how = self._how(k)
+            if how == Reducer.SUM:
+                out[k] = sum(g[0] for g in got)
+            elif how == Reducer.MAX:
+                out[k] = max(g[2] for g in got)
+            elif how == Reducer.MIN:
+                out[k] = min(g[3] for g in got)
+            else:
+                n = sum(g[1] for g in got)
+                out[k] = sum(g[0] for g in got) / n if n else math.nan
+        return out
+
+
+class _Shard:
+    """This rank's batches of a loader: a det.pytorch.DataLoader through a
+    DistributedSampler, a torch DataLoader by striding (batch i goes to
+    rank i % size, whole rounds only, so every rank has as many)."""
+
+    def __init__(self, loader, rank, size, seed, whole_rounds):
+        self.loader, self.rank, self.size, self.seed = loader, rank, size, seed
+        if isinstance(loader, DataLoader):
+            self.len = len(loader.get_data_loader(rank, size, seed))
+        else:
+            n = len(loader)
+            self.len = n // size if whole_rounds else len(range(rank, n, size))
+        self._whole = whole_rounds
+
+    def epoch(self, e):
+        if isinstance(self.loader, DataLoader):
+            yield from self.loader.get_data_loader(self.rank, self.size, self.seed, e)
+            return
+        stop = self.len * self.size if self._whole else None
+        for i, b in enumerate(self.loader):
+            if stop is not None and i >= stop:
+                break
+            if i % self.size == self.rank:
+                yield b
+
+
+class Trainer:
+    """Runs a PyTorchTrial: Trainer(trial, context).fit(...)."""
+
+    def __init__(self, trial, context):
+        if not isinstance(context, PyTorchTrialContext):
+            raise TypeError("Trainer(trial, context): context must come from "
+                            "det.pytorch.init()")
+        self._trial = trial
+        self._context = context
+        self._core = context._core
+        self._dist = context.distributed
+        build = getattr(trial, "build_callbacks", None)
+        self._callbacks = dict((build() if build else None) or {})
+        self.batches = 0
+        self.last_uuid = None
+        self._saved_at = -1
+        self._validated_at = -1
+        self._best = None
+        self._val_metrics = None
+
+    # helpers ------------------------------------------------------------
+    def _cb(self, hook, *args):
+        for cb in self._callbacks.values():
+            getattr(cb, hook)(*args)
+
+    def _to_batches(self, unit, name):
+        if unit is None:
+            return None
+        if not isinstance(unit, TrainUnit):
+            raise TypeError(f"{name}={unit!r}: must be det.pytorch.Batch(n) or Epoch(n)")
+        return unit.value * self._epoch_len if isinstance(unit, Epoch) else unit.value
+
+    def _searcher_conf(self):
+        s = self._context.get_experiment_config().get("searcher") or {}
+        metric = os.environ.get("KDET_SEARCHER_METRIC") or s.get("metric") or "validation_loss"
+        return metric, bool(s.get("smaller_is_better", True))
+
+    def _op_batches(self, length, fallback):
+        """An operation's length (in the searcher's unit) in batches."""
+        if length is None or length <= 0:
+            return fallback
+        unit = self._core.searcher.get_configured_units()
+        if unit == kdet.core.Unit.EPOCHS:
+            return length * self._epoch_len
+        if unit == kdet.core.Unit.RECORDS:
+            return -(-length // self._context.get_global_batch_size())
+        return length
+
+    def _units_done(self):
+        """Batches trained, in the searcher's unit (what operations() counts)."""
+        unit = self._core.searcher.get_configured_units()
+        if unit == kdet.core.Unit.EPOCHS:
+            return self.batches // self._epoch_len
+        if unit == kdet.core.Unit.RECORDS:
+            return self.batches * self._context.get_global_batch_size()
+        return self.batches
+
+    # checkpoints --------------------------------------------------------
+    def _save(self):
+        import torch
+        if self._saved_at == self.batches:
+            return self.last_uuid
+        state = self._context.state_dict()
+        state["batches_trained"] = self.batches
+        state["callbacks"] = {k: cb.state_dict() for k, cb in self._callbacks.items()}
+        self._cb("on_checkpoint_save_start", state)
+        uuid = None
+        if self._dist.is_chief:
+            meta = {"steps_completed": self.batches, "framework": f"torch-{torch.__version__}",
+                    "format": "pickle"}
+            with self._core.checkpoint.store_path(meta) as (path, uuid):
+                torch.save(state, os.path.join(path, STATE_FILE))
+                if hasattr(self._trial, "save_extra"):
+                    self._trial.save_extra(path)
+                self._cb("on_checkpoint_write_end", str(path))
+        self.last_uuid = self._dist.broadcast(uuid)
+        self._cb("on_checkpoint_upload_end", self.last_uuid)
+        self._saved_at = self.batches
+        return self.last_uuid
+
+    def _restore(self, uuid):
+        import torch
+        with self._core.checkpoint.restore_path(uuid) as path:
+            state = torch.load(os.path.join(path, STATE_FILE), map_location="cpu")
+            self._cb("on_checkpoint_load_start", state)
+            self._context.load_state_dict(state)
+            for k, s in (state.get("callbacks") or {}).items():
+                if k in self._callbacks:
+                    self._callbacks[k].load_state_dict(s)
+            if hasattr(self._trial, "load_extra"):
+                self._trial.load_extra(path)
+        self.batches = int(state.get("batches_trained", 0))
+        self._saved_at = self.batches
+        self.last_uuid = uuid
+        print(f"kdet: restored checkpoint uuid={uuid} batches_trained={self.batches}",
+              flush=True)
+
+    # validation ---------------------------------------------------------
+    def _validate(self, test_mode=False):
+        import torch
+        trial, ctx, dist = self._trial, self._context, self._dist
+        self._cb("on_validation_start")
+        for m in ctx.models:
+            m.eval()
+        for _, r in ctx.reducers:
+            r.reset()
+        loader = trial.build_validation_data_loader()
+        with torch.no_grad():
+            if _overrides(trial, "evaluate_full_dataset") and \
+                    not _overrides(trial, "evaluate_batch"):
+                metrics = None
+                if dist.is_chief:
+                    if isinstance(loader, DataLoader):
+                        loader = loader.get_data_loader()
+                    metrics = {k: _scalar(v) if _scalar(v) is not None else v
+                               for k, v in trial.evaluate_full_dataset(loader).items()}
+                metrics = dist.broadcast(metrics)
+            else:
+                acc = _Metrics(trial.evaluation_reducer())
+                with_idx = _takes_batch_idx(trial.evaluate_batch)
+                shard = _Shard(loader, dist.rank, dist.size, ctx.get_trial_seed(), False)
+                for i, batch in enumerate(shard.epoch(0)):
+                    batch = ctx.to_device(batch)
+                    out = (trial.evaluate_batch(batch, batch_idx=i) if with_idx
+                           else trial.evaluate_batch(batch))
+                    acc.add(out)
+                    if test_mode:
+                        break
+                metrics = acc.reduce(dist)
+                for name, r in ctx.reducers:
+                    v = r.cross_slot_reduce(dist.allgather(r.per_slot_reduce()))
+                    if name is None:
+                        if not isinstance(v, dict):
+                            raise TypeError("a reducer wrapped without a name must return "
+                                            "a dict of metrics")
+                        metrics.update(v)
+                    else:
+                        metrics[name] = v
+        for m in ctx.models:
+            m.train()
+        self._core.train.report_validation_metrics(self.batches, metrics)
+        self._validated_at = self.batches
+        self._val_metrics = metrics
+        self._cb("on_validation_end", metrics)
+        return metrics
+
+    def _is_best(self, metrics):
+        name, smaller = self._searcher_conf()
+        v = metrics.get(name)
+        if not isinstance(v, (int, float)) or math.isnan(v):
+            return False
+        if self._best is None or (v < self._best if smaller else v > self._best):
+            self._best = v
+            return True
+        return False
+
+    # the loop -----------------------------------------------------------
+    def fit(self, checkpoint_period=None, validation_period=None, max_length=None,
+            reporting_period=None, checkpoint_policy="best", latest_checkpoint=None,
+            step_zero_validation=False, test_mode=False, profiling_enabled=False):
+        """Train: under the controller until the searcher says stop (its
+        operations give the lengths; max_length is used when an operation
+        has none), off-cluster to max_length (required). Validates every
+        validation_period and at the end of each operation, checkpoints
+        every checkpoint_period, after validations (checkpoint_policy
+        "best": when the searcher's metric improved, "all": always, "none":
+        never), at the end of each operation and when preempted. Training
+        metrics are reported every reporting_period (default Batch(100))."""
+        from kdet.pytorch._context import Batch
+        core = self._core
+        if checkpoint_policy not in ("best", "all", "none"):
+            raise ValueError(f"checkpoint_policy={checkpoint_policy!r}: must be best, all "
+                             "or none")
+        if core.local and max_length is None and not test_mode:
+            raise ValueError("fit(max_length=...) is required off-cluster (no "
+                             "KDET_CONTROLLER_URL): e.g. det.pytorch.Epoch(1)")
+        if reporting_period is None:
+            reporting_period = Batch(100)
+        if profiling_enabled:
+            core.profiler.on()
+        shard = self._prepare()
+        max_b = self._to_batches(max_length, "max_length")
+        if test_mode:
+            max_b = 1
+        val_b = self._to_batches(validation_period, "validation_period")
+        ckpt_b = self._to_batches(checkpoint_period, "checkpoint_period")
+        rep_b = self._to_batches(reporting_period, "reporting_period")
+        check_b = max(1, int(os.environ.get("KDET_PREEMPT_EVERY") or 10))
+        try:
+            how = self._run(shard, max_b, val_b, ckpt_b, rep_b, check_b, checkpoint_policy,
+                            latest_checkpoint, step_zero_validation, test_mode)
+        finally:
+            core.profiler.off()
+        print(f"kdet: trial {how} batches_trained={self.batches}"
+              + (f" checkpoint={self.last_uuid}" if self.last_uuid else ""), flush=True)
+
+    def _prepare(self):
+        """This rank's shard of the training data; sets the epoch length."""
+        dist, ctx = self._dist, self._context
+        shard = _Shard(self._trial.build_training_data_loader(), dist.rank, dist.size,
+                       ctx.get_trial_seed(), True)
+        self._epoch_len = ctx._epoch_len = shard.len
+        if shard.len < 1:
+            raise ValueError("the training data loader yields fewer batches than ranks")
+        return shard
+
+    def _run(self, shard, max_b, val_b, ckpt_b, rep_b, check_b, policy, latest_checkpoint=None,
+             step_zero_validation=False, test_mode=False):
+        """Restore, then train until the searcher (or max_b batches, off-cluster)
+        says stop. Returns "stopped" or "preempted". Lengths in batches."""
+        core, ctx = self._core, self._context
+        uuid = core.latest_checkpoint if not core.local else None
+        uuid = uuid or latest_checkpoint or core.latest_checkpoint
+        if uuid:
+            self._restore(uuid)
+        if core.local:
+            if max_b is not None:
+                core.searcher._max_length = max_b
+            if core.searcher.get_configured_units() != kdet.core.Unit.BATCHES:
+                os.environ["KDET_LENGTH_UNIT"] = "batches"
+        self._cb("on_trial_startup", self.batches, uuid)
+        try:
+            self._cb("on_training_start")
+            for m in ctx.models:
+                m.train()
+            if step_zero_validation and self.batches == 0:
+                self._validate(test_mode)
+            return self._train(shard, max_b, val_b, ckpt_b, rep_b, check_b, policy, test_mode)
+        finally:
+            self._cb("on_trial_shutdown")
+
+    def _train(self, shard, max_b, val_b, ckpt_b, rep_b, check_b, policy, test_mode):
+        core, dist, ctx, trial = self._core, self._dist, self._context, self._trial
+        train = _Metrics()
+        batch_metrics = []
+        epoch_len = shard.len
+        it = None
+        for op in core.searcher.operations(completed=self._units_done()):
+            target = self._op_batches(op.length, max_b)
+            if target is None:
+                raise ValueError("the searcher gave no length and fit() has no max_length")
+            while self.batches < target:
+                if it is None:
+                    it = self._batches(shard, self.batches)
+                batch, epoch_idx = next(it)
+                ctx._current_batch = self.batches
+                if self.batches % epoch_len == 0:
+                    self._cb("on_training_epoch_start", epoch_idx)
+                out = trial.train_batch(ctx.to_device(batch), epoch_idx, self.batches)
+                if hasattr(out, "detach"):
+                    out = {"loss": out}
+                train.add(out)
+                batch_metrics.append({k: _scalar(v) for k, v in out.items()
+                                      if _scalar(v) is not None})
+                self.batches += 1
+                for s in ctx.lr_schedulers:
+                    if s._step_mode == LRScheduler.StepMode.STEP_EVERY_BATCH and \
+                            self.batches % s._frequency == 0:
+                        s.step()
+                if self.batches % epoch_len == 0:
+                    self._cb("on_training_epoch_end", epoch_idx)
+                    for s in ctx.lr_schedulers:
+                        if s._step_mode == LRScheduler.StepMode.STEP_EVERY_EPOCH and \
+                                (epoch_idx + 1) % s._frequency == 0:
+                            s.step()
+                if self.batches % rep_b == 0 or self.batches == target:
+                    avg = train.reduce(dist)
+                    core.train.report_training_metrics(self.batches, avg)
+                    self._cb("on_training_workload_end", avg, batch_metrics)
+                    batch_metrics = []
+                if val_b and self.batches % val_b == 0 and self.batches < target:
+                    m = self._validate(test_mode)
+                    if policy == "all" or (policy == "best" and self._is_best(m)):
+                        self._save()
+                if ckpt_b and self.batches % ckpt_b == 0 and self.batches < target:
+                    self._save()
+                if self.batches % check_b == 0 or self.batches == target:
+                    stop = any(dist.allgather(ctx._stop_requested))
+                    if stop or core.preempt.should_preempt():
+                        self._save()
+                        return "stopped" if stop else "preempted"
+            if self._validated_at != self.batches:
+                m = self._validate(test_mode)
+                if policy == "best":
+                    self._is_best(m)
+            self._save()
+            name, _ = self._searcher_conf()
+            op.report_completed((self._val_metrics or {}).get(name))
+            if core.preempt.should_preempt():
+                return "preempted"
+        if core.preempt.should_preempt():
+            self._save()
+            return "preempted"
+        return "stopped"
+
+    @staticmethod
+    def _batches(shard, skip):
+        """(batch, epoch_idx) from batch `skip` on, epoch after epoch."""
+        e, off = divmod(skip, shard.len)
+        while True:
+            for j, b in enumerate(shard.epoch(e)):
+                if j >= off:
+                    yield b, e
+            off = 0
+            e += 1
+
+
+def _exit_without_teardown():
+    """PyTorch 1.13 can deadlock tearing down a gloo process group that
+    DistributedDataParallel holds (~ProcessGroupGloo joins a worker thread
+    that waits for the GIL the destructor holds), at interpreter exit.
+    With several ranks, leave with os._exit once the script is done: 1
+    after an uncaught exception, else 0."""
+    state = {"failed": False}
+    prev = sys.excepthook
+
+    def hook(t, v, tb):
+        state["failed"] = True
+        prev(t, v, tb)
+
+    def leave():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1 if state["failed"] else 0)
+
+    sys.excepthook = hook
+    atexit.register(leave)
+
+
+@contextlib.contextmanager
+def init(*, hparams=None, exp_conf=None, distributed=None, aggregation_frequency=1,
+         enable_tensorboard_logging=True):
+    """with det.pytorch.init() as context: a PyTorchTrialContext over a
+    kdet.core context (the controller when KDET_CONTROLLER_URL is set, else
+    local mode). hparams and exp_conf replace the trial's (off-cluster they
+    are the only source besides KDET_HPARAMS). Seeds torch, random and
+    numpy with the trial seed; SIGTERM asks the Trainer to checkpoint and
+    stop."""
+    core = kdet.core.init(distributed=distributed)
+    with core:
+        if core.distributed.size > 1:
+            core.distributed._group()
+        seed_everything(core.trial_seed)
+        ctx = PyTorchTrialContext(core, hparams=hparams, exp_conf=exp_conf,
+                                  aggregation_frequency=aggregation_frequency,
+                                  enable_tensorboard_logging=enable_tensorboard_logging)
+        old = signal.signal(signal.SIGTERM, lambda *_: core.preempt.signal())
+        try:
+            yield ctx
+        finally:
+            signal.signal(signal.SIGTERM, old)
+    if core.distributed.size > 1:
+        import torch.distributed as tdist
+        if tdist.is_initialized():
+            tdist.barrier()  # every rank is done with collectives
+            _exit_without_teardown()
