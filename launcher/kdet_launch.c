@@ -127,6 +127,31 @@ static int horovod_peer_wait(const struct kd_launch_env *e)
     return 0;
 }
 
+/*
+ * torchrun of torch 1.x cannot parse its own default --redirects/--tee
+ * ("0") on Python 3.11 and newer (Std.from_str returns None there), so it
+ * fails before starting a worker. It reads the defaults from PET_REDIRECTS
+ * and PET_TEE: "9:3" parses on every Python and redirects only a local
+ * rank 9, like "0" for every rank below. Kept when the environment or the
+ * overrides choose them (dtrain/python/kdet/launch does the same for
+ * `python3 -m determined.launch.torch_distributed`).
+ */
+static void torchrun_std_workaround(const struct kd_launch_args *a)
+{
+    static const char *const opts[][3] = {{"PET_REDIRECTS", "--redirects", "-r"},
+                                          {"PET_TEE", "--tee", "-t"}};
+    for (size_t k = 0; k < 2; k++) {
+        bool given = false;
+        for (int i = 0; i < a->noverrides && !given; i++) {
+            const char *o = a->overrides[i];
+            size_t n = strlen(opts[k][1]);
+            given = strcmp(o, opts[k][2]) == 0 || strncmp(o, opts[k][1], n) == 0;
+        }
+        if (!given)
+            setenv(opts[k][0], "9:3", 0);
+    }
+}
+
 static int exec_upstream(const struct kd_launch_args *a, struct kd_launch_env *e, int nproc,
                          const char *src)
 {
@@ -162,6 +187,8 @@ static int exec_upstream(const struct kd_launch_args *a, struct kd_launch_env *e
         code = 1;
         goto out;
     }
+    if (a->form == KD_FORM_TORCH)
+        torchrun_std_workaround(a);
     line = join_argv(argv);
     KD_INFO("exec upstream launcher",
             "launcher=%s nproc=%d nproc_source=%s node_rank=%d "

@@ -51,6 +51,13 @@ KDET_MASTER_PORT=$(free_port) "$B/kdet-launch" --nproc 2 torch_distributed "${ov
 RC=$?
 result "torch_distributed form through torchrun"
 
+# Without overrides: kdet-launch sets PET_REDIRECTS/PET_TEE to values torchrun
+# parses on every Python, so the form works as a Determined config writes it.
+KDET_MASTER_PORT=$(free_port) "$B/kdet-launch" --nproc 2 torch_distributed -- \
+    "$PY" "$script" > "$T/out" 2> "$T/err"
+RC=$?
+result "torch_distributed form without overrides (PET_REDIRECTS/PET_TEE set by kdet-launch)"
+
 left=$(pgrep -f "$script")
 if [ -n "$left" ]; then
     echo "FAIL processes left: $left"
