@@ -65,8 +65,8 @@ struct kd_http_req {
     const char *path;
     struct kd_buf body;
     bool too_big;
-    bool close;       /* answer with Connection: close */
-    const void *ctx;  /* from the authorize hook */
+    bool close;      /* answer with Connection: close */
+    const void *ctx; /* from the authorize hook */
     struct arena_block *arena;
     struct MHD_Response *resp;
     int status;
@@ -336,8 +336,8 @@ static void printable(const char *s, char *out, size_t outlen)
  * The verdict on a request head: 0 when it may be served, else the HTTP
  * status to answer with (then close), and why.
  */
-static int screen_head(const char *version, const struct head_line *h, size_t n,
-                       size_t max_headers, char *why, size_t whylen)
+static int screen_head(const char *version, const struct head_line *h, size_t n, size_t max_headers,
+                       char *why, size_t whylen)
 {
     int status = 0;
     const char *cl = NULL, *te = NULL;
@@ -370,13 +370,15 @@ static int screen_head(const char *version, const struct head_line *h, size_t n,
     }
     status = 400;
     if (ncl > 1) {
-        snprintf(why, whylen, "more than one Content-Length header: the body's length is ambiguous");
+        snprintf(why, whylen,
+                 "more than one Content-Length header: the body's length is ambiguous");
     } else if (nte > 1) {
         snprintf(why, whylen, "more than one Transfer-Encoding header");
     } else if (cl != NULL && te != NULL) {
         snprintf(why, whylen,
                  "both Content-Length and Transfer-Encoding: the body's length is ambiguous");
-    } else if (cl != NULL && (cl[0] == '\0' || strlen(cl) > 18 || strspn(cl, "0123456789") != strlen(cl))) {
+    } else if (cl != NULL &&
+               (cl[0] == '\0' || strlen(cl) > 18 || strspn(cl, "0123456789") != strlen(cl))) {
         printable(cl, shown, sizeof(shown));
         snprintf(why, whylen, "Content-Length \"%s\" is not a decimal number", shown);
     } else if (te != NULL && version != NULL && strcmp(version, "HTTP/1.0") == 0) {
@@ -410,8 +412,8 @@ static int screen_target(const char *raw, char *why, size_t whylen)
     why[0] = '\0';
     for (size_t i = 0; raw[i] != '\0' && status == 0; i++) {
         unsigned c = (unsigned char)raw[i];
-        bool enc = c == '%' && isxdigit((unsigned char)raw[i + 1]) &&
-                   isxdigit((unsigned char)raw[i + 2]);
+        bool enc =
+            c == '%' && isxdigit((unsigned char)raw[i + 1]) && isxdigit((unsigned char)raw[i + 2]);
         if (c == '?')
             query = true;
         if (c <= 0x20 || c == 0x7f) {
@@ -434,9 +436,9 @@ static int screen_target(const char *raw, char *why, size_t whylen)
 
 static void respond_status(struct kd_http_req *r, int code, const char *reason, const char *msg)
 {
-    json_t *j = json_pack("{s:s,s:s,s:{},s:s,s:s,s:s,s:i}", "kind", "Status", "apiVersion", "v1",
-                          "metadata", "status", "Failure", "message", msg, "reason", reason,
-                          "code", code);
+    json_t *j =
+        json_pack("{s:s,s:s,s:{},s:s,s:s,s:s,s:i}", "kind", "Status", "apiVersion", "v1",
+                  "metadata", "status", "Failure", "message", msg, "reason", reason, "code", code);
     kd_http_respond_json(r, code, j);
     json_decref(j);
 }

@@ -145,7 +145,10 @@ static void test_screen_head_table(void **state)
         {"HTTP/1.1", {{"Transfer-Encoding", "chunked"}, {"content-length", "5"}}, 2, 400, "both"},
         {"HTTP/1.1", {{"Content-Length", "5"}, {"Content-Length", "6"}}, 2, 400, "more than one"},
         {"HTTP/1.1", {{"Content-Length", "5"}, {"Content-Length", "5"}}, 2, 400, "more than one"},
-        {"HTTP/1.1", {{"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "chunked"}}, 2, 400,
+        {"HTTP/1.1",
+         {{"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "chunked"}},
+         2,
+         400,
          "more than one Transfer-Encoding"},
         {"HTTP/1.1", {{"Content-Length", "5, 5"}}, 1, 400, "not a decimal number"},
         {"HTTP/1.1", {{"Content-Length", ""}}, 1, 400, "not a decimal number"},
@@ -268,8 +271,7 @@ static void test_garbage_request_line(void **state)
     assert_int_equal(b.len, 0);
     /* No line end ever (a TLS hello, binary noise, a lone NUL): closed without an answer after
      * the head timeout (1 s here) instead of being held for the 600 s request timeout. */
-    static const char *const held[] = {"\x16\x03\x01\x02\x00\x01", "NOT HTTP AT ALL",
-                                       "\r\n\r\n"};
+    static const char *const held[] = {"\x16\x03\x01\x02\x00\x01", "NOT HTTP AT ALL", "\r\n\r\n"};
     for (size_t i = 0; i < 3; i++) {
         assert_true(exchange(port, held[i], strlen(held[i]), &b));
         assert_int_equal(b.len, 0);
@@ -328,11 +330,12 @@ static void test_keepalive_still_works(void **state)
 {
     (void)state;
     struct kd_http_server *s = start(false);
-    static const char reqs[] = "GET /one HTTP/1.1\r\nHost: x\r\n\r\n"
-                               "POST /two HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
-                               "POST /three HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                               "2\r\nhi\r\n0\r\n\r\n"
-                               "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
+    static const char reqs[] =
+        "GET /one HTTP/1.1\r\nHost: x\r\n\r\n"
+        "POST /two HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+        "POST /three HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "2\r\nhi\r\n0\r\n\r\n"
+        "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
     struct kd_buf b = KD_BUF_INIT(1 << 20);
     /* After the last answer the idle connection is closed by the head timeout. */
     assert_true(exchange(kd_http_port(s), reqs, sizeof(reqs) - 1, &b));
