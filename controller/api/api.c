@@ -581,7 +581,7 @@ static void access_log(struct api_rq *q, int64_t t0)
 
 /*
  * The pre-body decision, from the request head alone: route (404/405), the
- * route's body cap (413 on the announced length), then the token (401), so an
+ * token (401), then the route's body cap (413 on the announced length), so an
  * unauthenticated or oversized body is never read. Trial tokens need the
  * Trial (informer cache, else one GET); worker handlers check them again.
  */
@@ -600,6 +600,10 @@ static void authorize(struct kd_http_req *r, void *ud)
                   kd_http_path(r), allow);
     } else if (hit == NULL) {
         api_error(&q, 404, NULL, "no such endpoint: %s %s", kd_http_method(r), kd_http_path(r));
+    } else if (hit->auth == AUTH_USER && auth_user(&q) != 0) {
+        /* answered 401 */
+    } else if (hit->auth == AUTH_TRIAL && api_auth_trial(&q, q.seg[3], q.seg[5], &trial) != 0) {
+        /* answered 401 (or 503 when the Trial cannot be read) */
     } else if (len > hit->max_body && hit->max_body == 0) {
         api_error(&q, 413, "body", "%s %s takes no request body; %llu bytes were announced",
                   kd_http_method(r), kd_http_path(r), len);
@@ -607,12 +611,8 @@ static void authorize(struct kd_http_req *r, void *ud)
         api_error(&q, 413, "body",
                   "the request body is %llu bytes; %s %s accepts at most %zu bytes (%zu KiB)", len,
                   kd_http_method(r), kd_http_path(r), hit->max_body, hit->max_body >> 10);
-    } else if (hit->auth == AUTH_USER) {
-        (void)auth_user(&q);
-    } else if (hit->auth == AUTH_TRIAL) {
-        (void)api_auth_trial(&q, q.seg[3], q.seg[5], &trial);
-        json_decref(trial);
     }
+    json_decref(trial);
     if (q.status != 0) {
         access_log(&q, t0);
         return;
