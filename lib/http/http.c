@@ -34,6 +34,8 @@
 /* libmicrohttpd's per-connection pool: the request line and all headers must fit. */
 #define CONN_MEMORY (32u << 10)
 #define ARENA_BLOCK 4096u
+/* Body bytes dropped past the cap before the connection is cut (see on_request). */
+#define DROP_SLACK (64u << 10)
 #define WHY_LEN 200
 
 struct kd_http_server {
@@ -65,6 +67,7 @@ struct kd_http_req {
     const char *path;
     struct kd_buf body;
     bool too_big;
+    size_t dropped;  /* body bytes dropped past the cap */
     bool close;      /* answer with Connection: close */
     const void *ctx; /* from the authorize hook */
     struct arena_block *arena;
@@ -558,12 +561,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         goto out;
     }
     if (*upload_size > 0) {
-        if (!r->too_big && kd_buf_append(&r->body, upload_data, *upload_size) < 0) {
+        if (r->too_big)
+            r->dropped += *upload_size;
+        else if (kd_buf_append(&r->body, upload_data, *upload_size) < 0) {
             r->too_big = true;
             kd_buf_free(&r->body);
         }
         *upload_size = 0;
         ret = MHD_YES;
+        /* A chunked body past the cap is dropped so a slightly long one still gets its 413;
+         * one that goes on past another cap's worth (and DROP_SLACK) is cut off: libmicrohttpd
+         * cannot answer in the middle of a body, so the connection is closed unanswered. */
+        if (r->dropped > r->body.max + DROP_SLACK) {
+            KD_INFO("http request body cut off", "method=%s path=%s cap=%zu", kd_logq(r->method),
+                    kd_logq(r->path), r->body.max);
+            ret = MHD_NO;
+        }
         goto out;
     }
     if (r->too_big) {

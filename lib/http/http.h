@@ -47,9 +47,12 @@ typedef void (*kd_http_authorize_fn)(struct kd_http_req *req, void *ud);
 struct kd_http_opts {
     const char *bind_addr; /* numeric IPv4 address; NULL means 127.0.0.1 */
     int port;              /* 0 picks a free port (see kd_http_port) */
-    size_t max_body;       /* request body cap in bytes; 0 means 3 MiB */
-    unsigned max_conns;    /* 0 means 1024 */
-    unsigned max_headers;  /* request header lines; more get 431; 0 means 100 */
+    /* Request body cap in bytes; 0 means 3 MiB. A Content-Length over it gets 413 before the
+     * body is read; a chunked body past it is dropped and gets 413, or, past twice the cap
+     * plus 64 KiB, the connection is closed unanswered. */
+    size_t max_body;
+    unsigned max_conns;   /* 0 means 1024 */
+    unsigned max_headers; /* request header lines; more get 431; 0 means 100 */
     /* Seconds of silence allowed while a request head is awaited (a new
      * connection, or an idle one between requests); then the connection is
      * closed without an answer. 0 means 30. Once a head has arrived the

@@ -77,6 +77,7 @@ static int dial(int port)
     assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
     struct timeval tv = {.tv_sec = WAIT_S};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     return fd;
 }
 
@@ -387,6 +388,28 @@ static void test_authorize_before_body(void **state)
                                  "10\r\n0123456789abcdef\r\n1\r\nx\r\n0\r\n\r\n";
     assert_true(exchange(port, big_te, sizeof(big_te) - 1, &b));
     assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 413 ", 13), 0);
+    /* An endless chunked body: cut off (closed unanswered) once another cap plus 64 KiB has
+     * been dropped, instead of read for as long as the client goes on. */
+    int fd = dial(port);
+    static const char endless[] = "POST /small HTTP/1.1\r\nHost: x\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n";
+    send_all(fd, endless, sizeof(endless) - 1);
+    char chunk[4096 + 16];
+    int n = snprintf(chunk, sizeof(chunk), "1000\r\n");
+    memset(chunk + n, 'x', 4096);
+    memcpy(chunk + n + 4096, "\r\n", 2);
+    size_t sent = 0;
+    for (int i = 0; i < 100000; i++) { /* 400 MiB at most */
+        ssize_t w = send(fd, chunk, (size_t)n + 4098, MSG_NOSIGNAL);
+        if (w <= 0)
+            break;
+        sent += (size_t)w;
+    }
+    assert_true(sent < (64u << 20));
+    kd_buf_reset(&b);
+    assert_true(read_to_close(fd, &b));
+    assert_int_equal(b.len, 0);
+    close(fd);
     /* Within the cap: served, with the hook's pointer. */
     static const char fits[] = "POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n"
                                "Connection: close\r\n\r\n0123456789abcdef";
