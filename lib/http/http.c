@@ -24,6 +24,7 @@
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/log.h"
+#include "http/door.h"
 
 #define DEFAULT_MAX_BODY (3u << 20)
 #define DEFAULT_MAX_CONNS 1024u
@@ -40,7 +41,8 @@
 
 struct kd_http_server {
     struct MHD_Daemon *mhd;
-    char *cert, *key; /* PEM, kept for MHD's lifetime */
+    struct kd_http_door *door; /* the listening socket; hands connections to mhd */
+    char *cert, *key;          /* PEM, kept for MHD's lifetime */
     struct kd_http_opts opts;
     atomic_bool stopping;
     int port;
@@ -662,21 +664,9 @@ int kd_http_start(const struct kd_http_opts *opts, struct kd_http_server **out, 
         rc = kd_seterr(err, KD_EINVAL, "http: bind address %s is not a numeric IPv4 address", addr);
         goto out;
     }
-    /* Probe the port ourselves so a taken port gives a clear error (MHD only logs it). */
-    int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe >= 0) {
-        int one = 1;
-        setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (opts->port != 0 && bind(probe, (struct sockaddr *)&sin, sizeof(sin)) < 0) {
-            rc = -errno;
-            close(probe);
-            kd_seterr(err, rc, "http: cannot listen on %s:%d: %s", addr, opts->port, strerror(-rc));
-            goto out;
-        }
-        close(probe);
-    }
-    unsigned flags =
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* The door owns the listening socket and hands connections over (door.h). */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     bool tls = opts->tls_cert_pem != NULL && opts->tls_key_pem != NULL;
     if (tls) {
         if (!MHD_is_feature_supported(MHD_FEATURE_TLS)) {
@@ -689,20 +679,22 @@ int kd_http_start(const struct kd_http_opts *opts, struct kd_http_server **out, 
     }
     /* Without TLS the option list ends before the certificate pair. */
     s->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sin,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-        s->opts.max_conns, MHD_OPTION_CONNECTION_TIMEOUT, REQUEST_TIMEOUT_S,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_URI_LOG_CALLBACK,
-        on_uri, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-        tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, s->cert, MHD_OPTION_HTTPS_MEM_KEY, s->key,
-        MHD_OPTION_END);
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_CONNECTION_LIMIT, s->opts.max_conns, MHD_OPTION_CONNECTION_TIMEOUT,
+        REQUEST_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
+        s->cert, MHD_OPTION_HTTPS_MEM_KEY, s->key, MHD_OPTION_END);
     if (s->mhd == NULL) {
         rc = kd_seterr(err, KD_EIO, "http: cannot start the server on %s:%d", addr, opts->port);
         goto out;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di != NULL ? di->port : opts->port;
+    if ((rc = kd_http__door_start(&sin, !tls, s->opts.head_timeout_s, s->mhd, &s->door, err)) !=
+        0) {
+        MHD_stop_daemon(s->mhd);
+        goto out;
+    }
+    s->port = kd_http__door_port(s->door);
     *out = s;
     s = NULL;
 out:
@@ -719,6 +711,7 @@ void kd_http_stop(struct kd_http_server *s)
     if (s == NULL)
         return;
     atomic_store(&s->stopping, true);
+    kd_http__door_stop(s->door);
     if (s->mhd != NULL)
         MHD_stop_daemon(s->mhd);
     free(s->cert);

@@ -41,6 +41,7 @@ def probe(port, case, path):
         "te-gzip": b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc",
         "nul": b"GET " + path + b"%00x HTTP/1.1\r\nHost: x\r\n\r\n",
         "space": b"G E T " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        "tls-hello": bytes.fromhex("16030100a5010000a10303") + b"\0" * 40,
     }
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(reqs[case])

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # lib/http's framing and limit checks hold in both real servers built on it:
 # kdet-local's API and kdet-controller's API refuse request smuggling (400 and
-# close, the rest never served), an unknown Transfer-Encoding (501) and a %00
-# in the path (400); the controller caps pause's body at 16 KiB from the head;
+# close, the rest never served), an unknown Transfer-Encoding (501), a %00
+# in the path and a garbage request line (400); the controller caps pause's body at 16 KiB from the head;
 # and 50 unauthenticated 8 MiB metrics bodies sent at once get 401 before
 # their bodies, with the controller's peak RSS growing by less than 64 MiB
 # (/proc/PID/status VmHWM, reset through clear_refs). Prints `N passed, N failed`.
@@ -33,6 +33,8 @@ expect "kdet-local: %00 in the path → 400 naming the NUL" \
     'status=400 answers=1 closed=1 .*NUL byte \(%00\)' $R probe "$LPORT" nul /api/v1/namespaces/default
 expect "kdet-local: a space in the target → 400" \
     'status=400 answers=1 closed=1' $R probe "$LPORT" space /healthz
+expect "kdet-local: a TLS hello on the plain port → 400 at once" \
+    'status=400 answers=1 closed=1 .*does not start with a method' $R probe "$LPORT" tls-hello
 
 echo "user-token-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" >"$T/utok"
 UT=$(cat "$T/utok")
@@ -50,6 +52,8 @@ expect "controller: Transfer-Encoding gzip → 501 and close" \
     'status=501 answers=1 closed=1' $R probe "$CPORT" te-gzip "$NSP/trials/x/metrics"
 expect "controller: %00 in a trial name → 400 naming the NUL" \
     'status=400 answers=1 closed=1 .*NUL byte' $R probe "$CPORT" nul "$NSP/trials/x"
+expect "controller: a TLS hello on the plain port → 400 at once" \
+    'status=400 answers=1 closed=1' $R probe "$CPORT" tls-hello
 head -c 20480 /dev/zero | tr '\0' ' ' >"$T/20k"
 expect "controller: a 20 KiB pause body → 413 naming 16 KiB" \
     '^413 .*at most 16384 bytes \(16 KiB\)' sh -c "curl -s -w '%{http_code} ' -o '$T/out' -X POST \

@@ -15,6 +15,7 @@
 #include <sys/time.h>
 
 #include "core/time.h"
+#include "http/door.c"
 #include "http/http.c"
 
 /* How long a client waits for bytes before it gives up (a bound, not a timing check). */
@@ -255,33 +256,94 @@ static void test_garbage_request_line(void **state)
     struct kd_http_server *s = start(false);
     int port = kd_http_port(s);
     struct kd_buf b = KD_BUF_INIT(1 << 20);
-    /* A space inside the target: 400 from the target check (MHD would serve method "G"). */
-    static const char spaced[] = "G E T / HTTP/1.1\r\nHost: x\r\n\r\n";
-    assert_true(exchange(port, spaced, sizeof(spaced) - 1, &b));
+    /* Each is answered 400 with a Status naming the fault, at once, and closed. */
+    static const struct {
+        const char *req;
+        size_t len;
+        const char *why;
+    } bad[] = {
+        {"GARBAGE\r\n\r\n", 11, "no space after its method"},
+        {"GARBAGE LINE WITHOUT NEWLINE", 28, "does not end in HTTP/major.minor"},
+        {"\x16\x03\x01\x02\x00\x01", 6, "does not start with a method (byte 0x16 at 0)"},
+        {"\0\x01\r\n\r\n", 6, "does not start with a method (byte 0x00 at 0)"},
+        {"\x01\x02\x03 hello\r\n\r\n", 14, "does not start with a method"},
+        {"G E T / HTTP/1.1\r\nHost: x\r\n\r\n", 29, "does not end in HTTP/major.minor"},
+        {"GET / FOO/1.1\r\n\r\n", 17, "does not end in HTTP/major.minor"},
+        {"GET  HTTP/1.1\r\n\r\n", 17, "no target"},
+        {"GET /\r\n\r\n", 9, "no target and HTTP version"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        bool closed = exchange(port, bad[i].req, bad[i].len, &b);
+        const char *got = kd_buf_str(&b);
+        if (!closed || strncmp(got, "HTTP/1.1 400 ", 13) != 0 || strstr(got, bad[i].why) == NULL ||
+            strstr(got, "Connection: close") == NULL)
+            fail_msg("case %zu: closed=%d, want 400 \"%s\"; got:\n%s", i, closed, bad[i].why, got);
+    }
+    /* A request line begun and never finished: 408 after the head timeout (1 s here), not
+     * held for the 600 s request timeout; a connection that sends nothing is just closed. */
+    static const char begun[] = "GET /trials/x HTTP/1.";
+    assert_true(exchange(port, begun, sizeof(begun) - 1, &b));
+    assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 408 ", 13), 0);
+    assert_true(exchange(port, "", 0, &b));
+    assert_int_equal(b.len, 0);
+    /* Half a line, then the client shuts its side: 400 at once. */
+    int hfd = dial(port);
+    send_all(hfd, begun, sizeof(begun) - 1);
+    shutdown(hfd, SHUT_WR);
+    kd_buf_reset(&b);
+    assert_true(read_to_close(hfd, &b));
+    close(hfd);
     assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 400 ", 13), 0);
-    assert_non_null(strstr(kd_buf_str(&b), "raw space"));
-    /* Bytes that are no method, and an unknown protocol: libmicrohttpd's own 400 and close. */
-    static const char *const mhd400[] = {"\x01\x02\x03 hello\r\n\r\n", "GET / FOO/1.1\r\n\r\n"};
-    for (size_t i = 0; i < 2; i++) {
-        assert_true(exchange(port, mhd400[i], strlen(mhd400[i]), &b));
-        assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 400 ", 13), 0);
+    assert_non_null(strstr(kd_buf_str(&b), "shut after 21 bytes"));
+    /* A line that arrives byte by byte is still served. */
+    int fd = dial(port);
+    static const char slow[] = "GET /bytewise HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    for (size_t i = 0; i < sizeof(slow) - 1; i++) {
+        send_all(fd, slow + i, 1);
+        if (i < 20)
+            kd_sleep_ms(5);
     }
-    /* A line with no space at all: libmicrohttpd closes at once without an answer. */
-    static const char bare[] = "GARBAGE\r\n\r\n";
-    assert_true(exchange(port, bare, sizeof(bare) - 1, &b));
-    assert_int_equal(b.len, 0);
-    /* No line end ever (a TLS hello, binary noise, a lone NUL): closed without an answer after
-     * the head timeout (1 s here) instead of being held for the 600 s request timeout. */
-    static const char *const held[] = {"\x16\x03\x01\x02\x00\x01", "NOT HTTP AT ALL", "\r\n\r\n"};
-    for (size_t i = 0; i < 3; i++) {
-        assert_true(exchange(port, held[i], strlen(held[i]), &b));
-        assert_int_equal(b.len, 0);
-    }
-    static const char nul[] = "\0\x01\r\n\r\n";
-    assert_true(exchange(port, nul, sizeof(nul) - 1, &b));
-    assert_int_equal(b.len, 0);
+    kd_buf_reset(&b);
+    assert_true(read_to_close(fd, &b));
+    close(fd);
+    assert_non_null(strstr(kd_buf_str(&b), "GET /bytewise len=0"));
     kd_buf_free(&b);
     kd_http_stop(s);
+}
+
+static void test_screen_line_table(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *b;
+        enum line_verdict want;
+    } cases[] = {
+        {"GET / HTTP/1.1\r\n", LINE_OK},
+        {"GET / HTTP/1.0\n", LINE_OK},
+        {"\r\nPOST /a?b=c HTTP/1.1\r\n", LINE_OK},
+        {"", LINE_MORE},
+        {"\r\n", LINE_MORE},
+        {"GE", LINE_MORE},
+        {"GET /trials/", LINE_MORE},
+        {"GET / HT", LINE_MORE},
+        {"GET / HTTP/1.1", LINE_MORE},
+        {"GET / HTTP/1.1\r", LINE_MORE},
+        {"GET / HTTP/1.1x", LINE_BAD},
+        {"GET / HTTP/a.1\r\n", LINE_BAD},
+        {"GET / http/1.1\r\n", LINE_BAD},
+        {"GET\r\n", LINE_BAD},
+        {"(GET) / HTTP/1.1\r\n", LINE_BAD},
+        {"GET /\x7f HTTP/1.1\r\n", LINE_BAD},
+        {"ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJ", LINE_BAD},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char why[200];
+        enum line_verdict got = screen_line(cases[i].b, strlen(cases[i].b), why, sizeof(why));
+        if (got != cases[i].want)
+            fail_msg("case %zu (%s): got %d, want %d (%s)", i, cases[i].b, got, cases[i].want, why);
+        if (got == LINE_BAD && why[0] == '\0')
+            fail_msg("case %zu: no reason", i);
+    }
 }
 
 static void test_control_bytes_in_target(void **state)
@@ -431,6 +493,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_screen_head_table),
         cmocka_unit_test(test_screen_target_table),
+        cmocka_unit_test(test_screen_line_table),
         cmocka_unit_test(test_smuggling),
         cmocka_unit_test(test_unknown_transfer_encoding),
         cmocka_unit_test(test_garbage_request_line),
