@@ -1,9 +1,10 @@
 /*
  * A small HTTP/1.1 server on top of libmicrohttpd: one thread per
- * connection, request heads screened for ambiguous framing before anything
- * else (400/501 and close), an optional pre-body hook that may answer or set
- * the body cap from the head alone, the whole request body read (under a
- * hard cap) before the handler runs, a per-request arena freed once when the
+ * connection, a garbage first request line refused (400) before
+ * libmicrohttpd sees it, request heads screened for ambiguous framing
+ * before anything else (400/501 and close), an optional pre-body hook that
+ * may answer or set the body cap from the head alone, the whole request
+ * body read (under a hard cap) before the handler runs, a per-request arena freed once when the
  * request ends, JSON responses, and chunked streaming responses for
  * long-lived streams such as Kubernetes watches. Generic: kdet-local's API
  * server and the controller's HTTP API both sit on it.
@@ -53,10 +54,10 @@ struct kd_http_opts {
     size_t max_body;
     unsigned max_conns;   /* 0 means 1024 */
     unsigned max_headers; /* request header lines; more get 431; 0 means 100 */
-    /* Seconds of silence allowed while a request head is awaited (a new
-     * connection, or an idle one between requests); then the connection is
-     * closed without an answer. 0 means 30. Once a head has arrived the
-     * request may take up to 600 s between bytes (long polls, streams). */
+    /* Seconds allowed for a new connection's request line, and of silence while a later
+     * request head is awaited (an idle kept-alive connection); then the connection is closed
+     * (with 408 when a first request line was begun). 0 means 30. Once a head has arrived
+     * the request may take up to 600 s between bytes (long polls, streams). */
     unsigned head_timeout_s;
     kd_http_handler handler;
     kd_http_authorize_fn authorize; /* optional, see above */
