@@ -15,6 +15,7 @@
 #include <sys/time.h>
 
 #include "core/time.h"
+#define DOOR_PENDING 8 /* so that a flood of silent connections is cheap to make */
 #include "http/door.c"
 #include "http/http.c"
 
@@ -311,6 +312,30 @@ static void test_garbage_request_line(void **state)
     kd_http_stop(s);
 }
 
+/* More silent connections than the door watches: the oldest is closed to make room, and a
+ * real request behind them is served at once (not after the head timeout). */
+static void test_silent_flood(void **state)
+{
+    (void)state;
+    struct kd_http_opts o = {.port = 0, .head_timeout_s = 60, .handler = handler};
+    struct kd_http_server *s = NULL;
+    assert_int_equal(kd_http_start(&o, &s, NULL), 0);
+    int port = kd_http_port(s), silent[DOOR_PENDING + 1];
+    struct kd_buf b = KD_BUF_INIT(1 << 20);
+    for (int i = 0; i < DOOR_PENDING + 1; i++)
+        silent[i] = dial(port);
+    /* The first one is evicted when the last comes in: it sees the close, well before 60 s. */
+    assert_true(read_to_close(silent[0], &b));
+    assert_int_equal(b.len, 0);
+    static const char ok[] = "GET /behind HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert_true(exchange(port, ok, sizeof(ok) - 1, &b));
+    assert_non_null(strstr(kd_buf_str(&b), "GET /behind len=0"));
+    for (int i = 0; i < DOOR_PENDING + 1; i++)
+        close(silent[i]);
+    kd_buf_free(&b);
+    kd_http_stop(s);
+}
+
 static void test_screen_line_table(void **state)
 {
     (void)state;
@@ -494,6 +519,7 @@ int main(void)
         cmocka_unit_test(test_screen_head_table),
         cmocka_unit_test(test_screen_target_table),
         cmocka_unit_test(test_screen_line_table),
+        cmocka_unit_test(test_silent_flood),
         cmocka_unit_test(test_smuggling),
         cmocka_unit_test(test_unknown_transfer_encoding),
         cmocka_unit_test(test_garbage_request_line),
