@@ -477,6 +477,7 @@ struct route {
     const char *method;
     const char *pattern; /* segments; "*" matches one */
     enum auth auth;
+    size_t max_body; /* bytes; enforced from the head, before the body is read */
     void (*fn)(struct api_rq *q);
 };
 
@@ -486,32 +487,35 @@ static void h_health(struct api_rq *q)
 }
 
 #define NSP "api/v1/namespaces/*/"
+#define SMALL KD_API_MAX_SMALL_BODY
 static const struct route routes[] = {
-    {"GET", "healthz", AUTH_NONE, h_health},
-    {"POST", NSP "trials/*/metrics", AUTH_TRIAL, api_worker_metrics},
-    {"GET", NSP "trials/*/searcher/operation", AUTH_TRIAL, api_worker_searcher},
-    {"GET", NSP "trials/*/preemption", AUTH_TRIAL, api_worker_preemption},
-    {"POST", NSP "trials/*/checkpoints", AUTH_TRIAL, api_worker_checkpoint},
-    {"POST", NSP "trials/*/early_exit", AUTH_TRIAL, api_worker_early_exit},
-    {"PUT", NSP "trials/*/rendezvous", AUTH_TRIAL, api_worker_rendezvous_put},
-    {"GET", NSP "trials/*/rendezvous", AUTH_TRIAL, api_worker_rendezvous_get},
-    {"GET", NSP "experiments", AUTH_USER, api_user_experiments},
-    {"GET", NSP "experiments/*", AUTH_USER, api_user_experiment},
-    {"GET", NSP "experiments/*/trials", AUTH_USER, api_user_experiment_trials},
-    {"GET", NSP "experiments/*/checkpoints", AUTH_USER, api_user_experiment_checkpoints},
-    {"GET", NSP "experiments/*/events", AUTH_USER, api_user_experiment_events},
-    {"GET", NSP "experiments/*/metrics/stream", AUTH_USER, api_user_stream},
-    {"POST", NSP "experiments/*/pause", AUTH_USER, api_user_experiment_action},
-    {"POST", NSP "experiments/*/activate", AUTH_USER, api_user_experiment_action},
-    {"POST", NSP "experiments/*/cancel", AUTH_USER, api_user_experiment_action},
-    {"POST", NSP "experiments/*/archive", AUTH_USER, api_user_experiment_action},
-    {"POST", NSP "experiments/*/unarchive", AUTH_USER, api_user_experiment_action},
-    {"GET", NSP "trials/*", AUTH_USER, api_user_trial},
-    {"GET", NSP "trials/*/metrics", AUTH_USER, api_user_trial_metrics},
-    {"GET", NSP "trials/*/checkpoints", AUTH_USER, api_user_trial_checkpoints},
-    {"GET", NSP "trials/*/metrics/stream", AUTH_USER, api_user_stream},
-    {"GET", NSP "checkpoints/*", AUTH_USER, api_user_checkpoint},
-    {"GET", "api/v1/jobs", AUTH_USER, api_user_jobs},
+    {"GET", "healthz", AUTH_NONE, 0, h_health},
+    {"POST", NSP "trials/*/metrics", AUTH_TRIAL, KD_API_MAX_METRICS_BODY, api_worker_metrics},
+    {"GET", NSP "trials/*/searcher/operation", AUTH_TRIAL, 0, api_worker_searcher},
+    {"GET", NSP "trials/*/preemption", AUTH_TRIAL, 0, api_worker_preemption},
+    {"POST", NSP "trials/*/checkpoints", AUTH_TRIAL, KD_API_MAX_CHECKPOINT_BODY,
+     api_worker_checkpoint},
+    {"POST", NSP "trials/*/early_exit", AUTH_TRIAL, SMALL, api_worker_early_exit},
+    {"PUT", NSP "trials/*/rendezvous", AUTH_TRIAL, KD_API_MAX_RENDEZVOUS_BODY,
+     api_worker_rendezvous_put},
+    {"GET", NSP "trials/*/rendezvous", AUTH_TRIAL, 0, api_worker_rendezvous_get},
+    {"GET", NSP "experiments", AUTH_USER, 0, api_user_experiments},
+    {"GET", NSP "experiments/*", AUTH_USER, 0, api_user_experiment},
+    {"GET", NSP "experiments/*/trials", AUTH_USER, 0, api_user_experiment_trials},
+    {"GET", NSP "experiments/*/checkpoints", AUTH_USER, 0, api_user_experiment_checkpoints},
+    {"GET", NSP "experiments/*/events", AUTH_USER, 0, api_user_experiment_events},
+    {"GET", NSP "experiments/*/metrics/stream", AUTH_USER, 0, api_user_stream},
+    {"POST", NSP "experiments/*/pause", AUTH_USER, SMALL, api_user_experiment_action},
+    {"POST", NSP "experiments/*/activate", AUTH_USER, SMALL, api_user_experiment_action},
+    {"POST", NSP "experiments/*/cancel", AUTH_USER, SMALL, api_user_experiment_action},
+    {"POST", NSP "experiments/*/archive", AUTH_USER, SMALL, api_user_experiment_action},
+    {"POST", NSP "experiments/*/unarchive", AUTH_USER, SMALL, api_user_experiment_action},
+    {"GET", NSP "trials/*", AUTH_USER, 0, api_user_trial},
+    {"GET", NSP "trials/*/metrics", AUTH_USER, 0, api_user_trial_metrics},
+    {"GET", NSP "trials/*/checkpoints", AUTH_USER, 0, api_user_trial_checkpoints},
+    {"GET", NSP "trials/*/metrics/stream", AUTH_USER, 0, api_user_stream},
+    {"GET", NSP "checkpoints/*", AUTH_USER, 0, api_user_checkpoint},
+    {"GET", "api/v1/jobs", AUTH_USER, 0, api_user_jobs},
 };
 
 static bool match(const char *pattern, struct api_rq *q)
@@ -545,41 +549,89 @@ static int split_path(struct api_rq *q)
     return rc;
 }
 
+/* The route of q's method and path, or NULL; allow gets the methods the path takes. */
+static const struct route *find_route(struct api_rq *q, char *allow, size_t allowlen)
+{
+    const char *method = kd_http_method(q->r);
+    const struct route *hit = NULL;
+    allow[0] = '\0';
+    if (split_path(q) != 0)
+        return NULL;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (!match(routes[i].pattern, q))
+            continue;
+        if (strcmp(routes[i].method, method) == 0 ||
+            (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0))
+            hit = &routes[i];
+        else if (strstr(allow, routes[i].method) == NULL)
+            snprintf(allow + strlen(allow), allowlen - strlen(allow), "%s%s", allow[0] ? ", " : "",
+                     routes[i].method);
+    }
+    return hit;
+}
+
+static void access_log(struct api_rq *q, int64_t t0)
+{
+    double ms = (double)(kd_mono_ns() - t0) / 1e6;
+    size_t blen = 0;
+    (void)kd_http_body(q->r, &blen);
+    KD_INFO("http request", "method=%s path=%s status=%d latency_ms=%.1f bytes_in=%zu",
+            kd_http_method(q->r), kd_logq(kd_http_path(q->r)), q->status, ms, blen);
+}
+
+/*
+ * The pre-body decision, from the request head alone: route (404/405), the
+ * token (401), then the route's body cap (413 on the announced length), so an
+ * unauthenticated or oversized body is never read. Trial tokens need the
+ * Trial (informer cache, else one GET); worker handlers check them again.
+ */
+static void authorize(struct kd_http_req *r, void *ud)
+{
+    struct api_rq q = {.api = ud, .r = r};
+    int64_t t0 = kd_mono_ns();
+    char allow[64];
+    const struct route *hit = find_route(&q, allow, sizeof(allow));
+    const char *cl = kd_http_header(r, "Content-Length");
+    unsigned long long len = cl != NULL ? strtoull(cl, NULL, 10) : 0;
+    json_t *trial = NULL;
+    if (hit == NULL && allow[0] != '\0') {
+        kd_http_add_header(r, "Allow", allow);
+        api_error(&q, 405, NULL, "method %s is not allowed on %s; allowed: %s", kd_http_method(r),
+                  kd_http_path(r), allow);
+    } else if (hit == NULL) {
+        api_error(&q, 404, NULL, "no such endpoint: %s %s", kd_http_method(r), kd_http_path(r));
+    } else if (hit->auth == AUTH_USER && auth_user(&q) != 0) {
+        /* answered 401 */
+    } else if (hit->auth == AUTH_TRIAL && api_auth_trial(&q, q.seg[3], q.seg[5], &trial) != 0) {
+        /* answered 401 (or 503 when the Trial cannot be read) */
+    } else if (len > hit->max_body && hit->max_body == 0) {
+        api_error(&q, 413, "body", "%s %s takes no request body; %llu bytes were announced",
+                  kd_http_method(r), kd_http_path(r), len);
+    } else if (len > hit->max_body) {
+        api_error(&q, 413, "body",
+                  "the request body is %llu bytes; %s %s accepts at most %zu bytes (%zu KiB)", len,
+                  kd_http_method(r), kd_http_path(r), hit->max_body, hit->max_body >> 10);
+    }
+    json_decref(trial);
+    if (q.status != 0) {
+        access_log(&q, t0);
+        return;
+    }
+    kd_http_set_max_body(r, hit->max_body);
+    kd_http_set_ctx(r, hit);
+}
+
 static void dispatch(struct kd_http_req *r, void *ud)
 {
     struct api_rq q = {.api = ud, .r = r};
     int64_t t0 = kd_mono_ns();
-    const char *method = kd_http_method(r);
-    const struct route *hit = NULL;
-    char allow[64] = "";
-    if (split_path(&q) == 0) {
-        for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-            if (!match(routes[i].pattern, &q))
-                continue;
-            if (strcmp(routes[i].method, method) == 0 ||
-                (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0))
-                hit = &routes[i];
-            else if (strstr(allow, routes[i].method) == NULL)
-                snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
-                         allow[0] ? ", " : "", routes[i].method);
-        }
-    }
-    if (hit == NULL && allow[0] != '\0') {
-        kd_http_add_header(r, "Allow", allow);
-        api_error(&q, 405, NULL, "method %s is not allowed on %s; allowed: %s", method,
-                  kd_http_path(r), allow);
-    } else if (hit == NULL) {
-        api_error(&q, 404, NULL, "no such endpoint: %s %s", method, kd_http_path(r));
-    } else if (hit->auth == AUTH_USER && auth_user(&q) != 0) {
-        /* answered */
-    } else {
-        hit->fn(&q); /* worker handlers authenticate with api_auth_trial */
-    }
-    double ms = (double)(kd_mono_ns() - t0) / 1e6;
-    size_t blen = 0;
-    (void)kd_http_body(r, &blen);
-    KD_INFO("http request", "method=%s path=%s status=%d latency_ms=%.1f bytes_in=%zu", method,
-            kd_logq(kd_http_path(r)), q.status, ms, blen);
+    const struct route *hit = kd_http_ctx(r);
+    char allow[64];
+    if (hit == NULL || find_route(&q, allow, sizeof(allow)) != hit)
+        api_error(&q, 500, NULL, "the request was not authorized before its body");
+    else
+        hit->fn(&q); /* worker handlers authenticate again with api_auth_trial */
+    access_log(&q, t0);
 }
 
 /* ---- start / stop ------------------------------------------------------------------------- */
@@ -646,9 +698,10 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
         goto out;
     struct kd_http_opts ho = {.bind_addr = opts->listen_addr,
                               .port = opts->port,
-                              .max_body = KD_API_MAX_METRICS_BODY + (64u << 10),
+                              .max_body = KD_API_MAX_METRICS_BODY, /* each route sets its own */
                               .max_conns = opts->max_conns ? opts->max_conns : 256,
                               .handler = dispatch,
+                              .authorize = authorize,
                               .ud = a};
     if ((rc = kd_http_start(&ho, &a->http, err)) != 0)
         goto out;

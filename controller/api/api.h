@@ -20,10 +20,12 @@
 /* Shortest accepted token key. */
 #define KD_API_KEY_MIN 32
 
-/* Body caps per endpoint (413 names the cap). */
+/* Body caps per endpoint, enforced from the request head before the body is
+ * read (413 names the cap); GET routes take no body. */
 #define KD_API_MAX_METRICS_BODY (8u << 20)
 #define KD_API_MAX_CHECKPOINT_BODY (256u << 10)
 #define KD_API_MAX_SMALL_BODY (16u << 10)
+#define KD_API_MAX_RENDEZVOUS_BODY 4096u
 
 struct kd_api;
 

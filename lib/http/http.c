@@ -1,11 +1,14 @@
 /*
- * libmicrohttpd wrapper: thread-per-connection serving, request bodies
- * gathered under a cap, a per-request arena, and chunked streams whose
- * producer may block (a watch waits for the next event on its own thread).
+ * libmicrohttpd wrapper: thread-per-connection serving, request heads
+ * screened before libmicrohttpd's own lenient framing can be used against
+ * us, request bodies gathered under a cap, a per-request arena, and chunked
+ * streams whose producer may block (a watch waits for the next event on its
+ * own thread).
  */
 #include "http/http.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -21,14 +24,25 @@
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/log.h"
+#include "http/door.h"
 
 #define DEFAULT_MAX_BODY (3u << 20)
 #define DEFAULT_MAX_CONNS 1024u
+#define DEFAULT_MAX_HEADERS 100u
+#define DEFAULT_HEAD_TIMEOUT_S 30u
+/* Seconds between bytes once a request head has arrived (long polls, streams). */
+#define REQUEST_TIMEOUT_S 600u
+/* libmicrohttpd's per-connection pool: the request line and all headers must fit. */
+#define CONN_MEMORY (32u << 10)
 #define ARENA_BLOCK 4096u
+/* Body bytes dropped past the cap before the connection is cut (see on_request). */
+#define DROP_SLACK (64u << 10)
+#define WHY_LEN 200
 
 struct kd_http_server {
     struct MHD_Daemon *mhd;
-    char *cert, *key; /* PEM, kept for MHD's lifetime */
+    struct kd_http_door *door; /* the listening socket; hands connections to mhd */
+    char *cert, *key;          /* PEM, kept for MHD's lifetime */
     struct kd_http_opts opts;
     atomic_bool stopping;
     int port;
@@ -40,6 +54,14 @@ struct arena_block {
     max_align_t data[];
 };
 
+/* One TCP connection: what the request-target check found, kept until the
+ * request's first access-handler call (libmicrohttpd only hands the raw
+ * target to the URI log callback, and hands the handler a decoded path that
+ * a %00 has cut short). */
+struct conn_ctx {
+    char bad_target[WHY_LEN]; /* "" when the current request's target is fine */
+};
+
 struct kd_http_req {
     struct kd_http_server *srv;
     struct MHD_Connection *conn;
@@ -47,6 +69,9 @@ struct kd_http_req {
     const char *path;
     struct kd_buf body;
     bool too_big;
+    size_t dropped;  /* body bytes dropped past the cap */
+    bool close;      /* answer with Connection: close */
+    const void *ctx; /* from the authorize hook */
     struct arena_block *arena;
     struct MHD_Response *resp;
     int status;
@@ -152,6 +177,22 @@ const char *kd_http_header(const struct kd_http_req *r, const char *name)
 struct kd_http_server *kd_http_req_server(const struct kd_http_req *r)
 {
     return r->srv;
+}
+
+void kd_http_set_max_body(struct kd_http_req *r, size_t max)
+{
+    if (r->body.len == 0)
+        kd_buf_init(&r->body, max);
+}
+
+void kd_http_set_ctx(struct kd_http_req *r, const void *ctx)
+{
+    r->ctx = ctx;
+}
+
+const void *kd_http_ctx(const struct kd_http_req *r)
+{
+    return r->ctx;
 }
 
 bool kd_http_stopping(const struct kd_http_server *s)
@@ -269,13 +310,243 @@ void kd_http_respond_stream(struct kd_http_req *r, int status, const char *conte
     set_response(r, status, content_type, resp);
 }
 
+/* ---- request-head screening (pure) ------------------------------------------ */
+
+/* libmicrohttpd 0.9.75 frames leniently: with both Content-Length and
+ * Transfer-Encoding, or two Content-Lengths, it picks one and serves the
+ * leftover bytes as the next request; an unknown Transfer-Encoding makes it
+ * read until the peer closes; a %00 in the path silently cuts the decoded
+ * path short. These checks run on the head alone, before libmicrohttpd reads
+ * any body byte, and every refusal closes the connection. */
+
+struct head_line {
+    const char *name, *value;
+};
+
+static bool is_tchar(unsigned char c)
+{
+    return isalnum(c) || (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+/* "%.40s" of s with bytes outside printable ASCII shown as '?'. */
+static void printable(const char *s, char *out, size_t outlen)
+{
+    size_t i = 0;
+    for (; s[i] != '\0' && i + 1 < outlen && i < 40; i++)
+        out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+    out[i] = '\0';
+}
+
+/*
+ * The verdict on a request head: 0 when it may be served, else the HTTP
+ * status to answer with (then close), and why.
+ */
+static int screen_head(const char *version, const struct head_line *h, size_t n, size_t max_headers,
+                       char *why, size_t whylen)
+{
+    int status = 0;
+    const char *cl = NULL, *te = NULL;
+    size_t ncl = 0, nte = 0;
+    char shown[48];
+    why[0] = '\0';
+    if (n > max_headers) {
+        snprintf(why, whylen, "the request has more than %zu header lines", max_headers);
+        status = 431;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *c = (const unsigned char *)h[i].name;
+        bool token = *c != '\0';
+        for (; *c != '\0' && token; c++)
+            token = is_tchar(*c);
+        if (!token) {
+            printable(h[i].name, shown, sizeof(shown));
+            snprintf(why, whylen, "header name \"%s\" is not a token", shown);
+            status = 400;
+            goto out;
+        }
+        if (strcasecmp(h[i].name, "Content-Length") == 0) {
+            ncl++;
+            cl = h[i].value;
+        } else if (strcasecmp(h[i].name, "Transfer-Encoding") == 0) {
+            nte++;
+            te = h[i].value;
+        }
+    }
+    status = 400;
+    if (ncl > 1) {
+        snprintf(why, whylen,
+                 "more than one Content-Length header: the body's length is ambiguous");
+    } else if (nte > 1) {
+        snprintf(why, whylen, "more than one Transfer-Encoding header");
+    } else if (cl != NULL && te != NULL) {
+        snprintf(why, whylen,
+                 "both Content-Length and Transfer-Encoding: the body's length is ambiguous");
+    } else if (cl != NULL &&
+               (cl[0] == '\0' || strlen(cl) > 18 || strspn(cl, "0123456789") != strlen(cl))) {
+        printable(cl, shown, sizeof(shown));
+        snprintf(why, whylen, "Content-Length \"%s\" is not a decimal number", shown);
+    } else if (te != NULL && version != NULL && strcmp(version, "HTTP/1.0") == 0) {
+        snprintf(why, whylen, "Transfer-Encoding in an HTTP/1.0 request");
+    } else if (te != NULL && strcasecmp(te, "chunked") != 0) {
+        printable(te, shown, sizeof(shown));
+        snprintf(why, whylen, "Transfer-Encoding \"%s\" is not supported; only chunked is", shown);
+        status = 501;
+    } else {
+        status = 0;
+    }
+out:
+    return status;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c - 'A' + 10;
+}
+
+/*
+ * The verdict on a raw request target (path and query, not yet decoded):
+ * 0, or 400 with why when it holds a raw space or control byte, when its
+ * path holds a percent-encoded control byte, or its query a %00 (either
+ * would cut a decoded name short or smuggle a line break into it).
+ */
+static int screen_target(const char *raw, char *why, size_t whylen)
+{
+    int status = 0;
+    bool query = false;
+    why[0] = '\0';
+    for (size_t i = 0; raw[i] != '\0' && status == 0; i++) {
+        unsigned c = (unsigned char)raw[i];
+        bool enc =
+            c == '%' && isxdigit((unsigned char)raw[i + 1]) && isxdigit((unsigned char)raw[i + 2]);
+        if (c == '?')
+            query = true;
+        if (c <= 0x20 || c == 0x7f) {
+            snprintf(why, whylen, "the request target holds a raw %s (0x%02X) at byte %zu",
+                     c == 0x20 ? "space" : "control byte", c, i);
+            status = 400;
+        } else if (enc) {
+            c = (unsigned)(hexval(raw[i + 1]) * 16 + hexval(raw[i + 2]));
+            if ((c < 0x20 || c == 0x7f) && (!query || c == 0)) {
+                snprintf(why, whylen, "the request %s holds %s (%%%02X) at byte %zu of the target",
+                         query ? "query" : "path", c == 0 ? "a NUL byte" : "a control byte", c, i);
+                status = 400;
+            }
+        }
+    }
+    return status;
+}
+
 /* ---- MHD callbacks --------------------------------------------------------- */
+
+static void respond_status(struct kd_http_req *r, int code, const char *reason, const char *msg)
+{
+    json_t *j =
+        json_pack("{s:s,s:s,s:{},s:s,s:s,s:s,s:i}", "kind", "Status", "apiVersion", "v1",
+                  "metadata", "status", "Failure", "message", msg, "reason", reason, "code", code);
+    kd_http_respond_json(r, code, j);
+    json_decref(j);
+}
+
+static const char *reason_of(int code)
+{
+    switch (code) {
+    case 400: return "BadRequest";
+    case 413: return "RequestEntityTooLarge";
+    case 431: return "RequestHeaderFieldsTooLarge";
+    case 501: return "NotImplemented";
+    default: return "InternalError";
+    }
+}
+
+struct collect {
+    struct head_line *h;
+    size_t n, max;
+};
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void)kind;
+    struct collect *c = cls;
+    if (c->n < c->max) {
+        c->h[c->n].name = key != NULL ? key : "";
+        c->h[c->n].value = value != NULL ? value : "";
+    }
+    c->n++;
+    return MHD_YES;
+}
+
+static struct conn_ctx *conn_ctx_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
+static void set_timeout(struct MHD_Connection *conn, unsigned seconds)
+{
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
+}
+
+/* The request head has arrived: screen it, ask the authorize hook, check the
+ * announced body length against the cap. May leave an answer in r->resp. */
+static void on_head(struct kd_http_req *r, const char *version)
+{
+    struct kd_http_server *s = r->srv;
+    struct conn_ctx *cc = conn_ctx_of(r->conn);
+    char why[WHY_LEN] = "";
+    int code = 0;
+    size_t max = s->opts.max_headers + 1;
+    struct collect c = {.h = kd_http_alloc(r, max * sizeof(*c.h)), .max = max};
+    set_timeout(r->conn, REQUEST_TIMEOUT_S);
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &c);
+    if (cc != NULL && cc->bad_target[0] != '\0') {
+        snprintf(why, sizeof(why), "%s", cc->bad_target);
+        code = 400;
+    } else {
+        code = screen_head(version, c.h, c.n, s->opts.max_headers, why, sizeof(why));
+    }
+    if (cc != NULL)
+        cc->bad_target[0] = '\0';
+    if (code != 0) {
+        KD_INFO("http request refused", "method=%s status=%d reason=%s", kd_logq(r->method), code,
+                kd_logq(why));
+        r->close = true;
+        respond_status(r, code, reason_of(code), why);
+        return;
+    }
+    if (s->opts.authorize != NULL)
+        s->opts.authorize(r, s->opts.ud);
+    /* libmicrohttpd closes after any answer queued before the body stage (the body is
+     * never read); say so in the answer. */
+    if (r->resp != NULL) {
+        r->close = true;
+        return;
+    }
+    const char *cl = kd_http_header(r, "Content-Length");
+    unsigned long long len = cl != NULL ? strtoull(cl, NULL, 10) : 0;
+    if (len > r->body.max) {
+        snprintf(why, sizeof(why), "the request body is larger than %zu bytes", r->body.max);
+        r->close = true;
+        respond_status(r, 413, reason_of(413), why);
+    }
+}
+
+static enum MHD_Result queue(struct kd_http_req *r)
+{
+    if (r->close)
+        MHD_add_response_header(r->resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status, r->resp);
+    MHD_destroy_response(r->resp);
+    r->resp = NULL;
+    return ret;
+}
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls)
 {
-    (void)version;
     struct kd_http_server *s = cls;
     struct kd_http_req *r = *con_cls;
     enum MHD_Result ret = MHD_NO;
@@ -287,48 +558,74 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->method = kd_http_strdup(r, method);
         r->path = kd_http_strdup(r, url);
         *con_cls = r;
-        ret = MHD_YES;
+        on_head(r, version);
+        ret = r->resp != NULL ? queue(r) : MHD_YES;
         goto out;
     }
     if (*upload_size > 0) {
-        if (!r->too_big && kd_buf_append(&r->body, upload_data, *upload_size) < 0)
+        if (r->too_big)
+            r->dropped += *upload_size;
+        else if (kd_buf_append(&r->body, upload_data, *upload_size) < 0) {
             r->too_big = true;
+            kd_buf_free(&r->body);
+        }
         *upload_size = 0;
         ret = MHD_YES;
+        /* A chunked body past the cap is dropped so a slightly long one still gets its 413;
+         * one that goes on past another cap's worth (and DROP_SLACK) is cut off: libmicrohttpd
+         * cannot answer in the middle of a body, so the connection is closed unanswered. */
+        if (r->dropped > r->body.max + DROP_SLACK) {
+            KD_INFO("http request body cut off", "method=%s path=%s cap=%zu", kd_logq(r->method),
+                    kd_logq(r->path), r->body.max);
+            ret = MHD_NO;
+        }
         goto out;
     }
     if (r->too_big) {
-        char msg[256];
-        int n = snprintf(msg, sizeof(msg),
-                         "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},"
-                         "\"status\":\"Failure\",\"message\":\"the request body is larger than "
-                         "%zu bytes\",\"reason\":\"RequestEntityTooLarge\",\"code\":413}\n",
-                         s->opts.max_body);
-        kd_http_respond(r, 413, "application/json", msg, (size_t)n);
+        char msg[WHY_LEN];
+        snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes", r->body.max);
+        respond_status(r, 413, reason_of(413), msg);
     } else {
         s->opts.handler(r, s->opts.ud);
     }
-    if (r->resp == NULL) {
-        static const char msg[] = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},"
-                                  "\"status\":\"Failure\",\"message\":\"no response\","
-                                  "\"reason\":\"InternalError\",\"code\":500}\n";
-        kd_http_respond(r, 500, "application/json", msg, sizeof(msg) - 1);
-    }
-    ret = MHD_queue_response(conn, (unsigned)r->status, r->resp);
-    MHD_destroy_response(r->resp);
-    r->resp = NULL;
+    if (r->resp == NULL)
+        respond_status(r, 500, reason_of(500), "no response");
+    ret = queue(r);
 out:
     return ret;
+}
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    struct conn_ctx *cc = conn_ctx_of(conn);
+    if (cc != NULL && uri != NULL)
+        (void)screen_target(uri, cc->bad_target, sizeof(cc->bad_target));
+    return NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    struct kd_http_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        *socket_context = kd_xcalloc(1, sizeof(struct conn_ctx));
+        set_timeout(conn, s->opts.head_timeout_s);
+    } else {
+        free(*socket_context);
+        *socket_context = NULL;
+    }
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)conn;
-    (void)toe;
+    struct kd_http_server *s = cls;
     req_free(*con_cls);
     *con_cls = NULL;
+    /* Kept alive: the next request head gets the short timeout again. */
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        set_timeout(conn, s->opts.head_timeout_s);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -357,27 +654,19 @@ int kd_http_start(const struct kd_http_opts *opts, struct kd_http_server **out, 
         s->opts.max_body = DEFAULT_MAX_BODY;
     if (s->opts.max_conns == 0)
         s->opts.max_conns = DEFAULT_MAX_CONNS;
+    if (s->opts.max_headers == 0)
+        s->opts.max_headers = DEFAULT_MAX_HEADERS;
+    if (s->opts.head_timeout_s == 0)
+        s->opts.head_timeout_s = DEFAULT_HEAD_TIMEOUT_S;
     const char *addr = opts->bind_addr != NULL ? opts->bind_addr : "127.0.0.1";
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)opts->port)};
     if (inet_pton(AF_INET, addr, &sin.sin_addr) != 1) {
         rc = kd_seterr(err, KD_EINVAL, "http: bind address %s is not a numeric IPv4 address", addr);
         goto out;
     }
-    /* Probe the port ourselves so a taken port gives a clear error (MHD only logs it). */
-    int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe >= 0) {
-        int one = 1;
-        setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (opts->port != 0 && bind(probe, (struct sockaddr *)&sin, sizeof(sin)) < 0) {
-            rc = -errno;
-            close(probe);
-            kd_seterr(err, rc, "http: cannot listen on %s:%d: %s", addr, opts->port, strerror(-rc));
-            goto out;
-        }
-        close(probe);
-    }
-    unsigned flags =
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* The door owns the listening socket and hands connections over (door.h). */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     bool tls = opts->tls_cert_pem != NULL && opts->tls_key_pem != NULL;
     if (tls) {
         if (!MHD_is_feature_supported(MHD_FEATURE_TLS)) {
@@ -390,18 +679,22 @@ int kd_http_start(const struct kd_http_opts *opts, struct kd_http_server **out, 
     }
     /* Without TLS the option list ends before the certificate pair. */
     s->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sin,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-        s->opts.max_conns, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-        tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, s->cert, MHD_OPTION_HTTPS_MEM_KEY, s->key,
-        MHD_OPTION_END);
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_CONNECTION_LIMIT, s->opts.max_conns, MHD_OPTION_CONNECTION_TIMEOUT,
+        REQUEST_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
+        s->cert, MHD_OPTION_HTTPS_MEM_KEY, s->key, MHD_OPTION_END);
     if (s->mhd == NULL) {
         rc = kd_seterr(err, KD_EIO, "http: cannot start the server on %s:%d", addr, opts->port);
         goto out;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di != NULL ? di->port : opts->port;
+    if ((rc = kd_http__door_start(&sin, !tls, s->opts.head_timeout_s, s->mhd, &s->door, err)) !=
+        0) {
+        MHD_stop_daemon(s->mhd);
+        goto out;
+    }
+    s->port = kd_http__door_port(s->door);
     *out = s;
     s = NULL;
 out:
@@ -418,6 +711,7 @@ void kd_http_stop(struct kd_http_server *s)
     if (s == NULL)
         return;
     atomic_store(&s->stopping, true);
+    kd_http__door_stop(s->door);
     if (s->mhd != NULL)
         MHD_stop_daemon(s->mhd);
     free(s->cert);

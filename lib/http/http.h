@@ -1,10 +1,13 @@
 /*
  * A small HTTP/1.1 server on top of libmicrohttpd: one thread per
- * connection, the whole request body read (under a hard cap) before the
- * handler runs, a per-request arena freed once when the request ends, JSON
- * responses, and chunked streaming responses for long-lived streams such as
- * Kubernetes watches. Generic: kdet-local's API server and the
- * controller's HTTP API both sit on it.
+ * connection, a garbage first request line refused (400) before
+ * libmicrohttpd sees it, request heads screened for ambiguous framing
+ * before anything else (400/501 and close), an optional pre-body hook that
+ * may answer or set the body cap from the head alone, the whole request
+ * body read (under a hard cap) before the handler runs, a per-request arena freed once when the
+ * request ends, JSON responses, and chunked streaming responses for
+ * long-lived streams such as Kubernetes watches. Generic: kdet-local's API
+ * server and the controller's HTTP API both sit on it.
  */
 #ifndef KD_HTTP_HTTP_H
 #define KD_HTTP_HTTP_H
@@ -26,12 +29,38 @@ struct kd_http_req;
  */
 typedef void (*kd_http_handler)(struct kd_http_req *req, void *ud);
 
+/**
+ * The pre-body hook: called once per request, on the connection's thread,
+ * when the request head (method, path, query, headers) has arrived and
+ * passed the framing checks, before any body byte is read. It sees the same
+ * accessors as a handler except kd_http_body (still empty). It may:
+ *  - answer with one kd_http_respond* call: the answer goes out at once with
+ *    Connection: close, the handler is not called, the body is never read
+ *    and the connection is closed (libmicrohttpd ends it after an answer
+ *    given before the body stage, body or not);
+ *  - set this request's body cap with kd_http_set_max_body (a body announced
+ *    larger gets 413 before it is read);
+ *  - leave a pointer for the handler with kd_http_set_ctx;
+ *  - or do nothing: the request goes on under the server's cap.
+ */
+typedef void (*kd_http_authorize_fn)(struct kd_http_req *req, void *ud);
+
 struct kd_http_opts {
     const char *bind_addr; /* numeric IPv4 address; NULL means 127.0.0.1 */
     int port;              /* 0 picks a free port (see kd_http_port) */
-    size_t max_body;       /* request body cap in bytes; 0 means 3 MiB */
-    unsigned max_conns;    /* 0 means 1024 */
+    /* Request body cap in bytes; 0 means 3 MiB. A Content-Length over it gets 413 before the
+     * body is read; a chunked body past it is dropped and gets 413, or, past twice the cap
+     * plus 64 KiB, the connection is closed unanswered. */
+    size_t max_body;
+    unsigned max_conns;   /* 0 means 1024 */
+    unsigned max_headers; /* request header lines; more get 431; 0 means 100 */
+    /* Seconds allowed for a new connection's request line, and of silence while a later
+     * request head is awaited (an idle kept-alive connection); then the connection is closed
+     * (with 408 when a first request line was begun). 0 means 30. Once a head has arrived
+     * the request may take up to 600 s between bytes (long polls, streams). */
+    unsigned head_timeout_s;
     kd_http_handler handler;
+    kd_http_authorize_fn authorize; /* optional, see above */
     void *ud;
     const char *tls_cert_pem; /* with tls_key_pem: serve HTTPS (PEM strings, copied) */
     const char *tls_key_pem;
@@ -68,6 +97,15 @@ const char *kd_http_query(const struct kd_http_req *r, const char *key);
 /** A request header (case-insensitive name), or NULL when absent. */
 const char *kd_http_header(const struct kd_http_req *r, const char *name);
 struct kd_http_server *kd_http_req_server(const struct kd_http_req *r);
+
+/**
+ * Set this request's body cap (bytes), overriding kd_http_opts.max_body.
+ * Only meaningful in the authorize hook, before the body is read.
+ */
+void kd_http_set_max_body(struct kd_http_req *r, size_t max);
+/** A pointer the authorize hook leaves for the handler (not owned; NULL by default). */
+void kd_http_set_ctx(struct kd_http_req *r, const void *ctx);
+const void *kd_http_ctx(const struct kd_http_req *r);
 
 /**
  * Memory from the request's arena: freed all at once when the request ends.

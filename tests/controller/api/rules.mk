@@ -13,3 +13,5 @@ $(eval $(call kd_test,test_api_perf,tests/controller/api/test_api_perf.c dtrain/
 $(eval $(call kd_test,test_api_log,tests/controller/api/test_api_log.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 # The launcher's rendezvous through the controller (launcher/chief.c) against the real API.
 $(eval $(call kd_test,test_api_chief,tests/controller/api/test_api_chief.c $(API_TEST_SRCS),launch $(API_TEST_KD_LIBS),$(API_TEST_LDLIBS) -ldl,120,,$(API_TEST_DEPS)))
+# Routing, body caps and tokens decided from the request head before any body byte is read.
+$(eval $(call kd_test,test_api_limits,tests/controller/api/test_api_limits.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
