@@ -19,6 +19,7 @@
 #include "k8s/informer.h"
 #include "k8s/leader.h"
 #include "k8s/queue.h"
+#include "metrics/metrics.h"
 #include "gang.h"
 #include "handoff.h"
 #include "podspec.h"
@@ -97,6 +98,12 @@ struct kd_ctrl {
     /* The scheduler loop writes admissions, preemptions and reasons here, the trial reconciler
      * takes them; it has its own lock (handoff.h). */
     struct kd_handoff *handoff;
+    /* Process metrics (metrics.c): made at start, served at GET /metrics by the API. */
+    struct kd_metrics *metrics;
+    struct {
+        struct kd_metric *reconciles, *reconcile_seconds, *queue_depth, *experiments, *trials,
+            *leader, *db_seconds, *rows_written;
+    } m;
 
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t kick;

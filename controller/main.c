@@ -22,6 +22,7 @@
 #include "core/time.h"
 #include "ctrl.h"
 #include "defaults.h"
+#include "metrics.h"
 #include "states.h"
 #include "wire.h"
 
@@ -502,6 +503,7 @@ int main(int argc, char **argv)
         goto out;
     }
     kd_log_init("kdet-controller", level, -1);
+    kd_ctrl_metrics_init(&c);
     if (c.o.default_storage_file != NULL &&
         (rc = load_default_storage(c.o.default_storage_file, &c.o.default_storage, err)) != 0) {
         fprintf(stderr, "kdet-controller: --default-checkpoint-storage: %s\n", err);
@@ -631,9 +633,10 @@ int main(int argc, char **argv)
             goto shutdown;
         }
     }
-    if ((rc = kd_k8s_queue_start_workers(c.expq, c.o.workers, kd_ctrl_reconcile_experiment, &c)) !=
-            0 ||
-        (rc = kd_k8s_queue_start_workers(c.trialq, c.o.workers, kd_ctrl_reconcile_trial, &c)) != 0)
+    if ((rc = kd_k8s_queue_start_workers(c.expq, c.o.workers, kd_ctrl_reconcile_experiment_timed,
+                                         &c)) != 0 ||
+        (rc = kd_k8s_queue_start_workers(c.trialq, c.o.workers, kd_ctrl_reconcile_trial_timed,
+                                         &c)) != 0)
         goto shutdown;
     if (pthread_create(&sched_thread, NULL, sched_main, &c) == 0)
         sched_started = true;
@@ -691,6 +694,7 @@ out:
     json_decref(c.cfgs);
     json_decref(c.endmemo);
     json_decref(c.o.default_storage);
+    kd_ctrl_metrics_free(&c);
     if (sig_pipe[0] >= 0) {
         close(sig_pipe[0]);
         close(sig_pipe[1]);

@@ -3,8 +3,8 @@ CTRL_LIB_SRCS := controller/ctrl.c controller/scheduler.c controller/podspec.c c
                  controller/experiment.c controller/trial.c controller/schedloop.c \
                  controller/wire.c controller/gc.c controller/gcview.c controller/gang.c \
                  controller/gang_volcano.c controller/gang_kueue.c controller/handoff.c
-CTRL_LIB_SRCS += controller/defaults.c
+CTRL_LIB_SRCS += controller/defaults.c controller/metrics.c
 $(eval $(call kd_lib,ctrl,$(CTRL_LIB_SRCS)))
-CTRL_KD_LIBS := ctrl api http store storage searcher hparams config yaml k8s core
+CTRL_KD_LIBS := ctrl api http store metrics storage searcher hparams config yaml k8s core
 CTRL_LDLIBS := -lmicrohttpd -lpq -lcurl -lcrypto -ljansson -lyaml -lm
 $(eval $(call kd_prog,kdet-controller,controller/main.c,$(CTRL_KD_LIBS),$(CTRL_LDLIBS)))

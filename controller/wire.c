@@ -193,7 +193,10 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
         goto out;
     if ((rc = load_key(c, err)) != 0 || (rc = load_user_token(c, err)) != 0)
         goto out;
-    struct kd_store_opts so = {.conninfo = c->o.database_url, .spool_dir = c->o.spool_dir};
+    struct kd_store_opts so = {.conninfo = c->o.database_url,
+                               .spool_dir = c->o.spool_dir,
+                               .db_seconds = c->m.db_seconds,
+                               .rows_written = c->m.rows_written};
     for (int attempt = 0;; attempt++) {
         rc = kd_store_open(&so, &c->store, err);
         if (rc != KD_ECONNECT || attempt >= 30 || atomic_load(&c->stop))
@@ -213,6 +216,7 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
         .token_key = c->key,
         .token_key_len = c->keylen,
         .user_token = c->user_token,
+        .metrics = c->metrics,
     };
     if ((rc = kd_api_start(&ao, &c->api, err)) != 0)
         goto out;

@@ -486,10 +486,46 @@ static void h_health(struct api_rq *q)
     api_json(q, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+/*
+ * Ready to serve: the informers listed before the server started, so what
+ * is left is the database. Leadership plays no part: a standby replica
+ * serves the API too, and a rolling update needs the new pod Ready while
+ * the old one still holds the Lease.
+ */
+static void h_ready(struct api_rq *q)
+{
+    char err[KD_ERRLEN] = "";
+    if (kd_store_ping(q->api->o.store, err) != 0) {
+        api_error(q, 503, NULL, "not ready: the database does not answer: %s", err);
+        return;
+    }
+    api_json(q, 200, json_pack("{s:s}", "status", "ready"));
+}
+
+/* GET /metrics: the process's metrics in Prometheus' text format. */
+static void h_metrics(struct api_rq *q)
+{
+    if (q->api->o.metrics == NULL) {
+        api_error(q, 404, NULL, "metrics are off in this process");
+        return;
+    }
+    struct kd_buf b = KD_BUF_INIT(8u << 20);
+    if (kd_metrics_render(q->api->o.metrics, &b) != 0) {
+        kd_buf_free(&b);
+        api_error(q, 500, NULL, "the metrics do not fit in 8 MiB");
+        return;
+    }
+    q->status = 200;
+    kd_http_respond(q->r, 200, KD_METRICS_CONTENT_TYPE, b.data != NULL ? b.data : "", b.len);
+    kd_buf_free(&b);
+}
+
 #define NSP "api/v1/namespaces/*/"
 #define SMALL KD_API_MAX_SMALL_BODY
 static const struct route routes[] = {
     {"GET", "healthz", AUTH_NONE, 0, h_health},
+    {"GET", "readyz", AUTH_NONE, 0, h_ready},
+    {"GET", "metrics", AUTH_NONE, 0, h_metrics},
     {"POST", NSP "trials/*/metrics", AUTH_TRIAL, KD_API_MAX_METRICS_BODY, api_worker_metrics},
     {"GET", NSP "trials/*/searcher/operation", AUTH_TRIAL, 0, api_worker_searcher},
     {"GET", NSP "trials/*/preemption", AUTH_TRIAL, 0, api_worker_preemption},
@@ -561,9 +597,10 @@ static const struct route *find_route(struct api_rq *q, char *allow, size_t allo
         if (!match(routes[i].pattern, q))
             continue;
         if (strcmp(routes[i].method, method) == 0 ||
-            (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0))
+            (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0)) {
             hit = &routes[i];
-        else if (strstr(allow, routes[i].method) == NULL)
+            q->route = routes[i].pattern;
+        } else if (strstr(allow, routes[i].method) == NULL)
             snprintf(allow + strlen(allow), allowlen - strlen(allow), "%s%s", allow[0] ? ", " : "",
                      routes[i].method);
     }
@@ -575,6 +612,13 @@ static void access_log(struct api_rq *q, int64_t t0)
     double ms = (double)(kd_mono_ns() - t0) / 1e6;
     size_t blen = 0;
     (void)kd_http_body(q->r, &blen);
+    /* Labels from the route table only, so that requests cannot add series. */
+    const char *method = q->route != NULL ? kd_http_method(q->r) : "other";
+    char code[8];
+    snprintf(code, sizeof(code), "%d", q->status);
+    kd_metric_inc(q->api->m_requests,
+                  (const char *[]){method, q->route != NULL ? q->route : "unmatched", code});
+    kd_metric_observe(q->api->m_seconds, (const char *[]){method}, ms / 1000);
     KD_INFO("http request", "method=%s path=%s status=%d latency_ms=%.1f bytes_in=%zu",
             kd_http_method(q->r), kd_logq(kd_http_path(q->r)), q->status, ms, blen);
 }
@@ -692,6 +736,15 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->changed, NULL);
     api_hub_init(&a->hub);
+    if (opts->metrics != NULL) {
+        static const double secs[] = {0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10, 60};
+        a->m_requests = kd_metrics_counter(opts->metrics, "kdet_api_requests_total",
+                                           "Controller API requests by method, route and code.",
+                                           "method,route,code");
+        a->m_seconds = kd_metrics_histogram(opts->metrics, "kdet_api_request_duration_seconds",
+                                            "Controller API request latency (long-polls included).",
+                                            "method", secs, sizeof(secs) / sizeof(secs[0]));
+    }
     if ((rc = start_informer(a, &KD_K8S_TRIALS, &a->trials, err)) != 0)
         goto out;
     if ((rc = start_informer(a, &KD_K8S_EXPERIMENTS, &a->exps, err)) != 0)

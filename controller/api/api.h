@@ -13,6 +13,7 @@
 
 #include "core/err.h"
 #include "k8s/client.h"
+#include "metrics/metrics.h"
 #include "store/store.h"
 
 /* Length of a trial token (base64url of an HMAC-SHA256, no padding). */
@@ -54,6 +55,13 @@ struct kd_api_opts {
     int metrics_timeout_ms;
     /** Most simultaneous connections [256]. */
     unsigned max_conns;
+    /**
+     * Process metrics (lib/metrics; borrowed, NULL: GET /metrics answers
+     * 404). The API adds kdet_api_requests_total{method,route,code} and
+     * kdet_api_request_duration_seconds{method} to it, and serves the whole
+     * registry at GET /metrics without a token (Prometheus' scrape).
+     */
+    struct kd_metrics *metrics;
 };
 
 /**

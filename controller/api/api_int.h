@@ -64,6 +64,7 @@ struct kd_api {
     json_t *progress; /* trial uid -> [mono ms of the last batchesTrained write, batches] */
 
     struct api_hub hub;
+    struct kd_metric *m_requests, *m_seconds; /* NULL without o.metrics */
 };
 
 /* One request as the handlers see it. */
@@ -72,7 +73,8 @@ struct api_rq {
     struct kd_http_req *r;
     const char *seg[API_MAX_SEGS];
     int nseg;
-    int status; /* the answer's status, for the access log */
+    int status;        /* the answer's status, for the access log */
+    const char *route; /* the matched route's pattern, for metrics; NULL: none */
 };
 
 /* ---- responses (api.c) ---- */

@@ -10,6 +10,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/str.h"
+#include "core/time.h"
 #include "store/store_int.h"
 
 #define JSON_RESULT_MAX (64u << 20) /* a list result larger than this is refused */
@@ -36,7 +37,10 @@ int kd_store__exec(struct kd_store *s, const char *what, const char *sql, int n,
         if (rc != 0)
             goto out;
         bool hung = false;
+        int64_t t0 = kd_mono_ns();
         r = kd_pg_exec(c, sql, n, params, client_timeout(s), &hung);
+        kd_metric_observe(s->opts.db_seconds, (const char *[]){"statement"},
+                          (double)(kd_mono_ns() - t0) / 1e9);
         if (hung) {
             rc = kd_seterr(err, KD_ETIMEDOUT,
                            "%s: no answer from the database in %d ms; connection dropped", what,

@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "core/err.h"
+#include "metrics/metrics.h"
 
 struct kd_store;
 
@@ -50,6 +51,15 @@ struct kd_store_opts {
      * metrics are held and durable puts time out.
      */
     const char *spool_dir;
+    /**
+     * Optional process metrics (lib/metrics; borrowed, NULL: none): a
+     * histogram with one label "op" of statement latency in seconds
+     * ("statement" for the pool's statements, "metrics_write" for the
+     * writer's batches), and a counter without labels of metric rows
+     * written (duplicates not counted).
+     */
+    struct kd_metric *db_seconds;
+    struct kd_metric *rows_written;
     /** Bytes of metric batches held in memory before spilling (default 64 MiB). */
     size_t mem_limit;
     /** Bytes the spool file may grow to (default 1 GiB); beyond that puts fail with KD_EAGAIN. */

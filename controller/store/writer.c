@@ -291,7 +291,10 @@ static int write_batches(struct kd_writer *w, const char *json, struct counts *k
     bool hung = false;
     int limit = w->s->opts.statement_timeout_ms;
     limit = limit > 0 ? limit + KD_STORE_CLIENT_GRACE_MS : 0;
+    int64_t t0 = kd_mono_ns();
     r = kd_pg_exec(w->conn, INSERT_SQL, 1, params, limit, &hung);
+    kd_metric_observe(w->s->opts.db_seconds, (const char *[]){"metrics_write"},
+                      (double)(kd_mono_ns() - t0) / 1e9);
     if (hung) {
         /* The statement may still commit when the server wakes: the keys make the retry safe. */
         PQfinish(w->conn);
@@ -314,6 +317,7 @@ static int write_batches(struct kd_writer *w, const char *json, struct counts *k
         goto out;
     }
     k->fresh = fresh;
+    kd_metric_add(w->s->opts.rows_written, NULL, (double)nrows); /* rows of new batches */
     k->orph = distinct - with_trial;
     k->dups = total - fresh - k->orph;
     k->rows = nrows;

@@ -8,6 +8,7 @@
 # through the API (validations → searcher → validateAfter/closed → stop);
 # an early exit ends its trial without a restart. The store keeps a trial's
 # restarts, and an experiment deleted while it runs is DELETED there.
+# GET /metrics passes promtool and counts what the run did; /readyz is 200.
 . "$(dirname "$0")/lib.sh"
 need_pg || exit 77
 trap 'stop_pg; finish; exit $?' EXIT
@@ -81,6 +82,22 @@ check "validations stored" test "$(psqlq "select count(*) from metrics where kin
 check "latestValidation value from the worker" test "$(field trial wire-2 '{.status.latestValidation.value}')" = 0.2
 check "bestValidation from the worker" test "$(field trial wire-1 '{.status.bestValidation.value}')" = 0.1
 
+# GET /metrics: Prometheus' text format (promtool agrees), with what this run did; /readyz.
+curl -sf "$URL/metrics" >"$T/metrics.txt"
+check "/metrics passes promtool check metrics" eval "/usr/bin/promtool check metrics <'$T/metrics.txt' >'$T/promtool.out' 2>&1 || { cat '$T/promtool.out'; false; }"
+mval() { awk -v k="$1" '$1 == k { print $2 }' "$T/metrics.txt"; }
+check "metrics: 2 COMPLETED trials" test "$(mval 'kdet_trials{state="COMPLETED"}')" = 2
+check "metrics: 1 COMPLETED experiment" test "$(mval 'kdet_experiments{state="COMPLETED"}')" = 1
+check "metrics: trial reconciles counted" test "$(mval 'kdet_reconciles_total{kind="trial",result="ok"}' | cut -d. -f1)" -gt 0
+check "metrics: reconcile latency observed" test "$(mval 'kdet_reconcile_duration_seconds_count{kind="experiment"}')" -gt 0
+check "metrics: work-queue depth" grep -q '^kdet_workqueue_depth{queue="trials"} ' "$T/metrics.txt"
+check "metrics: metric rows written (the 2 validations)" test "$(mval kdet_metric_rows_written_total)" -ge 2
+check "metrics: database latency" test "$(mval 'kdet_db_statement_duration_seconds_count{op="statement"}')" -gt 0
+check "metrics: API requests by route and code" grep -q '^kdet_api_requests_total{method="POST",route="api/v1/namespaces/\*/trials/\*/metrics",code="200"} [1-9]' "$T/metrics.txt"
+check "metrics: this replica acts" test "$(mval kdet_leader)" = 1
+check "metrics: no token in them" eval "! grep -qF -- '$(field secret wire-1-token '{.data.token}' | base64 -d)' '$T/metrics.txt'"
+check "/readyz answers 200 with the database up" test "$(curl -s -o /dev/null -w '%{http_code}' "$URL/readyz")" = 200
+
 experiment early "  entrypoint: sh $T/worker.sh
   environment:
     environment_variables: [OUTDIR=$T, EARLY=1]
@@ -119,3 +136,10 @@ check "deleted while live: DELETED in the store, with its end" wait_for 10 n_is 
 check "an ended experiment keeps its outcome when deleted" eval \
     'kubectl delete exp early --wait=true --timeout=30s >/dev/null 2>&1 &&
      case "$(psqlq "select state from experiments where name = '"'"'early'"'"'")" in COMPLETED | ERROR) true ;; *) false ;; esac'
+
+# /readyz follows the database: 503 naming it while PostgreSQL is down (the pod leaves the Service).
+URL=$(sed -n 's/.*msg="trials reach the API" controller_url=\([^ ]*\).*/\1/p' "$T/ctrl.log" | tail -1 | tr -d '"')
+stop_pg
+check "/readyz answers 503 with the database down" wait_for 20 eval \
+    "curl -s '$URL/readyz' | grep -q 'not ready: the database does not answer'"
+check "/healthz still answers (liveness does not restart the pod for it)" curl -sf "$URL/healthz"

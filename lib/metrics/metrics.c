@@ -46,6 +46,8 @@ struct kd_metric {
 
 struct kd_metrics {
     struct kd_metric *first, *last;
+    void (*on_render)(void *);
+    void *on_render_ud;
     struct kd_metric *dropped; /* kd_metrics_dropped_series_total */
 };
 
@@ -66,8 +68,13 @@ static struct kd_metric *add_family(struct kd_metrics *m, enum kind kind, const 
                                     const char *help, const char *labels)
 {
     assert(valid_name(name, true));
-    for (struct kd_metric *f = m->first; f != NULL; f = f->next)
-        assert(strcmp(f->name, name) != 0);
+    for (struct kd_metric *f = m->first; f != NULL; f = f->next) {
+        if (strcmp(f->name, name) == 0) {
+            /* registered again (a module restarted in the same process): the same family */
+            assert(f->kind == kind);
+            return f;
+        }
+    }
     struct kd_metric *f = kd_xcalloc(1, sizeof(*f));
     f->reg = m;
     f->kind = kind;
@@ -349,9 +356,17 @@ static int render_family(struct kd_metric *f, struct kd_buf *b)
     return rc;
 }
 
+void kd_metrics_on_render(struct kd_metrics *m, void (*fn)(void *ud), void *ud)
+{
+    m->on_render = fn;
+    m->on_render_ud = ud;
+}
+
 int kd_metrics_render(struct kd_metrics *m, struct kd_buf *out)
 {
     int rc = 0;
+    if (m->on_render != NULL)
+        m->on_render(m->on_render_ud);
     for (struct kd_metric *f = m->first; f != NULL && rc == 0; f = f->next)
         rc = render_family(f, out);
     return rc;

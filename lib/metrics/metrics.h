@@ -29,8 +29,10 @@ void kd_metrics_free(struct kd_metrics *m);
 /**
  * Register a family. name and help are copied; labels is a comma-separated
  * list of label names ("verb,code") or NULL for none. Names must match
- * [a-zA-Z_:][a-zA-Z0-9_:]* (labels: no colon); a bad name, a duplicate or
- * more than KD_METRICS_MAX_LABELS labels is a programming error (assert).
+ * [a-zA-Z_:][a-zA-Z0-9_:]* (labels: no colon); a bad name or more than
+ * KD_METRICS_MAX_LABELS labels is a programming error (assert). A name
+ * registered again returns the family it already names (same kind, or an
+ * assert), so a module restarted in one process keeps its series.
  * The family lives as long as the registry. Not thread-safe: register at
  * start, before other threads update.
  */
@@ -60,6 +62,14 @@ void kd_metric_add(struct kd_metric *f, const char *const *values, double v);
 void kd_metric_inc(struct kd_metric *f, const char *const *values);
 void kd_metric_set(struct kd_metric *f, const char *const *values, double v);
 void kd_metric_observe(struct kd_metric *f, const char *const *values, double v);
+
+/**
+ * Call fn(ud) at the start of every render, before any family is read: the
+ * place to set gauges that are counted from some other state (e.g. objects
+ * by state from a cache). One hook per registry; a second replaces it.
+ * fn runs on the scraping thread and must be thread-safe.
+ */
+void kd_metrics_on_render(struct kd_metrics *m, void (*fn)(void *ud), void *ud);
 
 /**
  * Append every family to out in the text format (families in registration

@@ -68,8 +68,10 @@ check(sc.get("readOnlyRootFilesystem") is True, "controller readOnlyRootFilesyst
 check(sc.get("capabilities") == {"drop": ["ALL"]}, "controller drops all capabilities")
 check(sc.get("allowPrivilegeEscalation") is False, "no privilege escalation")
 check(psc.get("seccompProfile") == {"type": "RuntimeDefault"} and sc.get("seccompProfile") == {"type": "RuntimeDefault"}, "seccomp RuntimeDefault")
-for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-    check(c.get(probe, {}).get("httpGet", {}).get("path") == "/healthz", "%s on /healthz" % probe)
+for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
+    check(c.get(probe, {}).get("httpGet", {}).get("path") == path, "%s on %s" % (probe, path))
+ann = dep["spec"]["template"]["metadata"].get("annotations", {}) if dep else {}
+check(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/path") == "/metrics", "Prometheus scrape annotations")
 env = {e["name"]: e for e in c.get("env", [])}
 check(env.get("KDET_DATABASE_URL", {}).get("valueFrom", {}).get("secretKeyRef", {}).get("name") == "kdet-database", "database URL from the chart's Secret")
 check("optional" not in env.get("KDET_DATABASE_URL", {}).get("valueFrom", {}).get("secretKeyRef", {}), "the database Secret is not optional")

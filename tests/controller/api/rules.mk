@@ -1,7 +1,7 @@
 # Controller API tests: each program starts a private PostgreSQL (tests/support/pg.c) and a
 # real kdet-local (tests/lib/k8s/kdet_local.c) with the CRDs applied, then the API.
 API_TEST_SRCS := tests/controller/api/fx.c tests/support/pg.c tests/lib/k8s/kdet_local.c
-API_TEST_KD_LIBS := api http store k8s storage yaml core
+API_TEST_KD_LIBS := api http store metrics k8s storage yaml core
 API_TEST_LDLIBS := -lmicrohttpd -lpq -lcurl -lcrypto -ljansson -lyaml -lm -lpthread
 API_TEST_DEPS := $(O)/bin/kdet-local
 $(O)/obj/tests/controller/api/%.o: KD_CFLAGS += -Itests -Itests/controller/api

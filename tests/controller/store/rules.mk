@@ -2,10 +2,10 @@
 STORE_TEST_SRCS = tests/controller/store/fx.c tests/support/pg.c
 STORE_TEST_LIBS = -lpq -ljansson -lpthread
 $(O)/obj/tests/controller/store/%.o $(O)/obj/tests/support/%.o: KD_CFLAGS += -Itests
-$(eval $(call kd_test,test_store_migrate,tests/controller/store/test_store_migrate.c $(STORE_TEST_SRCS),store core,$(STORE_TEST_LIBS),120))
-$(eval $(call kd_test,test_store_metrics,tests/controller/store/test_store_metrics.c $(STORE_TEST_SRCS),store core,$(STORE_TEST_LIBS),120))
-$(eval $(call kd_test,test_store_outage,tests/controller/store/test_store_outage.c $(STORE_TEST_SRCS),store core,$(STORE_TEST_LIBS),180))
-$(eval $(call kd_test,test_store_pool,tests/controller/store/test_store_pool.c $(STORE_TEST_SRCS),store core,$(STORE_TEST_LIBS),120))
-$(eval $(call kd_test,test_store_registry,tests/controller/store/test_store_registry.c $(STORE_TEST_SRCS),store core,$(STORE_TEST_LIBS),120))
+$(eval $(call kd_test,test_store_migrate,tests/controller/store/test_store_migrate.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
+$(eval $(call kd_test,test_store_metrics,tests/controller/store/test_store_metrics.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
+$(eval $(call kd_test,test_store_outage,tests/controller/store/test_store_outage.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),180))
+$(eval $(call kd_test,test_store_pool,tests/controller/store/test_store_pool.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
+$(eval $(call kd_test,test_store_registry,tests/controller/store/test_store_registry.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
 # Random kills of the server while four workers stream (bounded, about a minute).
-$(eval $(call kd_test,test_store_soak,tests/controller/store/test_store_soak.c $(STORE_TEST_SRCS),store core,$(STORE_TEST_LIBS),240,slow))
+$(eval $(call kd_test,test_store_soak,tests/controller/store/test_store_soak.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),240,slow))

@@ -72,6 +72,24 @@ static void test_text(void **s)
     kd_metrics_free(m);
 }
 
+static void set_on_render(void *ud)
+{
+    kd_metric_set(ud, (const char *[]){"ACTIVE"}, 4);
+}
+
+/* The render hook runs first, so gauges counted from other state are current. */
+static void test_on_render(void **s)
+{
+    (void)s;
+    struct kd_metrics *m = kd_metrics_new();
+    struct kd_metric *g = kd_metrics_gauge(m, "kdet_trials", "Trials by state.", "state");
+    kd_metrics_on_render(m, set_on_render, g);
+    char *t = render(m);
+    assert_non_null(strstr(t, "kdet_trials{state=\"ACTIVE\"} 4\n"));
+    free(t);
+    kd_metrics_free(m);
+}
+
 static void test_histogram(void **s)
 {
     (void)s;
@@ -215,9 +233,10 @@ static void test_promtool(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_text),     cmocka_unit_test(test_histogram),
-        cmocka_unit_test(test_escaping), cmocka_unit_test(test_cap),
-        cmocka_unit_test(test_threads),  cmocka_unit_test(test_promtool),
+        cmocka_unit_test(test_text),      cmocka_unit_test(test_on_render),
+        cmocka_unit_test(test_histogram), cmocka_unit_test(test_escaping),
+        cmocka_unit_test(test_cap),       cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_promtool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
