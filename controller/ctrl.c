@@ -10,6 +10,7 @@
 
 #include "core/time.h"
 #include "ctrl.h"
+#include "events.h"
 
 const char *kd_ctrl_str(const json_t *obj, const char *a, const char *b, const char *c2)
 {
@@ -71,6 +72,15 @@ int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const 
                           kd_k8s_meta_str(obj, "name"), "status", KD_K8S_PATCH_MERGE, patch, NULL,
                           NULL, err);
     json_decref(patch);
+    struct kd_event ev;
+    const char *kind = strcmp(gvr->resource, "trials") == 0        ? "Trial"
+                       : strcmp(gvr->resource, "experiments") == 0 ? "Experiment"
+                                                                   : NULL;
+    char apiv[128];
+    snprintf(apiv, sizeof(apiv), "%s/%s", gvr->group, gvr->version);
+    if (rc == 0 && c->events != NULL && kind != NULL &&
+        kd_event_for_change(kind, json_object_get(obj, "status"), status, &ev))
+        kd_events_emit(c->events, obj, apiv, kind, &ev);
     return rc;
 }
 

@@ -47,6 +47,7 @@ struct kd_ctrl_opts {
     const struct kd_gang_ops *gang;
     const char *gang_queue; /* the batch scheduler's queue; NULL: the trial's resource pool */
     bool leader_elect;
+    bool events;            /* Kubernetes Events on Experiments and Trials [on] */
     const char *lease_name; /* [kdet-controller] */
     const char *lease_ns;   /* [the client's namespace] */
     const char *identity;   /* [hostname-pid] */
@@ -98,6 +99,10 @@ struct kd_ctrl {
     /* The scheduler loop writes admissions, preemptions and reasons here, the trial reconciler
      * takes them; it has its own lock (handoff.h). */
     struct kd_handoff *handoff;
+    /* Events about Experiments and Trials (events.c): posted by their own thread and client;
+     * NULL: off. */
+    struct kd_events *events;
+    struct kd_k8s_client *events_client;
     /* Process metrics (metrics.c): made at start, served at GET /metrics by the API. */
     struct kd_metrics *metrics;
     struct {

@@ -22,6 +22,7 @@
 #include "core/time.h"
 #include "ctrl.h"
 #include "defaults.h"
+#include "events.h"
 #include "metrics.h"
 #include "states.h"
 #include "wire.h"
@@ -55,6 +56,7 @@ static void usage(FILE *f)
         "  --gang-queue NAME        Volcano Queue / Kueue LocalQueue of all trials (default\n"
         "                           $KDET_GANG_QUEUE, else the trial's resource pool)\n"
         "  --leader-elect on|off    leader election on a Lease (default off)\n"
+        "  --events on|off          Kubernetes Events on Experiments and Trials (default on)\n"
         "  --lease-name NAME        the Lease (default kdet-controller)\n"
         "  --lease-namespace NS     its namespace (default: $POD_NAMESPACE or the client's)\n"
         "  --image IMAGE            trial image when the config names none\n"
@@ -94,6 +96,7 @@ static const char *const flag_names[] = {
     "--gang-scheduler",
     "--gang-queue",
     "--leader-elect",
+    "--events",
     "--lease-name",
     "--lease-namespace",
     "--image",
@@ -281,6 +284,8 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
             rc = parse_onoff(name, v, &o->preemption, err);
         else if (strcmp(name, "--leader-elect") == 0)
             rc = parse_onoff(name, v, &o->leader_elect, err);
+        else if (strcmp(name, "--events") == 0)
+            rc = parse_onoff(name, v, &o->events, err);
         else if (strcmp(name, "--lease-name") == 0)
             o->lease_name = v;
         else if (strcmp(name, "--lease-namespace") == 0)
@@ -471,6 +476,7 @@ int main(int argc, char **argv)
     mallopt(M_ARENA_MAX, 2);
     c.o = (struct kd_ctrl_opts){.workers = 4,
                                 .preemption = true,
+                                .events = true,
                                 .lease_name = "kdet-controller",
                                 .resync_ms = 30000,
                                 .sched_period_ms = 1000};
@@ -528,6 +534,15 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
+    /* Events get a client of their own (its own rate limit and counters), so that posting
+     * them never takes from the reconcilers' budget of API calls. */
+    struct kd_k8s_client_opts eko = kube;
+    eko.qps = 10;
+    eko.burst = 50;
+    if (c.o.events && kd_k8s_client_new(&cfg, &eko, &c.events_client, err) == 0)
+        c.events = kd_events_start(c.events_client, 1024);
+    else if (c.o.events)
+        KD_WARN("Events are off: cannot make their client", "detail=%s", kd_logq(err));
     bool gang_detected = c.o.gang == NULL;
     if (gang_detected)
         c.o.gang = gang_auto(c.client);
@@ -688,6 +703,8 @@ out:
     kd_k8s_queue_free(c.expq);
     kd_k8s_queue_free(c.trialq);
     kd_ctrl_wire_stop(&c);
+    kd_events_stop(c.events, 2000);
+    kd_k8s_client_free(c.events_client);
     kd_k8s_client_free(c.client);
     kd_k8s_config_free(&cfg);
     kd_handoff_free(c.handoff);

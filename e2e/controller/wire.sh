@@ -96,6 +96,13 @@ check "metrics: database latency" test "$(mval 'kdet_db_statement_duration_secon
 check "metrics: API requests by route and code" grep -q '^kdet_api_requests_total{method="POST",route="api/v1/namespaces/\*/trials/\*/metrics",code="200"} [1-9]' "$T/metrics.txt"
 check "metrics: this replica acts" test "$(mval kdet_leader)" = 1
 check "metrics: no token in them" eval "! grep -qF -- '$(field secret wire-1-token '{.data.token}' | base64 -d)' '$T/metrics.txt'"
+# Events tell each object's story (kubectl describe): a trial's start and end, the experiment's end.
+evs() { kubectl get events -n default --field-selector "involvedObject.kind=$1,involvedObject.name=$2" \
+    -o 'jsonpath={range .items[*]}{.type}/{.reason}: {.message}{"\n"}{end}'; }
+check "Event: wire-1 Running" wait_for 10 eval "evs Trial wire-1 | grep -q '^Normal/Running: Trial QUEUED -> ACTIVE'"
+check "Event: wire-1 Completed" wait_for 10 eval "evs Trial wire-1 | grep -q '^Normal/Completed: Trial .* -> COMPLETED'"
+check "Event: experiment wire Completed" wait_for 10 eval "evs Experiment wire | grep -q '^Normal/Completed: Experiment .* -> COMPLETED'"
+check "kubectl describe trial shows them" eval "kubectl describe trial wire-1 -n default | grep -q 'Trial QUEUED -> ACTIVE'"
 check "/readyz answers 200 with the database up" test "$(curl -s -o /dev/null -w '%{http_code}' "$URL/readyz")" = 200
 
 experiment early "  entrypoint: sh $T/worker.sh

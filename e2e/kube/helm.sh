@@ -84,7 +84,7 @@ can() { # can WANT VERB RESOURCE[/SUBRESOURCE] [NS]
 	if [[ "$got" == "$want" ]]; then ok "controller can-i $verb $res: $want"; else bad "controller can-i $verb $res: want $want, got '$got'"; fi
 }
 for vr in "create trials.kdet.io" "patch experiments.kdet.io/status" "create pods" "delete pods" \
-	"watch nodes" "get secrets" "create services" "list configmaps"; do
+	"watch nodes" "get secrets" "create services" "list configmaps" "create events"; do
 	# shellcheck disable=SC2086
 	can yes $vr
 done

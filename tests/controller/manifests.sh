@@ -47,7 +47,7 @@ for verb, res in sorted(calls):
     check((g, r, verbs[verb]) in granted, "RBAC grants %s on %s" % (verb, r))
 # status patches go through kd_ctrl_patch_status; informers list and watch
 for need in [("kdet.io", "experiments/status", "patch"), ("kdet.io", "trials/status", "patch"),
-             ("coordination.k8s.io", "leases", "update")] + \
+             ("coordination.k8s.io", "leases", "update"), ("", "events", "create")] + \
             [(g, r, v) for (g, r) in [("kdet.io", "experiments"), ("kdet.io", "trials"), ("", "pods"), ("", "nodes")]
              for v in ("list", "watch")]:
     check(need in granted, "RBAC grants %s on %s" % (need[2], need[1]))

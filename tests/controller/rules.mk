@@ -7,6 +7,7 @@ $(eval $(call kd_test,test_ctrl_handoff,tests/controller/test_ctrl_handoff.c,ctr
 # The controller's rows in its store, on a private PostgreSQL (tests/support/pg.c).
 $(O)/obj/tests/controller/test_ctrl_wire_store.o: KD_CFLAGS += -Itests
 $(eval $(call kd_test,test_ctrl_wire_store,tests/controller/test_ctrl_wire_store.c tests/controller/store/fx.c tests/support/pg.c,ctrl api http store metrics storage searcher hparams config k8s yaml core,$(CTRL_LDLIBS) -lpthread,120))
+$(eval $(call kd_test,test_ctrl_events,tests/controller/test_ctrl_events.c,ctrl k8s yaml core,-ljansson -lyaml -lcurl -lcrypto -lm -lpthread,30))
 $(eval $(call kd_test,test_ctrl_gcview,tests/controller/test_ctrl_gcview.c,ctrl core,,30))
 $(eval $(call kd_test,test_ctrl_states,tests/controller/test_ctrl_states.c,$(CTRL_KD_LIBS),$(CTRL_LDLIBS),30))
 # End-to-end scenarios on a private kdet-local (e2e/controller/*.sh).
