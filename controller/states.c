@@ -213,9 +213,9 @@ static void queued(const struct kd_trial_facts *f, struct kd_trial_action *a)
 }
 
 /* A failed attempt: restart with backoff, or ERROR once max_restarts are used up. */
-static void failed(const struct kd_trial_facts *f, struct kd_trial_action *a)
+/* A failed attempt: restart it (counted, with back-off) while max_restarts allows, else ERROR. */
+static void fail_attempt(const struct kd_trial_facts *f, const char *why, struct kd_trial_action *a)
 {
-    const char *why = f->failure != NULL ? f->failure : "";
     if (kd_trial_on_failure(f->restarts, f->max_restarts) == KD_TRIAL_RESTART) {
         set_state(a, KD_TRIAL_QUEUED, "");
         snprintf(a->message, sizeof(a->message), "%s; restart %d of max_restarts=%d", why,
@@ -232,6 +232,11 @@ static void failed(const struct kd_trial_facts *f, struct kd_trial_action *a)
     }
     a->delete_pods = true;
     a->kick = true;
+}
+
+static void failed(const struct kd_trial_facts *f, struct kd_trial_action *a)
+{
+    fail_attempt(f, f->failure != NULL ? f->failure : "", a);
 }
 
 /* An ACTIVE trial: follow its attempt. */
@@ -251,6 +256,32 @@ static void active(const struct kd_trial_facts *f, struct kd_trial_action *a)
         snprintf(a->message, sizeof(a->message),
                  "reached the searcher's target; waiting for its next operation");
         a->requeue_ms = 1000;
+        return;
+    }
+    if (all_done && f->api_on && f->closed && f->reached < f->target) {
+        /* The searcher closed the trial before its length (the workers were told "stop"): it
+         * is done; a new attempt would only be told to stop again. */
+        set_state(a, KD_TRIAL_COMPLETED, "completed: closed by the searcher");
+        a->clear_pods = true;
+        a->idle_reason = "Closed";
+        a->idle_message = "the searcher closed the trial";
+        a->delete_pods = true;
+        a->kick = true;
+        a->note = KD_TRIAL_NOTE_COMPLETED;
+        return;
+    }
+    if (all_done && f->api_on && !f->idle && !f->closed && f->attempt_target > 0 &&
+        f->reached < f->attempt_target) {
+        /* Every worker exited 0 but none reported a validation at the operation's length: the
+         * training code ended before completing its searcher operation. Relaunching it would
+         * loop for ever, so it counts as a failed attempt. */
+        char why[256];
+        snprintf(why, sizeof(why),
+                 "the workers exited 0 before completing the searcher's operation (the latest "
+                 "validation is at %lld of %lld); report a validation at op.length and call "
+                 "op.report_completed",
+                 f->reached, f->attempt_target);
+        fail_attempt(f, why, a);
         return;
     }
     if (f->running == 0 && f->target > 0 && f->reached >= f->target &&

@@ -630,13 +630,24 @@ static void gather(struct kd_ctrl *c, struct gathered *g)
     if (f->api_on && !kd_trial_state_terminal(f->cur)) {
         json_t *fresh = NULL;
         const char *w = early_exit_reason(g->tstatus);
-        if (w == NULL && f->failed > 0 &&
+        /* Every pod exited 0 short of the attempt's target: the validation may be newer than
+         * the cache (the API writes it before answering the worker), so read the Trial. */
+        bool short_exit = f->npods > 0 && f->succeeded == f->npods && f->attempt_target > 0 &&
+                          f->reached < f->attempt_target && !f->idle;
+        if (w == NULL && (f->failed > 0 || short_exit) &&
             kd_k8s_get(c->client, &KD_K8S_TRIALS, kd_k8s_meta_str(g->trial, "namespace"),
                        kd_k8s_meta_str(g->trial, "name"), &fresh, NULL, NULL) == 0)
             w = early_exit_reason(json_object_get(fresh, "status"));
         if (w != NULL) {
             kd_strlcpy(g->early, w, sizeof(g->early));
             f->early_exit = g->early;
+        }
+        if (fresh != NULL && short_exit) {
+            const json_t *flv =
+                json_object_get(json_object_get(fresh, "status"), "latestValidation");
+            long long r = json_integer_value(json_object_get(flv, "batches"));
+            if (r > f->reached)
+                f->reached = r;
         }
         json_decref(fresh);
     }

@@ -131,6 +131,16 @@ experiment failing '  entrypoint: sh -c "exit 3"
 check "a failing trial ends ERROR after 2 restarts" wait_for 60 trial_state_is failing-1 ERROR
 check "its 2 restarts are in the store" wait_for 10 n_is 2 psqlq \
     "select t.restarts from trials t join experiments e on e.id = t.experiment_id where e.name = 'failing'"
+# A worker that exits 0 without completing its searcher operation is not relaunched for ever:
+# each such attempt counts as a failed one, and the trial ends ERROR saying why.
+experiment quitter '  entrypoint: sh -c "exit 0"
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  max_restarts: 1
+  resources: {slots_per_trial: 1}'
+check "exit 0 short of the operation: ERROR after 1 restart" wait_for 60 trial_state_is quitter-1 ERROR
+check "its message says why" eval "field trial quitter-1 '{.status.message}' | grep -q 'exited 0 before completing the searcher.s operation'"
+check "and it was restarted once, not for ever" test "$(field trial quitter-1 '{.status.restarts}')" = 1
 experiment sleeper '  entrypoint: sleep 300
   hyperparameters: {x: 1}
   searcher: {name: single, metric: loss, max_length: {batches: 10}}
