@@ -63,7 +63,7 @@ fi
 stop kube-proxy
 if [[ -x "$nbin/kube-proxy" ]]; then
 	"$nbin/kube-proxy" --cleanup >"$dir/logs/kube-proxy-cleanup.log" 2>&1 ||
-		kube_log "warning: kube-proxy --cleanup failed (log: $dir/logs/kube-proxy-cleanup.log)"
+		kube_log "kube-proxy --cleanup exited non-zero (without ipset its IPVS part fails; the KUBE-* chains are removed below either way)"
 fi
 stop socat-api
 stop kubelet-real

@@ -65,10 +65,11 @@ done
 if ip link show "$RN_BRIDGE" >/dev/null 2>&1; then
 	kube_die "the bridge $RN_BRIDGE exists already (another real node running? e2e/kube/node/down.sh DIR removes one)"
 fi
-if ip -4 route show | grep -q "^$RN_NET\.0/24\|^$RN_SVC_NET"; then
+routes="$(ip -4 route show)"
+if grep -q "^$RN_NET\.0/24\|^$RN_SVC_NET" <<<"$routes"; then
 	kube_die "$RN_NET.0/24 or $RN_SVC_NET is already routed on this machine: $(ip -4 route show | grep "^$RN_NET\.\|^${RN_SVC_NET%.*}" | head -n2)"
 fi
-if rn_kube_chains | grep -q .; then
+if [[ -n "$(rn_kube_chains)" ]]; then
 	kube_die "iptables has KUBE-* chains already (another kubelet or kube-proxy on this machine?): $(rn_kube_chains | head -n3 | tr '\n' ' ')"
 fi
 
@@ -192,7 +193,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   netns_mounts_under_state_dir = true
   enable_selinux = false
   disable_apparmor = true
-  restrict_oom_score_adj = false
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "$snap"
     default_runtime_name = "runc"
@@ -213,8 +214,9 @@ start containerd containerd --config "$cd_dir/config.toml"
 wait_until containerd "containerd's socket" ctr -a "$sock" version
 ctr -a "$sock" -n k8s.io images import --all-platforms "$rn/images/images.oci.tar" >"$dir/logs/realnode-import.log" 2>&1 ||
 	{ cat "$dir/logs/realnode-import.log" >&2; kube_die "ctr images import failed"; }
+imgs="$(ctr -a "$sock" -n k8s.io images ls -q)"
 for img in "$RN_PAUSE_IMAGE" "$RN_PROBE_IMAGE"; do
-	ctr -a "$sock" -n k8s.io images ls -q | grep -qx "$img" || kube_die "$img missing after the import (log: $dir/logs/realnode-import.log)"
+	grep -qx "$img" <<<"$imgs" || kube_die "$img missing after the import (log: $dir/logs/realnode-import.log)"
 done
 t_cd=$(date +%s.%N)
 
@@ -250,6 +252,9 @@ resolvConf: ""
 clusterDomain: cluster.local
 staticPodPath: ""
 serializeImagePulls: false
+# 1 min by default: a deleted pod stays Terminating until the next sync of
+# its pod worker, about a minute, although its containers stopped at once.
+syncFrequency: 10s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
@@ -298,7 +303,10 @@ start kube-proxy "$nbin/kube-proxy" --kubeconfig="$dir/kube-proxy.kubeconfig" \
 	--conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \
 	--nodeport-addresses="$RN_GW/32" \
 	--v=2
-svc_rules() { iptables -w 5 -t nat -S KUBE-SERVICES | grep -q -- "-d $RN_API_VIP/32 .*--dport 443"; }
+svc_rules() {
+	local r
+	r="$(iptables -w 5 -t nat -S KUBE-SERVICES 2>/dev/null)" && grep -q -- "-d $RN_API_VIP/32 .*--dport 443" <<<"$r"
+}
 wait_until kube-proxy "kube-proxy's rules for the kubernetes Service ($RN_API_VIP:443)" svc_rules
 # kube-proxy sets route_localnet=1 at start.
 rn_sysctl_restore "$rn/sysctl.saved"
@@ -312,6 +320,7 @@ KDET_REALNODE_GW=$RN_GW
 KDET_REALNODE_CONTAINERD_SOCK=$sock
 KDET_REALNODE_PROBE_IMAGE=$RN_PROBE_IMAGE
 KDET_REALNODE_NETNS_DIR=$cd_dir/state/io.containerd.grpc.v1.cri/netns
+KDET_REALNODE_IPAM_DIR=$rn/cni/ipam
 EOF
 started_ok=1
 kube_log "real node $RN_NODE Ready: containerd and images $(rn_secs "$t0" "$t_cd") s, kubelet start to Ready $(rn_secs "$t_kl" "$t_ready") s, kube-proxy $(rn_secs "$t_ready" "$t_end") s, total $(rn_secs "$t0" "$t_end") s"
