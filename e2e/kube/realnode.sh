@@ -5,7 +5,8 @@
 #   runtime; a pod of a locally imported image running to Succeeded with its
 #   own IP in the bridge's range; a pod reaching a server pod over its pod IP;
 #   a pod reaching the API server through the `kubernetes` Service's ClusterIP
-#   (kube-proxy's DNAT); kubectl logs and exec through the API server and the
+#   (kube-proxy's DNAT); a pod reaching the server pod through a ClusterIP
+#   Service of its own; kubectl logs and exec through the API server and the
 #   kubelet; and deleting a pod removes its veth, its network namespace and
 #   its address lease.
 #
@@ -16,7 +17,6 @@
 # check failed.
 set -uo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dir="${KDET_KUBE_DIR:-}"
 [[ -n "$dir" && -f "$dir/env" && -f "$dir/realnode/env" ]] ||
 	{ echo "realnode: set KDET_KUBE_DIR to an up.sh dir with a real node (e2e/kube/node/up.sh)" >&2; exit 2; }
@@ -130,6 +130,31 @@ expect "pod to pod: the client got the server's answer" "^hello from server ip=$
 ip_client="$(pod_ip client)"
 if in_net "$ip_client" && [[ "$ip_client" != "$ip_server" ]]; then ok "pod to pod: the client had its own IP $ip_client"; else bad "pod to pod: the client had its own IP" "got '$ip_client'"; fi
 expect "pod to pod: the server logged the connection" 'answered a connection' "${K[@]}" logs server
+
+# --- pod to a Service backed by a pod (kube-proxy, forwarding on the bridge) ----
+"${K[@]}" create -f - >/dev/null <<EOF
+{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "server"},
+ "spec": {"selector": {"app": "server"}, "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]}}
+EOF
+svc_ip="$("${K[@]}" get svc server -o 'jsonpath={.spec.clusterIP}' 2>/dev/null)"
+svc_ep() { [[ "$("${K[@]}" get endpoints server -o 'jsonpath={.subsets[0].addresses[0].ip}' 2>/dev/null)" == "$ip_server" ]]; }
+if within 60 svc_ep; then
+	ok "service: server's endpoint is the server pod $ip_server"
+else
+	bad "service: server's endpoint is the server pod $ip_server" "$("${K[@]}" get endpoints server -o json 2>&1 | head -c 400)"
+fi
+svc_rule() {
+	local r
+	r="$(iptables -w 5 -t nat -S KUBE-SERVICES 2>/dev/null)" && grep -q -- "-d $svc_ip/32 .*--dport 80" <<<"$r"
+}
+if within 60 svc_rule; then ok "service: kube-proxy's rule for $svc_ip:80"; else bad "service: kube-proxy's rule for $svc_ip:80" "none in 60 s"; fi
+"${K[@]}" create -f <(pod client-svc send "$svc_ip" 80) >/dev/null
+if within "$pod_timeout" finished client-svc && phase_is client-svc Succeeded; then
+	ok "service: a pod connects to the server through its ClusterIP $svc_ip:80"
+else
+	bad "service: a pod connects to the server through its ClusterIP $svc_ip:80" "$(why client-svc)" "logs: $("${K[@]}" logs client-svc 2>&1 | head -c 400)"
+fi
+expect "service: and gets the server pod's answer" "^hello from server ip=$ip_server\$" "${K[@]}" logs client-svc
 
 # --- kubectl exec -----------------------------------------------------------------
 expect "exec: kubectl exec runs in the server's container (its eth0 address)" "^ip=$ip_server iflink=[0-9]+" \

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # sourced: the names are used by the scripts that source it
 # Shared by e2e/kube/node/up.sh, down.sh and e2e/kube/realnode.sh: the real
 # node's names, addresses and the helpers that set up and undo its host
 # state. Sourced after e2e/kube/common.sh, never run.
@@ -12,6 +13,7 @@ RN_BRIDGE="${KDET_REALNODE_BRIDGE:-kdet-cni0}"
 RN_SVC_NET=10.0.0.0/24
 RN_API_VIP=10.0.0.1
 RN_GUARD=KDET-REALNODE-GUARD
+RN_GUARD_FWD=KDET-REALNODE-FWD
 RN_CNI_BIN=/usr/lib/cni
 RN_PAUSE_IMAGE=kdet.local/pause:e2e
 RN_PROBE_IMAGE=kdet.local/probe:e2e
@@ -64,17 +66,17 @@ rn_kube_chains() {
 	done
 }
 
-# rn_iptables_clean: remove the jumps to KUBE-* chains and the guard, then
-# the chains themselves.
+# rn_iptables_clean: remove the jumps to the KUBE-* chains and to the
+# guards (KDET-REALNODE-*), then the chains themselves.
 rn_iptables_clean() {
 	local cmd t rule chains c
 	for cmd in iptables ip6tables; do
 		command -v "$cmd" >/dev/null || continue
 		for t in filter nat mangle; do
-			chains="$("$cmd" -w 5 -t "$t" -S 2>/dev/null | awk -v g="$RN_GUARD" '$1 == "-N" && ($2 ~ /^KUBE-/ || $2 == g) { print $2 }')"
+			chains="$("$cmd" -w 5 -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE-|KDET-REALNODE-)/ { print $2 }')"
 			[[ -n "$chains" ]] || continue
 			# Rules in the built-in chains that jump to them.
-			"$cmd" -w 5 -t "$t" -S 2>/dev/null | awk -v g="$RN_GUARD" '$1 == "-A" && $2 !~ /^KUBE-/ && $2 != g && / -j (KUBE-[^ ]*|'"$RN_GUARD"')( |$)/' |
+			"$cmd" -w 5 -t "$t" -S 2>/dev/null | awk '$1 == "-A" && $2 !~ /^(KUBE-|KDET-REALNODE-)/ && / -j (KUBE-|KDET-REALNODE-)[^ ]*( |$)/' |
 				while IFS= read -r rule; do
 					# shellcheck disable=SC2086 # a rule as iptables -S prints it
 					eval "$cmd -w 5 -t $t -D ${rule#-A }" 2>/dev/null || kube_log "warning: could not delete $cmd -t $t $rule"

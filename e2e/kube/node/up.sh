@@ -15,7 +15,9 @@
 #     range 10.0.0.0/24 only, no default route: pods reach this machine's
 #     bridge and services, nothing else); loopback;
 #   - an iptables guard: packets to 10.244.0.0/24 are dropped unless they
-#     come from lo or the bridge;
+#     come from lo or the bridge; forwarding on for the bridge only
+#     (net.ipv4.conf.kdet-cni0.forwarding, for Services backed by pods) and
+#     forwarded packets from the bridge dropped unless they go back to it;
 #   - the kubelet (KubeletConfiguration in DIR/realnode/kubelet.yaml, root dir
 #     and cgroup root of its own, API on 10.244.0.1, webhook authn/authz);
 #   - kube-proxy in iptables mode (user system:kube-proxy);
@@ -121,7 +123,7 @@ kube_log "building the probe and pause images..."
 	{ cat "$dir/logs/realnode-image.log" >&2; kube_die "image.sh failed"; }
 
 # --- network: bridge, guard, CNI config ----------------------------------------
-kube_log "bridge $RN_BRIDGE with $RN_GW/24, iptables guard $RN_GUARD..."
+kube_log "bridge $RN_BRIDGE with $RN_GW/24, iptables guards $RN_GUARD and $RN_GUARD_FWD..."
 ip link add "$RN_BRIDGE" type bridge
 ip addr add "$RN_GW/24" dev "$RN_BRIDGE"
 ip link set "$RN_BRIDGE" up
@@ -131,6 +133,15 @@ iptables -w 5 -A "$RN_GUARD" -i lo -j RETURN
 iptables -w 5 -A "$RN_GUARD" -i "$RN_BRIDGE" -j RETURN
 iptables -w 5 -A "$RN_GUARD" -j DROP
 iptables -w 5 -I INPUT 1 -d "$RN_NET.0/24" -j "$RN_GUARD"
+# A pod reaching a Service whose endpoint is a pod: the host DNATs it and
+# routes it back out of the bridge, which is forwarding. Only packets that
+# come in on the bridge may be forwarded (this interface's forwarding flag;
+# net.ipv4.ip_forward stays as it is), and only back onto the bridge.
+sysctl -q -w "net.ipv4.conf.$RN_BRIDGE.forwarding=1" >/dev/null
+iptables -w 5 -N "$RN_GUARD_FWD"
+iptables -w 5 -A "$RN_GUARD_FWD" -o "$RN_BRIDGE" -j RETURN
+iptables -w 5 -A "$RN_GUARD_FWD" -j DROP
+iptables -w 5 -I FORWARD 1 -i "$RN_BRIDGE" -j "$RN_GUARD_FWD"
 
 mkdir -p "$rn/cni/net.d" "$rn/cni/ipam"
 cat >"$rn/cni/net.d/10-kdet.conflist" <<EOF
