@@ -82,6 +82,7 @@ pod() {
  "metadata": {"name": "$name", "labels": {"app": "$name"}},
  "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
   "nodeSelector": {"kubernetes.io/hostname": "$node"},
+  "tolerations": [{"key": "kdet.io/real-node", "operator": "Exists", "effect": "NoSchedule"}],
   "containers": [{"name": "probe", "image": "$img", "imagePullPolicy": "Never", "args": [${args%,}]}]}}
 EOF
 }
@@ -94,6 +95,8 @@ expect "node: InternalIP is the bridge's address $KDET_REALNODE_GW" "^$KDET_REAL
 	jpn '{.status.addresses[?(@.type=="InternalIP")].address}'
 expect "node: kubelet v1.20.2 on containerd" '^v1\.20\.2 containerd://1\.' \
 	jpn '{.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}'
+expect "node: tainted kdet.io/real-node=true:NoSchedule (only pods that tolerate it)" '^kdet.io/real-node=true:NoSchedule$' \
+	jpn '{.spec.taints[0].key}={.spec.taints[0].value}:{.spec.taints[0].effect}'
 expect "node: ephemeral-storage capacity reported" '^[0-9]+' jpn '{.status.capacity.ephemeral-storage}'
 
 kubectl create ns "$NS" >/dev/null

@@ -4,6 +4,8 @@
 # state. Sourced after e2e/kube/common.sh, never run.
 
 RN_NODE=kdet-real-node
+# Only the pods that tolerate it run on the real node.
+RN_TAINT=kdet.io/real-node=true
 # A /24 that exists only on this machine's own bridge; nothing routes there.
 RN_NET="${KDET_REALNODE_NET:-10.244.0}"
 RN_GW="$RN_NET.1"

@@ -19,7 +19,9 @@
 #     (net.ipv4.conf.kdet-cni0.forwarding, for Services backed by pods) and
 #     forwarded packets from the bridge dropped unless they go back to it;
 #   - the kubelet (KubeletConfiguration in DIR/realnode/kubelet.yaml, root dir
-#     and cgroup root of its own, API on 10.244.0.1, webhook authn/authz);
+#     and cgroup root of its own, API on 10.244.0.1, webhook authn/authz),
+#     its Node tainted kdet.io/real-node=true:NoSchedule so that only pods
+#     meant for it (they tolerate it) land there when other suites run too;
 #   - kube-proxy in iptables mode (user system:kube-proxy);
 #   - the `kubernetes` Service's endpoint 10.244.0.1:PORT (the API server runs
 #     with --endpoint-reconciler-type=none and listens on 127.0.0.1 only), and
@@ -281,6 +283,7 @@ start kubelet-real "$nbin/kubelet" --config="$rn/kubelet.yaml" \
 	--root-dir="$rn/kubelet" --cert-dir="$rn/kubelet/pki" \
 	--hostname-override="$RN_NODE" --node-ip="$RN_GW" \
 	--fail-swap-on=false \
+	--register-with-taints="$RN_TAINT:NoSchedule" \
 	--v=2
 node_ready() {
 	[[ "$(KUBECONFIG="$dir/kubeconfig" kubectl get node "$RN_NODE" \
