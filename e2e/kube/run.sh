@@ -126,6 +126,7 @@ run_suite() {
 	s0=$(date +%s)
 	# In the background, so that a signal to this script interrupts `wait`
 	# at once and finish() stops the suite (timeout passes the TERM on).
+	: >"$log" # before tail opens it
 	timeout -k 30 "$suite_timeout" "$@" >"$log" 2>&1 </dev/null &
 	suite_pid=$!
 	tail -n +1 -f --pid="$suite_pid" "$log" &
