@@ -102,9 +102,11 @@ rn_overlay_ok() {
 	((ok))
 }
 
-# rn_cgroup_hierarchies: the mounted cgroup v1 hierarchies.
+# rn_cgroup_hierarchies: the mounted cgroup v1 hierarchies; with --all the
+# cgroup2 one of a hybrid setup too (/sys/fs/cgroup/unified here), where
+# runc makes the containers' cgroups as well, so they are removed there too.
 rn_cgroup_hierarchies() {
-	awk '$3 == "cgroup" { print $2 }' /proc/self/mounts
+	awk -v all="${1:-}" '$3 == "cgroup" || (all == "--all" && $3 == "cgroup2") { print $2 }' /proc/self/mounts
 }
 
 rn_cgroup_make() {
@@ -119,7 +121,7 @@ rn_cgroup_make() {
 rn_cgroup_remove() {
 	local h
 	[[ "$1" == /kdet-* ]] || return 0
-	for h in $(rn_cgroup_hierarchies); do
+	for h in $(rn_cgroup_hierarchies --all); do
 		[[ -d "$h$1" ]] || continue
 		find "$h$1" -depth -type d -exec rmdir {} \; 2>/dev/null ||
 			kube_log "warning: could not remove cgroup $h$1 (processes left: $(find "$h$1" -name cgroup.procs -exec cat {} + 2>/dev/null | head -c 200))"
