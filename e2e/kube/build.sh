@@ -1,10 +1,14 @@
 #!/bin/bash
 # Provides kube-apiserver, kube-scheduler and kube-controller-manager for the
-# real-control-plane e2e tests, built from Debian bookworm's `kubernetes`
+# real-control-plane e2e tests (or, with --node, kubelet and kube-proxy for the
+# real-node suite), built from Debian bookworm's `kubernetes`
 # source package (upstream v1.20.2 with vendor/) into a per-version cache
 # outside the work tree. Does nothing when the cache is complete.
 #
-# Usage: e2e/kube/build.sh [--print-bin]
+# Usage: e2e/kube/build.sh [--node] [--print-bin]
+#   --node            build kubelet and kube-proxy instead (for the real-node
+#                     suite, e2e/kube/realnode.sh) into their own cache entry,
+#                     kube-node-v1.20.2-b1/bin, from the same source and patches
 #   KDET_KUBE_CACHE   cache root (default ${XDG_CACHE_HOME:-~/.cache}/kdet)
 #   KDET_KUBE_KEEP_WORK=1  keep the source tree and Go build cache afterwards
 #
@@ -30,7 +34,13 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/common.sh"
 
 print_bin=0
-[[ "${1:-}" == "--print-bin" ]] && print_bin=1
+for arg in "$@"; do
+	case "$arg" in
+	--print-bin) print_bin=1 ;;
+	--node) kube_select_node ;;
+	*) kube_die "usage: e2e/kube/build.sh [--node] [--print-bin]" ;;
+	esac
+done
 
 done_msg() {
 	if ((print_bin)); then echo "$KUBE_BIN"; fi
@@ -47,11 +57,11 @@ DEB_DEPS=(golang-1.19-go rsync golang-github-modern-go-reflect2-dev
 	golang-github-json-iterator-go-dev etcd-server etcd-client openssl dpkg-dev jq)
 
 mkdir -p "$KUBE_CACHE_ROOT"
-# One build at a time per cache: a second caller waits for the first.
-exec 9>"$KUBE_CACHE.lock"
+# One build at a time (control plane or node): a second caller waits.
+exec 9>"$KUBE_BUILD_LOCK"
 if ! flock -n 9; then
 	kube_log "another build of $KUBE_VERSION is running; waiting for it (up to 3 h)..."
-	flock -w 10800 9 || kube_die "timed out waiting for the lock on $KUBE_CACHE.lock"
+	flock -w 10800 9 || kube_die "timed out waiting for the lock on $KUBE_BUILD_LOCK"
 fi
 if kube_cached; then
 	kube_log "using cached $KUBE_VERSION build in $KUBE_BIN"
@@ -69,31 +79,7 @@ stage() {
 }
 
 # --- packages -------------------------------------------------------------
-missing=()
-for p in "${DEB_DEPS[@]}"; do
-	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-		missing+=("$p")
-	fi
-done
-if ((${#missing[@]})); then
-	stage "installing Debian packages: ${missing[*]}"
-	sudo_cmd=()
-	if ((EUID != 0)); then
-		command -v sudo >/dev/null || kube_die "need root (or sudo) to install: ${missing[*]}"
-		sudo_cmd=(sudo)
-	fi
-	ok=0
-	for _ in 1 2 3 4 5 6 7 8 9 10; do
-		if "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
-			apt-get install -y -q --no-install-recommends "${missing[@]}"; then
-			ok=1
-			break
-		fi
-		kube_log "apt-get install failed (dpkg lock busy?); retrying in 15 s"
-		sleep 15
-	done
-	((ok)) || kube_die "could not install ${missing[*]}"
-fi
+kube_apt_install "${DEB_DEPS[@]}"
 [[ -x "$GO_DIR/go" ]] || kube_die "$GO_DIR/go missing (golang-1.19-go)"
 
 work="$KUBE_CACHE.work"
@@ -164,7 +150,8 @@ if ((GOMAXPROCS > 2)); then GOMAXPROCS=2; fi
 export HOME_BUILD="$work/home"
 mkdir -p "$HOME_BUILD" "$work/gocache" "$src/_output/local/go"
 # Keep the Go build cache outside the source tree so a failed build resumes.
-[[ -L "$src/_output/local/go/cache" ]] || ln -sfn "$work/gocache" "$src/_output/local/go/cache"
+[[ "$(readlink "$src/_output/local/go/cache" || true)" == "$work/gocache" ]] ||
+	ln -sfn "$work/gocache" "$src/_output/local/go/cache"
 nice_cmd=(nice -n 19)
 command -v ionice >/dev/null && nice_cmd+=(ionice -c3)
 
@@ -193,7 +180,7 @@ for c in "${KUBE_COMPONENTS[@]}"; do
 	cp "$f" "$tmp_bin/$c"
 	chmod 755 "$tmp_bin/$c"
 done
-"$tmp_bin/kube-apiserver" --version >"$tmp_bin/VERSION" 2>&1 || true
+"$tmp_bin/${KUBE_COMPONENTS[0]}" --version >"$tmp_bin/VERSION" 2>&1 || true
 chmod 755 "$tmp_bin"
 mkdir -p "$KUBE_CACHE"
 rm -rf "$KUBE_BIN.old"

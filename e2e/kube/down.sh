@@ -20,6 +20,12 @@ if [[ ! -d "$dir" ]]; then
 fi
 [[ -d "$dir/pids" ]] || kube_die "$dir does not look like an e2e/kube/up.sh dir (no pids/)"
 
+# A real node (e2e/kube/node/up.sh) first: its pods, kubelet, kube-proxy,
+# containerd, mounts, bridge, iptables rules and cgroups.
+if [[ -d "$dir/realnode" ]]; then
+	"$here/node/down.sh" "$dir" || kube_log "warning: e2e/kube/node/down.sh failed"
+fi
+
 names=()
 if [[ -f "$dir/pids/order" ]]; then
 	mapfile -t names < <(tac "$dir/pids/order")
@@ -45,6 +51,8 @@ done
 
 if [[ "${KDET_KUBE_KEEP:-0}" == 1 ]]; then
 	kube_log "kept $dir (logs in $dir/logs)"
+elif awk -v d="$dir/" 'index($5, d) == 1 { f = 1 } END { exit !f }' /proc/self/mountinfo; then
+	kube_log "warning: something is still mounted under $dir, so it is kept (not removed through the mount)"
 else
 	rm -rf "$dir"
 fi

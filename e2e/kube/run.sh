@@ -7,7 +7,10 @@
 # anything failed.
 #
 # Usage: KD_SRC=TREE KD_BUILD=BUILD_DIR e2e/kube/run.sh [SUITE...]
-#   SUITE: conformance, api, controller (default: all three, in that order).
+#   SUITE: conformance, api, controller (default: all three, in that order),
+#          or realnode (opt-in, needs root): the upstream kubelet and
+#          kube-proxy on containerd as node kdet-real-node (build.sh --node,
+#          node/up.sh), checked by realnode.sh
 #   KD_BUILD        build dir holding bin/det and bin/kdet-local, and for the
 #                   controller suite bin/kdet-controller, bin/kdet-launch and
 #                   bin/fashion-mnist-c (default: TREE/build)
@@ -29,12 +32,13 @@ export KD_SRC KD_BUILD KD_DET # for the suites
 suite_timeout="${KDET_KUBE_SUITE_TIMEOUT:-900}"
 suites=("$@")
 ((${#suites[@]})) || suites=(conformance api helm controller)
-need_node=0
+need_node=0 need_realnode=0
 for s in "${suites[@]}"; do
 	case "$s" in
 	api | helm) ;;
 	conformance | controller) need_node=1 ;;
-	*) kube_die "unknown suite $s (conformance, api, helm, controller)" ;;
+	realnode) need_realnode=1 ;;
+	*) kube_die "unknown suite $s (conformance, api, helm, controller, realnode)" ;;
 	esac
 done
 [[ -x "$KD_BUILD/bin/det" ]] || kube_log "warning: $KD_BUILD/bin/det missing; the det checks will fail (make $KD_BUILD/bin/det)"
@@ -50,6 +54,10 @@ if ! kube_cached; then
 	kube_log "building kube-apiserver, kube-scheduler, kube-controller-manager $KUBE_VERSION (cold: ~15 min on 2 idle cores, longer on a busy machine; cached afterwards in $KUBE_BIN)..."
 fi
 "$here/build.sh"
+if ((need_realnode)); then
+	((EUID == 0)) || kube_die "the realnode suite needs root (containerd, runc, a bridge, iptables, cgroups)"
+	"$here/build.sh" --node
+fi
 t_build=$(($(date +%s) - t0))
 
 own_cluster=0
@@ -98,6 +106,12 @@ if ((need_node)); then
 	# Its pid goes into $dir/pids: down.sh stops it (and so its pods) first.
 	"$here/kubelet.sh" "$dir" "$KD_BUILD/bin/kdet-local"
 fi
+if ((need_realnode)) && [[ ! -f "$dir/realnode/env" ]]; then
+	# Recorded under $dir/realnode: down.sh removes it all first.
+	t1=$(date +%s)
+	"$here/node/up.sh" "$dir"
+	kube_log "real node up in $(($(date +%s) - t1)) s"
+fi
 set -a
 # shellcheck disable=SC1091
 source "$dir/env"
@@ -112,6 +126,7 @@ run_suite() {
 	s0=$(date +%s)
 	# In the background, so that a signal to this script interrupts `wait`
 	# at once and finish() stops the suite (timeout passes the TERM on).
+	: >"$log" # before tail opens it
 	timeout -k 30 "$suite_timeout" "$@" >"$log" 2>&1 </dev/null &
 	suite_pid=$!
 	tail -n +1 -f --pid="$suite_pid" "$log" &
@@ -143,7 +158,8 @@ for s in "${suites[@]}"; do
 	api) run_suite api "$here/api.sh" ;;
 	helm) run_suite helm "$here/helm.sh" ;;
 	controller) run_suite controller "$here/controller.sh" ;;
-	*) kube_die "unknown suite $s (conformance, api, helm, controller)" ;;
+	realnode) run_suite realnode env KDET_KUBE_DIR="$dir" "$here/realnode.sh" ;;
+	*) kube_die "unknown suite $s (conformance, api, helm, controller, realnode)" ;;
 	esac
 done
 

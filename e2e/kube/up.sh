@@ -19,9 +19,11 @@
 # Tokens in DIR/tokens.csv: admin (system:masters), the scheduler, the
 # controller-manager, the kdet-controller service account
 # (system:serviceaccount:kdet:kdet-controller, no groups beyond the service
-# account ones, so only the RBAC rules bound to it apply) and two nodes
+# account ones, so only the RBAC rules bound to it apply), two nodes
 # (system:node:kdet-node and system:node:kdet-node-2 in system:nodes) for
-# process kubelets (e2e/kube/kubelet.sh DIR BIN [NODE]).
+# process kubelets (e2e/kube/kubelet.sh DIR BIN [NODE]), and for the real
+# node (e2e/kube/node/up.sh) system:node:kdet-real-node and system:kube-proxy
+# (bound to system:node-proxier by the default RBAC).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -64,20 +66,7 @@ on_exit() {
 trap on_exit EXIT
 trap 'exit 130' INT TERM
 
-# free_port: a TCP port on 127.0.0.1 nobody listens on right now.
-free_port() {
-	local p
-	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			grep -qx "$p" "$dir/ports.used" 2>/dev/null && continue
-			echo "$p" >>"$dir/ports.used"
-			echo "$p"
-			return 0
-		fi
-	done
-	kube_die "no free port found"
-}
+free_port() { kube_free_port "$dir/ports.used"; }
 
 # start NAME CMD...: run CMD in the background with its log and pid in DIR.
 start() {
@@ -135,6 +124,8 @@ cm_token=$(tok)
 kdet_token=$(tok)
 node_token=$(tok)
 node2_token=$(tok)
+realnode_token=$(tok)
+proxy_token=$(tok)
 umask 077
 cat >"$dir/tokens.csv" <<EOF
 $admin_token,admin,uid-admin,"system:masters"
@@ -143,6 +134,8 @@ $cm_token,system:kube-controller-manager,uid-kube-controller-manager
 $kdet_token,system:serviceaccount:kdet:kdet-controller,uid-kdet-controller,"system:serviceaccounts,system:serviceaccounts:kdet"
 $node_token,system:node:kdet-node,uid-kdet-node,"system:nodes"
 $node2_token,system:node:kdet-node-2,uid-kdet-node-2,"system:nodes"
+$realnode_token,system:node:kdet-real-node,uid-kdet-real-node,"system:nodes"
+$proxy_token,system:kube-proxy,uid-kube-proxy
 EOF
 umask 022
 
@@ -180,6 +173,8 @@ kubeconfig "$dir/controller-manager.kubeconfig" system:kube-controller-manager "
 kubeconfig "$dir/kdet-controller.kubeconfig" kdet-controller "$kdet_token"
 kubeconfig "$dir/node.kubeconfig" system:node:kdet-node "$node_token"
 kubeconfig "$dir/node-kdet-node-2.kubeconfig" system:node:kdet-node-2 "$node2_token"
+kubeconfig "$dir/node-kdet-real-node.kubeconfig" system:node:kdet-real-node "$realnode_token"
+kubeconfig "$dir/kube-proxy.kubeconfig" system:kube-proxy "$proxy_token"
 
 # --- etcd -----------------------------------------------------------------
 kube_log "starting etcd on 127.0.0.1:$etcd_port..."
