@@ -71,11 +71,14 @@ for name in "$@"; do
 	rm -rf "$ctxdir"
 	rmdir "$IMAGES_OUT/ctx" 2> /dev/null || true
 
-	# Older tags of this image leave the store; the base layers stay cached.
+	# Older tags of this image leave the store, and with them the
+	# intermediate images that only they used; the cached base layers stay
+	# (they are parents of the new image).
 	images_buildah images --format '{{.Name}}:{{.Tag}}' 2> /dev/null |
 		grep -F "/$image:" | grep -vxF "$ref" | while read -r old; do
 		images_buildah rmi "$old" > /dev/null 2>&1 || true
 	done || true
+	images_buildah rmi --prune > /dev/null 2>&1 || true
 
 	secs=$(($(date +%s) - start))
 	images_log "$image: done in ${secs}s: $out ($(images_human "$(stat -c %s "$out")"))"

@@ -113,6 +113,13 @@ for archive in "${archives[@]}"; do
 	fi
 	uid=$(jq .process.user.uid "$dir/config.json")
 	if [ "$uid" -ne 0 ]; then ok "$base: runs as uid $uid"; else bad "$base: runs as root"; fi
+	# kdet's files belong to root, and the user the image runs as cannot change them.
+	owners=$(find "$dir/rootfs/usr/local" ! -type l -printf '%u:%g %m\n' | sort -u)
+	if [ -n "$owners" ] && ! grep -qv '^root:root [0-7]*[0145][0145]$' <<< "$owners"; then
+		ok "$base: /usr/local is root's and not writable by others"
+	else
+		bad "$base: /usr/local owners and modes: $(tr '\n' ' ' <<< "$owners")"
+	fi
 	case "$base" in
 	kdet-controller-*)
 		expect "$dir" controller-help 'usage: kdet-controller' /usr/local/bin/kdet-controller --help
