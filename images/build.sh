@@ -54,6 +54,22 @@ for name in "$@"; do
 	chmod -R go-w,a+rX "$ctxdir/kdet"
 	find "$ctxdir/kdet" -type d -exec chmod 0755 {} +
 
+	# Nothing to do when this tag's archive was made from the same inputs.
+	out="$IMAGES_OUT/$image-$tag.oci.tar"
+	inputs=$({
+		printf '%s\n' "$base" "$ref" "$epoch"
+		cat "$IMAGES_SRC/images/$name/Containerfile" "$IMAGES_SRC/images/archive.py"
+		cd "$ctxdir" && find kdet -printf '%P %U:%G %m %l\n' | LC_ALL=C sort
+		find kdet -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+	} | sha256sum | cut -d' ' -f1)
+	if [ -f "$out" ] && [ "$(cat "$out.inputs" 2> /dev/null)" = "$inputs" ]; then
+		images_log "$image: up to date ($out)"
+		ln -sf "$(basename "$out")" "$IMAGES_OUT/$image.oci.tar"
+		rm -rf "$ctxdir"
+		rmdir "$IMAGES_OUT/ctx" 2> /dev/null || true
+		continue
+	fi
+
 	images_log "$image: [3/4] buildah build $ref"
 	images_buildah build --layers --timestamp "$epoch" --pull-never \
 		-f "$IMAGES_SRC/images/$name/Containerfile" -t "$ref" "$ctxdir" 2>&1 |
@@ -61,13 +77,17 @@ for name in "$@"; do
 	[ "${PIPESTATUS[0]}" -eq 0 ] || images_die "$image: buildah build failed"
 
 	images_log "$image: [4/4] archive"
-	out="$IMAGES_OUT/$image-$tag.oci.tar"
 	tmp="$IMAGES_OUT/.$image.oci.tar"
-	rm -f "$tmp" "$out"
+	rm -f "$tmp" "$out" "$out.inputs"
 	images_buildah push --quiet "$ref" "oci-archive:$tmp:$image:$tag" >&2
 	line=$(python3 "$IMAGES_SRC/images/archive.py" "$tmp" "$out" "$ref")
 	rm -f "$tmp"
+	printf '%s\n' "$inputs" > "$out.inputs"
 	ln -sf "$(basename "$out")" "$IMAGES_OUT/$image.oci.tar"
+	# Archives of older tags go (a build folder keeps the latest only).
+	for old in "$IMAGES_OUT/$image"-*.oci.tar; do
+		[ "$old" = "$out" ] || rm -f "$old" "$old.inputs"
+	done
 	rm -rf "$ctxdir"
 	rmdir "$IMAGES_OUT/ctx" 2> /dev/null || true
 
