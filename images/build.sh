@@ -86,7 +86,12 @@ for name in "$@"; do
 	ln -sf "$(basename "$out")" "$IMAGES_OUT/$image.oci.tar"
 	# Archives of older tags go (a build folder keeps the latest only).
 	for old in "$IMAGES_OUT/$image"-*.oci.tar; do
-		[ "$old" = "$out" ] || rm -f "$old" "$old.inputs"
+		[ "$old" != "$out" ] || continue
+		for other in "$IMAGES_SRC"/images/*/Containerfile; do # kdet-trainer-cuda-* is not kdet-trainer's
+			other="kdet-$(basename "$(dirname "$other")")"
+			case "$other" in "$image"-*) [[ "$(basename "$old")" != "$other"-* ]] || continue 2 ;; esac
+		done
+		rm -f "$old" "$old.inputs"
 	done
 	rm -rf "$ctxdir"
 	rmdir "$IMAGES_OUT/ctx" 2> /dev/null || true
