@@ -34,7 +34,6 @@ for name in "$@"; do
 	images_log "$image: [2/4] build context"
 	ctxdir="$IMAGES_OUT/ctx/$name"
 	rm -rf "$ctxdir"
-	rmdir "$IMAGES_OUT/ctx" 2> /dev/null || true
 	mkdir -p "$ctxdir"
 	for f in rootfs.tar data.tar; do
 		[ -f "$base/$f" ] || continue
