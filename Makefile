@@ -20,7 +20,7 @@ PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
 WARN     := -Wall -Wextra -Werror -Wno-format-zero-length -Wshadow -Wvla \
             -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS   ?= -g -O2
-KD_CFLAGS = -std=gnu11 $(WARN) -D_GNU_SOURCE -fPIC -iquote lib -iquote controller -Idtrain/include \
+KD_CFLAGS = -std=gnu11 $(WARN) -D_GNU_SOURCE -fPIC -iquote lib -Idtrain/include \
             -MMD -MP $(PKG_CFLAGS)
 KD_LDFLAGS = -pthread
 ifeq ($(SANITIZE),1)
@@ -86,7 +86,7 @@ endef
 # $(call kd_fuzz,NAME,SRCS): a libFuzzer target build-fuzz/NAME, built with
 # clang from the sources (not from $(O)); SRCS include the code under test.
 FUZZ_O := build-fuzz
-FUZZ_CFLAGS = -std=gnu11 -g -O1 -D_GNU_SOURCE -iquote lib -iquote controller -Idtrain/include $(PKG_CFLAGS) \
+FUZZ_CFLAGS = -std=gnu11 -g -O1 -D_GNU_SOURCE -iquote lib -Idtrain/include $(PKG_CFLAGS) \
               -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer
 define kd_fuzz
 $(FUZZ_O)/$(1): $(2)

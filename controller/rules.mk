@@ -1,4 +1,6 @@
 # controller/: kdet-controller (reconcilers, scheduler, pod generation).
+# Only the controller's own sources and tests see its headers (lib/ cannot include them).
+$(O)/obj/controller/%.o: KD_CFLAGS += -iquote controller
 CTRL_LIB_SRCS := controller/ctrl.c controller/scheduler.c controller/podspec.c controller/states.c \
                  controller/experiment.c controller/trial.c controller/schedloop.c \
                  controller/wire.c controller/gc.c controller/gcview.c controller/gang.c \

@@ -61,14 +61,6 @@ const char *kd_trial_state_name(enum kd_trial_state s);
 bool kd_trial_state_parse(const char *s, enum kd_trial_state *out);
 bool kd_trial_state_terminal(enum kd_trial_state s);
 
-/** What a trial's attempt came to, from its pods. */
-enum kd_attempt {
-    KD_ATTEMPT_NONE = 0,  /* no pods */
-    KD_ATTEMPT_RUNNING,   /* pods pending or running */
-    KD_ATTEMPT_SUCCEEDED, /* every pod exited 0 */
-    KD_ATTEMPT_FAILED,    /* a pod failed */
-};
-
 /** The trial reconciler's decision for a failed attempt. */
 enum kd_trial_failure_action {
     KD_TRIAL_RESTART, /* back to QUEUED with restarts + 1 */

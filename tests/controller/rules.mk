@@ -1,5 +1,5 @@
 # tests/controller: kdet-controller unit tests and the end-to-end suite on kdet-local.
-$(O)/obj/tests/controller/%.o: KD_CFLAGS += -Icontroller
+$(O)/obj/tests/controller/%.o: KD_CFLAGS += -iquote controller -Icontroller
 $(eval $(call kd_test,test_ctrl_sched,tests/controller/test_ctrl_sched.c,ctrl core,,30))
 $(eval $(call kd_test,test_ctrl_podspec,tests/controller/test_ctrl_podspec.c tests/support/golden.c,ctrl config yaml hparams core,-ljansson -lyaml -lm,30))
 $(eval $(call kd_test,test_ctrl_defaults,tests/controller/test_ctrl_defaults.c,ctrl core,-ljansson,30))
