@@ -239,6 +239,18 @@ static void failed(const struct kd_trial_facts *f, struct kd_trial_action *a)
     fail_attempt(f, f->failure != NULL ? f->failure : "", a);
 }
 
+/* The searcher closed the trial and its workers are done: COMPLETED. */
+static void closed_done(struct kd_trial_action *a, const char *message)
+{
+    set_state(a, KD_TRIAL_COMPLETED, message);
+    a->clear_pods = true;
+    a->idle_reason = "Closed";
+    a->idle_message = "the searcher closed the trial";
+    a->delete_pods = true;
+    a->kick = true;
+    a->note = KD_TRIAL_NOTE_COMPLETED;
+}
+
 /* An ACTIVE trial: follow its attempt. */
 static void active(const struct kd_trial_facts *f, struct kd_trial_action *a)
 {
@@ -261,13 +273,7 @@ static void active(const struct kd_trial_facts *f, struct kd_trial_action *a)
     if (all_done && f->api_on && f->closed && f->reached < f->target) {
         /* The searcher closed the trial before its length (the workers were told "stop"): it
          * is done; a new attempt would only be told to stop again. */
-        set_state(a, KD_TRIAL_COMPLETED, "completed: closed by the searcher");
-        a->clear_pods = true;
-        a->idle_reason = "Closed";
-        a->idle_message = "the searcher closed the trial";
-        a->delete_pods = true;
-        a->kick = true;
-        a->note = KD_TRIAL_NOTE_COMPLETED;
+        closed_done(a, "completed: closed by the searcher");
         return;
     }
     if (all_done && f->api_on && !f->idle && !f->closed && f->attempt_target > 0 &&
@@ -287,13 +293,7 @@ static void active(const struct kd_trial_facts *f, struct kd_trial_action *a)
     if (f->running == 0 && f->target > 0 && f->reached >= f->target &&
         (f->npods == 0 || all_done)) {
         if (f->closed) {
-            set_state(a, KD_TRIAL_COMPLETED, "completed");
-            a->clear_pods = true;
-            a->idle_reason = "Closed";
-            a->idle_message = "the searcher closed the trial";
-            a->delete_pods = true;
-            a->kick = true;
-            a->note = KD_TRIAL_NOTE_COMPLETED;
+            closed_done(a, "completed");
         } else if (f->api_on) {
             /* The workers checkpointed and exited while waiting for the searcher (or the pods
              * are gone): the trial waits without pods until the searcher decides. */
