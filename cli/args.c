@@ -40,6 +40,8 @@ static const struct opt opts[] = {
     {"--yes", "-y", false},
     {"--follow", "-f", false},
     {"--dry-run", NULL, false},
+    {"--paused", NULL, false},
+    {"--test", NULL, false},
     {"--help", "-h", false},
     {NULL, NULL, false},
 };
@@ -104,6 +106,10 @@ static void set(struct det_args *a, const char *name, const char *v)
         a->follow = true;
     else if (strcmp(name, "--dry-run") == 0)
         a->dry_run = true;
+    else if (strcmp(name, "--paused") == 0)
+        a->paused = true;
+    else if (strcmp(name, "--test") == 0)
+        a->test = true;
 }
 
 int det_parse_args(int argc, char **argv, const char *const *flags, const char *const *posnames,

@@ -57,7 +57,8 @@ const char det_exp_usage[] =
 
 static const char create_usage[] =
     "usage: det experiment create CONFIG CONTEXT_DIR [--template FILE|NAME] [--dry-run]\n"
-    "                             [-n NS] [--kubeconfig FILE] [--context CTX]\n"
+    "                             [--paused] [--test] [-f] [-n NS] [--kubeconfig FILE]\n"
+    "                             [--context CTX]\n"
     "\n"
     "Validate the experiment config CONFIG (Determined's format, see docs/config.md),\n"
     "pack CONTEXT_DIR (the training code; .detignore is honoured, *.pyc and __pycache__\n"
@@ -66,12 +67,19 @@ static const char create_usage[] =
     "A context too large for a ConfigMap (about 750 KiB packed) is uploaded to the\n"
     "config's checkpoint_storage at kdet-contexts/<sha256>.tar.gz (shared_fs or s3, with\n"
     "your own S3 credentials) and the trials fetch it from there.\n"
+    "Submitting the same config and context again creates another experiment, named\n"
+    "like the first with -2, -3, ... appended.\n"
     "\n"
     "options:\n"
     "  --template FILE|NAME  merge CONFIG over a template first (Determined's rules): a\n"
     "                        file, or else a template stored with 'det template set'\n"
     "  --dry-run             print the resources that would be created, as YAML, and stop\n"
     "                        (a large context is not uploaded); pipe it to 'kubectl apply -f -'\n"
+    "  --paused              create the experiment paused (spec.paused: true); start it\n"
+    "                        with 'det experiment activate ID'\n"
+    "  --test                a quick test run of the config and code: one trial (the single\n"
+    "                        searcher, hyperparameters sampled once) of 1 batch, max_restarts\n"
+    "                        0, label `test`; not with a stored template (use a file)\n"
     "  -f, --follow          after creating it, follow the experiment like 'det experiment\n"
     "                        wait' (same exit codes 0, 6)\n"
     "  -n, --namespace NS    namespace of the resources (default: the kubeconfig context's,\n"
@@ -91,6 +99,7 @@ struct create_args {
                                     kdet-controller */
     const char *ns;
     bool dry_run;
+    bool paused;
 };
 
 static void human(uint64_t n, char *buf, size_t len)
@@ -351,6 +360,8 @@ static json_t *build_resources(const struct create_args *a, const json_t *cfg,
     *cm_fits = b64len + CM_OVERHEAD <= CM_MAX_BYTES;
     if (a->stored_template)
         json_object_set_new(spec, "template", json_string(a->stored_template));
+    if (a->paused)
+        json_object_set_new(spec, "paused", json_true());
     json_object_set_new(context, "sha256", json_string(ctx->sha256));
     json_object_set_new(context, "size", json_integer((json_int_t)ctx->len));
     json_object_set_new(context, "files", json_integer((json_int_t)ctx->files));
@@ -441,6 +452,102 @@ out:
     return rc;
 }
 
+/*
+ * `det experiment create --test`: turn cfg (valid, merged) into Determined's
+ * quick test run, in place: the single searcher (metric and direction kept,
+ * hyperparameters sampled once) for 1 batch, no periodic validation or
+ * checkpoint periods, no restarts, and the label `test`.
+ */
+static void make_test_run(json_t *cfg)
+{
+    json_t *old = json_object_get(cfg, "searcher");
+    json_t *s = json_pack("{s:s, s:{s:i}}", "name", "single", "max_length", "batches", 1);
+    json_t *labels = json_object_get(cfg, "labels");
+    if (s == NULL)
+        kd_oom(256);
+    json_t *m = json_object_get(old, "metric");
+    if (json_is_string(m))
+        json_object_set(s, "metric", m);
+    json_t *sib = json_object_get(old, "smaller_is_better");
+    if (json_is_boolean(sib))
+        json_object_set(s, "smaller_is_better", sib);
+    json_object_set_new(cfg, "searcher", s);
+    json_object_del(cfg, "min_validation_period");
+    json_object_del(cfg, "min_checkpoint_period");
+    json_object_set_new(cfg, "max_restarts", json_integer(0));
+    if (!json_is_array(labels)) {
+        labels = json_array();
+        json_object_set_new(cfg, "labels", labels);
+    }
+    json_array_append_new(labels, json_string("test"));
+    const char *name = json_string_value(json_object_get(cfg, "name"));
+    char *tn = kd_xasprintf("%.240s test", name ? name : "experiment");
+    json_object_set_new(cfg, "name", json_string(tn));
+    free(tn);
+}
+
+/* Rename the Experiment (and its context ConfigMap) of docs to `name`. */
+static void rename_docs(json_t *docs, const char *name)
+{
+    size_t n = json_array_size(docs);
+    json_t *exp = json_array_get(docs, n - 1), *cm = n > 1 ? json_array_get(docs, 0) : NULL;
+    char *cm_name = kd_xasprintf("%s-context", name);
+    json_object_set_new(json_object_get(exp, "metadata"), "name", json_string(name));
+    if (cm != NULL) {
+        json_t *md = json_object_get(cm, "metadata");
+        json_object_set_new(md, "name", json_string(cm_name));
+        json_object_set_new(json_object_get(md, "labels"), "kdet.io/experiment", json_string(name));
+        json_object_set_new(json_object_get(json_object_get(exp, "spec"), "context"), "configMap",
+                            json_string(cm_name));
+    }
+    free(cm_name);
+}
+
+/* At most this many experiments of one config and context: NAME, NAME-2, ... NAME-1000. */
+#define SAME_NAME_MAX 1000
+
+/*
+ * The first of NAME, NAME-2, NAME-3, ... that no Experiment of the namespace
+ * has (Determined gives every submission a new experiment); docs renamed to
+ * it. 0 or a DET_EXIT_* code with a message.
+ */
+static int free_name(struct det_kube *k, json_t *docs)
+{
+    static const struct kd_k8s_gvr exp_gvr = KD_K8S_EXPERIMENTS;
+    json_t *exp = json_array_get(docs, json_array_size(docs) - 1);
+    char *base = kd_xstrdup(kd_k8s_meta_str(exp, "name"));
+    char err[KD_ERRLEN] = "";
+    int rc = DET_EXIT_ERROR;
+    for (int i = 1; i <= SAME_NAME_MAX; i++) {
+        struct kd_k8s_status st = {0};
+        json_t *got = NULL;
+        char *name = i == 1 ? kd_xstrdup(base) : kd_xasprintf("%s-%d", base, i);
+        int r = kd_k8s_get(k->c, &exp_gvr, k->ns, name, &got, &st, err);
+        json_decref(got);
+        if (r == KD_ENOTFOUND) {
+            if (i > 1)
+                rename_docs(docs, name);
+            kd_k8s_status_free(&st);
+            free(name);
+            rc = 0;
+            goto out;
+        }
+        if (r != 0) {
+            rc = det_kube_fail(k, r, &st, err, "get", &exp_gvr, "experiment", name);
+            kd_k8s_status_free(&st);
+            free(name);
+            goto out;
+        }
+        kd_k8s_status_free(&st);
+        free(name);
+    }
+    det_err("experiments %s to %s-%d already exist in namespace \"%s\": delete some first", base,
+            base, SAME_NAME_MAX, k->ns);
+out:
+    free(base);
+    return rc;
+}
+
 /* The ConfigMap and the Experiment, created; the ConfigMap then owned by the Experiment. */
 static int submit(const struct det_args *a, json_t *docs)
 {
@@ -452,9 +559,12 @@ static int submit(const struct det_args *a, json_t *docs)
     int rc = det_kube_open(a, &k), r;
     size_t n = json_array_size(docs);
     json_t *exp = json_array_get(docs, n - 1), *cm = n > 1 ? json_array_get(docs, 0) : NULL;
-    const char *name = kd_k8s_meta_str(exp, "name");
+    const char *name = NULL;
     if (rc != 0)
         goto out;
+    if ((rc = free_name(&k, docs)) != 0)
+        goto out;
+    name = kd_k8s_meta_str(exp, "name");
     json_object_set_new(json_object_get(exp, "metadata"), "namespace", json_string(k.ns));
     if (cm != NULL) {
         json_object_set_new(json_object_get(cm, "metadata"), "namespace", json_string(k.ns));
@@ -467,10 +577,9 @@ static int submit(const struct det_args *a, json_t *docs)
     }
     r = kd_k8s_create(k.c, &exp_gvr, k.ns, exp, &created, &st, err);
     if (r == KD_EEXIST) {
-        det_err("experiment %s already exists in namespace \"%s\": the same config and context "
-                "were submitted before. See 'det experiment describe %s'; delete it first "
-                "('det experiment delete %s') to run it again.",
-                name, k.ns, name, name);
+        det_err("experiment %s was created in namespace \"%s\" by someone else just now; "
+                "submit again for a new name",
+                name, k.ns);
         rc = DET_EXIT_ERROR;
         goto out;
     }
@@ -518,14 +627,15 @@ out:
 
 int det_exp_create(int argc, char **argv)
 {
-    static const char *const flags[] = {"--template",   "--dry-run", "--follow", "--namespace",
+    static const char *const flags[] = {"--template",   "--dry-run", "--follow",
+                                        "--paused",     "--test",    "--namespace",
                                         "--kubeconfig", "--context", NULL};
     static const char *const posn[] = {"CONFIG", "CONTEXT_DIR", NULL};
     int rc = DET_EXIT_ERROR, r;
     struct det_args da = {0};
-    struct create_args a = {NULL, NULL, NULL, NULL, "default", false};
+    struct create_args a = {NULL, NULL, NULL, NULL, "default", false, false};
     json_t *cfg = NULL, *docs = NULL, *schema = NULL, *causes = NULL, *unknown = NULL;
-    json_t *storage = NULL;
+    json_t *storage = NULL, *warnings = NULL;
     struct kd_context ctx = {0};
     struct kd_storage_config scfg;
     char *url = NULL;
@@ -543,6 +653,7 @@ int det_exp_create(int argc, char **argv)
     a.config = da.pos[0];
     a.context = da.pos[1];
     a.dry_run = da.dry_run;
+    a.paused = da.paused;
     if (da.ns != NULL && !is_dns_label(da.ns)) {
         det_err("--namespace \"%s\": must be a DNS label (lowercase letters, digits and '-', at "
                 "most 63)",
@@ -578,6 +689,22 @@ int det_exp_create(int argc, char **argv)
         /* anything wrong with the files the user named, missing ones included */
         rc = (r == KD_ENOMEM || r == KD_EINTERNAL) ? DET_EXIT_ERROR : DET_EXIT_INVALID;
         goto out;
+    }
+    warnings = kd_config_warnings(cfg);
+    for (size_t i = 0; i < json_array_size(warnings); i++)
+        fprintf(stderr, "det: warning: %s: %s\n", a.config,
+                json_string_value(json_array_get(warnings, i)));
+    if (da.test && a.stored_template != NULL) {
+        det_err("--test with a stored template (%s): kdet-controller would merge the template's "
+                "searcher back; use the template as a file (--template FILE)",
+                a.stored_template);
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
+    if (da.test) {
+        make_test_run(cfg);
+        fprintf(stderr, "det: --test: one trial of 1 batch (the single searcher), "
+                        "max_restarts 0, label test\n");
     }
     /* the merged config's storage (a template may set it): where a large context goes */
     storage = json_incref(json_object_get(cfg, "checkpoint_storage"));
@@ -684,6 +811,7 @@ out:
     json_decref(causes);
     json_decref(unknown);
     json_decref(storage);
+    json_decref(warnings);
     free(url);
     kd_context_free(&ctx);
     kd_buf_free(&out);
