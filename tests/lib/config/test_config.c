@@ -222,6 +222,37 @@ static void test_determined_038(void **state)
     assert_int_equal(failures, 0);
 }
 
+/*
+ * kdet-controller checks a spec after merging its default storage under it:
+ * there a checkpoint_storage still without type (the cluster has no
+ * default) is an error naming the field, and a merged one passes.
+ */
+static void test_check_partial_storage(void **state)
+{
+    (void)state;
+    char err[KD_ERRLEN] = "";
+    json_t *cfg =
+        json_pack("{s:s, s:{s:s, s:s}, s:{s:i}}", "entrypoint", "python3 train.py", "searcher",
+                  "name", "single", "metric", "loss", "checkpoint_storage", "save_trial_best", 2);
+    assert_non_null(cfg);
+    assert_int_equal(kd_config_check(cfg, err), KD_EINVALID);
+    assert_non_null(strstr(err, "checkpoint_storage.type: required field is missing (shared_fs or "
+                                "s3; the cluster has no default checkpoint storage to supply it)"));
+    json_t *cs = json_object_get(cfg, "checkpoint_storage");
+    json_object_set_new(cs, "type", json_string("shared_fs"));
+    json_object_set_new(cs, "host_path", json_string("/ckpt"));
+    err[0] = '\0';
+    if (kd_config_check(cfg, err) != 0)
+        fail_msg("%s", err);
+    /* the note about a partial storage is for the file only: this one has a type */
+    json_t *w = kd_config_warnings(cfg);
+    assert_int_equal(json_array_size(w), 1); /* searcher.max_length: not set */
+    assert_non_null(
+        strstr(json_string_value(json_array_get(w, 0)), "searcher.max_length: not set"));
+    json_decref(w);
+    json_decref(cfg);
+}
+
 static void test_good_configs(void **state)
 {
     (void)state;
@@ -742,6 +773,7 @@ int main(void)
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_good_configs),
         cmocka_unit_test(test_determined_038),
+        cmocka_unit_test(test_check_partial_storage),
         cmocka_unit_test(test_load_keeps_user_values_only),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_check_json_paths),
