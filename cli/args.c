@@ -42,6 +42,7 @@ static const struct opt opts[] = {
     {"--dry-run", NULL, false},
     {"--paused", NULL, false},
     {"--test", NULL, false},
+    {"--local", NULL, false},
     {"--help", "-h", false},
     {NULL, NULL, false},
 };
@@ -110,6 +111,8 @@ static void set(struct det_args *a, const char *name, const char *v)
         a->paused = true;
     else if (strcmp(name, "--test") == 0)
         a->test = true;
+    else if (strcmp(name, "--local") == 0)
+        a->local = true;
 }
 
 int det_parse_args(int argc, char **argv, const char *const *flags, const char *const *posnames,

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -23,6 +24,8 @@
 #include "core/buf.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "hparams/rng.h"
+#include "hparams/space.h"
 #include "openapi/openapi.h"
 #include "storage/storage.h"
 #include "yaml/yaml.h"
@@ -57,7 +60,7 @@ const char det_exp_usage[] =
 
 static const char create_usage[] =
     "usage: det experiment create CONFIG CONTEXT_DIR [--template FILE|NAME] [--dry-run]\n"
-    "                             [--paused] [--test] [-f] [-n NS] [--kubeconfig FILE]\n"
+    "                             [--paused] [--test] [--local] [-f] [-n NS] [--kubeconfig FILE]\n"
     "                             [--context CTX]\n"
     "\n"
     "Validate the experiment config CONFIG (Determined's format, see docs/config.md),\n"
@@ -80,6 +83,9 @@ static const char create_usage[] =
     "  --test                a quick test run of the config and code: one trial (the single\n"
     "                        searcher, hyperparameters sampled once) of 1 batch, max_restarts\n"
     "                        0, label `test`; not with a stored template (use a file)\n"
+    "  --local               run the entrypoint on this machine with kdet-launch instead\n"
+    "                        (no cluster): one trial's hyperparameters, slots_per_trial\n"
+    "                        workers, in CONTEXT_DIR; exit 0 when it exits 0\n"
     "  -f, --follow          after creating it, follow the experiment like 'det experiment\n"
     "                        wait' (same exit codes 0, 6)\n"
     "  -n, --namespace NS    namespace of the resources (default: the kubeconfig context's,\n"
@@ -486,6 +492,151 @@ static void make_test_run(json_t *cfg)
     free(tn);
 }
 
+/*
+ * `det experiment create --local`: what to run on this machine for cfg (valid,
+ * merged): kdet-launch's arguments after the program name (--nproc N, then
+ * the entrypoint's form, as in a trial pod) and the environment to add
+ * (*env: NAME -> value): one trial's hyperparameters (sampled once from
+ * `seed`, as the single searcher does), its seed, the length when it is in
+ * batches (KDET_MAX_LENGTH, which the Python harness uses off-cluster), and
+ * environment.environment_variables (the list, or the cpu flavour's).
+ * 0, or KD_EINVALID with err. Pure.
+ */
+static int local_plan(const json_t *cfg, uint64_t seed, json_t **env, char ***argv, int *argc,
+                      char *err)
+{
+    struct kd_hp_space *sp = NULL;
+    struct kd_rng rng;
+    char **la = NULL, **out = NULL;
+    double *x = NULL;
+    int n = 0, rc;
+    *env = json_object();
+    *argv = NULL;
+    *argc = 0;
+    if (*env == NULL)
+        kd_oom(64);
+    if ((rc = kd_hp_space_parse(json_object_get(cfg, "hyperparameters"), &sp, err)) != 0)
+        goto out;
+    x = kd_xcalloc(sp->n ? sp->n : 1, sizeof(*x));
+    kd_rng_seed(&rng, seed);
+    kd_hp_sample(sp, &rng, x);
+    json_t *hp = kd_hp_build(sp, x);
+    char *hps = json_dumps(hp, JSON_COMPACT);
+    json_decref(hp);
+    if (hps == NULL)
+        kd_oom(64);
+    json_object_set_new(*env, "KDET_HPARAMS", json_string(hps));
+    free(hps);
+    json_object_set_new(*env, "KDET_TRIAL_SEED", json_sprintf("%llu", (unsigned long long)seed));
+    const json_t *ml = json_object_get(json_object_get(cfg, "searcher"), "max_length");
+    if (json_is_object(ml))
+        ml = json_object_get(ml, "batches");
+    if (json_is_integer(ml))
+        json_object_set_new(*env, "KDET_MAX_LENGTH",
+                            json_sprintf("%" JSON_INTEGER_FORMAT, json_integer_value(ml)));
+    const json_t *ev =
+        json_object_get(json_object_get(cfg, "environment"), "environment_variables");
+    if (json_is_object(ev))
+        ev = json_object_get(ev, "cpu");
+    size_t i;
+    const json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        const char *kv = json_string_value(e), *eq = kv ? strchr(kv, '=') : NULL;
+        if (eq == NULL)
+            continue; /* checked by kd_config_load */
+        char *k = kd_xstrdup(kv);
+        k[eq - kv] = '\0';
+        json_object_set_new(*env, k, json_string(eq + 1));
+        free(k);
+    }
+    if ((rc = kd_config_launch_argv(json_object_get(cfg, "entrypoint"), &la, &n, err)) != 0)
+        goto out;
+    json_int_t slots = 1;
+    const json_t *spt = json_object_get(json_object_get(cfg, "resources"), "slots_per_trial");
+    if (json_is_integer(spt) && json_integer_value(spt) > 1)
+        slots = json_integer_value(spt);
+    out = kd_xcalloc((size_t)n + 3, sizeof(*out));
+    out[0] = kd_xstrdup("--nproc");
+    out[1] = kd_xasprintf("%" JSON_INTEGER_FORMAT, slots);
+    for (int j = 0; j < n; j++)
+        out[j + 2] = kd_xstrdup(la[j]);
+    *argv = out;
+    *argc = n + 2;
+    out = NULL;
+out:
+    kd_config_argv_free(la);
+    kd_config_argv_free(out);
+    kd_hp_space_free(sp);
+    free(x);
+    return rc;
+}
+
+/*
+ * Run kdet-launch (next to det, else on PATH) in dir with the plan's
+ * arguments and environment, off-cluster (no controller: the harness's
+ * local mode), and wait for it. DET_EXIT_OK when it exits 0.
+ */
+static int run_local(const char *dir, const json_t *env, char **args, int nargs)
+{
+    char self[4096], *prog = NULL;
+    char **argv = kd_xcalloc((size_t)nargs + 2, sizeof(*argv));
+    int rc = DET_EXIT_ERROR, status = 0;
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            prog = kd_xasprintf("%s/kdet-launch", self);
+            if (access(prog, X_OK) != 0) {
+                free(prog);
+                prog = NULL;
+            }
+        }
+    }
+    argv[0] = prog != NULL ? prog : (char *)"kdet-launch";
+    for (int i = 0; i < nargs; i++)
+        argv[i + 1] = args[i];
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        det_err("cannot start kdet-launch: %s", strerror(errno));
+        goto out;
+    }
+    if (pid == 0) {
+        const char *k;
+        json_t *v;
+        unsetenv("KDET_CONTROLLER_URL");
+        unsetenv("KDET_TOKEN");
+        json_object_foreach((json_t *)env, k, v) setenv(k, json_string_value(v), 1);
+        if (chdir(dir) != 0) {
+            fprintf(stderr, "det: %s: %s\n", dir, strerror(errno));
+            _exit(127);
+        }
+        execvp(argv[0], argv);
+        fprintf(stderr, "det: cannot run %s: %s (install kdet-launch next to det)\n", argv[0],
+                strerror(errno));
+        _exit(127);
+    }
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        fprintf(stderr, "det: --local: the entrypoint exited 0\n");
+        rc = DET_EXIT_OK;
+    } else if (WIFEXITED(status)) {
+        det_err("--local: kdet-launch exited %d", WEXITSTATUS(status));
+    } else {
+        det_err("--local: kdet-launch was killed by signal %d",
+                WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    }
+out:
+    free(prog);
+    free(argv);
+    return rc;
+}
+
 /* Rename the Experiment (and its context ConfigMap) of docs to `name`. */
 static void rename_docs(json_t *docs, const char *name)
 {
@@ -627,9 +778,9 @@ out:
 
 int det_exp_create(int argc, char **argv)
 {
-    static const char *const flags[] = {"--template",   "--dry-run", "--follow",
-                                        "--paused",     "--test",    "--namespace",
-                                        "--kubeconfig", "--context", NULL};
+    static const char *const flags[] = {"--template", "--dry-run", "--follow",    "--paused",
+                                        "--test",     "--local",   "--namespace", "--kubeconfig",
+                                        "--context",  NULL};
     static const char *const posn[] = {"CONFIG", "CONTEXT_DIR", NULL};
     int rc = DET_EXIT_ERROR, r;
     struct det_args da = {0};
@@ -705,6 +856,33 @@ int det_exp_create(int argc, char **argv)
         make_test_run(cfg);
         fprintf(stderr, "det: --test: one trial of 1 batch (the single searcher), "
                         "max_restarts 0, label test\n");
+    }
+    if (da.local) {
+        json_t *env = NULL;
+        char **args = NULL;
+        int nargs = 0;
+        const json_t *es =
+            json_object_get(json_object_get(cfg, "reproducibility"), "experiment_seed");
+        uint64_t seed = json_is_integer(es) ? (uint64_t)json_integer_value(es) : 0;
+        if (a.dry_run) {
+            det_err("--local runs the entrypoint here: it does not go with --dry-run");
+            rc = DET_EXIT_USAGE;
+            goto out;
+        }
+        if (local_plan(cfg, seed, &env, &args, &nargs, err) != 0) {
+            det_err("%s", err);
+            json_decref(env);
+            rc = DET_EXIT_INVALID;
+            goto out;
+        }
+        fprintf(stderr,
+                "det: --local: running the entrypoint in %s with kdet-launch (no "
+                "cluster; hyperparameters %s)\n",
+                a.context, json_string_value(json_object_get(env, "KDET_HPARAMS")));
+        rc = run_local(a.context, env, args, nargs);
+        kd_config_argv_free(args);
+        json_decref(env);
+        goto out;
     }
     /* the merged config's storage (a template may set it): where a large context goes */
     storage = json_incref(json_object_get(cfg, "checkpoint_storage"));

@@ -252,6 +252,48 @@ static void test_paused_and_test(void **state)
     det_run_free(&r);
 }
 
+/* --local runs the entrypoint here through kdet-launch: one trial's inputs, no cluster. */
+static void test_local(void **state)
+{
+    (void)state;
+    struct det_run r;
+    put_file(tmp, "local/run.sh",
+             "echo \"hp=$KDET_HPARAMS seed=$KDET_TRIAL_SEED len=$KDET_MAX_LENGTH "
+             "rank=$RANK/$WORLD_SIZE foo=$FOO url=${KDET_CONTROLLER_URL:-none}\"\n");
+    put_file(tmp, "local.yaml",
+             "entrypoint: sh run.sh\n"
+             "hyperparameters: {layers: 3, act: {type: categorical, vals: [relu]}}\n"
+             "searcher: {name: random, metric: loss, max_trials: 4, max_length: {batches: 7}}\n"
+             "resources: {slots_per_trial: 2}\n"
+             "reproducibility: {experiment_seed: 5}\n"
+             "environment: {environment_variables: [FOO=bar]}\n");
+    setenv("KDET_CONTROLLER_URL", "http://127.0.0.1:1", 1); /* --local never talks to it */
+    det_run(&r, (const char *[]){"experiment", "create", path("local.yaml"), path("local"),
+                                 "--local", NULL});
+    unsetenv("KDET_CONTROLLER_URL");
+    expect(&r, 0,
+           "[rank=0] hp={\"layers\":3,\"act\":\"relu\"} seed=5 len=7 rank=0/2 foo=bar url=none",
+           "det: --local: the entrypoint exited 0");
+    assert_non_null(strstr(r.out, "[rank=1] hp="));
+    det_run_free(&r);
+    /* --test shortens it to 1 batch */
+    det_run(&r, (const char *[]){"experiment", "create", path("local.yaml"), path("local"),
+                                 "--local", "--test", NULL});
+    expect(&r, 0, "len=1 rank=0/2", NULL);
+    det_run_free(&r);
+    /* the entrypoint's failure is det's */
+    put_file(tmp, "fail.yaml",
+             "entrypoint: sh -c 'exit 3'\nsearcher: {name: single, metric: loss}\n");
+    det_run(&r, (const char *[]){"experiment", "create", path("fail.yaml"), path("local"),
+                                 "--local", NULL});
+    expect(&r, 1, NULL, "det: --local: kdet-launch exited 3");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "create", path("fail.yaml"), path("local"),
+                                 "--local", "--dry-run", NULL});
+    expect(&r, 2, NULL, "--local runs the entrypoint here: it does not go with --dry-run");
+    det_run_free(&r);
+}
+
 static void test_dry_run(void **state)
 {
     (void)state;
@@ -469,6 +511,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dry_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_determined_038, setup, teardown),
         cmocka_unit_test_setup_teardown(test_paused_and_test, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local, setup, teardown),
         cmocka_unit_test_setup_teardown(test_template_merge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_context_sizes, setup, teardown),
