@@ -40,6 +40,9 @@ static const struct opt opts[] = {
     {"--yes", "-y", false},
     {"--follow", "-f", false},
     {"--dry-run", NULL, false},
+    {"--paused", NULL, false},
+    {"--test", NULL, false},
+    {"--local", NULL, false},
     {"--help", "-h", false},
     {NULL, NULL, false},
 };
@@ -104,6 +107,12 @@ static void set(struct det_args *a, const char *name, const char *v)
         a->follow = true;
     else if (strcmp(name, "--dry-run") == 0)
         a->dry_run = true;
+    else if (strcmp(name, "--paused") == 0)
+        a->paused = true;
+    else if (strcmp(name, "--test") == 0)
+        a->test = true;
+    else if (strcmp(name, "--local") == 0)
+        a->local = true;
 }
 
 int det_parse_args(int argc, char **argv, const char *const *flags, const char *const *posnames,

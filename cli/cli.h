@@ -49,6 +49,7 @@ struct det_args {
     const char *priority, *ahead_of, *behind_of, *resource_pool; /* job update */
     const char *save_experiment_best, *save_trial_best, *save_trial_latest; /* gc-policy */
     bool all, yes, follow, dry_run;
+    bool paused, test, local; /* experiment create */
 };
 
 /**

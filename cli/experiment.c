@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -23,6 +24,8 @@
 #include "core/buf.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "hparams/rng.h"
+#include "hparams/space.h"
 #include "openapi/openapi.h"
 #include "storage/storage.h"
 #include "yaml/yaml.h"
@@ -57,7 +60,8 @@ const char det_exp_usage[] =
 
 static const char create_usage[] =
     "usage: det experiment create CONFIG CONTEXT_DIR [--template FILE|NAME] [--dry-run]\n"
-    "                             [-n NS] [--kubeconfig FILE] [--context CTX]\n"
+    "                             [--paused] [--test] [--local] [-f] [-n NS] [--kubeconfig FILE]\n"
+    "                             [--context CTX]\n"
     "\n"
     "Validate the experiment config CONFIG (Determined's format, see docs/config.md),\n"
     "pack CONTEXT_DIR (the training code; .detignore is honoured, *.pyc and __pycache__\n"
@@ -66,12 +70,22 @@ static const char create_usage[] =
     "A context too large for a ConfigMap (about 750 KiB packed) is uploaded to the\n"
     "config's checkpoint_storage at kdet-contexts/<sha256>.tar.gz (shared_fs or s3, with\n"
     "your own S3 credentials) and the trials fetch it from there.\n"
+    "Submitting the same config and context again creates another experiment, named\n"
+    "like the first with -2, -3, ... appended.\n"
     "\n"
     "options:\n"
     "  --template FILE|NAME  merge CONFIG over a template first (Determined's rules): a\n"
     "                        file, or else a template stored with 'det template set'\n"
     "  --dry-run             print the resources that would be created, as YAML, and stop\n"
     "                        (a large context is not uploaded); pipe it to 'kubectl apply -f -'\n"
+    "  --paused              create the experiment paused (spec.paused: true); start it\n"
+    "                        with 'det experiment activate ID'\n"
+    "  --test                a quick test run of the config and code: one trial (the single\n"
+    "                        searcher, hyperparameters sampled once) of 1 batch, max_restarts\n"
+    "                        0, label `test`; not with a stored template (use a file)\n"
+    "  --local               run the entrypoint on this machine with kdet-launch instead\n"
+    "                        (no cluster): one trial's hyperparameters, slots_per_trial\n"
+    "                        workers, in CONTEXT_DIR; exit 0 when it exits 0\n"
     "  -f, --follow          after creating it, follow the experiment like 'det experiment\n"
     "                        wait' (same exit codes 0, 6)\n"
     "  -n, --namespace NS    namespace of the resources (default: the kubeconfig context's,\n"
@@ -91,6 +105,7 @@ struct create_args {
                                     kdet-controller */
     const char *ns;
     bool dry_run;
+    bool paused;
 };
 
 static void human(uint64_t n, char *buf, size_t len)
@@ -351,6 +366,8 @@ static json_t *build_resources(const struct create_args *a, const json_t *cfg,
     *cm_fits = b64len + CM_OVERHEAD <= CM_MAX_BYTES;
     if (a->stored_template)
         json_object_set_new(spec, "template", json_string(a->stored_template));
+    if (a->paused)
+        json_object_set_new(spec, "paused", json_true());
     json_object_set_new(context, "sha256", json_string(ctx->sha256));
     json_object_set_new(context, "size", json_integer((json_int_t)ctx->len));
     json_object_set_new(context, "files", json_integer((json_int_t)ctx->files));
@@ -441,6 +458,247 @@ out:
     return rc;
 }
 
+/*
+ * `det experiment create --test`: turn cfg (valid, merged) into Determined's
+ * quick test run, in place: the single searcher (metric and direction kept,
+ * hyperparameters sampled once) for 1 batch, no periodic validation or
+ * checkpoint periods, no restarts, and the label `test`.
+ */
+static void make_test_run(json_t *cfg)
+{
+    json_t *old = json_object_get(cfg, "searcher");
+    json_t *s = json_pack("{s:s, s:{s:i}}", "name", "single", "max_length", "batches", 1);
+    json_t *labels = json_object_get(cfg, "labels");
+    if (s == NULL)
+        kd_oom(256);
+    json_t *m = json_object_get(old, "metric");
+    if (json_is_string(m))
+        json_object_set(s, "metric", m);
+    json_t *sib = json_object_get(old, "smaller_is_better");
+    if (json_is_boolean(sib))
+        json_object_set(s, "smaller_is_better", sib);
+    json_object_set_new(cfg, "searcher", s);
+    json_object_del(cfg, "min_validation_period");
+    json_object_del(cfg, "min_checkpoint_period");
+    json_object_set_new(cfg, "max_restarts", json_integer(0));
+    if (!json_is_array(labels)) {
+        labels = json_array();
+        json_object_set_new(cfg, "labels", labels);
+    }
+    json_array_append_new(labels, json_string("test"));
+    const char *name = json_string_value(json_object_get(cfg, "name"));
+    char *tn = kd_xasprintf("%.240s test", name ? name : "experiment");
+    json_object_set_new(cfg, "name", json_string(tn));
+    free(tn);
+}
+
+/*
+ * `det experiment create --local`: what to run on this machine for cfg (valid,
+ * merged): kdet-launch's arguments after the program name (--nproc N, then
+ * the entrypoint's form, as in a trial pod) and the environment to add
+ * (*env: NAME -> value): one trial's hyperparameters (sampled once from
+ * `seed`, as the single searcher does), its seed, the length when it is in
+ * batches (KDET_MAX_LENGTH, which the Python harness uses off-cluster), and
+ * environment.environment_variables (the list, or the cpu flavour's).
+ * 0, or KD_EINVALID with err. Pure.
+ */
+static int local_plan(const json_t *cfg, uint64_t seed, json_t **env, char ***argv, int *argc,
+                      char *err)
+{
+    struct kd_hp_space *sp = NULL;
+    struct kd_rng rng;
+    char **la = NULL, **out = NULL;
+    double *x = NULL;
+    int n = 0, rc;
+    *env = json_object();
+    *argv = NULL;
+    *argc = 0;
+    if (*env == NULL)
+        kd_oom(64);
+    if ((rc = kd_hp_space_parse(json_object_get(cfg, "hyperparameters"), &sp, err)) != 0)
+        goto out;
+    x = kd_xcalloc(sp->n ? sp->n : 1, sizeof(*x));
+    kd_rng_seed(&rng, seed);
+    kd_hp_sample(sp, &rng, x);
+    json_t *hp = kd_hp_build(sp, x);
+    char *hps = json_dumps(hp, JSON_COMPACT);
+    json_decref(hp);
+    if (hps == NULL)
+        kd_oom(64);
+    json_object_set_new(*env, "KDET_HPARAMS", json_string(hps));
+    free(hps);
+    json_object_set_new(*env, "KDET_TRIAL_SEED", json_sprintf("%llu", (unsigned long long)seed));
+    const json_t *ml = json_object_get(json_object_get(cfg, "searcher"), "max_length");
+    if (json_is_object(ml))
+        ml = json_object_get(ml, "batches");
+    if (json_is_integer(ml))
+        json_object_set_new(*env, "KDET_MAX_LENGTH",
+                            json_sprintf("%" JSON_INTEGER_FORMAT, json_integer_value(ml)));
+    const json_t *ev =
+        json_object_get(json_object_get(cfg, "environment"), "environment_variables");
+    if (json_is_object(ev))
+        ev = json_object_get(ev, "cpu");
+    size_t i;
+    const json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        const char *kv = json_string_value(e), *eq = kv ? strchr(kv, '=') : NULL;
+        if (eq == NULL)
+            continue; /* checked by kd_config_load */
+        char *k = kd_xstrdup(kv);
+        k[eq - kv] = '\0';
+        json_object_set_new(*env, k, json_string(eq + 1));
+        free(k);
+    }
+    if ((rc = kd_config_launch_argv(json_object_get(cfg, "entrypoint"), &la, &n, err)) != 0)
+        goto out;
+    json_int_t slots = 1;
+    const json_t *spt = json_object_get(json_object_get(cfg, "resources"), "slots_per_trial");
+    if (json_is_integer(spt) && json_integer_value(spt) > 1)
+        slots = json_integer_value(spt);
+    out = kd_xcalloc((size_t)n + 3, sizeof(*out));
+    out[0] = kd_xstrdup("--nproc");
+    out[1] = kd_xasprintf("%" JSON_INTEGER_FORMAT, slots);
+    for (int j = 0; j < n; j++)
+        out[j + 2] = kd_xstrdup(la[j]);
+    *argv = out;
+    *argc = n + 2;
+    out = NULL;
+out:
+    kd_config_argv_free(la);
+    kd_config_argv_free(out);
+    kd_hp_space_free(sp);
+    free(x);
+    return rc;
+}
+
+/*
+ * Run kdet-launch (next to det, else on PATH) in dir with the plan's
+ * arguments and environment, off-cluster (no controller: the harness's
+ * local mode), and wait for it. DET_EXIT_OK when it exits 0.
+ */
+static int run_local(const char *dir, const json_t *env, char **args, int nargs)
+{
+    char self[4096], *prog = NULL;
+    char **argv = kd_xcalloc((size_t)nargs + 2, sizeof(*argv));
+    int rc = DET_EXIT_ERROR, status = 0;
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            prog = kd_xasprintf("%s/kdet-launch", self);
+            if (access(prog, X_OK) != 0) {
+                free(prog);
+                prog = NULL;
+            }
+        }
+    }
+    argv[0] = prog != NULL ? prog : (char *)"kdet-launch";
+    for (int i = 0; i < nargs; i++)
+        argv[i + 1] = args[i];
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        det_err("cannot start kdet-launch: %s", strerror(errno));
+        goto out;
+    }
+    if (pid == 0) {
+        const char *k;
+        json_t *v;
+        unsetenv("KDET_CONTROLLER_URL");
+        unsetenv("KDET_TOKEN");
+        json_object_foreach((json_t *)env, k, v) setenv(k, json_string_value(v), 1);
+        if (chdir(dir) != 0) {
+            fprintf(stderr, "det: %s: %s\n", dir, strerror(errno));
+            _exit(127);
+        }
+        execvp(argv[0], argv);
+        fprintf(stderr, "det: cannot run %s: %s (install kdet-launch next to det)\n", argv[0],
+                strerror(errno));
+        _exit(127);
+    }
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        fprintf(stderr, "det: --local: the entrypoint exited 0\n");
+        rc = DET_EXIT_OK;
+    } else if (WIFEXITED(status)) {
+        det_err("--local: kdet-launch exited %d", WEXITSTATUS(status));
+    } else {
+        det_err("--local: kdet-launch was killed by signal %d",
+                WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    }
+out:
+    free(prog);
+    free(argv);
+    return rc;
+}
+
+/* Rename the Experiment (and its context ConfigMap) of docs to `name`. */
+static void rename_docs(json_t *docs, const char *name)
+{
+    size_t n = json_array_size(docs);
+    json_t *exp = json_array_get(docs, n - 1), *cm = n > 1 ? json_array_get(docs, 0) : NULL;
+    char *cm_name = kd_xasprintf("%s-context", name);
+    json_object_set_new(json_object_get(exp, "metadata"), "name", json_string(name));
+    if (cm != NULL) {
+        json_t *md = json_object_get(cm, "metadata");
+        json_object_set_new(md, "name", json_string(cm_name));
+        json_object_set_new(json_object_get(md, "labels"), "kdet.io/experiment", json_string(name));
+        json_object_set_new(json_object_get(json_object_get(exp, "spec"), "context"), "configMap",
+                            json_string(cm_name));
+    }
+    free(cm_name);
+}
+
+/* At most this many experiments of one config and context: NAME, NAME-2, ... NAME-1000. */
+#define SAME_NAME_MAX 1000
+
+/*
+ * The first of NAME, NAME-2, NAME-3, ... that no Experiment of the namespace
+ * has (Determined gives every submission a new experiment); docs renamed to
+ * it. 0 or a DET_EXIT_* code with a message.
+ */
+static int free_name(struct det_kube *k, json_t *docs)
+{
+    static const struct kd_k8s_gvr exp_gvr = KD_K8S_EXPERIMENTS;
+    json_t *exp = json_array_get(docs, json_array_size(docs) - 1);
+    char *base = kd_xstrdup(kd_k8s_meta_str(exp, "name"));
+    char err[KD_ERRLEN] = "";
+    int rc = DET_EXIT_ERROR;
+    for (int i = 1; i <= SAME_NAME_MAX; i++) {
+        struct kd_k8s_status st = {0};
+        json_t *got = NULL;
+        char *name = i == 1 ? kd_xstrdup(base) : kd_xasprintf("%s-%d", base, i);
+        int r = kd_k8s_get(k->c, &exp_gvr, k->ns, name, &got, &st, err);
+        json_decref(got);
+        if (r == KD_ENOTFOUND) {
+            if (i > 1)
+                rename_docs(docs, name);
+            kd_k8s_status_free(&st);
+            free(name);
+            rc = 0;
+            goto out;
+        }
+        if (r != 0) {
+            rc = det_kube_fail(k, r, &st, err, "get", &exp_gvr, "experiment", name);
+            kd_k8s_status_free(&st);
+            free(name);
+            goto out;
+        }
+        kd_k8s_status_free(&st);
+        free(name);
+    }
+    det_err("experiments %s to %s-%d already exist in namespace \"%s\": delete some first", base,
+            base, SAME_NAME_MAX, k->ns);
+out:
+    free(base);
+    return rc;
+}
+
 /* The ConfigMap and the Experiment, created; the ConfigMap then owned by the Experiment. */
 static int submit(const struct det_args *a, json_t *docs)
 {
@@ -452,9 +710,12 @@ static int submit(const struct det_args *a, json_t *docs)
     int rc = det_kube_open(a, &k), r;
     size_t n = json_array_size(docs);
     json_t *exp = json_array_get(docs, n - 1), *cm = n > 1 ? json_array_get(docs, 0) : NULL;
-    const char *name = kd_k8s_meta_str(exp, "name");
+    const char *name = NULL;
     if (rc != 0)
         goto out;
+    if ((rc = free_name(&k, docs)) != 0)
+        goto out;
+    name = kd_k8s_meta_str(exp, "name");
     json_object_set_new(json_object_get(exp, "metadata"), "namespace", json_string(k.ns));
     if (cm != NULL) {
         json_object_set_new(json_object_get(cm, "metadata"), "namespace", json_string(k.ns));
@@ -467,10 +728,9 @@ static int submit(const struct det_args *a, json_t *docs)
     }
     r = kd_k8s_create(k.c, &exp_gvr, k.ns, exp, &created, &st, err);
     if (r == KD_EEXIST) {
-        det_err("experiment %s already exists in namespace \"%s\": the same config and context "
-                "were submitted before. See 'det experiment describe %s'; delete it first "
-                "('det experiment delete %s') to run it again.",
-                name, k.ns, name, name);
+        det_err("experiment %s was created in namespace \"%s\" by someone else just now; "
+                "submit again for a new name",
+                name, k.ns);
         rc = DET_EXIT_ERROR;
         goto out;
     }
@@ -518,14 +778,15 @@ out:
 
 int det_exp_create(int argc, char **argv)
 {
-    static const char *const flags[] = {"--template",   "--dry-run", "--follow", "--namespace",
-                                        "--kubeconfig", "--context", NULL};
+    static const char *const flags[] = {"--template", "--dry-run", "--follow",    "--paused",
+                                        "--test",     "--local",   "--namespace", "--kubeconfig",
+                                        "--context",  NULL};
     static const char *const posn[] = {"CONFIG", "CONTEXT_DIR", NULL};
     int rc = DET_EXIT_ERROR, r;
     struct det_args da = {0};
-    struct create_args a = {NULL, NULL, NULL, NULL, "default", false};
+    struct create_args a = {NULL, NULL, NULL, NULL, "default", false, false};
     json_t *cfg = NULL, *docs = NULL, *schema = NULL, *causes = NULL, *unknown = NULL;
-    json_t *storage = NULL;
+    json_t *storage = NULL, *warnings = NULL;
     struct kd_context ctx = {0};
     struct kd_storage_config scfg;
     char *url = NULL;
@@ -543,6 +804,7 @@ int det_exp_create(int argc, char **argv)
     a.config = da.pos[0];
     a.context = da.pos[1];
     a.dry_run = da.dry_run;
+    a.paused = da.paused;
     if (da.ns != NULL && !is_dns_label(da.ns)) {
         det_err("--namespace \"%s\": must be a DNS label (lowercase letters, digits and '-', at "
                 "most 63)",
@@ -577,6 +839,49 @@ int det_exp_create(int argc, char **argv)
         det_err("%s", err[0] ? err : kd_strerror(r));
         /* anything wrong with the files the user named, missing ones included */
         rc = (r == KD_ENOMEM || r == KD_EINTERNAL) ? DET_EXIT_ERROR : DET_EXIT_INVALID;
+        goto out;
+    }
+    warnings = kd_config_warnings(cfg);
+    for (size_t i = 0; i < json_array_size(warnings); i++)
+        fprintf(stderr, "det: warning: %s: %s\n", a.config,
+                json_string_value(json_array_get(warnings, i)));
+    if (da.test && a.stored_template != NULL) {
+        det_err("--test with a stored template (%s): kdet-controller would merge the template's "
+                "searcher back; use the template as a file (--template FILE)",
+                a.stored_template);
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
+    if (da.test) {
+        make_test_run(cfg);
+        fprintf(stderr, "det: --test: one trial of 1 batch (the single searcher), "
+                        "max_restarts 0, label test\n");
+    }
+    if (da.local) {
+        json_t *env = NULL;
+        char **args = NULL;
+        int nargs = 0;
+        const json_t *es =
+            json_object_get(json_object_get(cfg, "reproducibility"), "experiment_seed");
+        uint64_t seed = json_is_integer(es) ? (uint64_t)json_integer_value(es) : 0;
+        if (a.dry_run) {
+            det_err("--local runs the entrypoint here: it does not go with --dry-run");
+            rc = DET_EXIT_USAGE;
+            goto out;
+        }
+        if (local_plan(cfg, seed, &env, &args, &nargs, err) != 0) {
+            det_err("%s", err);
+            json_decref(env);
+            rc = DET_EXIT_INVALID;
+            goto out;
+        }
+        fprintf(stderr,
+                "det: --local: running the entrypoint in %s with kdet-launch (no "
+                "cluster; hyperparameters %s)\n",
+                a.context, json_string_value(json_object_get(env, "KDET_HPARAMS")));
+        rc = run_local(a.context, env, args, nargs);
+        kd_config_argv_free(args);
+        json_decref(env);
         goto out;
     }
     /* the merged config's storage (a template may set it): where a large context goes */
@@ -684,6 +989,7 @@ out:
     json_decref(causes);
     json_decref(unknown);
     json_decref(storage);
+    json_decref(warnings);
     free(url);
     kd_context_free(&ctx);
     kd_buf_free(&out);

@@ -25,7 +25,7 @@ DET_SRCS := cli/main.c cli/args.c cli/output.c cli/kube.c cli/experiment.c \
             cli/verb.c cli/api.c cli/metrics.c cli/checkpoint.c cli/job.c \
             $(O)/gen/cli/crd_experiments.c $(O)/gen/cli/crd_trials.c \
             $(O)/gen/cli/priorityclasses.c
-DET_KD_LIBS := config storage k8s yaml openapi context core
+DET_KD_LIBS := config hparams storage k8s yaml openapi context core
 DET_LDLIBS := -lcurl -ljansson -lyaml -larchive -lcrypto -lpthread -lm
 DEB_PACKAGES += xxd libcurl4-openssl-dev
 $(eval $(call kd_prog,det,$(DET_SRCS),$(DET_KD_LIBS),$(DET_LDLIBS)))

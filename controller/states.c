@@ -276,6 +276,16 @@ static void active(const struct kd_trial_facts *f, struct kd_trial_action *a)
         closed_done(a, "completed: closed by the searcher");
         return;
     }
+    if (all_done && f->api_on && !f->closed && f->attempt_target >= KD_TRIAL_OPEN_LENGTH &&
+        f->reached > 0) {
+        /* No max_length in the config: the training code ended the trial after validating. */
+        set_state(a, KD_TRIAL_COMPLETED, "completed: the training code ended it");
+        a->clear_pods = true;
+        a->delete_pods = true;
+        a->kick = true;
+        a->note = KD_TRIAL_NOTE_COMPLETED;
+        return;
+    }
     if (all_done && f->api_on && !f->idle && !f->closed && f->attempt_target > 0 &&
         f->reached < f->attempt_target) {
         /* Every worker exited 0 but none reported a validation at the operation's length: the

@@ -81,6 +81,13 @@ enum kd_trial_failure_action {
 #define KD_TRIAL_IDLE_RELEASE_DEFAULT_MS 5000L
 /** The Experiment annotation `det experiment kill` sets: pods are deleted at once. */
 #define KD_TRIAL_KILL_ANNOTATION "kdet.io/kill"
+/*
+ * The length of the one operation of a single, random or grid searcher
+ * whose config has no max_length (Determined 0.38: the training code
+ * decides): workers that exit 0 after at least one validation short of it
+ * complete the trial. Equal to KD_SEARCH_OPEN_LENGTH (controller/searcher).
+ */
+#define KD_TRIAL_OPEN_LENGTH 2147483647LL
 
 /** Whether a trial waits for the searcher: target > 0, reached >= target, not closed. */
 bool kd_trial_at_target(long long target, long long reached, bool closed);

@@ -303,11 +303,15 @@ static int parse_length(const json_t *v, const char *path, char *unit, int64_t *
     static const char *const units[] = {"batches", "records", "epochs", NULL};
     const char *k;
     const json_t *n;
-    if (json_is_integer(v))
-        return kd_seterr(err, KD_EINVAL,
-                         "%s: expected {batches|records|epochs: N}, got a bare "
-                         "number; write e.g. {batches: %" PRId64 "}",
-                         path, (int64_t)json_integer_value(v));
+    if (json_is_integer(v)) {
+        /* Determined's unitless length (Core API): its meaning is the training code's; kdet
+         * counts it in batches, as lib/config documents. */
+        if (json_integer_value(v) < 1)
+            return kd_seterr(err, KD_EINVAL, "%s: expected a positive integer", path);
+        kd_strlcpy(unit, "batches", 16);
+        *len = json_integer_value(v);
+        return 0;
+    }
     if (!json_is_object(v) || json_object_size(v) != 1)
         return kd_seterr(err, KD_EINVAL, "%s: expected exactly one of {batches|records|epochs: N}",
                          path);
@@ -366,6 +370,11 @@ static int parse_common(struct kd_searcher *s, const json_t *sc, char *err)
     v = json_object_get(sc, "max_length");
     if (v && !json_is_null(v)) {
         if ((rc = parse_length(v, "searcher.max_length", s->unit, &s->max_length, err)) != 0)
+            goto out;
+    } else if (json_is_integer(json_object_get(sc, "max_time"))) {
+        /* adaptive_asha's max_time (with time_metric): rungs are counted in batches. */
+        if ((rc = parse_length(json_object_get(sc, "max_time"), "searcher.max_time", s->unit,
+                               &s->max_length, err)) != 0)
             goto out;
     }
     if ((rc = kd__get_int(sc, "max_trials", "searcher", false, 1, &s->max_trials, err)) != 0)

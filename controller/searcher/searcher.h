@@ -26,6 +26,8 @@
 
 /* Hard caps. */
 #define KD_SEARCH_MAX_TRIALS 1000000 /* max_trials, grid size, population */
+/* The operation length of single/random/grid without max_length: "until the code ends it". */
+#define KD_SEARCH_OPEN_LENGTH 2147483647LL
 #define KD_SEARCH_MAX_HISTORY 100000 /* validations kept per trial */
 #define KD_SEARCH_MAX_RULES 16       /* early_stopping rules */
 

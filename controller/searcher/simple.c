@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "searcher/searcher_int.h"
@@ -22,7 +23,7 @@ static int fill(struct kd_searcher *s, struct kd__simple *d)
         d->drawn++;
         d->counted++;
         struct kd__trial *t = kd__create(s, x, -1, NULL);
-        kd__validate_after(s, t, s->max_length);
+        kd__validate_after(s, t, s->max_length > 0 ? s->max_length : KD_SEARCH_OPEN_LENGTH);
     }
     free(x);
     if (!s->shutdown && d->counted >= d->total && kd__nalive(s) == 0) {
@@ -97,7 +98,9 @@ void kd__simple_free(struct kd_searcher *s)
 
 int kd__need_max_length(const struct kd_searcher *s, char *err)
 {
-    if (s->max_length <= 0)
+    /* single, random, grid: no max_length is one open operation (KD_SEARCH_OPEN_LENGTH). */
+    if (s->max_length <= 0 && strcmp(s->m->name, "single") != 0 &&
+        strcmp(s->m->name, "random") != 0 && strcmp(s->m->name, "grid") != 0)
         return kd_seterr(err, KD_EINVAL,
                          "searcher.max_length: required by the %s searcher ({batches|records|"
                          "epochs: N})",

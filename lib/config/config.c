@@ -997,6 +997,8 @@ static int check_searcher(struct vctx *c, const json_t *cfg)
                                          "max_rungs",
                                          "bracket_rungs",
                                          "stop_once",
+                                         "time_metric",
+                                         "max_time",
                                          NULL};
     static const char *const k_bayes[] = {"name",
                                           "metric",
@@ -1102,12 +1104,33 @@ static int check_searcher(struct vctx *c, const json_t *cfg)
             return c->rc;
     } else {
         bool needs_trials = strcmp(name, "single") && strcmp(name, "grid");
+        bool is_asha = !strcmp(name, "adaptive_asha");
+        /* single, grid, random: no max_length means the training code decides the length
+         * (Trainer.fit(max_length=...) or its own loop), as Determined 0.38 writes them. */
+        bool needs_length = !strcmp(name, "bayesian") || (is_asha && !field(s, "max_time"));
         int64_t max_trials = 0;
-        if (want_int(c, s, sp, "max_trials", needs_trials, 1, INT64_MAX, &max_trials) ||
-            want_length(c, s, sp, "max_length", true, true, 1) ||
+        if (want_int(c, s, sp, "max_trials", needs_trials, 1, INT64_MAX, &max_trials))
+            return c->rc;
+        if (is_asha && !field(s, "max_length") && !field(s, "max_time"))
+            return need(c, s, sp, "max_length",
+                        "(or max_time with time_metric: the adaptive_asha searcher needs the "
+                        "length of its longest rung)");
+        if (want_length(c, s, sp, "max_length", needs_length, true, 1) ||
             want_int(c, s, sp, "max_concurrent_trials", false, 0, INT64_MAX, NULL))
             return c->rc;
-        if (!strcmp(name, "adaptive_asha")) {
+        if (is_asha) {
+            if (want_str(c, s, sp, "time_metric", false, NULL) ||
+                want_int(c, s, sp, "max_time", false, 1, INT64_MAX, NULL))
+                return c->rc;
+            if (field(s, "max_time") && !field(s, "time_metric"))
+                return need(c, s, sp, "time_metric",
+                            "(max_time is counted in the reported values of time_metric, e.g. "
+                            "time_metric: batches)");
+            if (field(s, "time_metric") && !field(s, "max_time"))
+                return need(c, s, sp, "max_time",
+                            "(the largest value of time_metric a trial trains to)");
+            if (field(s, "time_metric") && !*json_string_value(field(s, "time_metric")))
+                return BAD(c, field(s, "time_metric"), "searcher.time_metric", "must not be empty");
             if (want_enum(c, s, sp, "mode", false, modes, NULL) ||
                 want_num(c, s, sp, "divisor", false, 1, true, HUGE_VAL, false,
                          "a number greater than 1", NULL) ||
@@ -1372,8 +1395,61 @@ static int check_storage(struct vctx *c, const json_t *cfg)
                    "%s storage is not supported by kdet (supported: shared_fs, s3; S3-compatible "
                    "stores work through endpoint_url)",
                    json_string_value(tv));
-    if (want_enum(c, s, sp, "type", true, types, &type))
+    if (want_enum(c, s, sp, "type", false, types, &type))
         return c->rc;
+    if (!type && c->cr)
+        /* kdet-controller checks the spec after merging its default storage under it. */
+        return need(c, s, sp, "type",
+                    "(shared_fs or s3; the cluster has no default checkpoint storage to supply "
+                    "it)");
+    if (!type) {
+        /* A partial override of the cluster's default storage (kdet-controller merges it over
+         * --default-checkpoint-storage): which type it is for shows in its fields. Only a mix
+         * of both types' own fields is known to be invalid once merged. */
+        static const char *const k_any[] = {"type",
+                                            "host_path",
+                                            "storage_path",
+                                            "container_path",
+                                            "propagation",
+                                            "bucket",
+                                            "prefix",
+                                            "endpoint_url",
+                                            "region",
+                                            "path_style",
+                                            "credentials_secret",
+                                            "credentials_dir",
+                                            "save_experiment_best",
+                                            "save_trial_best",
+                                            "save_trial_latest",
+                                            NULL};
+        const char *fs_only = NULL, *s3_only = NULL, *k;
+        json_t *v;
+        if (check_keys(c, s, sp, k_any, unsup, "checkpoint_storage"))
+            return c->rc;
+        json_object_foreach((json_t *)s, k, v)
+        {
+            if (!fs_only && in_list(k, k_fs) && !in_list(k, k_s3))
+                fs_only = k;
+            if (!s3_only && in_list(k, k_s3) && !in_list(k, k_fs))
+                s3_only = k;
+        }
+        if (fs_only && s3_only) {
+            char q[PATHLEN];
+            join(q, sp, s3_only);
+            return BADKEY(c, field(s, s3_only), q,
+                          "is a field of s3 storage but `%s` is one of shared_fs storage; set "
+                          "checkpoint_storage.type",
+                          fs_only);
+        }
+        if (!fs_only && !s3_only) /* only the save_* counts: valid over either type */
+            return want_int(c, s, sp, "save_experiment_best", false, 0, INT64_MAX, NULL) ||
+                           want_int(c, s, sp, "save_trial_best", false, 0, INT64_MAX, NULL) ||
+                           want_int(c, s, sp, "save_trial_latest", false, 0, INT64_MAX, NULL)
+                       ? c->rc
+                       : 0;
+        type = fs_only ? "shared_fs" : "s3";
+    }
+    bool partial = !field(s, "type");
     bool s3 = !strcmp(type, "s3");
     if (check_keys(c, s, sp, s3 ? k_s3 : k_fs, unsup, s3 ? "s3 storage" : "shared_fs storage") ||
         want_int(c, s, sp, "save_experiment_best", false, 0, INT64_MAX, NULL) ||
@@ -1382,13 +1458,13 @@ static int check_storage(struct vctx *c, const json_t *cfg)
         return c->rc;
     if (!s3) {
         const char *host = NULL, *sub = NULL;
-        if (want_abs_path(c, s, sp, "host_path", true) ||
-            want_str(c, s, sp, "host_path", true, &host) ||
+        if (want_abs_path(c, s, sp, "host_path", !partial) ||
+            want_str(c, s, sp, "host_path", !partial, &host) ||
             want_str(c, s, sp, "storage_path", false, &sub) ||
             want_abs_path(c, s, sp, "container_path", false) ||
             want_enum(c, s, sp, "propagation", false, props, NULL))
             return c->rc;
-        if (sub && is_abs_path(sub)) {
+        if (sub && host && is_abs_path(sub)) {
             size_t hl = strlen(host);
             while (hl > 1 && host[hl - 1] == '/')
                 hl--;
@@ -1403,9 +1479,9 @@ static int check_storage(struct vctx *c, const json_t *cfg)
         return 0;
     }
     const char *bucket = NULL, *url = NULL, *secret = NULL, *prefix = NULL;
-    if (want_str(c, s, sp, "bucket", true, &bucket))
+    if (want_str(c, s, sp, "bucket", !partial, &bucket))
         return c->rc;
-    if (!is_bucket_name(bucket))
+    if (bucket && !is_bucket_name(bucket))
         return BAD(c, field(s, "bucket"), "checkpoint_storage.bucket",
                    "expected an S3 bucket name (3-63 characters: a-z, 0-9, '-' and '.'), got %s",
                    desc(field(s, "bucket"), d, sizeof(d)));
@@ -1455,6 +1531,32 @@ static int check_env_vars(struct vctx *c, const json_t *v, const char *path)
     return 0;
 }
 
+/* environment.proxy_ports: a list of {proxy_port (required, 1..65535), proxy_tcp, unauthenticated}.
+ */
+static int check_proxy_ports(struct vctx *c, const json_t *pp)
+{
+    static const char *const keys[] = {"proxy_port", "proxy_tcp", "unauthenticated", NULL};
+    const char *base = "environment.proxy_ports";
+    char p[PATHLEN], d[96];
+    size_t i;
+    json_t *e;
+    if (!pp)
+        return 0;
+    if (!json_is_array(pp))
+        return BAD(c, pp, base,
+                   "expected a list of {proxy_port, proxy_tcp, unauthenticated}, got %s",
+                   desc(pp, d, sizeof(d)));
+    json_array_foreach(pp, i, e)
+    {
+        joinidx(p, base, i);
+        if (want_object(c, e, p) || check_keys(c, e, p, keys, NULL, "a proxy port") ||
+            want_int(c, e, p, "proxy_port", true, 1, 65535, NULL) ||
+            want_bool(c, e, p, "proxy_tcp") || want_bool(c, e, p, "unauthenticated"))
+            return c->rc;
+    }
+    return 0;
+}
+
 static int check_environment(struct vctx *c, const json_t *cfg)
 {
     static const char *const keys[] = {"image",
@@ -1465,6 +1567,7 @@ static int check_environment(struct vctx *c, const json_t *cfg)
                                        "add_capabilities",
                                        "drop_capabilities",
                                        "ports",
+                                       "proxy_ports",
                                        NULL};
     static const char *const flavors[] = {"cpu", "cuda", "rocm", "gpu", NULL};
     const char *ep = "environment";
@@ -1522,6 +1625,8 @@ static int check_environment(struct vctx *c, const json_t *cfg)
     }
     json_t *ra = field(e, "registry_auth");
     if (ra && want_object(c, ra, "environment.registry_auth"))
+        return c->rc;
+    if (check_proxy_ports(c, field(e, "proxy_ports")))
         return c->rc;
     json_t *ports = field(e, "ports");
     if (ports) {
@@ -1606,6 +1711,12 @@ static const char *const top_keys[] = {"name",
                                        "bind_mounts",
                                        "profiling",
                                        "debug",
+                                       "preemption_timeout",
+                                       "log_policies",
+                                       "retention_policy",
+                                       "integrations",
+                                       "slurm",
+                                       "pbs",
                                        NULL};
 
 static const struct unsupported top_unsup[] = {
@@ -1613,10 +1724,50 @@ static const struct unsupported top_unsup[] = {
     {"data_layer", "was removed from Determined and is not supported"},
     {"security", "is a Determined field that kdet does not support"},
     {"tensorboard_storage", "was removed from Determined; TensorBoard reads checkpoint_storage"},
-    {"log_policies", "is a Determined field that kdet does not support yet"},
-    {"retention_policy", "is a Determined field that kdet does not support yet"},
-    {"integrations", "is a Determined field that kdet does not support"},
     {NULL, NULL}};
+
+/*
+ * The fields of Determined 0.38 that kdet accepts but that mean nothing on
+ * it: checked for their shape (a mapping, a list of mappings, ...) so that
+ * a typo in them is still an error, then ignored with a warning (see
+ * kd_config_warnings).
+ */
+static int check_foreign_sections(struct vctx *c, const json_t *cfg)
+{
+    static const char *const k_ret[] = {"log_retention_days", NULL};
+    static const char *const k_lp[] = {"name", "pattern", "action", NULL};
+    char p[PATHLEN], d[96];
+    const char *rp = "";
+    size_t i;
+    json_t *e;
+    if (want_int(c, cfg, rp, "preemption_timeout", false, 1, INT64_MAX, NULL))
+        return c->rc;
+    static const char *const objs[] = {"slurm", "pbs", "integrations", NULL};
+    for (size_t k = 0; objs[k]; k++) {
+        json_t *v = field(cfg, objs[k]);
+        if (v && want_object(c, v, objs[k]))
+            return c->rc;
+    }
+    json_t *r = field(cfg, "retention_policy");
+    if (r && (want_object(c, r, "retention_policy") ||
+              check_keys(c, r, "retention_policy", k_ret, NULL, "retention_policy") ||
+              want_int(c, r, "retention_policy", "log_retention_days", false, -1, 32767, NULL)))
+        return c->rc;
+    json_t *lp = field(cfg, "log_policies");
+    if (!lp)
+        return 0;
+    if (!json_is_array(lp))
+        return BAD(c, lp, "log_policies", "expected a list of {name, pattern, action}, got %s",
+                   desc(lp, d, sizeof(d)));
+    json_array_foreach(lp, i, e)
+    {
+        joinidx(p, "log_policies", i);
+        if (want_object(c, e, p) || check_keys(c, e, p, k_lp, NULL, "a log policy") ||
+            want_str(c, e, p, "name", false, NULL) || want_str(c, e, p, "pattern", false, NULL))
+            return c->rc;
+    }
+    return 0;
+}
 
 static int validate(struct vctx *c, const json_t *cfg)
 {
@@ -1673,7 +1824,7 @@ static int validate(struct vctx *c, const json_t *cfg)
         check_storage(c, cfg) || want_int(c, cfg, rp, "max_restarts", false, 0, INT64_MAX, NULL) ||
         check_misc_sections(c, cfg) || check_environment(c, cfg) ||
         check_mounts(c, field(cfg, "bind_mounts"), "bind_mounts", false) ||
-        want_bool(c, cfg, rp, "debug"))
+        want_bool(c, cfg, rp, "debug") || check_foreign_sections(c, cfg))
         return c->rc;
     return 0;
 }
@@ -1687,6 +1838,68 @@ int kd_config_check(const json_t *cfg, char *err)
     if (!cfg)
         return kd_seterr(err, KD_EINVAL, "kd_config_check: no config");
     return validate(&c, cfg);
+}
+
+/* ---- warnings ------------------------------------------------------------------------------ */
+
+/* One warning per field of Determined's reference that kdet accepts and does not honour. */
+static const struct unsupported ignored_top[] = {
+    {"slurm", "not applicable on kdet: trials run as Kubernetes pods, not Slurm jobs; ignored"},
+    {"pbs", "not applicable on kdet: trials run as Kubernetes pods, not PBS jobs; ignored"},
+    {"integrations", "not applicable on kdet (Pachyderm and webhook integrations); ignored"},
+    {"log_policies", "not applicable on kdet yet: log patterns do not cancel retries or exclude "
+                     "nodes; ignored"},
+    {"retention_policy", "not applicable on kdet: task logs are the pods' logs, kept by "
+                         "Kubernetes; ignored"},
+    {"preemption_timeout", "not applicable on kdet: a preempted pod gets its "
+                           "terminationGracePeriodSeconds (set it in environment.pod_spec); "
+                           "ignored"},
+    {NULL, NULL}};
+
+static void warn(json_t *out, const char *path, const char *why)
+{
+    if (json_array_append_new(out, json_sprintf("%s: %s", path, why)))
+        kd_oom(64);
+}
+
+json_t *kd_config_warnings(const json_t *cfg)
+{
+    json_t *out = json_array();
+    if (!out)
+        kd_oom(64);
+    if (!json_is_object(cfg))
+        return out;
+    for (size_t i = 0; ignored_top[i].key; i++)
+        if (field(cfg, ignored_top[i].key))
+            warn(out, ignored_top[i].key, ignored_top[i].why);
+    const json_t *env = field(cfg, "environment");
+    if (json_is_object(env) && field(env, "registry_auth"))
+        warn(out, "environment.registry_auth",
+             "not applicable on kdet: pods pull images with a Kubernetes image pull Secret (set "
+             "imagePullSecrets in environment.pod_spec.spec); ignored");
+    if (json_is_object(env) && field(env, "proxy_ports"))
+        warn(out, "environment.proxy_ports",
+             "not applicable on kdet: there is no master proxy; reach a trial's ports with "
+             "environment.ports and kubectl port-forward or a Service; ignored");
+    const json_t *cs = field(cfg, "checkpoint_storage");
+    if (json_is_object(cs) && !field(cs, "type"))
+        warn(out, "checkpoint_storage",
+             "no type: a partial override; the cluster's default checkpoint storage "
+             "(kdet-controller --default-checkpoint-storage) supplies the rest, and the "
+             "experiment fails if the cluster has none or the merge is invalid");
+    const json_t *s = field(cfg, "searcher");
+    const char *sn = json_string_value(json_object_get(s, "name"));
+    if (sn && !strcmp(sn, "adaptive_asha") && field(s, "time_metric"))
+        warn(out, "searcher.time_metric",
+             "kdet's adaptive_asha counts rungs in the batches the workers report, not in the "
+             "values of time_metric; max_time is taken as a number of batches");
+    if (sn && (!strcmp(sn, "single") || !strcmp(sn, "random") || !strcmp(sn, "grid")) &&
+        !field(s, "max_length"))
+        warn(
+            out, "searcher.max_length",
+            "not set: each trial runs until its training code ends it (Trainer.fit(max_length=...) "
+            "or its own loop) and its workers exit 0");
+    return out;
 }
 
 /* ---- templates --------------------------------------------------------------------------- */

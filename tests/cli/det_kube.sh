@@ -68,8 +68,18 @@ if [ "$(k get exp "$name" -o jsonpath='{.spec.searcher.name}/{.spec.context.conf
     [ "$(k get cm "$name-context" -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}')" = "Experiment/$name" ]; then
     ok "the Experiment and its context ConfigMap (owned by it) are stored"
 else bad "read back the created resources"; fi
-check "creating it again says it exists" 1 "already exists in namespace \"default\"" \
+check "creating it again makes a new experiment with a new name" 0 "created experiment $name-2 in namespace \"default\"" \
     -- "$det" experiment create $ex/const.yaml $ex
+if [ "$(k get exp "$name-2" -o jsonpath='{.spec.context.configMap}')" = "$name-2-context" ] &&
+    [ "$(k get cm "$name-2-context" -o jsonpath='{.metadata.ownerReferences[0].name}')" = "$name-2" ] &&
+    [ "$(k get cm "$name-context" -o jsonpath='{.metadata.ownerReferences[0].name}')" = "$name" ]; then
+    ok "the second one has its own context ConfigMap; the first keeps its own"
+else bad "read back the second experiment"; fi
+check "a third time: -3" 0 "created experiment $name-3 " -- "$det" experiment create $ex/const.yaml $ex
+check "--paused creates it paused" 0 "created experiment fashion-mnist-c-const-[0-9a-f]{8} " -- "$det" experiment create $ex/const.yaml $ex --paused
+pname=$(grep -oE '^fashion-mnist-c-const-[0-9a-f]{8}$' "$tmp/out" | head -1)
+[ -n "$pname" ] && [ "$(k get exp "$pname" -o jsonpath='{.spec.paused}')" = "true" ] && ok "spec.paused is true" || bad "spec.paused of --paused"
+k delete exp "$name-2" "$name-3" "$pname" > "$tmp/out" 2>&1 || bad "delete the extra experiments" "$tmp/out"
 check "create in a namespace that does not exist" 5 "not found" -- "$det" experiment create $ex/const.yaml $ex -n nope
 
 # ---- list and describe

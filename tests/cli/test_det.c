@@ -127,6 +127,173 @@ static char *path(const char *rel)
     return buf[i];
 }
 
+/*
+ * Every Determined 0.38 form (tests/data/config/determined-0.38, see
+ * tests/lib/config/test_config.c for the header format) through `det
+ * experiment create --dry-run`: accepted ones exit 0 with exactly their
+ * warnings on stderr (and the Experiment passes the CRD check det makes),
+ * rejected ones exit 3 with the loader's message.
+ */
+static void test_determined_038(void **state)
+{
+    (void)state;
+    const char *dir = "tests/data/config/determined-0.38";
+    static const char *const files[] = {"asha_max_time_alone.yaml",
+                                        "asha_max_time_zero.yaml",
+                                        "asha_no_length.yaml",
+                                        "asha_time_metric.yaml",
+                                        "asha_time_metric_number.yaml",
+                                        "full_reference.yaml",
+                                        "grid_no_length.yaml",
+                                        "integrations.yaml",
+                                        "log_policies.yaml",
+                                        "max_length_bare.yaml",
+                                        "max_length_legacy_units.yaml",
+                                        "preemption_timeout.yaml",
+                                        "proxy_ports.yaml",
+                                        "proxy_ports_bad_port.yaml",
+                                        "proxy_ports_typo.yaml",
+                                        "random_no_length.yaml",
+                                        "registry_auth.yaml",
+                                        "retention_policy.yaml",
+                                        "single_no_length.yaml",
+                                        "slurm_pbs.yaml",
+                                        "storage_partial_counts.yaml",
+                                        "storage_partial_mixed.yaml",
+                                        "storage_partial_typo.yaml",
+                                        "storage_partial_s3.yaml",
+                                        "unknown_top_field.yaml",
+                                        NULL};
+    int failures = 0, n = 0;
+    for (size_t i = 0; files[i]; i++, n++) {
+        char file[512], line[1024];
+        struct det_run r;
+        int want_code = 0, nwarn = 0;
+        bool ok = true;
+        snprintf(file, sizeof(file), "%s/%s", dir, files[i]);
+        det_run(&r, (const char *[]){"experiment", "create", file, path("ctx"), "--dry-run", NULL});
+        FILE *f = fopen(file, "r");
+        assert_non_null(f);
+        while (fgets(line, sizeof(line), f) && !strncmp(line, "# expect: ", 10)) {
+            char *e = line + 10, want[2048];
+            e[strcspn(e, "\n")] = '\0';
+            if (!strncmp(e, "warn: ", 6)) {
+                snprintf(want, sizeof(want), "det: warning: %s: %s", file, e + 6);
+                ok = ok && strstr(r.err, want) != NULL;
+                nwarn++;
+            } else if (!strncmp(e, "reject: ", 8)) {
+                /* PATH at L:C: TEXT */
+                char *at = strstr(e + 8, " at "), *colon;
+                assert_non_null(at);
+                *at = '\0';
+                colon = strstr(at + 4, ": ");
+                assert_non_null(colon);
+                *colon = '\0';
+                snprintf(want, sizeof(want), "det: %s:%s: %s: %s", file, at + 4, e + 8, colon + 2);
+                ok = ok && strstr(r.err, want) != NULL;
+                want_code = 3;
+            }
+        }
+        fclose(f);
+        /* exactly the expected warnings */
+        int got_warn = 0;
+        for (const char *p = r.err; (p = strstr(p, "det: warning: ")) != NULL; p++)
+            got_warn++;
+        if (!ok || r.code != want_code || got_warn != nwarn ||
+            (want_code == 0 && !strstr(r.out, "kind: Experiment"))) {
+            printf("FAIL %s: exit %d (want %d), %d warnings (want %d)\nstderr: %.3000s\n", file,
+                   r.code, want_code, got_warn, nwarn, r.err);
+            failures++;
+        }
+        det_run_free(&r);
+    }
+    printf("%d Determined 0.38 forms through det\n", n);
+    assert_int_equal(failures, 0);
+}
+
+/* --paused sets spec.paused; --test makes a one-trial, one-batch run labelled test. */
+static void test_paused_and_test(void **state)
+{
+    (void)state;
+    struct det_run r;
+    det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("ctx"), "--dry-run",
+                                 "--paused", "--test", NULL});
+    expect(&r, 0, "kind: Experiment", "--test: one trial of 1 batch");
+    json_t *docs = parse_docs(r.out, r.out_len);
+    json_t *spec = json_object_get(json_array_get(docs, 1), "spec");
+    assert_true(json_is_true(json_object_get(spec, "paused")));
+    json_t *s = json_object_get(spec, "searcher");
+    assert_string_equal(json_string_value(json_object_get(s, "name")), "single");
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(s, "max_length"), "batches")), 1);
+    assert_string_equal(json_string_value(json_object_get(s, "metric")), "validation_loss");
+    assert_null(json_object_get(s, "max_trials"));
+    assert_int_equal(json_integer_value(json_object_get(spec, "max_restarts")), 0);
+    json_t *labels = json_object_get(spec, "labels");
+    assert_string_equal(json_string_value(json_array_get(labels, json_array_size(labels) - 1)),
+                        "test");
+    assert_string_equal(json_string_value(json_object_get(spec, "name")), "Unit Test Exp test");
+    /* the test run is a valid experiment as the controller checks it */
+    char err[KD_ERRLEN] = "";
+    if (kd_config_check(spec, err) != 0)
+        fail_msg("%s", err);
+    json_decref(docs);
+    det_run_free(&r);
+    /* without the flags: not paused, the config's searcher */
+    det_run(&r, (const char *[]){"experiment", "create", path("exp.yaml"), path("ctx"), "--dry-run",
+                                 NULL});
+    expect(&r, 0, "kind: Experiment", NULL);
+    docs = parse_docs(r.out, r.out_len);
+    spec = json_object_get(json_array_get(docs, 1), "spec");
+    assert_null(json_object_get(spec, "paused"));
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(spec, "searcher"), "name")), "random");
+    json_decref(docs);
+    det_run_free(&r);
+}
+
+/* --local runs the entrypoint here through kdet-launch: one trial's inputs, no cluster. */
+static void test_local(void **state)
+{
+    (void)state;
+    struct det_run r;
+    put_file(tmp, "local/run.sh",
+             "echo \"hp=$KDET_HPARAMS seed=$KDET_TRIAL_SEED len=$KDET_MAX_LENGTH "
+             "rank=$RANK/$WORLD_SIZE foo=$FOO url=${KDET_CONTROLLER_URL:-none}\"\n");
+    put_file(tmp, "local.yaml",
+             "entrypoint: sh run.sh\n"
+             "hyperparameters: {layers: 3, act: {type: categorical, vals: [relu]}}\n"
+             "searcher: {name: random, metric: loss, max_trials: 4, max_length: {batches: 7}}\n"
+             "resources: {slots_per_trial: 2}\n"
+             "reproducibility: {experiment_seed: 5}\n"
+             "environment: {environment_variables: [FOO=bar]}\n");
+    setenv("KDET_CONTROLLER_URL", "http://127.0.0.1:1", 1); /* --local never talks to it */
+    det_run(&r, (const char *[]){"experiment", "create", path("local.yaml"), path("local"),
+                                 "--local", NULL});
+    unsetenv("KDET_CONTROLLER_URL");
+    expect(&r, 0,
+           "[rank=0] hp={\"layers\":3,\"act\":\"relu\"} seed=5 len=7 rank=0/2 foo=bar url=none",
+           "det: --local: the entrypoint exited 0");
+    assert_non_null(strstr(r.out, "[rank=1] hp="));
+    det_run_free(&r);
+    /* --test shortens it to 1 batch */
+    det_run(&r, (const char *[]){"experiment", "create", path("local.yaml"), path("local"),
+                                 "--local", "--test", NULL});
+    expect(&r, 0, "len=1 rank=0/2", NULL);
+    det_run_free(&r);
+    /* the entrypoint's failure is det's */
+    put_file(tmp, "fail.yaml",
+             "entrypoint: sh -c 'exit 3'\nsearcher: {name: single, metric: loss}\n");
+    det_run(&r, (const char *[]){"experiment", "create", path("fail.yaml"), path("local"),
+                                 "--local", NULL});
+    expect(&r, 1, NULL, "det: --local: kdet-launch exited 3");
+    det_run_free(&r);
+    det_run(&r, (const char *[]){"experiment", "create", path("fail.yaml"), path("local"),
+                                 "--local", "--dry-run", NULL});
+    expect(&r, 2, NULL, "--local runs the entrypoint here: it does not go with --dry-run");
+    det_run_free(&r);
+}
+
 static void test_dry_run(void **state)
 {
     (void)state;
@@ -342,6 +509,9 @@ int main(void)
         cmocka_unit_test(test_help_and_usage),
         cmocka_unit_test(test_suggestions),
         cmocka_unit_test_setup_teardown(test_dry_run, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_determined_038, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paused_and_test, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local, setup, teardown),
         cmocka_unit_test_setup_teardown(test_template_merge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_context_sizes, setup, teardown),

@@ -632,6 +632,55 @@ static void bad_config(const char *searcher, const char *want)
         fail_msg("config %s: got %d \"%s\", want \"%s\"", searcher, rc, err, want);
 }
 
+/* The first validate_after of a searcher built from `searcher`: its length and unit. */
+static void first_length(const char *searcher, int64_t want_len, const char *want_unit)
+{
+    char cfg[2048];
+    snprintf(cfg, sizeof(cfg),
+             "{\"hyperparameters\": {\"x\": {\"type\": \"double\", \"minval\": 0, \"maxval\": 1,"
+             " \"count\": 2}}, \"searcher\": %s}",
+             searcher);
+    json_t *j = sim_config(cfg);
+    struct kd_searcher *s = NULL;
+    struct kd_search_ops ops = {0};
+    char err[KD_ERRLEN] = "";
+    if (kd_searcher_new(j, 1, &s, err) != 0)
+        fail_msg("config %s: %s", searcher, err);
+    json_decref(j);
+    assert_int_equal(kd_searcher_initial(s, &ops, err), 0);
+    bool found = false;
+    for (size_t i = 0; i < ops.n && !found; i++) {
+        if (ops.v[i].type != KD_SEARCH_VALIDATE_AFTER)
+            continue;
+        found = true;
+        if (ops.v[i].length != want_len)
+            fail_msg("config %s: length %lld, want %lld", searcher, (long long)ops.v[i].length,
+                     (long long)want_len);
+    }
+    assert_true(found);
+    assert_string_equal(kd_searcher_unit(s), want_unit);
+    kd_search_ops_free(&ops);
+    kd_searcher_free(s);
+}
+
+/* Determined 0.38's forms: a bare max_length, none at all, adaptive_asha's max_time. */
+static void test_lengths_038(void **state)
+{
+    (void)state;
+    first_length("{\"name\": \"single\", \"metric\": \"l\", \"max_length\": 100}", 100, "batches");
+    first_length("{\"name\": \"single\", \"metric\": \"l\"}", KD_SEARCH_OPEN_LENGTH, "batches");
+    first_length("{\"name\": \"random\", \"metric\": \"l\", \"max_trials\": 2}",
+                 KD_SEARCH_OPEN_LENGTH, "batches");
+    first_length("{\"name\": \"grid\", \"metric\": \"l\"}", KD_SEARCH_OPEN_LENGTH, "batches");
+    first_length("{\"name\": \"random\", \"metric\": \"l\", \"max_trials\": 2, \"max_length\":"
+                 " {\"records\": 640}}",
+                 640, "records");
+    /* ASHA with max_time: rungs in batches, the top one at max_time (the first rung is lower). */
+    first_length("{\"name\": \"adaptive_asha\", \"metric\": \"l\", \"max_trials\": 4, "
+                 "\"max_rungs\": 1, \"time_metric\": \"batches\", \"max_time\": 64}",
+                 64, "batches");
+}
+
 static void test_bad_configs(void **state)
 {
     (void)state;
@@ -647,10 +696,10 @@ static void test_bad_configs(void **state)
                "searcher.max_trials: must be at least 1, got 0");
     bad_config("{\"name\": \"random\", \"metric\": \"l\", \"max_trials\": \"ten\"}",
                "searcher.max_trials: expected an integer");
-    bad_config("{\"name\": \"random\", \"metric\": \"l\", \"max_trials\": 2}",
-               "searcher.max_length: required by the random searcher");
-    bad_config("{\"name\": \"single\", \"metric\": \"l\", \"max_length\": 100}",
-               "searcher.max_length: expected {batches|records|epochs: N}, got a bare number");
+    bad_config("{\"name\": \"bayesian\", \"metric\": \"l\", \"max_trials\": 2}",
+               "searcher.max_length: required by the bayesian searcher");
+    bad_config("{\"name\": \"single\", \"metric\": \"l\", \"max_length\": 0}",
+               "searcher.max_length: expected a positive integer");
     bad_config("{\"name\": \"single\", \"metric\": \"l\", \"max_length\": {\"batchs\": 1}}",
                "searcher.max_length.batchs: unknown unit; did you mean `batches`?");
     bad_config("{\"name\": \"single\", \"metric\": \"l\", \"max_length\": {\"epochs\": 0}}",
@@ -806,6 +855,7 @@ int main(void)
         cmocka_unit_test(test_tpe_mixed_types),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_bad_configs),
+        cmocka_unit_test(test_lengths_038),
         cmocka_unit_test(test_bad_events),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

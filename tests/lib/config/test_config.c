@@ -127,6 +127,132 @@ static void test_bad_configs(void **state)
     assert_int_equal(failures, 0);
 }
 
+/*
+ * Determined 0.38's forms (tests/data/config/determined-0.38/, one file per
+ * form): the header lines say what the loader must do with each:
+ *   # expect: accept                       loads, no warning
+ *   # expect: warn: TEXT                   loads; a warning starts with TEXT (one line each)
+ *   # expect: reject: PATH at L:C: TEXT    fails with FILE:L:C: PATH: TEXT...
+ */
+static void test_determined_038(void **state)
+{
+    (void)state;
+    size_t n = 0;
+    char **files = list_yaml(DATA "/determined-0.38", &n);
+    int failures = 0;
+    printf("%zu Determined 0.38 forms\n", n);
+    assert_true(n >= 20);
+    for (size_t i = 0; i < n; i++) {
+        char line[1024], want_err[2048] = "", err[KD_ERRLEN] = "";
+        char warns[8][1024];
+        size_t nwarn = 0;
+        bool accept = false;
+        FILE *f = fopen(files[i], "r");
+        assert_non_null(f);
+        while (fgets(line, sizeof(line), f) && !strncmp(line, "# expect: ", 10)) {
+            char *e = line + 10;
+            e[strcspn(e, "\n")] = '\0';
+            if (!strcmp(e, "accept")) {
+                accept = true;
+            } else if (!strncmp(e, "warn: ", 6) && nwarn < 8) {
+                snprintf(warns[nwarn++], sizeof(warns[0]), "%s", e + 6);
+            } else if (!strncmp(e, "reject: ", 8)) {
+                /* PATH at L:C: TEXT -> FILE:L:C: PATH: TEXT */
+                char *path = e + 8, *at = strstr(path, " at "), *pos, *colon;
+                assert_non_null(at);
+                *at = '\0';
+                pos = at + 4;
+                colon = strstr(pos, ": ");
+                assert_non_null(colon);
+                *colon = '\0';
+                snprintf(want_err, sizeof(want_err), "%s:%s: %s: %s", files[i], pos, path,
+                         colon + 2);
+            } else {
+                fail_msg("%s: bad expect line `%s`", files[i], e);
+            }
+        }
+        fclose(f);
+        assert_true(accept || nwarn > 0 || want_err[0]);
+        json_t *cfg = NULL;
+        int rc = kd_config_load(files[i], NULL, &cfg, err);
+        bool ok;
+        if (want_err[0]) {
+            ok = rc == KD_EINVALID && cfg == NULL && !strncmp(err, want_err, strlen(want_err));
+        } else {
+            ok = rc == 0;
+            json_t *w = rc == 0 ? kd_config_warnings(cfg) : NULL;
+            if (ok && json_array_size(w) != nwarn)
+                ok = false;
+            for (size_t k = 0; ok && k < nwarn; k++) {
+                const char *got = json_string_value(json_array_get(w, k));
+                ok = got && !strncmp(got, warns[k], strlen(warns[k])) && !strchr(got, '\n');
+            }
+            if (!ok) {
+                char *d = w ? json_dumps(w, 0) : NULL;
+                printf("FAIL %s: rc %d err \"%s\" warnings %s (want %zu)\n", files[i], rc, err,
+                       d ? d : "-", nwarn);
+                free(d);
+                ok = true; /* reported */
+                failures++;
+            }
+            json_decref(w);
+            /* What det accepts, kdet-controller accepts: the spec check and defaults too. */
+            if (rc == 0) {
+                json_t *copy = json_deep_copy(cfg);
+                json_t *cs = json_object_get(copy, "checkpoint_storage");
+                if (cs && !json_object_get(cs, "type")) { /* as merged over an s3 default */
+                    json_object_set_new(cs, "type", json_string("s3"));
+                    json_object_set_new(cs, "bucket", json_string("default-bucket"));
+                }
+                if (kd_config_check(copy, err) || kd_config_apply_defaults(copy, err) ||
+                    kd_config_check(copy, err)) {
+                    printf("FAIL %s: as a spec: %s\n", files[i], err);
+                    failures++;
+                }
+                json_decref(copy);
+            }
+        }
+        if (!ok) {
+            printf("FAIL %s\n  want: %s\n  got:  %s (rc %d)\n", files[i], want_err, err, rc);
+            failures++;
+        }
+        json_decref(cfg);
+    }
+    free_list(files, n);
+    assert_int_equal(failures, 0);
+}
+
+/*
+ * kdet-controller checks a spec after merging its default storage under it:
+ * there a checkpoint_storage still without type (the cluster has no
+ * default) is an error naming the field, and a merged one passes.
+ */
+static void test_check_partial_storage(void **state)
+{
+    (void)state;
+    char err[KD_ERRLEN] = "";
+    json_t *cfg =
+        json_pack("{s:s, s:{s:s, s:s}, s:{s:i}}", "entrypoint", "python3 train.py", "searcher",
+                  "name", "single", "metric", "loss", "checkpoint_storage", "save_trial_best", 2);
+    assert_non_null(cfg);
+    assert_int_equal(kd_config_check(cfg, err), KD_EINVALID);
+    assert_non_null(strstr(err, "checkpoint_storage.type: required field is missing (shared_fs or "
+                                "s3; the cluster has no default checkpoint storage to supply it)"));
+    json_t *cs = json_object_get(cfg, "checkpoint_storage");
+    json_object_set_new(cs, "type", json_string("shared_fs"));
+    json_object_set_new(cs, "host_path", json_string("/ckpt"));
+    err[0] = '\0';
+    if (kd_config_check(cfg, err) != 0)
+        fail_msg("%s", err);
+    /* the note about a partial storage is for the file only: this one has a type */
+    json_t *w = kd_config_warnings(cfg);
+    assert_int_equal(json_array_size(w), 1); /* searcher.max_length: not set */
+    assert_non_null(
+        strstr(json_string_value(json_array_get(w, 0)), "searcher.max_length: not set"));
+    json_decref(w);
+    json_decref(cfg);
+}
+
 static void test_good_configs(void **state)
 {
     (void)state;
@@ -646,6 +772,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_good_configs),
+        cmocka_unit_test(test_determined_038),
+        cmocka_unit_test(test_check_partial_storage),
         cmocka_unit_test(test_load_keeps_user_values_only),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_check_json_paths),

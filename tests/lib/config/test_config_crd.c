@@ -72,6 +72,14 @@ static int check_dir(const json_t *schema, const char *dir, int *count)
         if (!kd_str_has_suffix(e->d_name, ".yaml"))
             continue;
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        char head[64] = "";
+        FILE *f = fopen(path, "r");
+        if (f && !fgets(head, sizeof(head), f))
+            head[0] = '\0';
+        if (f)
+            fclose(f);
+        if (kd_str_has_prefix(head, "# expect: reject"))
+            continue; /* a form lib/config refuses (tests/data/config/determined-0.38) */
         if (kd_config_load(path, NULL, &cfg, err)) {
             printf("FAIL %s: %s\n", path, err);
             failures++;
@@ -95,6 +103,7 @@ static void test_accepted_configs_fit_the_crd(void **state)
     json_t *schema = experiment_schema();
     int count = 0, failures = 0;
     failures += check_dir(schema, "tests/data/config/good", &count);
+    failures += check_dir(schema, "tests/data/config/determined-0.38", &count);
     DIR *ex = opendir("examples");
     struct dirent *e;
     while (ex && (e = readdir(ex))) {
