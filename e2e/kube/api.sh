@@ -29,7 +29,6 @@ gc_timeout="${KD_GC_TIMEOUT:-60}"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/kdet-kube-api.XXXXXX")"
 NS="kdapi-$$"
-pass=0 fail=0
 cleanup() {
 	kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
 	rm -rf "$work"
@@ -38,26 +37,8 @@ trap cleanup EXIT
 export HOME="$work" # a private kubectl discovery cache
 
 K=(kubectl -n "$NS")
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() {
-	fail=$((fail + 1))
-	echo "FAIL $1"
-	shift
-	[[ $# -gt 0 ]] && printf '     %s\n' "$@"
-}
-# expect NAME PATTERN CMD...: CMD's stdout+stderr must match the extended regex.
-expect() {
-	local name=$1 pat=$2 out
-	shift 2
-	out=$("$@" 2>&1)
-	if printf '%s' "$out" | grep -Eq -- "$pat"; then ok "$name"; else bad "$name" "want /$pat/" "got: $(printf '%s' "$out" | head -c 600)"; fi
-}
-# expect_empty NAME CMD...: CMD must succeed and print nothing.
-expect_empty() {
-	local name=$1 out
-	shift
-	if out=$("$@" 2>&1) && [[ -z "$out" ]]; then ok "$name"; else bad "$name" "want empty output" "got: $(printf '%s' "$out" | head -c 600)"; fi
-}
+# shellcheck source=e2e/kube/checks.sh
+source "$here/checks.sh"
 # within SECONDS CMD...: retry CMD (every 0.5 s) until it succeeds.
 within() {
 	local t=$1

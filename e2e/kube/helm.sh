@@ -19,7 +19,6 @@ src="$(cd "$here/../.." && pwd)"
 HELM="${HELM:-$src/.deps/helm/helm}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/kdet-kube-helm.XXXXXX")"
 NS="kdhelm-$$"
-pass=0 fail=0
 cleanup() {
 	[[ -f "$work/rbac.yaml" ]] && kubectl delete -f "$work/rbac.yaml" --wait=false >/dev/null 2>&1
 	kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
@@ -27,13 +26,8 @@ cleanup() {
 }
 trap cleanup EXIT
 export HOME="$work" # a private kubectl discovery cache
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() {
-	fail=$((fail + 1))
-	echo "FAIL $1"
-	shift
-	[[ $# -gt 0 ]] && printf '     %s\n' "$@"
-}
+# shellcheck source=e2e/kube/checks.sh
+source "$here/checks.sh"
 if [[ ! -x "$HELM" ]]; then
 	bad "helm present at $HELM (make deps)"
 	echo "$pass passed, $fail failed"

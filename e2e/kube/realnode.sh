@@ -33,7 +33,6 @@ net="$KDET_REALNODE_NET"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/kdet-kube-realnode.XXXXXX")"
 NS="kdrn-$$"
-pass=0 fail=0
 cleanup() {
 	kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
 	rm -rf "$work"
@@ -42,19 +41,9 @@ trap cleanup EXIT
 export HOME="$work" # a private kubectl discovery cache
 
 K=(kubectl -n "$NS")
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() {
-	fail=$((fail + 1))
-	echo "FAIL $1"
-	shift
-	[[ $# -gt 0 ]] && printf '     %s\n' "$@"
-}
-expect() {
-	local name=$1 pat=$2 out
-	shift 2
-	out=$("$@" 2>&1)
-	if printf '%s' "$out" | grep -Eq -- "$pat"; then ok "$name"; else bad "$name" "want /$pat/" "got: $(printf '%s' "$out" | head -c 600)"; fi
-}
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=e2e/kube/checks.sh
+source "$here/checks.sh"
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 # within SECONDS CMD...: poll CMD until it succeeds or SECONDS have passed.
