@@ -103,6 +103,7 @@ struct det_kube {
     struct kd_k8s_config cfg;
     struct kd_k8s_client *c;
     char ns[254];
+    const struct det_args *a; /* the command line it was opened with (for the controller API) */
 };
 
 /**
@@ -159,6 +160,8 @@ struct det_api {
     char source[4200]; /* where the URL and token came from, for messages */
     char ns[254];      /* the namespace used in paths */
     bool quiet_404;    /* det_api_get prints nothing on 404 (the caller handles it) */
+    char *why;         /* when set, errors go here (whylen bytes) instead of stderr */
+    size_t whylen;
 };
 
 /** A verb's state: arguments, format, connection, the resolved name. */
@@ -218,6 +221,34 @@ int det_api_open(const struct det_args *a, const char *verb, struct det_api *api
 void det_api_close(struct det_api *api);
 
 /**
+ * det_api_open that prints nothing: the reason it failed goes into why
+ * (len bytes), and so do the errors of later det_api_get calls on api.
+ */
+int det_api_open_quiet(const struct det_args *a, const char *verb, struct det_api *api, char *why,
+                       size_t len);
+
+/* ---- integer ids (ids.c) ------------------------------------------------- */
+
+/** True when s is 1 to 18 decimal digits: an integer id, unless an object has that name. */
+bool det_is_id(const char *s);
+
+/**
+ * The store's integer ids, from the controller API (docs/cli.md "IDs"):
+ * of the namespace's experiments (exp NULL), or of experiment exp and its
+ * trials, as an object uid -> id. NULL when the API is not configured or fails,
+ * with the reason in why (nothing printed). Blocks.
+ */
+json_t *det_ids(struct det_kube *k, const char *exp, char *why, size_t len);
+
+/**
+ * The name of the experiment (or trial) whose integer id is id, asked of
+ * the controller API (GET .../experiments/ID or .../trials/ID). *name
+ * malloc'd. Prints the error (naming the id, or saying that ids need the
+ * controller API) and returns an exit code.
+ */
+int det_id_resolve(struct det_kube *k, bool trial, const char *id, char **name);
+
+/**
  * GET path (starting with '/', e.g. "/api/v1/jobs") and parse the JSON
  * answer into *out. Prints the error (401, 404 with the API's message
  * unless quiet_404, unreachable) and returns an exit code. Blocks (30 s timeout).
@@ -246,8 +277,8 @@ extern const char det_exp_usage[];
  * (deleted meanwhile) or another exit code from det_kube_fail. Blocks.
  */
 int det_exp_wait(struct det_kube *k, const char *name, int64_t timeout_ms);
-/** Print trials (Trial objects) as det's trial table on stdout. */
-void det_print_trials(const json_t *trials);
+/** Print trials (Trial objects) as det's trial table on stdout; ids: uid -> id, or NULL. */
+void det_print_trials(const json_t *trials, const json_t *ids);
 /** `det trial ...`. */
 int det_cmd_trial(int argc, char **argv);
 /** `det template ...`. */

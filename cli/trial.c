@@ -80,7 +80,12 @@ static int cmd_list(int argc, char **argv)
         fprintf(stderr, "det: experiment %s has no trials yet%s\n", v.name,
                 "; kdet-controller creates them once it runs the experiment");
     } else {
-        det_print_trials(mine);
+        char why[1024] = "";
+        json_t *ids = det_ids(&v.k, v.name, why, sizeof(why));
+        det_print_trials(mine, ids);
+        if (ids == NULL)
+            fprintf(stderr, "det: note: no integer ids (ID shows -): %s\n", why);
+        json_decref(ids);
     }
 out:
     json_decref(list);
@@ -154,9 +159,17 @@ static int cmd_describe(int argc, char **argv)
     rc = trial_pods(&v.k, t, name, &pods);
     if (rc != 0)
         goto out;
+    char why[1024] = "";
+    json_t *ids = det_ids(&v.k, det_get_str(t, "spec.experiment", ""), why, sizeof(why));
+    json_t *id = json_object_get(ids, kd_k8s_meta_str(t, "uid") ?: "");
+    if (json_is_integer(id))
+        printf("ID:           %lld\n", (long long)json_integer_value(id));
+    else
+        printf("ID:           - (%s)\n", ids ? "the controller has not stored it yet" : why);
+    json_decref(ids);
     char *hp = json_dumps(det_get(t, "spec.hparams"),
                           JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
-    printf("ID:           %s\n", name);
+    printf("Name:         %s\n", name);
     printf("Experiment:   %s\n", det_get_str(t, "spec.experiment", ""));
     printf("State:        %s\n",
            det_get_str(t, "status.state", "WAITING for kdet-controller (no status yet)"));

@@ -42,6 +42,9 @@ if [ ! -s "$tmp/kubeconfig" ]; then
 fi
 port=$(cat "$tmp/port")
 export KUBECONFIG=$tmp/kubeconfig
+# no controller API here (det_api.sh has one): not even a local deployment of the user's
+unset KDET_API_URL KDET_API_TOKEN KDET_API_TOKEN_FILE
+export KDET_DATA_DIR=$tmp/no-deployment
 k() { timeout 30 kubectl --request-timeout=20s "$@"; }
 
 # ---- errors before anything is installed
@@ -73,10 +76,15 @@ check "creating it again says it exists" 1 "already exists in namespace \"defaul
 check "create in a namespace that does not exist" 5 "not found" -- "$det" experiment create $ex/const.yaml $ex -n nope
 
 # ---- list and describe
-check "list shows it, WAITING without a controller" 0 "^$name +fashion-mnist-c-const +WAITING" -- "$det" experiment list
-check "list header" 0 "^ID +NAME +STATE +PROGRESS +TRIALS +BEST +STARTED +DURATION" -- "$det" experiment list
+check "list shows it, WAITING without a controller" 0 "^- +$name +fashion-mnist-c-const +WAITING" -- "$det" experiment list
+check "list header" 0 "^ID +NAME +CONFIG NAME +STATE +PROGRESS +TRIALS +BEST +STARTED +DURATION" -- "$det" experiment list
 check "describe by prefix says nothing acted on it" 0 "WAITING for kdet-controller: nothing has acted on this experiment" \
     -- "$det" experiment describe fashion-mnist-c-const
+check "list without the controller API: a note that ID needs it" 0 "note: no integer ids \(ID shows -\): det \(for integer ids\) needs the controller API" \
+    -- "$det" experiment list
+check "an integer ID without the controller API: exit 4 saying so" 4 \
+    "no experiment is named \"12\" in namespace \"default\", and 12 is read as an integer id, which needs the controller API" \
+    -- "$det" experiment describe 12
 check "describe -o json" 0 "\"name\": \"$name\"" -- "$det" experiment describe "$name" -o json
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["experiment"]["metadata"]["name"]==sys.argv[2]; assert d["trials"]==[]' \
     "$tmp/out" "$name" && ok "describe -o json parses" || bad "describe -o json parses" "$tmp/out"
@@ -99,7 +107,7 @@ check "archive" 0 "archived" -- "$det" experiment archive "$name"
 [ "$(spec archived)" = "true" ] && ok "archive sets spec.archived" || bad "spec.archived"
 check "list hides archived experiments" 0 "" -- "$det" experiment list
 grep -q "$name" "$tmp/out" && bad "archived experiment listed" "$tmp/out" || ok "archived experiment not listed"
-check "list --all shows them" 0 "^$name " -- "$det" experiment list --all
+check "list --all shows them" 0 "^- +$name " -- "$det" experiment list --all
 check "unarchive" 0 "unarchived" -- "$det" experiment unarchive "$name"
 [ "$(spec archived)" = "false" ] && ok "unarchive clears spec.archived" || bad "spec.archived after unarchive"
 check "cancel" 0 "canceled \(spec.canceled=true\)" -- "$det" experiment cancel "$name"
@@ -138,7 +146,7 @@ bgpid=$!
 check "wait exits 0 on COMPLETED" 0 "experiment $other COMPLETED" -- timeout 60 "$det" experiment wait "$other" --timeout 50s
 grep -qF "ACTIVE [#####...............] 25%, trials 4 (4 active" "$tmp/out" && ok "wait shows the progress line" || bad "wait progress line" "$tmp/out"
 wait $bgpid; bgpid=""
-check "list shows state, progress, trials, best" 0 "^$other +fashion-mnist-c-adaptive +COMPLETED +100% +4 +0.25" -- "$det" experiment list
+check "list shows state, progress, trials, best" 0 "^- +$other +fashion-mnist-c-adaptive +COMPLETED +100% +4 +0.25" -- "$det" experiment list
 (sleep 1; st "$name" '{"status":{"state":"ERROR","observedGeneration":9,"message":"trial 3 failed 2 times"}}') &
 bgpid=$!
 check "wait exits 6 on ERROR with the reason" 6 "ended ERROR: trial 3 failed 2 times" -- timeout 60 "$det" experiment wait "$name"
@@ -211,7 +219,7 @@ spec:
     command: [sh, -c, 'for i in 1 2 3; do echo "[rank=0] step \$i"; sleep 0.3; done; echo done']
 EOF
 k apply -f "$tmp/trial.yaml" > "$tmp/out" 2>&1 || bad "apply a trial and its pod" "$tmp/out"
-check "trial list EXP" 0 "^$other-1 +WAITING .*\{\"layers\":2,\"lr\":0.01\}" -- "$det" trial list "$other"
+check "trial list EXP" 0 "^- +$other-1 +WAITING .*\{\"layers\":2,\"lr\":0.01\}" -- "$det" trial list "$other"
 check "trial describe" 0 "Pods: +$other-1-0" -- "$det" trial describe "$other-1"
 check "trial logs -f follows the pod to its end" 0 "step 3" -- timeout 60 "$det" trial logs "$other-1" -f
 [ "$(grep -c 'step' "$tmp/out")" = 3 ] && grep -q '^done$' "$tmp/out" && ok "logs -f: every line once" || bad "logs -f lines" "$tmp/out"
