@@ -218,6 +218,11 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 
 int det_api_get(struct det_api *api, const char *path, json_t **out)
 {
+    return det_api_request(api, "GET", path, out);
+}
+
+int det_api_request(struct det_api *api, const char *method, const char *path, json_t **out)
+{
     struct kd_buf body = KD_BUF_INIT(API_MAX_BODY);
     struct curl_slist *hl = NULL;
     char *url = kd_xasprintf("%s%s", api->url, path), *auth = NULL;
@@ -235,6 +240,11 @@ int det_api_get(struct det_api *api, const char *path, json_t **out)
     auth = kd_xasprintf("Authorization: Bearer %s", api->token);
     hl = curl_slist_append(hl, auth);
     hl = curl_slist_append(hl, "Accept: application/json");
+    if (strcmp(method, "GET") != 0) {
+        hl = curl_slist_append(hl, "Content-Type: application/json");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "{}");
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    }
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -249,7 +259,7 @@ int det_api_get(struct det_api *api, const char *path, json_t **out)
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (cc != CURLE_OK) {
         if (cc == CURLE_WRITE_ERROR)
-            say(api, "the controller API's answer to GET %s is larger than %u bytes", path,
+            say(api, "the controller API's answer to %s %s is larger than %u bytes", method, path,
                 API_MAX_BODY);
         else
             say(api,
@@ -276,11 +286,11 @@ int det_api_get(struct det_api *api, const char *path, json_t **out)
         say(api, "the controller API refused the request: %s", msg ? msg : "400 Bad Request");
         rc = DET_EXIT_USAGE;
     } else if (status < 200 || status >= 300) {
-        say(api, "the controller API answered %ld to GET %s%s%s", status, path, msg ? ": " : "",
-            msg ? msg : "");
+        say(api, "the controller API answered %ld to %s %s%s%s", status, method, path,
+            msg ? ": " : "", msg ? msg : "");
         rc = status == 503 ? DET_EXIT_CLUSTER : DET_EXIT_ERROR;
     } else if (!json_is_object(j)) {
-        say(api, "the controller API's answer to GET %s is not a JSON object", path);
+        say(api, "the controller API's answer to %s %s is not a JSON object", method, path);
     } else {
         *out = j;
         j = NULL;

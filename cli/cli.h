@@ -255,6 +255,9 @@ int det_id_resolve(struct det_kube *k, bool trial, const char *id, char **name);
  */
 int det_api_get(struct det_api *api, const char *path, json_t **out);
 
+/** det_api_get with another method ("POST": an empty JSON object as the body). */
+int det_api_request(struct det_api *api, const char *method, const char *path, json_t **out);
+
 /** Append s to b URL-encoded (RFC 3986 unreserved kept). 0 or KD_ETOOBIG. */
 int det_urlencode(struct kd_buf *b, const char *s);
 
@@ -279,6 +282,11 @@ extern const char det_exp_usage[];
 int det_exp_wait(struct det_kube *k, const char *name, int64_t timeout_ms);
 /** Print trials (Trial objects) as det's trial table on stdout; ids: uid -> id, or NULL. */
 void det_print_trials(const json_t *trials, const json_t *ids);
+/**
+ * Delete the pods of trial `trial` (label kdet.io/trial) with grace period
+ * 0. Returns how many were deleted; errors are printed as warnings. Blocks.
+ */
+int det_kill_trial_pods(struct det_kube *k, const char *trial);
 /** `det trial ...`. */
 int det_cmd_trial(int argc, char **argv);
 /** `det template ...`. */

@@ -445,40 +445,15 @@ out:
  */
 static int kill_pods(struct det_kube *k, const char *name)
 {
-    static const struct kd_k8s_gvr pod_gvr = KD_K8S_PODS;
-    struct kd_k8s_delete_opts now = {.has_grace_period = true, .grace_period_seconds = 0};
-    struct kd_k8s_status st = {0};
-    json_t *trials = NULL, *pods = NULL;
-    char sel[320], err[KD_ERRLEN] = "";
+    json_t *trials = NULL;
     int n = 0;
     if (exp_trials(k, name, &trials) != 0)
         goto out;
-    size_t i, j;
-    json_t *t, *p;
-    json_array_foreach(trials, i, t)
-    {
-        snprintf(sel, sizeof(sel), "kdet.io/trial=%s", kd_k8s_meta_str(t, "name"));
-        struct kd_k8s_query q = {.label_selector = sel};
-        json_decref(pods);
-        pods = NULL;
-        if (kd_k8s_list_all(k->c, &pod_gvr, k->ns, &q, &pods, &st, err) != 0) {
-            det_err("warning: listing the pods of trial %s: %s", kd_k8s_meta_str(t, "name"), err);
-            continue;
-        }
-        json_array_foreach(json_object_get(pods, "items"), j, p)
-        {
-            int r = kd_k8s_delete(k->c, &pod_gvr, k->ns, kd_k8s_meta_str(p, "name"), &now, NULL,
-                                  &st, err);
-            if (r == 0)
-                n++;
-            else if (r != KD_ENOTFOUND)
-                det_err("warning: deleting pod %s: %s", kd_k8s_meta_str(p, "name"), err);
-        }
-    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t) n += det_kill_trial_pods(k, kd_k8s_meta_str(t, "name"));
 out:
     json_decref(trials);
-    json_decref(pods);
-    kd_k8s_status_free(&st);
     return n;
 }
 

@@ -35,6 +35,8 @@ static const char trial_usage[] =
     "  logs TRIAL [-f]   its pods' logs (-f follows them until the pods end)\n"
     "  metrics TRIAL     its reported metrics (training or validation), from the\n"
     "                    controller API; see 'det trial metrics --help'\n"
+    "  kill TRIAL        end the trial now (CANCELED, no checkpoint, not restarted):\n"
+    "                    through the controller API; its pods are deleted at once\n"
     "\n"
     "Every verb takes -n/--namespace, --kubeconfig and --context; list and describe\n"
     "take -o table|json|yaml.\n";
@@ -218,6 +220,87 @@ static int cmd_describe(int argc, char **argv)
     fflush(stdout);
 out:
     json_decref(pods);
+    det_verb_end(&v);
+    return rc;
+}
+
+/* ---- kill ---------------------------------------------------------------- */
+
+int det_kill_trial_pods(struct det_kube *k, const char *trial)
+{
+    struct kd_k8s_delete_opts now = {.has_grace_period = true, .grace_period_seconds = 0};
+    struct kd_k8s_status st = {0};
+    json_t *pods = NULL;
+    char sel[320], err[KD_ERRLEN] = "";
+    int n = 0;
+    snprintf(sel, sizeof(sel), "kdet.io/trial=%s", trial);
+    struct kd_k8s_query q = {.label_selector = sel};
+    if (kd_k8s_list_all(k->c, &pod_gvr, k->ns, &q, &pods, &st, err) != 0) {
+        det_err("warning: listing the pods of trial %s: %s", trial, err);
+        goto out;
+    }
+    size_t j;
+    json_t *p;
+    json_array_foreach(json_object_get(pods, "items"), j, p)
+    {
+        int r =
+            kd_k8s_delete(k->c, &pod_gvr, k->ns, kd_k8s_meta_str(p, "name"), &now, NULL, &st, err);
+        if (r == 0)
+            n++;
+        else if (r != KD_ENOTFOUND)
+            det_err("warning: deleting pod %s: %s", kd_k8s_meta_str(p, "name"), err);
+    }
+out:
+    json_decref(pods);
+    kd_k8s_status_free(&st);
+    return n;
+}
+
+static int cmd_kill(int argc, char **argv)
+{
+    static const char *const flags[] = {KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"TRIAL", NULL};
+    static const struct det_verb_spec spec = {.cmd = "det trial kill",
+                                              .usage = trial_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .kube = true,
+                                              .api = true,
+                                              .gvr = &trial_gvr,
+                                              .what = "trial",
+                                              .obj = true};
+    struct det_verb v = {0};
+    struct kd_buf path = KD_BUF_INIT(2048);
+    json_t *ans = NULL;
+    int rc = det_verb_begin(&v, argc, argv, &spec);
+    if (rc >= 0)
+        goto out;
+    const char *state = det_get_str(v.obj, "status.state", "");
+    if (strcmp(state, "COMPLETED") == 0 || strcmp(state, "CANCELED") == 0 ||
+        strcmp(state, "ERROR") == 0) {
+        det_err("trial %s has already ended (%s): nothing to kill", v.name, state);
+        rc = DET_EXIT_ERROR;
+        goto out;
+    }
+    if (kd_buf_puts(&path, "/api/v1/namespaces/") != 0 || det_urlencode(&path, v.k.ns) != 0 ||
+        kd_buf_puts(&path, "/trials/") != 0 || det_urlencode(&path, v.name) != 0 ||
+        kd_buf_puts(&path, "/kill") != 0) {
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
+    /* the controller ends it (EarlyExit UserCanceled: not restarted, the searcher is told) */
+    rc = det_api_request(&v.api, "POST", kd_buf_str(&path), &ans);
+    if (rc != 0)
+        goto out;
+    int n = det_kill_trial_pods(&v.k, v.name);
+    fprintf(stderr,
+            "det: trial %s killed: kdet-controller ends it CANCELED and does not restart it; "
+            "deleted %d pod%s with grace period 0\n",
+            v.name, n, n == 1 ? "" : "s");
+out:
+    json_decref(ans);
+    kd_buf_free(&path);
     det_verb_end(&v);
     return rc;
 }
@@ -538,7 +621,7 @@ int det_cmd_trial(int argc, char **argv)
     static const struct det_sub subs[] = {
         {"list", "ls", cmd_list}, {"describe", NULL, cmd_describe},
         {"logs", NULL, cmd_logs}, {"metrics", NULL, det_trial_metrics},
-        {NULL, NULL, NULL},
+        {"kill", NULL, cmd_kill}, {NULL, NULL, NULL},
     };
     return det_dispatch(argc, argv, subs, trial_usage, "det trial");
 }

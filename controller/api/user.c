@@ -414,6 +414,39 @@ out:
     json_decref(ids);
 }
 
+/*
+ * POST .../trials/{t}/kill: the trial ends CANCELED now, as Determined's
+ * `det trial kill` does: the condition EarlyExit=True (UserCanceled) makes
+ * the controller delete its pods, never restart it, and tell the searcher
+ * the user canceled it. A trial that has already ended is 409.
+ */
+void api_user_trial_kill(struct api_rq *q)
+{
+    json_t *t = NULL;
+    char err[KD_ERRLEN] = "";
+    int rc = user_get(q, true, &t, err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    const char *st = json_string_value(json_object_get(json_object_get(t, "status"), "state"));
+    if (st != NULL &&
+        (strcmp(st, "COMPLETED") == 0 || strcmp(st, "CANCELED") == 0 || strcmp(st, "ERROR") == 0)) {
+        api_error(q, 409, NULL, "trial %s/%s has already ended (%s)", NS(q),
+                  kd_k8s_meta_str(t, "name") ?: "", st);
+        goto out;
+    }
+    rc = api_trial_early_exit(q->api, t, "UserCanceled", "killed by the user", err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    KD_INFO("trial killed through the API", "trial=%s/%s", NS(q), kd_k8s_meta_str(t, "name") ?: "");
+    api_json(q, 200, json_pack("{s:o}", "trial", summary(t)));
+out:
+    json_decref(t);
+}
+
 /* The store id of trial NAME(q); answers itself on failure. 0 with *id = 0: no data. */
 static int trial_id_of(struct api_rq *q, int64_t *id)
 {

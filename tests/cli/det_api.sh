@@ -121,6 +121,29 @@ for _ in $(seq 150); do
 done
 [ "$(json "$tmp/p.json" "len([t for t in j['trials'] if 'id' in t])")" = 2 ] && ok "API: started trials carry their store ids" ||
     bad "ids of pre's trials" "$tmp/p.json"
+# det trial kill: one trial ends CANCELED through the controller, the other goes on
+pre1=$(json "$tmp/p.json" "[t['id'] for t in j['trials'] if t['name'] == 'pre-1'][0]")
+for _ in $(seq 150); do [ "$(kubectl get trial pre-1 -o 'jsonpath={.status.state}')" = ACTIVE ] && break; sleep 0.2; done
+"$det" trial kill "$pre1" > "$tmp/out" 2>&1 && grep -q "trial pre-1 killed: kdet-controller ends it CANCELED" "$tmp/out" &&
+    ok "det trial kill ID (an integer): the controller is told" || bad "det trial kill" "$tmp/out"
+for _ in $(seq 150); do [ "$(kubectl get trial pre-1 -o 'jsonpath={.status.state}')" = CANCELED ] && break; sleep 0.2; done
+kubectl get trial pre-1 pre-2 -o json > "$tmp/k.json" 2>> "$tmp/out"
+[ "$(json "$tmp/k.json" "[(t['status']['state'], [c['reason'] for c in t['status'].get('conditions', []) if c['type'] == 'EarlyExit']) for t in j['items']]")" = \
+    "[('CANCELED', ['UserCanceled']), ('ACTIVE', [])]" ] && ok "the killed trial ends CANCELED (EarlyExit UserCanceled); the other one still runs" ||
+    bad "states after det trial kill" "$tmp/k.json"
+kubectl get pods -l kdet.io/trial=pre-1 -o name > "$tmp/out" 2>&1 && [ ! -s "$tmp/out" ] && ok "the killed trial has no pods left" ||
+    bad "pods of the killed trial" "$tmp/out"
+"$det" trial kill pre-1 > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "trial pre-1 has already ended (CANCELED): nothing to kill" "$tmp/out" &&
+    ok "killing an ended trial: exit 1 saying so" || bad "kill an ended trial (exit $rc)" "$tmp/out"
+code=$(curl -s -o "$tmp/t.json" -w '%{http_code}' -X POST -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/trials/pre-1/kill")
+[ "$code" = 409 ] && grep -q "has already ended (CANCELED)" "$tmp/t.json" && ok "API: POST trials/{t}/kill of an ended trial is 409" ||
+    bad "API kill of an ended trial (HTTP $code)" "$tmp/t.json"
+(unset KDET_API_URL KDET_API_TOKEN_FILE; KDET_DATA_DIR=$tmp/none "$det" trial kill pre-2) > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 4 ] && grep -q "det trial kill needs the controller API" "$tmp/out" && ok "det trial kill without the controller API: exit 4" ||
+    bad "trial kill without the API (exit $rc)" "$tmp/out"
 "$det" e kill pre > "$tmp/out" 2>&1 || bad "kill experiment pre" "$tmp/out"
 experiment apiexp "$spec" || bad "create experiment apiexp" "$tmp/out"
 timeout 100 "$det" experiment wait apiexp --timeout 90 > "$tmp/out" 2>&1 && ok "experiment apiexp COMPLETED" ||
