@@ -48,6 +48,8 @@ struct det_args {
     const char *kind, *metric, *downsample, *trial;              /* trial metrics, checkpoints */
     const char *priority, *ahead_of, *behind_of, *resource_pool; /* job update */
     const char *save_experiment_best, *save_trial_best, *save_trial_latest; /* gc-policy */
+    const char *tail;                                                       /* logs --tail N */
+    const char *best;                                                       /* --best N */
     bool all, yes, follow, dry_run;
 };
 
@@ -287,6 +289,18 @@ void det_print_trials(const json_t *trials, const json_t *ids);
  * 0. Returns how many were deleted; errors are printed as warnings. Blocks.
  */
 int det_kill_trial_pods(struct det_kube *k, const char *trial);
+/**
+ * `det trial logs` and `det experiment logs`: print the logs of the pods of
+ * trials (Trial objects, at least one) on stdout. by_trial: prefix each
+ * line with its trial ("[TRIAL] ", "[TRIAL POD] " when it has several
+ * pods); else a single trial's lines are prefixed only when it has several
+ * pods. tail >= 0: the last tail lines of each pod (and container). follow:
+ * until the pods end. Returns an exit code (a trial without pods is said
+ * on stderr; none with pods at all is DET_EXIT_NOTFOUND). Blocks.
+ */
+int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool follow, long tail);
+/** Parse --tail N (a number >= 0) into *n (-1 when s is NULL). KD_EINVAL after printing. */
+int det_parse_tail(const char *s, long *n);
 /** `det trial ...`. */
 int det_cmd_trial(int argc, char **argv);
 /** `det template ...`. */

@@ -438,6 +438,51 @@ out:
     return rc;
 }
 
+static const char logs_usage[] =
+    "usage: det experiment logs ID [-f] [--tail N] [-n NS] [--kubeconfig FILE] [--context CTX]\n"
+    "\n"
+    "The logs of the pods of all the experiment's trials, oldest trial first, each line\n"
+    "prefixed [TRIAL] (or [TRIAL POD] when a trial has several pods). -f follows them\n"
+    "until the pods end (trials started later are not picked up); --tail N prints the\n"
+    "last N lines of each pod. kdet keeps no logs once a trial's pods are deleted.\n";
+
+static int cmd_logs(int argc, char **argv)
+{
+    static const char *const flags[] = {"--follow", "--tail", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"ID", NULL};
+    static const struct det_verb_spec spec = {.cmd = "det experiment logs",
+                                              .usage = logs_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .kube = true,
+                                              .gvr = &exp_gvr,
+                                              .what = "experiment"};
+    struct det_verb v = {0};
+    json_t *trials = NULL;
+    long tail;
+    int rc = det_verb_begin(&v, argc, argv, &spec);
+    if (rc >= 0)
+        goto out;
+    if (det_parse_tail(v.a.tail, &tail) != 0) {
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
+    rc = exp_trials(&v.k, v.name, &trials);
+    if (rc != 0)
+        goto out;
+    if (json_array_size(trials) == 0) {
+        det_err("experiment %s has no trials yet: nothing to show", v.name);
+        rc = DET_EXIT_NOTFOUND;
+        goto out;
+    }
+    rc = det_trial_logs(&v.k, trials, true, v.a.follow, tail);
+out:
+    json_decref(trials);
+    det_verb_end(&v);
+    return rc;
+}
+
 /*
  * kill: delete the pods of the experiment's trials at once (grace period 0), so
  * that they stop now whether or not kdet-controller has seen the annotation yet.
@@ -777,19 +822,13 @@ out:
 int det_cmd_experiment(int argc, char **argv)
 {
     static const struct det_sub subs[] = {
-        {"create", NULL, det_exp_create},
-        {"list", "ls", cmd_list},
-        {"describe", NULL, cmd_describe},
-        {"pause", NULL, cmd_patch},
-        {"activate", NULL, cmd_patch},
-        {"cancel", NULL, cmd_patch},
-        {"kill", NULL, cmd_patch},
-        {"archive", NULL, cmd_patch},
-        {"unarchive", NULL, cmd_patch},
-        {"delete", NULL, cmd_delete},
-        {"wait", NULL, cmd_wait},
-        {"set", NULL, det_exp_set},
-        {NULL, NULL, NULL},
+        {"create", NULL, det_exp_create}, {"list", "ls", cmd_list},
+        {"describe", NULL, cmd_describe}, {"pause", NULL, cmd_patch},
+        {"activate", NULL, cmd_patch},    {"cancel", NULL, cmd_patch},
+        {"kill", NULL, cmd_patch},        {"archive", NULL, cmd_patch},
+        {"unarchive", NULL, cmd_patch},   {"delete", NULL, cmd_delete},
+        {"wait", NULL, cmd_wait},         {"logs", NULL, cmd_logs},
+        {"set", NULL, det_exp_set},       {NULL, NULL, NULL},
     };
     return det_dispatch(argc, argv, subs, det_exp_usage, "det experiment");
 }

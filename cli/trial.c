@@ -22,7 +22,8 @@ static const struct kd_k8s_gvr trial_gvr = KD_K8S_TRIALS;
 static const struct kd_k8s_gvr pod_gvr = KD_K8S_PODS;
 
 #define KUBE_FLAGS "--kubeconfig", "--context", "--namespace"
-#define MAX_PODS 64
+/* The most pod (or container) logs one command shows. */
+#define MAX_STREAMS 256
 /* One log line longer than this is passed on in pieces. */
 #define LINE_MAX_BYTES (64 * 1024)
 
@@ -32,7 +33,9 @@ static const char trial_usage[] =
     "verbs:\n"
     "  list EXPERIMENT   the trials of an experiment (ID or unique prefix)\n"
     "  describe TRIAL    a trial's state, hyperparameters, progress and pods\n"
-    "  logs TRIAL [-f]   its pods' logs (-f follows them until the pods end)\n"
+    "  logs TRIAL [-f] [--tail N]\n"
+    "                    its pods' logs (-f follows them until the pods end; --tail N:\n"
+    "                    the last N lines of each pod)\n"
     "  metrics TRIAL     its reported metrics (training or validation), from the\n"
     "                    controller API; see 'det trial metrics --help'\n"
     "  kill TRIAL        end the trial now (CANCELED, no checkpoint, not restarted):\n"
@@ -315,6 +318,7 @@ struct stream {
     const char *container; /* NULL: the only one */
     const char *prefix;    /* "" or "[pod] " */
     bool follow;
+    long tail;          /* >= 0: tailLines */
     struct kd_buf line; /* partial line */
     struct kd_buf errbody;
     long http;
@@ -383,7 +387,8 @@ static void stream_log(struct stream *s)
     s->rc = DET_EXIT_ERROR;
     if (kd_buf_puts(&url, cfg->server) != 0 ||
         kd_k8s_path(&url, &pods, s->k->ns, s->pod, "log", NULL, NULL) != 0 ||
-        kd_buf_printf(&url, "?follow=%s", s->follow ? "true" : "false") != 0)
+        kd_buf_printf(&url, "?follow=%s", s->follow ? "true" : "false") != 0 ||
+        (s->tail >= 0 && kd_buf_printf(&url, "&tailLines=%ld", s->tail) != 0))
         goto out;
     if (s->container &&
         (kd_buf_puts(&url, "&container=") != 0 || kd_k8s_urlencode(&url, s->container) != 0))
@@ -506,43 +511,51 @@ static void *stream_thread(void *ud)
     return NULL;
 }
 
-static int cmd_logs(int argc, char **argv)
+int det_parse_tail(const char *s, long *n)
 {
-    static const char *const flags[] = {"--follow", KUBE_FLAGS, NULL};
-    static const char *const pos[] = {"TRIAL", NULL};
-    static const struct det_verb_spec spec = {.cmd = "det trial logs",
-                                              .usage = trial_usage,
-                                              .flags = flags,
-                                              .pos = pos,
-                                              .minpos = 1,
-                                              .kube = true,
-                                              .gvr = &trial_gvr,
-                                              .what = "trial",
-                                              .obj = true};
-    struct det_verb v = {0};
-    struct det_kube *k = &v.k;
-    struct kd_k8s_status st = {0};
-    json_t *pods = NULL, *targets = NULL;
-    struct stream *ss = NULL;
-    pthread_t *th = NULL;
-    char **prefixes = NULL;
-    size_t npods = 0;
-    int rc = det_verb_begin(&v, argc, argv, &spec);
-    if (rc >= 0)
-        goto out;
-    const json_t *t = v.obj;
-    const char *name = v.name;
-    rc = trial_pods(k, t, name, &pods);
-    if (rc != 0)
-        goto out;
-    if (json_array_size(pods) == 0) {
-        det_err("trial %s has no pods (state %s): nothing to show yet", name,
-                det_get_str(t, "status.state", "WAITING for kdet-controller"));
-        rc = DET_EXIT_NOTFOUND;
-        goto out;
+    int64_t v = -1;
+    int rc = 0;
+    if (s != NULL && (kd_parse_i64(s, &v) != 0 || v < 0 || v > 100000000)) {
+        det_err("--tail %s: expected a number of lines (0 or more)", s);
+        rc = KD_EINVAL;
     }
-    /* one stream per (pod, container); the container is named only when a pod has several */
-    targets = json_array();
+    *n = (long)v;
+    return rc;
+}
+
+static bool ended(const char *state)
+{
+    return strcmp(state, "COMPLETED") == 0 || strcmp(state, "CANCELED") == 0 ||
+           strcmp(state, "ERROR") == 0;
+}
+
+/* Say why a trial has no logs to show: not started yet, or its pods (and their logs) are gone. */
+static void no_pods(const json_t *t, const char *name)
+{
+    const char *state = det_get_str(t, "status.state", NULL);
+    if (state == NULL || strcmp(state, "QUEUED") == 0)
+        det_err("trial %s has no pods yet (state %s): nothing to show yet", name,
+                state ? state : "WAITING for kdet-controller");
+    else
+        det_err("trial %s has no pods (state %s): its logs went with its pods (kdet keeps no "
+                "logs once a trial's pods are deleted%s)",
+                name, state,
+                ended(state) ? "; 'det trial metrics' still has what it reported" : "");
+}
+
+/*
+ * The streams of one trial into targets ([prefix, pod, container or null]), one per pod, or
+ * per container when a pod has several. Returns how many, or -1 after printing an error.
+ */
+static int trial_targets(struct det_kube *k, const json_t *t, bool by_trial, bool alone,
+                         json_t *targets)
+{
+    struct kd_k8s_status st = {0};
+    json_t *pods = NULL, *mine = json_array();
+    const char *name = kd_k8s_meta_str(t, "name");
+    int n = -1;
+    if (trial_pods(k, t, name, &pods) != 0)
+        goto out;
     size_t pi;
     json_t *pv;
     json_array_foreach(pods, pi, pv)
@@ -555,63 +568,129 @@ static int cmd_logs(int argc, char **argv)
             json_t *c;
             json_array_foreach(cs, ci, c)
             {
-                json_array_append_new(targets, json_pack("[s,s]", pn, det_get_str(c, "name", "")));
+                json_array_append_new(mine, json_pack("[s,s]", pn, det_get_str(c, "name", "")));
             }
         } else {
-            json_array_append_new(targets, json_pack("[s,n]", pn));
+            json_array_append_new(mine, json_pack("[s,n]", pn));
         }
         json_decref(pod);
     }
-    npods = json_array_size(targets);
-    if (npods > MAX_PODS)
-        npods = MAX_PODS;
-    ss = kd_xcalloc(npods, sizeof(*ss));
-    th = kd_xcalloc(npods, sizeof(*th));
-    prefixes = kd_xcalloc(npods, sizeof(*prefixes));
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    for (size_t i = 0; i < npods; i++) {
-        json_t *tg = json_array_get(targets, i);
+    size_t i;
+    json_t *tg;
+    n = (int)json_array_size(mine);
+    json_array_foreach(mine, i, tg)
+    {
         const char *pod = json_string_value(json_array_get(tg, 0));
         const char *ctr = json_string_value(json_array_get(tg, 1));
-        if (npods == 1)
-            prefixes[i] = kd_xstrdup("");
-        else if (ctr != NULL)
-            prefixes[i] = kd_xasprintf("[%s/%s] ", pod, ctr);
+        char *where = ctr ? kd_xasprintf("%s/%s", pod, ctr) : kd_xstrdup(pod), *prefix;
+        if (by_trial)
+            prefix = n == 1 ? kd_xasprintf("[%s] ", name) : kd_xasprintf("[%s %s] ", name, where);
         else
-            prefixes[i] = kd_xasprintf("[%s] ", pod);
+            prefix = n == 1 && alone ? kd_xstrdup("") : kd_xasprintf("[%s] ", where);
+        json_array_append_new(targets, json_pack("[s,s,s?]", prefix, pod, ctr));
+        free(where);
+        free(prefix);
+    }
+out:
+    json_decref(pods);
+    json_decref(mine);
+    kd_k8s_status_free(&st);
+    return n;
+}
+
+int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool follow, long tail)
+{
+    json_t *targets = json_array();
+    struct stream *ss = NULL;
+    pthread_t *th = NULL;
+    size_t n = 0;
+    int rc = DET_EXIT_OK;
+    size_t ti;
+    json_t *t;
+    json_array_foreach(trials, ti, t)
+    {
+        int m = trial_targets(k, t, by_trial, json_array_size(trials) == 1, targets);
+        if (m < 0) {
+            rc = DET_EXIT_ERROR;
+            goto out;
+        }
+        if (m == 0)
+            no_pods(t, kd_k8s_meta_str(t, "name"));
+    }
+    n = json_array_size(targets);
+    if (n == 0) {
+        rc = DET_EXIT_NOTFOUND;
+        goto out;
+    }
+    if (n > MAX_STREAMS) {
+        det_err("warning: %zu pod logs; showing the first %d", n, MAX_STREAMS);
+        n = MAX_STREAMS;
+    }
+    ss = kd_xcalloc(n, sizeof(*ss));
+    th = kd_xcalloc(n, sizeof(*th));
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    for (size_t i = 0; i < n; i++) {
+        json_t *tg = json_array_get(targets, i);
         ss[i].k = k;
-        ss[i].pod = pod;
-        ss[i].container = ctr;
-        ss[i].prefix = prefixes[i];
-        ss[i].follow = v.a.follow;
+        ss[i].prefix = json_string_value(json_array_get(tg, 0));
+        ss[i].pod = json_string_value(json_array_get(tg, 1));
+        ss[i].container = json_string_value(json_array_get(tg, 2));
+        ss[i].follow = follow;
+        ss[i].tail = tail;
         kd_buf_init(&ss[i].line, LINE_MAX_BYTES);
         kd_buf_init(&ss[i].errbody, 64 * 1024);
     }
-    if (v.a.follow && npods > 1) {
-        for (size_t i = 0; i < npods; i++)
+    if (follow && n > 1) {
+        for (size_t i = 0; i < n; i++)
             if (pthread_create(&th[i], NULL, stream_thread, &ss[i]) != 0)
                 kd_oom(0);
-        for (size_t i = 0; i < npods; i++)
+        for (size_t i = 0; i < n; i++)
             pthread_join(th[i], NULL);
     } else {
-        for (size_t i = 0; i < npods; i++)
+        for (size_t i = 0; i < n; i++)
             stream_wait(&ss[i]);
     }
-    for (size_t i = 0; i < npods; i++)
+    for (size_t i = 0; i < n; i++)
         if (ss[i].rc != 0 && rc == 0)
             rc = ss[i].rc;
 out:
-    for (size_t i = 0; ss && i < npods; i++) {
+    for (size_t i = 0; ss && i < n; i++) {
         kd_buf_free(&ss[i].line);
         kd_buf_free(&ss[i].errbody);
-        free(prefixes[i]);
     }
     free(ss);
     free(th);
-    free(prefixes);
-    json_decref(pods);
     json_decref(targets);
-    kd_k8s_status_free(&st);
+    return rc;
+}
+
+static int cmd_logs(int argc, char **argv)
+{
+    static const char *const flags[] = {"--follow", "--tail", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"TRIAL", NULL};
+    static const struct det_verb_spec spec = {.cmd = "det trial logs",
+                                              .usage = trial_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .kube = true,
+                                              .gvr = &trial_gvr,
+                                              .what = "trial",
+                                              .obj = true};
+    struct det_verb v = {0};
+    json_t *one = NULL;
+    long tail;
+    int rc = det_verb_begin(&v, argc, argv, &spec);
+    if (rc >= 0)
+        goto out;
+    if (det_parse_tail(v.a.tail, &tail) != 0) {
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
+    one = json_pack("[O]", v.obj);
+    rc = det_trial_logs(&v.k, one, false, v.a.follow, tail);
+out:
+    json_decref(one);
     det_verb_end(&v);
     return rc;
 }

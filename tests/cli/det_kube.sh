@@ -252,6 +252,30 @@ check "trial logs -f of several pods and containers, prefixed" 0 "^\[$other-2-0/
     -- timeout 60 "$det" trial logs "$other-2" -f
 grep -q "^\[$other-2-0/worker\] from-worker$" "$tmp/out" && grep -q "^\[$other-2-1\] rank-1$" "$tmp/out" &&
     ok "each pod and container has its prefix" || bad "prefixes of several pods" "$tmp/out"
+check "trial logs --tail 1: the last line only" 0 "^done$" -- "$det" trial logs "$other-1" --tail 1
+[ "$(wc -l < "$tmp/out")" = 1 ] && ok "--tail 1 prints one line" || bad "--tail 1 lines" "$tmp/out"
+check "trial logs --tail x: usage error" 2 "--tail x: expected a number of lines" -- "$det" trial logs "$other-1" --tail x
+cat > "$tmp/trial3.yaml" <<EOF
+apiVersion: kdet.io/v1alpha1
+kind: Trial
+metadata: {name: $other-3}
+spec: {experiment: $other, requestId: r-000003, hparams: {lr: 0.2}, seed: 9}
+EOF
+k apply -f "$tmp/trial3.yaml" > "$tmp/out" 2>&1 &&
+    k patch trial "$other-3" --subresource=status --type=merge -p '{"status":{"state":"COMPLETED"}}' >> "$tmp/out" 2>&1 ||
+    bad "apply a completed trial without pods" "$tmp/out"
+check "trial logs after the pods are gone: exit 5, the logs went with them" 5 \
+    "trial $other-3 has no pods \(state COMPLETED\): its logs went with its pods" -- "$det" trial logs "$other-3"
+check "experiment logs: every trial's lines, prefixed by the trial" 0 "^\[$other-1\] \[rank=0\] step 1$" \
+    -- "$det" experiment logs "$other"
+grep -q "^\[$other-2 $other-2-0/sidecar\] from-sidecar$" "$tmp/out" && grep -q "^\[$other-2 $other-2-1\] rank-1$" "$tmp/out" &&
+    grep -q "^\[$other-1\] done$" "$tmp/out" && grep -q "trial $other-3 has no pods (state COMPLETED): its logs went with its pods" "$tmp/out" &&
+    ok "experiment logs: [TRIAL POD] for several pods, a note for the trial without pods" || bad "experiment logs prefixes" "$tmp/out"
+check "experiment logs --tail 1" 0 "^\[$other-1\] done$" -- "$det" experiment logs "$other" --tail 1
+grep -q "step" "$tmp/out" && bad "--tail 1 printed earlier lines" "$tmp/out" || ok "experiment logs --tail 1: only the last line of each pod"
+check "experiment logs -f follows every pod to its end" 0 "^\[$other-2 $other-2-1\] rank-1$" \
+    -- timeout 60 "$det" experiment logs "$other" -f
+[ "$(grep -c "^\[$other-1\] \[rank=0\] step" "$tmp/out")" = 3 ] && ok "experiment logs -f: every line once" || bad "experiment logs -f lines" "$tmp/out"
 check "trial logs of a missing trial" 5 "trial \"$other-9\" not found" -- "$det" trial logs "$other-9"
 
 # ---- delete
