@@ -301,6 +301,22 @@ int det_kill_trial_pods(struct det_kube *k, const char *trial);
 int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool follow, long tail);
 /** Parse --tail N (a number >= 0) into *n (-1 when s is NULL). KD_EINVAL after printing. */
 int det_parse_tail(const char *s, long *n);
+/**
+ * Whether smaller values of the experiment's searcher metric are better:
+ * spec.searcher.smaller_is_better, else the annotation
+ * kdet.io/smaller-is-better ("false": larger is better) the controller sets
+ * when the metric comes from a stored template, else true. Pure.
+ */
+bool det_smaller_is_better(const json_t *exp);
+/**
+ * The n best of trials (Trial objects) by status.bestValidation.value, the
+ * best first; trials without a numeric value are left out, equal
+ * values keep their input order. A new array of borrowed-then-increfed
+ * items. Pure.
+ */
+json_t *det_best_trials(const json_t *trials, bool smaller_is_better, size_t n);
+/** `det trial list` (also `det experiment list-trials`); argv[0] is the verb. */
+int det_trial_list(int argc, char **argv);
 /** `det trial ...`. */
 int det_cmd_trial(int argc, char **argv);
 /** `det template ...`. */

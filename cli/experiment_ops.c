@@ -822,13 +822,21 @@ out:
 int det_cmd_experiment(int argc, char **argv)
 {
     static const struct det_sub subs[] = {
-        {"create", NULL, det_exp_create}, {"list", "ls", cmd_list},
-        {"describe", NULL, cmd_describe}, {"pause", NULL, cmd_patch},
-        {"activate", NULL, cmd_patch},    {"cancel", NULL, cmd_patch},
-        {"kill", NULL, cmd_patch},        {"archive", NULL, cmd_patch},
-        {"unarchive", NULL, cmd_patch},   {"delete", NULL, cmd_delete},
-        {"wait", NULL, cmd_wait},         {"logs", NULL, cmd_logs},
-        {"set", NULL, det_exp_set},       {NULL, NULL, NULL},
+        {"create", NULL, det_exp_create},
+        {"list", "ls", cmd_list},
+        {"describe", NULL, cmd_describe},
+        {"pause", NULL, cmd_patch},
+        {"activate", NULL, cmd_patch},
+        {"cancel", NULL, cmd_patch},
+        {"kill", NULL, cmd_patch},
+        {"archive", NULL, cmd_patch},
+        {"unarchive", NULL, cmd_patch},
+        {"delete", NULL, cmd_delete},
+        {"wait", NULL, cmd_wait},
+        {"logs", NULL, cmd_logs},
+        {"list-trials", "lt", det_trial_list},
+        {"set", NULL, det_exp_set},
+        {NULL, NULL, NULL},
     };
     return det_dispatch(argc, argv, subs, det_exp_usage, "det experiment");
 }

@@ -31,7 +31,9 @@ static const char trial_usage[] =
     "usage: det trial VERB ...\n"
     "\n"
     "verbs:\n"
-    "  list EXPERIMENT   the trials of an experiment (ID or unique prefix)\n"
+    "  list EXPERIMENT [--best N]\n"
+    "                    the trials of an experiment (name, unique prefix or integer id);\n"
+    "                    --best N: the N best by the searcher metric, best first\n"
     "  describe TRIAL    a trial's state, hyperparameters, progress and pods\n"
     "  logs TRIAL [-f] [--tail N]\n"
     "                    its pods' logs (-f follows them until the pods end; --tail N:\n"
@@ -44,9 +46,18 @@ static const char trial_usage[] =
     "Every verb takes -n/--namespace, --kubeconfig and --context; list and describe\n"
     "take -o table|json|yaml.\n";
 
-static int cmd_list(int argc, char **argv)
+/* Trials by creation time, then name (as the controller numbers them). */
+static int cmp_created(const void *a, const void *b)
 {
-    static const char *const flags[] = {"--output", KUBE_FLAGS, NULL};
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    int c = strcmp(kd_k8s_meta_str(x, "creationTimestamp") ?: "",
+                   kd_k8s_meta_str(y, "creationTimestamp") ?: "");
+    return c != 0 ? c : strcmp(kd_k8s_meta_str(x, "name") ?: "", kd_k8s_meta_str(y, "name") ?: "");
+}
+
+int det_trial_list(int argc, char **argv)
+{
+    static const char *const flags[] = {"--output", "--best", KUBE_FLAGS, NULL};
     static const char *const pos[] = {"EXPERIMENT", NULL};
     static const struct det_verb_spec spec = {.cmd = "det trial list",
                                               .usage = trial_usage,
@@ -56,31 +67,56 @@ static int cmd_list(int argc, char **argv)
                                               .format = true,
                                               .kube = true,
                                               .gvr = &exp_gvr,
-                                              .what = "experiment"};
+                                              .what = "experiment",
+                                              .obj = true};
     struct det_verb v = {0};
     struct kd_k8s_status st = {0};
-    json_t *list = NULL, *mine = json_array();
+    json_t *list = NULL, *mine = json_array(), *all = json_array();
+    json_t **sorted = NULL;
     char err[KD_ERRLEN] = "";
+    int64_t best = 0;
     int rc = det_verb_begin(&v, argc, argv, &spec), r;
     if (rc >= 0)
         goto out;
     rc = DET_EXIT_OK;
+    if (v.a.best != NULL && (kd_parse_i64(v.a.best, &best) != 0 || best < 1)) {
+        det_err("--best %s: expected a number of trials (1 or more)", v.a.best);
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
     r = kd_k8s_list_all(v.k.c, &trial_gvr, v.k.ns, NULL, &list, &st, err);
     if (r != 0) {
         rc = det_kube_fail(&v.k, r, &st, err, "list", &trial_gvr, "trial", NULL);
         goto out;
     }
-    size_t i;
+    size_t i, n = 0;
     json_t *t;
     json_array_foreach(json_object_get(list, "items"), i, t)
     {
         if (strcmp(det_get_str(t, "spec.experiment", ""), v.name) == 0)
-            json_array_append(mine, t);
+            json_array_append(all, t);
+    }
+    sorted = kd_xcalloc(json_array_size(all) + 1, sizeof(*sorted));
+    json_array_foreach(all, i, t) sorted[n++] = t;
+    qsort(sorted, n, sizeof(*sorted), cmp_created);
+    for (i = 0; i < n; i++)
+        json_array_append(mine, sorted[i]);
+    if (best > 0) {
+        bool smaller = det_smaller_is_better(v.obj);
+        json_t *b = det_best_trials(mine, smaller, (size_t)best);
+        fprintf(stderr, "det: the %zu best of %zu trials by %s (%s is better)\n",
+                json_array_size(b), json_array_size(mine),
+                det_get_str(v.obj, "spec.searcher.metric", "the searcher metric"),
+                smaller ? "smaller" : "larger");
+        json_decref(mine);
+        mine = b;
     }
     if (v.fmt != DET_FMT_TABLE) {
         json_t *l = json_pack("{s:s, s:s, s:O}", "apiVersion", "v1", "kind", "List", "items", mine);
         rc = det_print_obj(l, v.fmt);
         json_decref(l);
+    } else if (json_array_size(mine) == 0 && best > 0) {
+        fprintf(stderr, "det: no trial of experiment %s has reported a validation yet\n", v.name);
     } else if (json_array_size(mine) == 0) {
         fprintf(stderr, "det: experiment %s has no trials yet%s\n", v.name,
                 "; kdet-controller creates them once it runs the experiment");
@@ -93,8 +129,10 @@ static int cmd_list(int argc, char **argv)
         json_decref(ids);
     }
 out:
+    free(sorted);
     json_decref(list);
     json_decref(mine);
+    json_decref(all);
     kd_k8s_status_free(&st);
     det_verb_end(&v);
     return rc;
@@ -698,9 +736,9 @@ out:
 int det_cmd_trial(int argc, char **argv)
 {
     static const struct det_sub subs[] = {
-        {"list", "ls", cmd_list}, {"describe", NULL, cmd_describe},
-        {"logs", NULL, cmd_logs}, {"metrics", NULL, det_trial_metrics},
-        {"kill", NULL, cmd_kill}, {NULL, NULL, NULL},
+        {"list", "ls", det_trial_list}, {"describe", NULL, cmd_describe},
+        {"logs", NULL, cmd_logs},       {"metrics", NULL, det_trial_metrics},
+        {"kill", NULL, cmd_kill},       {NULL, NULL, NULL},
     };
     return det_dispatch(argc, argv, subs, trial_usage, "det trial");
 }

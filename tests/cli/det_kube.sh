@@ -276,6 +276,21 @@ grep -q "step" "$tmp/out" && bad "--tail 1 printed earlier lines" "$tmp/out" || 
 check "experiment logs -f follows every pod to its end" 0 "^\[$other-2 $other-2-1\] rank-1$" \
     -- timeout 60 "$det" experiment logs "$other" -f
 [ "$(grep -c "^\[$other-1\] \[rank=0\] step" "$tmp/out")" = 3 ] && ok "experiment logs -f: every line once" || bad "experiment logs -f lines" "$tmp/out"
+# ---- the best trials by the searcher metric (validation_loss, smaller is better)
+bv() { k patch trial "$1" --subresource=status --type=merge -p "{\"status\":{\"bestValidation\":{\"metric\":\"validation_loss\",\"value\":$2,\"batches\":100}}}" > /dev/null; }
+bv "$other-1" 0.5 && bv "$other-2" 0.25 || bad "patch bestValidation"
+check "trial list --best 1: the best trial only" 0 "the 1 best of 3 trials by validation_loss \(smaller is better\)" \
+    -- "$det" trial list "$other" --best 1
+grep -qE "^- +$other-2 " "$tmp/out" && ! grep -qE "^- +$other-1 " "$tmp/out" && ok "--best 1 shows $other-2 (0.25)" ||
+    bad "--best 1" "$tmp/out"
+"$det" experiment list-trials "$other" --best 5 -o json > "$tmp/b.json" 2> "$tmp/out"
+[ "$(python3 -c 'import json,sys; print(" ".join(t["metadata"]["name"] for t in json.load(open(sys.argv[1]))["items"]))' "$tmp/b.json")" = "$other-2 $other-1" ] &&
+    ok "experiment list-trials --best 5 -o json: best first, the trial without a validation left out" || bad "list-trials --best 5" "$tmp/b.json"
+k patch exp "$other" --type=merge -p '{"spec":{"searcher":{"smaller_is_better":false}}}' > /dev/null
+"$det" e lt "$other" --best 1 > "$tmp/out" 2>&1
+grep -qE "^- +$other-1 " "$tmp/out" && grep -q "(larger is better)" "$tmp/out" && ok "--best with smaller_is_better false: the largest first" ||
+    bad "--best larger is better" "$tmp/out"
+check "trial list --best 0: usage error" 2 "--best 0: expected a number of trials" -- "$det" trial list "$other" --best 0
 check "trial logs of a missing trial" 5 "trial \"$other-9\" not found" -- "$det" trial logs "$other-9"
 
 # ---- delete

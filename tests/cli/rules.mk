@@ -15,3 +15,5 @@ $(eval $(call kd_test_script,test_cli_pytorch_example,tests/cli/pytorch_example.
 # det's verbs on kdet-controller's API (trial metrics, checkpoints) and the queue (job list/update,
 # gc-policy) against det deploy local up; the user token det finds by itself.
 $(eval $(call kd_test_script,test_det_api,tests/cli/det_api.sh,150,,$(O)/bin/det $(O)/bin/kdet-local $(O)/bin/kdet-controller $(O)/bin/kdet-launch $(O)/bin/dtrain))
+# det trial list --best N: the ranking by the searcher metric, table-tested.
+$(eval $(call kd_test,test_det_best,tests/cli/test_best.c cli/best.c cli/output.c,yaml core,-ljansson -lyaml -lm,30,,))
