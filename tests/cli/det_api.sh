@@ -217,6 +217,14 @@ ptname=$(json "$tmp/p.json" "[t['name'] for t in j['trials'] if t['id'] == $ptid
     ok "det trial describe $ptid: trial ids are trials' ($ptname), not experiments'" || bad "trial describe $ptid" "$tmp/d.txt"
 "$det" trial metrics "$tid" -o json > "$tmp/m.json" 2> "$tmp/out" && [ "$(json "$tmp/m.json" "(j['trial'], len(j['metrics']))")" = "('apiexp-1', 3)" ] &&
     ok "det trial metrics ID (an integer)" || bad "trial metrics by integer id" "$tmp/out"
+"$det" trial logs "$tid" > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 5 ] && grep -q "trial apiexp-1 has no pods (state COMPLETED): its logs went with its pods" "$tmp/out" &&
+    ok "det trial logs ID (an integer) of an ended trial: exit 5, its logs went with its pods" || bad "trial logs by id (exit $rc)" "$tmp/out"
+"$det" experiment logs "$eid" --tail 5 > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 5 ] && grep -q "trial apiexp-1 has no pods (state COMPLETED)" "$tmp/out" &&
+    ok "det experiment logs ID (an integer): the same for each trial" || bad "experiment logs by id (exit $rc)" "$tmp/out"
 "$det" e archive "$eid" > "$tmp/out" 2>&1 && [ "$(kubectl get exp apiexp -o 'jsonpath={.spec.archived}')" = true ] &&
     "$det" e unarchive "$eid" >> "$tmp/out" 2>&1 && [ "$(kubectl get exp apiexp -o 'jsonpath={.spec.archived}')" = false ] &&
     ok "det e archive/unarchive ID (an integer) patch that experiment" || bad "archive by integer id" "$tmp/out"
