@@ -296,14 +296,14 @@ void det_print_trials(const json_t *trials, const json_t *ids)
     det_table_free(t);
 }
 
-static void describe_print(const json_t *e, const json_t *trials, const json_t *eids,
-                           const json_t *tids)
+/* ids: uid -> integer id of the experiment and its trials (NULL without the controller API). */
+static void describe_print(const json_t *e, const json_t *trials, const json_t *ids)
 {
     const char *state = det_get_str(e, "status.state", NULL);
     json_t *og = det_get(e, "status.observedGeneration");
     json_int_t gen = json_integer_value(det_get(e, "metadata.generation"));
     char buf[64], buf2[64];
-    fmt_id(eids, e, buf, sizeof(buf));
+    fmt_id(ids, e, buf, sizeof(buf));
     printf("ID:          %s\n", buf[0] ? buf : "(none yet: the controller has not stored it)");
     printf("Resource:    %s\n", kd_k8s_meta_str(e, "name"));
     printf("Name:        %s\n", det_get_str(e, "spec.name", ""));
@@ -394,7 +394,7 @@ static void describe_print(const json_t *e, const json_t *trials, const json_t *
         printf("Trials:      none yet\n");
     } else {
         printf("\n");
-        det_print_trials(trials, tids);
+        det_print_trials(trials, ids);
     }
     fflush(stdout);
 }
@@ -428,7 +428,7 @@ static int cmd_describe(int argc, char **argv)
         json_decref(both);
     } else {
         tids = det_ids(&v.k, v.name, why, sizeof(why));
-        describe_print(v.obj, trials, tids, tids);
+        describe_print(v.obj, trials, tids);
         ids_note(tids, why);
     }
 out:

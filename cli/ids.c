@@ -40,7 +40,7 @@ json_t *det_ids(struct det_kube *k, const char *exp, char *why, size_t len)
     struct kd_buf path = KD_BUF_INIT(2048);
     json_t *ans = NULL, *ids = NULL;
     static const struct det_args none = {0};
-    if (det_api_open_quiet(k->a ? k->a : &none, "det (for integer ids)", &api, why, len) != 0)
+    if (det_api_open_quiet(k->a ? k->a : &none, "looking up integer ids", &api, why, len) != 0)
         goto out;
     if (api_path(&path, k->ns, "experiments", exp, NULL) != 0 ||
         (exp == NULL && kd_buf_puts(&path, "?archived=true") != 0)) {
@@ -78,12 +78,10 @@ int det_id_resolve(struct det_kube *k, bool trial, const char *id, char **name)
     const char *what = trial ? "trial" : "experiment";
     static const struct det_args none = {0};
     int rc =
-        det_api_open_quiet(k->a ? k->a : &none, "det (for integer ids)", &api, why, sizeof(why));
+        det_api_open_quiet(k->a ? k->a : &none, "looking up integer ids", &api, why, sizeof(why));
     *name = NULL;
     if (rc != 0) {
-        det_err("no %s is named \"%s\" in namespace \"%s\", and %s is read as an integer id, "
-                "which needs the controller API: %s",
-                what, id, k->ns, id, why);
+        det_err("no %s is named \"%s\" in namespace \"%s\", and %s", what, id, k->ns, why);
         goto out;
     }
     api.why = NULL; /* from here on, errors are printed */

@@ -64,14 +64,15 @@ static json_t *experiment_ids(struct kd_api *a, const char *ns)
     return ids;
 }
 
-/* uid -> id of the experiment's trial rows; best effort. */
-static json_t *trial_ids(struct kd_api *a, const json_t *exp)
+/* uid -> id of the experiment's row and its trial rows; best effort. */
+static json_t *exp_trial_ids(struct kd_api *a, const json_t *exp)
 {
     json_t *ids = json_object(), *rows = NULL;
     int64_t eid = 0;
     char err[KD_ERRLEN] = "";
-    if (api_exp_row(a, exp, false, &eid, err) == 0 &&
-        kd_store_trials_list(a->o.store, eid, &rows, err) == 0) {
+    if (api_exp_row(a, exp, false, &eid, err) == 0)
+        json_object_set_new(ids, kd_k8s_meta_str(exp, "uid") ?: "", json_integer(eid));
+    if (eid > 0 && kd_store_trials_list(a->o.store, eid, &rows, err) == 0) {
         size_t i;
         json_t *t;
         json_array_foreach(rows, i, t)
@@ -232,33 +233,27 @@ void api_user_experiments(struct api_rq *q)
 /* GET .../experiments/{e} and .../experiments/{e}/trials: {e} is a name or a store id. */
 static void experiment_and_trials(struct api_rq *q, bool with_exp)
 {
-    json_t *exp = NULL, *eids = NULL, *tids = NULL;
+    json_t *exp = NULL, *ids = NULL;
     char err[KD_ERRLEN] = "";
     int rc = user_get(q, false, &exp, err);
     if (rc != 0) {
         api_fail(q, rc, NULL, err);
         goto out;
     }
-    tids = trial_ids(q->api, exp);
+    ids = exp_trial_ids(q->api, exp);
     json_t *trials = trials_of(q->api, NS(q), kd_k8s_meta_str(exp, "name") ?: ""),
            *ts = json_array();
     size_t i;
     json_t *t;
-    json_array_foreach(trials, i, t) json_array_append_new(ts, summary_id(t, tids));
+    json_array_foreach(trials, i, t) json_array_append_new(ts, summary_id(t, ids));
     json_decref(trials);
-    if (with_exp) {
-        int64_t eid = 0;
-        eids = json_object();
-        if (api_exp_row(q->api, exp, false, &eid, err) == 0)
-            json_object_set_new(eids, kd_k8s_meta_str(exp, "uid") ?: "", json_integer(eid));
-        api_json(q, 200, json_pack("{s:o,s:o}", "experiment", summary_id(exp, eids), "trials", ts));
-    } else {
+    if (with_exp)
+        api_json(q, 200, json_pack("{s:o,s:o}", "experiment", summary_id(exp, ids), "trials", ts));
+    else
         api_json(q, 200, json_pack("{s:o}", "trials", ts));
-    }
 out:
     json_decref(exp);
-    json_decref(eids);
-    json_decref(tids);
+    json_decref(ids);
 }
 
 void api_user_experiment(struct api_rq *q)

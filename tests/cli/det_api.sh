@@ -234,10 +234,10 @@ rc=$?
     ok "an unknown integer id: exit 5 naming it" || bad "unknown integer id (exit $rc)" "$tmp/out"
 (unset KDET_API_URL KDET_API_TOKEN_FILE; KDET_DATA_DIR=$tmp/none "$det" trial describe "$tid") > "$tmp/out" 2>&1
 rc=$?
-[ $rc -eq 4 ] && grep -q "no trial is named \"$tid\" in namespace \"default\", and $tid is read as an integer id, which needs the controller API" "$tmp/out" &&
+[ $rc -eq 4 ] && grep -q "no trial is named \"$tid\" in namespace \"default\", and looking up integer ids needs the controller API: run det deploy local up" "$tmp/out" &&
     ok "an integer id without the controller API: exit 4 saying so" || bad "integer id without the API (exit $rc)" "$tmp/out"
 (unset KDET_API_URL KDET_API_TOKEN_FILE; KDET_DATA_DIR=$tmp/none "$det" experiment list) > "$tmp/l.txt" 2> "$tmp/out"
-grep -qE "^- +apiexp +apiexp +COMPLETED" "$tmp/l.txt" && grep -q "note: no integer ids (ID shows -): det (for integer ids) needs the controller API" "$tmp/out" &&
+grep -qE "^- +apiexp +apiexp +COMPLETED" "$tmp/l.txt" && grep -q "note: no integer ids (ID shows -): looking up integer ids needs the controller API" "$tmp/out" &&
     ok "experiment list without the controller API: ID -, and a note why" || bad "list without the API" "$tmp/out"
 # a name wins over an id: an experiment named like apiexp's id
 experiment "'$eid'" "  paused: true

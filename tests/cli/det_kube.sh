@@ -80,10 +80,10 @@ check "list shows it, WAITING without a controller" 0 "^- +$name +fashion-mnist-
 check "list header" 0 "^ID +NAME +CONFIG NAME +STATE +PROGRESS +TRIALS +BEST +STARTED +DURATION" -- "$det" experiment list
 check "describe by prefix says nothing acted on it" 0 "WAITING for kdet-controller: nothing has acted on this experiment" \
     -- "$det" experiment describe fashion-mnist-c-const
-check "list without the controller API: a note that ID needs it" 0 "note: no integer ids \(ID shows -\): det \(for integer ids\) needs the controller API" \
+check "list without the controller API: a note that ID needs it" 0 "note: no integer ids \(ID shows -\): looking up integer ids needs the controller API" \
     -- "$det" experiment list
 check "an integer ID without the controller API: exit 4 saying so" 4 \
-    "no experiment is named \"12\" in namespace \"default\", and 12 is read as an integer id, which needs the controller API" \
+    "no experiment is named \"12\" in namespace \"default\", and looking up integer ids needs the controller API" \
     -- "$det" experiment describe 12
 check "describe -o json" 0 "\"name\": \"$name\"" -- "$det" experiment describe "$name" -o json
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["experiment"]["metadata"]["name"]==sys.argv[2]; assert d["trials"]==[]' \
