@@ -5,6 +5,7 @@
  * messages that say what to do. The token is never printed.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,18 @@ out:
     return out;
 }
 
+void det_deploy_default_dir(char *buf, size_t len)
+{
+    const char *dir = getenv("KDET_DATA_DIR");
+    const char *home = getenv("HOME");
+    if (dir != NULL && dir[0] != '\0')
+        snprintf(buf, len, "%s", dir);
+    else if (geteuid() == 0 || home == NULL || home[0] == '\0')
+        snprintf(buf, len, "/var/lib/kdet/local");
+    else
+        snprintf(buf, len, "%s/.kdet/local", home);
+}
+
 static void api_namespace(const struct det_args *a, struct det_api *api)
 {
     struct kd_k8s_config_opts o = {.kubeconfig = a->kubeconfig, .context = a->context};
@@ -68,6 +81,30 @@ static void api_namespace(const struct det_args *a, struct det_api *api)
     kd_k8s_config_free(&cfg);
 }
 
+/* An error: to stderr, or into api->why when the caller asked for quiet. */
+KD_PRINTF(2, 3) static void say(struct det_api *api, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (api->why != NULL) {
+        vsnprintf(api->why, api->whylen, fmt, ap);
+    } else {
+        fputs("det: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
+    va_end(ap);
+}
+
+int det_api_open_quiet(const struct det_args *a, const char *verb, struct det_api *api, char *why,
+                       size_t len)
+{
+    memset(api, 0, sizeof(*api));
+    api->why = why;
+    api->whylen = len;
+    return det_api_open(a, verb, api);
+}
+
 int det_api_open(const struct det_args *a, const char *verb, struct det_api *api)
 {
     int rc = DET_EXIT_OK;
@@ -75,7 +112,11 @@ int det_api_open(const struct det_args *a, const char *verb, struct det_api *api
     const char *url = getenv("KDET_API_URL");
     const char *tok = getenv("KDET_API_TOKEN");
     const char *tokfile = getenv("KDET_API_TOKEN_FILE");
+    char *why = api->why;
+    size_t whylen = api->whylen;
     memset(api, 0, sizeof(*api));
+    api->why = why;
+    api->whylen = whylen;
     if (url != NULL && url[0] != '\0') {
         api->url = kd_xstrdup(url);
         if (tok != NULL && tok[0] != '\0') {
@@ -84,16 +125,17 @@ int det_api_open(const struct det_args *a, const char *verb, struct det_api *api
         } else if (tokfile != NULL && tokfile[0] != '\0') {
             api->token = read_line(tokfile);
             if (api->token == NULL) {
-                det_err("KDET_API_TOKEN_FILE=%s: %s", tokfile,
-                        errno == ENODATA ? "empty" : strerror(errno));
+                say(api, "KDET_API_TOKEN_FILE=%s: %s", tokfile,
+                    errno == ENODATA ? "empty" : strerror(errno));
                 rc = DET_EXIT_CLUSTER;
                 goto out;
             }
             snprintf(api->source, sizeof(api->source), "$KDET_API_URL and %s", tokfile);
         } else {
-            det_err("%s needs the controller API's user token: KDET_API_URL is set but neither "
-                    "KDET_API_TOKEN nor KDET_API_TOKEN_FILE is",
-                    verb);
+            say(api,
+                "%s needs the controller API's user token: KDET_API_URL is set but neither "
+                "KDET_API_TOKEN nor KDET_API_TOKEN_FILE is",
+                verb);
             rc = DET_EXIT_CLUSTER;
             goto out;
         }
@@ -103,18 +145,20 @@ int det_api_open(const struct det_args *a, const char *verb, struct det_api *api
         snprintf(path, sizeof(path), "%s/controller-url", dir);
         api->url = read_line(path);
         if (api->url == NULL) {
-            det_err("%s needs the controller API: run det deploy local up, or set KDET_API_URL "
-                    "and KDET_API_TOKEN (or KDET_API_TOKEN_FILE)",
-                    verb);
+            say(api,
+                "%s needs the controller API: run det deploy local up, or set KDET_API_URL "
+                "and KDET_API_TOKEN (or KDET_API_TOKEN_FILE)",
+                verb);
             rc = DET_EXIT_CLUSTER;
             goto out;
         }
         snprintf(path, sizeof(path), "%s/user-token", dir);
         api->token = read_line(path);
         if (api->token == NULL) {
-            det_err("%s needs the controller API's user token, and %s cannot be read (%s): run "
-                    "det deploy local up, or set KDET_API_URL and KDET_API_TOKEN",
-                    verb, path, strerror(errno));
+            say(api,
+                "%s needs the controller API's user token, and %s cannot be read (%s): run "
+                "det deploy local up, or set KDET_API_URL and KDET_API_TOKEN",
+                verb, path, strerror(errno));
             rc = DET_EXIT_CLUSTER;
             goto out;
         }
@@ -124,14 +168,14 @@ int det_api_open(const struct det_args *a, const char *verb, struct det_api *api
     while (n > 0 && api->url[n - 1] == '/')
         api->url[--n] = '\0';
     if (!kd_str_has_prefix(api->url, "http://") && !kd_str_has_prefix(api->url, "https://")) {
-        det_err("controller API URL \"%s\" (from %s): must start with http:// or https://",
-                api->url, api->source);
+        say(api, "controller API URL \"%s\" (from %s): must start with http:// or https://",
+            api->url, api->source);
         rc = DET_EXIT_USAGE;
         goto out;
     }
     if (strlen(api->token) > 1024 || strpbrk(api->token, " \t\r\n") != NULL) {
-        det_err("the user token from %s is malformed (whitespace, or over 1024 bytes)",
-                api->source);
+        say(api, "the user token from %s is malformed (whitespace, or over 1024 bytes)",
+            api->source);
         rc = DET_EXIT_CLUSTER;
         goto out;
     }
@@ -174,6 +218,11 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 
 int det_api_get(struct det_api *api, const char *path, json_t **out)
 {
+    return det_api_request(api, "GET", path, out);
+}
+
+int det_api_request(struct det_api *api, const char *method, const char *path, json_t **out)
+{
     struct kd_buf body = KD_BUF_INIT(API_MAX_BODY);
     struct curl_slist *hl = NULL;
     char *url = kd_xasprintf("%s%s", api->url, path), *auth = NULL;
@@ -191,6 +240,11 @@ int det_api_get(struct det_api *api, const char *path, json_t **out)
     auth = kd_xasprintf("Authorization: Bearer %s", api->token);
     hl = curl_slist_append(hl, auth);
     hl = curl_slist_append(hl, "Accept: application/json");
+    if (strcmp(method, "GET") != 0) {
+        hl = curl_slist_append(hl, "Content-Type: application/json");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "{}");
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    }
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -205,36 +259,38 @@ int det_api_get(struct det_api *api, const char *path, json_t **out)
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (cc != CURLE_OK) {
         if (cc == CURLE_WRITE_ERROR)
-            det_err("the controller API's answer to GET %s is larger than %u bytes", path,
-                    API_MAX_BODY);
+            say(api, "the controller API's answer to %s %s is larger than %u bytes", method, path,
+                API_MAX_BODY);
         else
-            det_err("cannot reach the controller API at %s (from %s): %s. Is kdet-controller "
-                    "running with a database? (on this machine: det deploy local status)",
-                    api->url, api->source, cerr[0] ? cerr : curl_easy_strerror(cc));
+            say(api,
+                "cannot reach the controller API at %s (from %s): %s. Is kdet-controller "
+                "running with a database? (on this machine: det deploy local status)",
+                api->url, api->source, cerr[0] ? cerr : curl_easy_strerror(cc));
         rc = cc == CURLE_WRITE_ERROR ? DET_EXIT_ERROR : DET_EXIT_CLUSTER;
         goto out;
     }
     j = json_loadb(body.data ? body.data : "", body.len, 0, &je);
     const char *msg = json_string_value(json_object_get(j, "error"));
     if (status == 401) {
-        det_err("the controller API at %s refused the user token (401 Unauthorized%s%s): the "
-                "token from %s is wrong or the user API is off; give kdet-controller's user "
-                "token (KDET_API_TOKEN, or the Secret kdet-user-token in a cluster)",
-                api->url, msg ? ": " : "", msg ? msg : "", api->source);
+        say(api,
+            "the controller API at %s refused the user token (401 Unauthorized%s%s): the "
+            "token from %s is wrong or the user API is off; give kdet-controller's user "
+            "token (KDET_API_TOKEN, or the Secret kdet-user-token in a cluster)",
+            api->url, msg ? ": " : "", msg ? msg : "", api->source);
         rc = DET_EXIT_CLUSTER;
     } else if (status == 404) {
         if (!api->quiet_404)
-            det_err("%s (namespace \"%s\")", msg ? msg : "not found", api->ns);
+            say(api, "%s (namespace \"%s\")", msg ? msg : "not found", api->ns);
         rc = DET_EXIT_NOTFOUND;
     } else if (status == 400) {
-        det_err("the controller API refused the request: %s", msg ? msg : "400 Bad Request");
+        say(api, "the controller API refused the request: %s", msg ? msg : "400 Bad Request");
         rc = DET_EXIT_USAGE;
     } else if (status < 200 || status >= 300) {
-        det_err("the controller API answered %ld to GET %s%s%s", status, path, msg ? ": " : "",
-                msg ? msg : "");
+        say(api, "the controller API answered %ld to %s %s%s%s", status, method, path,
+            msg ? ": " : "", msg ? msg : "");
         rc = status == 503 ? DET_EXIT_CLUSTER : DET_EXIT_ERROR;
     } else if (!json_is_object(j)) {
-        det_err("the controller API's answer to GET %s is not a JSON object", path);
+        say(api, "the controller API's answer to %s %s is not a JSON object", method, path);
     } else {
         *out = j;
         j = NULL;

@@ -36,6 +36,8 @@ static const struct opt opts[] = {
     {"--save-experiment-best", NULL, true},
     {"--save-trial-best", NULL, true},
     {"--save-trial-latest", NULL, true},
+    {"--tail", NULL, true},
+    {"--best", NULL, true},
     {"--all", "-a", false},
     {"--yes", "-y", false},
     {"--follow", "-f", false},
@@ -99,6 +101,10 @@ static void set(struct det_args *a, const char *name, const char *v)
         a->save_trial_best = v;
     else if (strcmp(name, "--save-trial-latest") == 0)
         a->save_trial_latest = v;
+    else if (strcmp(name, "--tail") == 0)
+        a->tail = v;
+    else if (strcmp(name, "--best") == 0)
+        a->best = v;
     else if (strcmp(name, "--all") == 0)
         a->all = true;
     else if (strcmp(name, "--yes") == 0)

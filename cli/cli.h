@@ -48,6 +48,8 @@ struct det_args {
     const char *kind, *metric, *downsample, *trial;              /* trial metrics, checkpoints */
     const char *priority, *ahead_of, *behind_of, *resource_pool; /* job update */
     const char *save_experiment_best, *save_trial_best, *save_trial_latest; /* gc-policy */
+    const char *tail;                                                       /* logs --tail N */
+    const char *best;                                                       /* --best N */
     bool all, yes, follow, dry_run;
     bool paused, test, local; /* experiment create */
 };
@@ -104,6 +106,7 @@ struct det_kube {
     struct kd_k8s_config cfg;
     struct kd_k8s_client *c;
     char ns[254];
+    const struct det_args *a; /* the command line it was opened with (for the controller API) */
 };
 
 /**
@@ -160,6 +163,8 @@ struct det_api {
     char source[4200]; /* where the URL and token came from, for messages */
     char ns[254];      /* the namespace used in paths */
     bool quiet_404;    /* det_api_get prints nothing on 404 (the caller handles it) */
+    char *why;         /* when set, errors go here (whylen bytes) instead of stderr */
+    size_t whylen;
 };
 
 /** A verb's state: arguments, format, connection, the resolved name. */
@@ -219,11 +224,42 @@ int det_api_open(const struct det_args *a, const char *verb, struct det_api *api
 void det_api_close(struct det_api *api);
 
 /**
+ * det_api_open that prints nothing: the reason it failed goes into why
+ * (len bytes), and so do the errors of later det_api_get calls on api.
+ */
+int det_api_open_quiet(const struct det_args *a, const char *verb, struct det_api *api, char *why,
+                       size_t len);
+
+/* ---- integer ids (ids.c) ------------------------------------------------- */
+
+/** True when s is 1 to 18 decimal digits: an integer id, unless an object has that name. */
+bool det_is_id(const char *s);
+
+/**
+ * The store's integer ids, from the controller API (docs/cli.md "IDs"):
+ * of the namespace's experiments (exp NULL), or of experiment exp and its
+ * trials, as an object uid -> id. NULL when the API is not configured or fails,
+ * with the reason in why (nothing printed). Blocks.
+ */
+json_t *det_ids(struct det_kube *k, const char *exp, char *why, size_t len);
+
+/**
+ * The name of the experiment (or trial) whose integer id is id, asked of
+ * the controller API (GET .../experiments/ID or .../trials/ID). *name
+ * malloc'd. Prints the error (naming the id, or saying that ids need the
+ * controller API) and returns an exit code.
+ */
+int det_id_resolve(struct det_kube *k, bool trial, const char *id, char **name);
+
+/**
  * GET path (starting with '/', e.g. "/api/v1/jobs") and parse the JSON
  * answer into *out. Prints the error (401, 404 with the API's message
  * unless quiet_404, unreachable) and returns an exit code. Blocks (30 s timeout).
  */
 int det_api_get(struct det_api *api, const char *path, json_t **out);
+
+/** det_api_get with another method ("POST": an empty JSON object as the body). */
+int det_api_request(struct det_api *api, const char *method, const char *path, json_t **out);
 
 /** Append s to b URL-encoded (RFC 3986 unreserved kept). 0 or KD_ETOOBIG. */
 int det_urlencode(struct kd_buf *b, const char *s);
@@ -247,8 +283,41 @@ extern const char det_exp_usage[];
  * (deleted meanwhile) or another exit code from det_kube_fail. Blocks.
  */
 int det_exp_wait(struct det_kube *k, const char *name, int64_t timeout_ms);
-/** Print trials (Trial objects) as det's trial table on stdout. */
-void det_print_trials(const json_t *trials);
+/** Print trials (Trial objects) as det's trial table on stdout; ids: uid -> id, or NULL. */
+void det_print_trials(const json_t *trials, const json_t *ids);
+/**
+ * Delete the pods of trial `trial` (label kdet.io/trial) with grace period
+ * 0. Returns how many were deleted; errors are printed as warnings. Blocks.
+ */
+int det_kill_trial_pods(struct det_kube *k, const char *trial);
+/**
+ * `det trial logs` and `det experiment logs`: print the logs of the pods of
+ * trials (Trial objects, at least one) on stdout. by_trial: prefix each
+ * line with its trial ("[TRIAL] ", "[TRIAL POD] " when it has several
+ * pods); else a single trial's lines are prefixed only when it has several
+ * pods. tail >= 0: the last tail lines of each pod (and container). follow:
+ * until the pods end. Returns an exit code (a trial without pods is said
+ * on stderr; none with pods at all is DET_EXIT_NOTFOUND). Blocks.
+ */
+int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool follow, long tail);
+/** Parse --tail N (a number >= 0) into *n (-1 when s is NULL). KD_EINVAL after printing. */
+int det_parse_tail(const char *s, long *n);
+/**
+ * Whether smaller values of the experiment's searcher metric are better:
+ * spec.searcher.smaller_is_better, else the annotation
+ * kdet.io/smaller-is-better ("false": larger is better) the controller sets
+ * when the metric comes from a stored template, else true. Pure.
+ */
+bool det_smaller_is_better(const json_t *exp);
+/**
+ * The n best of trials (Trial objects) by status.bestValidation.value, the
+ * best first; trials without a numeric value are left out, equal
+ * values keep their input order. A new array of borrowed-then-increfed
+ * items. Pure.
+ */
+json_t *det_best_trials(const json_t *trials, bool smaller_is_better, size_t n);
+/** `det trial list` (also `det experiment list-trials`); argv[0] is the verb. */
+int det_trial_list(int argc, char **argv);
 /** `det trial ...`. */
 int det_cmd_trial(int argc, char **argv);
 /** `det template ...`. */

@@ -434,18 +434,6 @@ static int mkdir_p(const char *path, mode_t mode)
     return rc;
 }
 
-void det_deploy_default_dir(char *buf, size_t len)
-{
-    const char *dir = getenv("KDET_DATA_DIR");
-    const char *home = getenv("HOME");
-    if (dir != NULL && dir[0] != '\0')
-        snprintf(buf, len, "%s", dir);
-    else if (geteuid() == 0 || home == NULL || home[0] == '\0')
-        snprintf(buf, len, "/var/lib/kdet/local");
-    else
-        snprintf(buf, len, "%s/.kdet/local", home);
-}
-
 static int setup(struct deploy *d, const struct det_args *a, bool create)
 {
     char self[PATH_MAX], raw[PATH_MAX];

@@ -52,9 +52,12 @@ const char det_exp_usage[] =
     "  archive | unarchive ID      set spec.archived\n"
     "  delete ID [--yes]           delete the experiment, its trials and pods\n"
     "  wait ID [--timeout D]       follow the progress until the experiment ends\n"
+    "  logs ID [-f] [--tail N]     the logs of all its trials' pods, prefixed [TRIAL]\n"
+    "  list-trials ID [--best N]   its trials (det trial list), the N best first\n"
     "  set gc-policy ID ...        change the checkpoint GC policy (--save-trial-best N, ...)\n"
     "\n"
-    "ID is the experiment's resource name or a unique prefix of it. Every verb takes\n"
+    "ID is the experiment's resource name, a unique prefix of it, or its integer id\n"
+    "(det experiment list). Every verb takes\n"
     "-n/--namespace, --kubeconfig and --context like kubectl.\n"
     "Run 'det experiment VERB --help' for a verb's options.\n";
 

@@ -25,14 +25,16 @@ static const char list_usage[] =
     "                           [--context CTX]\n"
     "\n"
     "List the experiments of the namespace (archived ones only with --all).\n"
-    "Columns: ID (the resource name), NAME, STATE, PROGRESS, TRIALS, BEST (best validation\n"
-    "of the searcher metric), STARTED, DURATION.\n";
+    "Columns: ID (the integer id, from the controller API), NAME (the resource name),\n"
+    "CONFIG NAME, STATE, PROGRESS, TRIALS, BEST (best validation of the searcher metric),\n"
+    "STARTED, DURATION.\n";
 
 static const char describe_usage[] =
     "usage: det experiment describe ID [-o table|json|yaml] [-n NS] [--kubeconfig FILE]\n"
     "\n"
     "Show one experiment: desired and observed state, searcher, progress, best\n"
-    "validation, conditions and its trials. ID is the name or a unique prefix of it.\n";
+    "validation, conditions and its trials. ID is the name, a unique prefix of it, or\n"
+    "the integer id (det experiment list).\n";
 
 static const char patch_usage[] =
     "usage: det experiment pause|activate|cancel|kill|archive|unarchive ID [-n NS]\n"
@@ -111,6 +113,25 @@ static void fmt_span(const json_t *obj, char *buf, size_t len)
     det_fmt_duration(t1 - t0, buf, len);
 }
 
+/* The integer id of obj from ids (uid -> id) into buf: "-" without ids, "" when it has none. */
+static void fmt_id(const json_t *ids, const json_t *obj, char *buf, size_t len)
+{
+    json_t *id = json_object_get(ids, kd_k8s_meta_str(obj, "uid") ?: "");
+    if (ids == NULL)
+        snprintf(buf, len, "-");
+    else if (json_is_integer(id))
+        snprintf(buf, len, "%lld", (long long)json_integer_value(id));
+    else
+        snprintf(buf, len, "%s", "");
+}
+
+/* A note on stderr when a table's ID column is empty for want of the controller API. */
+static void ids_note(const json_t *ids, const char *why)
+{
+    if (ids == NULL)
+        fprintf(stderr, "det: note: no integer ids (ID shows -): %s\n", why);
+}
+
 static int cmp_created(const void *a, const void *b)
 {
     const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
@@ -150,9 +171,9 @@ static int cmd_list(int argc, char **argv)
                                               .kube = true};
     struct det_verb v = {0};
     struct kd_k8s_status st = {0};
-    json_t *list = NULL, *items = NULL, *shown = json_array();
+    json_t *list = NULL, *items = NULL, *shown = json_array(), *ids = NULL;
     struct det_table *t = NULL;
-    char err[KD_ERRLEN] = "";
+    char err[KD_ERRLEN] = "", why[1024] = "";
     int rc = det_verb_begin(&v, argc, argv, &spec), r;
     if (rc >= 0)
         goto out;
@@ -183,17 +204,20 @@ static int cmd_list(int argc, char **argv)
                 v.a.all ? "" : " (archived ones are listed with --all)");
         goto out;
     }
-    t = det_table_new((const char *const[]){"ID", "NAME", "STATE", "PROGRESS", "TRIALS", "BEST",
-                                            "STARTED", "DURATION", NULL});
+    ids = det_ids(&v.k, NULL, why, sizeof(why));
+    t = det_table_new((const char *const[]){"ID", "NAME", "CONFIG NAME", "STATE", "PROGRESS",
+                                            "TRIALS", "BEST", "STARTED", "DURATION", NULL});
     json_array_foreach(shown, i, e)
     {
-        char prog[32], trials[32], best[32], started[32], dur[32];
+        char id[32], prog[32], trials[32], best[32], started[32], dur[32];
+        fmt_id(ids, e, id, sizeof(id));
         fmt_progress(e, prog, sizeof(prog));
         fmt_number(det_get(e, "status.trials.total"), trials, sizeof(trials));
         fmt_number(det_get(e, "status.bestValidation.value"), best, sizeof(best));
         det_fmt_time(det_get_str(e, "status.startTime", NULL), started, sizeof(started));
         fmt_span(e, dur, sizeof(dur));
-        const char *row[] = {kd_k8s_meta_str(e, "name"),
+        const char *row[] = {id,
+                             kd_k8s_meta_str(e, "name"),
                              det_get_str(e, "spec.name", ""),
                              shown_state(e),
                              prog,
@@ -204,11 +228,13 @@ static int cmd_list(int argc, char **argv)
         det_table_row(t, row);
     }
     det_table_print(t);
+    ids_note(ids, why);
 out:
     det_table_free(t);
     json_decref(list);
     json_decref(items);
     json_decref(shown);
+    json_decref(ids);
     kd_k8s_status_free(&st);
     det_verb_end(&v);
     return rc;
@@ -242,15 +268,15 @@ out:
     return rc;
 }
 
-void det_print_trials(const json_t *trials)
+void det_print_trials(const json_t *trials, const json_t *ids)
 {
-    struct det_table *t = det_table_new((const char *const[]){"ID", "STATE", "PROGRESS", "BATCHES",
-                                                              "BEST", "RESTARTS", "HPARAMS", NULL});
+    struct det_table *t = det_table_new((const char *const[]){
+        "ID", "NAME", "STATE", "PROGRESS", "BATCHES", "BEST", "RESTARTS", "HPARAMS", NULL});
     size_t i;
     json_t *tr;
     json_array_foreach(trials, i, tr)
     {
-        char prog[32], batches[32], best[32], restarts[32];
+        char id[32], prog[32], batches[32], best[32], restarts[32];
         char *hp = json_dumps(det_get(tr, "spec.hparams"),
                               JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
         const char *state = det_get_str(tr, "status.state", "WAITING");
@@ -260,8 +286,9 @@ void det_print_trials(const json_t *trials)
         fmt_number(det_get(tr, "status.restarts"), restarts, sizeof(restarts));
         if (hp && strlen(hp) > 60)
             memcpy(hp + 56, "...}", 5);
+        fmt_id(ids, tr, id, sizeof(id));
         const char *row[] = {
-            kd_k8s_meta_str(tr, "name"), state, prog, batches, best, restarts, hp ? hp : ""};
+            id, kd_k8s_meta_str(tr, "name"), state, prog, batches, best, restarts, hp ? hp : ""};
         det_table_row(t, row);
         free(hp);
     }
@@ -269,13 +296,16 @@ void det_print_trials(const json_t *trials)
     det_table_free(t);
 }
 
-static void describe_print(const json_t *e, const json_t *trials)
+/* ids: uid -> integer id of the experiment and its trials (NULL without the controller API). */
+static void describe_print(const json_t *e, const json_t *trials, const json_t *ids)
 {
     const char *state = det_get_str(e, "status.state", NULL);
     json_t *og = det_get(e, "status.observedGeneration");
     json_int_t gen = json_integer_value(det_get(e, "metadata.generation"));
     char buf[64], buf2[64];
-    printf("ID:          %s\n", kd_k8s_meta_str(e, "name"));
+    fmt_id(ids, e, buf, sizeof(buf));
+    printf("ID:          %s\n", buf[0] ? buf : "(none yet: the controller has not stored it)");
+    printf("Resource:    %s\n", kd_k8s_meta_str(e, "name"));
     printf("Name:        %s\n", det_get_str(e, "spec.name", ""));
     printf("Namespace:   %s\n", kd_k8s_meta_str(e, "namespace"));
     if (state == NULL || state[0] == '\0' || !json_is_integer(og)) {
@@ -364,7 +394,7 @@ static void describe_print(const json_t *e, const json_t *trials)
         printf("Trials:      none yet\n");
     } else {
         printf("\n");
-        det_print_trials(trials);
+        det_print_trials(trials, ids);
     }
     fflush(stdout);
 }
@@ -384,7 +414,8 @@ static int cmd_describe(int argc, char **argv)
                                               .what = "experiment",
                                               .obj = true};
     struct det_verb v = {0};
-    json_t *trials = NULL;
+    json_t *trials = NULL, *tids = NULL;
+    char why[1024] = "";
     int rc = det_verb_begin(&v, argc, argv, &spec);
     if (rc >= 0)
         goto out;
@@ -396,8 +427,56 @@ static int cmd_describe(int argc, char **argv)
         rc = det_print_obj(both, v.fmt);
         json_decref(both);
     } else {
-        describe_print(v.obj, trials);
+        tids = det_ids(&v.k, v.name, why, sizeof(why));
+        describe_print(v.obj, trials, tids);
+        ids_note(tids, why);
     }
+out:
+    json_decref(trials);
+    json_decref(tids);
+    det_verb_end(&v);
+    return rc;
+}
+
+static const char logs_usage[] =
+    "usage: det experiment logs ID [-f] [--tail N] [-n NS] [--kubeconfig FILE] [--context CTX]\n"
+    "\n"
+    "The logs of the pods of all the experiment's trials, oldest trial first, each line\n"
+    "prefixed [TRIAL] (or [TRIAL POD] when a trial has several pods). -f follows them\n"
+    "until the pods end (trials started later are not picked up); --tail N prints the\n"
+    "last N lines of each pod. kdet keeps no logs once a trial's pods are deleted.\n";
+
+static int cmd_logs(int argc, char **argv)
+{
+    static const char *const flags[] = {"--follow", "--tail", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"ID", NULL};
+    static const struct det_verb_spec spec = {.cmd = "det experiment logs",
+                                              .usage = logs_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .kube = true,
+                                              .gvr = &exp_gvr,
+                                              .what = "experiment"};
+    struct det_verb v = {0};
+    json_t *trials = NULL;
+    long tail;
+    int rc = det_verb_begin(&v, argc, argv, &spec);
+    if (rc >= 0)
+        goto out;
+    if (det_parse_tail(v.a.tail, &tail) != 0) {
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
+    rc = exp_trials(&v.k, v.name, &trials);
+    if (rc != 0)
+        goto out;
+    if (json_array_size(trials) == 0) {
+        det_err("experiment %s has no trials yet: nothing to show", v.name);
+        rc = DET_EXIT_NOTFOUND;
+        goto out;
+    }
+    rc = det_trial_logs(&v.k, trials, true, v.a.follow, tail);
 out:
     json_decref(trials);
     det_verb_end(&v);
@@ -411,40 +490,15 @@ out:
  */
 static int kill_pods(struct det_kube *k, const char *name)
 {
-    static const struct kd_k8s_gvr pod_gvr = KD_K8S_PODS;
-    struct kd_k8s_delete_opts now = {.has_grace_period = true, .grace_period_seconds = 0};
-    struct kd_k8s_status st = {0};
-    json_t *trials = NULL, *pods = NULL;
-    char sel[320], err[KD_ERRLEN] = "";
+    json_t *trials = NULL;
     int n = 0;
     if (exp_trials(k, name, &trials) != 0)
         goto out;
-    size_t i, j;
-    json_t *t, *p;
-    json_array_foreach(trials, i, t)
-    {
-        snprintf(sel, sizeof(sel), "kdet.io/trial=%s", kd_k8s_meta_str(t, "name"));
-        struct kd_k8s_query q = {.label_selector = sel};
-        json_decref(pods);
-        pods = NULL;
-        if (kd_k8s_list_all(k->c, &pod_gvr, k->ns, &q, &pods, &st, err) != 0) {
-            det_err("warning: listing the pods of trial %s: %s", kd_k8s_meta_str(t, "name"), err);
-            continue;
-        }
-        json_array_foreach(json_object_get(pods, "items"), j, p)
-        {
-            int r = kd_k8s_delete(k->c, &pod_gvr, k->ns, kd_k8s_meta_str(p, "name"), &now, NULL,
-                                  &st, err);
-            if (r == 0)
-                n++;
-            else if (r != KD_ENOTFOUND)
-                det_err("warning: deleting pod %s: %s", kd_k8s_meta_str(p, "name"), err);
-        }
-    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t) n += det_kill_trial_pods(k, kd_k8s_meta_str(t, "name"));
 out:
     json_decref(trials);
-    json_decref(pods);
-    kd_k8s_status_free(&st);
     return n;
 }
 
@@ -779,6 +833,8 @@ int det_cmd_experiment(int argc, char **argv)
         {"unarchive", NULL, cmd_patch},
         {"delete", NULL, cmd_delete},
         {"wait", NULL, cmd_wait},
+        {"logs", NULL, cmd_logs},
+        {"list-trials", "lt", det_trial_list},
         {"set", NULL, det_exp_set},
         {NULL, NULL, NULL},
     };

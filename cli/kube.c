@@ -21,6 +21,7 @@ int det_kube_open(const struct det_args *a, struct det_kube *k)
     char err[KD_ERRLEN] = "";
     int rc = DET_EXIT_OK, r;
     memset(k, 0, sizeof(*k));
+    k->a = a;
     o.kubeconfig = a->kubeconfig;
     o.context = a->context;
     r = kd_k8s_config_load(&o, &k->cfg, err);
@@ -177,6 +178,14 @@ int det_resolve(struct det_kube *k, const struct kd_k8s_gvr *gvr, const char *wh
     }
     if (r != KD_ENOTFOUND) {
         rc = det_kube_fail(k, r, &st, err, "get", gvr, what, id);
+        goto out;
+    }
+    bool trial = strcmp(gvr->resource, "trials") == 0;
+    if (det_is_id(id) && (trial || strcmp(gvr->resource, "experiments") == 0)) {
+        /* all digits and no object has that name: an integer id (docs/cli.md "IDs") */
+        rc = det_id_resolve(k, trial, id, name);
+        if (rc == 0 && obj != NULL && (r = kd_k8s_get(k->c, gvr, k->ns, *name, obj, &st, err)) != 0)
+            rc = det_kube_fail(k, r, &st, err, "get", gvr, what, *name);
         goto out;
     }
     r = kd_k8s_list_all(k->c, gvr, k->ns, NULL, &list, &st, err);

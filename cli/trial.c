@@ -22,7 +22,8 @@ static const struct kd_k8s_gvr trial_gvr = KD_K8S_TRIALS;
 static const struct kd_k8s_gvr pod_gvr = KD_K8S_PODS;
 
 #define KUBE_FLAGS "--kubeconfig", "--context", "--namespace"
-#define MAX_PODS 64
+/* The most pod (or container) logs one command shows. */
+#define MAX_STREAMS 256
 /* One log line longer than this is passed on in pieces. */
 #define LINE_MAX_BYTES (64 * 1024)
 
@@ -30,18 +31,33 @@ static const char trial_usage[] =
     "usage: det trial VERB ...\n"
     "\n"
     "verbs:\n"
-    "  list EXPERIMENT   the trials of an experiment (ID or unique prefix)\n"
+    "  list EXPERIMENT [--best N]\n"
+    "                    the trials of an experiment (name, unique prefix or integer id);\n"
+    "                    --best N: the N best by the searcher metric, best first\n"
     "  describe TRIAL    a trial's state, hyperparameters, progress and pods\n"
-    "  logs TRIAL [-f]   its pods' logs (-f follows them until the pods end)\n"
+    "  logs TRIAL [-f] [--tail N]\n"
+    "                    its pods' logs (-f follows them until the pods end; --tail N:\n"
+    "                    the last N lines of each pod)\n"
     "  metrics TRIAL     its reported metrics (training or validation), from the\n"
     "                    controller API; see 'det trial metrics --help'\n"
+    "  kill TRIAL        end the trial now (CANCELED, no checkpoint, not restarted):\n"
+    "                    through the controller API; its pods are deleted at once\n"
     "\n"
     "Every verb takes -n/--namespace, --kubeconfig and --context; list and describe\n"
     "take -o table|json|yaml.\n";
 
-static int cmd_list(int argc, char **argv)
+/* Trials by creation time, then name (as the controller numbers them). */
+static int cmp_created(const void *a, const void *b)
 {
-    static const char *const flags[] = {"--output", KUBE_FLAGS, NULL};
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    int c = strcmp(kd_k8s_meta_str(x, "creationTimestamp") ?: "",
+                   kd_k8s_meta_str(y, "creationTimestamp") ?: "");
+    return c != 0 ? c : strcmp(kd_k8s_meta_str(x, "name") ?: "", kd_k8s_meta_str(y, "name") ?: "");
+}
+
+int det_trial_list(int argc, char **argv)
+{
+    static const char *const flags[] = {"--output", "--best", KUBE_FLAGS, NULL};
     static const char *const pos[] = {"EXPERIMENT", NULL};
     static const struct det_verb_spec spec = {.cmd = "det trial list",
                                               .usage = trial_usage,
@@ -51,40 +67,72 @@ static int cmd_list(int argc, char **argv)
                                               .format = true,
                                               .kube = true,
                                               .gvr = &exp_gvr,
-                                              .what = "experiment"};
+                                              .what = "experiment",
+                                              .obj = true};
     struct det_verb v = {0};
     struct kd_k8s_status st = {0};
-    json_t *list = NULL, *mine = json_array();
+    json_t *list = NULL, *mine = json_array(), *all = json_array();
+    json_t **sorted = NULL;
     char err[KD_ERRLEN] = "";
+    int64_t best = 0;
     int rc = det_verb_begin(&v, argc, argv, &spec), r;
     if (rc >= 0)
         goto out;
     rc = DET_EXIT_OK;
+    if (v.a.best != NULL && (kd_parse_i64(v.a.best, &best) != 0 || best < 1)) {
+        det_err("--best %s: expected a number of trials (1 or more)", v.a.best);
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
     r = kd_k8s_list_all(v.k.c, &trial_gvr, v.k.ns, NULL, &list, &st, err);
     if (r != 0) {
         rc = det_kube_fail(&v.k, r, &st, err, "list", &trial_gvr, "trial", NULL);
         goto out;
     }
-    size_t i;
+    size_t i, n = 0;
     json_t *t;
     json_array_foreach(json_object_get(list, "items"), i, t)
     {
         if (strcmp(det_get_str(t, "spec.experiment", ""), v.name) == 0)
-            json_array_append(mine, t);
+            json_array_append(all, t);
+    }
+    sorted = kd_xcalloc(json_array_size(all) + 1, sizeof(*sorted));
+    json_array_foreach(all, i, t) sorted[n++] = t;
+    qsort(sorted, n, sizeof(*sorted), cmp_created);
+    for (i = 0; i < n; i++)
+        json_array_append(mine, sorted[i]);
+    if (best > 0) {
+        bool smaller = det_smaller_is_better(v.obj);
+        json_t *b = det_best_trials(mine, smaller, (size_t)best);
+        fprintf(stderr, "det: the %zu best of %zu trials by %s (%s is better)\n",
+                json_array_size(b), json_array_size(mine),
+                det_get_str(v.obj, "spec.searcher.metric", "the searcher metric"),
+                smaller ? "smaller" : "larger");
+        json_decref(mine);
+        mine = b;
     }
     if (v.fmt != DET_FMT_TABLE) {
         json_t *l = json_pack("{s:s, s:s, s:O}", "apiVersion", "v1", "kind", "List", "items", mine);
         rc = det_print_obj(l, v.fmt);
         json_decref(l);
+    } else if (json_array_size(mine) == 0 && best > 0) {
+        fprintf(stderr, "det: no trial of experiment %s has reported a validation yet\n", v.name);
     } else if (json_array_size(mine) == 0) {
         fprintf(stderr, "det: experiment %s has no trials yet%s\n", v.name,
                 "; kdet-controller creates them once it runs the experiment");
     } else {
-        det_print_trials(mine);
+        char why[1024] = "";
+        json_t *ids = det_ids(&v.k, v.name, why, sizeof(why));
+        det_print_trials(mine, ids);
+        if (ids == NULL)
+            fprintf(stderr, "det: note: no integer ids (ID shows -): %s\n", why);
+        json_decref(ids);
     }
 out:
+    free(sorted);
     json_decref(list);
     json_decref(mine);
+    json_decref(all);
     kd_k8s_status_free(&st);
     det_verb_end(&v);
     return rc;
@@ -154,9 +202,17 @@ static int cmd_describe(int argc, char **argv)
     rc = trial_pods(&v.k, t, name, &pods);
     if (rc != 0)
         goto out;
+    char why[1024] = "";
+    json_t *ids = det_ids(&v.k, det_get_str(t, "spec.experiment", ""), why, sizeof(why));
+    json_t *id = json_object_get(ids, kd_k8s_meta_str(t, "uid") ?: "");
+    if (json_is_integer(id))
+        printf("ID:           %lld\n", (long long)json_integer_value(id));
+    else
+        printf("ID:           - (%s)\n", ids ? "the controller has not stored it yet" : why);
+    json_decref(ids);
     char *hp = json_dumps(det_get(t, "spec.hparams"),
                           JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
-    printf("ID:           %s\n", name);
+    printf("Name:         %s\n", name);
     printf("Experiment:   %s\n", det_get_str(t, "spec.experiment", ""));
     printf("State:        %s\n",
            det_get_str(t, "status.state", "WAITING for kdet-controller (no status yet)"));
@@ -209,6 +265,87 @@ out:
     return rc;
 }
 
+/* ---- kill ---------------------------------------------------------------- */
+
+int det_kill_trial_pods(struct det_kube *k, const char *trial)
+{
+    struct kd_k8s_delete_opts now = {.has_grace_period = true, .grace_period_seconds = 0};
+    struct kd_k8s_status st = {0};
+    json_t *pods = NULL;
+    char sel[320], err[KD_ERRLEN] = "";
+    int n = 0;
+    snprintf(sel, sizeof(sel), "kdet.io/trial=%s", trial);
+    struct kd_k8s_query q = {.label_selector = sel};
+    if (kd_k8s_list_all(k->c, &pod_gvr, k->ns, &q, &pods, &st, err) != 0) {
+        det_err("warning: listing the pods of trial %s: %s", trial, err);
+        goto out;
+    }
+    size_t j;
+    json_t *p;
+    json_array_foreach(json_object_get(pods, "items"), j, p)
+    {
+        int r =
+            kd_k8s_delete(k->c, &pod_gvr, k->ns, kd_k8s_meta_str(p, "name"), &now, NULL, &st, err);
+        if (r == 0)
+            n++;
+        else if (r != KD_ENOTFOUND)
+            det_err("warning: deleting pod %s: %s", kd_k8s_meta_str(p, "name"), err);
+    }
+out:
+    json_decref(pods);
+    kd_k8s_status_free(&st);
+    return n;
+}
+
+static int cmd_kill(int argc, char **argv)
+{
+    static const char *const flags[] = {KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"TRIAL", NULL};
+    static const struct det_verb_spec spec = {.cmd = "det trial kill",
+                                              .usage = trial_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .kube = true,
+                                              .api = true,
+                                              .gvr = &trial_gvr,
+                                              .what = "trial",
+                                              .obj = true};
+    struct det_verb v = {0};
+    struct kd_buf path = KD_BUF_INIT(2048);
+    json_t *ans = NULL;
+    int rc = det_verb_begin(&v, argc, argv, &spec);
+    if (rc >= 0)
+        goto out;
+    const char *state = det_get_str(v.obj, "status.state", "");
+    if (strcmp(state, "COMPLETED") == 0 || strcmp(state, "CANCELED") == 0 ||
+        strcmp(state, "ERROR") == 0) {
+        det_err("trial %s has already ended (%s): nothing to kill", v.name, state);
+        rc = DET_EXIT_ERROR;
+        goto out;
+    }
+    if (kd_buf_puts(&path, "/api/v1/namespaces/") != 0 || det_urlencode(&path, v.k.ns) != 0 ||
+        kd_buf_puts(&path, "/trials/") != 0 || det_urlencode(&path, v.name) != 0 ||
+        kd_buf_puts(&path, "/kill") != 0) {
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
+    /* the controller ends it (EarlyExit UserCanceled: not restarted, the searcher is told) */
+    rc = det_api_request(&v.api, "POST", kd_buf_str(&path), &ans);
+    if (rc != 0)
+        goto out;
+    int n = det_kill_trial_pods(&v.k, v.name);
+    fprintf(stderr,
+            "det: trial %s killed: kdet-controller ends it CANCELED and does not restart it; "
+            "deleted %d pod%s with grace period 0\n",
+            v.name, n, n == 1 ? "" : "s");
+out:
+    json_decref(ans);
+    kd_buf_free(&path);
+    det_verb_end(&v);
+    return rc;
+}
+
 /* ---- logs ---------------------------------------------------------------- */
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -219,6 +356,7 @@ struct stream {
     const char *container; /* NULL: the only one */
     const char *prefix;    /* "" or "[pod] " */
     bool follow;
+    long tail;          /* >= 0: tailLines */
     struct kd_buf line; /* partial line */
     struct kd_buf errbody;
     long http;
@@ -287,7 +425,8 @@ static void stream_log(struct stream *s)
     s->rc = DET_EXIT_ERROR;
     if (kd_buf_puts(&url, cfg->server) != 0 ||
         kd_k8s_path(&url, &pods, s->k->ns, s->pod, "log", NULL, NULL) != 0 ||
-        kd_buf_printf(&url, "?follow=%s", s->follow ? "true" : "false") != 0)
+        kd_buf_printf(&url, "?follow=%s", s->follow ? "true" : "false") != 0 ||
+        (s->tail >= 0 && kd_buf_printf(&url, "&tailLines=%ld", s->tail) != 0))
         goto out;
     if (s->container &&
         (kd_buf_puts(&url, "&container=") != 0 || kd_k8s_urlencode(&url, s->container) != 0))
@@ -410,43 +549,51 @@ static void *stream_thread(void *ud)
     return NULL;
 }
 
-static int cmd_logs(int argc, char **argv)
+int det_parse_tail(const char *s, long *n)
 {
-    static const char *const flags[] = {"--follow", KUBE_FLAGS, NULL};
-    static const char *const pos[] = {"TRIAL", NULL};
-    static const struct det_verb_spec spec = {.cmd = "det trial logs",
-                                              .usage = trial_usage,
-                                              .flags = flags,
-                                              .pos = pos,
-                                              .minpos = 1,
-                                              .kube = true,
-                                              .gvr = &trial_gvr,
-                                              .what = "trial",
-                                              .obj = true};
-    struct det_verb v = {0};
-    struct det_kube *k = &v.k;
-    struct kd_k8s_status st = {0};
-    json_t *pods = NULL, *targets = NULL;
-    struct stream *ss = NULL;
-    pthread_t *th = NULL;
-    char **prefixes = NULL;
-    size_t npods = 0;
-    int rc = det_verb_begin(&v, argc, argv, &spec);
-    if (rc >= 0)
-        goto out;
-    const json_t *t = v.obj;
-    const char *name = v.name;
-    rc = trial_pods(k, t, name, &pods);
-    if (rc != 0)
-        goto out;
-    if (json_array_size(pods) == 0) {
-        det_err("trial %s has no pods (state %s): nothing to show yet", name,
-                det_get_str(t, "status.state", "WAITING for kdet-controller"));
-        rc = DET_EXIT_NOTFOUND;
-        goto out;
+    int64_t v = -1;
+    int rc = 0;
+    if (s != NULL && (kd_parse_i64(s, &v) != 0 || v < 0 || v > 100000000)) {
+        det_err("--tail %s: expected a number of lines (0 or more)", s);
+        rc = KD_EINVAL;
     }
-    /* one stream per (pod, container); the container is named only when a pod has several */
-    targets = json_array();
+    *n = (long)v;
+    return rc;
+}
+
+static bool ended(const char *state)
+{
+    return strcmp(state, "COMPLETED") == 0 || strcmp(state, "CANCELED") == 0 ||
+           strcmp(state, "ERROR") == 0;
+}
+
+/* Say why a trial has no logs to show: not started yet, or its pods (and their logs) are gone. */
+static void no_pods(const json_t *t, const char *name)
+{
+    const char *state = det_get_str(t, "status.state", NULL);
+    if (state == NULL || strcmp(state, "QUEUED") == 0)
+        det_err("trial %s has no pods yet (state %s): nothing to show yet", name,
+                state ? state : "WAITING for kdet-controller");
+    else
+        det_err("trial %s has no pods (state %s): its logs went with its pods (kdet keeps no "
+                "logs once a trial's pods are deleted%s)",
+                name, state,
+                ended(state) ? "; 'det trial metrics' still has what it reported" : "");
+}
+
+/*
+ * The streams of one trial into targets ([prefix, pod, container or null]), one per pod, or
+ * per container when a pod has several. Returns how many, or -1 after printing an error.
+ */
+static int trial_targets(struct det_kube *k, const json_t *t, bool by_trial, bool alone,
+                         json_t *targets)
+{
+    struct kd_k8s_status st = {0};
+    json_t *pods = NULL, *mine = json_array();
+    const char *name = kd_k8s_meta_str(t, "name");
+    int n = -1;
+    if (trial_pods(k, t, name, &pods) != 0)
+        goto out;
     size_t pi;
     json_t *pv;
     json_array_foreach(pods, pi, pv)
@@ -459,63 +606,129 @@ static int cmd_logs(int argc, char **argv)
             json_t *c;
             json_array_foreach(cs, ci, c)
             {
-                json_array_append_new(targets, json_pack("[s,s]", pn, det_get_str(c, "name", "")));
+                json_array_append_new(mine, json_pack("[s,s]", pn, det_get_str(c, "name", "")));
             }
         } else {
-            json_array_append_new(targets, json_pack("[s,n]", pn));
+            json_array_append_new(mine, json_pack("[s,n]", pn));
         }
         json_decref(pod);
     }
-    npods = json_array_size(targets);
-    if (npods > MAX_PODS)
-        npods = MAX_PODS;
-    ss = kd_xcalloc(npods, sizeof(*ss));
-    th = kd_xcalloc(npods, sizeof(*th));
-    prefixes = kd_xcalloc(npods, sizeof(*prefixes));
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    for (size_t i = 0; i < npods; i++) {
-        json_t *tg = json_array_get(targets, i);
+    size_t i;
+    json_t *tg;
+    n = (int)json_array_size(mine);
+    json_array_foreach(mine, i, tg)
+    {
         const char *pod = json_string_value(json_array_get(tg, 0));
         const char *ctr = json_string_value(json_array_get(tg, 1));
-        if (npods == 1)
-            prefixes[i] = kd_xstrdup("");
-        else if (ctr != NULL)
-            prefixes[i] = kd_xasprintf("[%s/%s] ", pod, ctr);
+        char *where = ctr ? kd_xasprintf("%s/%s", pod, ctr) : kd_xstrdup(pod), *prefix;
+        if (by_trial)
+            prefix = n == 1 ? kd_xasprintf("[%s] ", name) : kd_xasprintf("[%s %s] ", name, where);
         else
-            prefixes[i] = kd_xasprintf("[%s] ", pod);
+            prefix = n == 1 && alone ? kd_xstrdup("") : kd_xasprintf("[%s] ", where);
+        json_array_append_new(targets, json_pack("[s,s,s?]", prefix, pod, ctr));
+        free(where);
+        free(prefix);
+    }
+out:
+    json_decref(pods);
+    json_decref(mine);
+    kd_k8s_status_free(&st);
+    return n;
+}
+
+int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool follow, long tail)
+{
+    json_t *targets = json_array();
+    struct stream *ss = NULL;
+    pthread_t *th = NULL;
+    size_t n = 0;
+    int rc = DET_EXIT_OK;
+    size_t ti;
+    json_t *t;
+    json_array_foreach(trials, ti, t)
+    {
+        int m = trial_targets(k, t, by_trial, json_array_size(trials) == 1, targets);
+        if (m < 0) {
+            rc = DET_EXIT_ERROR;
+            goto out;
+        }
+        if (m == 0)
+            no_pods(t, kd_k8s_meta_str(t, "name"));
+    }
+    n = json_array_size(targets);
+    if (n == 0) {
+        rc = DET_EXIT_NOTFOUND;
+        goto out;
+    }
+    if (n > MAX_STREAMS) {
+        det_err("warning: %zu pod logs; showing the first %d", n, MAX_STREAMS);
+        n = MAX_STREAMS;
+    }
+    ss = kd_xcalloc(n, sizeof(*ss));
+    th = kd_xcalloc(n, sizeof(*th));
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    for (size_t i = 0; i < n; i++) {
+        json_t *tg = json_array_get(targets, i);
         ss[i].k = k;
-        ss[i].pod = pod;
-        ss[i].container = ctr;
-        ss[i].prefix = prefixes[i];
-        ss[i].follow = v.a.follow;
+        ss[i].prefix = json_string_value(json_array_get(tg, 0));
+        ss[i].pod = json_string_value(json_array_get(tg, 1));
+        ss[i].container = json_string_value(json_array_get(tg, 2));
+        ss[i].follow = follow;
+        ss[i].tail = tail;
         kd_buf_init(&ss[i].line, LINE_MAX_BYTES);
         kd_buf_init(&ss[i].errbody, 64 * 1024);
     }
-    if (v.a.follow && npods > 1) {
-        for (size_t i = 0; i < npods; i++)
+    if (follow && n > 1) {
+        for (size_t i = 0; i < n; i++)
             if (pthread_create(&th[i], NULL, stream_thread, &ss[i]) != 0)
                 kd_oom(0);
-        for (size_t i = 0; i < npods; i++)
+        for (size_t i = 0; i < n; i++)
             pthread_join(th[i], NULL);
     } else {
-        for (size_t i = 0; i < npods; i++)
+        for (size_t i = 0; i < n; i++)
             stream_wait(&ss[i]);
     }
-    for (size_t i = 0; i < npods; i++)
+    for (size_t i = 0; i < n; i++)
         if (ss[i].rc != 0 && rc == 0)
             rc = ss[i].rc;
 out:
-    for (size_t i = 0; ss && i < npods; i++) {
+    for (size_t i = 0; ss && i < n; i++) {
         kd_buf_free(&ss[i].line);
         kd_buf_free(&ss[i].errbody);
-        free(prefixes[i]);
     }
     free(ss);
     free(th);
-    free(prefixes);
-    json_decref(pods);
     json_decref(targets);
-    kd_k8s_status_free(&st);
+    return rc;
+}
+
+static int cmd_logs(int argc, char **argv)
+{
+    static const char *const flags[] = {"--follow", "--tail", KUBE_FLAGS, NULL};
+    static const char *const pos[] = {"TRIAL", NULL};
+    static const struct det_verb_spec spec = {.cmd = "det trial logs",
+                                              .usage = trial_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .kube = true,
+                                              .gvr = &trial_gvr,
+                                              .what = "trial",
+                                              .obj = true};
+    struct det_verb v = {0};
+    json_t *one = NULL;
+    long tail;
+    int rc = det_verb_begin(&v, argc, argv, &spec);
+    if (rc >= 0)
+        goto out;
+    if (det_parse_tail(v.a.tail, &tail) != 0) {
+        rc = DET_EXIT_USAGE;
+        goto out;
+    }
+    one = json_pack("[O]", v.obj);
+    rc = det_trial_logs(&v.k, one, false, v.a.follow, tail);
+out:
+    json_decref(one);
     det_verb_end(&v);
     return rc;
 }
@@ -523,9 +736,9 @@ out:
 int det_cmd_trial(int argc, char **argv)
 {
     static const struct det_sub subs[] = {
-        {"list", "ls", cmd_list}, {"describe", NULL, cmd_describe},
-        {"logs", NULL, cmd_logs}, {"metrics", NULL, det_trial_metrics},
-        {NULL, NULL, NULL},
+        {"list", "ls", det_trial_list}, {"describe", NULL, cmd_describe},
+        {"logs", NULL, cmd_logs},       {"metrics", NULL, det_trial_metrics},
+        {"kill", NULL, cmd_kill},       {NULL, NULL, NULL},
     };
     return det_dispatch(argc, argv, subs, trial_usage, "det trial");
 }

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "core/alloc.h"
+#include "core/str.h"
 #include "k8s/config.h"
 
 int det_verb_begin(struct det_verb *v, int argc, char **argv, const struct det_verb_spec *s)
@@ -97,7 +98,15 @@ int det_resolve_if_kube(struct det_verb *v, const struct kd_k8s_gvr *gvr, const 
     int rc = DET_EXIT_OK;
     *name = NULL;
     if (v->k.c == NULL && kd_k8s_config_load(&o, &cfg, NULL) != 0) {
-        *name = kd_xstrdup(id); /* no cluster at hand: the name as given */
+        bool trial = strcmp(gvr->resource, "trials") == 0;
+        if (det_is_id(id) && (trial || strcmp(gvr->resource, "experiments") == 0)) {
+            /* no cluster at hand: the controller API knows names and integer ids */
+            v->k.a = &v->a;
+            kd_strlcpy(v->k.ns, v->a.ns ? v->a.ns : "default", sizeof(v->k.ns));
+            rc = det_id_resolve(&v->k, trial, id, name);
+        } else {
+            *name = kd_xstrdup(id); /* the name as given */
+        }
         goto out;
     }
     if (v->k.c == NULL)

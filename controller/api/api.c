@@ -547,6 +547,7 @@ static const struct route routes[] = {
     {"POST", NSP "experiments/*/archive", AUTH_USER, SMALL, api_user_experiment_action},
     {"POST", NSP "experiments/*/unarchive", AUTH_USER, SMALL, api_user_experiment_action},
     {"GET", NSP "trials/*", AUTH_USER, 0, api_user_trial},
+    {"POST", NSP "trials/*/kill", AUTH_USER, SMALL, api_user_trial_kill},
     {"GET", NSP "trials/*/metrics", AUTH_USER, 0, api_user_trial_metrics},
     {"GET", NSP "trials/*/checkpoints", AUTH_USER, 0, api_user_trial_checkpoints},
     {"GET", NSP "trials/*/metrics/stream", AUTH_USER, 0, api_user_stream},

@@ -122,6 +122,14 @@ void api_worker_searcher(struct api_rq *q);
 void api_worker_preemption(struct api_rq *q);
 void api_worker_checkpoint(struct api_rq *q);
 void api_worker_early_exit(struct api_rq *q);
+/**
+ * Set the Trial's condition EarlyExit=True with reason ("Errored",
+ * "InvalidHP", "UserCanceled") and message (read-modify-write of its
+ * status, retried on conflict), and record the event in the store (best
+ * effort). The same reason again changes nothing. 0 or KD_E* with err.
+ */
+int api_trial_early_exit(struct kd_api *a, const json_t *trial, const char *reason,
+                         const char *message, char *err);
 void api_worker_rendezvous_put(struct api_rq *q);
 void api_worker_rendezvous_get(struct api_rq *q);
 
@@ -132,6 +140,7 @@ void api_user_experiment_action(struct api_rq *q);
 void api_user_experiment_checkpoints(struct api_rq *q);
 void api_user_experiment_events(struct api_rq *q);
 void api_user_trial(struct api_rq *q);
+void api_user_trial_kill(struct api_rq *q);
 void api_user_trial_metrics(struct api_rq *q);
 void api_user_trial_checkpoints(struct api_rq *q);
 void api_user_checkpoint(struct api_rq *q);

@@ -30,6 +30,134 @@ static json_t *summary(const json_t *obj)
                      "status", json_object_get(obj, "status"));
 }
 
+/* summary() plus the store's integer id (det shows it) when the object has a row. */
+static json_t *summary_id(const json_t *obj, const json_t *ids)
+{
+    json_t *s = summary(obj), *id = json_object_get(ids, kd_k8s_meta_str(obj, "uid") ?: "");
+    if (json_is_integer(id))
+        json_object_set(s, "id", id);
+    return s;
+}
+
+/* uid -> id of the namespace's experiment rows; best effort (empty when the store fails). */
+static json_t *experiment_ids(struct kd_api *a, const char *ns)
+{
+    json_t *ids = json_object(), *page = NULL;
+    char err[KD_ERRLEN] = "";
+    for (int off = 0; off < 100000; off += 1000) {
+        size_t i;
+        json_t *e;
+        if (kd_store_experiments_list(a->o.store, ns, 1000, off, &page, err) != 0)
+            break;
+        json_array_foreach(page, i, e)
+        {
+            const char *uid = json_string_value(json_object_get(e, "uid"));
+            if (uid != NULL)
+                json_object_set(ids, uid, json_object_get(e, "id"));
+        }
+        size_t n = json_array_size(page);
+        json_decref(page);
+        page = NULL;
+        if (n < 1000)
+            break;
+    }
+    return ids;
+}
+
+/* uid -> id of the experiment's row and its trial rows; best effort. */
+static json_t *exp_trial_ids(struct kd_api *a, const json_t *exp)
+{
+    json_t *ids = json_object(), *rows = NULL;
+    int64_t eid = 0;
+    char err[KD_ERRLEN] = "";
+    if (api_exp_row(a, exp, false, &eid, err) == 0)
+        json_object_set_new(ids, kd_k8s_meta_str(exp, "uid") ?: "", json_integer(eid));
+    if (eid > 0 && kd_store_trials_list(a->o.store, eid, &rows, err) == 0) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(rows, i, t)
+        {
+            const char *uid = json_string_value(json_object_get(t, "uid"));
+            if (uid != NULL)
+                json_object_set(ids, uid, json_object_get(t, "id"));
+        }
+    }
+    json_decref(rows);
+    return ids;
+}
+
+/* "34" -> 34; 0 when s is not 1 to 18 decimal digits (then it is only a name). */
+static int64_t digits_id(const char *s)
+{
+    int64_t n = 0;
+    size_t len = strlen(s);
+    if (len == 0 || len > 18 || strspn(s, "0123456789") != len)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        n = n * 10 + (s[i] - '0');
+    return n;
+}
+
+struct by_uid {
+    const char *uid;
+    json_t *obj;
+};
+
+/* kd_k8s_cache_each's callback: keep the object with this uid. */
+static int find_uid(json_t *o, void *ud)
+{
+    struct by_uid *b = ud;
+    const char *u = kd_k8s_meta_str(o, "uid");
+    if (u != NULL && strcmp(u, b->uid) == 0) {
+        b->obj = json_incref(o);
+        return 1;
+    }
+    return 0;
+}
+
+/*
+ * The Experiment (or Trial) that NAME(q) names; when no object has that
+ * name and it is all digits, the one whose store id it is (the integer ids
+ * det shows, docs/cli.md): its row gives the uid and the namespace, the
+ * informer cache the object. KD_ENOTFOUND with err saying which.
+ */
+static int user_get(struct api_rq *q, bool trial, json_t **obj, char *err)
+{
+    struct kd_api *a = q->api;
+    json_t *row = NULL, *erow = NULL;
+    const char *what = trial ? "trial" : "experiment";
+    int64_t n = digits_id(NAME(q));
+    int rc = trial ? api_get_trial(a, NS(q), NAME(q), obj, err)
+                   : api_get_experiment(a, NS(q), NAME(q), obj, err);
+    if (rc != KD_ENOTFOUND || n == 0)
+        goto out;
+    rc = trial ? kd_store_trial_get(a->o.store, n, &row, err)
+               : kd_store_experiment_get(a->o.store, n, &erow, err);
+    if (rc == 0 && trial)
+        rc = kd_store_experiment_get(
+            a->o.store, json_integer_value(json_object_get(row, "experiment_id")), &erow, err);
+    if (rc == 0 && strcmp(json_string_value(json_object_get(erow, "namespace")) ?: "", NS(q)) != 0)
+        rc = KD_ENOTFOUND;
+    if (rc == KD_ENOTFOUND) {
+        rc = kd_seterr(err, KD_ENOTFOUND, "no %s of namespace %s is named %s or has the id %s",
+                       what, NS(q), NAME(q), NAME(q));
+        goto out;
+    }
+    if (rc != 0)
+        goto out;
+    struct by_uid b = {.uid = json_string_value(json_object_get(trial ? row : erow, "uid")) ?: ""};
+    (void)kd_k8s_cache_each(kd_k8s_informer_cache(trial ? a->trials : a->exps), NS(q), find_uid,
+                            &b);
+    *obj = b.obj;
+    if (b.obj == NULL)
+        rc = kd_seterr(err, KD_ENOTFOUND, "%s id %s of namespace %s: its resource is gone", what,
+                       NAME(q), NS(q));
+out:
+    json_decref(row);
+    json_decref(erow);
+    return rc;
+}
+
 static int by_created(const void *pa, const void *pb)
 {
     const json_t *a = *(json_t *const *)pa, *b = *(json_t *const *)pb;
@@ -87,56 +215,55 @@ void api_user_experiments(struct api_rq *q)
     bool archived = kd_http_query(q->r, "archived") != NULL &&
                     strcmp(kd_http_query(q->r, "archived"), "true") == 0;
     json_t *all = kd_k8s_cache_list(kd_k8s_informer_cache(a->exps), NS(q));
-    json_t *s = sorted(all), *out = json_array();
+    json_t *s = sorted(all), *out = json_array(), *ids = experiment_ids(a, NS(q));
     size_t i;
     json_t *e;
     json_array_foreach(s, i, e)
     {
         if (!archived && json_is_true(json_object_get(json_object_get(e, "spec"), "archived")))
             continue;
-        json_array_append_new(out, summary(e));
+        json_array_append_new(out, summary_id(e, ids));
     }
+    json_decref(ids);
     json_decref(all);
     json_decref(s);
     api_json(q, 200, json_pack("{s:o}", "experiments", out));
 }
 
-void api_user_experiment(struct api_rq *q)
+/* GET .../experiments/{e} and .../experiments/{e}/trials: {e} is a name or a store id. */
+static void experiment_and_trials(struct api_rq *q, bool with_exp)
 {
-    json_t *exp = NULL;
+    json_t *exp = NULL, *ids = NULL;
     char err[KD_ERRLEN] = "";
-    int rc = api_get_experiment(q->api, NS(q), NAME(q), &exp, err);
+    int rc = user_get(q, false, &exp, err);
     if (rc != 0) {
         api_fail(q, rc, NULL, err);
         goto out;
     }
-    json_t *trials = trials_of(q->api, NS(q), NAME(q)), *ts = json_array();
+    ids = exp_trial_ids(q->api, exp);
+    json_t *trials = trials_of(q->api, NS(q), kd_k8s_meta_str(exp, "name") ?: ""),
+           *ts = json_array();
     size_t i;
     json_t *t;
-    json_array_foreach(trials, i, t) json_array_append_new(ts, summary(t));
+    json_array_foreach(trials, i, t) json_array_append_new(ts, summary_id(t, ids));
     json_decref(trials);
-    api_json(q, 200, json_pack("{s:o,s:o}", "experiment", summary(exp), "trials", ts));
+    if (with_exp)
+        api_json(q, 200, json_pack("{s:o,s:o}", "experiment", summary_id(exp, ids), "trials", ts));
+    else
+        api_json(q, 200, json_pack("{s:o}", "trials", ts));
 out:
     json_decref(exp);
+    json_decref(ids);
+}
+
+void api_user_experiment(struct api_rq *q)
+{
+    experiment_and_trials(q, true);
 }
 
 void api_user_experiment_trials(struct api_rq *q)
 {
-    json_t *exp = NULL;
-    char err[KD_ERRLEN] = "";
-    int rc = api_get_experiment(q->api, NS(q), NAME(q), &exp, err);
-    if (rc != 0) {
-        api_fail(q, rc, NULL, err);
-        goto out;
-    }
-    json_t *trials = trials_of(q->api, NS(q), NAME(q)), *ts = json_array();
-    size_t i;
-    json_t *t;
-    json_array_foreach(trials, i, t) json_array_append_new(ts, summary(t));
-    json_decref(trials);
-    api_json(q, 200, json_pack("{s:o}", "trials", ts));
-out:
-    json_decref(exp);
+    experiment_and_trials(q, false);
 }
 
 void api_user_experiment_action(struct api_rq *q)
@@ -266,13 +393,52 @@ out:
 
 void api_user_trial(struct api_rq *q)
 {
+    json_t *t = NULL, *ids = json_object();
+    int64_t eid = 0, tid = 0;
+    char err[KD_ERRLEN] = "";
+    int rc = user_get(q, true, &t, err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    if (api_store_ids(q->api, t, false, &eid, &tid, err) == 0)
+        json_object_set_new(ids, kd_k8s_meta_str(t, "uid") ?: "", json_integer(tid));
+    api_json(q, 200, json_pack("{s:o}", "trial", summary_id(t, ids)));
+out:
+    json_decref(t);
+    json_decref(ids);
+}
+
+/*
+ * POST .../trials/{t}/kill: the trial ends CANCELED now, as Determined's
+ * `det trial kill` does: the condition EarlyExit=True (UserCanceled) makes
+ * the controller delete its pods, never restart it, and tell the searcher
+ * the user canceled it. A trial that has already ended is 409.
+ */
+void api_user_trial_kill(struct api_rq *q)
+{
     json_t *t = NULL;
     char err[KD_ERRLEN] = "";
-    int rc = api_get_trial(q->api, NS(q), NAME(q), &t, err);
-    if (rc != 0)
+    int rc = user_get(q, true, &t, err);
+    if (rc != 0) {
         api_fail(q, rc, NULL, err);
-    else
-        api_json(q, 200, json_pack("{s:o}", "trial", summary(t)));
+        goto out;
+    }
+    const char *st = json_string_value(json_object_get(json_object_get(t, "status"), "state"));
+    if (st != NULL &&
+        (strcmp(st, "COMPLETED") == 0 || strcmp(st, "CANCELED") == 0 || strcmp(st, "ERROR") == 0)) {
+        api_error(q, 409, NULL, "trial %s/%s has already ended (%s)", NS(q),
+                  kd_k8s_meta_str(t, "name") ?: "", st);
+        goto out;
+    }
+    rc = api_trial_early_exit(q->api, t, "UserCanceled", "killed by the user", err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    KD_INFO("trial killed through the API", "trial=%s/%s", NS(q), kd_k8s_meta_str(t, "name") ?: "");
+    api_json(q, 200, json_pack("{s:o}", "trial", summary(t)));
+out:
     json_decref(t);
 }
 

@@ -826,29 +826,37 @@ void api_worker_early_exit(struct api_rq *q)
     }
     if (want_str(q, body, "message", 4096, false, &x.message) != 0)
         goto out;
-    x.reason = cond_reasons[idx];
-    if (x.message == NULL)
-        x.message = why;
-    now_rfc3339(x.time, sizeof(x.time));
-    rc = api_status_update(a, NS(q), TRIAL(q), kd_k8s_meta_str(trial, "uid"), set_early_exit, &x,
-                           err);
+    rc = api_trial_early_exit(a, trial, cond_reasons[idx], x.message ? x.message : why, err);
     if (rc != 0) {
         api_fail(q, rc, NULL, err);
         goto out;
-    }
-    /* Also in the experiment's event history (best effort: the condition is what counts). */
-    int64_t exp_id, trial_id;
-    if (api_store_ids(a, trial, true, &exp_id, &trial_id, err) == 0) {
-        json_t *details = json_pack("{s:s}", "trial", TRIAL(q));
-        struct kd_store_event ev = {exp_id, trial_id, "trial", "early_exit", x.message, details};
-        if (kd_store_event_add(a->o.store, &ev, NULL, err) != 0)
-            KD_WARN("cannot record the early exit event", "trial=%s/%s err=%s", NS(q), TRIAL(q),
-                    kd_logq(err));
-        json_decref(details);
     }
     KD_INFO("trial exited early", "trial=%s/%s reason=%s", NS(q), TRIAL(q), why);
     api_json(q, 200, json_pack("{s:s}", "reason", why));
 out:
     json_decref(trial);
     json_decref(body);
+}
+
+int api_trial_early_exit(struct kd_api *a, const json_t *trial, const char *reason,
+                         const char *message, char *err)
+{
+    struct exit_ctx x = {.reason = reason, .message = message};
+    const char *ns = kd_k8s_meta_str(trial, "namespace"), *name = kd_k8s_meta_str(trial, "name");
+    now_rfc3339(x.time, sizeof(x.time));
+    int rc = api_status_update(a, ns, name, kd_k8s_meta_str(trial, "uid"), set_early_exit, &x, err);
+    if (rc != 0)
+        goto out;
+    /* Also in the experiment's event history (best effort: the condition is what counts). */
+    int64_t exp_id, trial_id;
+    if (api_store_ids(a, trial, true, &exp_id, &trial_id, err) == 0) {
+        json_t *details = json_pack("{s:s}", "trial", name);
+        struct kd_store_event ev = {exp_id, trial_id, "trial", "early_exit", message, details};
+        if (kd_store_event_add(a->o.store, &ev, NULL, err) != 0)
+            KD_WARN("cannot record the early exit event", "trial=%s/%s err=%s", ns, name,
+                    kd_logq(err));
+        json_decref(details);
+    }
+out:
+    return rc;
 }

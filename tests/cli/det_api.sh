@@ -109,6 +109,42 @@ spec="  entrypoint: sh $tmp/worker.sh
   searcher: {name: single, metric: loss, max_length: {batches: 30}}
   checkpoint_storage: {type: shared_fs, host_path: $tmp/ckpt}
   resources: {slots_per_trial: 1}"
+# an experiment of two trials first, so that the store ids of experiments and trials differ below
+experiment pre "  entrypoint: sleep 60
+  hyperparameters: {lr: {type: double, minval: 0.1, maxval: 0.2}}
+  searcher: {name: random, metric: loss, max_trials: 2, max_length: {batches: 10}}
+  resources: {slots_per_trial: 1}" || bad "create experiment pre" "$tmp/out"
+for _ in $(seq 150); do
+    curl -s -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/experiments/pre/trials" > "$tmp/p.json"
+    [ "$(json "$tmp/p.json" "len([t for t in j['trials'] if 'id' in t])")" = 2 ] && break
+    sleep 0.2
+done
+[ "$(json "$tmp/p.json" "len([t for t in j['trials'] if 'id' in t])")" = 2 ] && ok "API: started trials carry their store ids" ||
+    bad "ids of pre's trials" "$tmp/p.json"
+# det trial kill: one trial ends CANCELED through the controller, the other goes on
+pre1=$(json "$tmp/p.json" "[t['id'] for t in j['trials'] if t['name'] == 'pre-1'][0]")
+for _ in $(seq 150); do [ "$(kubectl get trial pre-1 -o 'jsonpath={.status.state}')" = ACTIVE ] && break; sleep 0.2; done
+"$det" trial kill "$pre1" > "$tmp/out" 2>&1 && grep -q "trial pre-1 killed: kdet-controller ends it CANCELED" "$tmp/out" &&
+    ok "det trial kill ID (an integer): the controller is told" || bad "det trial kill" "$tmp/out"
+for _ in $(seq 150); do [ "$(kubectl get trial pre-1 -o 'jsonpath={.status.state}')" = CANCELED ] && break; sleep 0.2; done
+kubectl get trial pre-1 pre-2 -o json > "$tmp/k.json" 2>> "$tmp/out"
+[ "$(json "$tmp/k.json" "[(t['status']['state'], [c['reason'] for c in t['status'].get('conditions', []) if c['type'] == 'EarlyExit']) for t in j['items']]")" = \
+    "[('CANCELED', ['UserCanceled']), ('ACTIVE', [])]" ] && ok "the killed trial ends CANCELED (EarlyExit UserCanceled); the other one still runs" ||
+    bad "states after det trial kill" "$tmp/k.json"
+kubectl get pods -l kdet.io/trial=pre-1 -o name > "$tmp/out" 2>&1 && [ ! -s "$tmp/out" ] && ok "the killed trial has no pods left" ||
+    bad "pods of the killed trial" "$tmp/out"
+"$det" trial kill pre-1 > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "trial pre-1 has already ended (CANCELED): nothing to kill" "$tmp/out" &&
+    ok "killing an ended trial: exit 1 saying so" || bad "kill an ended trial (exit $rc)" "$tmp/out"
+code=$(curl -s -o "$tmp/t.json" -w '%{http_code}' -X POST -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/trials/pre-1/kill")
+[ "$code" = 409 ] && grep -q "has already ended (CANCELED)" "$tmp/t.json" && ok "API: POST trials/{t}/kill of an ended trial is 409" ||
+    bad "API kill of an ended trial (HTTP $code)" "$tmp/t.json"
+(unset KDET_API_URL KDET_API_TOKEN_FILE; KDET_DATA_DIR=$tmp/none "$det" trial kill pre-2) > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 4 ] && grep -q "det trial kill needs the controller API" "$tmp/out" && ok "det trial kill without the controller API: exit 4" ||
+    bad "trial kill without the API (exit $rc)" "$tmp/out"
+"$det" e kill pre > "$tmp/out" 2>&1 || bad "kill experiment pre" "$tmp/out"
 experiment apiexp "$spec" || bad "create experiment apiexp" "$tmp/out"
 timeout 100 "$det" experiment wait apiexp --timeout 90 > "$tmp/out" 2>&1 && ok "experiment apiexp COMPLETED" ||
     { bad "experiment apiexp did not complete" "$tmp/out"; tail -20 "$dd/logs/kdet-controller.log"; }
@@ -144,6 +180,75 @@ rc=$?
 (unset KDET_API_URL KDET_API_TOKEN_FILE; KDET_DATA_DIR=$dd "$det" trial metrics apiexp-1 -o json > "$tmp/m.json" 2> "$tmp/out") &&
     [ "$(json "$tmp/m.json" "len(j['metrics'])")" = 3 ] && ok "det finds the local deployment's API by itself (KDET_DATA_DIR)" ||
     bad "API from the data dir" "$tmp/out"
+
+# ---- integer ids: the store's ids, through the controller API
+code=$(curl -s -o "$tmp/e.json" -w '%{http_code}' -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/experiments/apiexp")
+eid=$(json "$tmp/e.json" "j['experiment']['id']")
+tid=$(json "$tmp/e.json" "[t['id'] for t in j['trials'] if t['name'] == 'apiexp-1'][0]")
+[ "$code" = 200 ] && [ "$eid" -gt 0 ] 2>/dev/null && [ "$tid" -gt 0 ] 2>/dev/null &&
+    ok "API: GET experiments/apiexp carries the store ids of the experiment ($eid) and its trial ($tid)" ||
+    bad "API ids (HTTP $code)" "$tmp/e.json"
+curl -s -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/experiments/$eid" > "$tmp/e.json"
+curl -s -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/trials/$tid" > "$tmp/t.json"
+[ "$(json "$tmp/e.json" "j['experiment']['name']")" = apiexp ] && [ "$(json "$tmp/t.json" "(j['trial']['name'], j['trial']['id'])")" = "('apiexp-1', $tid)" ] &&
+    ok "API: an all-digit name that no object has is looked up as a store id" || bad "API lookup by id" "$tmp/t.json"
+code=$(curl -s -o "$tmp/t.json" -w '%{http_code}' -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/kube-public/trials/$tid")
+[ "$code" = 404 ] && grep -q "no trial of namespace kube-public is named $tid or has the id $tid" "$tmp/t.json" &&
+    ok "API: an id of another namespace is 404" || bad "API id in another namespace (HTTP $code)" "$tmp/t.json"
+"$det" experiment list > "$tmp/l.txt" 2> "$tmp/out"
+grep -qE "^ID +NAME +CONFIG NAME +STATE +PROGRESS +TRIALS +BEST +STARTED +DURATION$" "$tmp/l.txt" &&
+    grep -qE "^$eid +apiexp +apiexp +COMPLETED +100% +1 " "$tmp/l.txt" && ! grep -q "note:" "$tmp/out" &&
+    ok "experiment list: the integer id first" || bad "experiment list ids" "$tmp/l.txt"
+"$det" e describe "$eid" > "$tmp/d.txt" 2> "$tmp/out"
+grep -qE "^ID: +$eid$" "$tmp/d.txt" && grep -qE "^Resource: +apiexp$" "$tmp/d.txt" &&
+    grep -qE "^$tid +apiexp-1 +COMPLETED " "$tmp/d.txt" && ok "det e describe ID (an integer) with its trials' ids" ||
+    bad "describe by integer id" "$tmp/d.txt"
+"$det" trial list "$eid" > "$tmp/l.txt" 2> "$tmp/out"
+grep -qE "^ID +NAME +STATE +PROGRESS +BATCHES +BEST +RESTARTS +HPARAMS$" "$tmp/l.txt" && grep -qE "^$tid +apiexp-1 +COMPLETED " "$tmp/l.txt" &&
+    ok "trial list EXPERIMENT-ID: the trials' integer ids" || bad "trial list ids" "$tmp/l.txt"
+"$det" trial describe "$tid" > "$tmp/d.txt" 2> "$tmp/out"
+grep -qE "^ID: +$tid$" "$tmp/d.txt" && grep -qE "^Name: +apiexp-1$" "$tmp/d.txt" && ok "det trial describe ID (an integer)" ||
+    bad "trial describe by integer id" "$tmp/d.txt"
+# a trial id that is no experiment's id: trial ids are not mixed up with experiment ids
+ptid=$(json "$tmp/p.json" "[t['id'] for t in j['trials'] if t['id'] != $eid][0]")
+ptname=$(json "$tmp/p.json" "[t['name'] for t in j['trials'] if t['id'] == $ptid][0]")
+"$det" trial describe "$ptid" > "$tmp/d.txt" 2> "$tmp/out"
+[ -n "$ptname" ] && grep -qE "^ID: +$ptid$" "$tmp/d.txt" && grep -qE "^Name: +$ptname$" "$tmp/d.txt" &&
+    ok "det trial describe $ptid: trial ids are trials' ($ptname), not experiments'" || bad "trial describe $ptid" "$tmp/d.txt"
+"$det" trial metrics "$tid" -o json > "$tmp/m.json" 2> "$tmp/out" && [ "$(json "$tmp/m.json" "(j['trial'], len(j['metrics']))")" = "('apiexp-1', 3)" ] &&
+    ok "det trial metrics ID (an integer)" || bad "trial metrics by integer id" "$tmp/out"
+"$det" trial logs "$tid" > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 5 ] && grep -q "trial apiexp-1 has no pods (state COMPLETED): its logs went with its pods" "$tmp/out" &&
+    ok "det trial logs ID (an integer) of an ended trial: exit 5, its logs went with its pods" || bad "trial logs by id (exit $rc)" "$tmp/out"
+"$det" experiment logs "$eid" --tail 5 > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 5 ] && grep -q "trial apiexp-1 has no pods (state COMPLETED)" "$tmp/out" &&
+    ok "det experiment logs ID (an integer): the same for each trial" || bad "experiment logs by id (exit $rc)" "$tmp/out"
+"$det" e archive "$eid" > "$tmp/out" 2>&1 && [ "$(kubectl get exp apiexp -o 'jsonpath={.spec.archived}')" = true ] &&
+    "$det" e unarchive "$eid" >> "$tmp/out" 2>&1 && [ "$(kubectl get exp apiexp -o 'jsonpath={.spec.archived}')" = false ] &&
+    ok "det e archive/unarchive ID (an integer) patch that experiment" || bad "archive by integer id" "$tmp/out"
+"$det" e describe 999999 > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 5 ] && grep -q 'no experiment in namespace "default" is named "999999" or has the id 999999' "$tmp/out" &&
+    ok "an unknown integer id: exit 5 naming it" || bad "unknown integer id (exit $rc)" "$tmp/out"
+(unset KDET_API_URL KDET_API_TOKEN_FILE; KDET_DATA_DIR=$tmp/none "$det" trial describe "$tid") > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 4 ] && grep -q "no trial is named \"$tid\" in namespace \"default\", and looking up integer ids needs the controller API: run det deploy local up" "$tmp/out" &&
+    ok "an integer id without the controller API: exit 4 saying so" || bad "integer id without the API (exit $rc)" "$tmp/out"
+(unset KDET_API_URL KDET_API_TOKEN_FILE; KDET_DATA_DIR=$tmp/none "$det" experiment list) > "$tmp/l.txt" 2> "$tmp/out"
+grep -qE "^- +apiexp +apiexp +COMPLETED" "$tmp/l.txt" && grep -q "note: no integer ids (ID shows -): looking up integer ids needs the controller API" "$tmp/out" &&
+    ok "experiment list without the controller API: ID -, and a note why" || bad "list without the API" "$tmp/out"
+# a name wins over an id: an experiment named like apiexp's id
+experiment "'$eid'" "  paused: true
+  entrypoint: sleep 1
+  hyperparameters: {lr: 0.1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  resources: {slots_per_trial: 1}" || bad "create experiment $eid" "$tmp/out"
+"$det" e describe "$eid" > "$tmp/d.txt" 2> "$tmp/out"
+grep -qE "^Resource: +$eid$" "$tmp/d.txt" && ok "an experiment named $eid is found by that name before the id" ||
+    bad "name before id" "$tmp/d.txt"
+timeout 30 kubectl delete exp "$eid" > "$tmp/out" 2>&1 || bad "delete experiment $eid" "$tmp/out"
 
 # ---- checkpoints
 "$det" checkpoint list apie > "$tmp/c.txt" 2> "$tmp/out"

@@ -42,6 +42,9 @@ if [ ! -s "$tmp/kubeconfig" ]; then
 fi
 port=$(cat "$tmp/port")
 export KUBECONFIG=$tmp/kubeconfig
+# no controller API here (det_api.sh has one): not even a local deployment of the user's
+unset KDET_API_URL KDET_API_TOKEN KDET_API_TOKEN_FILE
+export KDET_DATA_DIR=$tmp/no-deployment
 k() { timeout 30 kubectl --request-timeout=20s "$@"; }
 
 # ---- errors before anything is installed
@@ -83,10 +86,15 @@ k delete exp "$name-2" "$name-3" "$pname" > "$tmp/out" 2>&1 || bad "delete the e
 check "create in a namespace that does not exist" 5 "not found" -- "$det" experiment create $ex/const.yaml $ex -n nope
 
 # ---- list and describe
-check "list shows it, WAITING without a controller" 0 "^$name +fashion-mnist-c-const +WAITING" -- "$det" experiment list
-check "list header" 0 "^ID +NAME +STATE +PROGRESS +TRIALS +BEST +STARTED +DURATION" -- "$det" experiment list
+check "list shows it, WAITING without a controller" 0 "^- +$name +fashion-mnist-c-const +WAITING" -- "$det" experiment list
+check "list header" 0 "^ID +NAME +CONFIG NAME +STATE +PROGRESS +TRIALS +BEST +STARTED +DURATION" -- "$det" experiment list
 check "describe by prefix says nothing acted on it" 0 "WAITING for kdet-controller: nothing has acted on this experiment" \
     -- "$det" experiment describe fashion-mnist-c-const
+check "list without the controller API: a note that ID needs it" 0 "note: no integer ids \(ID shows -\): looking up integer ids needs the controller API" \
+    -- "$det" experiment list
+check "an integer ID without the controller API: exit 4 saying so" 4 \
+    "no experiment is named \"12\" in namespace \"default\", and looking up integer ids needs the controller API" \
+    -- "$det" experiment describe 12
 check "describe -o json" 0 "\"name\": \"$name\"" -- "$det" experiment describe "$name" -o json
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["experiment"]["metadata"]["name"]==sys.argv[2]; assert d["trials"]==[]' \
     "$tmp/out" "$name" && ok "describe -o json parses" || bad "describe -o json parses" "$tmp/out"
@@ -109,7 +117,7 @@ check "archive" 0 "archived" -- "$det" experiment archive "$name"
 [ "$(spec archived)" = "true" ] && ok "archive sets spec.archived" || bad "spec.archived"
 check "list hides archived experiments" 0 "" -- "$det" experiment list
 grep -q "$name" "$tmp/out" && bad "archived experiment listed" "$tmp/out" || ok "archived experiment not listed"
-check "list --all shows them" 0 "^$name " -- "$det" experiment list --all
+check "list --all shows them" 0 "^- +$name " -- "$det" experiment list --all
 check "unarchive" 0 "unarchived" -- "$det" experiment unarchive "$name"
 [ "$(spec archived)" = "false" ] && ok "unarchive clears spec.archived" || bad "spec.archived after unarchive"
 check "cancel" 0 "canceled \(spec.canceled=true\)" -- "$det" experiment cancel "$name"
@@ -148,7 +156,7 @@ bgpid=$!
 check "wait exits 0 on COMPLETED" 0 "experiment $other COMPLETED" -- timeout 60 "$det" experiment wait "$other" --timeout 50s
 grep -qF "ACTIVE [#####...............] 25%, trials 4 (4 active" "$tmp/out" && ok "wait shows the progress line" || bad "wait progress line" "$tmp/out"
 wait $bgpid; bgpid=""
-check "list shows state, progress, trials, best" 0 "^$other +fashion-mnist-c-adaptive +COMPLETED +100% +4 +0.25" -- "$det" experiment list
+check "list shows state, progress, trials, best" 0 "^- +$other +fashion-mnist-c-adaptive +COMPLETED +100% +4 +0.25" -- "$det" experiment list
 (sleep 1; st "$name" '{"status":{"state":"ERROR","observedGeneration":9,"message":"trial 3 failed 2 times"}}') &
 bgpid=$!
 check "wait exits 6 on ERROR with the reason" 6 "ended ERROR: trial 3 failed 2 times" -- timeout 60 "$det" experiment wait "$name"
@@ -221,7 +229,7 @@ spec:
     command: [sh, -c, 'for i in 1 2 3; do echo "[rank=0] step \$i"; sleep 0.3; done; echo done']
 EOF
 k apply -f "$tmp/trial.yaml" > "$tmp/out" 2>&1 || bad "apply a trial and its pod" "$tmp/out"
-check "trial list EXP" 0 "^$other-1 +WAITING .*\{\"layers\":2,\"lr\":0.01\}" -- "$det" trial list "$other"
+check "trial list EXP" 0 "^- +$other-1 +WAITING .*\{\"layers\":2,\"lr\":0.01\}" -- "$det" trial list "$other"
 check "trial describe" 0 "Pods: +$other-1-0" -- "$det" trial describe "$other-1"
 check "trial logs -f follows the pod to its end" 0 "step 3" -- timeout 60 "$det" trial logs "$other-1" -f
 [ "$(grep -c 'step' "$tmp/out")" = 3 ] && grep -q '^done$' "$tmp/out" && ok "logs -f: every line once" || bad "logs -f lines" "$tmp/out"
@@ -254,6 +262,45 @@ check "trial logs -f of several pods and containers, prefixed" 0 "^\[$other-2-0/
     -- timeout 60 "$det" trial logs "$other-2" -f
 grep -q "^\[$other-2-0/worker\] from-worker$" "$tmp/out" && grep -q "^\[$other-2-1\] rank-1$" "$tmp/out" &&
     ok "each pod and container has its prefix" || bad "prefixes of several pods" "$tmp/out"
+check "trial logs --tail 1: the last line only" 0 "^done$" -- "$det" trial logs "$other-1" --tail 1
+[ "$(wc -l < "$tmp/out")" = 1 ] && ok "--tail 1 prints one line" || bad "--tail 1 lines" "$tmp/out"
+check "trial logs --tail x: usage error" 2 "--tail x: expected a number of lines" -- "$det" trial logs "$other-1" --tail x
+cat > "$tmp/trial3.yaml" <<EOF
+apiVersion: kdet.io/v1alpha1
+kind: Trial
+metadata: {name: $other-3}
+spec: {experiment: $other, requestId: r-000003, hparams: {lr: 0.2}, seed: 9}
+EOF
+k apply -f "$tmp/trial3.yaml" > "$tmp/out" 2>&1 &&
+    k patch trial "$other-3" --subresource=status --type=merge -p '{"status":{"state":"COMPLETED"}}' >> "$tmp/out" 2>&1 ||
+    bad "apply a completed trial without pods" "$tmp/out"
+check "trial logs after the pods are gone: exit 5, the logs went with them" 5 \
+    "trial $other-3 has no pods \(state COMPLETED\): its logs went with its pods" -- "$det" trial logs "$other-3"
+check "experiment logs: every trial's lines, prefixed by the trial" 0 "^\[$other-1\] \[rank=0\] step 1$" \
+    -- "$det" experiment logs "$other"
+grep -q "^\[$other-2 $other-2-0/sidecar\] from-sidecar$" "$tmp/out" && grep -q "^\[$other-2 $other-2-1\] rank-1$" "$tmp/out" &&
+    grep -q "^\[$other-1\] done$" "$tmp/out" && grep -q "trial $other-3 has no pods (state COMPLETED): its logs went with its pods" "$tmp/out" &&
+    ok "experiment logs: [TRIAL POD] for several pods, a note for the trial without pods" || bad "experiment logs prefixes" "$tmp/out"
+check "experiment logs --tail 1" 0 "^\[$other-1\] done$" -- "$det" experiment logs "$other" --tail 1
+grep -q "step" "$tmp/out" && bad "--tail 1 printed earlier lines" "$tmp/out" || ok "experiment logs --tail 1: only the last line of each pod"
+check "experiment logs -f follows every pod to its end" 0 "^\[$other-2 $other-2-1\] rank-1$" \
+    -- timeout 60 "$det" experiment logs "$other" -f
+[ "$(grep -c "^\[$other-1\] \[rank=0\] step" "$tmp/out")" = 3 ] && ok "experiment logs -f: every line once" || bad "experiment logs -f lines" "$tmp/out"
+# ---- the best trials by the searcher metric (validation_loss, smaller is better)
+bv() { k patch trial "$1" --subresource=status --type=merge -p "{\"status\":{\"bestValidation\":{\"metric\":\"validation_loss\",\"value\":$2,\"batches\":100}}}" > /dev/null; }
+bv "$other-1" 0.5 && bv "$other-2" 0.25 || bad "patch bestValidation"
+check "trial list --best 1: the best trial only" 0 "the 1 best of 3 trials by validation_loss \(smaller is better\)" \
+    -- "$det" trial list "$other" --best 1
+grep -qE "^- +$other-2 " "$tmp/out" && ! grep -qE "^- +$other-1 " "$tmp/out" && ok "--best 1 shows $other-2 (0.25)" ||
+    bad "--best 1" "$tmp/out"
+"$det" experiment list-trials "$other" --best 5 -o json > "$tmp/b.json" 2> "$tmp/out"
+[ "$(python3 -c 'import json,sys; print(" ".join(t["metadata"]["name"] for t in json.load(open(sys.argv[1]))["items"]))' "$tmp/b.json")" = "$other-2 $other-1" ] &&
+    ok "experiment list-trials --best 5 -o json: best first, the trial without a validation left out" || bad "list-trials --best 5" "$tmp/b.json"
+k patch exp "$other" --type=merge -p '{"spec":{"searcher":{"smaller_is_better":false}}}' > /dev/null
+"$det" e lt "$other" --best 1 > "$tmp/out" 2>&1
+grep -qE "^- +$other-1 " "$tmp/out" && grep -q "(larger is better)" "$tmp/out" && ok "--best with smaller_is_better false: the largest first" ||
+    bad "--best larger is better" "$tmp/out"
+check "trial list --best 0: usage error" 2 "--best 0: expected a number of trials" -- "$det" trial list "$other" --best 0
 check "trial logs of a missing trial" 5 "trial \"$other-9\" not found" -- "$det" trial logs "$other-9"
 
 # ---- delete
