@@ -494,6 +494,12 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
             env_set(env, "KDET_CONTROLLER_URL", o->controller_url);
         if (o->api)
             api_env(env, trial, cfg, o);
+        if (o->api && o->experiment_int_id > 0 && o->trial_int_id > 0) {
+            snprintf(buf, sizeof(buf), "%" PRId64, o->experiment_int_id);
+            env_set(env, "KDET_EXPERIMENT_INT_ID", buf);
+            snprintf(buf, sizeof(buf), "%" PRId64, o->trial_int_id);
+            env_set(env, "KDET_TRIAL_INT_ID", buf);
+        }
         if (o->api && npods > 1) {
             /* The chief reports this address to the controller (docs/launcher.md). */
             json_t *ip = json_pack("{s:s,s:{s:{s:s}}}", "name", "KDET_POD_IP", "valueFrom",

@@ -11,6 +11,7 @@
 #define KD_CTRL_PODSPEC_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -57,6 +58,10 @@ struct kd_pod_opts {
      */
     bool api;
     const char *latest_checkpoint; /* with api: the checkpoint to start from; NULL: none */
+    /* With api: the store's integer ids of the experiment and trial (> 0), as
+     * KDET_EXPERIMENT_INT_ID and KDET_TRIAL_INT_ID, so that det.get_cluster_info() shows the ids
+     * `det` shows. */
+    int64_t experiment_int_id, trial_int_id;
     /*
      * The Experiment's spec.context (borrowed; NULL: none). configMap: a
      * read-only volume of its "context.tar.gz" item, KDET_CONTEXT_ARCHIVE

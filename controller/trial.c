@@ -461,10 +461,13 @@ static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *tri
         nodes[r] = ad->nodes[r] != NULL && ad->nodes[r][0] != '\0' ? ad->nodes[r] : NULL;
     *pods_status = json_array();
     if (kd_ctrl_api_on(c)) {
-        if ((rc = kd_ctrl_wire_trial(c, exp, trial, cfg, latest, sizeof(latest), err)) != 0)
+        int64_t ids[2] = {0, 0};
+        if ((rc = kd_ctrl_wire_trial(c, exp, trial, cfg, latest, sizeof(latest), ids, err)) != 0)
             goto out;
         po.api = true;
         po.latest_checkpoint = latest;
+        po.experiment_int_id = ids[0];
+        po.trial_int_id = ids[1];
     }
     if ((rc = kd_pod_build(trial, cfg, run_id, nodes, ad->gpus, ad->nplace, &po, &pods, err)) != 0)
         goto out;

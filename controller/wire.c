@@ -306,7 +306,7 @@ static void parent_checkpoint(struct kd_ctrl *c, const json_t *exp, const json_t
 }
 
 int kd_ctrl_wire_rows(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
-                      char *err)
+                      int64_t ids[2], char *err)
 {
     int rc = 0;
     int64_t eid = 0, tid = 0;
@@ -334,6 +334,10 @@ int kd_ctrl_wire_rows(struct kd_ctrl *c, const json_t *exp, const json_t *trial,
     };
     if ((rc = kd_store_trial_upsert(c->store, &st, &tid, err)) != 0)
         goto out;
+    if (ids != NULL) {
+        ids[0] = eid;
+        ids[1] = tid;
+    }
     /* The Trial's count is the truth (the reconciler writes it when an attempt fails); the
      * attempt that starts after a restart brings it to the row. */
     if (restarts > 0 && restarts < INT_MAX)
@@ -343,7 +347,7 @@ out:
 }
 
 int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
-                       char *latest, size_t len, char *err)
+                       char *latest, size_t len, int64_t ids[2], char *err)
 {
     int rc = 0;
     const json_t *spec = json_object_get(trial, "spec");
@@ -356,7 +360,7 @@ int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial
         parent_checkpoint(c, exp, trial, parent, latest, len);
     if ((rc = kd_ctrl_trial_secret(c, trial, err)) != 0)
         goto out;
-    rc = kd_ctrl_wire_rows(c, exp, trial, cfg, err);
+    rc = kd_ctrl_wire_rows(c, exp, trial, cfg, ids, err);
 out:
     return rc;
 }

@@ -46,10 +46,12 @@ int kd_ctrl_trial_secret(struct kd_ctrl *c, const json_t *trial, char *err) KD_W
  * experiment and trial rows in the store, and the checkpoint the attempt
  * starts from (status.latestCheckpoint.uuid; for a trial that has none
  * and a spec.parentRequestId, the parent trial's) into latest (len bytes;
- * "" when none). 0 or KD_E* with the cause in err. Blocks. Thread-safe.
+ * "" when none). ids (optional) gets the store's integer ids of the
+ * experiment and the trial (what `det` and the API show). 0 or KD_E* with
+ * the cause in err. Blocks. Thread-safe.
  */
 int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
-                       char *latest, size_t len, char *err) KD_WUR;
+                       char *latest, size_t len, int64_t ids[2], char *err) KD_WUR;
 
 /**
  * The experiment and trial rows in the store (c->store NULL: nothing, 0): the experiment
@@ -57,7 +59,7 @@ int kd_ctrl_wire_trial(struct kd_ctrl *c, const json_t *exp, const json_t *trial
  * Thread-safe.
  */
 int kd_ctrl_wire_rows(struct kd_ctrl *c, const json_t *exp, const json_t *trial, const json_t *cfg,
-                      char *err) KD_WUR;
+                      int64_t ids[2], char *err) KD_WUR; /* ids: as kd_ctrl_wire_trial's */
 
 /**
  * The experiment is being deleted: its row in the store (when it has one and it has not ended

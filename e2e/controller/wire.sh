@@ -67,6 +67,10 @@ check "the token is the trial's (API accepts it)" test "$(curl -s -o /dev/null -
 check "another trial's token is refused" test "$(curl -s -o /dev/null -w '%{http_code}' \
     -H "Authorization: Bearer $tok" "$URL/api/v1/namespaces/default/trials/wire-2/searcher/operation?completed=0&timeout=0")" = 401
 check "KDET_NAMESPACE" grep -qx "KDET_NAMESPACE=default" "$T/env-wire-1"
+check "KDET_TRIAL_INT_ID is the trial's id in the store (what det shows)" grep -qx \
+    "KDET_TRIAL_INT_ID=$(psqlq "select id from trials where uid = '$(field trial wire-1 '{.metadata.uid}')'")" "$T/env-wire-1"
+check "KDET_EXPERIMENT_INT_ID is the experiment's" grep -qx \
+    "KDET_EXPERIMENT_INT_ID=$(psqlq "select id from experiments where name = 'wire'")" "$T/env-wire-1"
 check "KDET_CONTROLLER_URL" grep -qx "KDET_CONTROLLER_URL=$URL" "$T/env-wire-1"
 check "KDET_LENGTH_UNIT" grep -qx "KDET_LENGTH_UNIT=batches" "$T/env-wire-1"
 check "KDET_CHECKPOINT_STORAGE" grep -q "^KDET_CHECKPOINT_STORAGE=.*\"host_path\":\"$T/ckpt\"" "$T/env-wire-2"

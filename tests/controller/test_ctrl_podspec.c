@@ -45,6 +45,8 @@ static void golden(const char *name)
     if (json_is_object(api)) {
         o.api = true;
         o.latest_checkpoint = json_string_value(json_object_get(api, "latest_checkpoint"));
+        o.experiment_int_id = json_integer_value(json_object_get(api, "experiment_int_id"));
+        o.trial_int_id = json_integer_value(json_object_get(api, "trial_int_id"));
     }
     o.context = json_object_get(in, "context"); /* the Experiment's spec.context */
     o.run_as_user = (long)json_integer_value(json_object_get(in, "run_as_user"));

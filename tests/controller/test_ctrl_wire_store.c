@@ -44,13 +44,13 @@ static void test_restarts(void **s)
     PGconn *pc = fx_conn(ci);
     json_t *e = experiment("e-uid-1", "exp"), *cfg = json_object();
     json_t *t0 = trial("t-uid-1", 0), *t2 = trial("t-uid-1", 2), *t1 = trial("t-uid-1", 1);
-    assert_int_equal(kd_ctrl_wire_rows(&c, e, t0, cfg, err), 0);
+    assert_int_equal(kd_ctrl_wire_rows(&c, e, t0, cfg, NULL, err), 0);
     assert_int_equal(q(pc, "SELECT restarts FROM trials WHERE uid = '%s'", "t-uid-1"), 0);
     /* the third attempt starts after two restarts */
-    assert_int_equal(kd_ctrl_wire_rows(&c, e, t2, cfg, err), 0);
+    assert_int_equal(kd_ctrl_wire_rows(&c, e, t2, cfg, NULL, err), 0);
     assert_int_equal(q(pc, "SELECT restarts FROM trials WHERE uid = '%s'", "t-uid-1"), 2);
     /* a stale cache does not take it back */
-    assert_int_equal(kd_ctrl_wire_rows(&c, e, t1, cfg, err), 0);
+    assert_int_equal(kd_ctrl_wire_rows(&c, e, t1, cfg, NULL, err), 0);
     assert_int_equal(q(pc, "SELECT restarts FROM trials WHERE uid = '%s'", "t-uid-1"), 2);
     assert_int_equal(q(pc, "SELECT count(*) FROM trials WHERE uid = '%s'", "t-uid-1"), 1);
     json_decref(e);
@@ -72,8 +72,8 @@ static void test_deleted(void **s)
     json_t *live = experiment("e-live", "live"), *ended = experiment("e-ended", "ended"),
            *none = experiment("e-none", "none"), *cfg = json_object(), *t = trial("t-x", 0),
            *t2 = trial("t-y", 0);
-    assert_int_equal(kd_ctrl_wire_rows(&c, live, t, cfg, err), 0);
-    assert_int_equal(kd_ctrl_wire_rows(&c, ended, t2, cfg, err), 0);
+    assert_int_equal(kd_ctrl_wire_rows(&c, live, t, cfg, NULL, err), 0);
+    assert_int_equal(kd_ctrl_wire_rows(&c, ended, t2, cfg, NULL, err), 0);
     assert_int_equal(kd_store_experiment_lookup(c.store, "e-ended", &id, err), 0);
     assert_int_equal(kd_store_experiment_set_state(c.store, id, "COMPLETED", err), 0);
 

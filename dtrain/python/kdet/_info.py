@@ -2,8 +2,11 @@
 shape of Determined's det.get_cluster_info(), read from the env the
 controller and kdet-launch set (docs/python.md).
 
-kdet names trials and experiments (Trial and Experiment resources); the
-integer ids Determined code expects are derived from the names:
+kdet names trials and experiments (Trial and Experiment resources). Under
+a controller with its database, KDET_TRIAL_INT_ID and KDET_EXPERIMENT_INT_ID
+carry the store's integer ids, the ones `det` and the API show, and are
+used as they are. Without them (local runs, no database) the ids are
+derived from the names:
 
 - trial.trial_id: KDET_TRIAL_ID when it is an integer; else the trial's
   index n, from its name `<experiment>-<n>` (the controller's scheme);
@@ -70,8 +73,11 @@ class TrialInfo:
     def __init__(self, trial_name, experiment_name, namespace, hparams, seed, config):
         self.trial_name = trial_name
         self.experiment_name = experiment_name or None
-        self.trial_id = derive_trial_id(trial_name, experiment_name)
-        self.experiment_id = derive_experiment_id(experiment_name, namespace, trial_name)
+        env = os.environ
+        self.trial_id = (_int_or_none(env.get("KDET_TRIAL_INT_ID"))
+                         or derive_trial_id(trial_name, experiment_name))
+        self.experiment_id = (_int_or_none(env.get("KDET_EXPERIMENT_INT_ID"))
+                              or derive_experiment_id(experiment_name, namespace, trial_name))
         self.hparams = hparams
         self.trial_seed = seed
         self._config = config

@@ -122,6 +122,13 @@ def test_cluster_info_ids_from_trial_names():
     check(tid == 12 and eid == _info.derive_experiment_id("fmnist", "ml"), outs[0])
     check(hp == {"lr": 0.1} and latest == "ck-1" and ttype == "TRIAL" and seed == 9, outs[0])
     check(addrs == ["10.0.0.5"], addrs)
+    # Under a controller with a database, the store's ids (what `det` shows) win.
+    env = tk.env(KDET_TRIAL_ID="fmnist-12", KDET_EXPERIMENT="fmnist", KDET_NAMESPACE="ml",
+                 KDET_TRIAL_INT_ID="345", KDET_EXPERIMENT_INT_ID="67")
+    rc, out = tk.run([tk.PY, "-c", code], env, timeout=60)
+    check(rc == 0, out)
+    got = json.loads(out.strip().splitlines()[-1])
+    check(got[0] == 345 and got[1] == 67, f"store ids not used: {got}")
 
 
 @case
