@@ -58,7 +58,7 @@ static const char *intern(struct kd_handoff *h, const char *name)
 }
 
 void kd_handoff_admit(struct kd_handoff *h, const char *key, int nplace, const char *const *nodes,
-                      int gpus, int64_t at_ms)
+                      int gpus, bool cpu, int64_t at_ms)
 {
     pthread_mutex_lock(&h->mu);
     if (h->nadmits == h->cap) {
@@ -70,6 +70,7 @@ void kd_handoff_admit(struct kd_handoff *h, const char *key, int nplace, const c
     kd_strlcpy(ad->key, key, sizeof(ad->key));
     ad->nplace = nplace < KD_SCHED_MAX_PODS ? nplace : KD_SCHED_MAX_PODS;
     ad->gpus = gpus;
+    ad->cpu = cpu;
     ad->at_ms = at_ms;
     for (int p = 0; nodes != NULL && p < ad->nplace; p++)
         ad->nodes[p] = nodes[p] != NULL ? intern(h, nodes[p]) : NULL;

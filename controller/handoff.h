@@ -22,7 +22,8 @@ struct kd_handoff_admit {
     int nplace;    /* pods */
     /* NULL: not pinned; else a node name interned by the handoff: valid until kd_handoff_free. */
     const char *nodes[KD_SCHED_MAX_PODS];
-    int gpus; /* per pod */
+    int gpus; /* slots per pod */
+    bool cpu; /* the slots are CPU slots */
     int64_t at_ms;
     bool used; /* pods were created for it; kept only as a reservation */
 };
@@ -41,10 +42,11 @@ void kd_handoff_free(struct kd_handoff *h);
  * may be called from a cache walk's callback. Strings are copied.
  */
 
-/** Admit trial `key` on `nplace` pods of `gpus` GPUs each, pinned to nodes[i] (NULL entries or
- * nodes NULL: not pinned); what was said about why it waited is forgotten. */
+/** Admit trial `key` on `nplace` pods of `gpus` slots each (GPUs, or CPU slots when `cpu`),
+ * pinned to nodes[i] (NULL entries or nodes NULL: not pinned); what was said about why it
+ * waited is forgotten. */
 void kd_handoff_admit(struct kd_handoff *h, const char *key, int nplace, const char *const *nodes,
-                      int gpus, int64_t at_ms);
+                      int gpus, bool cpu, int64_t at_ms);
 
 /** Ask the reconciler to stop trial `key` and queue it again; true when not already asked. */
 bool kd_handoff_preempt(struct kd_handoff *h, const char *key, const char *reason);

@@ -50,6 +50,10 @@ static void usage(FILE *f)
         "  --workers N              reconcile workers per queue, 1..64 (default 4)\n"
         "  --scheduler TYPE         priority | fair_share (default priority)\n"
         "  --preemption on|off      preempt lower-priority trials (default on)\n"
+        "  --slot-type auto|gpu|cpu what a slot is: auto (default) gives GPU slots in a resource\n"
+        "                           pool whose nodes have GPUs and CPU slots where none has\n"
+        "  --cpu-per-slot CPUS      CPUs of a CPU slot, e.g. 1, 0.5, 2500m (default 1)\n"
+        "  --memory-per-slot SIZE   memory of a CPU slot, e.g. 2Gi, 512Mi (default: none)\n"
         "  --gang-scheduler NAME    who admits trials by capacity: builtin | volcano | kueue |\n"
         "                           auto (by API discovery) (default $KDET_GANG_SCHEDULER or "
         "builtin)\n"
@@ -93,6 +97,9 @@ static const char *const flag_names[] = {
     "--workers",
     "--scheduler",
     "--preemption",
+    "--slot-type",
+    "--cpu-per-slot",
+    "--memory-per-slot",
     "--gang-scheduler",
     "--gang-queue",
     "--leader-elect",
@@ -118,6 +125,26 @@ static const char *const flag_names[] = {
     "--help",
     NULL,
 };
+
+/* A memory quantity: "2Gi", "512Mi", "1G" (binary multiples, as kd_parse_size) or bytes. */
+static int memory_parse(const char *v, uint64_t *out)
+{
+    int rc = KD_EINVAL;
+    char buf[64];
+    size_t n = strlen(v);
+    uint64_t b = 0;
+    if (n == 0 || n + 2 > sizeof(buf))
+        goto out;
+    memcpy(buf, v, n + 1);
+    if (n >= 2 && buf[n - 1] == 'i' && strchr("KMGTkmgt", buf[n - 2]) != NULL)
+        buf[n - 1] = '\0'; /* Kubernetes' Ki, Mi, Gi, Ti */
+    if (kd_parse_size(buf, &b) != 0 || b == 0 || b > (uint64_t)1 << 50)
+        goto out;
+    *out = b;
+    rc = 0;
+out:
+    return rc;
+}
 
 static int parse_onoff(const char *flag, const char *v, bool *out, char *err)
 {
@@ -280,9 +307,23 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
             if ((rc = gang_queue_parse("--gang-queue", v, o, err)) != 0)
                 break;
             queue_given = true;
-        } else if (strcmp(name, "--preemption") == 0)
+        } else if (strcmp(name, "--preemption") == 0) {
             rc = parse_onoff(name, v, &o->preemption, err);
-        else if (strcmp(name, "--leader-elect") == 0)
+        } else if (strcmp(name, "--slot-type") == 0) {
+            if (kd_sched_slot_type_parse(v, &o->slot_type) != 0)
+                rc = kd_seterr(err, KD_EINVAL, "--slot-type=%s: expected auto, gpu or cpu", v);
+        } else if (strcmp(name, "--cpu-per-slot") == 0) {
+            if (kd_sched_cpu_milli(v, &o->pod.cpu_per_slot_milli) != 0)
+                rc = kd_seterr(err, KD_EINVAL,
+                               "--cpu-per-slot=%s: expected a CPU quantity above 0 such as 1, "
+                               "0.5 or 2500m",
+                               v);
+        } else if (strcmp(name, "--memory-per-slot") == 0) {
+            if ((rc = memory_parse(v, &o->pod.memory_per_slot)) != 0)
+                rc = kd_seterr(err, KD_EINVAL,
+                               "--memory-per-slot=%s: expected a size above 0 such as 2Gi or 512Mi",
+                               v);
+        } else if (strcmp(name, "--leader-elect") == 0)
             rc = parse_onoff(name, v, &o->leader_elect, err);
         else if (strcmp(name, "--events") == 0)
             rc = parse_onoff(name, v, &o->events, err);
@@ -481,6 +522,7 @@ int main(int argc, char **argv)
                                 .resync_ms = 30000,
                                 .sched_period_ms = 1000};
     c.o.pod.priority_classes = true;
+    c.o.pod.cpu_per_slot_milli = 1000;
     c.o.api_addr = "127.0.0.1";
     c.o.api_port = KD_CTRL_API_PORT;
     c.o.database_url = database_from_env();

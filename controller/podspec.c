@@ -360,6 +360,31 @@ static void context_env(json_t *ps, json_t *c, json_t *env, const json_t *ctx, c
         env_set(env, "KDET_CONTEXT_SHA256", sha);
 }
 
+/*
+ * The CPU (and memory) of `slots` CPU slots as the trial container's
+ * requests and limits, as equal quantities (a Guaranteed share): "2",
+ * "1500m"; memory in bytes.
+ */
+static void slot_resources(json_t *c, int slots, const struct kd_pod_opts *o)
+{
+    char q[32];
+    int64_t per = o->cpu_per_slot_milli > 0 ? o->cpu_per_slot_milli : 1000;
+    int64_t milli = per * slots;
+    json_t *res = child(c, "resources", false);
+    json_t *req = child(res, "requests", false), *lim = child(res, "limits", false);
+    if (milli % 1000 == 0)
+        snprintf(q, sizeof(q), "%" PRId64, milli / 1000);
+    else
+        snprintf(q, sizeof(q), "%" PRId64 "m", milli);
+    json_object_set_new(req, "cpu", json_string(q));
+    json_object_set_new(lim, "cpu", json_string(q));
+    if (o->memory_per_slot > 0) {
+        snprintf(q, sizeof(q), "%" PRIu64, o->memory_per_slot * (uint64_t)slots);
+        json_object_set_new(req, "memory", json_string(q));
+        json_object_set_new(lim, "memory", json_string(q));
+    }
+}
+
 int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                  const char *const *nodes, int gpus, int npods, const struct kd_pod_opts *o,
                  json_t **out, char *err)
@@ -370,7 +395,8 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
     char *shm = NULL, *hp = NULL;
     const json_t *spec = json_object_get(trial, "spec");
     const char *tname = meta(trial, "name"), *ns = meta(trial, "namespace");
-    const char *image = json_string_value(flavor(get_path(cfg, "environment", "image"), gpus));
+    int ngpus = o->cpu_slots ? 0 : gpus; /* CPU slots pick the cpu image and variables */
+    const char *image = json_string_value(flavor(get_path(cfg, "environment", "image"), ngpus));
     const char *launcher = o->launcher != NULL ? o->launcher : "kdet-launch";
     int port = o->master_port > 0 ? o->master_port : KD_POD_DEFAULT_PORT;
     char svc[32], chief[320], buf[64];
@@ -471,7 +497,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
         run_as(ps, c, o->run_as_user);
 
         json_t *env = child(c, "env", true);
-        if ((rc = user_env(env, cfg, gpus, err)) != 0) {
+        if ((rc = user_env(env, cfg, ngpus, err)) != 0) {
             json_decref(pod);
             goto out;
         }
@@ -518,7 +544,12 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
         }
         s3_creds_env(env, cfg);
 
-        if (gpus > 0) {
+        if (gpus > 0 && o->cpu_slots) {
+            slot_resources(c, gpus, o);
+            snprintf(buf, sizeof(buf), "%d", gpus);
+            json_object_set_new(child(md, "annotations", false), KD_POD_ANN_CPU_SLOTS,
+                                json_string(buf));
+        } else if (gpus > 0) {
             json_t *res = child(c, "resources", false);
             snprintf(buf, sizeof(buf), "%d", gpus);
             json_object_set_new(child(res, "limits", false), "nvidia.com/gpu", json_string(buf));

@@ -2,10 +2,10 @@
  * The pods of one attempt of a trial, built from the Trial, its
  * experiment's configuration (defaults filled) and the scheduler's
  * placement: the launcher command, the KDET_* environment contract of
- * docs/launcher.md, GPU limits, shared memory, priority class, resource
- * pool, owner references, the shared_fs checkpoint directory (a hostPath
- * volume at the same path), and the user's environment.pod_spec merged in.
- * Pure: no I/O, so golden files pin the output.
+ * docs/launcher.md, GPU limits (or the CPU and memory of CPU slots), shared memory, priority class,
+ * resource pool, owner references, the shared_fs checkpoint directory (a hostPath volume at the
+ * same path), and the user's environment.pod_spec merged in. Pure: no I/O, so golden files pin the
+ * output.
  */
 #ifndef KD_CTRL_PODSPEC_H
 #define KD_CTRL_PODSPEC_H
@@ -29,6 +29,7 @@
 #define KD_POD_ANN_TARGET "kdet.io/validate-after" /* the target an attempt was started for */
 #define KD_POD_CONTEXT_VOLUME "kdet-context"       /* the context ConfigMap's volume */
 #define KD_POD_CONTEXT_KEY "context.tar.gz"        /* its binaryData key */
+#define KD_POD_ANN_CPU_SLOTS "kdet.io/cpu-slots"   /* a pod's CPU slots (CPU-slot pods only) */
 /*
  * The context ConfigMap is mounted read-only at
  * KD_POD_CONTEXT_MOUNT/<run id>-<node rank>: a path of its own per pod,
@@ -69,6 +70,15 @@ struct kd_pod_opts {
      * path: KDET_CONTEXT_DIR. See docs/launcher.md.
      */
     const json_t *context;
+    /*
+     * The `gpus` of kd_pod_build count CPU slots (the pool's slot type is
+     * CPU): each pod requests and is limited to gpus * cpu_per_slot_milli
+     * CPU and gpus * memory_per_slot bytes (0: no memory), no
+     * nvidia.com/gpu, and carries KD_POD_ANN_CPU_SLOTS.
+     */
+    bool cpu_slots;
+    int64_t cpu_per_slot_milli; /* [1000] */
+    uint64_t memory_per_slot;   /* bytes; 0: none */
 };
 
 /**

@@ -30,6 +30,35 @@ static int gpus_of(const json_t *quantity)
     return v > 0 && v < 1 << 20 ? (int)v : 0;
 }
 
+/* The CPU slots a node offers: its allocatable cpu ("4", "3800m") in slots of per_slot_milli. */
+static int cpu_slots_of(const json_t *quantity, int64_t per_slot_milli)
+{
+    int64_t milli = 0;
+    if (json_is_integer(quantity) && json_integer_value(quantity) > 0 &&
+        json_integer_value(quantity) < (json_int_t)1 << 30)
+        milli = json_integer_value(quantity) * 1000;
+    else if (json_is_string(quantity) &&
+             kd_sched_cpu_milli(json_string_value(quantity), &milli) != 0)
+        milli = 0;
+    return kd_sched_cpu_slots(milli, per_slot_milli > 0 ? per_slot_milli : 1000);
+}
+
+/* The slots a live trial pod holds: its CPU slots (KD_POD_ANN_CPU_SLOTS), else its GPUs. */
+static int pod_slots(const json_t *p)
+{
+    const json_t *cs = json_object_get(
+        json_object_get(json_object_get(p, "metadata"), "annotations"), KD_POD_ANN_CPU_SLOTS);
+    if (cs != NULL)
+        return gpus_of(cs);
+    return gpus_of(json_object_get(
+        json_object_get(
+            json_object_get(
+                json_array_get(json_object_get(json_object_get(p, "spec"), "containers"), 0),
+                "resources"),
+            "limits"),
+        "nvidia.com/gpu"));
+}
+
 static bool node_ready(const json_t *node)
 {
     bool ready = false;
@@ -175,15 +204,7 @@ static int gather_trial(json_t *o, void *ud)
             int ni = node_index(ps->nodes, ps->nn, pod_node(p));
             if (ni < 0 || t->nplace >= KD_SCHED_MAX_PODS)
                 continue;
-            t->place[t->nplace++] = (struct kd_sched_place){
-                ni, gpus_of(json_object_get(
-                        json_object_get(
-                            json_object_get(
-                                json_array_get(
-                                    json_object_get(json_object_get(p, "spec"), "containers"), 0),
-                                "resources"),
-                            "limits"),
-                        "nvidia.com/gpu"))};
+            t->place[t->nplace++] = (struct kd_sched_place){ni, pod_slots(p)};
         }
         t->stopping = paused || exp_stopping || st != KD_TRIAL_ACTIVE ||
                       kd_handoff_preempting(c->handoff, key);
@@ -257,8 +278,9 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
         kd_strlcpy(nd->name, kd_k8s_meta_str(o, "name") ?: "", sizeof(nd->name));
         const char *pool = kd_ctrl_str(o, "metadata", "labels", KD_POD_LABEL_POOL);
         kd_strlcpy(nd->pool, pool != NULL ? pool : "default", sizeof(nd->pool));
-        nd->gpus = gpus_of(json_object_get(
-            json_object_get(json_object_get(o, "status"), "allocatable"), "nvidia.com/gpu"));
+        const json_t *alloc = json_object_get(json_object_get(o, "status"), "allocatable");
+        nd->gpus = gpus_of(json_object_get(alloc, "nvidia.com/gpu"));
+        nd->cpu_slots = cpu_slots_of(json_object_get(alloc, "cpu"), c->o.pod.cpu_per_slot_milli);
         nd->unschedulable =
             json_is_true(json_object_get(json_object_get(o, "spec"), "unschedulable")) ||
             !node_ready(o);
@@ -304,8 +326,11 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     json_decref(seen);
 
     bool delegate = c->o.gang != NULL && !c->o.gang->kdet_admits;
-    struct kd_sched_opts so = {
-        .type = c->o.sched_type, .preemption = c->o.preemption, .delegate = delegate};
+    struct kd_sched_opts so = {.type = c->o.sched_type,
+                               .preemption = c->o.preemption,
+                               .delegate = delegate,
+                               .slot_type = c->o.slot_type,
+                               .cpu_per_slot_milli = c->o.pod.cpu_per_slot_milli};
     if (kd_sched_decide(&so, nodes, nn, ts, n) != 0) {
         KD_ERROR("scheduler input rejected", "trials=%zu nodes=%zu", n, nn);
         goto out;
@@ -318,9 +343,10 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
             for (int p = 0; p < t->nplace && !delegate; p++)
                 pin[p] = nodes[t->place[p].node].name;
             kd_handoff_admit(c->handoff, t->key, t->nplace, pin,
-                             t->nplace > 0 ? t->place[0].gpus : 0, now);
-            KD_INFO("trial admitted", "trial=%s slots=%d pods=%d node=%s", kd_logq(t->key),
-                    t->slots, t->nplace, pin[0] != NULL ? kd_logq(pin[0]) : "");
+                             t->nplace > 0 ? t->place[0].gpus : 0, t->cpu, now);
+            KD_INFO("trial admitted", "trial=%s slots=%d slot_type=%s pods=%d node=%s",
+                    kd_logq(t->key), t->slots, t->cpu ? "cpu" : "gpu", t->nplace,
+                    pin[0] != NULL ? kd_logq(pin[0]) : "");
             kd_k8s_queue_add(c->trialq, t->key);
         } else if (t->decision == KD_SCHED_PREEMPT) {
             if (kd_handoff_preempt(c->handoff, t->key, t->reason))

@@ -25,6 +25,81 @@ int kd_sched_type_parse(const char *s, enum kd_sched_type *out)
     return rc;
 }
 
+int kd_sched_slot_type_parse(const char *s, enum kd_sched_slot_type *out)
+{
+    int rc = 0;
+    if (s != NULL && strcmp(s, "auto") == 0)
+        *out = KD_SCHED_SLOT_AUTO;
+    else if (s != NULL && strcmp(s, "gpu") == 0)
+        *out = KD_SCHED_SLOT_GPU;
+    else if (s != NULL && strcmp(s, "cpu") == 0)
+        *out = KD_SCHED_SLOT_CPU;
+    else
+        rc = KD_EINVAL;
+    return rc;
+}
+
+int kd_sched_cpu_milli(const char *q, int64_t *out)
+{
+    int rc = KD_EINVAL;
+    int64_t whole = 0, frac = 0;
+    int ndigits = 0, nfrac = 0;
+    const char *p = q;
+    if (q == NULL)
+        goto out;
+    for (; *p >= '0' && *p <= '9' && ndigits < 13; p++, ndigits++)
+        whole = whole * 10 + (*p - '0');
+    if (*p == '.') {
+        for (p++; *p >= '0' && *p <= '9' && nfrac < 3; p++, nfrac++)
+            frac = frac * 10 + (*p - '0');
+        for (int k = nfrac; k < 3; k++)
+            frac *= 10;
+        if (nfrac == 0)
+            goto out;
+    }
+    if (ndigits == 0 && nfrac == 0)
+        goto out;
+    if (*p == 'm' && p[1] == '\0' && nfrac == 0) {
+        *out = whole;
+    } else if (*p == '\0') {
+        *out = whole * 1000 + frac;
+    } else {
+        goto out; /* another suffix, a sign, more than three decimals */
+    }
+    if (*out < 1 || *out > ((int64_t)1 << 40))
+        goto out;
+    rc = 0;
+out:
+    return rc;
+}
+
+int kd_sched_cpu_slots(int64_t cpu_milli, int64_t per_slot_milli)
+{
+    int64_t n = 0;
+    if (cpu_milli > 0 && per_slot_milli > 0) {
+        n = cpu_milli / per_slot_milli;
+        if (n < 1)
+            n = 1;
+        if (n > 1 << 20)
+            n = 1 << 20;
+    }
+    return (int)n;
+}
+
+enum kd_sched_slot_type kd_sched_pool_slot_type(const struct kd_sched_opts *opts,
+                                                const struct kd_sched_node *nodes, size_t nnodes,
+                                                const char *pool)
+{
+    enum kd_sched_slot_type ty = opts->slot_type;
+    if (ty == KD_SCHED_SLOT_AUTO) {
+        ty = KD_SCHED_SLOT_CPU;
+        for (size_t i = 0; i < nnodes; i++)
+            if (strcmp(nodes[i].pool, pool) == 0 && nodes[i].gpus > 0)
+                ty = KD_SCHED_SLOT_GPU;
+    }
+    return ty;
+}
+
 const char *kd_sched_decision_name(enum kd_sched_decision d)
 {
     switch (d) {
@@ -39,33 +114,69 @@ const char *kd_sched_decision_name(enum kd_sched_decision d)
 
 enum fit { FIT_OK, FIT_NOT_NOW, FIT_NEVER };
 
+/*
+ * What one pass works on: the nodes, the slots each offers under its
+ * pool's slot type (cap) and whether those are CPU slots.
+ */
+struct ctx {
+    const struct kd_sched_node *nodes;
+    size_t nnodes;
+    const int *cap;
+    const bool *cpu;
+    int64_t per_slot_milli;
+};
+
 static bool in_pool(const struct kd_sched_node *n, const char *pool)
 {
     return !n->unschedulable && strcmp(n->pool, pool) == 0;
+}
+
+/* "1 CPU", "2 CPUs", "0.5 CPU", "1.25 CPUs" */
+static void fmt_cpus(int64_t milli, char *buf, size_t len)
+{
+    int64_t whole = milli / 1000, frac = milli % 1000;
+    if (frac == 0) {
+        snprintf(buf, len, "%lld CPU%s", (long long)whole, whole == 1 ? "" : "s");
+    } else {
+        char f[8];
+        snprintf(f, sizeof(f), "%03lld", (long long)frac);
+        for (size_t k = strlen(f); k > 0 && f[k - 1] == '0'; k--)
+            f[k - 1] = '\0';
+        snprintf(buf, len, "%lld.%s CPU%s", (long long)whole, f, whole >= 1 ? "s" : "");
+    }
 }
 
 /*
  * Try to place t on the free GPUs in avail[] (one entry per node). On
  * FIT_OK the placement is written to t->place and subtracted from free.
  */
-static enum fit place(struct kd_sched_trial *t, const struct kd_sched_node *nodes, size_t nnodes,
-                      int *avail, char *why, size_t whylen)
+static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail, char *why,
+                      size_t whylen)
 {
     enum fit rc = FIT_NOT_NOW;
-    int largest = 0, nlargest = 0, pool_nodes = 0, free_total = 0;
+    const struct kd_sched_node *nodes = x->nodes;
+    size_t nnodes = x->nnodes;
+    int largest = 0, nlargest = 0, pool_nodes = 0, free_total = 0, total = 0;
+    bool cpu = false;
+    char per[32];
     for (size_t i = 0; i < nnodes; i++) {
         if (!in_pool(&nodes[i], t->pool))
             continue;
         pool_nodes++;
+        cpu = x->cpu[i];
         free_total += avail[i] > 0 ? avail[i] : 0;
-        if (nodes[i].gpus > largest) {
-            largest = nodes[i].gpus;
+        total += x->cap[i];
+        if (x->cap[i] > largest) {
+            largest = x->cap[i];
             nlargest = 0;
         }
-        if (nodes[i].gpus == largest)
+        if (x->cap[i] == largest)
             nlargest++;
     }
+    fmt_cpus(x->per_slot_milli, per, sizeof(per));
+    const char *unit = cpu ? "CPU slots" : "GPUs";
     t->nplace = 0;
+    t->cpu = cpu;
     if (pool_nodes == 0) {
         snprintf(why, whylen, "resource pool %s has no schedulable node", t->pool);
         rc = FIT_NEVER;
@@ -84,8 +195,21 @@ static enum fit place(struct kd_sched_trial *t, const struct kd_sched_node *node
         goto out;
     }
     if (largest == 0) {
-        snprintf(why, whylen, "resource pool %s has no GPUs; the trial needs %d", t->pool,
-                 t->slots);
+        if (cpu)
+            snprintf(why, whylen,
+                     "resource pool %s has no CPU slots (no allocatable CPU); the "
+                     "trial needs %d",
+                     t->pool, t->slots);
+        else
+            snprintf(why, whylen, "resource pool %s has no GPUs; the trial needs %d", t->pool,
+                     t->slots);
+        rc = FIT_NEVER;
+        goto out;
+    }
+    if (cpu && t->slots > total) {
+        snprintf(why, whylen,
+                 "slots_per_trial=%d needs %d CPU slots; resource pool %s has %d (CPU slots of %s)",
+                 t->slots, t->slots, t->pool, total, per);
         rc = FIT_NEVER;
         goto out;
     }
@@ -100,8 +224,8 @@ static enum fit place(struct kd_sched_trial *t, const struct kd_sched_node *node
         }
         if (best < 0) {
             snprintf(why, whylen,
-                     "waiting for %d GPUs on one node of resource pool %s (%d free in the pool)",
-                     t->slots, t->pool, free_total);
+                     "waiting for %d %s on one node of resource pool %s (%d free in the pool)",
+                     t->slots, unit, t->pool, free_total);
             goto out;
         }
         t->place[0] = (struct kd_sched_place){best, t->slots};
@@ -112,29 +236,29 @@ static enum fit place(struct kd_sched_trial *t, const struct kd_sched_node *node
     }
     if (t->slots % largest != 0) {
         snprintf(why, whylen,
-                 "slots_per_trial=%d exceeds the largest node of resource pool %s (%d GPUs) and is "
-                 "not a multiple of it",
-                 t->slots, t->pool, largest);
+                 "slots_per_trial=%d exceeds the largest node of resource pool %s (%d %s%s%s) and "
+                 "is not a multiple of it",
+                 t->slots, t->pool, largest, unit, cpu ? " of " : "", cpu ? per : "");
         rc = FIT_NEVER;
         goto out;
     }
     int need = t->slots / largest;
     if (need > nlargest || need > KD_SCHED_MAX_PODS) {
         snprintf(why, whylen,
-                 "slots_per_trial=%d needs %d nodes with %d GPUs; resource pool %s has %d",
-                 t->slots, need, largest, t->pool, nlargest);
+                 "slots_per_trial=%d needs %d nodes with %d %s; resource pool %s has %d", t->slots,
+                 need, largest, unit, t->pool, nlargest);
         rc = FIT_NEVER;
         goto out;
     }
     int got = 0;
     for (size_t i = 0; i < nnodes && got < need; i++) {
-        if (in_pool(&nodes[i], t->pool) && nodes[i].gpus == largest && avail[i] == largest)
+        if (in_pool(&nodes[i], t->pool) && x->cap[i] == largest && avail[i] == largest)
             t->place[got++] = (struct kd_sched_place){(int)i, largest};
     }
     if (got < need) {
         snprintf(why, whylen,
-                 "waiting for %d whole free nodes with %d GPUs in resource pool %s (%d free)", need,
-                 largest, t->pool, got);
+                 "waiting for %d whole free nodes with %d %s in resource pool %s (%d free)", need,
+                 largest, unit, t->pool, got);
         t->nplace = 0;
         goto out;
     }
@@ -224,9 +348,10 @@ static bool victim_ok(const struct kd_sched_trial *v, const struct kd_sched_tria
            strcmp(v->pool, w->pool) == 0;
 }
 
-static bool preempt_for(struct kd_sched_trial *w, const struct kd_sched_node *nodes, size_t nnodes,
-                        int *avail, struct kd_sched_trial **victims, size_t nv)
+static bool preempt_for(struct kd_sched_trial *w, const struct ctx *x, int *avail,
+                        struct kd_sched_trial **victims, size_t nv)
 {
+    size_t nnodes = x->nnodes;
     bool ok = false;
     int *soon = kd_xmalloc(nnodes * sizeof(int) + 1);
     int *copy = kd_xmalloc(nnodes * sizeof(int) + 1);
@@ -240,8 +365,9 @@ static bool preempt_for(struct kd_sched_trial *w, const struct kd_sched_node *no
                 soon[victims[k]->place[p].node] += victims[k]->place[p].gpus;
     }
     memcpy(copy, soon, nnodes * sizeof(int));
-    if (place(w, nodes, nnodes, copy, why, sizeof(why)) == FIT_OK) {
-        snprintf(w->reason, sizeof(w->reason), "waiting for stopping trials to free their GPUs");
+    if (place(w, x, copy, why, sizeof(why)) == FIT_OK) {
+        snprintf(w->reason, sizeof(w->reason), "waiting for stopping trials to free their %s",
+                 w->cpu ? "CPU slots" : "GPUs");
         w->nplace = 0;
         memcpy(avail, copy, nnodes * sizeof(int));
         ok = true;
@@ -255,7 +381,7 @@ static bool preempt_for(struct kd_sched_trial *w, const struct kd_sched_node *no
             soon[v->place[p].node] += v->place[p].gpus;
         used = k + 1;
         memcpy(copy, soon, nnodes * sizeof(int));
-        if (place(w, nodes, nnodes, copy, why, sizeof(why)) == FIT_OK) {
+        if (place(w, x, copy, why, sizeof(why)) == FIT_OK) {
             ok = true;
             memcpy(avail, copy, nnodes * sizeof(int));
         }
@@ -281,8 +407,8 @@ out:
     return ok;
 }
 
-static int decide_priority(const struct kd_sched_opts *opts, const struct kd_sched_node *nodes,
-                           size_t nnodes, int *avail, struct kd_sched_trial *trials, size_t ntrials)
+static int decide_priority(const struct kd_sched_opts *opts, const struct ctx *x, int *avail,
+                           struct kd_sched_trial *trials, size_t ntrials)
 {
     struct kd_sched_trial **q = kd_xcalloc(ntrials + 1, sizeof(*q));
     struct kd_sched_trial **v = kd_xcalloc(ntrials + 1, sizeof(*v));
@@ -312,7 +438,7 @@ static int decide_priority(const struct kd_sched_opts *opts, const struct kd_sch
             t->decision = KD_SCHED_WAIT;
             continue;
         }
-        enum fit f = place(t, nodes, nnodes, avail, t->reason, sizeof(t->reason));
+        enum fit f = place(t, x, avail, t->reason, sizeof(t->reason));
         if (f == FIT_OK) {
             t->decision = KD_SCHED_ADMIT;
             snprintf(t->reason, sizeof(t->reason), "admitted");
@@ -321,7 +447,7 @@ static int decide_priority(const struct kd_sched_opts *opts, const struct kd_sch
         } else {
             t->decision = KD_SCHED_WAIT;
             if (opts->preemption)
-                (void)preempt_for(t, nodes, nnodes, avail, v, nv);
+                (void)preempt_for(t, x, avail, v, nv);
             /* Nothing behind it in this pool may jump ahead (no backfill). */
             kd_strlcpy(blocked[nblocked++], t->pool, KD_SCHED_POOLLEN);
         }
@@ -357,8 +483,8 @@ static struct fs_group *fs_group_of(struct fs_group *g, size_t *ng, const char *
  * experiments costs O(N log N + admissions * G) rather than rescanning
  * every trial for every admission.
  */
-static int decide_fair_share(const struct kd_sched_node *nodes, size_t nnodes, int *avail,
-                             struct kd_sched_trial *trials, size_t ntrials)
+static int decide_fair_share(const struct ctx *x, int *avail, struct kd_sched_trial *trials,
+                             size_t ntrials)
 {
     struct kd_sched_trial **q = kd_xcalloc(ntrials + 1, sizeof(*q));
     struct fs_group *g = kd_xcalloc(ntrials + 1, sizeof(*g));
@@ -405,7 +531,7 @@ static int decide_fair_share(const struct kd_sched_node *nodes, size_t nnodes, i
             best->done = true;
             continue;
         }
-        enum fit f = place(t, nodes, nnodes, avail, t->reason, sizeof(t->reason));
+        enum fit f = place(t, x, avail, t->reason, sizeof(t->reason));
         if (f == FIT_OK) {
             t->decision = KD_SCHED_ADMIT;
             snprintf(t->reason, sizeof(t->reason), "admitted");
@@ -435,9 +561,9 @@ static int decide_fair_share(const struct kd_sched_node *nodes, size_t nnodes, i
  * were empty so that the pod layout (one pod of S GPUs, or S/G whole-node
  * pods) is the one the built-in scheduler would use.
  */
-static int decide_delegated(const struct kd_sched_node *nodes, size_t nnodes,
-                            struct kd_sched_trial *trials, size_t ntrials)
+static int decide_delegated(const struct ctx *x, struct kd_sched_trial *trials, size_t ntrials)
 {
+    size_t nnodes = x->nnodes;
     struct kd_sched_trial **q = kd_xcalloc(ntrials + 1, sizeof(*q));
     int *empty = kd_xcalloc(nnodes + 1, sizeof(int));
     size_t nq = 0;
@@ -450,8 +576,8 @@ static int decide_delegated(const struct kd_sched_node *nodes, size_t nnodes,
         if (!under_cap(t, trials, ntrials))
             continue;
         for (size_t i = 0; i < nnodes; i++)
-            empty[i] = nodes[i].gpus;
-        enum fit f = place(t, nodes, nnodes, empty, t->reason, sizeof(t->reason));
+            empty[i] = x->cap[i];
+        enum fit f = place(t, x, empty, t->reason, sizeof(t->reason));
         if (f == FIT_OK) {
             t->decision = KD_SCHED_ADMIT;
             snprintf(t->reason, sizeof(t->reason),
@@ -470,11 +596,23 @@ int kd_sched_decide(const struct kd_sched_opts *opts, const struct kd_sched_node
 {
     int rc = 0;
     int *free_gpus = kd_xcalloc(nnodes + 1, sizeof(int));
-    for (size_t i = 0; i < nnodes; i++)
-        free_gpus[i] = nodes[i].gpus - nodes[i].used;
+    int *cap = kd_xcalloc(nnodes + 1, sizeof(int));
+    bool *cpu = kd_xcalloc(nnodes + 1, sizeof(bool));
+    struct ctx x = {.nodes = nodes,
+                    .nnodes = nnodes,
+                    .cap = cap,
+                    .cpu = cpu,
+                    .per_slot_milli =
+                        opts->cpu_per_slot_milli > 0 ? opts->cpu_per_slot_milli : 1000};
+    for (size_t i = 0; i < nnodes; i++) {
+        cpu[i] = kd_sched_pool_slot_type(opts, nodes, nnodes, nodes[i].pool) == KD_SCHED_SLOT_CPU;
+        cap[i] = cpu[i] ? nodes[i].cpu_slots : nodes[i].gpus;
+        free_gpus[i] = cap[i] - nodes[i].used;
+    }
     for (size_t i = 0; i < ntrials; i++) {
         struct kd_sched_trial *t = &trials[i];
         t->reason[0] = '\0';
+        t->cpu = false;
         if (t->slots < 0 || t->key == NULL || t->group == NULL ||
             (t->state == KD_SCHED_RUNNING && (t->nplace < 0 || t->nplace > KD_SCHED_MAX_PODS))) {
             rc = KD_EINVAL;
@@ -497,12 +635,14 @@ int kd_sched_decide(const struct kd_sched_opts *opts, const struct kd_sched_node
         }
     }
     if (opts->delegate)
-        rc = decide_delegated(nodes, nnodes, trials, ntrials);
+        rc = decide_delegated(&x, trials, ntrials);
     else if (opts->type == KD_SCHED_FAIR_SHARE)
-        rc = decide_fair_share(nodes, nnodes, free_gpus, trials, ntrials);
+        rc = decide_fair_share(&x, free_gpus, trials, ntrials);
     else
-        rc = decide_priority(opts, nodes, nnodes, free_gpus, trials, ntrials);
+        rc = decide_priority(opts, &x, free_gpus, trials, ntrials);
 out:
+    free(cap);
+    free(cpu);
     free(free_gpus);
     return rc;
 }

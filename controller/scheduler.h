@@ -27,19 +27,47 @@ enum kd_sched_type {
 /** "priority" | "fair_share" -> type. 0 or KD_EINVAL. */
 int kd_sched_type_parse(const char *s, enum kd_sched_type *out) KD_WUR;
 
-/** A node: allocatable GPUs and the pool it belongs to. */
+/*
+ * What a slot is (Determined's slot_type): a GPU, or a share of a node's
+ * CPUs (--cpu-per-slot). AUTO decides per resource pool: GPU slots when a
+ * node of the pool has GPUs, CPU slots when none has.
+ */
+enum kd_sched_slot_type {
+    KD_SCHED_SLOT_AUTO = 0,
+    KD_SCHED_SLOT_GPU,
+    KD_SCHED_SLOT_CPU,
+};
+
+/** "auto" | "gpu" | "cpu" -> type. 0 or KD_EINVAL. */
+int kd_sched_slot_type_parse(const char *s, enum kd_sched_slot_type *out) KD_WUR;
+
+/**
+ * A Kubernetes CPU quantity ("2", "500m", "1.5") in millicores, 1..2^40.
+ * 0 or KD_EINVAL (empty, negative, zero, another suffix, too precise).
+ */
+int kd_sched_cpu_milli(const char *q, int64_t *out) KD_WUR;
+
+/**
+ * The CPU slots a node of cpu_milli allocatable millicores offers:
+ * floor(cpu_milli / per_slot_milli), at least 1 when it has any CPU; 0
+ * when it has none (or per_slot_milli <= 0).
+ */
+int kd_sched_cpu_slots(int64_t cpu_milli, int64_t per_slot_milli);
+
+/** A node: its allocatable GPUs, the CPU slots it would offer, and the pool it belongs to. */
 struct kd_sched_node {
     char name[KD_SCHED_NAMELEN];
     char pool[KD_SCHED_POOLLEN]; /* "default" when the node has no pool label */
     int gpus;                    /* allocatable nvidia.com/gpu */
-    int used;                    /* GPUs held by pods the trials below do not list */
+    int cpu_slots;               /* CPU slots it offers (kd_sched_cpu_slots) */
+    int used;                    /* slots held by pods the trials below do not list */
     bool unschedulable;          /* cordoned or not Ready: never placed on */
 };
 
-/** One pod's share of a trial: a node and the GPUs it takes there. */
+/** One pod's share of a trial: a node and the slots it takes there. */
 struct kd_sched_place {
     int node; /* index into the node array */
-    int gpus;
+    int gpus; /* slots: GPUs, or CPU slots where the pool's slots are CPU slots */
 };
 
 enum kd_sched_state {
@@ -67,7 +95,7 @@ struct kd_sched_trial {
     const char *key;   /* "namespace/name", unique; borrowed */
     const char *group; /* the experiment ("namespace/name"): fair share and max_slots; borrowed */
     char pool[KD_SCHED_POOLLEN];
-    int slots;           /* GPUs in all (0: CPU only, one pod) */
+    int slots;           /* slots in all (0: needs no slot, one pod) */
     int priority;        /* 1..99, smaller first */
     double weight;       /* fair-share weight of the group (> 0) */
     int group_max_slots; /* resources.max_slots of the group; 0: no cap */
@@ -78,6 +106,7 @@ struct kd_sched_trial {
     int nplace;    /* RUNNING: its placement */
     struct kd_sched_place place[KD_SCHED_MAX_PODS];
     /* outputs */
+    bool cpu; /* ADMIT: its slots are CPU slots (the pool's slot type) */
     enum kd_sched_decision decision;
     char reason[KD_SCHED_REASONLEN];
 };
@@ -92,11 +121,24 @@ struct kd_sched_opts {
      * queue blocking, fair share and preemption are left to it.
      */
     bool delegate;
+    enum kd_sched_slot_type slot_type; /* what a slot is; AUTO: per pool */
+    int64_t cpu_per_slot_milli;        /* the CPUs of a CPU slot, for reasons; 0: 1000 */
 };
 
 /**
- * Decide for every trial. Rules (docs/scheduling.md): a trial of S slots
- * runs as one pod of S GPUs when S fits the largest node of its pool,
+ * The slot type of resource pool `pool`: opts->slot_type when GPU or CPU;
+ * AUTO: GPU when a node of the pool (cordoned or not) has GPUs, else CPU.
+ * Pure.
+ */
+enum kd_sched_slot_type kd_sched_pool_slot_type(const struct kd_sched_opts *opts,
+                                                const struct kd_sched_node *nodes, size_t nnodes,
+                                                const char *pool);
+
+/**
+ * Decide for every trial. Every pool's slots are GPUs or CPU slots
+ * (kd_sched_pool_slot_type); a node offers its GPUs or its cpu_slots, and
+ * the rules below count slots alike. Rules (docs/scheduling.md): a trial
+ * of S slots runs as one pod of S GPUs when S fits the largest node of its pool,
  * otherwise as S/G pods of G GPUs on whole free nodes with G GPUs (G the
  * largest node's count; S not a multiple of G, or more such nodes needed
  * than the pool has, is NEVER). Gang: all pods are placed or none. The

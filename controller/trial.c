@@ -457,6 +457,7 @@ static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *tri
     char latest[256] = "";
     struct kd_pod_opts po = c->o.pod;
     po.context = json_object_get(json_object_get(exp, "spec"), "context");
+    po.cpu_slots = ad->cpu;
     for (int r = 0; r < ad->nplace; r++)
         nodes[r] = ad->nodes[r] != NULL && ad->nodes[r][0] != '\0' ? ad->nodes[r] : NULL;
     *pods_status = json_array();

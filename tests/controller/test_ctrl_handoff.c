@@ -24,7 +24,7 @@ static void test_admissions(void **s)
     const char *nodes[2] = {node, NULL};
     assert_false(kd_handoff_admitted(h, "ns/t-1"));
     assert_false(kd_handoff_take_admission(h, "ns/t-1", &ad));
-    kd_handoff_admit(h, "ns/t-1", 2, nodes, 4, 1000);
+    kd_handoff_admit(h, "ns/t-1", 2, nodes, 4, true, 1000);
     snprintf(node, sizeof(node), "changed"); /* the handoff keeps its own copy of the name */
     assert_true(kd_handoff_admitted(h, "ns/t-1"));
     assert_false(kd_handoff_admitted(h, "ns/t-2"));
@@ -32,6 +32,7 @@ static void test_admissions(void **s)
     assert_string_equal(ad.key, "ns/t-1");
     assert_int_equal(ad.nplace, 2);
     assert_int_equal(ad.gpus, 4);
+    assert_true(ad.cpu); /* CPU slots, as admitted */
     assert_string_equal(ad.nodes[0], "node-a");
     assert_null(ad.nodes[1]);
     assert_false(ad.used); /* the copy is the admission as it was taken */
@@ -47,7 +48,7 @@ static void test_admissions(void **s)
     kd_handoff_drop_admission(h, "ns/t-1");
     assert_false(kd_handoff_holds(h, "ns/t-1", &ad));
     /* dropping keeps unused admissions */
-    kd_handoff_admit(h, "ns/t-3", 1, NULL, 0, 1000);
+    kd_handoff_admit(h, "ns/t-3", 1, NULL, 0, false, 1000);
     kd_handoff_drop_admission(h, "ns/t-3");
     assert_true(kd_handoff_admitted(h, "ns/t-3"));
     assert_true(kd_handoff_holds(h, "ns/t-3", &ad));
@@ -55,9 +56,9 @@ static void test_admissions(void **s)
     /* node names are interned: two admissions on one node share the name */
     struct kd_handoff_admit a2;
     const char *n2[1] = {"node-a"};
-    kd_handoff_admit(h, "ns/t-4", 1, n2, 1, 1000);
+    kd_handoff_admit(h, "ns/t-4", 1, n2, 1, false, 1000);
     assert_true(kd_handoff_holds(h, "ns/t-4", &a2));
-    kd_handoff_admit(h, "ns/t-5", 1, n2, 1, 1000);
+    kd_handoff_admit(h, "ns/t-5", 1, n2, 1, false, 1000);
     assert_true(kd_handoff_holds(h, "ns/t-5", &ad));
     assert_ptr_equal(ad.nodes[0], a2.nodes[0]);
     kd_handoff_free(h);
@@ -78,7 +79,7 @@ static void test_reasons_and_preemptions(void **s)
     assert_string_equal(why, "needs 9 GPUs on"); /* cut to the buffer */
     assert_true(never);
     /* an admission forgets why the trial waited */
-    kd_handoff_admit(h, "ns/t-1", 1, NULL, 1, 1000);
+    kd_handoff_admit(h, "ns/t-1", 1, NULL, 1, false, 1000);
     assert_false(kd_handoff_reason(h, "ns/t-1", why, sizeof(why), &never));
 
     assert_false(kd_handoff_preempting(h, "ns/t-2"));
@@ -101,9 +102,9 @@ static void test_prune(void **s)
     struct kd_handoff_admit ad;
     char why[64];
     bool never;
-    kd_handoff_admit(h, "ns/pods-up", 2, NULL, 1, 1000);
-    kd_handoff_admit(h, "ns/one-pod", 2, NULL, 1, 1000);
-    kd_handoff_admit(h, "ns/old", 1, NULL, 1, 0);
+    kd_handoff_admit(h, "ns/pods-up", 2, NULL, 1, false, 1000);
+    kd_handoff_admit(h, "ns/one-pod", 2, NULL, 1, false, 1000);
+    kd_handoff_admit(h, "ns/old", 1, NULL, 1, false, 0);
     assert_true(kd_handoff_say(h, "ns/gone", "wait", "x"));
     assert_true(kd_handoff_say(h, "ns/kept", "wait", "y"));
     json_t *seen = json_pack("{s:b}", "ns/kept", 1);
@@ -147,7 +148,7 @@ static void test_threads(void **s)
     char key[32];
     for (int i = 0; i < RACE_N; i++) {
         snprintf(key, sizeof(key), "ns/t-%d", i);
-        kd_handoff_admit(h, key, 1, NULL, 1, 1000);
+        kd_handoff_admit(h, key, 1, NULL, 1, false, 1000);
     }
     struct racer a = {.h = h}, b = {.h = h};
     pthread_t ta, tb;

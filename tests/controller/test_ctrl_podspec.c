@@ -4,7 +4,8 @@
  * give exactly NAME.pods.json. KD_UPDATE_GOLDEN=1 rewrites the golden files
  * (review the diff before committing). Also the errors for bad pod_specs and
  * entrypoints, and the priority-class mapping. An input's "context" is the
- * Experiment's spec.context.
+ * Experiment's spec.context; its "cpu_slots" (an object, optionally with
+ * cpu_per_slot_milli and memory_per_slot) says that "gpus" count CPU slots.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,6 +51,12 @@ static void golden(const char *name)
     }
     o.context = json_object_get(in, "context"); /* the Experiment's spec.context */
     o.run_as_user = (long)json_integer_value(json_object_get(in, "run_as_user"));
+    const json_t *cs = json_object_get(in, "cpu_slots"); /* "gpus" count CPU slots */
+    if (json_is_object(cs)) {
+        o.cpu_slots = true;
+        o.cpu_per_slot_milli = json_integer_value(json_object_get(cs, "cpu_per_slot_milli"));
+        o.memory_per_slot = (uint64_t)json_integer_value(json_object_get(cs, "memory_per_slot"));
+    }
     json_t *pods = NULL;
     int rc = kd_pod_build(
         json_object_get(in, "trial"), cfg, json_string_value(json_object_get(in, "run_id")),
@@ -87,6 +94,21 @@ static void test_cpu(void **s)
 {
     (void)s;
     golden("cpu");
+}
+
+/* Two CPU slots of the default 1 CPU: cpu 2 requested and limited, no GPU, the cpu image and
+ * variables, two workers. */
+static void test_cpu_slots(void **s)
+{
+    (void)s;
+    golden("cpuslots");
+}
+
+/* Two pods of 3 CPU slots of 1.5 CPUs and 1 GiB each: cpu 4500m and 3 GiB per pod. */
+static void test_cpu_slots_multi(void **s)
+{
+    (void)s;
+    golden("cpuslots_multi");
 }
 
 static void test_api(void **s)
@@ -222,6 +244,8 @@ int main(void)
         cmocka_unit_test(test_multi),
         cmocka_unit_test(test_multi_api),
         cmocka_unit_test(test_cpu),
+        cmocka_unit_test(test_cpu_slots),
+        cmocka_unit_test(test_cpu_slots_multi),
         cmocka_unit_test(test_api),
         cmocka_unit_test(test_sharedfs),
         cmocka_unit_test(test_nonroot),

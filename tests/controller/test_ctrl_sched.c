@@ -124,25 +124,41 @@ static void run_file(const char *path, const char *file)
             c->opts.preemption = strcmp(strtok_r(NULL, " \t", &save), "on") == 0;
         } else if (strcmp(w, "delegate") == 0) {
             c->opts.delegate = strcmp(strtok_r(NULL, " \t", &save), "on") == 0;
+        } else if (strcmp(w, "slot_type") == 0) {
+            assert_int_equal(
+                kd_sched_slot_type_parse(strtok_r(NULL, " \t", &save), &c->opts.slot_type), 0);
+        } else if (strcmp(w, "cpu_per_slot") == 0) {
+            assert_int_equal(
+                kd_sched_cpu_milli(strtok_r(NULL, " \t", &save), &c->opts.cpu_per_slot_milli), 0);
         } else if (strcmp(w, "node") == 0) {
             struct kd_sched_node *n = &c->nodes[c->nn++];
             char *tok;
             kd_strlcpy(n->name, strtok_r(NULL, " \t", &save), sizeof(n->name));
-            assert_int_equal(kd_parse_int(strtok_r(NULL, " \t", &save), &n->gpus), 0);
             kd_strlcpy(n->pool, "default", sizeof(n->pool));
+            bool first = true;
             while ((tok = strtok_r(NULL, " \t", &save)) != NULL) {
-                if (strncmp(tok, "pool=", 5) == 0)
+                bool gpus = first && kd_parse_int(tok, &n->gpus) == 0;
+                first = false;
+                if (gpus)
+                    ;
+                else if (strncmp(tok, "pool=", 5) == 0)
                     kd_strlcpy(n->pool, tok + 5, sizeof(n->pool));
                 else if (kv_int(tok, "used", &n->used))
                     ;
-                else if (strcmp(tok, "unschedulable") == 0)
+                else if (strncmp(tok, "cpu=", 4) == 0) {
+                    int64_t m = 0, per = c->opts.cpu_per_slot_milli;
+                    if (kd_sched_cpu_milli(tok + 4, &m) != 0)
+                        fail_msg("%s:%d: bad cpu quantity %s", file, ln, tok);
+                    n->cpu_slots = kd_sched_cpu_slots(m, per > 0 ? per : 1000);
+                } else if (strcmp(tok, "unschedulable") == 0)
                     n->unschedulable = true;
                 else
                     fail_msg("%s:%d: unknown node field %s", file, ln, tok);
             }
         } else if (strcmp(w, "trial") == 0) {
             parse_trial(c, save, file, ln);
-        } else if (strcmp(w, "expect") == 0 || strcmp(w, "reason") == 0) {
+        } else if (strcmp(w, "expect") == 0 || strcmp(w, "reason") == 0 ||
+                   strcmp(w, "slots") == 0) {
             if (!decided) {
                 assert_int_equal(kd_sched_decide(&c->opts, c->nodes, c->nn, c->trials, c->nt), 0);
                 decided = true;
@@ -151,7 +167,12 @@ static void run_file(const char *path, const char *file)
             struct kd_sched_trial *t = find(c, key);
             if (t == NULL)
                 fail_msg("%s:%d: unknown trial %s", file, ln, key);
-            if (strcmp(w, "reason") == 0) {
+            if (strcmp(w, "slots") == 0) {
+                const char *want = strtok_r(NULL, " \t", &save);
+                if (want == NULL || strcmp(t->cpu ? "cpu" : "gpu", want) != 0)
+                    fail_msg("%s:%d: %s: slot type %s, expected %s", file, ln, key,
+                             t->cpu ? "cpu" : "gpu", want ? want : "(none)");
+            } else if (strcmp(w, "reason") == 0) {
                 const char *sub = save;
                 if (strstr(t->reason, sub) == NULL)
                     fail_msg("%s:%d: %s: reason \"%s\" does not contain \"%s\"", file, ln, key,
@@ -219,6 +240,46 @@ static void test_bad_input(void **state)
     assert_int_equal(kd_sched_decide(&o, &n, 1, &t, 1), KD_EINVAL);
     enum kd_sched_type ty;
     assert_int_equal(kd_sched_type_parse("fifo", &ty), KD_EINVAL);
+    enum kd_sched_slot_type st = KD_SCHED_SLOT_AUTO;
+    assert_int_equal(kd_sched_slot_type_parse("tpu", &st), KD_EINVAL);
+    assert_int_equal(kd_sched_slot_type_parse(NULL, &st), KD_EINVAL);
+    assert_int_equal(kd_sched_slot_type_parse("cpu", &st), 0);
+    assert_int_equal(st, KD_SCHED_SLOT_CPU);
+}
+
+/* CPU quantities and the CPU slots a node of that many CPUs offers. */
+static void test_cpu_slots(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *q;
+        int rc;
+        int64_t milli;
+    } qs[] = {
+        {"1", 0, 1000},         {"2", 0, 2000},
+        {"500m", 0, 500},       {"1.5", 0, 1500},
+        {"0.25", 0, 250},       {".5", 0, 500},
+        {"0", KD_EINVAL, 0},    {"0m", KD_EINVAL, 0},
+        {"", KD_EINVAL, 0},     {"-1", KD_EINVAL, 0},
+        {"1.5m", KD_EINVAL, 0}, {"1.0001", KD_EINVAL, 0},
+        {"2k", KD_EINVAL, 0},   {"1.", KD_EINVAL, 0},
+        {"m", KD_EINVAL, 0},    {"99999999999999", KD_EINVAL, 0},
+    };
+    for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+        int64_t m = -1;
+        int rc = kd_sched_cpu_milli(qs[i].q, &m);
+        if (rc != qs[i].rc || (rc == 0 && m != qs[i].milli))
+            fail_msg("cpu %s: rc %d milli %lld, expected rc %d milli %lld", qs[i].q, rc,
+                     (long long)m, qs[i].rc, (long long)qs[i].milli);
+    }
+    assert_int_equal(kd_sched_cpu_milli(NULL, &(int64_t){0}), KD_EINVAL);
+    assert_int_equal(kd_sched_cpu_slots(2000, 1000), 2);
+    assert_int_equal(kd_sched_cpu_slots(3999, 2000), 1);
+    assert_int_equal(kd_sched_cpu_slots(16000, 4000), 4);
+    assert_int_equal(kd_sched_cpu_slots(500, 1000), 1); /* any CPU: at least one slot */
+    assert_int_equal(kd_sched_cpu_slots(0, 1000), 0);
+    assert_int_equal(kd_sched_cpu_slots(2000, 0), 0);
+    assert_int_equal(kd_sched_cpu_slots(4000, 1500), 2);
 }
 
 /* Fair share with 10,000 waiting trials of four experiments weighted 4, 3, 2 and 1: the 40
@@ -275,6 +336,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_cpu_slots),
         cmocka_unit_test(test_fair_share_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
