@@ -6,6 +6,7 @@
  * changed. Containers are process groups started with posix_spawn.
  */
 #include "kubelet.h"
+#include "validate.h"
 #include "logstream.h"
 
 #include <dirent.h>
@@ -133,8 +134,19 @@ static void now3339(char *buf, size_t len)
     kd_time_rfc3339(kd_wall_ms(), 0, buf, len);
 }
 
+/* A file name that stays in its directory: not empty, not "." or "..", no '/'. */
+static bool path_component(const char *s)
+{
+    return s != NULL && s[0] != '\0' && strcmp(s, ".") != 0 && strcmp(s, "..") != 0 &&
+           strchr(s, '/') == NULL;
+}
+
 char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *container, int run)
 {
+    /* Names come from API objects: a stored pod from before names were validated, or a
+     * request's ?container=, must never reach outside the pod's directory. */
+    if (!path_component(uid) || !kd_local_dns_label(container))
+        return NULL;
     return kd_xasprintf("%s/pods/%s/%s/%d.log", state_dir, uid, container, run);
 }
 
@@ -1090,7 +1102,14 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     bool fa_init = false, attr_init = false;
-    if (build_env(k, p, pod, cs, &e, err) != 0 || mount_volumes(k, p, pod, cs, err) != 0) {
+    logpath = kd_kubelet_log_path(k->state_dir, p->uid, c->name, c->restarts);
+    if (logpath == NULL)
+        snprintf(err, sizeof(err),
+                 "container name \"%.200s\" is not a lowercase RFC 1123 label: it would name "
+                 "a file outside the pod's directory",
+                 c->name != NULL ? c->name : "");
+    if (logpath == NULL || build_env(k, p, pod, cs, &e, err) != 0 ||
+        mount_volumes(k, p, pod, cs, err) != 0) {
         if (c->wait_reason == NULL || strcmp(c->wait_reason, "CreateContainerConfigError") != 0)
             pod_event(k, pod, "Warning", "Failed", "Error: %s", err);
         set_waiting(c, "CreateContainerConfigError", err);
@@ -1106,7 +1125,6 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
     json_array_foreach(args, j, a) argv[argc++] = expand(&e, json_string_value(a) ?: "");
     logdir = kd_xasprintf("%s/%s", p->dir, c->name);
     mkdir_p(logdir);
-    logpath = kd_kubelet_log_path(k->state_dir, p->uid, c->name, c->restarts);
     now3339(c->started, sizeof(c->started));
     /* With no command, args run as the command: an image with no ENTRYPOINT does that. */
     if (json_array_size(cmd) == 0 && json_array_size(args) == 0) {
@@ -1872,6 +1890,8 @@ static void container_logs(struct kd_kubelet *k, struct kd_http_req *r, const ch
         l->container = kd_xstrdup(ctr);
         l->run = run;
         path = kd_kubelet_log_path(k->state_dir, found->uid, ctr, run);
+        if (path == NULL)
+            run = -1;
     }
     pthread_mutex_unlock(&k->mu);
     if (l == NULL || run < 0) {
