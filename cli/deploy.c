@@ -666,6 +666,42 @@ static pid_t pg_pid(const struct deploy *d)
     return read_pid(p);
 }
 
+/*
+ * A bearer token file (mode 0600, made once with 32 random bytes in hex):
+ * kdet-local's (DIR/api-token, which every client finds in the kubeconfig)
+ * and the controller API's user token (DIR/user-token). Never printed.
+ */
+static int token_file(const char *path, const char *what)
+{
+    unsigned char raw[32];
+    char hex[2 * sizeof(raw) + 2];
+    int rc = 0;
+    if (access(path, R_OK) != 0) {
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+            det_err("cannot make a %s token: getrandom: %s", what, strerror(errno));
+            rc = DET_EXIT_ERROR;
+            goto out;
+        }
+        for (size_t i = 0; i < sizeof(raw); i++)
+            snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+        hex[2 * sizeof(raw)] = '\n';
+        hex[2 * sizeof(raw) + 1] = '\0';
+        if (write_small(path, hex, 0600) != 0) {
+            det_err("cannot write %s: %s", path, strerror(errno));
+            rc = DET_EXIT_ERROR;
+            goto out;
+        }
+    }
+    if (chmod(path, 0600) != 0) {
+        det_err("cannot make %s private: %s", path, strerror(errno));
+        rc = DET_EXIT_ERROR;
+    }
+out:
+    memset(raw, 0, sizeof(raw));
+    memset(hex, 0, sizeof(hex));
+    return rc;
+}
+
 /* ---- the API server -------------------------------------------------------- */
 
 /* GET /version through the kubeconfig. 0 and the gitVersion, or a KD_E* code. */
@@ -720,14 +756,26 @@ static int up_api(struct deploy *d)
         goto out;
     }
     unlink(portfile);
+    /* Every client presents this token: det, kdet-controller and kubectl find it in the
+     * kubeconfig kdet-local writes (0600); kept across restarts so running clients go on. */
+    char tokfile[PATH_MAX + 32];
+    snprintf(tokfile, sizeof(tokfile), "%s/api-token", d->dir);
+    rc = token_file(tokfile, "kdet-local");
+    if (rc != 0)
+        goto out;
     snprintf(port, sizeof(port), "%d", d->port);
     char gpus[16];
     snprintf(gpus, sizeof(gpus), "%d", d->gpus);
-    char *argv[] = {prog,     "--data-dir",       d->api,        "--port", port, "--port-file",
-                    portfile, "--kubeconfig-out", d->kubeconfig, NULL,     NULL, NULL};
+    char *argv[] = {prog,          "--data-dir",
+                    d->api,        "--port",
+                    port,          "--port-file",
+                    portfile,      "--kubeconfig-out",
+                    d->kubeconfig, "--token-file",
+                    tokfile,       NULL,
+                    NULL,          NULL};
     if (d->gpus >= 0) {
-        argv[9] = "--fake-gpus";
-        argv[10] = gpus;
+        argv[11] = "--fake-gpus";
+        argv[12] = gpus;
     }
     /* Pods run as local processes: det's own directory (kdet-launch, the
      * examples) comes first on their PATH, so they find the kdet programs
@@ -1041,28 +1089,11 @@ static int controller_api(const struct deploy *d, char *tokfile, size_t toklen, 
                           size_t listenlen)
 {
     char path[PATH_MAX + 32], url[128];
-    unsigned char raw[32];
     int rc = 0, port = -1;
     snprintf(tokfile, toklen, "%s/user-token", d->dir);
-    if (access(tokfile, R_OK) != 0) {
-        char hex[2 * sizeof(raw) + 2];
-        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
-            det_err("cannot make a user token: getrandom: %s", strerror(errno));
-            rc = DET_EXIT_ERROR;
-            goto out;
-        }
-        for (size_t i = 0; i < sizeof(raw); i++)
-            snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-        hex[2 * sizeof(raw)] = '\n';
-        hex[2 * sizeof(raw) + 1] = '\0';
-        if (write_small(tokfile, hex, 0600) != 0) {
-            det_err("cannot write %s: %s", tokfile, strerror(errno));
-            rc = DET_EXIT_ERROR;
-            goto out;
-        }
-        memset(hex, 0, sizeof(hex));
-    }
-    chmod(tokfile, 0600);
+    rc = token_file(tokfile, "user");
+    if (rc != 0)
+        goto out;
     snprintf(path, sizeof(path), "%s/controller-url", d->dir);
     if (read_small(path, url, sizeof(url)) == 0) {
         const char *colon = strrchr(url, ':');
@@ -1086,7 +1117,6 @@ static int controller_api(const struct deploy *d, char *tokfile, size_t toklen, 
     }
     snprintf(listen, listenlen, "127.0.0.1:%d", port);
 out:
-    memset(raw, 0, sizeof(raw));
     return rc;
 }
 
@@ -1235,7 +1265,7 @@ static int cmd_up(const struct det_args *a)
     char total[32];
     det_fmt_duration(kd_mono_ms() - t0, total, sizeof(total));
     fprintf(stderr,
-            "det: kdet is up in %.1fs: API http://127.0.0.1:%d, PostgreSQL \"host=%s user=kdet "
+            "det: kdet is up in %.1fs: API https://127.0.0.1:%d, PostgreSQL \"host=%s user=kdet "
             "dbname=kdet\"%s\n",
             (double)(kd_mono_ms() - t0) / 1000, d.port, d.pgsock,
             ctl ? "" : " (no kdet-controller: experiments are stored but not run)");
@@ -1323,7 +1353,7 @@ static int cmd_status(const struct det_args *a)
                (int)pid, err);
         ok = false;
     } else {
-        printf("  %-16s %-9s pid %d, http://127.0.0.1:%d, version %s\n", "kdet-local", "healthy",
+        printf("  %-16s %-9s pid %d, https://127.0.0.1:%d, version %s\n", "kdet-local", "healthy",
                (int)pid, d.port, ver);
         api_up = true;
     }

@@ -2573,7 +2573,7 @@ static void do_binding(struct kd_api *api, struct kd_http_req *r, const struct t
 static bool authorized(struct kd_api *api, struct kd_http_req *r)
 {
     if (api->token == NULL)
-        return true;
+        return false; /* kd_api_start refuses to run without one: fail closed all the same */
     const char *h = kd_http_header(r, "Authorization");
     if (h == NULL || !kd_str_has_prefix(h, "Bearer "))
         return false;
@@ -2738,8 +2738,11 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_store *st, struct kd_
                  char *err)
 {
     int rc = 0;
-    struct kd_api *api = kd_xcalloc(1, sizeof(*api));
     *out = NULL;
+    if (opts->token == NULL || opts->token[0] == '\0')
+        return kd_seterr(err, KD_EINVAL,
+                         "a bearer token is required: kdet-local serves no anonymous client");
+    struct kd_api *api = kd_xcalloc(1, sizeof(*api));
     api->st = st;
     api->reg = kd_registry_new();
     api->token = opts->token != NULL && opts->token[0] != '\0' ? kd_xstrdup(opts->token) : NULL;

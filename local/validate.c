@@ -483,6 +483,35 @@ static void check_resources(json_t *causes, const char *path, const json_t *c)
     }
 }
 
+/* runAsUser, runAsGroup (and the pod's fsGroup, supplementalGroups) are ids in 0..2^31-1. */
+static void check_ids(json_t *causes, const char *path, const json_t *sc)
+{
+    static const char *const ids[] = {"runAsUser", "runAsGroup", "fsGroup", NULL};
+    char field[256];
+    for (const char *const *k = ids; *k != NULL; k++) {
+        const json_t *v = json_object_get(sc, *k);
+        if (json_is_integer(v) &&
+            (json_integer_value(v) < 0 || json_integer_value(v) > 2147483647)) {
+            snprintf(field, sizeof(field), "%s.%s", path, *k);
+            add(causes, "FieldValueInvalid", field,
+                "Invalid value: %lld: must be between 0 and 2147483647, inclusive",
+                (long long)json_integer_value(v));
+        }
+    }
+    size_t i;
+    json_t *g;
+    json_array_foreach(json_object_get(sc, "supplementalGroups"), i, g)
+    {
+        if (json_is_integer(g) &&
+            (json_integer_value(g) < 0 || json_integer_value(g) > 2147483647)) {
+            snprintf(field, sizeof(field), "%s.supplementalGroups[%zu]", path, i);
+            add(causes, "FieldValueInvalid", field,
+                "Invalid value: %lld: must be between 0 and 2147483647, inclusive",
+                (long long)json_integer_value(g));
+        }
+    }
+}
+
 static void check_containers(json_t *causes, const json_t *spec, const char *list)
 {
     size_t i;
@@ -499,6 +528,8 @@ static void check_containers(json_t *causes, const json_t *spec, const char *lis
             add(causes, "FieldValueInvalid", field, "Invalid value: \"%.200s\": %s", name,
                 DNS_LABEL_MSG);
         check_resources(causes, path, c);
+        snprintf(field, sizeof(field), "%s.securityContext", path);
+        check_ids(causes, field, json_object_get(c, "securityContext"));
     }
 }
 
@@ -619,6 +650,7 @@ int kd_local_validate(const struct kd_restype *rt, const json_t *obj, json_t **c
         if (json_array_size(all) == 0) {
             if (strcmp(rt->kind, "Pod") == 0) {
                 const json_t *spec = json_object_get(obj, "spec");
+                check_ids(all, "spec.securityContext", json_object_get(spec, "securityContext"));
                 check_containers(all, spec, "initContainers");
                 check_containers(all, spec, "containers");
                 check_unique(all, spec);

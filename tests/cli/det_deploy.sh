@@ -67,7 +67,7 @@ port=$(cat "$dd/port")
 
 # ---- status
 if "$det" deploy local status --data-dir "$dd" > "$tmp/st" 2>&1 &&
-    grep -qE "^  kdet-local +healthy +pid [0-9]+, http://127.0.0.1:$port" "$tmp/st" &&
+    grep -qE "^  kdet-local +healthy +pid [0-9]+, https://127.0.0.1:$port" "$tmp/st" &&
     grep -qE "^  postgres +healthy +pid [0-9]+, socket $dd/run/pg" "$tmp/st" &&
     grep -qE "^  crds +installed" "$tmp/st"; then
     ok "status: every part healthy, exit 0"
@@ -86,6 +86,13 @@ if timeout 30 kubectl get nodes > "$tmp/out" 2>&1 && grep -q " Ready " "$tmp/out
 else bad "kubectl get nodes" "$tmp/out"; fi
 gpus=$(timeout 30 kubectl get nodes -o jsonpath='{.items[0].status.allocatable.nvidia\.com/gpu}' 2>&1)
 [ "$gpus" = 3 ] && ok "--gpus 3: the node offers 3 GPU slots" || bad "--gpus 3 gave allocatable '$gpus'"
+# ---- the API needs the token that up made: in DIR/api-token and the kubeconfig, both 0600
+[ "$(stat -c %a "$dd/api-token")" = 600 ] && [ "$(stat -c %a "$dd/kubeconfig")" = 600 ] &&
+    grep -qF "token: $(cat "$dd/api-token")" "$dd/kubeconfig" &&
+    ok "up makes a token for kdet-local (DIR/api-token, 0600) and the 0600 kubeconfig carries it" ||
+    bad "api-token / kubeconfig modes" "$dd/kubeconfig"
+code=$(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$port/api/v1/namespaces/default/pods")
+[ "$code" = 401 ] && ok "a client without the token gets 401" || bad "no token: HTTP $code"
 # ---- a crash of kdet-local: up brings it back with the options it had (--gpus 3), not NVML's 0
 grep -qx "gpus=3" "$dd/options" && grep -qx "port=$port" "$dd/options" && ok "up records its options in DIR/options" ||
     bad "DIR/options" "$dd/options"

@@ -15,3 +15,5 @@ $(eval $(call kd_test_script,test_local_api,tests/local/api.sh,120,,$(O)/bin/kde
 $(eval $(call kd_test_script,test_local_multinode,tests/local/multinode.sh,120,,$(O)/bin/kdet-local))
 # Built-in kinds' validation (types, quantities, names, sizes) and the kubelet's log paths, as a table.
 $(eval $(call kd_test,test_local_validate,tests/local/test_validate.c,local k8s yaml openapi http core,-lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -ldl -lpthread,30))
+# securityContext → the uid, gid and groups a container runs as (or the kubelet's refusal), as a table.
+$(eval $(call kd_test,test_local_runas,tests/local/test_runas.c,local core,-ljansson,30))

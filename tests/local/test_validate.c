@@ -71,6 +71,13 @@ static const struct row rows[] = {
      "spec.volumes[0].name", "Invalid value: \"A/b\""},
     {"Pod", POD(CTR(",\"securityContext\":{\"runAsUser\":\"root\"}")),
      "spec.containers[0].securityContext.runAsUser", "must be of type integer"},
+    {"Pod", POD(CTR(",\"securityContext\":{\"runAsUser\":-1}")),
+     "spec.containers[0].securityContext.runAsUser",
+     "Invalid value: -1: must be between 0 and 2147483647, inclusive"},
+    {"Pod",
+     "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"securityContext\":{\"runAsGroup\":"
+     "4294967296},\"containers\":[" CTR("") "]}}",
+     "spec.securityContext.runAsGroup", "must be between 0 and 2147483647"},
     /* keys and sizes */
     {"ConfigMap", "{\"metadata\":{\"name\":\"a\"},\"data\":{\"a b\":\"1\"}}", "data[a b]",
      "a valid config key must consist of alphanumeric characters"},
