@@ -28,6 +28,7 @@
 #include "logstream.h"
 #include "logproxy.h"
 #include "openapi/openapi.h"
+#include "validate.h"
 #include "patch.h"
 #include "proto.h"
 #include "registry.h"
@@ -762,6 +763,23 @@ out:
     return rc;
 }
 
+/*
+ * Built-in kinds: their fields' types, quantities, names and size limits
+ * (validate.h); every kind: the size of its annotations. 0, or a 422 has
+ * been sent.
+ */
+static int builtin_check(struct kd_http_req *r, const struct kd_restype *rt, const char *name,
+                         const json_t *obj)
+{
+    json_t *causes = NULL;
+    int rc = kd_local_validate(rt, obj, &causes);
+    if (rc == KD_EINVALID)
+        invalid(r, rt, name, causes);
+    else
+        json_decref(causes);
+    return rc;
+}
+
 /* CRDs: every version's schema must be structural. 0, or a 422 has been sent. */
 static int crd_check(struct kd_http_req *r, const struct kd_restype *rt, const char *name,
                      const json_t *crd)
@@ -918,7 +936,8 @@ static void do_create(struct kd_api *api, struct kd_http_req *r, const struct ta
                        NULL);
         goto out;
     }
-    if (cr_check(r, t->rt, jstr(md, "name"), obj) != 0 ||
+    if (builtin_check(r, t->rt, jstr(md, "name"), obj) != 0 ||
+        cr_check(r, t->rt, jstr(md, "name"), obj) != 0 ||
         (is_crd(t->rt) && crd_check(r, t->rt, jstr(md, "name"), obj) != 0))
         goto out;
     const char *ons = jstr(md, "namespace");
@@ -1629,7 +1648,9 @@ static void commit_update(struct kd_api *api, struct kd_http_req *r, const struc
             goto out;
         }
     }
-    if ((!rt->builtin && !same_ignoring_rv(cur, built) && cr_check(r, rt, t->name, built) != 0) ||
+    if ((!status_only && !same_ignoring_rv(cur, built) &&
+         builtin_check(r, rt, t->name, built) != 0) ||
+        (!rt->builtin && !same_ignoring_rv(cur, built) && cr_check(r, rt, t->name, built) != 0) ||
         (is_crd(rt) && crd_check(r, rt, t->name, built) != 0)) {
         kd_store_unlock(api->st);
         json_decref(built);
@@ -2456,6 +2477,11 @@ static void do_log(struct kd_api *api, struct kd_http_req *r, const struct targe
     l->container = kd_xstrdup(container);
     l->run = run;
     path = kd_kubelet_log_path(api->state_dir, l->uid, container, run);
+    if (path == NULL) {
+        snprintf(msg, sizeof(msg), "container %.200s is not valid for pod %s", container, t->name);
+        bad_request(r, msg);
+        goto out;
+    }
     struct kd_logstream_opts lo = {.path = path,
                                    .follow = follow && !previous,
                                    .tail = tail,
@@ -2547,7 +2573,7 @@ static void do_binding(struct kd_api *api, struct kd_http_req *r, const struct t
 static bool authorized(struct kd_api *api, struct kd_http_req *r)
 {
     if (api->token == NULL)
-        return true;
+        return false; /* kd_api_start refuses to run without one: fail closed all the same */
     const char *h = kd_http_header(r, "Authorization");
     if (h == NULL || !kd_str_has_prefix(h, "Bearer "))
         return false;
@@ -2712,8 +2738,11 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_store *st, struct kd_
                  char *err)
 {
     int rc = 0;
-    struct kd_api *api = kd_xcalloc(1, sizeof(*api));
     *out = NULL;
+    if (opts->token == NULL || opts->token[0] == '\0')
+        return kd_seterr(err, KD_EINVAL,
+                         "a bearer token is required: kdet-local serves no anonymous client");
+    struct kd_api *api = kd_xcalloc(1, sizeof(*api));
     api->st = st;
     api->reg = kd_registry_new();
     api->token = opts->token != NULL && opts->token[0] != '\0' ? kd_xstrdup(opts->token) : NULL;

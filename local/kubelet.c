@@ -6,6 +6,8 @@
  * changed. Containers are process groups started with posix_spawn.
  */
 #include "kubelet.h"
+#include "runas.h"
+#include "validate.h"
 #include "logstream.h"
 
 #include <dirent.h>
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -133,8 +136,19 @@ static void now3339(char *buf, size_t len)
     kd_time_rfc3339(kd_wall_ms(), 0, buf, len);
 }
 
+/* A file name that stays in its directory: not empty, not "." or "..", no '/'. */
+static bool path_component(const char *s)
+{
+    return s != NULL && s[0] != '\0' && strcmp(s, ".") != 0 && strcmp(s, "..") != 0 &&
+           strchr(s, '/') == NULL;
+}
+
 char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *container, int run)
 {
+    /* Names come from API objects: a stored pod from before names were validated, or a
+     * request's ?container=, must never reach outside the pod's directory. */
+    if (!path_component(uid) || !kd_local_dns_label(container))
+        return NULL;
     return kd_xasprintf("%s/pods/%s/%s/%d.log", state_dir, uid, container, run);
 }
 
@@ -1074,6 +1088,92 @@ static void save_pgid(struct podrt *p, pid_t pid)
     free(path);
 }
 
+/*
+ * fork + exec for a container that runs as another user (runAsUser,
+ * runAsGroup): posix_spawn cannot change credentials. Between fork and exec
+ * the child makes only async-signal-safe calls and raw system calls (glibc's
+ * setuid() would signal the parent's threads, which the child does not
+ * have), and a close-on-exec pipe carries what failed back. The same set-up
+ * as the posix_spawn path: stdin /dev/null, stdout and stderr to logpath,
+ * own process group, empty signal mask, default SIGPIPE/SIGTERM/SIGINT.
+ * Returns 0 and *pid, or an errno with the failing step in err.
+ */
+static int spawn_as(pid_t *pid_out, char **argv, char **envp, const char *logpath, const char *wd,
+                    const struct kd_runas *ra, char *err, size_t errlen)
+{
+    static const char *const steps[] = {"open", "chdir", "setgroups", "setgid", "setuid", "exec"};
+    int pfd[2] = {-1, -1}, rc = 0;
+    struct {
+        int step, err;
+    } msg = {0, 0};
+    sigset_t all, old;
+    if (pipe2(pfd, O_CLOEXEC) < 0)
+        return errno;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGPIPE, &dfl, NULL);
+        sigaction(SIGTERM, &dfl, NULL);
+        sigaction(SIGINT, &dfl, NULL);
+        setpgid(0, 0);
+        int in = open("/dev/null", O_RDONLY);
+        int out = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) {
+            msg.step = 0;
+        } else if ((in > 2 && close(in) != 0) || (out > 2 && close(out) != 0) || chdir(wd) < 0) {
+            msg.step = 1;
+        } else if (syscall(SYS_setgroups, ra->ngroups, ra->groups) < 0) {
+            msg.step = 2;
+        } else if (syscall(SYS_setresgid, ra->gid, ra->gid, ra->gid) < 0) {
+            msg.step = 3;
+        } else if (syscall(SYS_setresuid, ra->uid, ra->uid, ra->uid) < 0) {
+            msg.step = 4;
+        } else {
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
+            execvpe(argv[0], argv, envp);
+            msg.step = 5;
+        }
+        msg.err = errno;
+        ssize_t w = write(pfd[1], &msg, sizeof(msg));
+        (void)w;
+        _exit(127);
+    }
+    int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(pfd[1]);
+    if (pid < 0) {
+        rc = fork_errno;
+        snprintf(err, errlen, "fork: %s", strerror(rc));
+        goto out;
+    }
+    ssize_t n;
+    do
+        n = read(pfd[0], &msg, sizeof(msg));
+    while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)sizeof(msg)) {
+        int st;
+        waitpid(pid, &st, 0);
+        rc = msg.err != 0 ? msg.err : EIO;
+        if (msg.step == 5)
+            snprintf(err, errlen, "exec: \"%s\": %s", argv[0],
+                     rc == ENOENT ? "executable file not found in $PATH" : strerror(rc));
+        else
+            snprintf(err, errlen, "cannot run as uid %u gid %u: %s: %s", (unsigned)ra->uid,
+                     (unsigned)ra->gid, steps[msg.step], strerror(rc));
+        goto out;
+    }
+    *pid_out = pid;
+out:
+    close(pfd[0]);
+    return rc;
+}
+
 /* Start container i (lock held). On failure the container is terminated with StartError. */
 static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t *pod, size_t i)
 {
@@ -1090,7 +1190,16 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     bool fa_init = false, attr_init = false;
-    if (build_env(k, p, pod, cs, &e, err) != 0 || mount_volumes(k, p, pod, cs, err) != 0) {
+    logpath = kd_kubelet_log_path(k->state_dir, p->uid, c->name, c->restarts);
+    if (logpath == NULL)
+        snprintf(err, sizeof(err),
+                 "container name \"%.200s\" is not a lowercase RFC 1123 label: it would name "
+                 "a file outside the pod's directory",
+                 c->name != NULL ? c->name : "");
+    struct kd_runas ra;
+    if (logpath == NULL || build_env(k, p, pod, cs, &e, err) != 0 ||
+        mount_volumes(k, p, pod, cs, err) != 0 ||
+        kd_runas_decide(pod, cs, geteuid(), getegid(), &ra, err) != 0) {
         if (c->wait_reason == NULL || strcmp(c->wait_reason, "CreateContainerConfigError") != 0)
             pod_event(k, pod, "Warning", "Failed", "Error: %s", err);
         set_waiting(c, "CreateContainerConfigError", err);
@@ -1106,7 +1215,6 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
     json_array_foreach(args, j, a) argv[argc++] = expand(&e, json_string_value(a) ?: "");
     logdir = kd_xasprintf("%s/%s", p->dir, c->name);
     mkdir_p(logdir);
-    logpath = kd_kubelet_log_path(k->state_dir, p->uid, c->name, c->restarts);
     now3339(c->started, sizeof(c->started));
     /* With no command, args run as the command: an image with no ENTRYPOINT does that. */
     if (json_array_size(cmd) == 0 && json_array_size(args) == 0) {
@@ -1122,31 +1230,36 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
         wd = p->dir;
     else
         mkdir_p(wd);
-    posix_spawn_file_actions_init(&fa);
-    fa_init = true;
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addchdir_np(&fa, wd);
-    posix_spawnattr_init(&attr);
-    attr_init = true;
-    sigset_t none, def;
-    sigemptyset(&none);
-    sigemptyset(&def);
-    sigaddset(&def, SIGPIPE);
-    sigaddset(&def, SIGTERM);
-    sigaddset(&def, SIGINT);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &def);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
     pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, e.v);
-    if (rc != 0) {
-        snprintf(err, sizeof(err), "exec: \"%s\": %s", argv[0],
-                 rc == ENOENT ? "executable file not found in $PATH" : strerror(rc));
-        goto fail;
+    if (ra.change) {
+        if (spawn_as(&pid, argv, e.v, logpath, wd, &ra, err, sizeof(err)) != 0)
+            goto fail;
+    } else {
+        posix_spawn_file_actions_init(&fa);
+        fa_init = true;
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        posix_spawn_file_actions_addchdir_np(&fa, wd);
+        posix_spawnattr_init(&attr);
+        attr_init = true;
+        sigset_t none, def;
+        sigemptyset(&none);
+        sigemptyset(&def);
+        sigaddset(&def, SIGPIPE);
+        sigaddset(&def, SIGTERM);
+        sigaddset(&def, SIGINT);
+        posix_spawnattr_setsigmask(&attr, &none);
+        posix_spawnattr_setsigdefault(&attr, &def);
+        posix_spawnattr_setpgroup(&attr, 0);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                            POSIX_SPAWN_SETSIGDEF);
+        int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, e.v);
+        if (rc != 0) {
+            snprintf(err, sizeof(err), "exec: \"%s\": %s", argv[0],
+                     rc == ENOENT ? "executable file not found in $PATH" : strerror(rc));
+            goto fail;
+        }
     }
     save_pgid(p, pid);
     c->pid = pid;
@@ -1872,6 +1985,8 @@ static void container_logs(struct kd_kubelet *k, struct kd_http_req *r, const ch
         l->container = kd_xstrdup(ctr);
         l->run = run;
         path = kd_kubelet_log_path(k->state_dir, found->uid, ctr, run);
+        if (path == NULL)
+            run = -1;
     }
     pthread_mutex_unlock(&k->mu);
     if (l == NULL || run < 0) {
