@@ -830,6 +830,30 @@ static int pod_defaults(struct kd_api *api, struct kd_http_req *r, const struct 
                                        rp)));
         return KD_EINVALID;
     }
+    for (int list = 0; list < 2; list++) {
+        const char *key = list == 0 ? "initContainers" : "containers";
+        size_t i;
+        json_t *c;
+        json_array_foreach(json_object_get(spec, key), i, c)
+        {
+            const char *tmp = jstr(c, "terminationMessagePolicy");
+            if (tmp == NULL) {
+                json_object_set_new(c, "terminationMessagePolicy", json_string("File"));
+            } else if (strcmp(tmp, "File") != 0 && strcmp(tmp, "FallbackToLogsOnError") != 0) {
+                char path[128];
+                snprintf(path, sizeof(path), "spec.%s[%zu].terminationMessagePolicy", key, i);
+                invalid(r, rt, name,
+                        json_pack("[o]", cause("FieldValueNotSupported", path,
+                                               "Unsupported value: \"%s\": supported values: "
+                                               "\"File\", \"FallbackToLogsOnError\"",
+                                               tmp)));
+                return KD_EINVALID;
+            }
+            if (jstr(c, "terminationMessagePath") == NULL)
+                json_object_set_new(c, "terminationMessagePath",
+                                    json_string("/dev/termination-log"));
+        }
+    }
     if (json_object_get(spec, "terminationGracePeriodSeconds") == NULL)
         json_object_set_new(spec, "terminationGracePeriodSeconds", json_integer(30));
     if (jstr(spec, "schedulerName") == NULL)

@@ -71,7 +71,8 @@ struct ctr {
     char started[40], finished[40];
     int exit_code;
     char *term_reason, *term_msg;
-    json_t *last; /* lastState.terminated of the previous run, or NULL */
+    bool logs_on_error; /* terminationMessagePolicy FallbackToLogsOnError */
+    json_t *last;       /* lastState.terminated of the previous run, or NULL */
     int64_t next_start_ms;
     int64_t backoff_ms;
 };
@@ -511,6 +512,8 @@ static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
         const json_t *c = json_array_get(init ? ic : cc, init ? i : i - p->ninit);
         p->c[i].name = kd_xstrdup(jstr(c, "name") ? jstr(c, "name") : "");
         p->c[i].init = init;
+        p->c[i].logs_on_error =
+            strcmp(jstr(c, "terminationMessagePolicy") ?: "", "FallbackToLogsOnError") == 0;
         /* Keep counting restarts across a kdet-local restart. */
         const json_t *ps =
             prev_status(pod, init ? "initContainerStatuses" : "containerStatuses", p->c[i].name);
@@ -532,6 +535,8 @@ static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
                 was_term != NULL && jstr(was_term, "reason") ? jstr(was_term, "reason") : "Error");
             if (was_running)
                 ct->term_msg = kd_xstrdup("kdet-local stopped while the container was running");
+            else if (jstr(was_term, "message") != NULL)
+                ct->term_msg = kd_xstrdup(jstr(was_term, "message"));
             const char *sa =
                 jstr(was_term != NULL ? was_term : json_object_get(pst, "running"), "startedAt");
             kd_strlcpy(ct->started, sa != NULL ? sa : "", sizeof(ct->started));
@@ -1304,7 +1309,12 @@ out:
     env_free(&e);
 }
 
-static void on_exit_status(struct podrt *p, struct ctr *c, int status)
+/*
+ * A container that ended: its exit code and reason, and, as the kubelet does for
+ * terminationMessagePolicy FallbackToLogsOnError, a failure's message from the last lines of its
+ * log (a process has no termination-message file, so the file is always empty here).
+ */
+static void on_exit_status(struct kd_kubelet *k, struct podrt *p, struct ctr *c, int status)
 {
     c->pid = 0;
     c->state = C_TERMINATED;
@@ -1320,6 +1330,12 @@ static void on_exit_status(struct podrt *p, struct ctr *c, int status)
         c->exit_code = 1;
     }
     c->term_reason = kd_xstrdup(c->exit_code == 0 ? "Completed" : "Error");
+    if (c->exit_code != 0 && c->logs_on_error) {
+        char *path = kd_kubelet_log_path(k->state_dir, p->uid, c->name, c->restarts);
+        if (path != NULL)
+            c->term_msg = kd_logstream_last(path, KD_LOGSTREAM_MSG_LINES, KD_LOGSTREAM_MSG_BYTES);
+        free(path);
+    }
     KD_INFO("container exited", "namespace=%s pod=%s container=%s exit_code=%d", kd_logq(p->ns),
             kd_logq(p->name), kd_logq(c->name), c->exit_code);
 }
@@ -1334,7 +1350,7 @@ static void reap(struct kd_kubelet *k)
         {
             for (size_t i = 0; i < p->nc; i++) {
                 if (p->c[i].pid == pid) {
-                    on_exit_status(p, &p->c[i], status);
+                    on_exit_status(k, p, &p->c[i], status);
                     /* Its process group may outlive it: end the stragglers. */
                     kill(-pid, SIGKILL);
                 }
@@ -1372,6 +1388,9 @@ static void plan_restart(struct kd_kubelet *k, const struct podrt *p, const json
     c->last = json_pack("{s:{s:i,s:s,s:s,s:s}}", "terminated", "exitCode", c->exit_code, "reason",
                         c->term_reason ? c->term_reason : "Error", "startedAt", c->started,
                         "finishedAt", c->finished);
+    if (c->term_msg != NULL)
+        json_object_set_new(json_object_get(c->last, "terminated"), "message",
+                            json_string(c->term_msg));
     c->restarts++;
     char msg[200];
     snprintf(msg, sizeof(msg), "back-off %llds restarting failed container=%s",

@@ -9,10 +9,13 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <stdio.h>
 
 #include <cmocka.h>
 
 #include "../../local/kubelet.h"
+#include "../../local/logstream.h"
 #include "../../local/validate.h"
 
 struct row {
@@ -190,6 +193,59 @@ static void test_sizes(void **state)
     free(s);
 }
 
+/* A termination message is valid UTF-8 whatever the log holds. */
+static void test_termination_utf8(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *want;
+    } utf8_rows[] = {
+        {"plain\n", 6, "plain\n"},
+        {"\xa9 cut start", 11, " cut start"},                  /* the tail of a cut character */
+        {"\x80\x80\x80\x80x", 5, "\xef\xbf\xbdx"},             /* at most 3 skipped, then U+FFFD */
+        {"caf\xc3\xa9", 5, "caf\xc3\xa9"},                     /* whole characters kept */
+        {"bad \xff byte", 10, "bad \xef\xbf\xbd byte"},        /* invalid byte */
+        {"nul\0x", 5, "nul\xef\xbf\xbdx"},                     /* NUL */
+        {"over\xc0\xafx", 7, "over\xef\xbf\xbd\xef\xbf\xbdx"}, /* overlong '/' */
+        {"sur\xed\xa0\x80", 6, "sur\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* surrogate */
+        {"end \xe2\x82", 6, "end \xef\xbf\xbd\xef\xbf\xbd"},               /* cut at the end */
+    };
+    for (size_t i = 0; i < sizeof(utf8_rows) / sizeof(utf8_rows[0]); i++) {
+        char *got = kd_logstream_utf8(utf8_rows[i].in, utf8_rows[i].n);
+        if (strcmp(got, utf8_rows[i].want) != 0)
+            fail_msg("row %zu: got \"%s\"", i, got);
+        free(got);
+    }
+}
+
+/* The last 80 lines, of which the last 2048 bytes; nothing for an empty or absent log. */
+static void test_termination_tail(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/kd-termmsg-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 1; i <= 100; i++)
+        fprintf(f, "l%d\n", i);
+    fclose(f);
+    char *m = kd_logstream_last(path, KD_LOGSTREAM_MSG_LINES, KD_LOGSTREAM_MSG_BYTES);
+    assert_non_null(m);
+    assert_true(strncmp(m, "l21\nl22\n", 8) == 0);
+    assert_int_equal(strlen(m), strlen("l100\n") + 9 * strlen("l99\n") + 70 * strlen("l21\n"));
+    free(m);
+    m = kd_logstream_last(path, 80, 10);
+    assert_string_equal(m, "\nl99\nl100\n");
+    free(m);
+    f = fopen(path, "w");
+    fclose(f);
+    assert_null(kd_logstream_last(path, 80, 2048));
+    unlink(path);
+    assert_null(kd_logstream_last(path, 80, 2048));
+}
+
 static void test_log_paths(void **state)
 {
     (void)state;
@@ -211,6 +267,8 @@ int main(void)
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_log_paths),
+        cmocka_unit_test(test_termination_utf8),
+        cmocka_unit_test(test_termination_tail),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
