@@ -5,6 +5,7 @@
  * back-off, SIGTERM/SIGKILL on deletion) and write back pod status when it
  * changed. Containers are process groups started with posix_spawn.
  */
+#include "json.h"
 #include "kubelet.h"
 #include "runas.h"
 #include "validate.h"
@@ -126,11 +127,6 @@ struct kd_kubelet {
     pthread_cond_t wake_cv;
     bool dirty; /* the informer saw a change since the last pass */
 };
-
-static const char *jstr(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
 
 static void now3339(char *buf, size_t len)
 {
@@ -264,9 +260,9 @@ static int register_node(struct kd_kubelet *k)
     char now[40], uid[40];
     now3339(now, sizeof(now));
     json_t *cur = kd_store_get(k->st, "/nodes", NULL, k->node);
-    const char *cur_uid = cur != NULL ? jstr(json_object_get(cur, "metadata"), "uid") : NULL;
+    const char *cur_uid = cur != NULL ? kd_jstr(json_object_get(cur, "metadata"), "uid") : NULL;
     const char *cur_ts =
-        cur != NULL ? jstr(json_object_get(cur, "metadata"), "creationTimestamp") : NULL;
+        cur != NULL ? kd_jstr(json_object_get(cur, "metadata"), "creationTimestamp") : NULL;
     if (cur_uid != NULL) {
         kd_strlcpy(uid, cur_uid, sizeof(uid));
     } else {
@@ -402,17 +398,18 @@ static void pod_event(struct kd_kubelet *k, const json_t *pod, const char *type,
     const json_t *md = json_object_get(pod, "metadata");
     char now[40], name[320];
     now3339(now, sizeof(now));
-    snprintf(name, sizeof(name), "%.253s.%llx", jstr(md, "name") ? jstr(md, "name") : "pod",
+    snprintf(name, sizeof(name), "%.253s.%llx", kd_jstr(md, "name") ? kd_jstr(md, "name") : "pod",
              (unsigned long long)kd_wall_ms() * 1000000ull);
     json_t *ev = json_pack(
         "{s:s,s:s,s:{s:s,s:s},s:{s:s,s:s,s:s,s:s,s:s},s:s,s:s,s:s,s:{s:s,s:s},s:s,s:s,s:i}", "kind",
         "Event", "apiVersion", "v1", "metadata", "name", name, "namespace",
-        jstr(md, "namespace") ? jstr(md, "namespace") : "default", "involvedObject", "kind", "Pod",
-        "apiVersion", "v1", "namespace", jstr(md, "namespace") ? jstr(md, "namespace") : "default",
-        "name", jstr(md, "name") ? jstr(md, "name") : "", "uid",
-        jstr(md, "uid") ? jstr(md, "uid") : "", "type", type, "reason", reason, "message", msg,
-        "source", "component", "kubelet", "host", k->node, "firstTimestamp", now, "lastTimestamp",
-        now, "count", 1);
+        kd_jstr(md, "namespace") ? kd_jstr(md, "namespace") : "default", "involvedObject", "kind",
+        "Pod", "apiVersion", "v1", "namespace",
+        kd_jstr(md, "namespace") ? kd_jstr(md, "namespace") : "default", "name",
+        kd_jstr(md, "name") ? kd_jstr(md, "name") : "", "uid",
+        kd_jstr(md, "uid") ? kd_jstr(md, "uid") : "", "type", type, "reason", reason, "message",
+        msg, "source", "component", "kubelet", "host", k->node, "firstTimestamp", now,
+        "lastTimestamp", now, "count", 1);
     struct kd_k8s_gvr gvr = KD_K8S_EVENTS;
     struct kd_k8s_status st = {0};
     if (kd_k8s_create(k->kc, &gvr, NULL, ev, NULL, &st, NULL) != 0)
@@ -477,7 +474,7 @@ static const json_t *prev_status(const json_t *pod, const char *list, const char
     json_t *s;
     json_array_foreach(json_object_get(json_object_get(pod, "status"), list), i, s)
     {
-        if (strcmp(jstr(s, "name") ? jstr(s, "name") : "", name) == 0)
+        if (strcmp(kd_jstr(s, "name") ? kd_jstr(s, "name") : "", name) == 0)
             return s;
     }
     return NULL;
@@ -497,9 +494,9 @@ static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
     const json_t *md = json_object_get(pod, "metadata");
     const json_t *spec = json_object_get(pod, "spec");
     struct podrt *p = kd_xcalloc(1, sizeof(*p));
-    p->uid = kd_xstrdup(jstr(md, "uid"));
-    p->ns = kd_xstrdup(jstr(md, "namespace"));
-    p->name = kd_xstrdup(jstr(md, "name"));
+    p->uid = kd_xstrdup(kd_jstr(md, "uid"));
+    p->ns = kd_xstrdup(kd_jstr(md, "namespace"));
+    p->name = kd_xstrdup(kd_jstr(md, "name"));
     p->dir = kd_xasprintf("%s/pods/%s", k->state_dir, p->uid);
     p->cond_times = json_object();
     const json_t *ic = json_object_get(spec, "initContainers");
@@ -510,15 +507,16 @@ static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
     for (size_t i = 0; i < p->nc; i++) {
         bool init = i < p->ninit;
         const json_t *c = json_array_get(init ? ic : cc, init ? i : i - p->ninit);
-        p->c[i].name = kd_xstrdup(jstr(c, "name") ? jstr(c, "name") : "");
+        p->c[i].name = kd_xstrdup(kd_jstr(c, "name") ? kd_jstr(c, "name") : "");
         p->c[i].init = init;
         p->c[i].logs_on_error =
-            strcmp(jstr(c, "terminationMessagePolicy") ?: "", "FallbackToLogsOnError") == 0;
+            strcmp(kd_jstr(c, "terminationMessagePolicy") ?: "", "FallbackToLogsOnError") == 0;
         /* Keep counting restarts across a kdet-local restart. */
         const json_t *ps =
             prev_status(pod, init ? "initContainerStatuses" : "containerStatuses", p->c[i].name);
         struct ctr *ct = &p->c[i];
-        const char *policy = jstr(spec, "restartPolicy") ? jstr(spec, "restartPolicy") : "Always";
+        const char *policy =
+            kd_jstr(spec, "restartPolicy") ? kd_jstr(spec, "restartPolicy") : "Always";
         const json_t *pst = json_object_get(ps, "state");
         const json_t *was_term = json_object_get(pst, "terminated");
         bool was_running = json_object_get(pst, "running") != NULL;
@@ -531,16 +529,17 @@ static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
             /* kdet-local stopped meanwhile: a container that may not restart stays ended. */
             ct->state = C_TERMINATED;
             ct->exit_code = code;
-            ct->term_reason = kd_xstrdup(
-                was_term != NULL && jstr(was_term, "reason") ? jstr(was_term, "reason") : "Error");
+            ct->term_reason = kd_xstrdup(was_term != NULL && kd_jstr(was_term, "reason")
+                                             ? kd_jstr(was_term, "reason")
+                                             : "Error");
             if (was_running)
                 ct->term_msg = kd_xstrdup("kdet-local stopped while the container was running");
-            else if (jstr(was_term, "message") != NULL)
-                ct->term_msg = kd_xstrdup(jstr(was_term, "message"));
+            else if (kd_jstr(was_term, "message") != NULL)
+                ct->term_msg = kd_xstrdup(kd_jstr(was_term, "message"));
             const char *sa =
-                jstr(was_term != NULL ? was_term : json_object_get(pst, "running"), "startedAt");
+                kd_jstr(was_term != NULL ? was_term : json_object_get(pst, "running"), "startedAt");
             kd_strlcpy(ct->started, sa != NULL ? sa : "", sizeof(ct->started));
-            const char *fa = jstr(was_term, "finishedAt");
+            const char *fa = kd_jstr(was_term, "finishedAt");
             if (fa != NULL)
                 kd_strlcpy(ct->finished, fa, sizeof(ct->finished));
             else
@@ -616,8 +615,8 @@ static int project_keys(const char *dir, const json_t *src, bool secret, const j
             json_t *it;
             json_array_foreach(items, i, it)
             {
-                if (strcmp(jstr(it, "key") ? jstr(it, "key") : "", key) == 0)
-                    path = jstr(it, "path");
+                if (strcmp(kd_jstr(it, "key") ? kd_jstr(it, "key") : "", key) == 0)
+                    path = kd_jstr(it, "path");
             }
             if (path == NULL)
                 continue;
@@ -658,7 +657,7 @@ static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *
     json_t *v;
     json_array_foreach(json_object_get(json_object_get(pod, "spec"), "volumes"), i, v)
     {
-        const char *name = jstr(v, "name");
+        const char *name = kd_jstr(v, "name");
         if (name == NULL || strchr(name, '/') != NULL)
             continue;
         char *dir = kd_xasprintf("%s/volumes/%s", p->dir, name);
@@ -670,7 +669,7 @@ static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *
             if (rc != 0)
                 kd_seterr(err, rc, "volume %s: cannot create %s", name, dir);
         } else if (cm != NULL || sec != NULL) {
-            const char *src = cm != NULL ? jstr(cm, "name") : jstr(sec, "secretName");
+            const char *src = cm != NULL ? kd_jstr(cm, "name") : kd_jstr(sec, "secretName");
             bool optional = json_is_true(json_object_get(cm != NULL ? cm : sec, "optional"));
             json_t *obj = get_obj(k, cm != NULL, p->ns, src != NULL ? src : "");
             if (obj == NULL && !optional) {
@@ -682,9 +681,9 @@ static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *
             }
             json_decref(obj);
         } else if (hp != NULL) {
-            const char *type = jstr(hp, "type");
+            const char *type = kd_jstr(hp, "type");
             if (type != NULL && strcmp(type, "DirectoryOrCreate") == 0)
-                mkdir_p(jstr(hp, "path") ? jstr(hp, "path") : "");
+                mkdir_p(kd_jstr(hp, "path") ? kd_jstr(hp, "path") : "");
             free(dir);
             dir = NULL;
             rc = mkdir_p(p->dir);
@@ -705,11 +704,11 @@ static char *volume_source(const struct podrt *p, const json_t *pod, const char 
     json_t *v;
     json_array_foreach(json_object_get(json_object_get(pod, "spec"), "volumes"), i, v)
     {
-        if (strcmp(jstr(v, "name") ? jstr(v, "name") : "", vname) != 0)
+        if (strcmp(kd_jstr(v, "name") ? kd_jstr(v, "name") : "", vname) != 0)
             continue;
         const json_t *hp = json_object_get(v, "hostPath");
         if (hp != NULL)
-            return kd_xstrdup(jstr(hp, "path") ? jstr(hp, "path") : "/");
+            return kd_xstrdup(kd_jstr(hp, "path") ? kd_jstr(hp, "path") : "/");
         return kd_xasprintf("%s/volumes/%s", p->dir, vname);
     }
     return NULL;
@@ -730,15 +729,15 @@ static int mount_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *po
     json_t *m;
     json_array_foreach(json_object_get(c, "volumeMounts"), i, m)
     {
-        const char *mp = jstr(m, "mountPath");
-        const char *vn = jstr(m, "name");
+        const char *mp = kd_jstr(m, "mountPath");
+        const char *vn = kd_jstr(m, "name");
         if (mp == NULL || vn == NULL || strcmp(mp, SA_MOUNT) == 0)
             continue;
         char *src = volume_source(p, pod, vn);
         if (src == NULL)
             return kd_seterr(err, KD_EINVAL, "volumeMounts: volume \"%s\" is not in spec.volumes",
                              vn);
-        const char *sub = jstr(m, "subPath");
+        const char *sub = kd_jstr(m, "subPath");
         if (sub != NULL && sub[0] != '\0') {
             char *s2 = kd_xasprintf("%s/%s", src, sub);
             free(src);
@@ -860,15 +859,15 @@ static const char *field_ref(const json_t *pod, const char *path, char *buf, siz
 {
     const json_t *md = json_object_get(pod, "metadata");
     if (strcmp(path, "metadata.name") == 0)
-        return jstr(md, "name");
+        return kd_jstr(md, "name");
     if (strcmp(path, "metadata.namespace") == 0)
-        return jstr(md, "namespace");
+        return kd_jstr(md, "namespace");
     if (strcmp(path, "metadata.uid") == 0)
-        return jstr(md, "uid");
+        return kd_jstr(md, "uid");
     if (strcmp(path, "spec.nodeName") == 0)
-        return jstr(json_object_get(pod, "spec"), "nodeName");
+        return kd_jstr(json_object_get(pod, "spec"), "nodeName");
     if (strcmp(path, "spec.serviceAccountName") == 0)
-        return jstr(json_object_get(pod, "spec"), "serviceAccountName");
+        return kd_jstr(json_object_get(pod, "spec"), "serviceAccountName");
     if (strcmp(path, "status.podIP") == 0 || strcmp(path, "status.hostIP") == 0 ||
         strcmp(path, "status.podIPs") == 0 || strcmp(path, "status.hostIPs") == 0)
         return "127.0.0.1";
@@ -882,7 +881,7 @@ static const char *field_ref(const json_t *pod, const char *path, char *buf, siz
             return NULL;
         memcpy(buf, start, (size_t)(end - start));
         buf[end - start] = '\0';
-        return jstr(json_object_get(md, which), buf);
+        return kd_jstr(json_object_get(md, which), buf);
     }
     return NULL;
 }
@@ -893,7 +892,7 @@ static char *source_key(struct kd_kubelet *k, const char *ns, bool secret, const
 {
     char *out = NULL;
     json_t *obj = get_obj(k, !secret, ns, name);
-    const char *v = jstr(json_object_get(obj, "data"), key);
+    const char *v = kd_jstr(json_object_get(obj, "data"), key);
     if (v == NULL || !secret) {
         out = v != NULL ? kd_xstrdup(v) : NULL;
         goto out;
@@ -922,8 +921,8 @@ static char *sa_kubeconfig(const struct kd_kubelet *k, const struct podrt *p, co
     json_t *m;
     json_array_foreach(json_object_get(c, "volumeMounts"), i, m)
     {
-        const char *mp = jstr(m, "mountPath");
-        const char *vn = jstr(m, "name");
+        const char *mp = kd_jstr(m, "mountPath");
+        const char *vn = kd_jstr(m, "name");
         if (mp == NULL || vn == NULL || strcmp(mp, SA_MOUNT) != 0)
             continue;
         char *src = volume_source(p, pod, vn);
@@ -994,13 +993,14 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
         const json_t *cmr = json_object_get(ef, "configMapRef");
         const json_t *sr = json_object_get(ef, "secretRef");
         const json_t *ref = cmr != NULL ? cmr : sr;
-        const char *prefix = jstr(ef, "prefix") ? jstr(ef, "prefix") : "";
-        json_t *obj = get_obj(k, cmr != NULL, p->ns, jstr(ref, "name") ? jstr(ref, "name") : "");
+        const char *prefix = kd_jstr(ef, "prefix") ? kd_jstr(ef, "prefix") : "";
+        json_t *obj =
+            get_obj(k, cmr != NULL, p->ns, kd_jstr(ref, "name") ? kd_jstr(ref, "name") : "");
         if (obj == NULL) {
             if (json_is_true(json_object_get(ref, "optional")))
                 continue;
             return kd_seterr(err, KD_ENOTFOUND, "%s \"%s\" not found",
-                             cmr != NULL ? "configmap" : "secret", jstr(ref, "name"));
+                             cmr != NULL ? "configmap" : "secret", kd_jstr(ref, "name"));
         }
         const char *key;
         json_t *v;
@@ -1010,7 +1010,7 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
             if (cmr != NULL) {
                 env_set(e, name, json_string_value(v) ? json_string_value(v) : "");
             } else {
-                char *val = source_key(k, p->ns, true, jstr(ref, "name"), key);
+                char *val = source_key(k, p->ns, true, kd_jstr(ref, "name"), key);
                 env_set(e, name, val ? val : "");
                 free(val);
             }
@@ -1021,12 +1021,12 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
     json_t *ev;
     json_array_foreach(json_object_get(c, "env"), i, ev)
     {
-        const char *name = jstr(ev, "name");
+        const char *name = kd_jstr(ev, "name");
         if (name == NULL)
             continue;
         const json_t *vf = json_object_get(ev, "valueFrom");
         if (vf == NULL) {
-            char *val = expand(e, jstr(ev, "value") ? jstr(ev, "value") : "");
+            char *val = expand(e, kd_jstr(ev, "value") ? kd_jstr(ev, "value") : "");
             env_set(e, name, val);
             free(val);
             continue;
@@ -1036,17 +1036,18 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
         const json_t *sk = json_object_get(vf, "secretKeyRef");
         if (fr != NULL) {
             char buf[256];
-            const char *val = field_ref(pod, jstr(fr, "fieldPath") ? jstr(fr, "fieldPath") : "",
-                                        buf, sizeof(buf));
+            const char *val = field_ref(
+                pod, kd_jstr(fr, "fieldPath") ? kd_jstr(fr, "fieldPath") : "", buf, sizeof(buf));
             env_set(e, name, val ? val : "");
         } else if (cmk != NULL || sk != NULL) {
             const json_t *ref = cmk != NULL ? cmk : sk;
-            char *val = source_key(k, p->ns, sk != NULL, jstr(ref, "name") ? jstr(ref, "name") : "",
-                                   jstr(ref, "key") ? jstr(ref, "key") : "");
+            char *val =
+                source_key(k, p->ns, sk != NULL, kd_jstr(ref, "name") ? kd_jstr(ref, "name") : "",
+                           kd_jstr(ref, "key") ? kd_jstr(ref, "key") : "");
             if (val == NULL && !json_is_true(json_object_get(ref, "optional")))
                 return kd_seterr(err, KD_ENOTFOUND, "couldn't find key %s in %s %s/%s",
-                                 jstr(ref, "key"), sk != NULL ? "Secret" : "ConfigMap", p->ns,
-                                 jstr(ref, "name"));
+                                 kd_jstr(ref, "key"), sk != NULL ? "Secret" : "ConfigMap", p->ns,
+                                 kd_jstr(ref, "name"));
             if (val != NULL)
                 env_set(e, name, val);
             free(val);
@@ -1226,11 +1227,11 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
         snprintf(err, sizeof(err),
                  "kdet-local runs containers as local processes and ignores the image (%s): "
                  "spec.%s[%zu].command (or args) is required",
-                 jstr(cs, "image") ? jstr(cs, "image") : "none",
+                 kd_jstr(cs, "image") ? kd_jstr(cs, "image") : "none",
                  c->init ? "initContainers" : "containers", c->init ? i : i - p->ninit);
         goto fail;
     }
-    const char *wd = jstr(cs, "workingDir");
+    const char *wd = kd_jstr(cs, "workingDir");
     if (wd == NULL || wd[0] == '\0')
         wd = p->dir;
     else
@@ -1404,7 +1405,7 @@ static void plan_restart(struct kd_kubelet *k, const struct podrt *p, const json
 static void drive(struct kd_kubelet *k, struct podrt *p, const json_t *pod)
 {
     const json_t *spec = json_object_get(pod, "spec");
-    const char *policy = jstr(spec, "restartPolicy") ? jstr(spec, "restartPolicy") : "Always";
+    const char *policy = kd_jstr(spec, "restartPolicy") ? kd_jstr(spec, "restartPolicy") : "Always";
     int64_t now = kd_mono_ms();
     const json_t *md = json_object_get(pod, "metadata");
     if (json_object_get(md, "deletionTimestamp") != NULL) {
@@ -1519,7 +1520,7 @@ static json_t *ctr_status(const struct podrt *p, const struct ctr *c, const json
             json_object_set_new(json_object_get(state, "waiting"), "message",
                                 json_string(c->wait_msg));
     }
-    const char *image = jstr(cs, "image") ? jstr(cs, "image") : "";
+    const char *image = kd_jstr(cs, "image") ? kd_jstr(cs, "image") : "";
     json_t *s = json_pack("{s:s,s:o,s:o,s:b,s:i,s:s,s:s,s:b}", "name", c->name, "state", state,
                           "lastState", c->last != NULL ? json_incref(c->last) : json_object(),
                           "ready", c->state == C_RUNNING && !c->init, "restartCount", c->restarts,
@@ -1555,7 +1556,7 @@ static json_t *condition(struct podrt *p, const char *type, bool ok, const char 
 static json_t *pod_status(struct podrt *p, const json_t *pod)
 {
     const json_t *spec = json_object_get(pod, "spec");
-    const char *policy = jstr(spec, "restartPolicy") ? jstr(spec, "restartPolicy") : "Always";
+    const char *policy = kd_jstr(spec, "restartPolicy") ? kd_jstr(spec, "restartPolicy") : "Always";
     json_t *ics = json_array(), *cs = json_array();
     bool init_done = true, init_failed = false;
     for (size_t i = 0; i < p->ninit; i++) {
@@ -1825,8 +1826,8 @@ static void loop_once(struct kd_kubelet *k)
     for (size_t i = 0; i < n; i++) {
         json_t *pod = json_incref(pods[i]);
         const json_t *md = json_object_get(pod, "metadata");
-        const char *nn = jstr(json_object_get(pod, "spec"), "nodeName");
-        const char *uid = jstr(md, "uid");
+        const char *nn = kd_jstr(json_object_get(pod, "spec"), "nodeName");
+        const char *uid = kd_jstr(md, "uid");
         if (nn == NULL || strcmp(nn, k->node) != 0 || uid == NULL) {
             json_decref(pod);
             continue;
@@ -1834,7 +1835,7 @@ static void loop_once(struct kd_kubelet *k)
         json_object_set_new(seen, uid, json_true());
         struct podrt *p = NULL;
         HASH_FIND_STR(k->pods, uid, p);
-        const char *phase = jstr(json_object_get(pod, "status"), "phase");
+        const char *phase = kd_jstr(json_object_get(pod, "status"), "phase");
         bool terminal_now =
             phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
         if (p == NULL) {
@@ -1855,7 +1856,7 @@ static void loop_once(struct kd_kubelet *k)
                 finish_deleted(k, p, pod);
         } else {
             char *sig = status_sig(p);
-            const char *rv = jstr(md, "resourceVersion");
+            const char *rv = kd_jstr(md, "resourceVersion");
             if (sig == NULL || rv == NULL || p->shown_sig == NULL ||
                 strcmp(sig, p->shown_sig) != 0 || strcmp(rv, p->shown_rv) != 0) {
                 json_t *status = pod_status(p, pod);

@@ -99,13 +99,6 @@ void kd_store_wait(struct kd_store *st, int ms);
 /** Wake every waiter (used at shutdown). */
 void kd_store_broadcast(struct kd_store *st);
 
-/**
- * A counter that grows whenever something the garbage collector acts on
- * changes: a delete, a write of an object with deletionTimestamp, or a write
- * that adds or changes ownerReferences.
- */
-uint64_t kd_store_gc_hint(const struct kd_store *st);
-
 /** Journal bytes written since the last compaction (for tests and metrics). */
 uint64_t kd_store_journal_bytes(const struct kd_store *st);
 
