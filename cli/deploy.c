@@ -27,6 +27,7 @@
 
 #include "cli.h"
 #include "core/alloc.h"
+#include "core/fs.h"
 #include "core/buf.h"
 #include "core/str.h"
 #include "core/time.h"
@@ -420,22 +421,12 @@ static int mkdir_mode(const char *p, mode_t mode)
 
 static int mkdir_p(const char *path, mode_t mode)
 {
-    char p[PATH_MAX];
-    int rc = 0;
-    snprintf(p, sizeof(p), "%s", path);
-    for (char *s = p + 1; *s && rc == 0; s++) {
-        if (*s == '/') {
-            *s = '\0';
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-                det_err("cannot create %s: %s", p, strerror(errno));
-                rc = DET_EXIT_ERROR;
-            }
-            *s = '/';
-        }
+    int rc = kd_mkdir_p(path, mode);
+    if (rc != 0) {
+        det_err("cannot create %s: %s", path, strerror(-rc));
+        return DET_EXIT_ERROR;
     }
-    if (rc == 0)
-        rc = mkdir_mode(p, mode);
-    return rc;
+    return mkdir_mode(path, mode); /* the mode exactly, whatever the umask or an older dir */
 }
 
 void det_deploy_default_dir(char *buf, size_t len)

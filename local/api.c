@@ -713,7 +713,7 @@ out:
 static bool authorized(struct kd_api *api, struct kd_http_req *r)
 {
     if (api->token == NULL)
-        return false; /* kd_api_start refuses to run without one: fail closed all the same */
+        return false; /* kd_local_api_start refuses to run without one: fail closed all the same */
     const char *h = kd_http_header(r, "Authorization");
     if (h == NULL || !kd_str_has_prefix(h, "Bearer "))
         return false;
@@ -855,8 +855,8 @@ static int ensure_namespace(struct kd_api *api, const char *name)
     return kd_store_put(api->st, "/namespaces", NULL, name, ns, NULL);
 }
 
-int kd_api_start(const struct kd_api_opts *opts, struct kd_store *st, struct kd_api **out,
-                 char *err)
+int kd_local_api_start(const struct kd_local_api_opts *opts, struct kd_store *st,
+                       struct kd_api **out, char *err)
 {
     int rc = 0;
     *out = NULL;
@@ -914,16 +914,16 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_store *st, struct kd_
     *out = api;
     api = NULL;
 out:
-    kd_api_stop(api);
+    kd_local_api_stop(api);
     return rc;
 }
 
-int kd_api_port(const struct kd_api *api)
+int kd_local_api_port(const struct kd_api *api)
 {
     return kd_http_port(api->http);
 }
 
-void kd_api_stop(struct kd_api *api)
+void kd_local_api_stop(struct kd_api *api)
 {
     if (api == NULL)
         return;

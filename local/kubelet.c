@@ -149,24 +149,6 @@ char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *co
     return kd_xasprintf("%s/pods/%s/%s/%d.log", state_dir, uid, container, run);
 }
 
-static int mkdir_p(const char *path)
-{
-    char buf[PATH_MAX];
-    if (kd_strlcpy(buf, path, sizeof(buf)) >= sizeof(buf))
-        return -ENAMETOOLONG;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-                return -errno;
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 static int write_file(const char *path, const void *data, size_t len, mode_t mode)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
@@ -596,7 +578,7 @@ static unsigned char *b64dec(const char *s, size_t *len)
 static int project_keys(const char *dir, const json_t *src, bool secret, const json_t *items,
                         char *err)
 {
-    int rc = mkdir_p(dir);
+    int rc = kd_mkdir_p(dir, 0755);
     if (rc != 0)
         return kd_seterr(err, rc, "cannot create %s: %s", dir, strerror(-rc));
     const json_t *data = json_object_get(src, "data");
@@ -626,7 +608,7 @@ static int project_keys(const char *dir, const json_t *src, bool secret, const j
         char *file = kd_xasprintf("%s/%s", dir, path);
         char *slash = strrchr(file, '/');
         *slash = '\0';
-        mkdir_p(file);
+        kd_mkdir_p(file, 0755);
         *slash = '/';
         const char *s = json_string_value(v);
         bool binary = secret || json_object_get(bin, key) == v;
@@ -650,7 +632,7 @@ static int project_keys(const char *dir, const json_t *src, bool secret, const j
 /* Prepare every volume (lock held for reads of ConfigMaps and Secrets). 0 or the reason in err. */
 static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *pod, char *err)
 {
-    int rc = mkdir_p(p->dir);
+    int rc = kd_mkdir_p(p->dir, 0755);
     if (rc != 0)
         return kd_seterr(err, rc, "cannot create %s: %s", p->dir, strerror(-rc));
     size_t i;
@@ -665,7 +647,7 @@ static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *
         const json_t *sec = json_object_get(v, "secret");
         const json_t *hp = json_object_get(v, "hostPath");
         if (json_object_get(v, "emptyDir") != NULL) {
-            rc = mkdir_p(dir);
+            rc = kd_mkdir_p(dir, 0755);
             if (rc != 0)
                 kd_seterr(err, rc, "volume %s: cannot create %s", name, dir);
         } else if (cm != NULL || sec != NULL) {
@@ -683,12 +665,12 @@ static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *
         } else if (hp != NULL) {
             const char *type = kd_jstr(hp, "type");
             if (type != NULL && strcmp(type, "DirectoryOrCreate") == 0)
-                mkdir_p(kd_jstr(hp, "path") ? kd_jstr(hp, "path") : "");
+                kd_mkdir_p(kd_jstr(hp, "path") ? kd_jstr(hp, "path") : "", 0755);
             free(dir);
             dir = NULL;
-            rc = mkdir_p(p->dir);
+            rc = kd_mkdir_p(p->dir, 0755);
         } else {
-            rc = mkdir_p(dir); /* other kinds: an empty directory */
+            rc = kd_mkdir_p(dir, 0755); /* other kinds: an empty directory */
         }
         free(dir);
         if (rc != 0)
@@ -778,7 +760,7 @@ static int mount_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *po
         char *slash = strrchr(parent, '/');
         if (slash != NULL && slash != parent) {
             *slash = '\0';
-            mkdir_p(parent);
+            kd_mkdir_p(parent, 0755);
         }
         if (symlink(src, mp) < 0) {
             int rc = kd_seterr(err, -errno, "mountPath %s: cannot create a symlink: %s", mp,
@@ -1220,7 +1202,7 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
     json_array_foreach(cmd, j, a) argv[argc++] = expand(&e, json_string_value(a) ?: "");
     json_array_foreach(args, j, a) argv[argc++] = expand(&e, json_string_value(a) ?: "");
     logdir = kd_xasprintf("%s/%s", p->dir, c->name);
-    mkdir_p(logdir);
+    kd_mkdir_p(logdir, 0755);
     now3339(c->started, sizeof(c->started));
     /* With no command, args run as the command: an image with no ENTRYPOINT does that. */
     if (json_array_size(cmd) == 0 && json_array_size(args) == 0) {
@@ -1235,7 +1217,7 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
     if (wd == NULL || wd[0] == '\0')
         wd = p->dir;
     else
-        mkdir_p(wd);
+        kd_mkdir_p(wd, 0755);
     pid_t pid;
     if (ra.change) {
         if (spawn_as(&pid, argv, e.v, logpath, wd, &ra, err, sizeof(err)) != 0)
@@ -2103,7 +2085,7 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
     k->ngpus = opts->fake_gpus >= 0 ? opts->fake_gpus : count_gpus();
     if (k->ngpus > MAX_GPUS)
         k->ngpus = MAX_GPUS;
-    rc = mkdir_p(opts->state_dir);
+    rc = kd_mkdir_p(opts->state_dir, 0755);
     if (rc != 0) {
         kd_seterr(err, rc, "state dir %s: %s", opts->state_dir, strerror(-rc));
         goto out;

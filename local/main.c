@@ -317,7 +317,7 @@ int main(int argc, char **argv)
                                .ring_events = (size_t)history,
                                .compact_min_bytes = (size_t)compact};
     int64_t t0 = kd_mono_ms();
-    rc = kd_store_open(&so, &st, err);
+    rc = kd_local_store_open(&so, &st, err);
     if (rc != 0)
         goto out;
     kd_store_lock(st);
@@ -326,7 +326,7 @@ int main(int argc, char **argv)
     KD_INFO("store open", "data_dir=%s resource_version=%llu ms=%lld",
             kd_logq(data_dir != NULL ? data_dir : "(memory)"), (unsigned long long)rv,
             (long long)(kd_mono_ms() - t0));
-    /* after kd_store_open, which makes the data dir (0700) */
+    /* after kd_local_store_open, which makes the data dir (0700) */
     rc = token_file != NULL ? read_token(token_file, &token, err)
                             : default_token(data_dir, &token, err);
     if (rc != 0)
@@ -349,16 +349,16 @@ int main(int argc, char **argv)
         if (rc != 0)
             goto out;
     }
-    struct kd_api_opts ao = {.port = port,
-                             .token = token,
-                             .bookmark_ms = bookmark_s * 1000,
-                             .state_dir = state_dir,
-                             .tls_cert_pem = cert,
-                             .tls_key_pem = key};
-    rc = kd_api_start(&ao, st, &api, err);
+    struct kd_local_api_opts ao = {.port = port,
+                                   .token = token,
+                                   .bookmark_ms = bookmark_s * 1000,
+                                   .state_dir = state_dir,
+                                   .tls_cert_pem = cert,
+                                   .tls_key_pem = key};
+    rc = kd_local_api_start(&ao, st, &api, err);
     if (rc != 0)
         goto out;
-    int actual = kd_api_port(api);
+    int actual = kd_local_api_port(api);
     if (kubeconfig != NULL) {
         rc = write_kubeconfig(kubeconfig, actual, token, cert, err);
         if (rc != 0)
@@ -395,8 +395,8 @@ out:
         fprintf(stderr, "kdet-local: %s\n", err[0] ? err : kd_strerror(rc));
     }
     kd_kubelet_stop(kubelet);
-    kd_api_stop(api);
-    kd_store_close(st);
+    kd_local_api_stop(api);
+    kd_local_store_close(st);
     if (tmp_state)
         nftw(state_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(state_dir);

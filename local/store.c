@@ -485,7 +485,7 @@ out:
 
 /* ---- public ------------------------------------------------------------------------- */
 
-int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char *err)
+int kd_local_store_open(const struct kd_store_opts *opts, struct kd_store **out, char *err)
 {
     int rc = 0;
     struct kd_store *st = kd_xcalloc(1, sizeof(*st));
@@ -534,11 +534,11 @@ int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char 
     *out = st;
     st = NULL;
 out:
-    kd_store_close(st);
+    kd_local_store_close(st);
     return rc;
 }
 
-void kd_store_close(struct kd_store *st)
+void kd_local_store_close(struct kd_store *st)
 {
     if (st == NULL)
         return;

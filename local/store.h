@@ -40,10 +40,10 @@ struct kd_store;
  * Returns 0, KD_ECORRUPT (a damaged record before the end, with its line in
  * err) or -errno.
  */
-int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char *err) KD_WUR;
+int kd_local_store_open(const struct kd_store_opts *opts, struct kd_store **out, char *err) KD_WUR;
 
 /** Close the journal and free everything. NULL-safe. No other thread may use it. */
-void kd_store_close(struct kd_store *st);
+void kd_local_store_close(struct kd_store *st);
 
 /*
  * One mutex guards the store (and, by convention, kdet-local's registry).
