@@ -1,12 +1,12 @@
 /*
  * The ownerReference garbage collector of kdet-local, a controller as
  * kube-controller-manager's is: it follows the store's change events
- * (store.h's ring, as a watch does), keeps an index of live objects by uid
- * and of dependents by owner uid, and looks again only at the objects an
- * event concerns: dependents of a deleted owner (deleted, or their dead
- * references pruned), dependents of an owner in foreground deletion, an
- * owner whose foreground or orphan finalizer can go, and a namespace being
- * deleted. It also expires Events.
+ * (store.h's ring, as a watch does), keeps an index of dependents by owner
+ * uid (an owner is found from a reference's kind and name and must have its
+ * uid), and looks again only at the objects an event concerns: dependents
+ * of a deleted owner (deleted, or their dead references pruned), dependents
+ * of an owner in foreground deletion, an owner whose foreground or orphan
+ * finalizer can go, and a namespace being deleted. It also expires Events.
  */
 #include "apiint.h"
 
@@ -25,7 +25,6 @@
 struct gc {
     struct kd_api *api;
     uint64_t rv;   /* events up to here are in the index */
-    json_t *uids;  /* uid -> [gr, ns, name] of live objects */
     json_t *deps;  /* owner uid -> {key: [gr, ns, name]} of objects that reference it */
     json_t *queue; /* key -> [gr, ns, name]: objects to look at */
 };
@@ -80,29 +79,30 @@ static void index_refs(struct gc *g, const char *gr, const json_t *obj, bool add
     free(k);
 }
 
-static void index_add(struct gc *g, const char *gr, const json_t *obj)
+/*
+ * The live owner an ownerReference of an object in namespace ns names (borrowed, lock held), or
+ * NULL: its kind and name, in ns when the kind is namespaced, with the reference's uid. *ort (may
+ * be NULL) gets its type.
+ */
+static json_t *owner_of(struct gc *g, const char *ns, const json_t *ref, struct kd_restype **ort)
 {
-    const json_t *m = json_object_get(obj, "metadata");
-    const char *uid = kd_jstr(m, "uid");
-    if (uid != NULL)
-        json_object_set_new(
-            g->uids, uid,
-            json_pack("[s,s,s]", gr, kd_jstr(m, "namespace") ?: "", kd_jstr(m, "name") ?: ""));
-    index_refs(g, gr, obj, true);
-}
-
-/* The live object with this uid (borrowed, lock held), or NULL. */
-static json_t *by_uid(struct gc *g, const char *uid)
-{
-    const json_t *at = json_object_get(g->uids, uid != NULL ? uid : "");
-    if (at == NULL)
+    const char *av = kd_jstr(ref, "apiVersion"), *kind = kd_jstr(ref, "kind");
+    const char *name = kd_jstr(ref, "name"), *uid = kd_jstr(ref, "uid");
+    if (av == NULL || kind == NULL || name == NULL || uid == NULL)
         return NULL;
-    const char *ns = json_string_value(json_array_get(at, 1));
-    json_t *o = kd_store_get(g->api->st, json_string_value(json_array_get(at, 0)),
-                             ns != NULL && ns[0] != '\0' ? ns : NULL,
-                             json_string_value(json_array_get(at, 2)));
+    const char *slash = strchr(av, '/');
+    char group[256];
+    snprintf(group, sizeof(group), "%.*s", slash != NULL ? (int)(slash - av) : 0, av);
+    struct kd_restype *rt = kd_registry_find_kind(g->api->reg, group, kind);
+    if (rt == NULL || (rt->namespaced && (ns == NULL || ns[0] == '\0')))
+        return NULL;
+    json_t *o = kd_store_get(g->api->st, rt->gr, rt->namespaced ? ns : NULL, name);
     const char *ouid = kd_jstr(json_object_get(o, "metadata"), "uid");
-    return ouid != NULL && strcmp(ouid, uid) == 0 ? o : NULL;
+    if (ouid == NULL || strcmp(ouid, uid) != 0)
+        return NULL;
+    if (ort != NULL)
+        *ort = rt;
+    return o;
 }
 
 /* Whether obj is in deletion with a finalizer the collector finishes. */
@@ -115,24 +115,22 @@ static bool finishing(const char *gr, const json_t *obj)
 
 /*
  * Take in one change event (lock held): the index follows it, and the objects whose fate it may
- * decide are queued: the object itself, its owners (a foreground or orphan owner waits for its
- * dependents), its dependents, and its namespace when that is being deleted.
+ * decide are queued: the object itself when it has owners or is being finished, its owners that
+ * wait for their dependents, its dependents when it is gone or deletes them first, and its
+ * namespace when that is being deleted.
  */
 static void take_event(struct gc *g, const struct kd_event *ev)
 {
     const json_t *m = json_object_get(ev->obj, "metadata");
     const char *ns = kd_jstr(m, "namespace");
     const char *uid = kd_jstr(m, "uid");
+    bool gone = ev->type == KD_EV_DELETED;
     if (ev->prev != NULL)
         index_refs(g, ev->gr, ev->prev, false);
-    if (ev->type == KD_EV_DELETED) {
-        index_refs(g, ev->gr, ev->obj, false);
-        if (uid != NULL)
-            json_object_del(g->uids, uid);
-    } else {
-        index_add(g, ev->gr, ev->obj);
+    index_refs(g, ev->gr, ev->obj, !gone);
+    if (!gone &&
+        (json_array_size(json_object_get(m, "ownerReferences")) > 0 || finishing(ev->gr, ev->obj)))
         enqueue(g, ev->gr, ns, kd_jstr(m, "name"));
-    }
     const json_t *both[] = {ev->prev, ev->obj};
     for (size_t b = 0; b < 2; b++) {
         size_t i;
@@ -140,17 +138,24 @@ static void take_event(struct gc *g, const struct kd_event *ev)
         json_array_foreach(json_object_get(json_object_get(both[b], "metadata"), "ownerReferences"),
                            i, ref)
         {
-            const json_t *at = json_object_get(g->uids, kd_jstr(ref, "uid") ?: "");
-            if (at != NULL)
-                enqueue_ref(g, at);
+            struct kd_restype *ort = NULL;
+            json_t *owner = owner_of(g, ns, ref, &ort);
+            if (owner != NULL && finishing(ort->gr, owner))
+                enqueue(g, ort->gr, ort->namespaced ? ns : "", kd_jstr(ref, "name"));
         }
     }
-    const json_t *set = json_object_get(g->deps, uid != NULL ? uid : "");
-    const char *k;
-    json_t *dep;
-    json_object_foreach((json_t *)set, k, dep) enqueue_ref(g, dep);
-    if (ns != NULL && ns[0] != '\0' && ev->type == KD_EV_DELETED)
-        enqueue(g, "/namespaces", "", ns);
+    if (gone || (json_object_get(m, "deletionTimestamp") != NULL &&
+                 kd_api__has_finalizer(ev->obj, "foregroundDeletion"))) {
+        const json_t *set = json_object_get(g->deps, uid != NULL ? uid : "");
+        const char *k;
+        json_t *dep;
+        json_object_foreach((json_t *)set, k, dep) enqueue_ref(g, dep);
+    }
+    if (gone && ns != NULL && ns[0] != '\0') {
+        const json_t *nso = kd_store_get(g->api->st, "/namespaces", NULL, ns);
+        if (json_object_get(json_object_get(nso, "metadata"), "deletionTimestamp") != NULL)
+            enqueue(g, "/namespaces", "", ns);
+    }
 }
 
 /* Build the index from the store as it is now (lock held): at start, and after events were lost. */
@@ -158,7 +163,6 @@ static void relist(struct gc *g)
 {
     const char **grs = NULL;
     size_t ng = kd_store_kinds(g->api->st, &grs);
-    json_object_clear(g->uids);
     json_object_clear(g->deps);
     g->rv = kd_store_rv(g->api->st);
     for (size_t k = 0; k < ng; k++) {
@@ -166,7 +170,7 @@ static void relist(struct gc *g)
         size_t n = kd_store_list(g->api->st, grs[k], NULL, &items);
         for (size_t i = 0; i < n; i++) {
             const json_t *m = json_object_get(items[i], "metadata");
-            index_add(g, grs[k], items[i]);
+            index_refs(g, grs[k], items[i], true);
             if (json_array_size(json_object_get(m, "ownerReferences")) > 0 ||
                 finishing(grs[k], items[i]))
                 enqueue(g, grs[k], kd_jstr(m, "namespace"), kd_jstr(m, "name"));
@@ -187,12 +191,14 @@ static struct kd_restype *type_of(struct gc *g, const char *gr)
 /* Without the references to owners that are gone; NULL when none is. New reference. */
 static json_t *without_refs(const json_t *o, struct gc *g, const char *only_uid)
 {
+    const char *ns = kd_jstr(json_object_get(o, "metadata"), "namespace");
     json_t *next = json_deep_copy(o);
     json_t *refs = json_object_get(kd_api__meta(next), "ownerReferences");
     size_t before = json_array_size(refs);
     for (size_t j = 0; j < json_array_size(refs);) {
         const char *u = kd_jstr(json_array_get(refs, j), "uid");
-        bool drop = only_uid != NULL ? u != NULL && strcmp(u, only_uid) == 0 : by_uid(g, u) == NULL;
+        bool drop = only_uid != NULL ? u != NULL && strcmp(u, only_uid) == 0
+                                     : owner_of(g, ns, json_array_get(refs, j), NULL) == NULL;
         if (drop)
             json_array_remove(refs, j);
         else
@@ -304,7 +310,7 @@ static void attempt(struct gc *g, const char *gr, const char *ns, const char *na
     json_t *ref;
     json_array_foreach(refs, j, ref)
     {
-        json_t *owner = by_uid(g, kd_jstr(ref, "uid"));
+        json_t *owner = owner_of(g, ns, ref, NULL);
         if (owner == NULL) {
             dead++;
         } else {
@@ -374,8 +380,7 @@ static void round_once(struct gc *g)
 
 void *kd_api__gc_main(void *arg)
 {
-    struct gc g = {
-        .api = arg, .uids = json_object(), .deps = json_object(), .queue = json_object()};
+    struct gc g = {.api = arg, .deps = json_object(), .queue = json_object()};
     struct kd_api *api = g.api;
     int64_t next_expiry = kd_mono_ms() + 60000;
     kd_store_lock(api->st);
@@ -396,7 +401,6 @@ void *kd_api__gc_main(void *arg)
         if (!more)
             kd_sleep_ms(api->gc_ms);
     }
-    json_decref(g.uids);
     json_decref(g.deps);
     json_decref(g.queue);
     return NULL;
