@@ -49,6 +49,12 @@ struct kd_api_target {
     bool watch_path;  /* the legacy /watch/ prefix */
 };
 
+/*
+ * api.c. Lock held for these three. begin_delete: start deleting (finalizers, propagation
+ * policy, the kind's graceful or waiting deletion); *out gets the object's state afterwards (new
+ * reference), *gone whether it was removed now. remove_object: remove now, with the kind's
+ * after_delete. Both return 0, KD_ENOTFOUND or -errno from the journal.
+ */
 int kd_api__begin_delete(struct kd_api *api, const struct kd_restype *rt, const char *ns,
                          const char *name, const char *policy, int64_t grace, json_t **out,
                          bool *gone);
@@ -56,9 +62,11 @@ bool kd_api__has_finalizer(const json_t *obj, const char *f);
 bool kd_api__is_true(const char *v);
 int kd_api__remove_object(struct kd_api *api, const struct kd_restype *rt, const char *ns,
                           const char *name, json_t **deleted);
+/* discovery.c: each answers r. */
 void kd_api__serve_discovery(struct kd_api *api, struct kd_http_req *r, char **s, size_t n);
 void kd_api__serve_openapi(struct kd_api *api, struct kd_http_req *r, char **s, size_t n);
 void kd_api__serve_version(struct kd_http_req *r);
+/* list.c: the reading verbs answer r; the selectors of a request (0, or a 400 was sent). */
 void kd_api__do_get(struct kd_api *api, struct kd_http_req *r, const struct kd_api_target *t);
 void kd_api__do_list(struct kd_api *api, struct kd_http_req *r, const struct kd_api_target *t);
 void kd_api__do_watch(struct kd_api *api, struct kd_http_req *r, const struct kd_api_target *t);
@@ -66,11 +74,17 @@ bool kd_api__matches(const struct kd_selector *ls, const struct kd_selector *fs,
 int kd_api__parse_selectors(struct kd_http_req *r, const struct kd_api_target *t,
                             struct kd_selector **ls, struct kd_selector **fs);
 bool kd_api__wants_table(struct kd_http_req *r);
+/* podlog.c: the pods/binding and pods/log subresources (pod strategy). */
 void kd_api__do_binding(struct kd_api *api, struct kd_http_req *r, const struct kd_api_target *t);
 void kd_api__do_log(struct kd_api *api, struct kd_http_req *r, const struct kd_api_target *t);
+/*
+ * reply.c: Status answers (each sends the response; details and causes are stolen), cause
+ * objects for a 422, name checks, the object as answered (present: new reference), request
+ * bodies (body_object: a new reference, or NULL when a 4xx was sent), and small metadata helpers.
+ */
 void kd_api__bad_request(struct kd_http_req *r, const char *message);
 json_t *kd_api__body_object(struct kd_http_req *r);
-json_t *kd_api__cause(const char *reason, const char *field, const char *fmt, ...);
+json_t *kd_api__cause(const char *reason, const char *field, const char *fmt, ...) KD_PRINTF(3, 4);
 json_t *kd_api__check_name(const struct kd_restype *rt, const char *name);
 void kd_api__conflict(struct kd_http_req *r, const struct kd_restype *rt, const char *name);
 json_t *kd_api__details_for(const struct kd_restype *rt, const char *name, const char *kind);
@@ -88,6 +102,8 @@ void kd_api__respond_status(struct kd_http_req *r, int code, const char *reason,
                             const char *message, json_t *details);
 void kd_api__set_kind(const struct kd_restype *rt, json_t *obj);
 json_t *kd_api__status_new(int code, const char *reason, const char *message, json_t *details);
+/* strategy.c: the Namespace type; whether two objects differ outside status and metadata, or
+ * at all but for resourceVersion. */
 struct kd_restype *kd_api__ns_type(struct kd_api *api);
 bool kd_api__same_ignoring_rv(const json_t *a, const json_t *b);
 bool kd_api__spec_changed(const json_t *a, const json_t *b);

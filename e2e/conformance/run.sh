@@ -285,6 +285,18 @@ if $K get cm or-dep >/dev/null 2>&1 && [ -z "$(jp cm/or-dep '{.metadata.ownerRef
 owner_dep fg
 $K delete cm fg-owner --cascade=foreground --timeout=20s >/dev/null 2>&1
 if until_ok 20 sh -c "! $K get cm fg-dep && ! $K get cm fg-owner"; then ok "foreground cascade deletes dependents, then the owner"; else bad "foreground cascade deletes dependents, then the owner"; fi
+# An owner that never existed (its uid matches nothing): the dependent is collected.
+printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"ghost-dep","ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"ghost-owner","uid":"00000000-0000-4000-8000-000000000001"}]}}' | $K create -f - >/dev/null
+if until_ok 20 sh -c "! $K get cm ghost-dep"; then ok "a dependent of an owner that does not exist is collected"; else bad "a dependent of an owner that does not exist is collected"; fi
+# Two owners, one deleted: the dependent stays, with only the live owner's reference.
+mkcm two-a >/dev/null
+mkcm two-b >/dev/null
+ua=$(jp cm/two-a '{.metadata.uid}'); ub=$(jp cm/two-b '{.metadata.uid}')
+printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"two-dep","ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"two-a","uid":"%s"},{"apiVersion":"v1","kind":"ConfigMap","name":"two-b","uid":"%s"}]}}' "$ua" "$ub" | $K create -f - >/dev/null
+$K delete cm two-a >/dev/null
+if until_ok 20 sh -c "[ \"\$($K get cm two-dep -o 'jsonpath={.metadata.ownerReferences[*].name}')\" = two-b ]"; then ok "a dependent with a live owner left keeps only that reference"; else bad "a dependent with a live owner left keeps only that reference" "$(jp cm/two-dep '{.metadata.ownerReferences}')"; fi
+$K delete cm two-b >/dev/null
+if until_ok 20 sh -c "! $K get cm two-dep"; then ok "... and goes with its last owner"; else bad "... and goes with its last owner"; fi
 
 # ---- pods and the node ---------------------------------------------------------------------------
 # pod NAME RESTART-POLICY SCRIPT [EXTRA-CONTAINER-JSON] [EXTRA-SPEC-JSON]: a one-container busybox
