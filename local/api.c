@@ -184,7 +184,7 @@ static void do_create(struct kd_api *api, struct kd_http_req *r, const struct kd
                                            "Required value: name or generateName is required")));
         goto out;
     }
-    json_t *c = kd_api__check_name(t->rt, name);
+    json_t *c = kd_api__check_name(sg->name_rule, name);
     if (c != NULL) {
         kd_api__invalid(r, t->rt, name, json_pack("[o]", c));
         goto out;

@@ -85,7 +85,7 @@ void kd_api__do_log(struct kd_api *api, struct kd_http_req *r, const struct kd_a
 void kd_api__bad_request(struct kd_http_req *r, const char *message);
 json_t *kd_api__body_object(struct kd_http_req *r);
 json_t *kd_api__cause(const char *reason, const char *field, const char *fmt, ...) KD_PRINTF(3, 4);
-json_t *kd_api__check_name(const struct kd_restype *rt, const char *name);
+json_t *kd_api__check_name(enum kd_name_rule rule, const char *name);
 void kd_api__conflict(struct kd_http_req *r, const struct kd_restype *rt, const char *name);
 json_t *kd_api__details_for(const struct kd_restype *rt, const char *name, const char *kind);
 bool kd_api__dry_run(struct kd_http_req *r);

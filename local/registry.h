@@ -25,6 +25,13 @@ struct kd_subresource {
     void (*serve)(struct kd_api *api, struct kd_http_req *r, const struct kd_api_target *t);
 };
 
+/** What a kind's metadata.name must be. */
+enum kd_name_rule {
+    KD_NAME_SUBDOMAIN, /* an RFC 1123 subdomain (most kinds) */
+    KD_NAME_LABEL,     /* an RFC 1123 label (namespaces) */
+    KD_NAME_DNS1035,   /* a DNS-1035 label (services) */
+};
+
 /*
  * What one kind does differently from the generic verbs of kdet-local's API
  * server, as kube-apiserver's resource strategies (strategy.c). Every hook
@@ -55,6 +62,7 @@ struct kd_strategy {
     bool delete_returns_object; /* a delete answers with the object, not a Status (pods) */
     bool update_needs_rv;       /* no unconditional update (custom resources, CRDs) */
     bool strategic_merge;       /* accepts application/strategic-merge-patch+json */
+    enum kd_name_rule name_rule;
     const struct kd_subresource *subresources; /* terminated by a NULL name, or NULL */
 };
 

@@ -226,9 +226,9 @@ static bool dns_subdomain(const char *s)
 }
 
 /* NULL when valid; otherwise a cause for metadata.name. */
-json_t *kd_api__check_name(const struct kd_restype *rt, const char *name)
+json_t *kd_api__check_name(enum kd_name_rule rule, const char *name)
 {
-    if (strcmp(rt->resource, "namespaces") == 0) {
+    if (rule == KD_NAME_LABEL) {
         if (!dns_label(name, 63, false))
             return kd_api__cause(
                 "FieldValueInvalid", "metadata.name",
@@ -239,7 +239,7 @@ json_t *kd_api__check_name(const struct kd_restype *rt, const char *name)
                 name);
         return NULL;
     }
-    if (strcmp(rt->resource, "services") == 0) {
+    if (rule == KD_NAME_DNS1035) {
         if (!dns_label(name, 63, true))
             return kd_api__cause(
                 "FieldValueInvalid", "metadata.name",

@@ -577,8 +577,15 @@ static const struct kd_strategy builtin_strategy = {
     .strategic_merge = true,
 };
 
+static const struct kd_strategy service_strategy = {
+    .validate = builtin_validate,
+    .strategic_merge = true,
+    .name_rule = KD_NAME_DNS1035,
+};
+
 static const struct kd_strategy ns_strategy = {
     .validate = builtin_validate,
+    .name_rule = KD_NAME_LABEL,
     .prepare_create = ns_prepare_create,
     .after_create = ns_after_create,
     .delete_waits = true,
@@ -625,6 +632,7 @@ const struct kd_strategy *kd_strategy_of(const struct kd_restype *rt)
     } kinds[] = {
         {"/namespaces", &ns_strategy},
         {"/secrets", &secret_strategy},
+        {"/services", &service_strategy},
         {"/pods", &pod_strategy},
         {"apiextensions.k8s.io/customresourcedefinitions", &crd_strategy},
     };

@@ -87,6 +87,10 @@ expect "version" 'Server Version' kubectl version
 # (made by the controller-manager on a real cluster, so it may take a moment)
 until_ok 20 $K get sa default
 expect "a new namespace has a default ServiceAccount" '^serviceaccount/default$' $K get sa default -o name
+expect "a namespace's name must be an RFC 1123 label" 'a lowercase RFC 1123 label must consist' kubectl create ns kdconf.dotted
+expect "a service's name must be a DNS-1035 label" 'a DNS-1035 label must consist' \
+    sh -c "echo '{\"apiVersion\":\"v1\",\"kind\":\"Service\",\"metadata\":{\"name\":\"1kdconf\"},\"spec\":{\"ports\":[{\"port\":80}]}}' | $K create -f -"
+expect "a configmap's name may be an RFC 1123 subdomain" '^configmap/kdconf.dotted created$' $K create configmap kdconf.dotted
 
 # ---- create/get/errors ----------------------------------------------------------
 cat > "$work/cm.yaml" <<YAML
