@@ -27,6 +27,7 @@
 
 #include "cli.h"
 #include "core/alloc.h"
+#include "core/fs.h"
 #include "core/buf.h"
 #include "core/str.h"
 #include "core/time.h"
@@ -77,6 +78,10 @@ struct deploy {
     bool drop; /* run PostgreSQL as pg_uid */
     int port;
     int gpus; /* --gpus N, else -1: what NVML finds */
+    /* what was asked on this command line, and what the last start used (DIR/options) */
+    bool port_flag, gpus_flag;
+    bool saved; /* DIR/options (or an older det's DIR/port) was read */
+    int saved_port, saved_gpus;
 };
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -416,22 +421,122 @@ static int mkdir_mode(const char *p, mode_t mode)
 
 static int mkdir_p(const char *path, mode_t mode)
 {
-    char p[PATH_MAX];
-    int rc = 0;
-    snprintf(p, sizeof(p), "%s", path);
-    for (char *s = p + 1; *s && rc == 0; s++) {
-        if (*s == '/') {
-            *s = '\0';
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-                det_err("cannot create %s: %s", p, strerror(errno));
-                rc = DET_EXIT_ERROR;
+    int rc = kd_mkdir_p(path, mode);
+    if (rc != 0) {
+        det_err("cannot create %s: %s", path, strerror(-rc));
+        return DET_EXIT_ERROR;
+    }
+    return mkdir_mode(path, mode); /* the mode exactly, whatever the umask or an older dir */
+}
+
+/* ---- the options of the last start (DIR/options) ----------------------------- */
+
+/*
+ * DIR/options holds the options kdet-local was last started with, one
+ * `name=value` a line (port=N, gpus=N or gpus=auto), so that an `up` after
+ * `down` or after a crash starts it the same way. An older det kept only
+ * DIR/port: that is read when there is no options file.
+ */
+static void read_options(struct deploy *d)
+{
+    char buf[512], path[PATH_MAX + 16];
+    int port = DEFAULT_PORT, gpus = -1;
+    bool any = false;
+    snprintf(path, sizeof(path), "%s/options", d->dir);
+    if (read_small(path, buf, sizeof(buf)) == 0) {
+        char *save = NULL;
+        for (char *line = strtok_r(buf, "\n", &save); line != NULL;
+             line = strtok_r(NULL, "\n", &save)) {
+            int v = 0;
+            if (strncmp(line, "port=", 5) == 0 && kd_parse_int(line + 5, &v) == 0 && v >= 0 &&
+                v <= 65535) {
+                port = v;
+                any = true;
+            } else if (strcmp(line, "gpus=auto") == 0) {
+                gpus = -1;
+                any = true;
+            } else if (strncmp(line, "gpus=", 5) == 0 && kd_parse_int(line + 5, &v) == 0 &&
+                       v >= 0 && v <= 64) {
+                gpus = v;
+                any = true;
             }
-            *s = '/';
+        }
+    } else {
+        snprintf(path, sizeof(path), "%s/port", d->dir);
+        if (read_small(path, buf, sizeof(buf)) == 0) {
+            int v = 0;
+            buf[strcspn(buf, "\n")] = '\0';
+            if (kd_parse_int(buf, &v) == 0 && v >= 0 && v <= 65535) {
+                port = v;
+                any = true;
+            }
         }
     }
-    if (rc == 0)
-        rc = mkdir_mode(p, mode);
-    return rc;
+    d->saved = any;
+    d->saved_port = port;
+    d->saved_gpus = gpus;
+}
+
+/* Records the options kdet-local now runs with (d->port is the actual port). */
+static int write_options(const struct deploy *d)
+{
+    char buf[128], path[PATH_MAX + 16], tmp[PATH_MAX + 32];
+    char gpus[16];
+    if (d->gpus < 0)
+        snprintf(gpus, sizeof(gpus), "auto");
+    else
+        snprintf(gpus, sizeof(gpus), "%d", d->gpus);
+    snprintf(buf, sizeof(buf), "port=%d\ngpus=%s\n", d->port, gpus);
+    snprintf(path, sizeof(path), "%s/options", d->dir);
+    snprintf(tmp, sizeof(tmp), "%s/options.tmp", d->dir);
+    if (write_small(tmp, buf, 0644) != 0 || rename(tmp, path) != 0) {
+        det_err("cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return DET_EXIT_ERROR;
+    }
+    /* DIR/port as before, for scripts that read it */
+    snprintf(path, sizeof(path), "%s/port", d->dir);
+    snprintf(buf, sizeof(buf), "%d\n", d->port);
+    write_small(path, buf, 0644);
+    return 0;
+}
+
+static void fmt_gpus(int gpus, char *buf, size_t len)
+{
+    if (gpus < 0)
+        snprintf(buf, len, "auto");
+    else
+        snprintf(buf, len, "%d", gpus);
+}
+
+/*
+ * `up` on a running kdet-local: an option given on the command line that
+ * differs from the one it runs with cannot be applied without a restart (its
+ * node's capacity and its port are fixed at start). Returns 0 when every
+ * flag matches, else writes into msg which option differs and what to run.
+ */
+static int running_conflict(const struct deploy *d, char *msg, size_t len)
+{
+    char want[16], have[16];
+    if (d->gpus_flag && d->gpus != d->saved_gpus) {
+        fmt_gpus(d->gpus, want, sizeof(want));
+        fmt_gpus(d->saved_gpus, have, sizeof(have));
+        snprintf(msg, len,
+                 "--gpus %s: kdet-local is already running with --gpus %s and cannot change it "
+                 "while it runs; run 'det deploy local down --data-dir %s', then 'det deploy "
+                 "local up --data-dir %s --gpus %s'",
+                 want, have, d->dir, d->dir, want);
+        return -1;
+    }
+    if (d->port_flag && d->port != 0 && d->port != d->saved_port) {
+        snprintf(msg, len,
+                 "--port %d: kdet-local is already running on port %d and cannot move while it "
+                 "runs; run 'det deploy local down --data-dir %s', then 'det deploy local up "
+                 "--data-dir %s --port %d'",
+                 d->port, d->saved_port, d->dir, d->dir, d->port);
+        return -1;
+    }
+    return 0;
 }
 
 static int setup(struct deploy *d, const struct det_args *a, bool create)
@@ -501,28 +606,28 @@ static int setup(struct deploy *d, const struct det_args *a, bool create)
         if (getpwuid_r(geteuid(), &pw, pwbuf, sizeof(pwbuf), &res) == 0 && res != NULL)
             snprintf(d->pg_user, sizeof(d->pg_user), "%s", pw.pw_name);
     }
-    /* the port: --port, else the last one used here, else the default */
-    char pbuf[32];
-    char pfile[PATH_MAX + 16];
-    int port = DEFAULT_PORT;
-    snprintf(pfile, sizeof(pfile), "%s/port", d->dir);
+    /* the options: a flag, else what the last start used here, else the default */
+    read_options(d);
+    int port = d->saved ? d->saved_port : DEFAULT_PORT;
     if (a->port != NULL) {
         if (kd_parse_int(a->port, &port) != 0 || port < 0 || port > 65535) {
             det_err("--port %s: expected a port number in 0..65535", a->port);
             rc = DET_EXIT_USAGE;
             goto out;
         }
-    } else if (read_small(pfile, pbuf, sizeof(pbuf)) == 0) {
-        pbuf[strcspn(pbuf, "\n")] = '\0';
-        if (kd_parse_int(pbuf, &port) != 0)
-            port = DEFAULT_PORT;
+        d->port_flag = true;
     }
     d->port = port;
-    d->gpus = -1;
-    if (a->gpus != NULL && (kd_parse_int(a->gpus, &d->gpus) != 0 || d->gpus < 0 || d->gpus > 64)) {
-        det_err("--gpus %s: expected a number of GPU slots in 0..64", a->gpus);
-        rc = DET_EXIT_USAGE;
-        goto out;
+    d->gpus = d->saved ? d->saved_gpus : -1;
+    if (a->gpus != NULL) {
+        if (strcmp(a->gpus, "auto") == 0) {
+            d->gpus = -1;
+        } else if (kd_parse_int(a->gpus, &d->gpus) != 0 || d->gpus < 0 || d->gpus > 64) {
+            det_err("--gpus %s: expected a number of GPU slots in 0..64, or auto", a->gpus);
+            rc = DET_EXIT_USAGE;
+            goto out;
+        }
+        d->gpus_flag = true;
     }
 out:
     return rc;
@@ -538,6 +643,42 @@ static pid_t pg_pid(const struct deploy *d)
     char p[PATH_MAX + 32];
     snprintf(p, sizeof(p), "%s/postmaster.pid", d->pgdata);
     return read_pid(p);
+}
+
+/*
+ * A bearer token file (mode 0600, made once with 32 random bytes in hex):
+ * kdet-local's (DIR/api-token, which every client finds in the kubeconfig)
+ * and the controller API's user token (DIR/user-token). Never printed.
+ */
+static int token_file(const char *path, const char *what)
+{
+    unsigned char raw[32];
+    char hex[2 * sizeof(raw) + 2];
+    int rc = 0;
+    if (access(path, R_OK) != 0) {
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+            det_err("cannot make a %s token: getrandom: %s", what, strerror(errno));
+            rc = DET_EXIT_ERROR;
+            goto out;
+        }
+        for (size_t i = 0; i < sizeof(raw); i++)
+            snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+        hex[2 * sizeof(raw)] = '\n';
+        hex[2 * sizeof(raw) + 1] = '\0';
+        if (write_small(path, hex, 0600) != 0) {
+            det_err("cannot write %s: %s", path, strerror(errno));
+            rc = DET_EXIT_ERROR;
+            goto out;
+        }
+    }
+    if (chmod(path, 0600) != 0) {
+        det_err("cannot make %s private: %s", path, strerror(errno));
+        rc = DET_EXIT_ERROR;
+    }
+out:
+    memset(raw, 0, sizeof(raw));
+    memset(hex, 0, sizeof(hex));
+    return rc;
 }
 
 /* ---- the API server -------------------------------------------------------- */
@@ -577,6 +718,12 @@ static int up_api(struct deploy *d)
     snprintf(log, sizeof(log), "%s/kdet-local.log", d->logs);
     pid_t pid = read_pid(pf);
     if (alive(pid, "kdet-local", d->dir) && api_version(d, ver, sizeof(ver), err) == 0) {
+        char msg[PATH_MAX * 2 + 512];
+        if (running_conflict(d, msg, sizeof(msg)) != 0) {
+            det_err("%s", msg);
+            rc = DET_EXIT_USAGE;
+            goto out;
+        }
         progress("kdet-local", "already running", t0);
         goto out;
     }
@@ -588,14 +735,26 @@ static int up_api(struct deploy *d)
         goto out;
     }
     unlink(portfile);
+    /* Every client presents this token: det, kdet-controller and kubectl find it in the
+     * kubeconfig kdet-local writes (0600); kept across restarts so running clients go on. */
+    char tokfile[PATH_MAX + 32];
+    snprintf(tokfile, sizeof(tokfile), "%s/api-token", d->dir);
+    rc = token_file(tokfile, "kdet-local");
+    if (rc != 0)
+        goto out;
     snprintf(port, sizeof(port), "%d", d->port);
     char gpus[16];
     snprintf(gpus, sizeof(gpus), "%d", d->gpus);
-    char *argv[] = {prog,     "--data-dir",       d->api,        "--port", port, "--port-file",
-                    portfile, "--kubeconfig-out", d->kubeconfig, NULL,     NULL, NULL};
+    char *argv[] = {prog,          "--data-dir",
+                    d->api,        "--port",
+                    port,          "--port-file",
+                    portfile,      "--kubeconfig-out",
+                    d->kubeconfig, "--token-file",
+                    tokfile,       NULL,
+                    NULL,          NULL};
     if (d->gpus >= 0) {
-        argv[9] = "--fake-gpus";
-        argv[10] = gpus;
+        argv[11] = "--fake-gpus";
+        argv[12] = gpus;
     }
     /* Pods run as local processes: det's own directory (kdet-launch, the
      * examples) comes first on their PATH, so they find the kdet programs
@@ -636,11 +795,13 @@ static int up_api(struct deploy *d)
     int actual = d->port;
     if (kd_parse_int(pbuf, &actual) == 0)
         d->port = actual;
-    snprintf(pbuf, sizeof(pbuf), "%d\n", d->port);
-    snprintf(pf, sizeof(pf), "%s/port", d->dir);
-    write_small(pf, pbuf, 0644);
-    char what[128];
-    snprintf(what, sizeof(what), "started on 127.0.0.1:%d (pid %d)", d->port, (int)pid);
+    rc = write_options(d);
+    if (rc != 0)
+        goto out;
+    char what[128], g[16];
+    fmt_gpus(d->gpus, g, sizeof(g));
+    snprintf(what, sizeof(what), "started on 127.0.0.1:%d (pid %d, --gpus %s)", d->port, (int)pid,
+             g);
     progress("kdet-local", what, t0);
 out:
     return rc;
@@ -907,28 +1068,11 @@ static int controller_api(const struct deploy *d, char *tokfile, size_t toklen, 
                           size_t listenlen)
 {
     char path[PATH_MAX + 32], url[128];
-    unsigned char raw[32];
     int rc = 0, port = -1;
     snprintf(tokfile, toklen, "%s/user-token", d->dir);
-    if (access(tokfile, R_OK) != 0) {
-        char hex[2 * sizeof(raw) + 2];
-        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
-            det_err("cannot make a user token: getrandom: %s", strerror(errno));
-            rc = DET_EXIT_ERROR;
-            goto out;
-        }
-        for (size_t i = 0; i < sizeof(raw); i++)
-            snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-        hex[2 * sizeof(raw)] = '\n';
-        hex[2 * sizeof(raw) + 1] = '\0';
-        if (write_small(tokfile, hex, 0600) != 0) {
-            det_err("cannot write %s: %s", tokfile, strerror(errno));
-            rc = DET_EXIT_ERROR;
-            goto out;
-        }
-        memset(hex, 0, sizeof(hex));
-    }
-    chmod(tokfile, 0600);
+    rc = token_file(tokfile, "user");
+    if (rc != 0)
+        goto out;
     snprintf(path, sizeof(path), "%s/controller-url", d->dir);
     if (read_small(path, url, sizeof(url)) == 0) {
         const char *colon = strrchr(url, ':');
@@ -952,7 +1096,6 @@ static int controller_api(const struct deploy *d, char *tokfile, size_t toklen, 
     }
     snprintf(listen, listenlen, "127.0.0.1:%d", port);
 out:
-    memset(raw, 0, sizeof(raw));
     return rc;
 }
 
@@ -1101,7 +1244,7 @@ static int cmd_up(const struct det_args *a)
     char total[32];
     det_fmt_duration(kd_mono_ms() - t0, total, sizeof(total));
     fprintf(stderr,
-            "det: kdet is up in %.1fs: API http://127.0.0.1:%d, PostgreSQL \"host=%s user=kdet "
+            "det: kdet is up in %.1fs: API https://127.0.0.1:%d, PostgreSQL \"host=%s user=kdet "
             "dbname=kdet\"%s\n",
             (double)(kd_mono_ms() - t0) / 1000, d.port, d.pgsock,
             ctl ? "" : " (no kdet-controller: experiments are stored but not run)");
@@ -1189,7 +1332,7 @@ static int cmd_status(const struct det_args *a)
                (int)pid, err);
         ok = false;
     } else {
-        printf("  %-16s %-9s pid %d, http://127.0.0.1:%d, version %s\n", "kdet-local", "healthy",
+        printf("  %-16s %-9s pid %d, https://127.0.0.1:%d, version %s\n", "kdet-local", "healthy",
                (int)pid, d.port, ver);
         api_up = true;
     }

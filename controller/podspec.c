@@ -494,6 +494,11 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
             json_array_append_new(cmd, json_string(argv[i]));
         json_object_set_new(c, "command", cmd);
         json_object_del(c, "args");
+        /* A failure's reason is at the end of the output: the kubelet puts the last lines in
+         * state.terminated.message, which outlives the pod (unless the template chose). */
+        if (json_object_get(c, "terminationMessagePolicy") == NULL)
+            json_object_set_new(c, "terminationMessagePolicy",
+                                json_string("FallbackToLogsOnError"));
         run_as(ps, c, o->run_as_user);
 
         json_t *env = child(c, "env", true);

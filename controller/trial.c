@@ -26,12 +26,51 @@
 #include "wire.h"
 #include "states.h"
 
+/* At most this much of a failed pod's output goes into the Trial's status.message. */
+#define KD_TRIAL_OUTPUT_MAX 1024
+
 struct attempt {
     int npods, running, succeeded, failed, deleting;
     json_int_t target; /* the validateAfter the attempt was started for (smallest over its pods) */
     char run_id[64];
     char failure[512];
+    char output[KD_TRIAL_OUTPUT_MAX + 1]; /* the failed pod's last lines of output, or "" */
 };
+
+/*
+ * The last lines of text (a failed container's terminated.message: with
+ * terminationMessagePolicy FallbackToLogsOnError the kubelet puts the end of its log there),
+ * at most KD_TRIAL_OUTPUT_MAX bytes, starting at a line when one starts in the window, with
+ * registered secrets and sensitive key=value pairs redacted. Valid UTF-8 in, valid UTF-8 out.
+ */
+static void last_lines(const char *text, char *out, size_t outlen)
+{
+    size_t n = strlen(text);
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+        n--;
+    const char *from = text;
+    if (n > KD_TRIAL_OUTPUT_MAX) {
+        from = text + n - KD_TRIAL_OUTPUT_MAX;
+        const char *nl = memchr(from, '\n', KD_TRIAL_OUTPUT_MAX);
+        if (nl != NULL && nl + 1 < text + n)
+            from = nl + 1;
+        while (((unsigned char)*from & 0xc0) == 0x80) /* not inside a character */
+            from++;
+    }
+    char *cut = kd_xstrndup(from, (size_t)(text + n - from));
+    size_t len = kd_redact(cut, out, outlen);
+    /* Redaction may have grown it past outlen: do not end inside a character. */
+    size_t start = len;
+    while (start > 0 && ((unsigned char)out[start - 1] & 0xc0) == 0x80)
+        start--;
+    if (start > 0 && ((unsigned char)out[start - 1] & 0x80) != 0) {
+        unsigned char lead = (unsigned char)out[start - 1];
+        size_t need = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
+        if (len - (start - 1) < need)
+            out[start - 1] = '\0';
+    }
+    free(cut);
+}
 
 static void summarize(json_t *pods, struct attempt *a)
 {
@@ -64,6 +103,9 @@ static void summarize(json_t *pods, struct attempt *a)
                          json_integer_value(json_object_get(term, "exitCode")),
                          json_string_value(json_object_get(term, "reason"))
                              ?: kd_ctrl_str(p, "status", "reason", NULL) ?: "Error");
+                const char *msg = json_string_value(json_object_get(term, "message"));
+                if (msg != NULL)
+                    last_lines(msg, a->output, sizeof(a->output));
             }
         } else {
             a->running++;
@@ -790,12 +832,20 @@ static json_t *action_status(const struct gathered *g, const struct kd_trial_act
 {
     const struct kd_trial_facts *f = &g->f;
     json_t *st = NULL;
+    char *msg = NULL;
     switch (act->what) {
     case KD_TRIAL_DO_STOP:
     case KD_TRIAL_DO_SET_STATE:
     case KD_TRIAL_DO_WAIT:
     case KD_TRIAL_DO_ADOPT:
-    case KD_TRIAL_DO_RECORD: st = state_status(g->trial, act->state, act->message); break;
+    case KD_TRIAL_DO_RECORD:
+        /* A failed attempt's message ends with what its pod printed last: the reason. */
+        if ((act->note == KD_TRIAL_NOTE_RESTART || act->note == KD_TRIAL_NOTE_FAILED) &&
+            g->a.output[0] != '\0')
+            msg = kd_xasprintf("%s; last output:\n%s", act->message, g->a.output);
+        st = state_status(g->trial, act->state, msg != NULL ? msg : act->message);
+        free(msg);
+        break;
     case KD_TRIAL_DO_IDLE:
     case KD_TRIAL_DO_RELEASE:
         st = idle_status(g->trial, g->tstatus, f->target, g->gen, act->what == KD_TRIAL_DO_RELEASE);

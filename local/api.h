@@ -13,9 +13,9 @@
 struct kd_store;
 struct kd_api;
 
-struct kd_api_opts {
+struct kd_local_api_opts {
     int port;                 /* 0 picks a free port */
-    const char *token;        /* bearer token required on every request, or NULL for none */
+    const char *token;        /* bearer token required on every request but health probes */
     int bookmark_ms;          /* interval between watch BOOKMARK events; 0 means 60000 */
     int gc_interval_ms;       /* garbage collector period; 0 means 200 */
     size_t max_body;          /* request body cap; 0 means 3 MiB */
@@ -28,15 +28,17 @@ struct kd_api_opts {
  * Start serving `st` (borrowed; must outlive the API server). Creates the
  * namespaces default, kube-system, kube-public and kube-node-lease when
  * missing, registers the kinds of stored CRDs, and starts the garbage
- * collector thread. Returns 0 or a negative code with detail in err.
+ * collector thread. Returns 0 or a negative code with detail in err;
+ * KD_EINVAL when opts->token is NULL or empty (kdet-local serves no
+ * anonymous client).
  */
-int kd_api_start(const struct kd_api_opts *opts, struct kd_store *st, struct kd_api **out,
-                 char *err) KD_WUR;
+int kd_local_api_start(const struct kd_local_api_opts *opts, struct kd_store *st,
+                       struct kd_api **out, char *err) KD_WUR;
 
 /** The port the API server listens on. */
-int kd_api_port(const struct kd_api *api);
+int kd_local_api_port(const struct kd_api *api);
 
 /** Stop serving: ends watches, joins threads, frees. NULL-safe. Blocks. */
-void kd_api_stop(struct kd_api *api);
+void kd_local_api_stop(struct kd_api *api);
 
 #endif

@@ -3,6 +3,7 @@
  * like the real ones (<object>.<hex>), with count and timestamps updated
  * on repeats, and expiry after a TTL as the API server's --event-ttl does.
  */
+#include "json.h"
 #include "events.h"
 
 #include <stdio.h>
@@ -12,11 +13,6 @@
 #include "core/alloc.h"
 #include "core/time.h"
 #include "store.h"
-
-static const char *jstr(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
 
 static uint64_t fnv1a(uint64_t h, const char *s)
 {
@@ -32,9 +28,9 @@ int kd_events_record(struct kd_store *st, const json_t *obj, const char *kind,
                      const char *message, const char *component, const char *host)
 {
     const json_t *md = json_object_get(obj, "metadata");
-    const char *ns = jstr(md, "namespace") ? jstr(md, "namespace") : "default";
-    const char *name = jstr(md, "name") ? jstr(md, "name") : "";
-    uint64_t h = fnv1a(fnv1a(fnv1a(14695981039346656037ULL, jstr(md, "uid")), reason), message);
+    const char *ns = kd_jstr(md, "namespace") ? kd_jstr(md, "namespace") : "default";
+    const char *name = kd_jstr(md, "name") ? kd_jstr(md, "name") : "";
+    uint64_t h = fnv1a(fnv1a(fnv1a(14695981039346656037ULL, kd_jstr(md, "uid")), reason), message);
     char ev_name[320], now[40];
     snprintf(ev_name, sizeof(ev_name), "%.200s.%016llx", name, (unsigned long long)h);
     kd_time_rfc3339(kd_wall_ms(), 0, now, sizeof(now));
@@ -56,9 +52,9 @@ int kd_events_record(struct kd_store *st, const json_t *obj, const char *kind,
                       "s:{s:s,s:s},s:s,s:s,s:i,s:s,s:n,s:s,s:s}",
                       "kind", "Event", "apiVersion", "v1", "metadata", "name", ev_name, "namespace",
                       ns, "uid", uid, "creationTimestamp", now, "involvedObject", "kind", kind,
-                      "namespace", ns, "name", name, "uid", jstr(md, "uid"), "apiVersion",
-                      api_version, "resourceVersion", jstr(md, "resourceVersion"), "reason", reason,
-                      "message", message, "source", "component", component, "host", host,
+                      "namespace", ns, "name", name, "uid", kd_jstr(md, "uid"), "apiVersion",
+                      api_version, "resourceVersion", kd_jstr(md, "resourceVersion"), "reason",
+                      reason, "message", message, "source", "component", component, "host", host,
                       "firstTimestamp", now, "lastTimestamp", now, "count", 1, "type", type,
                       "eventTime", "reportingComponent", component, "reportingInstance", host);
     }
@@ -73,7 +69,7 @@ int kd_events_expire(struct kd_store *st, int64_t ttl_s)
     int64_t now = kd_wall_ms();
     for (size_t i = 0; i < n; i++) {
         int64_t ms;
-        const char *last = jstr(items[i], "lastTimestamp");
+        const char *last = kd_jstr(items[i], "lastTimestamp");
         if (last != NULL && kd_time_parse_rfc3339(last, &ms) == 0 && now - ms > ttl_s * 1000)
             json_array_append(gone, json_object_get(items[i], "metadata"));
     }
@@ -83,7 +79,7 @@ int kd_events_expire(struct kd_store *st, int64_t ttl_s)
     json_t *m;
     json_array_foreach(gone, i, m)
     {
-        if (kd_store_delete(st, "/events", jstr(m, "namespace"), jstr(m, "name"), NULL) == 0)
+        if (kd_store_delete(st, "/events", kd_jstr(m, "namespace"), kd_jstr(m, "name"), NULL) == 0)
             count++;
     }
     json_decref(gone);

@@ -5,7 +5,10 @@
  * back-off, SIGTERM/SIGKILL on deletion) and write back pod status when it
  * changed. Containers are process groups started with posix_spawn.
  */
+#include "json.h"
 #include "kubelet.h"
+#include "runas.h"
+#include "validate.h"
 #include "logstream.h"
 
 #include <dirent.h>
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -68,7 +72,8 @@ struct ctr {
     char started[40], finished[40];
     int exit_code;
     char *term_reason, *term_msg;
-    json_t *last; /* lastState.terminated of the previous run, or NULL */
+    bool logs_on_error; /* terminationMessagePolicy FallbackToLogsOnError */
+    json_t *last;       /* lastState.terminated of the previous run, or NULL */
     int64_t next_start_ms;
     int64_t backoff_ms;
 };
@@ -123,37 +128,25 @@ struct kd_kubelet {
     bool dirty; /* the informer saw a change since the last pass */
 };
 
-static const char *jstr(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
 static void now3339(char *buf, size_t len)
 {
     kd_time_rfc3339(kd_wall_ms(), 0, buf, len);
 }
 
-char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *container, int run)
+/* A file name that stays in its directory: not empty, not "." or "..", no '/'. */
+static bool path_component(const char *s)
 {
-    return kd_xasprintf("%s/pods/%s/%s/%d.log", state_dir, uid, container, run);
+    return s != NULL && s[0] != '\0' && strcmp(s, ".") != 0 && strcmp(s, "..") != 0 &&
+           strchr(s, '/') == NULL;
 }
 
-static int mkdir_p(const char *path)
+char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *container, int run)
 {
-    char buf[PATH_MAX];
-    if (kd_strlcpy(buf, path, sizeof(buf)) >= sizeof(buf))
-        return -ENAMETOOLONG;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-                return -errno;
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
+    /* Names come from API objects: a stored pod from before names were validated, or a
+     * request's ?container=, must never reach outside the pod's directory. */
+    if (!path_component(uid) || !kd_local_dns_label(container))
+        return NULL;
+    return kd_xasprintf("%s/pods/%s/%s/%d.log", state_dir, uid, container, run);
 }
 
 static int write_file(const char *path, const void *data, size_t len, mode_t mode)
@@ -249,9 +242,9 @@ static int register_node(struct kd_kubelet *k)
     char now[40], uid[40];
     now3339(now, sizeof(now));
     json_t *cur = kd_store_get(k->st, "/nodes", NULL, k->node);
-    const char *cur_uid = cur != NULL ? jstr(json_object_get(cur, "metadata"), "uid") : NULL;
+    const char *cur_uid = cur != NULL ? kd_jstr(json_object_get(cur, "metadata"), "uid") : NULL;
     const char *cur_ts =
-        cur != NULL ? jstr(json_object_get(cur, "metadata"), "creationTimestamp") : NULL;
+        cur != NULL ? kd_jstr(json_object_get(cur, "metadata"), "creationTimestamp") : NULL;
     if (cur_uid != NULL) {
         kd_strlcpy(uid, cur_uid, sizeof(uid));
     } else {
@@ -387,17 +380,18 @@ static void pod_event(struct kd_kubelet *k, const json_t *pod, const char *type,
     const json_t *md = json_object_get(pod, "metadata");
     char now[40], name[320];
     now3339(now, sizeof(now));
-    snprintf(name, sizeof(name), "%.253s.%llx", jstr(md, "name") ? jstr(md, "name") : "pod",
+    snprintf(name, sizeof(name), "%.253s.%llx", kd_jstr(md, "name") ? kd_jstr(md, "name") : "pod",
              (unsigned long long)kd_wall_ms() * 1000000ull);
     json_t *ev = json_pack(
         "{s:s,s:s,s:{s:s,s:s},s:{s:s,s:s,s:s,s:s,s:s},s:s,s:s,s:s,s:{s:s,s:s},s:s,s:s,s:i}", "kind",
         "Event", "apiVersion", "v1", "metadata", "name", name, "namespace",
-        jstr(md, "namespace") ? jstr(md, "namespace") : "default", "involvedObject", "kind", "Pod",
-        "apiVersion", "v1", "namespace", jstr(md, "namespace") ? jstr(md, "namespace") : "default",
-        "name", jstr(md, "name") ? jstr(md, "name") : "", "uid",
-        jstr(md, "uid") ? jstr(md, "uid") : "", "type", type, "reason", reason, "message", msg,
-        "source", "component", "kubelet", "host", k->node, "firstTimestamp", now, "lastTimestamp",
-        now, "count", 1);
+        kd_jstr(md, "namespace") ? kd_jstr(md, "namespace") : "default", "involvedObject", "kind",
+        "Pod", "apiVersion", "v1", "namespace",
+        kd_jstr(md, "namespace") ? kd_jstr(md, "namespace") : "default", "name",
+        kd_jstr(md, "name") ? kd_jstr(md, "name") : "", "uid",
+        kd_jstr(md, "uid") ? kd_jstr(md, "uid") : "", "type", type, "reason", reason, "message",
+        msg, "source", "component", "kubelet", "host", k->node, "firstTimestamp", now,
+        "lastTimestamp", now, "count", 1);
     struct kd_k8s_gvr gvr = KD_K8S_EVENTS;
     struct kd_k8s_status st = {0};
     if (kd_k8s_create(k->kc, &gvr, NULL, ev, NULL, &st, NULL) != 0)
@@ -462,7 +456,7 @@ static const json_t *prev_status(const json_t *pod, const char *list, const char
     json_t *s;
     json_array_foreach(json_object_get(json_object_get(pod, "status"), list), i, s)
     {
-        if (strcmp(jstr(s, "name") ? jstr(s, "name") : "", name) == 0)
+        if (strcmp(kd_jstr(s, "name") ? kd_jstr(s, "name") : "", name) == 0)
             return s;
     }
     return NULL;
@@ -482,9 +476,9 @@ static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
     const json_t *md = json_object_get(pod, "metadata");
     const json_t *spec = json_object_get(pod, "spec");
     struct podrt *p = kd_xcalloc(1, sizeof(*p));
-    p->uid = kd_xstrdup(jstr(md, "uid"));
-    p->ns = kd_xstrdup(jstr(md, "namespace"));
-    p->name = kd_xstrdup(jstr(md, "name"));
+    p->uid = kd_xstrdup(kd_jstr(md, "uid"));
+    p->ns = kd_xstrdup(kd_jstr(md, "namespace"));
+    p->name = kd_xstrdup(kd_jstr(md, "name"));
     p->dir = kd_xasprintf("%s/pods/%s", k->state_dir, p->uid);
     p->cond_times = json_object();
     const json_t *ic = json_object_get(spec, "initContainers");
@@ -495,13 +489,16 @@ static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
     for (size_t i = 0; i < p->nc; i++) {
         bool init = i < p->ninit;
         const json_t *c = json_array_get(init ? ic : cc, init ? i : i - p->ninit);
-        p->c[i].name = kd_xstrdup(jstr(c, "name") ? jstr(c, "name") : "");
+        p->c[i].name = kd_xstrdup(kd_jstr(c, "name") ? kd_jstr(c, "name") : "");
         p->c[i].init = init;
+        p->c[i].logs_on_error =
+            strcmp(kd_jstr(c, "terminationMessagePolicy") ?: "", "FallbackToLogsOnError") == 0;
         /* Keep counting restarts across a kdet-local restart. */
         const json_t *ps =
             prev_status(pod, init ? "initContainerStatuses" : "containerStatuses", p->c[i].name);
         struct ctr *ct = &p->c[i];
-        const char *policy = jstr(spec, "restartPolicy") ? jstr(spec, "restartPolicy") : "Always";
+        const char *policy =
+            kd_jstr(spec, "restartPolicy") ? kd_jstr(spec, "restartPolicy") : "Always";
         const json_t *pst = json_object_get(ps, "state");
         const json_t *was_term = json_object_get(pst, "terminated");
         bool was_running = json_object_get(pst, "running") != NULL;
@@ -514,14 +511,17 @@ static struct podrt *podrt_new(struct kd_kubelet *k, const json_t *pod)
             /* kdet-local stopped meanwhile: a container that may not restart stays ended. */
             ct->state = C_TERMINATED;
             ct->exit_code = code;
-            ct->term_reason = kd_xstrdup(
-                was_term != NULL && jstr(was_term, "reason") ? jstr(was_term, "reason") : "Error");
+            ct->term_reason = kd_xstrdup(was_term != NULL && kd_jstr(was_term, "reason")
+                                             ? kd_jstr(was_term, "reason")
+                                             : "Error");
             if (was_running)
                 ct->term_msg = kd_xstrdup("kdet-local stopped while the container was running");
+            else if (kd_jstr(was_term, "message") != NULL)
+                ct->term_msg = kd_xstrdup(kd_jstr(was_term, "message"));
             const char *sa =
-                jstr(was_term != NULL ? was_term : json_object_get(pst, "running"), "startedAt");
+                kd_jstr(was_term != NULL ? was_term : json_object_get(pst, "running"), "startedAt");
             kd_strlcpy(ct->started, sa != NULL ? sa : "", sizeof(ct->started));
-            const char *fa = jstr(was_term, "finishedAt");
+            const char *fa = kd_jstr(was_term, "finishedAt");
             if (fa != NULL)
                 kd_strlcpy(ct->finished, fa, sizeof(ct->finished));
             else
@@ -578,7 +578,7 @@ static unsigned char *b64dec(const char *s, size_t *len)
 static int project_keys(const char *dir, const json_t *src, bool secret, const json_t *items,
                         char *err)
 {
-    int rc = mkdir_p(dir);
+    int rc = kd_mkdir_p(dir, 0755);
     if (rc != 0)
         return kd_seterr(err, rc, "cannot create %s: %s", dir, strerror(-rc));
     const json_t *data = json_object_get(src, "data");
@@ -597,8 +597,8 @@ static int project_keys(const char *dir, const json_t *src, bool secret, const j
             json_t *it;
             json_array_foreach(items, i, it)
             {
-                if (strcmp(jstr(it, "key") ? jstr(it, "key") : "", key) == 0)
-                    path = jstr(it, "path");
+                if (strcmp(kd_jstr(it, "key") ? kd_jstr(it, "key") : "", key) == 0)
+                    path = kd_jstr(it, "path");
             }
             if (path == NULL)
                 continue;
@@ -608,7 +608,7 @@ static int project_keys(const char *dir, const json_t *src, bool secret, const j
         char *file = kd_xasprintf("%s/%s", dir, path);
         char *slash = strrchr(file, '/');
         *slash = '\0';
-        mkdir_p(file);
+        kd_mkdir_p(file, 0755);
         *slash = '/';
         const char *s = json_string_value(v);
         bool binary = secret || json_object_get(bin, key) == v;
@@ -632,14 +632,14 @@ static int project_keys(const char *dir, const json_t *src, bool secret, const j
 /* Prepare every volume (lock held for reads of ConfigMaps and Secrets). 0 or the reason in err. */
 static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *pod, char *err)
 {
-    int rc = mkdir_p(p->dir);
+    int rc = kd_mkdir_p(p->dir, 0755);
     if (rc != 0)
         return kd_seterr(err, rc, "cannot create %s: %s", p->dir, strerror(-rc));
     size_t i;
     json_t *v;
     json_array_foreach(json_object_get(json_object_get(pod, "spec"), "volumes"), i, v)
     {
-        const char *name = jstr(v, "name");
+        const char *name = kd_jstr(v, "name");
         if (name == NULL || strchr(name, '/') != NULL)
             continue;
         char *dir = kd_xasprintf("%s/volumes/%s", p->dir, name);
@@ -647,11 +647,11 @@ static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *
         const json_t *sec = json_object_get(v, "secret");
         const json_t *hp = json_object_get(v, "hostPath");
         if (json_object_get(v, "emptyDir") != NULL) {
-            rc = mkdir_p(dir);
+            rc = kd_mkdir_p(dir, 0755);
             if (rc != 0)
                 kd_seterr(err, rc, "volume %s: cannot create %s", name, dir);
         } else if (cm != NULL || sec != NULL) {
-            const char *src = cm != NULL ? jstr(cm, "name") : jstr(sec, "secretName");
+            const char *src = cm != NULL ? kd_jstr(cm, "name") : kd_jstr(sec, "secretName");
             bool optional = json_is_true(json_object_get(cm != NULL ? cm : sec, "optional"));
             json_t *obj = get_obj(k, cm != NULL, p->ns, src != NULL ? src : "");
             if (obj == NULL && !optional) {
@@ -663,14 +663,14 @@ static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *
             }
             json_decref(obj);
         } else if (hp != NULL) {
-            const char *type = jstr(hp, "type");
+            const char *type = kd_jstr(hp, "type");
             if (type != NULL && strcmp(type, "DirectoryOrCreate") == 0)
-                mkdir_p(jstr(hp, "path") ? jstr(hp, "path") : "");
+                kd_mkdir_p(kd_jstr(hp, "path") ? kd_jstr(hp, "path") : "", 0755);
             free(dir);
             dir = NULL;
-            rc = mkdir_p(p->dir);
+            rc = kd_mkdir_p(p->dir, 0755);
         } else {
-            rc = mkdir_p(dir); /* other kinds: an empty directory */
+            rc = kd_mkdir_p(dir, 0755); /* other kinds: an empty directory */
         }
         free(dir);
         if (rc != 0)
@@ -686,11 +686,11 @@ static char *volume_source(const struct podrt *p, const json_t *pod, const char 
     json_t *v;
     json_array_foreach(json_object_get(json_object_get(pod, "spec"), "volumes"), i, v)
     {
-        if (strcmp(jstr(v, "name") ? jstr(v, "name") : "", vname) != 0)
+        if (strcmp(kd_jstr(v, "name") ? kd_jstr(v, "name") : "", vname) != 0)
             continue;
         const json_t *hp = json_object_get(v, "hostPath");
         if (hp != NULL)
-            return kd_xstrdup(jstr(hp, "path") ? jstr(hp, "path") : "/");
+            return kd_xstrdup(kd_jstr(hp, "path") ? kd_jstr(hp, "path") : "/");
         return kd_xasprintf("%s/volumes/%s", p->dir, vname);
     }
     return NULL;
@@ -711,15 +711,15 @@ static int mount_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *po
     json_t *m;
     json_array_foreach(json_object_get(c, "volumeMounts"), i, m)
     {
-        const char *mp = jstr(m, "mountPath");
-        const char *vn = jstr(m, "name");
+        const char *mp = kd_jstr(m, "mountPath");
+        const char *vn = kd_jstr(m, "name");
         if (mp == NULL || vn == NULL || strcmp(mp, SA_MOUNT) == 0)
             continue;
         char *src = volume_source(p, pod, vn);
         if (src == NULL)
             return kd_seterr(err, KD_EINVAL, "volumeMounts: volume \"%s\" is not in spec.volumes",
                              vn);
-        const char *sub = jstr(m, "subPath");
+        const char *sub = kd_jstr(m, "subPath");
         if (sub != NULL && sub[0] != '\0') {
             char *s2 = kd_xasprintf("%s/%s", src, sub);
             free(src);
@@ -760,7 +760,7 @@ static int mount_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *po
         char *slash = strrchr(parent, '/');
         if (slash != NULL && slash != parent) {
             *slash = '\0';
-            mkdir_p(parent);
+            kd_mkdir_p(parent, 0755);
         }
         if (symlink(src, mp) < 0) {
             int rc = kd_seterr(err, -errno, "mountPath %s: cannot create a symlink: %s", mp,
@@ -841,15 +841,15 @@ static const char *field_ref(const json_t *pod, const char *path, char *buf, siz
 {
     const json_t *md = json_object_get(pod, "metadata");
     if (strcmp(path, "metadata.name") == 0)
-        return jstr(md, "name");
+        return kd_jstr(md, "name");
     if (strcmp(path, "metadata.namespace") == 0)
-        return jstr(md, "namespace");
+        return kd_jstr(md, "namespace");
     if (strcmp(path, "metadata.uid") == 0)
-        return jstr(md, "uid");
+        return kd_jstr(md, "uid");
     if (strcmp(path, "spec.nodeName") == 0)
-        return jstr(json_object_get(pod, "spec"), "nodeName");
+        return kd_jstr(json_object_get(pod, "spec"), "nodeName");
     if (strcmp(path, "spec.serviceAccountName") == 0)
-        return jstr(json_object_get(pod, "spec"), "serviceAccountName");
+        return kd_jstr(json_object_get(pod, "spec"), "serviceAccountName");
     if (strcmp(path, "status.podIP") == 0 || strcmp(path, "status.hostIP") == 0 ||
         strcmp(path, "status.podIPs") == 0 || strcmp(path, "status.hostIPs") == 0)
         return "127.0.0.1";
@@ -863,7 +863,7 @@ static const char *field_ref(const json_t *pod, const char *path, char *buf, siz
             return NULL;
         memcpy(buf, start, (size_t)(end - start));
         buf[end - start] = '\0';
-        return jstr(json_object_get(md, which), buf);
+        return kd_jstr(json_object_get(md, which), buf);
     }
     return NULL;
 }
@@ -874,7 +874,7 @@ static char *source_key(struct kd_kubelet *k, const char *ns, bool secret, const
 {
     char *out = NULL;
     json_t *obj = get_obj(k, !secret, ns, name);
-    const char *v = jstr(json_object_get(obj, "data"), key);
+    const char *v = kd_jstr(json_object_get(obj, "data"), key);
     if (v == NULL || !secret) {
         out = v != NULL ? kd_xstrdup(v) : NULL;
         goto out;
@@ -903,8 +903,8 @@ static char *sa_kubeconfig(const struct kd_kubelet *k, const struct podrt *p, co
     json_t *m;
     json_array_foreach(json_object_get(c, "volumeMounts"), i, m)
     {
-        const char *mp = jstr(m, "mountPath");
-        const char *vn = jstr(m, "name");
+        const char *mp = kd_jstr(m, "mountPath");
+        const char *vn = kd_jstr(m, "name");
         if (mp == NULL || vn == NULL || strcmp(mp, SA_MOUNT) != 0)
             continue;
         char *src = volume_source(p, pod, vn);
@@ -975,13 +975,14 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
         const json_t *cmr = json_object_get(ef, "configMapRef");
         const json_t *sr = json_object_get(ef, "secretRef");
         const json_t *ref = cmr != NULL ? cmr : sr;
-        const char *prefix = jstr(ef, "prefix") ? jstr(ef, "prefix") : "";
-        json_t *obj = get_obj(k, cmr != NULL, p->ns, jstr(ref, "name") ? jstr(ref, "name") : "");
+        const char *prefix = kd_jstr(ef, "prefix") ? kd_jstr(ef, "prefix") : "";
+        json_t *obj =
+            get_obj(k, cmr != NULL, p->ns, kd_jstr(ref, "name") ? kd_jstr(ref, "name") : "");
         if (obj == NULL) {
             if (json_is_true(json_object_get(ref, "optional")))
                 continue;
             return kd_seterr(err, KD_ENOTFOUND, "%s \"%s\" not found",
-                             cmr != NULL ? "configmap" : "secret", jstr(ref, "name"));
+                             cmr != NULL ? "configmap" : "secret", kd_jstr(ref, "name"));
         }
         const char *key;
         json_t *v;
@@ -991,7 +992,7 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
             if (cmr != NULL) {
                 env_set(e, name, json_string_value(v) ? json_string_value(v) : "");
             } else {
-                char *val = source_key(k, p->ns, true, jstr(ref, "name"), key);
+                char *val = source_key(k, p->ns, true, kd_jstr(ref, "name"), key);
                 env_set(e, name, val ? val : "");
                 free(val);
             }
@@ -1002,12 +1003,12 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
     json_t *ev;
     json_array_foreach(json_object_get(c, "env"), i, ev)
     {
-        const char *name = jstr(ev, "name");
+        const char *name = kd_jstr(ev, "name");
         if (name == NULL)
             continue;
         const json_t *vf = json_object_get(ev, "valueFrom");
         if (vf == NULL) {
-            char *val = expand(e, jstr(ev, "value") ? jstr(ev, "value") : "");
+            char *val = expand(e, kd_jstr(ev, "value") ? kd_jstr(ev, "value") : "");
             env_set(e, name, val);
             free(val);
             continue;
@@ -1017,17 +1018,18 @@ static int build_env(struct kd_kubelet *k, struct podrt *p, const json_t *pod, c
         const json_t *sk = json_object_get(vf, "secretKeyRef");
         if (fr != NULL) {
             char buf[256];
-            const char *val = field_ref(pod, jstr(fr, "fieldPath") ? jstr(fr, "fieldPath") : "",
-                                        buf, sizeof(buf));
+            const char *val = field_ref(
+                pod, kd_jstr(fr, "fieldPath") ? kd_jstr(fr, "fieldPath") : "", buf, sizeof(buf));
             env_set(e, name, val ? val : "");
         } else if (cmk != NULL || sk != NULL) {
             const json_t *ref = cmk != NULL ? cmk : sk;
-            char *val = source_key(k, p->ns, sk != NULL, jstr(ref, "name") ? jstr(ref, "name") : "",
-                                   jstr(ref, "key") ? jstr(ref, "key") : "");
+            char *val =
+                source_key(k, p->ns, sk != NULL, kd_jstr(ref, "name") ? kd_jstr(ref, "name") : "",
+                           kd_jstr(ref, "key") ? kd_jstr(ref, "key") : "");
             if (val == NULL && !json_is_true(json_object_get(ref, "optional")))
                 return kd_seterr(err, KD_ENOTFOUND, "couldn't find key %s in %s %s/%s",
-                                 jstr(ref, "key"), sk != NULL ? "Secret" : "ConfigMap", p->ns,
-                                 jstr(ref, "name"));
+                                 kd_jstr(ref, "key"), sk != NULL ? "Secret" : "ConfigMap", p->ns,
+                                 kd_jstr(ref, "name"));
             if (val != NULL)
                 env_set(e, name, val);
             free(val);
@@ -1074,6 +1076,92 @@ static void save_pgid(struct podrt *p, pid_t pid)
     free(path);
 }
 
+/*
+ * fork + exec for a container that runs as another user (runAsUser,
+ * runAsGroup): posix_spawn cannot change credentials. Between fork and exec
+ * the child makes only async-signal-safe calls and raw system calls (glibc's
+ * setuid() would signal the parent's threads, which the child does not
+ * have), and a close-on-exec pipe carries what failed back. The same set-up
+ * as the posix_spawn path: stdin /dev/null, stdout and stderr to logpath,
+ * own process group, empty signal mask, default SIGPIPE/SIGTERM/SIGINT.
+ * Returns 0 and *pid, or an errno with the failing step in err.
+ */
+static int spawn_as(pid_t *pid_out, char **argv, char **envp, const char *logpath, const char *wd,
+                    const struct kd_runas *ra, char *err, size_t errlen)
+{
+    static const char *const steps[] = {"open", "chdir", "setgroups", "setgid", "setuid", "exec"};
+    int pfd[2] = {-1, -1}, rc = 0;
+    struct {
+        int step, err;
+    } msg = {0, 0};
+    sigset_t all, old;
+    if (pipe2(pfd, O_CLOEXEC) < 0)
+        return errno;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGPIPE, &dfl, NULL);
+        sigaction(SIGTERM, &dfl, NULL);
+        sigaction(SIGINT, &dfl, NULL);
+        setpgid(0, 0);
+        int in = open("/dev/null", O_RDONLY);
+        int out = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) {
+            msg.step = 0;
+        } else if ((in > 2 && close(in) != 0) || (out > 2 && close(out) != 0) || chdir(wd) < 0) {
+            msg.step = 1;
+        } else if (syscall(SYS_setgroups, ra->ngroups, ra->groups) < 0) {
+            msg.step = 2;
+        } else if (syscall(SYS_setresgid, ra->gid, ra->gid, ra->gid) < 0) {
+            msg.step = 3;
+        } else if (syscall(SYS_setresuid, ra->uid, ra->uid, ra->uid) < 0) {
+            msg.step = 4;
+        } else {
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
+            execvpe(argv[0], argv, envp);
+            msg.step = 5;
+        }
+        msg.err = errno;
+        ssize_t w = write(pfd[1], &msg, sizeof(msg));
+        (void)w;
+        _exit(127);
+    }
+    int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(pfd[1]);
+    if (pid < 0) {
+        rc = fork_errno;
+        snprintf(err, errlen, "fork: %s", strerror(rc));
+        goto out;
+    }
+    ssize_t n;
+    do
+        n = read(pfd[0], &msg, sizeof(msg));
+    while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)sizeof(msg)) {
+        int st;
+        waitpid(pid, &st, 0);
+        rc = msg.err != 0 ? msg.err : EIO;
+        if (msg.step == 5)
+            snprintf(err, errlen, "exec: \"%s\": %s", argv[0],
+                     rc == ENOENT ? "executable file not found in $PATH" : strerror(rc));
+        else
+            snprintf(err, errlen, "cannot run as uid %u gid %u: %s: %s", (unsigned)ra->uid,
+                     (unsigned)ra->gid, steps[msg.step], strerror(rc));
+        goto out;
+    }
+    *pid_out = pid;
+out:
+    close(pfd[0]);
+    return rc;
+}
+
 /* Start container i (lock held). On failure the container is terminated with StartError. */
 static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t *pod, size_t i)
 {
@@ -1090,7 +1178,16 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     bool fa_init = false, attr_init = false;
-    if (build_env(k, p, pod, cs, &e, err) != 0 || mount_volumes(k, p, pod, cs, err) != 0) {
+    logpath = kd_kubelet_log_path(k->state_dir, p->uid, c->name, c->restarts);
+    if (logpath == NULL)
+        snprintf(err, sizeof(err),
+                 "container name \"%.200s\" is not a lowercase RFC 1123 label: it would name "
+                 "a file outside the pod's directory",
+                 c->name != NULL ? c->name : "");
+    struct kd_runas ra;
+    if (logpath == NULL || build_env(k, p, pod, cs, &e, err) != 0 ||
+        mount_volumes(k, p, pod, cs, err) != 0 ||
+        kd_runas_decide(pod, cs, geteuid(), getegid(), &ra, err) != 0) {
         if (c->wait_reason == NULL || strcmp(c->wait_reason, "CreateContainerConfigError") != 0)
             pod_event(k, pod, "Warning", "Failed", "Error: %s", err);
         set_waiting(c, "CreateContainerConfigError", err);
@@ -1105,48 +1202,52 @@ static void start_container(struct kd_kubelet *k, struct podrt *p, const json_t 
     json_array_foreach(cmd, j, a) argv[argc++] = expand(&e, json_string_value(a) ?: "");
     json_array_foreach(args, j, a) argv[argc++] = expand(&e, json_string_value(a) ?: "");
     logdir = kd_xasprintf("%s/%s", p->dir, c->name);
-    mkdir_p(logdir);
-    logpath = kd_kubelet_log_path(k->state_dir, p->uid, c->name, c->restarts);
+    kd_mkdir_p(logdir, 0755);
     now3339(c->started, sizeof(c->started));
     /* With no command, args run as the command: an image with no ENTRYPOINT does that. */
     if (json_array_size(cmd) == 0 && json_array_size(args) == 0) {
         snprintf(err, sizeof(err),
                  "kdet-local runs containers as local processes and ignores the image (%s): "
                  "spec.%s[%zu].command (or args) is required",
-                 jstr(cs, "image") ? jstr(cs, "image") : "none",
+                 kd_jstr(cs, "image") ? kd_jstr(cs, "image") : "none",
                  c->init ? "initContainers" : "containers", c->init ? i : i - p->ninit);
         goto fail;
     }
-    const char *wd = jstr(cs, "workingDir");
+    const char *wd = kd_jstr(cs, "workingDir");
     if (wd == NULL || wd[0] == '\0')
         wd = p->dir;
     else
-        mkdir_p(wd);
-    posix_spawn_file_actions_init(&fa);
-    fa_init = true;
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addchdir_np(&fa, wd);
-    posix_spawnattr_init(&attr);
-    attr_init = true;
-    sigset_t none, def;
-    sigemptyset(&none);
-    sigemptyset(&def);
-    sigaddset(&def, SIGPIPE);
-    sigaddset(&def, SIGTERM);
-    sigaddset(&def, SIGINT);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &def);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
+        kd_mkdir_p(wd, 0755);
     pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, e.v);
-    if (rc != 0) {
-        snprintf(err, sizeof(err), "exec: \"%s\": %s", argv[0],
-                 rc == ENOENT ? "executable file not found in $PATH" : strerror(rc));
-        goto fail;
+    if (ra.change) {
+        if (spawn_as(&pid, argv, e.v, logpath, wd, &ra, err, sizeof(err)) != 0)
+            goto fail;
+    } else {
+        posix_spawn_file_actions_init(&fa);
+        fa_init = true;
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        posix_spawn_file_actions_addchdir_np(&fa, wd);
+        posix_spawnattr_init(&attr);
+        attr_init = true;
+        sigset_t none, def;
+        sigemptyset(&none);
+        sigemptyset(&def);
+        sigaddset(&def, SIGPIPE);
+        sigaddset(&def, SIGTERM);
+        sigaddset(&def, SIGINT);
+        posix_spawnattr_setsigmask(&attr, &none);
+        posix_spawnattr_setsigdefault(&attr, &def);
+        posix_spawnattr_setpgroup(&attr, 0);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                            POSIX_SPAWN_SETSIGDEF);
+        int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, e.v);
+        if (rc != 0) {
+            snprintf(err, sizeof(err), "exec: \"%s\": %s", argv[0],
+                     rc == ENOENT ? "executable file not found in $PATH" : strerror(rc));
+            goto fail;
+        }
     }
     save_pgid(p, pid);
     c->pid = pid;
@@ -1191,7 +1292,12 @@ out:
     env_free(&e);
 }
 
-static void on_exit_status(struct podrt *p, struct ctr *c, int status)
+/*
+ * A container that ended: its exit code and reason, and, as the kubelet does for
+ * terminationMessagePolicy FallbackToLogsOnError, a failure's message from the last lines of its
+ * log (a process has no termination-message file, so the file is always empty here).
+ */
+static void on_exit_status(struct kd_kubelet *k, struct podrt *p, struct ctr *c, int status)
 {
     c->pid = 0;
     c->state = C_TERMINATED;
@@ -1207,6 +1313,12 @@ static void on_exit_status(struct podrt *p, struct ctr *c, int status)
         c->exit_code = 1;
     }
     c->term_reason = kd_xstrdup(c->exit_code == 0 ? "Completed" : "Error");
+    if (c->exit_code != 0 && c->logs_on_error) {
+        char *path = kd_kubelet_log_path(k->state_dir, p->uid, c->name, c->restarts);
+        if (path != NULL)
+            c->term_msg = kd_logstream_last(path, KD_LOGSTREAM_MSG_LINES, KD_LOGSTREAM_MSG_BYTES);
+        free(path);
+    }
     KD_INFO("container exited", "namespace=%s pod=%s container=%s exit_code=%d", kd_logq(p->ns),
             kd_logq(p->name), kd_logq(c->name), c->exit_code);
 }
@@ -1221,7 +1333,7 @@ static void reap(struct kd_kubelet *k)
         {
             for (size_t i = 0; i < p->nc; i++) {
                 if (p->c[i].pid == pid) {
-                    on_exit_status(p, &p->c[i], status);
+                    on_exit_status(k, p, &p->c[i], status);
                     /* Its process group may outlive it: end the stragglers. */
                     kill(-pid, SIGKILL);
                 }
@@ -1259,6 +1371,9 @@ static void plan_restart(struct kd_kubelet *k, const struct podrt *p, const json
     c->last = json_pack("{s:{s:i,s:s,s:s,s:s}}", "terminated", "exitCode", c->exit_code, "reason",
                         c->term_reason ? c->term_reason : "Error", "startedAt", c->started,
                         "finishedAt", c->finished);
+    if (c->term_msg != NULL)
+        json_object_set_new(json_object_get(c->last, "terminated"), "message",
+                            json_string(c->term_msg));
     c->restarts++;
     char msg[200];
     snprintf(msg, sizeof(msg), "back-off %llds restarting failed container=%s",
@@ -1272,7 +1387,7 @@ static void plan_restart(struct kd_kubelet *k, const struct podrt *p, const json
 static void drive(struct kd_kubelet *k, struct podrt *p, const json_t *pod)
 {
     const json_t *spec = json_object_get(pod, "spec");
-    const char *policy = jstr(spec, "restartPolicy") ? jstr(spec, "restartPolicy") : "Always";
+    const char *policy = kd_jstr(spec, "restartPolicy") ? kd_jstr(spec, "restartPolicy") : "Always";
     int64_t now = kd_mono_ms();
     const json_t *md = json_object_get(pod, "metadata");
     if (json_object_get(md, "deletionTimestamp") != NULL) {
@@ -1387,7 +1502,7 @@ static json_t *ctr_status(const struct podrt *p, const struct ctr *c, const json
             json_object_set_new(json_object_get(state, "waiting"), "message",
                                 json_string(c->wait_msg));
     }
-    const char *image = jstr(cs, "image") ? jstr(cs, "image") : "";
+    const char *image = kd_jstr(cs, "image") ? kd_jstr(cs, "image") : "";
     json_t *s = json_pack("{s:s,s:o,s:o,s:b,s:i,s:s,s:s,s:b}", "name", c->name, "state", state,
                           "lastState", c->last != NULL ? json_incref(c->last) : json_object(),
                           "ready", c->state == C_RUNNING && !c->init, "restartCount", c->restarts,
@@ -1423,7 +1538,7 @@ static json_t *condition(struct podrt *p, const char *type, bool ok, const char 
 static json_t *pod_status(struct podrt *p, const json_t *pod)
 {
     const json_t *spec = json_object_get(pod, "spec");
-    const char *policy = jstr(spec, "restartPolicy") ? jstr(spec, "restartPolicy") : "Always";
+    const char *policy = kd_jstr(spec, "restartPolicy") ? kd_jstr(spec, "restartPolicy") : "Always";
     json_t *ics = json_array(), *cs = json_array();
     bool init_done = true, init_failed = false;
     for (size_t i = 0; i < p->ninit; i++) {
@@ -1693,8 +1808,8 @@ static void loop_once(struct kd_kubelet *k)
     for (size_t i = 0; i < n; i++) {
         json_t *pod = json_incref(pods[i]);
         const json_t *md = json_object_get(pod, "metadata");
-        const char *nn = jstr(json_object_get(pod, "spec"), "nodeName");
-        const char *uid = jstr(md, "uid");
+        const char *nn = kd_jstr(json_object_get(pod, "spec"), "nodeName");
+        const char *uid = kd_jstr(md, "uid");
         if (nn == NULL || strcmp(nn, k->node) != 0 || uid == NULL) {
             json_decref(pod);
             continue;
@@ -1702,7 +1817,7 @@ static void loop_once(struct kd_kubelet *k)
         json_object_set_new(seen, uid, json_true());
         struct podrt *p = NULL;
         HASH_FIND_STR(k->pods, uid, p);
-        const char *phase = jstr(json_object_get(pod, "status"), "phase");
+        const char *phase = kd_jstr(json_object_get(pod, "status"), "phase");
         bool terminal_now =
             phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
         if (p == NULL) {
@@ -1723,7 +1838,7 @@ static void loop_once(struct kd_kubelet *k)
                 finish_deleted(k, p, pod);
         } else {
             char *sig = status_sig(p);
-            const char *rv = jstr(md, "resourceVersion");
+            const char *rv = kd_jstr(md, "resourceVersion");
             if (sig == NULL || rv == NULL || p->shown_sig == NULL ||
                 strcmp(sig, p->shown_sig) != 0 || strcmp(rv, p->shown_rv) != 0) {
                 json_t *status = pod_status(p, pod);
@@ -1872,6 +1987,8 @@ static void container_logs(struct kd_kubelet *k, struct kd_http_req *r, const ch
         l->container = kd_xstrdup(ctr);
         l->run = run;
         path = kd_kubelet_log_path(k->state_dir, found->uid, ctr, run);
+        if (path == NULL)
+            run = -1;
     }
     pthread_mutex_unlock(&k->mu);
     if (l == NULL || run < 0) {
@@ -1968,7 +2085,7 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
     k->ngpus = opts->fake_gpus >= 0 ? opts->fake_gpus : count_gpus();
     if (k->ngpus > MAX_GPUS)
         k->ngpus = MAX_GPUS;
-    rc = mkdir_p(opts->state_dir);
+    rc = kd_mkdir_p(opts->state_dir, 0755);
     if (rc != 0) {
         kd_seterr(err, rc, "state dir %s: %s", opts->state_dir, strerror(-rc));
         goto out;

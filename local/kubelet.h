@@ -55,7 +55,9 @@ void kd_kubelet_stop(struct kd_kubelet *k);
 
 /**
  * The log file of one run of a container: STATE_DIR/pods/UID/NAME/RUN.log
- * (RUN is the restartCount at start). Caller frees.
+ * (RUN is the restartCount at start). Caller frees. NULL when UID or NAME
+ * could name a file elsewhere (NAME must be a DNS-1123 label, UID a plain
+ * file name).
  */
 char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *container, int run);
 

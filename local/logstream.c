@@ -6,7 +6,9 @@
 #include "logstream.h"
 
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -94,6 +96,81 @@ out:
     if (fd >= 0)
         close(fd);
     return start;
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one. Strict
+ * as jansson is: no overlong forms, no surrogates, nothing above U+10FFFF. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    size_t len;
+    uint32_t cp, min;
+    if (s[0] >= 0x01 && s[0] < 0x80)
+        return 1;
+    if ((s[0] & 0xe0) == 0xc0) {
+        len = 2, cp = s[0] & 0x1f, min = 0x80;
+    } else if ((s[0] & 0xf0) == 0xe0) {
+        len = 3, cp = s[0] & 0x0f, min = 0x800;
+    } else if ((s[0] & 0xf8) == 0xf0) {
+        len = 4, cp = s[0] & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+char *kd_logstream_utf8(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    char *out = kd_xmalloc(3 * n + 1);
+    size_t i = 0, o = 0;
+    while (i < n && i < 3 && (u[i] & 0xc0) == 0x80)
+        i++;
+    while (i < n) {
+        size_t len = utf8_seq(u + i, n - i);
+        if (len == 0) {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        } else {
+            memcpy(out + o, u + i, len);
+            o += len;
+            i += len;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+char *kd_logstream_last(const char *path, int64_t lines, size_t max_bytes)
+{
+    char *msg = NULL, *raw = NULL;
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &sb) != 0 || sb.st_size == 0)
+        goto out;
+    off_t start = kd_logstream_tail_offset(path, sb.st_size, lines);
+    if (sb.st_size - start > (off_t)max_bytes)
+        start = sb.st_size - (off_t)max_bytes;
+    size_t want = (size_t)(sb.st_size - start);
+    raw = kd_xmalloc(want + 1);
+    ssize_t got = pread(fd, raw, want, start);
+    if (got <= 0)
+        goto out;
+    msg = kd_logstream_utf8(raw, (size_t)got);
+out:
+    if (fd >= 0)
+        close(fd);
+    free(raw);
+    return msg;
 }
 
 void kd_logstream_respond(struct kd_http_req *r, const struct kd_logstream_opts *o)

@@ -48,4 +48,25 @@ void kd_logstream_respond(struct kd_http_req *r, const struct kd_logstream_opts 
  */
 off_t kd_logstream_tail_offset(const char *path, off_t size, int64_t tail);
 
+/** The kubelet's FallbackToLogsOnError bounds: 80 lines, 2048 bytes, whichever is smaller. */
+#define KD_LOGSTREAM_MSG_LINES 80
+#define KD_LOGSTREAM_MSG_BYTES 2048
+
+/**
+ * A termination message made from the log at path, as the kubelet makes one
+ * for FallbackToLogsOnError: the last `lines` lines, of which the last
+ * `max_bytes` bytes, as valid UTF-8 (a character cut at the start is
+ * dropped; other invalid bytes and NULs become U+FFFD). NULL when the file
+ * is absent, unreadable or empty. Caller frees with free(). Blocks on file
+ * I/O; thread-safe.
+ */
+char *kd_logstream_last(const char *path, int64_t lines, size_t max_bytes);
+
+/**
+ * Copy n bytes of s into a new NUL-terminated string that is valid UTF-8:
+ * continuation bytes at the start are dropped (a character cut by a byte
+ * limit), every other invalid byte or NUL becomes U+FFFD. Caller frees.
+ */
+char *kd_logstream_utf8(const char *s, size_t n);
+
 #endif

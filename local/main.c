@@ -16,6 +16,7 @@
 #include <ftw.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -48,10 +49,16 @@ static void usage(FILE *f)
             "       kdet-local kubelet --kubeconfig FILE [options]  (node agent; see --help)\n"
             "  --data-dir DIR          journal and state (default: memory only, lost on exit)\n"
             "  --port N                TCP port on 127.0.0.1 (default 6443; 0 picks a free one)\n"
-            "  --token-file FILE       require this bearer token (first line of FILE)\n"
-            "  --tls                   serve HTTPS with a self-signed certificate kept in the\n"
-            "                          data dir (kubectl sends a bearer token only over HTTPS)\n"
-            "  --kubeconfig-out FILE   write a kubeconfig for this server\n"
+            "  --token-file FILE       the bearer token every client must present (first line\n"
+            "                          of FILE); default: DATA_DIR/token, made once (0600),\n"
+            "                          or without --data-dir a new one, known only through\n"
+            "                          --kubeconfig-out\n"
+            "  --kubeconfig-out FILE   write a kubeconfig for this server (mode 0600, with the\n"
+            "                          token and the CA)\n"
+            "  --tls                   serve HTTPS (the default) with a self-signed\n"
+            "                          certificate kept in DATA_DIR/tls\n"
+            "  --plain-http            serve HTTP instead (the token is still required; kubectl\n"
+            "                          sends a bearer token only over HTTPS)\n"
             "  --port-file FILE        write the port once listening (for scripts)\n"
             "  --bookmark-interval S   seconds between watch bookmarks (default 60)\n"
             "  --watch-history N       change events kept for watches (default 20000)\n"
@@ -63,6 +70,8 @@ static void usage(FILE *f)
             "  --log-level LEVEL       debug|info|warn|error (default info, or $KDET_LOG_LEVEL)\n"
             "  -h, --help              this text\n");
 }
+
+static int write_file_atomic(const char *path, const char *content, char *err);
 
 static int read_token(const char *path, char **out, char *err)
 {
@@ -94,6 +103,44 @@ static int read_token(const char *path, char **out, char *err)
 out:
     if (f != NULL)
         fclose(f);
+    return rc;
+}
+
+/*
+ * The token when no --token-file is given: DATA_DIR/token (made once, mode
+ * 0600, so that clients keep working across restarts), or, without a data
+ * dir, a new one. 32 random bytes in hex.
+ */
+static int default_token(const char *data_dir, char **out, char *err)
+{
+    int rc = 0;
+    unsigned char raw[32];
+    char hex[2 * sizeof(raw) + 2];
+    char *path = data_dir != NULL ? kd_xasprintf("%s/token", data_dir) : NULL;
+    *out = NULL;
+    if (path != NULL && access(path, F_OK) == 0) {
+        rc = read_token(path, out, err);
+        goto out;
+    }
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+        rc = kd_seterr(err, -errno, "cannot make a token: getrandom: %s", strerror(errno));
+        goto out;
+    }
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    if (path != NULL) {
+        hex[2 * sizeof(raw)] = '\n';
+        hex[2 * sizeof(raw) + 1] = '\0';
+        rc = write_file_atomic(path, hex, err);
+        if (rc != 0)
+            goto out;
+    }
+    hex[2 * sizeof(raw)] = '\0';
+    *out = kd_xstrdup(hex);
+out:
+    OPENSSL_cleanse(raw, sizeof(raw));
+    OPENSSL_cleanse(hex, sizeof(hex));
+    free(path);
     return rc;
 }
 
@@ -136,7 +183,7 @@ static int write_kubeconfig(const char *path, int port, const char *token, const
                                                 "    certificate-authority-data: %s\n",
                                                 port, ca)
                                  : kd_xasprintf("    server: http://127.0.0.1:%d\n", port);
-    char *user = token != NULL ? kd_xasprintf("    token: %s\n", token) : kd_xstrdup("    {}\n");
+    char *user = kd_xasprintf("    token: %s\n", token);
     char *cfg = kd_xasprintf("apiVersion: v1\n"
                              "kind: Config\n"
                              "clusters:\n"
@@ -154,7 +201,7 @@ static int write_kubeconfig(const char *path, int port, const char *token, const
                              "- name: kdet-local\n"
                              "  user:\n"
                              "%s",
-                             cluster, token != NULL ? user : "    {}\n");
+                             cluster, user);
     int rc = write_file_atomic(path, cfg, err);
     free(cfg);
     free(user);
@@ -174,7 +221,7 @@ int main(int argc, char **argv)
     const char *node_name = NULL;
     int fake_gpus = -1, max_pods = 0;
     bool no_kubelet = false;
-    bool use_tls = false;
+    bool use_tls = true;
     char *cert = NULL, *key = NULL;
     char *state_dir = NULL;
     bool tmp_state = false;
@@ -195,6 +242,7 @@ int main(int argc, char **argv)
                                              {"max-pods", required_argument, NULL, 'm'},
                                              {"no-kubelet", no_argument, NULL, 'K'},
                                              {"tls", no_argument, NULL, 'T'},
+                                             {"plain-http", no_argument, NULL, 'H'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     if (argc > 1 && strcmp(argv[1], "kubelet") == 0)
@@ -229,6 +277,7 @@ int main(int argc, char **argv)
         case 'n': node_name = optarg; break;
         case 'K': no_kubelet = true; break;
         case 'T': use_tls = true; break;
+        case 'H': use_tls = false; break;
         case 'g':
             if (kd_flag_int(P, "fake-gpus", optarg, 0, 64, &fake_gpus) < 0)
                 return 2;
@@ -256,18 +305,19 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (token_file != NULL) {
-        rc = read_token(token_file, &token, err);
-        if (rc != 0)
-            goto out;
-        kd_log_add_secret(token);
+    if (token_file == NULL && data_dir == NULL && kubeconfig == NULL) {
+        fprintf(stderr, "kdet-local: every client must present a bearer token: give --token-file "
+                        "FILE, --data-dir DIR (its token file) or --kubeconfig-out FILE (which "
+                        "receives it)\n");
+        usage(stderr);
+        return 2;
     }
     struct kd_store_opts so = {.background_compaction = true,
                                .data_dir = data_dir,
                                .ring_events = (size_t)history,
                                .compact_min_bytes = (size_t)compact};
     int64_t t0 = kd_mono_ms();
-    rc = kd_store_open(&so, &st, err);
+    rc = kd_local_store_open(&so, &st, err);
     if (rc != 0)
         goto out;
     kd_store_lock(st);
@@ -276,6 +326,12 @@ int main(int argc, char **argv)
     KD_INFO("store open", "data_dir=%s resource_version=%llu ms=%lld",
             kd_logq(data_dir != NULL ? data_dir : "(memory)"), (unsigned long long)rv,
             (long long)(kd_mono_ms() - t0));
+    /* after kd_local_store_open, which makes the data dir (0700) */
+    rc = token_file != NULL ? read_token(token_file, &token, err)
+                            : default_token(data_dir, &token, err);
+    if (rc != 0)
+        goto out;
+    kd_log_add_secret(token);
     if (data_dir != NULL) {
         state_dir = kd_xasprintf("%s/kubelet", data_dir);
     } else {
@@ -293,16 +349,16 @@ int main(int argc, char **argv)
         if (rc != 0)
             goto out;
     }
-    struct kd_api_opts ao = {.port = port,
-                             .token = token,
-                             .bookmark_ms = bookmark_s * 1000,
-                             .state_dir = state_dir,
-                             .tls_cert_pem = cert,
-                             .tls_key_pem = key};
-    rc = kd_api_start(&ao, st, &api, err);
+    struct kd_local_api_opts ao = {.port = port,
+                                   .token = token,
+                                   .bookmark_ms = bookmark_s * 1000,
+                                   .state_dir = state_dir,
+                                   .tls_cert_pem = cert,
+                                   .tls_key_pem = key};
+    rc = kd_local_api_start(&ao, st, &api, err);
     if (rc != 0)
         goto out;
-    int actual = kd_api_port(api);
+    int actual = kd_local_api_port(api);
     if (kubeconfig != NULL) {
         rc = write_kubeconfig(kubeconfig, actual, token, cert, err);
         if (rc != 0)
@@ -339,8 +395,8 @@ out:
         fprintf(stderr, "kdet-local: %s\n", err[0] ? err : kd_strerror(rc));
     }
     kd_kubelet_stop(kubelet);
-    kd_api_stop(api);
-    kd_store_close(st);
+    kd_local_api_stop(api);
+    kd_local_store_close(st);
     if (tmp_state)
         nftw(state_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(state_dir);

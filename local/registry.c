@@ -3,6 +3,7 @@
  * (APIGroupList, APIGroup, APIResourceList) kubectl reads to map a kind or
  * short name to a REST path.
  */
+#include "json.h"
 #include "registry.h"
 
 #include <stdio.h>
@@ -14,11 +15,22 @@
 
 struct kd_registry {
     struct kd_restype *head, *tail;
+    kd_strategy_fn strategy_of;
 };
+
+/* For a registry without strategies (tests of tables and discovery): the generic verbs only. */
+static const struct kd_strategy no_strategy;
+
+static const struct kd_strategy *strategy_for(const struct kd_registry *reg,
+                                              const struct kd_restype *rt)
+{
+    const struct kd_strategy *s = reg->strategy_of != NULL ? reg->strategy_of(rt) : NULL;
+    return s != NULL ? s : &no_strategy;
+}
 
 struct builtin {
     const char *group, *version, *resource, *kind, *singular;
-    bool namespaced, has_status, has_log;
+    bool namespaced, has_status;
     const char *short1, *short2;
     const char *category;
     const char *const *field_labels;
@@ -49,22 +61,20 @@ static const char *const ns_fields[] = {"status.phase", NULL};
 static const char *const node_fields[] = {"spec.unschedulable", NULL};
 
 static const struct builtin builtins[] = {
-    {"", "v1", "namespaces", "Namespace", "namespace", false, true, false, "ns", NULL, NULL,
-     ns_fields},
-    {"", "v1", "pods", "Pod", "pod", true, true, true, "po", NULL, "all", pod_fields},
-    {"", "v1", "nodes", "Node", "node", false, true, false, "no", NULL, NULL, node_fields},
-    {"", "v1", "configmaps", "ConfigMap", "configmap", true, false, false, "cm", NULL, NULL, NULL},
-    {"", "v1", "secrets", "Secret", "secret", true, false, false, NULL, NULL, NULL, secret_fields},
-    {"", "v1", "serviceaccounts", "ServiceAccount", "serviceaccount", true, false, false, "sa",
-     NULL, NULL, NULL},
-    {"", "v1", "services", "Service", "service", true, true, false, "svc", NULL, "all", NULL},
-    {"", "v1", "events", "Event", "event", true, false, false, "ev", NULL, NULL, event_fields},
-    {"coordination.k8s.io", "v1", "leases", "Lease", "lease", true, false, false, NULL, NULL, NULL,
+    {"", "v1", "namespaces", "Namespace", "namespace", false, true, "ns", NULL, NULL, ns_fields},
+    {"", "v1", "pods", "Pod", "pod", true, true, "po", NULL, "all", pod_fields},
+    {"", "v1", "nodes", "Node", "node", false, true, "no", NULL, NULL, node_fields},
+    {"", "v1", "configmaps", "ConfigMap", "configmap", true, false, "cm", NULL, NULL, NULL},
+    {"", "v1", "secrets", "Secret", "secret", true, false, NULL, NULL, NULL, secret_fields},
+    {"", "v1", "serviceaccounts", "ServiceAccount", "serviceaccount", true, false, "sa", NULL, NULL,
      NULL},
+    {"", "v1", "services", "Service", "service", true, true, "svc", NULL, "all", NULL},
+    {"", "v1", "events", "Event", "event", true, false, "ev", NULL, NULL, event_fields},
+    {"coordination.k8s.io", "v1", "leases", "Lease", "lease", true, false, NULL, NULL, NULL, NULL},
     {"scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", "priorityclass", false, false,
-     false, "pc", NULL, NULL, NULL},
+     "pc", NULL, NULL, NULL},
     {"apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
-     "customresourcedefinition", false, true, false, "crd", "crds", "api-extensions", NULL},
+     "customresourcedefinition", false, true, "crd", "crds", "api-extensions", NULL},
 };
 
 static void restype_free(struct kd_restype *rt)
@@ -93,9 +103,10 @@ static void add(struct kd_registry *reg, struct kd_restype *rt)
     reg->tail = rt;
 }
 
-struct kd_registry *kd_registry_new(void)
+struct kd_registry *kd_registry_new(kd_strategy_fn strategy_of)
 {
     struct kd_registry *reg = kd_xcalloc(1, sizeof(*reg));
+    reg->strategy_of = strategy_of;
     for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++) {
         const struct builtin *b = &builtins[i];
         struct kd_restype *rt = kd_xcalloc(1, sizeof(*rt));
@@ -107,9 +118,9 @@ struct kd_registry *kd_registry_new(void)
         rt->gr = kd_xasprintf("%s/%s", b->group, b->resource);
         rt->namespaced = b->namespaced;
         rt->has_status = b->has_status;
-        rt->has_log = b->has_log;
         rt->builtin = true;
         rt->generation = strcmp(b->resource, "customresourcedefinitions") == 0;
+        rt->strategy = strategy_for(reg, rt);
         rt->short_names = json_array();
         if (b->short1 != NULL)
             json_array_append_new(rt->short_names, json_string(b->short1));
@@ -172,22 +183,17 @@ const char *kd_restype_api_version(const struct kd_restype *rt, char *buf, size_
     return buf;
 }
 
-static const char *jstr(const json_t *o, const char *key)
-{
-    return json_string_value(json_object_get(o, key));
-}
-
 int kd_registry_apply_crd(struct kd_registry *reg, const json_t *crd, char *err)
 {
     int rc = 0;
-    const char *crd_name = jstr(json_object_get(crd, "metadata"), "name");
+    const char *crd_name = kd_jstr(json_object_get(crd, "metadata"), "name");
     char want[512];
     const json_t *spec = json_object_get(crd, "spec");
     const json_t *names = json_object_get(spec, "names");
-    const char *group = jstr(spec, "group");
-    const char *plural = jstr(names, "plural");
-    const char *kind = jstr(names, "kind");
-    const char *scope = jstr(spec, "scope");
+    const char *group = kd_jstr(spec, "group");
+    const char *plural = kd_jstr(names, "plural");
+    const char *kind = kd_jstr(names, "kind");
+    const char *scope = kd_jstr(spec, "scope");
     const json_t *versions = json_object_get(spec, "versions");
     if (crd_name == NULL || group == NULL || plural == NULL || kind == NULL ||
         !json_is_array(versions)) {
@@ -219,7 +225,7 @@ int kd_registry_apply_crd(struct kd_registry *reg, const json_t *crd, char *err)
     {
         if (!json_is_true(json_object_get(v, "served")))
             continue;
-        const char *vname = jstr(v, "name");
+        const char *vname = kd_jstr(v, "name");
         if (vname == NULL)
             continue;
         struct kd_restype *rt = kd_xcalloc(1, sizeof(*rt));
@@ -227,7 +233,7 @@ int kd_registry_apply_crd(struct kd_registry *reg, const json_t *crd, char *err)
         rt->version = kd_xstrdup(vname);
         rt->resource = kd_xstrdup(plural);
         rt->kind = kd_xstrdup(kind);
-        const char *singular = jstr(names, "singular");
+        const char *singular = kd_jstr(names, "singular");
         rt->singular = singular != NULL ? kd_xstrdup(singular) : kd_xstrdup("");
         if (rt->singular[0] == '\0') {
             free(rt->singular);
@@ -239,6 +245,7 @@ int kd_registry_apply_crd(struct kd_registry *reg, const json_t *crd, char *err)
         rt->namespaced = scope == NULL || strcmp(scope, "Namespaced") == 0;
         rt->has_status = json_object_get(json_object_get(v, "subresources"), "status") != NULL;
         rt->generation = true;
+        rt->strategy = strategy_for(reg, rt);
         json_t *sn = json_object_get(names, "shortNames");
         rt->short_names = json_is_array(sn) ? json_deep_copy(sn) : json_array();
         json_t *cat = json_object_get(names, "categories");
@@ -288,7 +295,7 @@ json_t *kd_registry_group(struct kd_registry *reg, const char *group)
         bool seen = false;
         json_array_foreach(versions, i, v)
         {
-            if (strcmp(jstr(v, "version"), rt->version) == 0)
+            if (strcmp(kd_jstr(v, "version"), rt->version) == 0)
                 seen = true;
         }
         if (!seen) {
@@ -318,7 +325,7 @@ json_t *kd_registry_group_list(struct kd_registry *reg)
         bool seen = false;
         json_array_foreach(groups, i, g)
         {
-            if (strcmp(jstr(g, "name"), rt->group) == 0)
+            if (strcmp(kd_jstr(g, "name"), rt->group) == 0)
                 seen = true;
         }
         if (seen)
@@ -340,7 +347,6 @@ json_t *kd_registry_resource_list(struct kd_registry *reg, const char *group, co
     static const char *const verbs_ns[] = {"create", "delete", "get",   "list",
                                            "patch",  "update", "watch", NULL};
     static const char *const verbs_sub[] = {"get", "patch", "update", NULL};
-    static const char *const verbs_get[] = {"get", NULL};
     json_t *res = json_array();
     bool any = false;
     for (struct kd_restype *rt = reg->head; rt != NULL; rt = rt->next) {
@@ -373,15 +379,13 @@ json_t *kd_registry_resource_list(struct kd_registry *reg, const char *group, co
                                                  "verbs", str_array(verbs_sub)));
             free(n);
         }
-        if (rt->builtin && strcmp(rt->resource, "pods") == 0)
-            json_array_append_new(res, json_pack("{s:s,s:s,s:b,s:s,s:[s]}", "name", "pods/binding",
-                                                 "singularName", "", "namespaced", true, "kind",
-                                                 "Binding", "verbs", "create"));
-        if (rt->has_log) {
-            char *n = kd_xasprintf("%s/log", rt->resource);
-            json_array_append_new(res, json_pack("{s:s,s:s,s:b,s:s,s:o}", "name", n, "singularName",
-                                                 "", "namespaced", rt->namespaced, "kind", rt->kind,
-                                                 "verbs", str_array(verbs_get)));
+        for (const struct kd_subresource *sub = rt->strategy->subresources;
+             sub != NULL && sub->name != NULL; sub++) {
+            char *n = kd_xasprintf("%s/%s", rt->resource, sub->name);
+            json_array_append_new(res, json_pack("{s:s,s:s,s:b,s:s,s:[s]}", "name", n,
+                                                 "singularName", "", "namespaced", rt->namespaced,
+                                                 "kind", sub->kind != NULL ? sub->kind : rt->kind,
+                                                 "verbs", sub->verb));
             free(n);
         }
     }

@@ -5,6 +5,7 @@
  * and priority order, and the real scheduler's Unschedulable messages
  * ("0/2 nodes are available: ...").
  */
+#include "json.h"
 #include "scheduler.h"
 
 #include <stdio.h>
@@ -18,11 +19,6 @@
 #include "events.h"
 #include "quantity.h"
 #include "store.h"
-
-static const char *jstr(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
 
 /* A quantity may be a JSON string ("500m") or a number (YAML's `nvidia.com/gpu: 1`). */
 static int64_t q(const json_t *list, const char *name)
@@ -90,11 +86,12 @@ const char *kd_sched_qos_class(const json_t *pod)
         const json_t *lim = json_object_get(res, "limits");
         if (json_object_size(req) > 0 || json_object_size(lim) > 0)
             any = true;
-        if (jstr(lim, "cpu") == NULL || jstr(lim, "memory") == NULL)
+        if (kd_jstr(lim, "cpu") == NULL || kd_jstr(lim, "memory") == NULL)
             guaranteed = false;
-        if ((jstr(req, "cpu") && jstr(lim, "cpu") && strcmp(jstr(req, "cpu"), jstr(lim, "cpu"))) ||
-            (jstr(req, "memory") && jstr(lim, "memory") &&
-             strcmp(jstr(req, "memory"), jstr(lim, "memory"))))
+        if ((kd_jstr(req, "cpu") && kd_jstr(lim, "cpu") &&
+             strcmp(kd_jstr(req, "cpu"), kd_jstr(lim, "cpu"))) ||
+            (kd_jstr(req, "memory") && kd_jstr(lim, "memory") &&
+             strcmp(kd_jstr(req, "memory"), kd_jstr(lim, "memory"))))
             guaranteed = false;
     }
     return !any ? "BestEffort" : guaranteed ? "Guaranteed" : "Burstable";
@@ -102,7 +99,7 @@ const char *kd_sched_qos_class(const json_t *pod)
 
 static bool terminal(const json_t *pod)
 {
-    const char *phase = jstr(json_object_get(pod, "status"), "phase");
+    const char *phase = kd_jstr(json_object_get(pod, "status"), "phase");
     return phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
 }
 
@@ -129,10 +126,10 @@ static bool scheduled_is(const json_t *pod, const char *status, const char *msg)
     json_t *c;
     json_array_foreach(json_object_get(json_object_get(pod, "status"), "conditions"), i, c)
     {
-        if (strcmp(jstr(c, "type") ? jstr(c, "type") : "", "PodScheduled") != 0)
+        if (strcmp(kd_jstr(c, "type") ? kd_jstr(c, "type") : "", "PodScheduled") != 0)
             continue;
-        return strcmp(jstr(c, "status") ? jstr(c, "status") : "", status) == 0 &&
-               strcmp(jstr(c, "message") ? jstr(c, "message") : "", msg ? msg : "") == 0;
+        return strcmp(kd_jstr(c, "status") ? kd_jstr(c, "status") : "", status) == 0 &&
+               strcmp(kd_jstr(c, "message") ? kd_jstr(c, "message") : "", msg ? msg : "") == 0;
     }
     return false;
 }
@@ -154,10 +151,10 @@ static bool set_scheduled(json_t *pod, const char *status, const char *reason, c
     json_t *c;
     json_array_foreach(conds, i, c)
     {
-        if (strcmp(jstr(c, "type") ? jstr(c, "type") : "", "PodScheduled") != 0)
+        if (strcmp(kd_jstr(c, "type") ? kd_jstr(c, "type") : "", "PodScheduled") != 0)
             continue;
-        if (strcmp(jstr(c, "status") ? jstr(c, "status") : "", status) == 0 &&
-            strcmp(jstr(c, "message") ? jstr(c, "message") : "", msg ? msg : "") == 0)
+        if (strcmp(kd_jstr(c, "status") ? kd_jstr(c, "status") : "", status) == 0 &&
+            strcmp(kd_jstr(c, "message") ? kd_jstr(c, "message") : "", msg ? msg : "") == 0)
             return false;
         json_array_remove(conds, i);
         break;
@@ -182,7 +179,7 @@ static bool selector_fits(const json_t *pod, const json_t *node)
     json_t *v;
     json_object_foreach((json_t *)sel, k, v)
     {
-        const char *have = jstr(labels, k);
+        const char *have = kd_jstr(labels, k);
         if (have == NULL || !json_is_string(v) || strcmp(have, json_string_value(v)) != 0)
             return false;
     }
@@ -197,9 +194,9 @@ static bool tolerated(const json_t *pod, const char *key, const char *value, con
     json_t *t;
     json_array_foreach(json_object_get(json_object_get(pod, "spec"), "tolerations"), i, t)
     {
-        const char *tk = jstr(t, "key") ? jstr(t, "key") : "";
-        const char *op = jstr(t, "operator") ? jstr(t, "operator") : "Equal";
-        const char *te = jstr(t, "effect") ? jstr(t, "effect") : "";
+        const char *tk = kd_jstr(t, "key") ? kd_jstr(t, "key") : "";
+        const char *op = kd_jstr(t, "operator") ? kd_jstr(t, "operator") : "Equal";
+        const char *te = kd_jstr(t, "effect") ? kd_jstr(t, "effect") : "";
         if (te[0] != '\0' && strcmp(te, effect) != 0)
             continue;
         if (tk[0] == '\0' && strcmp(op, "Exists") == 0)
@@ -207,7 +204,7 @@ static bool tolerated(const json_t *pod, const char *key, const char *value, con
         if (strcmp(tk, key) != 0)
             continue;
         if (strcmp(op, "Exists") == 0 ||
-            strcmp(jstr(t, "value") ? jstr(t, "value") : "", value ? value : "") == 0)
+            strcmp(kd_jstr(t, "value") ? kd_jstr(t, "value") : "", value ? value : "") == 0)
             return true;
     }
     return false;
@@ -233,14 +230,14 @@ static const char *down_taint(const json_t *node, bool own, int64_t now_ms)
     json_t *c;
     json_array_foreach(json_object_get(json_object_get(node, "status"), "conditions"), i, c)
     {
-        if (strcmp(jstr(c, "type") ? jstr(c, "type") : "", "Ready") != 0)
+        if (strcmp(kd_jstr(c, "type") ? kd_jstr(c, "type") : "", "Ready") != 0)
             continue;
-        if (strcmp(jstr(c, "status") ? jstr(c, "status") : "", "True") != 0)
-            return strcmp(jstr(c, "status") ? jstr(c, "status") : "", "Unknown") == 0
+        if (strcmp(kd_jstr(c, "status") ? kd_jstr(c, "status") : "", "True") != 0)
+            return strcmp(kd_jstr(c, "status") ? kd_jstr(c, "status") : "", "Unknown") == 0
                        ? "node.kubernetes.io/unreachable"
                        : "node.kubernetes.io/not-ready";
         int64_t hb = 0;
-        const char *ts = jstr(c, "lastHeartbeatTime");
+        const char *ts = kd_jstr(c, "lastHeartbeatTime");
         if (!own && (ts == NULL || kd_time_parse_rfc3339(ts, &hb) != 0 ||
                      now_ms - hb > KD_SCHED_NODE_GRACE_MS))
             return "node.kubernetes.io/unreachable";
@@ -277,13 +274,14 @@ static void filter(const json_t *pod, const struct kd_res *r, const struct node_
     json_t *t;
     json_array_foreach(json_object_get(spec, "taints"), i, t)
     {
-        const char *effect = jstr(t, "effect") ? jstr(t, "effect") : "";
+        const char *effect = kd_jstr(t, "effect") ? kd_jstr(t, "effect") : "";
         if (strcmp(effect, "NoSchedule") != 0 && strcmp(effect, "NoExecute") != 0)
             continue;
-        if (!tolerated(pod, jstr(t, "key") ? jstr(t, "key") : "", jstr(t, "value"), effect)) {
+        if (!tolerated(pod, kd_jstr(t, "key") ? kd_jstr(t, "key") : "", kd_jstr(t, "value"),
+                       effect)) {
             e = kd_buf_printf(why, "node(s) had untolerated taint {%s: %s}\n",
-                              jstr(t, "key") ? jstr(t, "key") : "",
-                              jstr(t, "value") ? jstr(t, "value") : "");
+                              kd_jstr(t, "key") ? kd_jstr(t, "key") : "",
+                              kd_jstr(t, "value") ? kd_jstr(t, "value") : "");
             goto out;
         }
     }
@@ -385,7 +383,7 @@ int kd_sched_pass(struct kd_store *st, const char *own_node)
     for (size_t i = 0; i < nn; i++) {
         const json_t *alloc = json_object_get(json_object_get(nodes[i], "status"), "allocatable");
         nv[i].node = nodes[i];
-        nv[i].name = jstr(json_object_get(nodes[i], "metadata"), "name");
+        nv[i].name = kd_jstr(json_object_get(nodes[i], "metadata"), "name");
         if (nv[i].name == NULL)
             nv[i].name = "";
         nv[i].avail = (struct kd_res){q(alloc, "cpu"), q(alloc, "memory"),
@@ -398,7 +396,7 @@ int kd_sched_pass(struct kd_store *st, const char *own_node)
     size_t nc = 0;
     for (size_t i = 0; i < n; i++) {
         const json_t *spec = json_object_get(pods[i], "spec");
-        const char *bound_to = jstr(spec, "nodeName");
+        const char *bound_to = kd_jstr(spec, "nodeName");
         if (bound_to != NULL && bound_to[0] != '\0') {
             if (terminal(pods[i]))
                 continue;
@@ -412,14 +410,14 @@ int kd_sched_pass(struct kd_store *st, const char *own_node)
             continue;
         }
         const json_t *md = json_object_get(pods[i], "metadata");
-        const char *sn = jstr(spec, "schedulerName");
+        const char *sn = kd_jstr(spec, "schedulerName");
         if (json_object_get(md, "deletionTimestamp") != NULL || terminal(pods[i]) ||
             (sn != NULL && strcmp(sn, "default-scheduler") != 0))
             continue;
         cands[nc].pod = pods[i];
         cands[nc].prio = json_integer_value(json_object_get(spec, "priority"));
-        cands[nc].created = jstr(md, "creationTimestamp");
-        cands[nc].key = jstr(md, "name");
+        cands[nc].created = kd_jstr(md, "creationTimestamp");
+        cands[nc].key = kd_jstr(md, "name");
         nc++;
     }
     qsort(cands, nc, sizeof(*cands), cmp_cand);
@@ -473,8 +471,8 @@ int kd_sched_pass(struct kd_store *st, const char *own_node)
             continue;
         }
         /* The put frees the old pod, and md with it: copy the names first. */
-        char *ns = kd_xstrdup(jstr(md, "namespace") ? jstr(md, "namespace") : "");
-        char *name = kd_xstrdup(jstr(md, "name") ? jstr(md, "name") : "");
+        char *ns = kd_xstrdup(kd_jstr(md, "namespace") ? kd_jstr(md, "namespace") : "");
+        char *name = kd_xstrdup(kd_jstr(md, "name") ? kd_jstr(md, "name") : "");
         const char *node_name = chosen != NULL ? chosen->name : "";
         int rc = kd_store_put(st, "/pods", ns, name, next, NULL);
         if (rc == 0) {

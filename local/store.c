@@ -51,7 +51,6 @@ struct kd_store {
     uint64_t jbytes;
     uint64_t snapshot_bytes;
     size_t compact_min;
-    uint64_t gc_hint;
     /* Background compaction: the snapshot is written without the lock while
      * new records also go to `tail`, which is appended under the lock. */
     bool background;
@@ -486,7 +485,7 @@ out:
 
 /* ---- public ------------------------------------------------------------------------- */
 
-int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char *err)
+int kd_local_store_open(const struct kd_store_opts *opts, struct kd_store **out, char *err)
 {
     int rc = 0;
     struct kd_store *st = kd_xcalloc(1, sizeof(*st));
@@ -535,11 +534,11 @@ int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char 
     *out = st;
     st = NULL;
 out:
-    kd_store_close(st);
+    kd_local_store_close(st);
     return rc;
 }
 
-void kd_store_close(struct kd_store *st)
+void kd_local_store_close(struct kd_store *st)
 {
     if (st == NULL)
         return;
@@ -598,11 +597,6 @@ uint64_t kd_store_rv(const struct kd_store *st)
     return st->rv;
 }
 
-uint64_t kd_store_gc_hint(const struct kd_store *st)
-{
-    return st->gc_hint;
-}
-
 uint64_t kd_store_journal_bytes(const struct kd_store *st)
 {
     return st->jbytes;
@@ -640,15 +634,6 @@ int kd_store_put(struct kd_store *st, const char *gr, const char *ns, const char
     char *key = make_key(ns, name);
     struct entry *e = NULL;
     HASH_FIND_STR(t->objs, key, e);
-    const json_t *md = json_object_get(obj, "metadata");
-    const json_t *refs = json_object_get(md, "ownerReferences");
-    /* Only what the collector acts on, not every status write of an owned object: each
-     * hint costs a pass over every object. */
-    if (json_object_get(md, "deletionTimestamp") != NULL ||
-        (refs != NULL &&
-         (e == NULL || !json_equal(refs, json_object_get(json_object_get(e->obj, "metadata"),
-                                                         "ownerReferences")))))
-        st->gc_hint++;
     if (e == NULL) {
         e = kd_xcalloc(1, sizeof(*e));
         e->key = key;
@@ -690,7 +675,6 @@ int kd_store_delete(struct kd_store *st, const char *gr, const char *ns, const c
         goto out;
     st->rv = rv;
     ring_push(st, rv, gr, KD_EV_DELETED, last, e->obj);
-    st->gc_hint++;
     HASH_DEL(t->objs, e);
     json_decref(e->obj);
     free(e->key);

@@ -40,10 +40,10 @@ struct kd_store;
  * Returns 0, KD_ECORRUPT (a damaged record before the end, with its line in
  * err) or -errno.
  */
-int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char *err) KD_WUR;
+int kd_local_store_open(const struct kd_store_opts *opts, struct kd_store **out, char *err) KD_WUR;
 
 /** Close the journal and free everything. NULL-safe. No other thread may use it. */
-void kd_store_close(struct kd_store *st);
+void kd_local_store_close(struct kd_store *st);
 
 /*
  * One mutex guards the store (and, by convention, kdet-local's registry).
@@ -98,13 +98,6 @@ void kd_store_wait(struct kd_store *st, int ms);
 
 /** Wake every waiter (used at shutdown). */
 void kd_store_broadcast(struct kd_store *st);
-
-/**
- * A counter that grows whenever something the garbage collector acts on
- * changes: a delete, a write of an object with deletionTimestamp, or a write
- * that adds or changes ownerReferences.
- */
-uint64_t kd_store_gc_hint(const struct kd_store *st);
 
 /** Journal bytes written since the last compaction (for tests and metrics). */
 uint64_t kd_store_journal_bytes(const struct kd_store *st);

@@ -4,6 +4,7 @@
  * ...), CRD printer columns through a small JSONPath subset, and ages
  * formatted as kubectl's HumanDuration does.
  */
+#include "json.h"
 #include "table.h"
 
 #include <stdio.h>
@@ -14,11 +15,6 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "registry.h"
-
-static const char *jstr(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
 
 const char *kd_table_age(int64_t s, char *buf, size_t len)
 {
@@ -108,7 +104,7 @@ const json_t *kd_table_jsonpath(const json_t *obj, const char *path)
                 json_t *it;
                 json_array_foreach(cur, i, it)
                 {
-                    const char *s = jstr(it, key);
+                    const char *s = kd_jstr(it, key);
                     if (found == NULL && s != NULL && strcmp(s, val) == 0)
                         found = it;
                 }
@@ -163,7 +159,7 @@ static json_t *age_col(void)
 static json_t *pod_cells(const json_t *pod, int64_t now_ms)
 {
     const json_t *st = json_object_get(pod, "status");
-    const char *reason = jstr(st, "reason") ? jstr(st, "reason") : jstr(st, "phase");
+    const char *reason = kd_jstr(st, "reason") ? kd_jstr(st, "reason") : kd_jstr(st, "phase");
     char rbuf[128];
     int total = (int)json_array_size(json_object_get(json_object_get(pod, "spec"), "containers"));
     int ready = 0, restarts = 0;
@@ -182,10 +178,10 @@ static json_t *pod_cells(const json_t *pod, int64_t now_ms)
             continue;
         if (term != NULL) {
             snprintf(rbuf, sizeof(rbuf), "Init:%s",
-                     jstr(term, "reason") ? jstr(term, "reason") : "Error");
-        } else if (wait != NULL && jstr(wait, "reason") != NULL &&
-                   strcmp(jstr(wait, "reason"), "PodInitializing") != 0) {
-            snprintf(rbuf, sizeof(rbuf), "Init:%s", jstr(wait, "reason"));
+                     kd_jstr(term, "reason") ? kd_jstr(term, "reason") : "Error");
+        } else if (wait != NULL && kd_jstr(wait, "reason") != NULL &&
+                   strcmp(kd_jstr(wait, "reason"), "PodInitializing") != 0) {
+            snprintf(rbuf, sizeof(rbuf), "Init:%s", kd_jstr(wait, "reason"));
         } else {
             snprintf(rbuf, sizeof(rbuf), "Init:%zu/%zu", i, ninit);
         }
@@ -202,15 +198,15 @@ static json_t *pod_cells(const json_t *pod, int64_t now_ms)
         const json_t *wait = json_object_get(state, "waiting");
         restarts += (int)json_integer_value(json_object_get(cs, "restartCount"));
         const char *lf =
-            jstr(json_object_get(json_object_get(cs, "lastState"), "terminated"), "finishedAt");
+            kd_jstr(json_object_get(json_object_get(cs, "lastState"), "terminated"), "finishedAt");
         if (lf != NULL && (last_restart == NULL || strcmp(lf, last_restart) > 0))
             last_restart = lf;
         if (init_busy)
             continue;
-        if (wait != NULL && jstr(wait, "reason") != NULL) {
-            reason = jstr(wait, "reason");
+        if (wait != NULL && kd_jstr(wait, "reason") != NULL) {
+            reason = kd_jstr(wait, "reason");
         } else if (term != NULL) {
-            reason = jstr(term, "reason") ? jstr(term, "reason") : "Error";
+            reason = kd_jstr(term, "reason") ? kd_jstr(term, "reason") : "Error";
         } else if (json_object_get(state, "running") != NULL &&
                    json_is_true(json_object_get(cs, "ready"))) {
             running = true;
@@ -236,13 +232,14 @@ static json_t *pod_cells(const json_t *pod, int64_t now_ms)
     } else {
         snprintf(rs, sizeof(rs), "%d", restarts);
     }
-    const char *ip = jstr(st, "podIP");
-    const char *node = jstr(json_object_get(pod, "spec"), "nodeName");
-    const char *nom = jstr(st, "nominatedNodeName");
-    return json_pack("[s,s,s,s,o,s,s,s,s]", jstr(json_object_get(pod, "metadata"), "name"), rd,
-                     reason ? reason : "Unknown", rs,
-                     age_cell(jstr(json_object_get(pod, "metadata"), "creationTimestamp"), now_ms),
-                     ip ? ip : "<none>", node ? node : "<none>", nom ? nom : "<none>", "<none>");
+    const char *ip = kd_jstr(st, "podIP");
+    const char *node = kd_jstr(json_object_get(pod, "spec"), "nodeName");
+    const char *nom = kd_jstr(st, "nominatedNodeName");
+    return json_pack(
+        "[s,s,s,s,o,s,s,s,s]", kd_jstr(json_object_get(pod, "metadata"), "name"), rd,
+        reason ? reason : "Unknown", rs,
+        age_cell(kd_jstr(json_object_get(pod, "metadata"), "creationTimestamp"), now_ms),
+        ip ? ip : "<none>", node ? node : "<none>", nom ? nom : "<none>", "<none>");
 }
 
 static json_t *columns_for(const struct kd_restype *rt)
@@ -254,12 +251,13 @@ static json_t *columns_for(const struct kd_restype *rt)
         json_t *pc;
         json_array_foreach(rt->printer_columns, i, pc)
         {
-            const char *type = jstr(pc, "type") ? jstr(pc, "type") : "string";
-            json_array_append_new(c, col(jstr(pc, "name") ? jstr(pc, "name") : "",
-                                         strcmp(type, "date") == 0 ? "date" : type,
-                                         jstr(pc, "format") ? jstr(pc, "format") : "",
-                                         jstr(pc, "description") ? jstr(pc, "description") : "",
-                                         (int)json_integer_value(json_object_get(pc, "priority"))));
+            const char *type = kd_jstr(pc, "type") ? kd_jstr(pc, "type") : "string";
+            json_array_append_new(c,
+                                  col(kd_jstr(pc, "name") ? kd_jstr(pc, "name") : "",
+                                      strcmp(type, "date") == 0 ? "date" : type,
+                                      kd_jstr(pc, "format") ? kd_jstr(pc, "format") : "",
+                                      kd_jstr(pc, "description") ? kd_jstr(pc, "description") : "",
+                                      (int)json_integer_value(json_object_get(pc, "priority"))));
         }
         if (json_array_size(rt->printer_columns) == 0)
             json_array_append_new(c, age_col());
@@ -331,8 +329,8 @@ static json_t *columns_for(const struct kd_restype *rt)
 static json_t *cells_for(const struct kd_restype *rt, const json_t *o, int64_t now_ms)
 {
     const json_t *md = json_object_get(o, "metadata");
-    const char *name = jstr(md, "name");
-    const char *created = jstr(md, "creationTimestamp");
+    const char *name = kd_jstr(md, "name");
+    const char *created = kd_jstr(md, "creationTimestamp");
     if (!rt->builtin) {
         json_t *cells = json_pack("[s]", name);
         size_t i;
@@ -340,8 +338,8 @@ static json_t *cells_for(const struct kd_restype *rt, const json_t *o, int64_t n
         json_array_foreach(rt->printer_columns, i, pc)
         {
             const json_t *v =
-                kd_table_jsonpath(o, jstr(pc, "jsonPath") ? jstr(pc, "jsonPath") : "");
-            const char *type = jstr(pc, "type") ? jstr(pc, "type") : "string";
+                kd_table_jsonpath(o, kd_jstr(pc, "jsonPath") ? kd_jstr(pc, "jsonPath") : "");
+            const char *type = kd_jstr(pc, "type") ? kd_jstr(pc, "type") : "string";
             if (v == NULL)
                 json_array_append_new(cells, json_null());
             else if (strcmp(type, "date") == 0)
@@ -362,11 +360,11 @@ static json_t *cells_for(const struct kd_restype *rt, const json_t *o, int64_t n
                                       json_object_size(json_object_get(o, "binaryData"))),
                          age_cell(created, now_ms));
     if (strcmp(r, "secrets") == 0)
-        return json_pack("[s,s,I,o]", name, jstr(o, "type") ? jstr(o, "type") : "Opaque",
+        return json_pack("[s,s,I,o]", name, kd_jstr(o, "type") ? kd_jstr(o, "type") : "Opaque",
                          (json_int_t)json_object_size(json_object_get(o, "data")),
                          age_cell(created, now_ms));
     if (strcmp(r, "namespaces") == 0) {
-        const char *phase = jstr(json_object_get(o, "status"), "phase");
+        const char *phase = kd_jstr(json_object_get(o, "status"), "phase");
         return json_pack("[s,s,o]", name, phase ? phase : "Active", age_cell(created, now_ms));
     }
     if (strcmp(r, "nodes") == 0) {
@@ -380,7 +378,7 @@ static json_t *cells_for(const struct kd_restype *rt, const json_t *o, int64_t n
         char st[64];
         snprintf(st, sizeof(st), "%s%s", status, unsched ? ",SchedulingDisabled" : "");
         const char *ver =
-            jstr(json_object_get(json_object_get(o, "status"), "nodeInfo"), "kubeletVersion");
+            kd_jstr(json_object_get(json_object_get(o, "status"), "nodeInfo"), "kubeletVersion");
         return json_pack("[s,s,s,o,s]", name, st, "<none>", age_cell(created, now_ms),
                          ver ? ver : "");
     }
@@ -389,7 +387,7 @@ static json_t *cells_for(const struct kd_restype *rt, const json_t *o, int64_t n
                          json_is_true(json_object_get(o, "globalDefault")),
                          age_cell(created, now_ms));
     if (strcmp(r, "leases") == 0) {
-        const char *h = jstr(json_object_get(o, "spec"), "holderIdentity");
+        const char *h = kd_jstr(json_object_get(o, "spec"), "holderIdentity");
         return json_pack("[s,s,o]", name, h ? h : "", age_cell(created, now_ms));
     }
     if (strcmp(r, "customresourcedefinitions") == 0)
@@ -397,19 +395,19 @@ static json_t *cells_for(const struct kd_restype *rt, const json_t *o, int64_t n
     if (strcmp(r, "events") == 0) {
         const json_t *io = json_object_get(o, "involvedObject");
         char objname[512];
-        const char *k = jstr(io, "kind") ? jstr(io, "kind") : "";
+        const char *k = kd_jstr(io, "kind") ? kd_jstr(io, "kind") : "";
         char lower[64];
         size_t i;
         for (i = 0; k[i] != '\0' && i < sizeof(lower) - 1; i++)
             lower[i] = (char)(k[i] >= 'A' && k[i] <= 'Z' ? k[i] + 32 : k[i]);
         lower[i] = '\0';
         snprintf(objname, sizeof(objname), "%s/%s", lower,
-                 jstr(io, "name") ? jstr(io, "name") : "");
-        const char *last = jstr(o, "lastTimestamp") ? jstr(o, "lastTimestamp") : created;
+                 kd_jstr(io, "name") ? kd_jstr(io, "name") : "");
+        const char *last = kd_jstr(o, "lastTimestamp") ? kd_jstr(o, "lastTimestamp") : created;
         return json_pack("[o,s,s,s,s,I,s]", age_cell(last, now_ms),
-                         jstr(o, "type") ? jstr(o, "type") : "",
-                         jstr(o, "reason") ? jstr(o, "reason") : "", objname,
-                         jstr(o, "message") ? jstr(o, "message") : "",
+                         kd_jstr(o, "type") ? kd_jstr(o, "type") : "",
+                         kd_jstr(o, "reason") ? kd_jstr(o, "reason") : "", objname,
+                         kd_jstr(o, "message") ? kd_jstr(o, "message") : "",
                          json_integer_value(json_object_get(o, "count")), name);
     }
     return json_pack("[s,o]", name, age_cell(created, now_ms));

@@ -28,6 +28,19 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int64_t *sent_ns; /* per object: when its create was sent */
 static int64_t deadline_ms;
 
+/* A handle; for kdet-local with the bearer token of $KDL_BENCH_TOKEN (kdet-local serves no
+ * anonymous client). */
+static CURL *handle(void)
+{
+    CURL *c = curl_easy_init();
+    const char *tok = getenv("KDL_BENCH_TOKEN");
+    if (c != NULL && !mode_etcd && tok != NULL && tok[0] != '\0') {
+        curl_easy_setopt(c, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
+        curl_easy_setopt(c, CURLOPT_XOAUTH2_BEARER, tok);
+    }
+    return c;
+}
+
 static size_t discard(char *p, size_t s, size_t n, void *ud)
 {
     (void)p;
@@ -85,7 +98,7 @@ static int failures;
 static void *creator(void *arg)
 {
     (void)arg;
-    CURL *c = curl_easy_init();
+    CURL *c = handle();
     for (;;) {
         pthread_mutex_lock(&mu);
         int i = next_index < total && kd_mono_ms() < deadline_ms ? next_index++ : -1;
@@ -181,7 +194,7 @@ static int xfer_cb(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_
 static void *watch_main(void *arg)
 {
     struct watcher *w = arg;
-    CURL *c = curl_easy_init();
+    CURL *c = handle();
     char *url = kd_xasprintf("%s/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=%s"
                              "&labelSelector=bench%%3Dwatch&timeoutSeconds=120",
                              base, getenv("KDL_BENCH_RV") ? getenv("KDL_BENCH_RV") : "0");
@@ -260,7 +273,7 @@ static void *pod_watch(void *arg)
 {
     (void)arg;
     struct kd_buf line = KD_BUF_INIT(1 << 20);
-    CURL *c = curl_easy_init();
+    CURL *c = handle();
     char *url = kd_xasprintf("%s/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=300", base);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_pod_data);
@@ -316,7 +329,7 @@ int main(int argc, char **argv)
                 kd_sleep_ms(5);
         kd_sleep_ms(200);
         /* One writer, paced, so the latency is delivery time, not queueing behind a burst. */
-        CURL *c = curl_easy_init();
+        CURL *c = handle();
         char pad[201];
         memset(pad, 'y', 200);
         pad[200] = '\0';
@@ -357,7 +370,7 @@ int main(int argc, char **argv)
         pthread_t wt;
         pthread_create(&wt, NULL, pod_watch, NULL);
         kd_sleep_ms(300);
-        CURL *c = curl_easy_init();
+        CURL *c = handle();
         char *url = kd_xasprintf("%s/api/v1/namespaces/default/pods", base);
         for (int i = 0; i < total; i++) {
             char *body = kd_xasprintf(

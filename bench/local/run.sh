@@ -16,7 +16,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
-"$B/bin/kdet-local" --data-dir "$work/kdl" --port 0 --port-file "$work/port" --max-pods 200 --log-level warn 2> "$work/kdl.log" &
+# Plain HTTP, as etcd's gateway is measured (the bearer token is still required: $KDL_BENCH_TOKEN).
+"$B/bin/kdet-local" --data-dir "$work/kdl" --port 0 --port-file "$work/port" --max-pods 200 --log-level warn \
+    --plain-http 2> "$work/kdl.log" &
 kdl=$!; pids="$pids $kdl"
 ep=$(free_port); pp=$(free_port)
 etcd --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$ep" --advertise-client-urls "http://127.0.0.1:$ep" \
@@ -25,6 +27,8 @@ etcd --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$ep" --adver
 etcd_pid=$!; pids="$pids $etcd_pid"
 for _ in $(seq 1 100); do [ -s "$work/port" ] && curl -s "http://127.0.0.1:$ep/version" >/dev/null && break; sleep 0.1; done
 url="http://127.0.0.1:$(cat "$work/port")"
+KDL_BENCH_TOKEN=$(cat "$work/kdl/token"); export KDL_BENCH_TOKEN
+curl() { command curl -H "Authorization: Bearer $KDL_BENCH_TOKEN" "$@"; }
 
 echo "-- creates: $N ConfigMaps of ~1 KiB, 8 concurrent clients (fsync per write on both sides)"
 ours=$(timeout 300 "$B/bin/kdet-local-bench" creates "$url" "$N" 8)

@@ -87,6 +87,10 @@ expect "version" 'Server Version' kubectl version
 # (made by the controller-manager on a real cluster, so it may take a moment)
 until_ok 20 $K get sa default
 expect "a new namespace has a default ServiceAccount" '^serviceaccount/default$' $K get sa default -o name
+expect "a namespace's name must be an RFC 1123 label" 'a lowercase RFC 1123 label must consist' kubectl create ns kdconf.dotted
+expect "a service's name must be a DNS-1035 label" 'a DNS-1035 label must consist' \
+    sh -c "echo '{\"apiVersion\":\"v1\",\"kind\":\"Service\",\"metadata\":{\"name\":\"1kdconf\"},\"spec\":{\"ports\":[{\"port\":80}]}}' | $K create -f -"
+expect "a configmap's name may be an RFC 1123 subdomain" '^configmap/kdconf.dotted created$' $K create configmap kdconf.dotted
 
 # ---- create/get/errors ----------------------------------------------------------
 cat > "$work/cm.yaml" <<YAML
@@ -116,6 +120,19 @@ expect "generateName makes a unique name" '^configmap/gen-[a-z0-9]{5} created' $
 expect "creating in a missing namespace is NotFound" 'namespaces "kdconf-missing-ns" not found' \
     kubectl -n kdconf-missing-ns create -f "$work/gen.json"
 
+# Wrongly typed or oversized objects are refused, naming the field. kube-apiserver refuses a wrong
+# JSON type while decoding (400, "cannot be handled as a ConfigMap: ... Data: ReadString: expects \" or n");
+# kdet-local with a 422 per field.
+printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"typed"},"data":{"a":1}}' > "$work/typed.json"
+expect "a ConfigMap whose data value is a number is refused, naming data" \
+    '(is invalid: data\.a: Invalid value: "integer"|cannot be handled as a ConfigMap: .*[Dd]ata)' $K create -f "$work/typed.json"
+python3 -c 'import json; print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "huge"}, "data": {"a": "x" * 2000000}}))' > "$work/huge.json"
+expect "a ConfigMap of 2 MB is refused (1 MiB at most)" 'is invalid: \[\]: Too long: must have at most 1048576 bytes' $K create -f "$work/huge.json"
+python3 -c 'import json; print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "huge-ann", "annotations": {"a": "x" * 300000}}}))' > "$work/huge-ann.json"
+expect "300 KB of annotations are refused (256 KiB at most)" 'metadata.annotations: Too long: must have at most 262144 bytes' $K create -f "$work/huge-ann.json"
+expect "the refused objects were not stored" 'NotFound' $K get cm typed huge huge-ann
+printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"badkey"},"data":{"a b":"1"}}' > "$work/badkey.json"
+expect "a ConfigMap key with a space is refused, naming it" 'data\[a b\]: Invalid value: "a b": a valid config key' $K create -f "$work/badkey.json"
 expect "kubectl create configmap (protobuf)" 'configmap/gen-cm created' $K create configmap gen-cm --from-literal=a=1 --from-literal=b=2
 expect "the protobuf ConfigMap's data" '^\{"a":"1","b":"2"\}$' jp cm/gen-cm '{.data}'
 expect "kubectl create secret generic (protobuf)" 'secret/gen-sec created' $K create secret generic gen-sec --from-literal=key=AKIAEXAMPLE
@@ -272,6 +289,18 @@ if $K get cm or-dep >/dev/null 2>&1 && [ -z "$(jp cm/or-dep '{.metadata.ownerRef
 owner_dep fg
 $K delete cm fg-owner --cascade=foreground --timeout=20s >/dev/null 2>&1
 if until_ok 20 sh -c "! $K get cm fg-dep && ! $K get cm fg-owner"; then ok "foreground cascade deletes dependents, then the owner"; else bad "foreground cascade deletes dependents, then the owner"; fi
+# An owner that never existed (its uid matches nothing): the dependent is collected.
+printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"ghost-dep","ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"ghost-owner","uid":"00000000-0000-4000-8000-000000000001"}]}}' | $K create -f - >/dev/null
+if until_ok 20 sh -c "! $K get cm ghost-dep"; then ok "a dependent of an owner that does not exist is collected"; else bad "a dependent of an owner that does not exist is collected"; fi
+# Two owners, one deleted: the dependent stays, with only the live owner's reference.
+mkcm two-a >/dev/null
+mkcm two-b >/dev/null
+ua=$(jp cm/two-a '{.metadata.uid}'); ub=$(jp cm/two-b '{.metadata.uid}')
+printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"two-dep","ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"two-a","uid":"%s"},{"apiVersion":"v1","kind":"ConfigMap","name":"two-b","uid":"%s"}]}}' "$ua" "$ub" | $K create -f - >/dev/null
+$K delete cm two-a >/dev/null
+if until_ok 20 sh -c "[ \"\$($K get cm two-dep -o 'jsonpath={.metadata.ownerReferences[*].name}')\" = two-b ]"; then ok "a dependent with a live owner left keeps only that reference"; else bad "a dependent with a live owner left keeps only that reference" "$(jp cm/two-dep '{.metadata.ownerReferences}')"; fi
+$K delete cm two-b >/dev/null
+if until_ok 20 sh -c "! $K get cm two-dep"; then ok "... and goes with its last owner"; else bad "... and goes with its last owner"; fi
 
 # ---- pods and the node ---------------------------------------------------------------------------
 # pod NAME RESTART-POLICY SCRIPT [EXTRA-CONTAINER-JSON] [EXTRA-SPEC-JSON]: a one-container busybox
@@ -285,6 +314,26 @@ node=$(kubectl get nodes -o 'jsonpath={.items[0].metadata.name}')
 expect "a Node is registered and Ready" '^True$' kubectl get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'
 expect "the Node reports cpu, memory and pods capacity" '^[0-9]+ [0-9]+Ki [0-9]+$' kubectl get node "$node" -o 'jsonpath={.status.capacity.cpu} {.status.capacity.memory} {.status.capacity.pods}'
 expect "the Node has the usual labels" "^$node linux amd64\$" kubectl get node "$node" -o 'jsonpath={.metadata.labels.kubernetes\.io/hostname} {.metadata.labels.kubernetes\.io/os} {.metadata.labels.kubernetes\.io/arch}'
+# Pods with wrongly typed fields, bad quantities or a container name that is a path are refused,
+# naming the field (kube-apiserver: a 400 from its decoder for types and quantity syntax, 422 for the rest).
+badpod() { # NAME CONTAINER-JSON [SPEC-FIELDS]
+    printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s"},"spec":{%s"containers":[%s]}}' "$1" "${3:-}" "$2" > "$work/$1.json"
+    $K create -f "$work/$1.json"
+}
+expect "a pod whose command is a number is refused, naming spec.containers[0].command" \
+    'spec\.containers(\[0\])?\.command' badpod bad-cmd '{"name":"main","image":"busybox","command":5}'
+expect "a pod whose volumes is a string is refused, naming spec.volumes" \
+    'spec\.volumes' badpod bad-vol '{"name":"main","image":"busybox","command":["true"]}' '"volumes":"x",'
+expect "a cpu request \"abc\" is refused" 'quantities must match the regular expression' \
+    badpod bad-cpu '{"name":"main","image":"busybox","command":["true"],"resources":{"requests":{"cpu":"abc"}}}'
+expect "a GPU limit of -3 is refused, naming the field" \
+    'spec\.containers\[0\]\.resources\.limits\[nvidia\.com/gpu\]: Invalid value: "-3": must be greater than or equal to 0' \
+    badpod bad-gpu '{"name":"main","image":"busybox","command":["true"],"resources":{"limits":{"nvidia.com/gpu":"-3"}}}'
+expect "a container named ../../../../tmp/x is refused, naming spec.containers[0].name" \
+    'spec\.containers\[0\]\.name: Invalid value: "\.\./\.\./\.\./\.\./tmp/x"' \
+    badpod bad-name '{"name":"../../../../tmp/x","image":"busybox","command":["true"]}'
+expect "none of them was stored" '^0$' sh -c "$K get pods -o name 2>&1 | grep -cE 'bad-(cmd|vol|cpu|gpu|name)'"
+expect "kubectl describe node still works" '^Name: ' sh -c "kubectl describe node '$node' 2>&1 | head -1"
 pod ok Never 'echo hello from $(POD); echo second line; exit 0' ',"env":[{"name":"POD","valueFrom":{"fieldRef":{"fieldPath":"metadata.name"}}}]'
 pod fails Never 'echo failing; exit 3'
 expect "kubectl get pods prints READY STATUS RESTARTS AGE" '^NAME +READY +STATUS +RESTARTS +AGE$' sh -c "$K get pods | head -1"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A worker that fails: the trial restarts up to max_restarts (a new attempt
-# each time, with backoff), then ERROR; the experiment ends ERROR.
+# each time, with backoff), then ERROR; the experiment ends ERROR. The
+# trial's message carries the failed worker's last lines of output.
 . "$(dirname "$0")/lib.sh"
 trap 'finish; exit $?' EXIT
 start_local 2 || exit 1
@@ -20,3 +21,16 @@ check "three attempts, three run ids" test "$(grep 'msg="trial pods created" tri
     sed 's/.*run_id=//' | sort -u | wc -l)" = 3
 check "experiment ERROR" wait_for 20 exp_state_is failing ERROR
 check "no pods left" wait_for 10 no_pods kdet.io/experiment=failing
+
+# The reason of a failure is in the worker's last lines of output: the kubelet keeps them in the
+# container's terminated.message (FallbackToLogsOnError) and the trial's message carries them.
+experiment reason '  entrypoint: '"'"'sh -c "echo starting; echo boom: the reason; exit 1"'"'"'
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  max_restarts: 0
+  resources: {slots_per_trial: 1}'
+check "trial reason-1 ERROR" wait_for 60 trial_state_is reason-1 ERROR
+msg=$(field trial reason-1 '{.status.message}')
+echo "# message: $msg"
+check "message has the exit code and the worker's last output" eval 'case "$msg" in *"exit code 1"*"last output:"*"boom: the reason"*) true ;; *) false ;; esac'
+check "experiment reason ERROR" wait_for 20 exp_state_is reason ERROR

@@ -1,6 +1,7 @@
 /*
  * File-system helpers (see fs.h): one recursive delete for the checkpoint
- * staging dirs, the kubelet's pod dirs and libdtrain's upload dirs.
+ * staging dirs, the kubelet's pod dirs and libdtrain's upload dirs, and one
+ * mkdir -p for the kubelet, `det deploy` and the storage backends.
  */
 #include "core/fs.h"
 
@@ -45,4 +46,27 @@ static int rm_tree(const char *path, int depth)
 int kd_rm_tree(const char *path)
 {
     return rm_tree(path, 0);
+}
+
+int kd_mkdir_p(const char *path, mode_t mode)
+{
+    char buf[PATH_MAX];
+    int rc = 0;
+    size_t n = strlen(path);
+    if (n == 0)
+        return -ENOENT;
+    if (n >= sizeof(buf))
+        return -ENAMETOOLONG;
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p != '\0' && rc == 0; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            rc = -errno;
+        *p = '/';
+    }
+    if (rc == 0 && mkdir(buf, mode) != 0 && errno != EEXIST)
+        rc = -errno;
+    return rc;
 }

@@ -5,6 +5,8 @@
 #ifndef KD_CORE_FS_H
 #define KD_CORE_FS_H
 
+#include <sys/types.h>
+
 /**
  * Remove `path` and, when it is a directory, everything below it. Symbolic
  * links are removed, never followed; the depth is capped at 64 levels.
@@ -13,5 +15,13 @@
  * Not safe against another process changing the tree at the same time.
  */
 int kd_rm_tree(const char *path);
+
+/**
+ * Create the directory `path` and any missing parents, as `mkdir -p`:
+ * parents with mode 0755, the last with `mode` (both less the umask). An
+ * existing directory is fine (its mode is left alone). Returns 0,
+ * -ENAMETOOLONG, or the -errno of the component that could not be made.
+ */
+int kd_mkdir_p(const char *path, mode_t mode);
 
 #endif

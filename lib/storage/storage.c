@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/fs.h"
 #include "core/str.h"
 #include "storage/storage_int.h"
 
@@ -426,22 +427,5 @@ void kd_storage_list_free(struct kd_storage_list *l)
 
 int kd_storage__mkdirs(const char *dir)
 {
-    char tmp[PATH_MAX];
-    int rc = 0;
-    if (kd_strlcpy(tmp, dir, sizeof(tmp)) >= sizeof(tmp))
-        return -ENAMETOOLONG;
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
-            rc = -errno;
-            goto out;
-        }
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        rc = -errno;
-out:
-    return rc;
+    return kd_mkdir_p(dir, 0755);
 }

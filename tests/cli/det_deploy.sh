@@ -67,7 +67,7 @@ port=$(cat "$dd/port")
 
 # ---- status
 if "$det" deploy local status --data-dir "$dd" > "$tmp/st" 2>&1 &&
-    grep -qE "^  kdet-local +healthy +pid [0-9]+, http://127.0.0.1:$port" "$tmp/st" &&
+    grep -qE "^  kdet-local +healthy +pid [0-9]+, https://127.0.0.1:$port" "$tmp/st" &&
     grep -qE "^  postgres +healthy +pid [0-9]+, socket $dd/run/pg" "$tmp/st" &&
     grep -qE "^  crds +installed" "$tmp/st"; then
     ok "status: every part healthy, exit 0"
@@ -86,6 +86,36 @@ if timeout 30 kubectl get nodes > "$tmp/out" 2>&1 && grep -q " Ready " "$tmp/out
 else bad "kubectl get nodes" "$tmp/out"; fi
 gpus=$(timeout 30 kubectl get nodes -o jsonpath='{.items[0].status.allocatable.nvidia\.com/gpu}' 2>&1)
 [ "$gpus" = 3 ] && ok "--gpus 3: the node offers 3 GPU slots" || bad "--gpus 3 gave allocatable '$gpus'"
+# ---- the API needs the token that up made: in DIR/api-token and the kubeconfig, both 0600
+[ "$(stat -c %a "$dd/api-token")" = 600 ] && [ "$(stat -c %a "$dd/kubeconfig")" = 600 ] &&
+    grep -qF "token: $(cat "$dd/api-token")" "$dd/kubeconfig" &&
+    ok "up makes a token for kdet-local (DIR/api-token, 0600) and the 0600 kubeconfig carries it" ||
+    bad "api-token / kubeconfig modes" "$dd/kubeconfig"
+code=$(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$port/api/v1/namespaces/default/pods")
+[ "$code" = 401 ] && ok "a client without the token gets 401" || bad "no token: HTTP $code"
+# ---- a crash of kdet-local: up brings it back with the options it had (--gpus 3), not NVML's 0
+grep -qx "gpus=3" "$dd/options" && grep -qx "port=$port" "$dd/options" && ok "up records its options in DIR/options" ||
+    bad "DIR/options" "$dd/options"
+kill -9 "$(head -1 "$dd/run/kdet-local.pid")"
+for _ in $(seq 1 100); do timeout 5 kubectl get nodes > /dev/null 2>&1 || break; sleep 0.1; done
+if timeout 60 "$det" deploy local up --data-dir "$dd" > "$tmp/upc.out" 2> "$tmp/upc.err"; then
+    seen="$seen $(pids)"
+    grep -qE "^det: kdet-local +started on 127.0.0.1:$port \(pid [0-9]+, --gpus 3\)" "$tmp/upc.err" &&
+        ok "up after a crash restarts kdet-local with --gpus 3 and the same port" || bad "restart line" "$tmp/upc.err"
+    gpus=$(timeout 30 kubectl get nodes -o jsonpath='{.items[0].status.allocatable.nvidia\.com/gpu}' 2>&1)
+    [ "$gpus" = 3 ] && ok "after the crash the node still offers 3 GPU slots" || bad "after a crash: allocatable '$gpus'"
+else bad "up after a crash" "$tmp/upc.err"; fi
+"$det" deploy local up --data-dir "$dd" --gpus 1 > "$tmp/out" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--gpus 1: kdet-local is already running with --gpus 3" "$tmp/out" &&
+    grep -q "det deploy local down --data-dir $dd" "$tmp/out" &&
+    ok "up --gpus 1 on a running --gpus 3: refused, naming the option and 'det deploy local down'" ||
+    bad "up --gpus 1 while running (exit $rc)" "$tmp/out"
+"$det" deploy local up --data-dir "$dd" --port $((port == 65535 ? 65534 : port + 1)) > "$tmp/out" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q -- "kdet-local is already running on port $port" "$tmp/out" &&
+    ok "up --port N on a deployment running on another port: refused, naming --port" ||
+    bad "up --port while running (exit $rc)" "$tmp/out"
+gpus=$(timeout 30 kubectl get nodes -o jsonpath='{.items[0].status.allocatable.nvidia\.com/gpu}' 2>&1)
+[ "$gpus" = 3 ] && ok "a refused up changed nothing" || bad "after a refused up: allocatable '$gpus'"
 if timeout 30 kubectl get priorityclass kdet-high kdet-normal kdet-low > "$tmp/out" 2>&1; then
     ok "up installs the kdet PriorityClasses trial pods use"
 else bad "PriorityClasses" "$tmp/out"; fi
@@ -130,6 +160,8 @@ else bad "up again" "$tmp/up3.err"; fi
 seen="$seen $(pids)"
 grep -q "initialized a new database cluster" "$tmp/up3.err" && bad "up again ran initdb" "$tmp/up3.err" || ok "up again reuses the database cluster"
 [ "$(cat "$dd/port")" = "$port" ] && ok "up again reuses the port" || bad "port changed"
+gpus=$(timeout 30 kubectl get nodes -o jsonpath='{.items[0].status.allocatable.nvidia\.com/gpu}' 2>&1)
+[ "$gpus" = 3 ] && ok "up again (no flags) keeps --gpus 3" || bad "up again: allocatable '$gpus'"
 [ "$(timeout 30 kubectl get configmap kept -o jsonpath='{.data.k}')" = v ] && ok "the object is still there" ||
     bad "ConfigMap kept lost"
 "$det" experiment list > "$tmp/out" 2>&1 && grep -q "fashion-mnist-c-const" "$tmp/out" && ok "the experiment is still there" ||

@@ -52,7 +52,7 @@ check "no CRDs: exit 4 and how to install them" 4 \
     "does not serve experiments.kdet.io: the kdet CRDs are not installed. Install them with: kubectl apply -f crds/" \
     -- "$det" experiment list
 sed "s/127.0.0.1:$port/127.0.0.1:1/" "$tmp/kubeconfig" > "$tmp/kc-down"
-check "unreachable: exit 4 naming the server" 4 "cannot reach the Kubernetes API server at http://127.0.0.1:1 " \
+check "unreachable: exit 4 naming the server" 4 "cannot reach the Kubernetes API server at https://127.0.0.1:1 " \
     -- "$det" experiment describe x --kubeconfig "$tmp/kc-down"
 check "no kubeconfig: exit 4 naming the file" 4 "kubeconfig: $tmp/none: No such file or directory" \
     -- env KUBECONFIG="$tmp/none" "$det" trial list x

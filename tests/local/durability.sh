@@ -19,14 +19,19 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+curl() { command curl -K "$work/curlrc" "$@"; }
 
 start() {
     rm -f "$work/port"
-    "$bin" --data-dir "$work/data" --port 0 --port-file "$work/port" --compact-bytes 16KiB >> "$work/server.log" 2>&1 &
+    "$bin" --data-dir "$work/data" --port 0 --port-file "$work/port" --compact-bytes 16KiB \
+        --kubeconfig-out "$work/kc" >> "$work/server.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 100); do [ -s "$work/port" ] && break; sleep 0.05; done
     port=$(cat "$work/port")
-    base="http://127.0.0.1:$port/api/v1/namespaces/default/configmaps"
+    base="https://127.0.0.1:$port/api/v1/namespaces/default/configmaps"
+    # kdet-local's bearer token (kept in the data dir across the restart) and its CA, from the kubeconfig
+    sed -n 's/^ *certificate-authority-data: //p' "$work/kc" | base64 -d > "$work/ca.pem"
+    printf 'header = "Authorization: Bearer %s"\ncacert = "%s"\n' "$(sed -n 's/^ *token: //p' "$work/kc")" "$work/ca.pem" > "$work/curlrc"
 }
 writer() { # ID COUNT: create COUNT configmaps, log each acknowledged name
     for i in $(seq 1 "$2"); do

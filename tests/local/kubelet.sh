@@ -126,6 +126,42 @@ spec:
   restartPolicy: Never
   containers:
   - {name: main, image: none, command: ["sh", "-c", "echo up; sleep 999; : kd-kubelet-ctr-$$"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: msg-lines}
+spec:
+  nodeName: n1
+  restartPolicy: Never
+  containers:
+  - {name: main, image: none, terminationMessagePolicy: FallbackToLogsOnError, command: ["sh", "-c", "i=1; while [ \$i -le 100 ]; do echo line \$i; i=\$((i+1)); done; exit 3"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: msg-bytes}
+spec:
+  nodeName: n1
+  restartPolicy: Never
+  containers:
+  - {name: main, image: none, terminationMessagePolicy: FallbackToLogsOnError, command: ["sh", "-c", "i=1; while [ \$i -le 30 ]; do printf '%099d\\n' \$i; i=\$((i+1)); done; echo boom: the reason >&2; exit 1"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: msg-ok}
+spec:
+  nodeName: n1
+  restartPolicy: Never
+  containers:
+  - {name: main, image: none, terminationMessagePolicy: FallbackToLogsOnError, command: ["sh", "-c", "echo all fine; exit 0"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: msg-file}
+spec:
+  nodeName: n1
+  restartPolicy: Never
+  containers:
+  - {name: main, image: none, command: ["sh", "-c", "echo not kept; exit 3"]}
 YAML
 check "pods created" k apply -f "$work/pods.yaml"
 wait_for 20 test "$(jp pod ok1 '{.status.phase}')" = Succeeded
@@ -137,6 +173,24 @@ wait_for 20 test "$(jp pod fail1 '{.status.containerStatuses[0].restartCount}')"
 check "fail1 (OnFailure, exit 3) restarted" test "$(jp pod fail1 '{.status.containerStatuses[0].restartCount}')" -ge 1
 check "fail1 lastState has exit code 3" test "$(jp pod fail1 '{.status.containerStatuses[0].lastState.terminated.exitCode}')" = 3
 check "fail1 stays Running (restarting)" test "$(jp pod fail1 '{.status.phase}')" = Running
+# ---- terminationMessagePolicy FallbackToLogsOnError -------------------------------------
+term() { jp pod "$1" '{.status.containerStatuses[0].state.terminated.message}'; }
+for p in msg-lines msg-bytes msg-ok msg-file; do
+    wait_for 20 test -n "$(jp pod $p '{.status.containerStatuses[0].state.terminated.exitCode}')"
+done
+check "msg-lines exit 3: the message is the log's last 80 lines" test "$(term msg-lines)" = "$(seq 21 100 | sed 's/^/line /')"
+check "msg-bytes exit 1: the message is the log's last 2048 bytes" test "$(term msg-bytes | wc -c)" = 2048
+check "msg-bytes: the message ends with the reason" test "$(term msg-bytes | tail -n 1)" = "boom: the reason"
+check "msg-ok exit 0: no message" test -z "$(term msg-ok)" -a "$(jp pod msg-ok '{.status.phase}')" = Succeeded
+check "msg-file (policy File by default) exit 3: no message" test -z "$(term msg-file)" -a "$(jp pod msg-file '{.spec.containers[0].terminationMessagePolicy}')" = File
+k apply -f - > "$work/badpolicy.out" 2>&1 <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: msg-bad}
+spec:
+  containers: [{name: main, image: none, terminationMessagePolicy: Sometimes}]
+YAML
+check "an unknown terminationMessagePolicy is refused, naming the field" grep -q 'spec.containers\[0\].terminationMessagePolicy: Unsupported value: "Sometimes"' "$work/badpolicy.out"
 wait_for 20 test "$(jp pod always '{.status.phase}')$(jp pod never '{.status.phase}')$(jp pod polite '{.status.phase}')$(jp pod stubborn '{.status.phase}')" = RunningRunningRunningRunning
 check "long-running pods Running and Ready" test "$(jp pod always '{.status.conditions[?(@.type=="Ready")].status}')" = True
 

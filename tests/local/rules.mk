@@ -13,3 +13,7 @@ $(eval $(call kd_fuzz,fuzz_local_parsers,tests/local/fuzz_parsers.c local/proto.
 $(eval $(call kd_test_script,test_kubelet_agent,tests/local/kubelet.sh,180,,$(O)/bin/kdet-local))
 $(eval $(call kd_test_script,test_local_api,tests/local/api.sh,120,,$(O)/bin/kdet-local $(O)/bin/det))
 $(eval $(call kd_test_script,test_local_multinode,tests/local/multinode.sh,120,,$(O)/bin/kdet-local))
+# Built-in kinds' validation (types, quantities, names, sizes) and the kubelet's log paths, as a table.
+$(eval $(call kd_test,test_local_validate,tests/local/test_validate.c,local k8s yaml openapi http core,-lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -ldl -lpthread,30))
+# securityContext → the uid, gid and groups a container runs as (or the kubelet's refusal), as a table.
+$(eval $(call kd_test,test_local_runas,tests/local/test_runas.c,local core,-ljansson,30))

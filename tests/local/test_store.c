@@ -56,7 +56,7 @@ static struct kd_store *open_store(size_t ring, size_t compact)
     struct kd_store_opts o = {.data_dir = dir, .ring_events = ring, .compact_min_bytes = compact};
     struct kd_store *st = NULL;
     char err[KD_ERRLEN] = "";
-    int rc = kd_store_open(&o, &st, err);
+    int rc = kd_local_store_open(&o, &st, err);
     if (rc != 0)
         fail_msg("open: %s", err);
     return st;
@@ -94,7 +94,7 @@ static void test_rv_and_events(void **state)
     assert_int_equal(kd_store_list(st, "/configmaps", "default", &items), 1);
     free(items);
     kd_store_unlock(st);
-    kd_store_close(st);
+    kd_local_store_close(st);
 }
 
 static void test_replay_and_torn_tail(void **state)
@@ -109,7 +109,7 @@ static void test_replay_and_torn_tail(void **state)
     }
     assert_int_equal(kd_store_delete(st, "/configmaps", "default", "o07", NULL), 0);
     kd_store_unlock(st);
-    kd_store_close(st);
+    kd_local_store_close(st);
     /* A crash in the middle of a write leaves a torn last line: it was never acknowledged. */
     char *path = kd_xasprintf("%s/journal", dir);
     FILE *f = fopen(path, "a");
@@ -134,14 +134,14 @@ static void test_replay_and_torn_tail(void **state)
     assert_int_equal(kd_store_put(st, "/configmaps", "default", "n", cm("n", "1"), &stored), 0);
     assert_string_equal(rv_str(stored), "52");
     kd_store_unlock(st);
-    kd_store_close(st);
+    kd_local_store_close(st);
     /* A damaged record that is not the last one is corruption, reported with its line. */
     f = fopen(path, "a");
     fputs("garbage\n{\"t\":\"h\",\"v\":1,\"g\":\"\",\"n\":\"\",\"m\":\"\"}\n", f);
     fclose(f);
     struct kd_store_opts opts = {.data_dir = dir};
     char err[KD_ERRLEN] = "";
-    assert_int_equal(kd_store_open(&opts, &st, err), KD_ECORRUPT);
+    assert_int_equal(kd_local_store_open(&opts, &st, err), KD_ECORRUPT);
     assert_non_null(strstr(err, "journal:"));
     assert_non_null(strstr(err, "damaged journal record"));
     unlink(path);
@@ -165,7 +165,7 @@ static void test_compaction_and_gone(void **state)
     assert_int_equal(kd_store_next_event(st, 195, &ev, NULL), 0);
     assert_int_equal(ev->rv, 196);
     kd_store_unlock(st);
-    kd_store_close(st);
+    kd_local_store_close(st);
     st = open_store(10, 4096);
     kd_store_lock(st);
     assert_int_equal(kd_store_rv(st), 200);
@@ -174,14 +174,14 @@ static void test_compaction_and_gone(void **state)
     assert_int_equal(kd_store_next_event(st, 150, &ev, NULL), KD_EGONE);
     assert_int_equal(kd_store_next_event(st, 200, &ev, NULL), KD_EAGAIN);
     kd_store_unlock(st);
-    kd_store_close(st);
+    kd_local_store_close(st);
 }
 
 static void test_memory_only(void **state)
 {
     (void)state;
     struct kd_store *st = NULL;
-    assert_int_equal(kd_store_open(NULL, &st, NULL), 0);
+    assert_int_equal(kd_local_store_open(NULL, &st, NULL), 0);
     kd_store_lock(st);
     assert_int_equal(kd_store_put(st, "g/r", NULL, "x", cm("x", "1"), NULL), 0);
     assert_int_equal(kd_store_journal_bytes(st), 0);
@@ -190,8 +190,8 @@ static void test_memory_only(void **state)
     assert_string_equal(grs[0], "g/r");
     free(grs);
     kd_store_unlock(st);
-    kd_store_close(st);
-    kd_store_close(NULL);
+    kd_local_store_close(st);
+    kd_local_store_close(NULL);
 }
 
 int main(void)

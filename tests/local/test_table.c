@@ -69,7 +69,7 @@ static void test_jsonpath(void **state)
 static void test_pod_row(void **state)
 {
     (void)state;
-    struct kd_registry *reg = kd_registry_new();
+    struct kd_registry *reg = kd_registry_new(NULL);
     struct kd_restype *rt = kd_registry_find(reg, "", "v1", "pods");
     assert_non_null(rt);
     json_t *pod = json_loads(

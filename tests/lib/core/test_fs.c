@@ -46,6 +46,37 @@ static void test_tree(void **state)
     assert_int_equal(kd_rm_tree(keep), 0); /* missing: fine */
 }
 
+/* mkdir -p: parents made, the last with its mode, existing dirs fine, a file in the way an error.
+ */
+static void test_mkdir_p(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/kd-mkdirp-XXXXXX", path[256], file[256];
+    struct stat sb;
+    assert_non_null(mkdtemp(root));
+    mode_t old = umask(022);
+    snprintf(path, sizeof(path), "%s/a/b/c", root);
+    assert_int_equal(kd_mkdir_p(path, 0700), 0);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    assert_int_equal(sb.st_mode & 0777, 0700);
+    snprintf(file, sizeof(file), "%s/a/b", root);
+    assert_int_equal(stat(file, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0755);
+    assert_int_equal(kd_mkdir_p(path, 0700), 0); /* again: fine */
+    snprintf(file, sizeof(file), "%s/f", root);
+    touch(file);
+    snprintf(path, sizeof(path), "%s/f/x", root);
+    assert_int_equal(kd_mkdir_p(path, 0755), -ENOTDIR);
+    assert_int_equal(kd_mkdir_p("", 0755), -ENOENT);
+    char longp[5000];
+    memset(longp, 'a', sizeof(longp) - 1);
+    longp[sizeof(longp) - 1] = '\0';
+    assert_int_equal(kd_mkdir_p(longp, 0755), -ENAMETOOLONG);
+    umask(old);
+    assert_int_equal(kd_rm_tree(root), 0);
+}
+
 static void test_file(void **state)
 {
     (void)state;
@@ -81,6 +112,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tree),
+        cmocka_unit_test(test_mkdir_p),
         cmocka_unit_test(test_file),
         cmocka_unit_test(test_depth_cap),
     };
