@@ -6,7 +6,7 @@ $(eval $(call kd_test_script,test_py_local,tests/dtrain/python/test_local.py,180
 $(eval $(call kd_test_script,test_py_ranks,tests/dtrain/python/test_ranks.py,240,noasan,$(O)/lib/libdtrain.so $(O)/bin/kdet-launch))
 
 # The harness against the real controller API (fixture of tests/controller/api).
-$(O)/obj/tests/dtrain/python/%.o: KD_CFLAGS += -Itests -Itests/controller/api
+$(O)/obj/tests/dtrain/python/%.o: KD_CFLAGS += -Itests -Itests/controller/api -iquote controller
 $(eval $(call kd_test,test_py_api,tests/dtrain/python/test_py_api.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),240,noasan,$(API_TEST_DEPS) $(O)/lib/libdtrain.so))
 
 # Determined's Python API names (determined.*) on kdet, off-cluster: one and two ranks.
