@@ -22,7 +22,14 @@ expect() {
     if printf '%s' "$out" | grep -Eq -- "$pat"; then ok "$name"; else bad "$name (want /$pat/, got: $(printf '%s' "$out" | head -c 300))"; fi
 }
 
-LPORT=$(cat "$T/port")
+# The raw probes speak plain HTTP: a second kdet-local serves it (--plain-http; its
+# token is still required, but framing is refused before any handler runs).
+"$KD_BUILD/bin/kdet-local" --data-dir "$T/data-plain" --port 0 --port-file "$T/port-plain" \
+    --kubeconfig-out "$T/kubeconfig-plain" --plain-http --fake-gpus 0 --node-name kdet-plain \
+    >"$T/local-plain.log" 2>&1 &
+PLAIN_PID=$!
+wait_for 10 test -s "$T/port-plain" || { echo "the plain-HTTP kdet-local did not start"; tail "$T/local-plain.log"; }
+LPORT=$(cat "$T/port-plain")
 expect "kdet-local: CL+TE → 400, one answer, closed, nothing smuggled" \
     'status=400 answers=1 closed=1 smuggled=0 .*ambiguous' $R probe "$LPORT" cl-te /api/v1/namespaces
 expect "kdet-local: two Content-Lengths → 400 and close" \
@@ -35,6 +42,9 @@ expect "kdet-local: a space in the target → 400" \
     'status=400 answers=1 closed=1' $R probe "$LPORT" space /healthz
 expect "kdet-local: a TLS hello on the plain port → 400 at once" \
     'status=400 answers=1 closed=1 .*does not start with a method' $R probe "$LPORT" tls-hello
+
+kill -TERM "$PLAIN_PID" 2>/dev/null
+wait "$PLAIN_PID" 2>/dev/null
 
 echo "user-token-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" >"$T/utok"
 UT=$(cat "$T/utok")
