@@ -4,10 +4,15 @@
  * conditions, whether this replica acts, and the scheduler's wake-up. They
  * call nothing else in controller/, so any file may call them.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/time.h"
 #include "ctrl.h"
 #include "events.h"
@@ -100,4 +105,43 @@ void kd_ctrl_kick(struct kd_ctrl *c)
 bool kd_ctrl_api_on(const struct kd_ctrl *c)
 {
     return c->api != NULL;
+}
+
+int kd_ctrl_read_small(const char *path, size_t max, char **out, size_t *len, char *err)
+{
+    int rc = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
+    char *buf = kd_xmalloc(max + 2);
+    size_t n = 0;
+    if (fd < 0) {
+        rc = kd_seterr(err, -errno, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    for (;;) {
+        ssize_t r = read(fd, buf + n, max + 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = kd_seterr(err, -errno, "%s: %s", path, strerror(errno));
+            goto out;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        if (n > max) {
+            rc = kd_seterr(err, KD_ETOOBIG, "%s: longer than %zu bytes", path, max);
+            goto out;
+        }
+    }
+    buf[n] = '\0';
+    /* a trailing newline is not part of a token or key written with echo */
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    *out = buf;
+    *len = n;
+    buf = NULL;
+out:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    return rc;
 }

@@ -132,6 +132,14 @@ void kd_ctrl_kick(struct kd_ctrl *c);
 /** Whether the API is on (the store is open and the API serves; wire.c starts both). */
 bool kd_ctrl_api_on(const struct kd_ctrl *c);
 
+/**
+ * Read a small file (a key, a token, a settings file) into a new buffer the
+ * caller frees: at most max bytes (KD_ETOOBIG past it), NUL-terminated,
+ * trailing newlines dropped; *len its length. 0, a KD_E* code or -errno, with the
+ * path in err. Blocks; thread-safe.
+ */
+int kd_ctrl_read_small(const char *path, size_t max, char **out, size_t *len, char *err) KD_WUR;
+
 /** The string at obj.a[.b[.c2]] (b, c2 NULL: fewer levels), borrowed; NULL when absent or not
  * a string. */
 const char *kd_ctrl_str(const json_t *obj, const char *a, const char *b, const char *c2);

@@ -391,26 +391,13 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
 /* The --default-checkpoint-storage file: JSON, at most 64 KiB. */
 static int load_default_storage(const char *path, json_t **out, char *err)
 {
-    enum { CAP = 64 * 1024 };
-    int rc = 0;
-    char *text = kd_xmalloc(CAP + 1);
-    FILE *f = fopen(path, "re");
+    char *text = NULL;
     size_t n = 0;
-    if (f == NULL) {
-        rc = kd_seterr(err, -errno, "%s: %s", path, strerror(errno));
-        goto out;
-    }
-    n = fread(text, 1, CAP + 1, f);
-    if (ferror(f) || n > CAP) {
-        rc = kd_seterr(err, KD_EINVALID, "%s: %s", path,
-                       n > CAP ? "larger than 64 KiB" : "read error");
-        goto out;
-    }
-    text[n] = '\0';
-    rc = kd_ctrl_default_storage_parse(path, text, out, err);
-out:
-    if (f != NULL)
-        fclose(f);
+    int rc = kd_ctrl_read_small(path, 64 * 1024, &text, &n, err);
+    if (rc == KD_ETOOBIG)
+        rc = kd_seterr(err, KD_EINVALID, "%s: larger than 64 KiB", path);
+    if (rc == 0)
+        rc = kd_ctrl_default_storage_parse(path, text, out, err);
     free(text);
     return rc;
 }

@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,46 +26,6 @@
 #include "wire.h"
 
 #define SECRETS KD_K8S_GVR("", "v1", "secrets")
-
-/* Read at most max bytes of a file into a new buffer (*len bytes, NUL-terminated). */
-static int read_small(const char *path, size_t max, char **out, size_t *len, char *err)
-{
-    int rc = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
-    char *buf = kd_xmalloc(max + 2);
-    size_t n = 0;
-    if (fd < 0) {
-        rc = kd_seterr(err, -errno, "%s: %s", path, strerror(errno));
-        goto out;
-    }
-    for (;;) {
-        ssize_t r = read(fd, buf + n, max + 1 - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            rc = kd_seterr(err, -errno, "%s: %s", path, strerror(errno));
-            goto out;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-        if (n > max) {
-            rc = kd_seterr(err, KD_ETOOBIG, "%s: longer than %zu bytes", path, max);
-            goto out;
-        }
-    }
-    buf[n] = '\0';
-    /* a trailing newline is not part of a token or key written with echo */
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        buf[--n] = '\0';
-    *out = buf;
-    *len = n;
-    buf = NULL;
-out:
-    if (fd >= 0)
-        close(fd);
-    free(buf);
-    return rc;
-}
 
 static const char *ctrl_namespace(struct kd_ctrl *c)
 {
@@ -145,7 +104,7 @@ static int load_key(struct kd_ctrl *c, char *err)
     if (c->o.key_file != NULL) {
         char *buf = NULL;
         size_t n = 0;
-        if ((rc = read_small(c->o.key_file, KD_CTRL_KEY_MAX, &buf, &n, err)) == 0 &&
+        if ((rc = kd_ctrl_read_small(c->o.key_file, KD_CTRL_KEY_MAX, &buf, &n, err)) == 0 &&
             n < KD_API_KEY_MIN)
             rc = kd_seterr(err, KD_EINVALID, "%s: a token key needs at least %d bytes",
                            c->o.key_file, KD_API_KEY_MIN);
@@ -175,7 +134,7 @@ static int load_user_token(struct kd_ctrl *c, char *err)
     const char *env = getenv("KDET_USER_TOKEN");
     if (c->o.user_token_file != NULL) {
         size_t n = 0;
-        rc = read_small(c->o.user_token_file, 4096, &c->user_token, &n, err);
+        rc = kd_ctrl_read_small(c->o.user_token_file, 4096, &c->user_token, &n, err);
         if (rc == 0 && n == 0)
             rc = kd_seterr(err, KD_EINVAL, "%s: empty user token", c->o.user_token_file);
     } else if (env != NULL && env[0] != '\0') {

@@ -113,11 +113,33 @@ static bool finishing(const char *gr, const json_t *obj)
             kd_api__has_finalizer(obj, "orphan") || strcmp(gr, "/namespaces") == 0);
 }
 
+static bool same(const json_t *a, const json_t *b)
+{
+    return a == b || (a != NULL && b != NULL && json_equal(a, b));
+}
+
+/*
+ * Whether a change can matter to the collector: a new or deleted object, or one whose owner
+ * references, finalizers or deletion changed. Status writes (most events: the kubelet's) do not.
+ */
+static bool gc_relevant(const struct kd_event *ev)
+{
+    if (ev->prev == NULL || ev->type == KD_EV_DELETED)
+        return true;
+    const json_t *pm = json_object_get(ev->prev, "metadata");
+    const json_t *m = json_object_get(ev->obj, "metadata");
+    return !same(json_object_get(pm, "ownerReferences"), json_object_get(m, "ownerReferences")) ||
+           !same(json_object_get(pm, "finalizers"), json_object_get(m, "finalizers")) ||
+           (json_object_get(pm, "deletionTimestamp") == NULL) !=
+               (json_object_get(m, "deletionTimestamp") == NULL);
+}
+
 /*
  * Take in one change event (lock held): the index follows it, and the objects whose fate it may
  * decide are queued: the object itself when it has owners or is being finished, its owners that
  * wait for their dependents, its dependents when it is gone or deletes them first, and its
- * namespace when that is being deleted.
+ * namespace when that is being deleted. Changes that touch none of that (status writes) are
+ * skipped.
  */
 static void take_event(struct gc *g, const struct kd_event *ev)
 {
@@ -125,6 +147,8 @@ static void take_event(struct gc *g, const struct kd_event *ev)
     const char *ns = kd_jstr(m, "namespace");
     const char *uid = kd_jstr(m, "uid");
     bool gone = ev->type == KD_EV_DELETED;
+    if (!gc_relevant(ev))
+        return;
     if (ev->prev != NULL)
         index_refs(g, ev->gr, ev->prev, false);
     index_refs(g, ev->gr, ev->obj, !gone);
