@@ -363,9 +363,10 @@ class Trainer:
                 out = trial.train_batch(ctx.to_device(batch), epoch_idx, self.batches)
                 if hasattr(out, "detach"):
                     out = {"loss": out}
-                train.add(out)
-                batch_metrics.append({k: _scalar(v) for k, v in out.items()
-                                      if _scalar(v) is not None})
+                # One conversion per value (on a GPU each .item() waits for the device).
+                scalars = {k: x for k, v in out.items() if (x := _scalar(v)) is not None}
+                train.add(scalars)
+                batch_metrics.append(scalars)
                 self.batches += 1
                 for s in ctx.lr_schedulers:
                     if s._step_mode == LRScheduler.StepMode.STEP_EVERY_BATCH and \
