@@ -17,8 +17,7 @@ static int init(struct kd_searcher *s, const json_t *scfg, char *err)
     struct kd__simple *d = NULL;
     int rc;
     (void)scfg;
-    if ((rc = kd__need_max_length(s, err)) != 0)
-        return rc;
+    /* no max_length: one open operation (KD_SEARCH_OPEN_LENGTH) */
     uint64_t n = 0;
     if ((rc = kd_hp_grid_size(s->sp, &n, err)) != 0)
         return rc;

@@ -16,10 +16,8 @@ static void propose(struct kd_searcher *s, int64_t idx, double *x)
 static int init(struct kd_searcher *s, const json_t *scfg, char *err)
 {
     struct kd__simple *d = NULL;
-    int rc;
     (void)scfg;
-    if ((rc = kd__need_max_length(s, err)) != 0)
-        return rc;
+    /* no max_length: one open operation (KD_SEARCH_OPEN_LENGTH) */
     if (s->max_trials <= 0)
         return kd_seterr(err, KD_EINVAL, "searcher.max_trials: required by the random searcher");
     d = kd_xcalloc(1, sizeof(*d));

@@ -98,9 +98,7 @@ void kd__simple_free(struct kd_searcher *s)
 
 int kd__need_max_length(const struct kd_searcher *s, char *err)
 {
-    /* single, random, grid: no max_length is one open operation (KD_SEARCH_OPEN_LENGTH). */
-    if (s->max_length <= 0 && strcmp(s->m->name, "single") != 0 &&
-        strcmp(s->m->name, "random") != 0 && strcmp(s->m->name, "grid") != 0)
+    if (s->max_length <= 0)
         return kd_seterr(err, KD_EINVAL,
                          "searcher.max_length: required by the %s searcher ({batches|records|"
                          "epochs: N})",

@@ -16,10 +16,9 @@ static void propose(struct kd_searcher *s, int64_t idx, double *x)
 static int init(struct kd_searcher *s, const json_t *scfg, char *err)
 {
     struct kd__simple *d = NULL;
-    int rc;
     (void)scfg;
-    if ((rc = kd__need_max_length(s, err)) != 0)
-        return rc;
+    (void)err;
+    /* no max_length: one open operation (KD_SEARCH_OPEN_LENGTH) */
 
     d = kd_xcalloc(1, sizeof(*d));
     d->total = 1;

@@ -10,9 +10,10 @@
 #include <jansson.h>
 
 #include "core/err.h"
+#include "yaml/yaml.h"
 
 /** The byte budget of a merged config (the YAML reader's, KD_YAML_MAX_BYTES). */
-#define KD_CONFIG_MAX_BYTES (16u << 20)
+#define KD_CONFIG_MAX_BYTES KD_YAML_MAX_BYTES
 
 /**
  * Load the experiment config at `path`, merge it over the template at
