@@ -179,19 +179,6 @@ void kd_events_emit(struct kd_events *e, const json_t *obj, const char *api_vers
     pthread_mutex_unlock(&e->mu);
 }
 
-void kd_events_counts(struct kd_events *e, unsigned long long *posted, unsigned long long *failed,
-                      unsigned long long *dropped)
-{
-    *posted = *failed = *dropped = 0;
-    if (e == NULL)
-        return;
-    pthread_mutex_lock(&e->mu);
-    *posted = e->posted;
-    *failed = e->failed;
-    *dropped = e->dropped;
-    pthread_mutex_unlock(&e->mu);
-}
-
 void kd_events_stop(struct kd_events *e, long drain_ms)
 {
     if (e == NULL)
@@ -202,6 +189,8 @@ void kd_events_stop(struct kd_events *e, long drain_ms)
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
+    KD_INFO("event sender stopped", "posted=%llu failed=%llu dropped=%llu", e->posted, e->failed,
+            e->dropped);
     while (e->len > 0) {
         json_decref(e->q[e->head]);
         e->head = (e->head + 1) % e->cap;

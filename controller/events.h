@@ -60,13 +60,10 @@ struct kd_events *kd_events_start(struct kd_k8s_client *client, size_t max_queue
 void kd_events_emit(struct kd_events *e, const json_t *obj, const char *api_version,
                     const char *kind, const struct kd_event *ev);
 
-/** Events posted, failed and dropped so far. Thread-safe. */
-void kd_events_counts(struct kd_events *e, unsigned long long *posted, unsigned long long *failed,
-                      unsigned long long *dropped);
-
 /**
- * Stop: post what is queued for at most drain_ms, then end the thread and
- * free. NULL-safe. Blocks.
+ * Stop: post what is queued for at most drain_ms, log how many Events were
+ * posted, failed and dropped, then end the thread and free. NULL-safe.
+ * Blocks.
  */
 void kd_events_stop(struct kd_events *e, long drain_ms);
 
