@@ -70,13 +70,13 @@ class TrialInfo:
     """cluster_info.trial: trial_id and experiment_id (integers), the
     names they came from, hparams, trial_seed, config, steps_completed."""
 
-    def __init__(self, trial_name, experiment_name, namespace, hparams, seed, config):
+    def __init__(self, trial_name, experiment_name, namespace, hparams, seed, config,
+                 trial_int_id=None, experiment_int_id=None):
         self.trial_name = trial_name
         self.experiment_name = experiment_name or None
-        env = os.environ
-        self.trial_id = (_int_or_none(env.get("KDET_TRIAL_INT_ID"))
+        self.trial_id = (_int_or_none(trial_int_id)
                          or derive_trial_id(trial_name, experiment_name))
-        self.experiment_id = (_int_or_none(env.get("KDET_EXPERIMENT_INT_ID"))
+        self.experiment_id = (_int_or_none(experiment_int_id)
                               or derive_experiment_id(experiment_name, namespace, trial_name))
         self.hparams = hparams
         self.trial_seed = seed
@@ -131,7 +131,8 @@ class ClusterInfo:
         self.container_rank = int(env.get("KDET_NODE_RANK") or env.get("GROUP_RANK") or 0)
         self.gpu_uuids = []
         self.user_data = {}
-        self.trial = TrialInfo(trial, exp, ns, hparams, int(seed) if seed else 0, config)
+        self.trial = TrialInfo(trial, exp, ns, hparams, int(seed) if seed else 0, config,
+                               env.get("KDET_TRIAL_INT_ID"), env.get("KDET_EXPERIMENT_INT_ID"))
 
     def __repr__(self):
         return f"ClusterInfo(task_type={self.task_type!r}, trial={self.trial!r})"
