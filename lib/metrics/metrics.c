@@ -18,7 +18,7 @@
 #include "core/alloc.h"
 #include "core/str.h"
 
-enum kind { COUNTER, GAUGE, HISTOGRAM, GAUGE_FN };
+enum kind { COUNTER, GAUGE, HISTOGRAM };
 
 struct series {
     char **values;              /* one per label */
@@ -36,8 +36,6 @@ struct kd_metric {
     size_t nlabels;
     double *buckets;
     size_t nb;
-    double (*fn)(void *);
-    void *ud;
     pthread_mutex_t mu;
     struct series *series;
     size_t nseries, cap;
@@ -161,15 +159,6 @@ struct kd_metric *kd_metrics_histogram(struct kd_metrics *m, const char *name, c
     return f;
 }
 
-struct kd_metric *kd_metrics_gauge_fn(struct kd_metrics *m, const char *name, const char *help,
-                                      double (*fn)(void *ud), void *ud)
-{
-    struct kd_metric *f = add_family(m, GAUGE_FN, name, help, NULL);
-    f->fn = fn;
-    f->ud = ud;
-    return f;
-}
-
 /* The series for values, created when new; NULL past the cap. Call with f->mu held. */
 static struct series *series_of(struct kd_metric *f, const char *const *values)
 {
@@ -200,7 +189,7 @@ enum op { ADD, SET, OBSERVE };
 
 static void update(struct kd_metric *f, const char *const *values, double v, enum op op)
 {
-    if (f == NULL || f->kind == GAUGE_FN)
+    if (f == NULL)
         return;
     static const char *const none[1] = {NULL};
     assert(f->nlabels == 0 || values != NULL);
@@ -313,7 +302,7 @@ static int put_line(struct kd_buf *b, const struct kd_metric *f, const char *suf
 
 static int render_family(struct kd_metric *f, struct kd_buf *b)
 {
-    static const char *const types[] = {"counter", "gauge", "histogram", "gauge"};
+    static const char *const types[] = {"counter", "gauge", "histogram"};
     int rc = kd_buf_printf(b, "# HELP %s ", f->name);
     if (rc == 0)
         rc = put_escaped(b, f->help, false);
@@ -321,8 +310,6 @@ static int render_family(struct kd_metric *f, struct kd_buf *b)
         rc = kd_buf_printf(b, "\n# TYPE %s %s\n", f->name, types[f->kind]);
     if (rc != 0)
         return rc;
-    if (f->kind == GAUGE_FN)
-        return put_line(b, f, "", NULL, NULL, f->fn(f->ud));
     pthread_mutex_lock(&f->mu);
     if (f->nseries == 0 && f->nlabels == 0 && f->kind != HISTOGRAM)
         rc = put_line(b, f, "", NULL, NULL, 0); /* a plain counter or gauge starts at 0 */

@@ -43,12 +43,6 @@ struct kd_metric *kd_metrics_gauge(struct kd_metrics *m, const char *name, const
 /** buckets: nb strictly increasing upper bounds (copied); +Inf is implied. */
 struct kd_metric *kd_metrics_histogram(struct kd_metrics *m, const char *name, const char *help,
                                        const char *labels, const double *buckets, size_t nb);
-/**
- * A gauge without labels whose value fn(ud) returns at each render (on
- * the scraping thread: fn must be thread-safe and must not block long).
- */
-struct kd_metric *kd_metrics_gauge_fn(struct kd_metrics *m, const char *name, const char *help,
-                                      double (*fn)(void *ud), void *ud);
 
 /*
  * Updates. values: one label value per label name of the family, in order

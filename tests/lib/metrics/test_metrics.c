@@ -32,9 +32,16 @@ static const char *after_dropped(const char *text)
     return p + strlen("kd_metrics_dropped_series_total 0\n");
 }
 
-static double fortytwo(void *ud)
+/* A gauge set from other state at each render (kd_metrics_on_render). */
+struct answer {
+    struct kd_metric *g;
+    double v;
+};
+
+static void set_answer(void *ud)
 {
-    return *(double *)ud;
+    struct answer *a = ud;
+    kd_metric_set(a->g, NULL, a->v);
 }
 
 static void test_text(void **s)
@@ -45,8 +52,8 @@ static void test_text(void **s)
         kd_metrics_counter(m, "kdet_api_requests_total", "API requests.", "verb,code");
     struct kd_metric *depth = kd_metrics_gauge(m, "kdet_queue_depth", "Keys waiting.", "queue");
     struct kd_metric *up = kd_metrics_counter(m, "kdet_starts_total", "Starts.", NULL);
-    double v = 42.5;
-    kd_metrics_gauge_fn(m, "kdet_answer", "Read at scrape time.", fortytwo, &v);
+    struct answer a = {kd_metrics_gauge(m, "kdet_answer", "Read at scrape time.", NULL), 42.5};
+    kd_metrics_on_render(m, set_answer, &a);
     kd_metric_inc(req, (const char *[]){"GET", "200"});
     kd_metric_inc(req, (const char *[]){"GET", "200"});
     kd_metric_add(req, (const char *[]){"POST", "401"}, 3);
