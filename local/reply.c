@@ -184,24 +184,6 @@ json_t *kd_api__cause(const char *reason, const char *field, const char *fmt, ..
 
 /* ---- name validation ------------------------------------------------------------------ */
 
-static bool dns_label(const char *s, size_t max, bool letter_first)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > max)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-        if (!alnum && c != '-')
-            return false;
-        if ((i == 0 || i == n - 1) && c == '-')
-            return false;
-    }
-    if (letter_first && !(s[0] >= 'a' && s[0] <= 'z'))
-        return false;
-    return true;
-}
-
 static bool dns_subdomain(const char *s)
 {
     size_t n = strlen(s);
@@ -214,7 +196,7 @@ static bool dns_subdomain(const char *s)
         char part[254];
         memcpy(part, p, len);
         part[len] = '\0';
-        if (!dns_label(part, 253, false))
+        if (!kd_local_dns_name_part(part, 253, false))
             return false;
         if (dot == NULL)
             break;
@@ -229,7 +211,7 @@ static bool dns_subdomain(const char *s)
 json_t *kd_api__check_name(enum kd_name_rule rule, const char *name)
 {
     if (rule == KD_NAME_LABEL) {
-        if (!dns_label(name, 63, false))
+        if (!kd_local_dns_label(name))
             return kd_api__cause(
                 "FieldValueInvalid", "metadata.name",
                 "Invalid value: \"%s\": a lowercase RFC 1123 label must consist of lower "
@@ -240,7 +222,7 @@ json_t *kd_api__check_name(enum kd_name_rule rule, const char *name)
         return NULL;
     }
     if (rule == KD_NAME_DNS1035) {
-        if (!dns_label(name, 63, true))
+        if (!kd_local_dns_name_part(name, 63, true))
             return kd_api__cause(
                 "FieldValueInvalid", "metadata.name",
                 "Invalid value: \"%s\": a DNS-1035 label must consist of lower case "

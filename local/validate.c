@@ -331,10 +331,10 @@ static void add(json_t *causes, const char *reason, const char *field, const cha
         causes, json_pack("{s:s,s:s,s:s}", "reason", reason, "message", msg, "field", field));
 }
 
-bool kd_local_dns_label(const char *s)
+bool kd_local_dns_name_part(const char *s, size_t max, bool letter_first)
 {
     size_t n = s != NULL ? strlen(s) : 0;
-    if (n == 0 || n > 63)
+    if (n == 0 || n > max)
         return false;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
@@ -342,7 +342,12 @@ bool kd_local_dns_label(const char *s)
         if (!alnum && (c != '-' || i == 0 || i == n - 1))
             return false;
     }
-    return true;
+    return !letter_first || (s[0] >= 'a' && s[0] <= 'z');
+}
+
+bool kd_local_dns_label(const char *s)
+{
+    return kd_local_dns_name_part(s, 63, false);
 }
 
 #define DNS_LABEL_MSG                                                                              \

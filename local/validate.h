@@ -31,6 +31,11 @@ int kd_local_validate(const struct kd_restype *rt, const json_t *obj, json_t **c
 
 /** Whether s is a DNS-1123 label (what container names must be): [a-z0-9]([-a-z0-9]*[a-z0-9])?, 63
  * bytes at most. */
+/**
+ * s is lower-case alphanumerics and '-', neither first nor last, 1 to max
+ * bytes, and starts with a letter when letter_first (DNS-1035); NULL: false.
+ */
+bool kd_local_dns_name_part(const char *s, size_t max, bool letter_first);
 bool kd_local_dns_label(const char *s);
 
 #endif
