@@ -51,7 +51,7 @@ struct kd_http_door {
 
 enum line_verdict { LINE_MORE, LINE_OK, LINE_BAD };
 
-static bool tchar(unsigned char c)
+bool kd_http__tchar(unsigned char c)
 {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
            (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
@@ -70,7 +70,8 @@ static enum line_verdict screen_line(const char *b, size_t n, char *why, size_t 
     why[0] = '\0';
     while (i < n && (b[i] == '\r' || b[i] == '\n'))
         i++;
-    for (start = i; i < n && tchar((unsigned char)b[i]) && i - start <= DOOR_METHOD_MAX; i++)
+    for (start = i; i < n && kd_http__tchar((unsigned char)b[i]) && i - start <= DOOR_METHOD_MAX;
+         i++)
         ;
     if (i - start > DOOR_METHOD_MAX) {
         snprintf(why, whylen, "the request line starts with no method (over %d letters)",

@@ -36,4 +36,7 @@ int kd_http__door_port(const struct kd_http_door *d);
 /** Stop accepting, close connections not yet handed over, join the thread, free. NULL-safe. */
 void kd_http__door_stop(struct kd_http_door *d);
 
+/** c is an RFC 9110 token character (methods and header names). */
+bool kd_http__tchar(unsigned char c);
+
 #endif

@@ -323,11 +323,6 @@ struct head_line {
     const char *name, *value;
 };
 
-static bool is_tchar(unsigned char c)
-{
-    return isalnum(c) || (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
-
 /* "%.40s" of s with bytes outside printable ASCII shown as '?'. */
 static void printable(const char *s, char *out, size_t outlen)
 {
@@ -358,7 +353,7 @@ static int screen_head(const char *version, const struct head_line *h, size_t n,
         const unsigned char *c = (const unsigned char *)h[i].name;
         bool token = *c != '\0';
         for (; *c != '\0' && token; c++)
-            token = is_tchar(*c);
+            token = kd_http__tchar(*c);
         if (!token) {
             printable(h[i].name, shown, sizeof(shown));
             snprintf(why, whylen, "header name \"%s\" is not a token", shown);
