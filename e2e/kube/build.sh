@@ -5,10 +5,15 @@
 # source package (upstream v1.20.2 with vendor/) into a per-version cache
 # outside the work tree. Does nothing when the cache is complete.
 #
-# Usage: e2e/kube/build.sh [--node] [--print-bin]
+# Usage: e2e/kube/build.sh [--node | --all] [--print-bin]
 #   --node            build kubelet and kube-proxy instead (for the real-node
 #                     suite, e2e/kube/realnode.sh) into their own cache entry,
 #                     kube-node-v1.20.2-b1/bin, from the same source and patches
+#   --all             both sets, in one pass over one source tree: the packages
+#                     they share (client-go, apimachinery, the API types) are
+#                     compiled once, so a cold --all costs about a third more
+#                     than the control plane alone instead of twice as much;
+#                     each set still goes into its own cache entry
 #   KDET_KUBE_CACHE   cache root (default ${XDG_CACHE_HOME:-~/.cache}/kdet)
 #   KDET_KUBE_KEEP_WORK=1  keep the source tree and Go build cache afterwards
 #
@@ -33,14 +38,27 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=e2e/kube/common.sh
 source "$here/common.sh"
 
-print_bin=0
+print_bin=0 all=0
 for arg in "$@"; do
 	case "$arg" in
 	--print-bin) print_bin=1 ;;
 	--node) kube_select_node ;;
-	*) kube_die "usage: e2e/kube/build.sh [--node] [--print-bin]" ;;
+	--all) all=1 ;;
+	*) kube_die "usage: e2e/kube/build.sh [--node | --all] [--print-bin]" ;;
 	esac
 done
+# --all: one build of whichever sets are missing. When only one is, this is
+# the plain build of that set.
+if ((all)); then
+	cp_missing=0 node_missing=0
+	kube_cached || cp_missing=1
+	(kube_select_node && kube_cached) || node_missing=1
+	if ((cp_missing && node_missing)); then
+		KUBE_COMPONENTS+=("${KUBE_NODE_COMPONENTS[@]}")
+	elif ((node_missing)); then
+		kube_select_node
+	fi
+fi
 
 done_msg() {
 	if ((print_bin)); then echo "$KUBE_BIN"; fi
@@ -172,25 +190,38 @@ stage "building ${KUBE_COMPONENTS[*]} (cold: ~15 min on 2 idle cores, much longe
 	{ tail -30 "$work/build.log" >&2; kube_die "build failed (log: $work/build.log)"; }
 
 # --- 5. install atomically ------------------------------------------------
-stage "installing into $KUBE_BIN..."
-tmp_bin="$(mktemp -d "$KUBE_CACHE.bin.XXXXXX")"
-for c in "${KUBE_COMPONENTS[@]}"; do
-	f="$(find "$src/_output/local/bin" -type f -name "$c" | head -n1)"
-	[[ -n "$f" ]] || { rm -rf "$tmp_bin"; kube_die "$c was not built (see $work/build.log)"; }
-	cp "$f" "$tmp_bin/$c"
-	chmod 755 "$tmp_bin/$c"
-done
-"$tmp_bin/${KUBE_COMPONENTS[0]}" --version >"$tmp_bin/VERSION" 2>&1 || true
-chmod 755 "$tmp_bin"
-mkdir -p "$KUBE_CACHE"
-rm -rf "$KUBE_BIN.old"
-[[ -e "$KUBE_BIN" ]] && mv "$KUBE_BIN" "$KUBE_BIN.old"
-mv "$tmp_bin" "$KUBE_BIN"
-rm -rf "$KUBE_BIN.old"
+# install CACHE_DIR COMPONENT...: copy the built COMPONENTs into CACHE_DIR/bin
+# through a temp dir renamed into place.
+install_set() {
+	local cache=$1 c f tmp_bin
+	shift
+	stage "installing $* into $cache/bin..."
+	tmp_bin="$(mktemp -d "$cache.bin.XXXXXX")"
+	for c in "$@"; do
+		f="$(find "$src/_output/local/bin" -type f -name "$c" | head -n1)"
+		[[ -n "$f" ]] || { rm -rf "$tmp_bin"; kube_die "$c was not built (see $work/build.log)"; }
+		cp "$f" "$tmp_bin/$c"
+		chmod 755 "$tmp_bin/$c"
+	done
+	"$tmp_bin/$1" --version >"$tmp_bin/VERSION" 2>&1 || true
+	chmod 755 "$tmp_bin"
+	mkdir -p "$cache"
+	rm -rf "$cache/bin.old"
+	[[ -e "$cache/bin" ]] && mv "$cache/bin" "$cache/bin.old"
+	mv "$tmp_bin" "$cache/bin"
+	rm -rf "$cache/bin.old"
+	printf 'built %s (%s) in %d s on %s (%d cores, load %s)\n' "$KUBE_VERSION" "${KUBE_COMPONENTS[*]}" \
+		"$(($(date +%s) - t0))" "$(date -u +%FT%TZ)" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" \
+		>>"$cache/build-times.txt"
+}
+if [[ " ${KUBE_COMPONENTS[*]} " == *" kube-apiserver "* ]]; then
+	install_set "$KUBE_CACHE" kube-apiserver kube-scheduler kube-controller-manager
+fi
+if [[ " ${KUBE_COMPONENTS[*]} " == *" kubelet "* ]]; then
+	install_set "$KUBE_NODE_CACHE" "${KUBE_NODE_COMPONENTS[@]}"
+fi
 total=$(($(date +%s) - t0))
-printf 'built %s in %d s on %s (%d cores, load %s)\n' "$KUBE_VERSION" "$total" "$(date -u +%FT%TZ)" \
-	"$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$KUBE_CACHE/build-times.txt"
-stage "built $KUBE_VERSION in $total s: $(cat "$KUBE_BIN/VERSION")"
+stage "built $KUBE_VERSION (${KUBE_COMPONENTS[*]}) in $total s"
 
 if [[ "${KDET_KUBE_KEEP_WORK:-0}" != 1 ]]; then
 	kube_log "removing the work tree $work (KDET_KUBE_KEEP_WORK=1 keeps it)"

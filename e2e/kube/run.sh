@@ -53,10 +53,13 @@ t0=$(date +%s)
 if ! kube_cached; then
 	kube_log "building kube-apiserver, kube-scheduler, kube-controller-manager $KUBE_VERSION (cold: ~15 min on 2 idle cores, longer on a busy machine; cached afterwards in $KUBE_BIN)..."
 fi
-"$here/build.sh"
 if ((need_realnode)); then
 	((EUID == 0)) || kube_die "the realnode suite needs root (containerd, runc, a bridge, iptables, cgroups)"
+	"$here/build.sh" --all # control plane and node in one pass when both are cold
+	"$here/build.sh"
 	"$here/build.sh" --node
+else
+	"$here/build.sh"
 fi
 t_build=$(($(date +%s) - t0))
 
