@@ -5,6 +5,8 @@
 #   rootfs.tar    the root file system (the first layer)
 #   data.tar      BASE_DATA's files, split off into a layer of their own
 #   packages.txt  the Debian packages and versions inside
+# A full-style base.conf may define a function base_customize ROOT, run on
+# the installed root file system before the layers are written.
 # The cache key hashes the recipe (base.conf, this script, slim.py, the
 # suite and mirrors) and the archive's date as apt last saw it, so a changed
 # package list or a new Debian point release makes a new base.
@@ -17,6 +19,7 @@ conf="$IMAGES_SRC/images/$name/base.conf"
 BASE_SUITE=""
 BASE_DATA=""
 BASE_KEEP=""
+unset -f base_customize
 # shellcheck disable=SC1090
 . "$conf"
 suite="${BASE_SUITE:-$IMAGES_SUITE}"
@@ -85,6 +88,11 @@ else
 	install -d -m 0755 -o "$IMAGES_UID" -g "$IMAGES_UID" "$root/home/kdet"
 	rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/cache/debconf/*-old \
 		"$root"/var/log/* "$root"/tmp/* "$root"/dev/*
+	# A base.conf may define base_customize ROOT (kdet-postgresql's ids).
+	if declare -F base_customize > /dev/null; then
+		images_log "$name: base_customize"
+		base_customize "$root" || images_die "$name: base_customize failed"
+	fi
 fi
 
 images_log "$name: writing layer tarballs"

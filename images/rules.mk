@@ -1,5 +1,5 @@
 # images/: OCI images of kdet (docs/images.md).
-#   make images        kdet-controller and kdet-trainer as OCI archives in $(O)/images/
+#   make images        kdet-controller, kdet-trainer and kdet-postgresql as OCI archives in $(O)/images/
 #   make images-cuda   kdet-trainer-cuda, where a Debian suite with CUDA PyTorch and NCCL is reachable
 #   make images-verify run the built images (runc) and import them into a private containerd
 #   make images-deps   the Debian tools the three above need (not part of `make deps`)
@@ -33,7 +33,7 @@ images-deps:
 	@mk/deps.sh $(IMAGES_DEB_PACKAGES)
 
 images: images-deps $(sort $(IMAGES_BUILD_FILES))
-	@$(IMAGES_ENV) images/build.sh controller trainer
+	@$(IMAGES_ENV) images/build.sh controller trainer postgresql
 
 images-cuda: images-deps $(sort $(IMAGES_BUILD_FILES))
 	@$(IMAGES_ENV) images/build.sh trainer-cuda

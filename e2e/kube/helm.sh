@@ -47,17 +47,24 @@ render() {
 		bad "helm template ($name)" "$out"
 	fi
 }
-# dry NAME: kubectl apply --dry-run=server of the rendering, every object accepted
+# dry NAME: kubectl apply --dry-run=server of the rendering, every object
+# accepted, once as a client-side apply and once as a server-side apply (the
+# way helm 4 installs: an API server's structured-merge rules, such as the
+# keys of a Service's port list, apply only there)
 dry() {
-	local name=$1 out n
+	local name=$1 out n mode
 	n=$(grep -c '^kind:' "$work/$name.yaml")
-	if out=$(kubectl apply --dry-run=server -f "$work/$name.yaml" 2>&1); then
-		local got
-		got=$(printf '%s\n' "$out" | grep -c 'server dry run')
-		if ((got == n)); then ok "apply --dry-run=server ($name): $n objects accepted"; else bad "apply --dry-run=server ($name): $got of $n objects" "$out"; fi
-	else
-		bad "apply --dry-run=server ($name)" "$(printf '%s' "$out" | head -c 1500)"
-	fi
+	for mode in client server; do
+		local args=(--dry-run=server)
+		[[ $mode == server ]] && args+=(--server-side --field-manager=helm)
+		if out=$(kubectl apply "${args[@]}" -f "$work/$name.yaml" 2>&1); then
+			local got
+			got=$(printf '%s\n' "$out" | grep -c 'server dry run')
+			if ((got == n)); then ok "apply --dry-run=server, $mode-side ($name): $n objects accepted"; else bad "apply --dry-run=server, $mode-side ($name): $got of $n objects" "$out"; fi
+		else
+			bad "apply --dry-run=server, $mode-side ($name)" "$(printf '%s' "$out" | head -c 1500)"
+		fi
+	done
 }
 render defaults
 dry defaults

@@ -1,6 +1,7 @@
 #!/bin/bash
-# The real-node suite: checks against the upstream kubelet, containerd, runc,
-# CNI and kube-proxy started by e2e/kube/node/up.sh as node kdet-real-node:
+# The real-node suite: checks against the upstream kubelets, containerd, runc,
+# CNI, kube-proxy and cluster DNS started by e2e/kube/node/up.sh as nodes
+# kdet-real-node and kdet-real-node-2:
 #   the Node Ready with the bridge address as InternalIP and containerd as its
 #   runtime; a pod of a locally imported image running to Succeeded with its
 #   own IP in the bridge's range; a pod reaching a server pod over its pod IP;
@@ -62,19 +63,21 @@ pod_ip() { "${K[@]}" get pod "$1" -o 'jsonpath={.status.podIP}' 2>/dev/null; }
 why() { "${K[@]}" get pod "$1" -o 'jsonpath={.status}' 2>&1 | head -c 800; }
 
 # pod NAME ARG...: a pod of the probe image on the real node, never restarted.
+# ON_NODE=NODE pod ...: on that real node instead.
 pod() {
-	local name=$1 a args=""
+	local name=$1 a args="" on="${ON_NODE:-$node}"
 	shift
 	for a in "$@"; do args+="$(printf '%s' "$a" | jq -Rs .),"; done
 	cat <<EOF
 {"apiVersion": "v1", "kind": "Pod",
  "metadata": {"name": "$name", "labels": {"app": "$name"}},
  "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
-  "nodeSelector": {"kubernetes.io/hostname": "$node"},
-  "tolerations": [{"key": "kdet.io/real-node", "operator": "Exists", "effect": "NoSchedule"}],
+  "nodeSelector": {"kubernetes.io/hostname": "$on"},
+  "tolerations": [{"key": "kdet.io/resource-pool", "operator": "Equal", "value": "$KDET_REALNODE_POOL", "effect": "NoSchedule"}],
   "containers": [{"name": "probe", "image": "$img", "imagePullPolicy": "Never", "args": [${args%,}]}]}}
 EOF
 }
+RN_API_VIP_RE='10\.0\.0\.1'
 in_net() { [[ "$1" =~ ^${net//./\\.}\.([0-9]+)$ ]] && ((BASH_REMATCH[1] >= 2 && BASH_REMATCH[1] <= 254)); }
 
 # --- the Node ------------------------------------------------------------------
@@ -84,8 +87,9 @@ expect "node: InternalIP is the bridge's address $KDET_REALNODE_GW" "^$KDET_REAL
 	jpn '{.status.addresses[?(@.type=="InternalIP")].address}'
 expect "node: kubelet v1.20.2 on containerd" '^v1\.20\.2 containerd://1\.' \
 	jpn '{.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}'
-expect "node: tainted kdet.io/real-node=true:NoSchedule (only pods that tolerate it)" '^kdet.io/real-node=true:NoSchedule$' \
-	jpn '{.spec.taints[0].key}={.spec.taints[0].value}:{.spec.taints[0].effect}'
+expect "node: kdet's resource pool $KDET_REALNODE_POOL, tainted $KDET_REALNODE_TAINT (only pods that tolerate it)" \
+	"^$KDET_REALNODE_POOL $KDET_REALNODE_TAINT\$" \
+	jpn '{.metadata.labels.kdet\.io/resource-pool} {.spec.taints[0].key}={.spec.taints[0].value}:{.spec.taints[0].effect}'
 expect "node: ephemeral-storage capacity reported" '^[0-9]+' jpn '{.status.capacity.ephemeral-storage}'
 
 kubectl create ns "$NS" >/dev/null
@@ -123,6 +127,23 @@ ip_client="$(pod_ip client)"
 if in_net "$ip_client" && [[ "$ip_client" != "$ip_server" ]]; then ok "pod to pod: the client had its own IP $ip_client"; else bad "pod to pod: the client had its own IP" "got '$ip_client'"; fi
 expect "pod to pod: the server logged the connection" 'answered a connection' "${K[@]}" logs server
 
+# --- the second node: pods there reach pods here -------------------------------
+if [[ -n "${KDET_REALNODE_NODE2:-}" ]]; then
+	node2="$KDET_REALNODE_NODE2" net2="$KDET_REALNODE_NET2"
+	jpn2() { kubectl get node "$node2" -o "jsonpath=$1" 2>&1; }
+	expect "node 2: $node2 Ready, InternalIP $net2.1, in pool $KDET_REALNODE_POOL" "^True $net2\.1 $KDET_REALNODE_POOL\$" \
+		jpn2 '{.status.conditions[?(@.type=="Ready")].status} {.status.addresses[?(@.type=="InternalIP")].address} {.metadata.labels.kdet\.io/resource-pool}'
+	ON_NODE="$node2" pod client2 send "$ip_server" 8080 | "${K[@]}" create -f - >/dev/null
+	if within "$pod_timeout" finished client2 && phase_is client2 Succeeded; then
+		ok "node to node: a client pod on $node2 connects to the server pod on $node over its pod IP"
+	else
+		bad "node to node: a client pod on $node2 connects to the server pod on $node over its pod IP" "$(why client2)" "logs: $("${K[@]}" logs client2 2>&1 | head -c 400)"
+	fi
+	expect "node to node: and gets the server's answer" "^hello from server ip=$ip_server\$" "${K[@]}" logs client2
+	ip_client2="$(pod_ip client2)"
+	if [[ "$ip_client2" =~ ^${net2//./\\.}\.[0-9]+$ ]]; then ok "node to node: the client had an IP of $node2's range ($ip_client2)"; else bad "node to node: the client had an IP of $node2's range $net2.0/24" "got '$ip_client2'"; fi
+fi
+
 # --- pod to a Service backed by a pod (kube-proxy, forwarding on the bridge) ----
 "${K[@]}" create -f - >/dev/null <<EOF
 {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "server"},
@@ -147,6 +168,21 @@ else
 	bad "service: a pod connects to the server through its ClusterIP $svc_ip:80" "$(why client-svc)" "logs: $("${K[@]}" logs client-svc 2>&1 | head -c 400)"
 fi
 expect "service: and gets the server pod's answer" "^hello from server ip=$ip_server\$" "${K[@]}" logs client-svc
+
+# --- cluster DNS ------------------------------------------------------------------
+# resolved NAME POD [NODE]: run `probe resolve NAME` in a new pod; print its log.
+resolved() {
+	ON_NODE="${3:-$node}" pod "$2" resolve "$1" | "${K[@]}" create -f - >/dev/null
+	within "$pod_timeout" finished "$2"
+	"${K[@]}" logs "$2" 2>&1
+}
+expect "dns: a pod resolves the Service's short name through its search path" "^server $svc_ip\$" resolved server dns-short
+expect "dns: and kubernetes.default (the API server's ClusterIP)" "^kubernetes.default $RN_API_VIP_RE\$" resolved kubernetes.default dns-api
+if [[ -n "${KDET_REALNODE_NODE2:-}" ]]; then
+	expect "dns: a pod on $KDET_REALNODE_NODE2 resolves server.$NS.svc.cluster.local" "^server.$NS.svc.cluster.local $svc_ip\$" \
+		resolved "server.$NS.svc.cluster.local" dns-node2 "$KDET_REALNODE_NODE2"
+fi
+expect "dns: a name outside the cluster does not resolve (no upstream)" "resolve: deb.debian.org: " resolved deb.debian.org dns-out
 
 # --- kubectl exec -----------------------------------------------------------------
 expect "exec: kubectl exec runs in the server's container (its eth0 address)" "^ip=$ip_server iflink=[0-9]+" \

@@ -125,6 +125,7 @@ kdet_token=$(tok)
 node_token=$(tok)
 node2_token=$(tok)
 realnode_token=$(tok)
+realnode2_token=$(tok)
 proxy_token=$(tok)
 umask 077
 cat >"$dir/tokens.csv" <<EOF
@@ -135,6 +136,7 @@ $kdet_token,system:serviceaccount:kdet:kdet-controller,uid-kdet-controller,"syst
 $node_token,system:node:kdet-node,uid-kdet-node,"system:nodes"
 $node2_token,system:node:kdet-node-2,uid-kdet-node-2,"system:nodes"
 $realnode_token,system:node:kdet-real-node,uid-kdet-real-node,"system:nodes"
+$realnode2_token,system:node:kdet-real-node-2,uid-kdet-real-node-2,"system:nodes"
 $proxy_token,system:kube-proxy,uid-kube-proxy
 EOF
 umask 022
@@ -174,6 +176,7 @@ kubeconfig "$dir/kdet-controller.kubeconfig" kdet-controller "$kdet_token"
 kubeconfig "$dir/node.kubeconfig" system:node:kdet-node "$node_token"
 kubeconfig "$dir/node-kdet-node-2.kubeconfig" system:node:kdet-node-2 "$node2_token"
 kubeconfig "$dir/node-kdet-real-node.kubeconfig" system:node:kdet-real-node "$realnode_token"
+kubeconfig "$dir/node-kdet-real-node-2.kubeconfig" system:node:kdet-real-node-2 "$realnode2_token"
 kubeconfig "$dir/kube-proxy.kubeconfig" system:kube-proxy "$proxy_token"
 
 # --- etcd -----------------------------------------------------------------

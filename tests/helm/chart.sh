@@ -156,6 +156,19 @@ db = render("--set", "database.internal.storage.storageClassName=local-path", "-
 sts = find(db, "StatefulSet")
 check(sts["spec"]["volumeClaimTemplates"][0]["spec"].get("storageClassName") == "local-path", "storageClassName reaches the claim")
 check("--leader-elect=off" in find(db, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"], "1 replica: no leader election")
+check(find(db, "Lease") is None, "1 replica: no Lease")
+lease = find(objs, "Lease", "kdet-controller")
+check(lease is not None and "spec" not in lease, "2 replicas: the chart makes the Lease (so uninstall removes it), with no spec of its own")
+import base64
+key = find(objs, "Secret", "kdet-controller-key")
+kv = base64.b64decode(key["data"]["key"]).decode() if key else ""
+check(len(kv) == 64 and kv.isalnum(), "the trial-token key Secret kdet-controller-key: 64 random characters (%d)" % len(kv))
+fulldb = render("-f", "tests/helm/values-full.yaml", "--set", "database.mode=internal")
+fsts = find(fulldb, "StatefulSet") or {}
+fpod = fsts.get("spec", {}).get("template", {}).get("spec", {})
+check(fpod.get("nodeSelector") == {"kdet.io/db": "true"} and
+      fpod.get("tolerations") == [{"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}],
+      "full values, internal database: PostgreSQL's nodeSelector and tolerations")
 
 # ---- bad values, with a message naming them
 for setv, want in [("replicas=0", "/replicas"), ("controller.scheduler=fifo", "/controller/scheduler"),

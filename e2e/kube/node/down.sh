@@ -1,12 +1,13 @@
 #!/bin/bash
-# Removes the real node started by e2e/kube/node/up.sh DIR, in this order:
-# its pods through the API (so that the kubelet stops them and CNI removes
+# Removes the real nodes started by e2e/kube/node/up.sh DIR, in this order:
+# their pods through the API (so that the kubelets stop them and CNI removes
 # their veths and addresses), kube-proxy (and its rules: kube-proxy
-# --cleanup), socat, the kubelet, containerd's remaining tasks, containerd,
-# its shims, every mount under DIR/realnode (the kubelet's rshared root dir,
-# volumes, rootfs, shm and netns mounts), the cgroup root, the bridge and
-# leftover veths, the KUBE-* iptables chains and the guard, and the kernel
-# settings back as they were. e2e/kube/down.sh calls it first; idempotent.
+# --cleanup), socat, the cluster DNS, the kubelets, each containerd's
+# remaining tasks, the containerds, their shims, every mount under
+# DIR/realnode (the kubelets' rshared root dirs, volumes, rootfs, shm and
+# netns mounts), the cgroup roots, the bridges and leftover veths, the KUBE-*
+# iptables chains and the guards, and the kernel settings back as they were.
+# e2e/kube/down.sh calls it first; idempotent.
 #
 # Usage: e2e/kube/node/down.sh DIR
 #   KDET_KUBE_NODE_BIN  where kube-proxy is (default: the node cache)
@@ -42,45 +43,60 @@ stop() {
 }
 alive() { [[ -f "$dir/pids/$1" ]] && kill -0 "$(cat "$dir/pids/$1")" 2>/dev/null; }
 
-# 1. Pods, while the kubelet still runs: it stops them through the CRI.
-if alive kubelet-real && alive kube-apiserver && [[ -f "$dir/kubeconfig" ]]; then
+# The nodes up.sh started: their names, pid suffixes and dirs.
+count="$(cat "$rn/count" 2>/dev/null || echo 1)"
+[[ "$count" =~ ^[12]$ ]] || count=1
+any_kubelet=0
+for i in $(seq 1 "$count"); do alive "kubelet-real$(rn_sfx "$i")" && any_kubelet=1; done
+
+# 1. Pods, while the kubelets still run: they stop them through the CRI.
+on_real_nodes() {
+	local i
+	for i in $(seq 1 "$count"); do
+		kubectl get pods -A --field-selector "spec.nodeName=$(rn_node "$i")" --no-headers \
+			-o custom-columns=NS:.metadata.namespace,N:.metadata.name 2>/dev/null
+	done
+}
+if ((any_kubelet)) && alive kube-apiserver && [[ -f "$dir/kubeconfig" ]]; then
 	export KUBECONFIG="$dir/kubeconfig"
-	if [[ -n "$(kubectl get pods -A --field-selector "spec.nodeName=$RN_NODE" -o name 2>/dev/null)" ]]; then
-		kube_log "deleting the pods on $RN_NODE..."
-		kubectl get pods -A --field-selector "spec.nodeName=$RN_NODE" --no-headers \
-			-o custom-columns=NS:.metadata.namespace,N:.metadata.name 2>/dev/null |
-			while read -r ns n; do
-				kubectl -n "$ns" delete pod "$n" --grace-period=2 --wait=false >/dev/null 2>&1
-			done
+	if [[ -n "$(on_real_nodes)" ]]; then
+		kube_log "deleting the pods on the real nodes..."
+		on_real_nodes | while read -r ns n; do
+			kubectl -n "$ns" delete pod "$n" --grace-period=2 --wait=false >/dev/null 2>&1
+		done
 		for _ in $(seq 1 60); do
-			[[ -z "$(kubectl get pods -A --field-selector "spec.nodeName=$RN_NODE" -o name 2>/dev/null)" ]] && break
+			[[ -z "$(on_real_nodes)" ]] && break
 			sleep 1
 		done
 	fi
 fi
 
-# 2. kube-proxy and its rules, the forwarder, the kubelet.
+# 2. kube-proxy and its rules, the forwarder, the cluster DNS, the kubelets.
 stop kube-proxy
 if [[ -x "$nbin/kube-proxy" ]]; then
 	"$nbin/kube-proxy" --cleanup >"$dir/logs/kube-proxy-cleanup.log" 2>&1 ||
 		kube_log "kube-proxy --cleanup exited non-zero (without ipset its IPVS part fails; the KUBE-* chains are removed below either way)"
 fi
 stop socat-api
-stop kubelet-real
+stop dns-sync
+stop dns
+for i in $(seq 1 "$count"); do stop "kubelet-real$(rn_sfx "$i")"; done
 
-# 3. containerd: what the kubelet left running, then containerd and its shims.
-sock="$(cat "$rn/containerd.sock.path" 2>/dev/null || true)"
-if [[ -n "$sock" ]] && alive containerd; then
-	for t in $(ctr -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
-		ctr -a "$sock" -n k8s.io tasks kill -s SIGKILL "$t" >/dev/null 2>&1
-	done
-	sleep 1
-	for t in $(ctr -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
-		ctr -a "$sock" -n k8s.io tasks delete -f "$t" >/dev/null 2>&1
-	done
-fi
-stop containerd
-if [[ -n "$sock" ]]; then
+# 3. Each containerd: what its kubelet left running, then containerd and its
+# shims.
+for i in $(seq 1 "$count"); do
+	nd="$(rn_dir "$rn" "$i")" sfx="$(rn_sfx "$i")"
+	sock="$nd/containerd/containerd.sock"
+	if alive "containerd$sfx"; then
+		for t in $(ctr -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
+			ctr -a "$sock" -n k8s.io tasks kill -s SIGKILL "$t" >/dev/null 2>&1
+		done
+		sleep 1
+		for t in $(ctr -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
+			ctr -a "$sock" -n k8s.io tasks delete -f "$t" >/dev/null 2>&1
+		done
+	fi
+	stop "containerd$sfx"
 	# The v2 shims outlive containerd; ours were started with -address $sock.
 	for p in /proc/[0-9]*; do
 		[[ -r "$p/cmdline" ]] || continue
@@ -90,26 +106,28 @@ if [[ -n "$sock" ]]; then
 		fi
 	done
 	# The runc containers of a killed shim: runc's own state says which.
-	if [[ -d "$rn/containerd/runc/k8s.io" ]]; then
-		for c in "$rn/containerd/runc/k8s.io"/*; do
+	if [[ -d "$nd/containerd/runc/k8s.io" ]]; then
+		for c in "$nd/containerd/runc/k8s.io"/*; do
 			[[ -d "$c" ]] || continue
-			runc --root "$rn/containerd/runc/k8s.io" kill "$(basename "$c")" KILL >/dev/null 2>&1
-			runc --root "$rn/containerd/runc/k8s.io" delete -f "$(basename "$c")" >/dev/null 2>&1
+			runc --root "$nd/containerd/runc/k8s.io" kill "$(basename "$c")" KILL >/dev/null 2>&1
+			runc --root "$nd/containerd/runc/k8s.io" delete -f "$(basename "$c")" >/dev/null 2>&1
 		done
 	fi
-fi
+done
 
 # 4. Mounts, cgroups, network, iptables, sysctls.
 rn_unmount_under "$rn"
-[[ -f "$rn/cgroup-root" ]] && rn_cgroup_remove "$(cat "$rn/cgroup-root")"
-br="$(cat "$rn/bridge" 2>/dev/null || true)"
-if [[ -n "$br" ]] && ip link show "$br" >/dev/null 2>&1; then
+while read -r cg; do
+	[[ -z "$cg" ]] || rn_cgroup_remove "$cg"
+done < <(cat "$rn/cgroup-roots" 2>/dev/null)
+while read -r br; do
+	[[ -n "$br" ]] && ip link show "$br" >/dev/null 2>&1 || continue
 	for v in $(ip -o link show master "$br" 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1); do
 		kube_log "removing leftover veth $v"
 		ip link del "$v" 2>/dev/null
 	done
 	ip link del "$br" && kube_log "removed bridge $br"
-fi
+done < <(cat "$rn/bridges" 2>/dev/null)
 rn_iptables_clean
 rn_sysctl_restore "$rn/sysctl.saved"
 left="$(rn_kube_chains)"

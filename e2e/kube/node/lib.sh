@@ -3,24 +3,40 @@
 # node's names, addresses and the helpers that set up and undo its host
 # state. Sourced after e2e/kube/common.sh, never run.
 
+# The real nodes: RN_COUNT of them (KDET_REALNODE_NODES, 1 or 2; default 2),
+# each a kubelet with its own containerd, bridge and /24. Node i (1-based) is
+# rn_node i, with the bridge rn_bridge i and the range rn_net i; node 1 also
+# carries what the host does once for all of them (kube-proxy, the API
+# forwarder, cluster DNS).
+RN_COUNT="${KDET_REALNODE_NODES:-2}"
 RN_NODE=kdet-real-node
-# Only the pods that tolerate it run on the real node.
-RN_TAINT=kdet.io/real-node=true
-# A /24 that exists only on this machine's own bridge; nothing routes there.
-RN_NET="${KDET_REALNODE_NET:-10.244.0}"
+# All pod ranges: 10.244.0.0/24 (node 1), 10.244.1.0/24 (node 2). Nothing
+# routes there but this machine's own bridges.
+RN_BASE=10.244
+RN_CLUSTER_NET="$RN_BASE.0.0/16"
+RN_NET="$RN_BASE.0" # node 1's
 RN_GW="$RN_NET.1"
-RN_BRIDGE="${KDET_REALNODE_BRIDGE:-kdet-cni0}"
+RN_BRIDGE=kdet-cni0
+# The real nodes are the resource pool `real` of kdet (label) and only pods
+# that tolerate the pool's taint run there (kdet's trial pods of that pool
+# do; the other suites' pods, meant for the process kubelets, do not).
+RN_POOL=real
+RN_POOL_LABEL=kdet.io/resource-pool
+RN_TAINT="$RN_POOL_LABEL=$RN_POOL"
 # The service range of e2e/kube/up.sh (--service-cluster-ip-range) and the
 # `kubernetes` Service's ClusterIP in it.
 RN_SVC_NET=10.0.0.0/24
 RN_API_VIP=10.0.0.1
+# Cluster DNS (dnsmasq on node 1's bridge address, fed from the Services).
+RN_DNS="$RN_GW"
 RN_GUARD=KDET-REALNODE-GUARD
 RN_GUARD_FWD=KDET-REALNODE-FWD
 RN_CNI_BIN=/usr/lib/cni
 RN_PAUSE_IMAGE=kdet.local/pause:e2e
 RN_PROBE_IMAGE=kdet.local/probe:e2e
-# Installed by node/up.sh when missing (only for the real-node suite).
-RN_DEB_PACKAGES=(containerd runc containernetworking-plugins iptables iproute2 socat gcc libc6-dev)
+# Installed by node/up.sh when missing (only for the real-node suites).
+RN_DEB_PACKAGES=(containerd runc containernetworking-plugins iptables iproute2 socat gcc libc6-dev dnsmasq-base)
+
 # The kernel settings the kubelet (setupKernelTunables, since
 # protectKernelDefaults=true would make it exit instead) and kube-proxy
 # (route_localnet) change, and those the setup could: saved before, put back
@@ -29,6 +45,16 @@ RN_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oo
 	kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet
 	net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.netfilter.nf_conntrack_max)
 
+# rn_node I, rn_net I, rn_gw I, rn_bridge I: node I's name, /24 prefix,
+# bridge address and bridge.
+rn_node() { if (($1 == 1)); then echo "$RN_NODE"; else echo "$RN_NODE-$1"; fi; }
+rn_net() { echo "$RN_BASE.$(($1 - 1))"; }
+rn_gw() { echo "$RN_BASE.$(($1 - 1)).1"; }
+rn_bridge() { echo "kdet-cni$(($1 - 1))"; }
+# rn_sfx I: the suffix of node I's pid and log names ("" for node 1).
+rn_sfx() { if (($1 == 1)); then echo ""; else echo "-$1"; fi; }
+# rn_dir RN I: node I's own state dir under DIR/realnode.
+rn_dir() { if (($2 == 1)); then echo "$1"; else echo "$1/node$2"; fi; }
 # kube_free_port is in common.sh.
 
 rn_secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }

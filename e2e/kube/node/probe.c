@@ -12,6 +12,10 @@
  *                               DATA, print what comes back until EOF (at most
  *                               64 KiB, 10 s)
  *   probe sleep SECONDS         sleep, then exit 0
+ *   probe resolve NAME          print the IPv4 address NAME resolves to through
+ *                               the pod's /etc/resolv.conf (the cluster DNS),
+ *                               search list included (glibc 2.34 and later
+ *                               resolve DNS names in a static binary too)
  *
  * Exit status 0 on success, 1 on an error (printed on stderr), 2 on bad usage.
  */
@@ -19,6 +23,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <netdb.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -222,6 +227,25 @@ out:
     return rc;
 }
 
+static int cmd_resolve(const char *name)
+{
+    struct addrinfo hints, *res = NULL;
+    char ip[INET_ADDRSTRLEN] = "";
+    int e;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if ((e = getaddrinfo(name, NULL, &hints, &res)) != 0) {
+        fprintf(stderr, "probe resolve: %s: %s\n", name, gai_strerror(e));
+        return 1;
+    }
+    inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, ip, sizeof(ip));
+    freeaddrinfo(res);
+    printf("%s %s\n", name, ip);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int port;
@@ -234,12 +258,15 @@ int main(int argc, char **argv)
         return cmd_serve(port);
     if ((argc == 4 || argc == 5) && strcmp(argv[1], "send") == 0 && parse_port(argv[3], &port) == 0)
         return cmd_send(argv[2], port, argc == 5 ? argv[4] : NULL);
+    if (argc == 3 && strcmp(argv[1], "resolve") == 0)
+        return cmd_resolve(argv[2]);
     if (argc == 3 && strcmp(argv[1], "sleep") == 0 && parse_port(argv[2], &port) == 0) {
         sleep((unsigned)port); /* 1 to 65535 seconds */
         return 0;
     }
     fprintf(
         stderr,
-        "usage: probe pause | addr [IF] | serve PORT | send HOST PORT [DATA] | sleep SECONDS\n");
+        "usage: probe pause | addr [IF] | serve PORT | send HOST PORT [DATA] | sleep SECONDS | "
+        "resolve NAME\n");
     return 2;
 }

@@ -41,14 +41,15 @@ url
 {{/*
 A random secret kept across upgrades: the existing Secret's key when the
 release already has one (lookup returns nothing under `helm template`),
-else new random bytes. Args: ctx, name, key.
+else new random bytes. Args: ctx, name, key, and optionally len (default 40
+alphanumerics).
 */}}
 {{- define "kdet.keepRandom" -}}
 {{- $old := lookup "v1" "Secret" .ctx.Release.Namespace .name -}}
 {{- if and $old $old.data (hasKey $old.data .key) -}}
 {{- index $old.data .key | b64dec -}}
 {{- else -}}
-{{- randAlphaNum 40 -}}
+{{- randAlphaNum (.len | default 40) -}}
 {{- end -}}
 {{- end -}}
 

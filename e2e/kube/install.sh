@@ -1,0 +1,431 @@
+#!/bin/bash
+# The install suite: kdet installed the way a platform engineer installs it,
+# on the real nodes of e2e/kube/node/up.sh (the upstream kubelet on
+# containerd, pods with their own IPs on the nodes' bridges, cluster DNS,
+# kube-proxy), with nothing from a registry:
+#   - the images of `make images` (kdet-controller, kdet-trainer,
+#     kdet-postgresql) loaded into each node's containerd with
+#     `ctr images import`, as docs/install.md says for air-gapped clusters;
+#   - `helm install` of helm/kdet: the CRDs, PostgreSQL as a StatefulSet on a
+#     PersistentVolume (a hostPath volume of a local StorageClass), the
+#     controller as a Deployment of 2 replicas with leader election, a
+#     shared_fs default checkpoint storage (a hostPath), the API on a NodePort;
+#   - `det experiment create` through that NodePort and the API server: the
+#     fashion-mnist-c example, the PyTorch Trainer-API example
+#     (examples/pytorch-fashion-mnist/trainer-api, `import determined`) and a
+#     2-pod fashion-mnist-c trial whose pods run on the two nodes and meet
+#     over their pod IPs, all to COMPLETED in containers;
+#   - the leader's pod deleted, then `helm upgrade` to a new image tag, both
+#     while an experiment runs: the other replica takes over, the rollout
+#     ends, the experiment completes with every metric stored once;
+#   - `helm uninstall`: nothing of kdet is left but the CRDs and the
+#     PostgreSQL claim (kept on purpose: it holds the data).
+# It prints what it measured: image import times, controller pod start to
+# Ready, experiment create to first trial container Running.
+#
+# Usage (from e2e/kube/run.sh install, which starts the control plane and the
+# real nodes): KDET_KUBE_DIR=DIR KD_SRC=TREE KD_BUILD=BUILD e2e/kube/install.sh
+#   KDET_INSTALL_TIMEOUT   seconds to wait for an experiment (default 420)
+#   KDET_INSTALL_MEASURE=N also create N one-trial experiments one after the
+#                          other and print create -> Running p50/p95 (bench/install)
+# Needs root (ctr), BUILD/images/kdet-{controller,trainer,postgresql}.oci.tar
+# (make images), BUILD/bin/det, helm (.deps/helm, make deps).
+# Prints `N passed, N failed`.
+set -uo pipefail
+
+dir="${KDET_KUBE_DIR:-}"
+[[ -n "$dir" && -f "$dir/env" && -f "$dir/realnode/env" ]] ||
+	{ echo "install: set KDET_KUBE_DIR to an up.sh dir with real nodes (e2e/kube/node/up.sh)" >&2; exit 2; }
+set -a
+# shellcheck disable=SC1091
+source "$dir/env"
+# shellcheck disable=SC1091
+source "$dir/realnode/env"
+set +a
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+KD_SRC="${KD_SRC:-$(cd "$here/../.." && pwd)}"
+KD_BUILD="${KD_BUILD:-$KD_SRC/build}"
+DET="$KD_BUILD/bin/det"
+HELM="${HELM:-$KD_SRC/.deps/helm/helm}"
+exp_timeout="${KDET_INSTALL_TIMEOUT:-420}"
+measure="${KDET_INSTALL_MEASURE:-0}"
+# shellcheck source=e2e/kube/checks.sh
+source "$here/checks.sh"
+
+INS=kdet-system   # the release's namespace
+NS=kdinst-$$      # the users' experiments
+RELEASE=kdet
+read -r -a nodes <<<"$KDET_REALNODE_NODES"
+work="$(mktemp -d "${TMPDIR:-/tmp}/kdet-kube-install.XXXXXX")"
+chmod 0755 "$work"
+export HOME="$work" # a private kubectl discovery cache and helm config
+export KUBECONFIG
+log() { echo "# $(date -u +%H:%M:%S) $*"; }
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+# within SECONDS CMD...: poll CMD until it succeeds or SECONDS have passed.
+within() {
+	local deadline=$(($(date +%s) + $1))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		(($(date +%s) < deadline)) || return 1
+		sleep 0.5
+	done
+}
+# check NAME CMD...: one check of CMD's exit status.
+check() {
+	local name=$1
+	shift
+	if "$@" >/dev/null 2>&1; then ok "$name"; else bad "$name" "${DETAIL:-}"; fi
+}
+K=(kubectl -n "$INS")
+U=(kubectl -n "$NS")
+field() { "${U[@]}" get "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
+exp_state() { field exp "$1" '{.status.state}'; }
+exp_done() { local s; s="$(exp_state "$1")"; [[ "$s" == COMPLETED || "$s" == ERROR || "$s" == CANCELED ]]; }
+# sql QUERY: a query in the chart's PostgreSQL (its local socket trusts kdet).
+sql() { "${K[@]}" exec kdet-postgresql-0 -- psql -U kdet -d kdet -tAc "$1" 2>/dev/null; }
+exp_metrics() {
+	sql "select count(*) from metrics m join trials t on t.id = m.trial_id
+		join experiments e on e.id = t.experiment_id where e.name = '$1' and m.kind = '$2'"
+}
+# dup_metrics EXP: how many (trial, kind, step) occur more than once.
+dup_metrics() {
+	sql "select count(*) from (select m.trial_id, m.kind, m.step from metrics m
+		join trials t on t.id = m.trial_id join experiments e on e.id = t.experiment_id
+		where e.name = '$1' group by 1, 2, 3 having count(*) > 1) d"
+}
+leader() {
+	local h
+	h="$("${K[@]}" get lease kdet-controller -o 'jsonpath={.spec.holderIdentity}' 2>/dev/null)"
+	echo "${h%-*}" # identity: POD-PID
+}
+ready_replicas() { "${K[@]}" get deploy kdet-controller -o 'jsonpath={.status.readyReplicas}' 2>/dev/null; }
+ctrl_pods() {
+	"${K[@]}" get pods -l app.kubernetes.io/name=kdet-controller --field-selector=status.phase=Running \
+		-o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}' 2>/dev/null
+}
+
+port_fwd_pid=""
+cleanup() {
+	[[ -z "$port_fwd_pid" ]] || kill "$port_fwd_pid" 2>/dev/null
+	kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
+	"$HELM" uninstall "$RELEASE" -n "$INS" --wait --timeout 2m >/dev/null 2>&1
+	kubectl delete ns "$INS" --wait=false >/dev/null 2>&1
+	kubectl delete pv kdet-e2e-pg --wait=false >/dev/null 2>&1
+	kubectl delete storageclass kdet-e2e-local >/dev/null 2>&1
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+for t in ctr jq; do command -v "$t" >/dev/null || { bad "$t not found"; echo "$pass passed, $fail failed"; exit 1; }; done
+[[ -x "$HELM" ]] || { bad "helm missing at $HELM (make deps)"; echo "$pass passed, $fail failed"; exit 1; }
+[[ -x "$DET" ]] || { bad "det missing at $DET (make)"; echo "$pass passed, $fail failed"; exit 1; }
+
+# --- images: loaded into each node's containerd, as without a registry --------
+declare -A tag
+for n in controller trainer postgresql; do
+	a="$KD_BUILD/images/kdet-$n.oci.tar"
+	if [[ ! -e "$a" ]]; then
+		bad "image archive $a (make images)"
+		echo "$pass passed, $fail failed"
+		exit 1
+	fi
+	f="$(basename "$(readlink -f "$a")")"
+	t="${f#kdet-"$n"-}"
+	tag[$n]="${t%.oci.tar}"
+	sz="$(stat -L -c %s "$a")"
+	echo "image: kdet-$n:${tag[$n]} archive $(awk -v b="$sz" 'BEGIN { printf "%.1f MiB", b / 1048576 }')"
+done
+i=0
+for sock in $KDET_REALNODE_CONTAINERD_SOCKS; do
+	node_name="${nodes[$i]}"
+	i=$((i + 1))
+	for n in controller trainer postgresql; do
+		t0=$(now)
+		if ctr -a "$sock" -n k8s.io images import "$KD_BUILD/images/kdet-$n.oci.tar" >"$work/import.log" 2>&1 &&
+			ctr -a "$sock" -n k8s.io images ls -q | grep -qx "docker.io/library/kdet-$n:${tag[$n]}"; then
+			ok "images: kdet-$n:${tag[$n]} imported into $node_name's containerd ($(secs "$t0" "$(now)") s)"
+		else
+			bad "images: kdet-$n:${tag[$n]} imported into $node_name's containerd" "$(tail -c 400 "$work/import.log")"
+		fi
+	done
+	# The tag `helm upgrade` moves to: the same image under a new name, as a
+	# rebuilt image of a new commit would be.
+	ctr -a "$sock" -n k8s.io images tag --force "docker.io/library/kdet-controller:${tag[controller]}" \
+		"docker.io/library/kdet-controller:${tag[controller]}-next" >/dev/null
+done
+
+# --- storage: a local StorageClass, a PersistentVolume, a checkpoint folder ----
+mkdir -p "$work/pg" "$work/ckpt"
+chown 999:999 "$work/pg"
+chmod 0700 "$work/pg"
+chown 65532:65532 "$work/ckpt"
+kubectl apply -f - >/dev/null <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: kdet-e2e-local}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: kdet-e2e-pg}
+spec:
+  capacity: {storage: 2Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: kdet-e2e-local
+  hostPath: {path: $work/pg, type: Directory}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [${nodes[0]}]}]
+EOF
+
+# --- helm install ------------------------------------------------------------------
+pool_tol="{key: kdet.io/resource-pool, operator: Equal, value: $KDET_REALNODE_POOL, effect: NoSchedule}"
+cat >"$work/values.yaml" <<EOF
+image: {repository: kdet-controller, tag: "${tag[controller]}", pullPolicy: IfNotPresent}
+replicas: 2
+controller:
+  trialImage: kdet-trainer:${tag[trainer]}
+  resync: 10
+api:
+  service: {type: NodePort}
+database:
+  mode: internal
+  internal:
+    image: {repository: kdet-postgresql, tag: "${tag[postgresql]}", pullPolicy: IfNotPresent}
+    storage: {size: 1Gi, storageClassName: kdet-e2e-local}
+    nodeSelector: {kdet.io/resource-pool: $KDET_REALNODE_POOL}
+    tolerations: [$pool_tol]
+checkpointStorage:
+  type: shared_fs
+  sharedFs: {hostPath: $work/ckpt}
+nodeSelector: {kdet.io/resource-pool: $KDET_REALNODE_POOL}
+tolerations: [$pool_tol]
+EOF
+log "helm install $RELEASE helm/kdet -n $INS ..."
+t_install=$(now)
+if "$HELM" install "$RELEASE" "$KD_SRC/helm/kdet" -n "$INS" --create-namespace -f "$work/values.yaml" \
+	--wait --timeout 6m >"$work/helm-install.log" 2>&1; then
+	ok "helm install (--wait: every Deployment and StatefulSet ready) in $(secs "$t_install" "$(now)") s"
+else
+	bad "helm install" "$(tail -c 800 "$work/helm-install.log")" \
+		"$("${K[@]}" get pods -o wide 2>&1 | head -20)" "$("${K[@]}" describe pods 2>&1 | grep -A3 -E 'Warning|Error' | head -30)"
+fi
+expect "helm: the release is deployed" '^deployed$' bash -c "'$HELM' status $RELEASE -n $INS -o json | jq -r .info.status"
+expect "helm: the CRDs from crds/ are installed" '^experiments.kdet.io trials.kdet.io$' \
+	kubectl get crd experiments.kdet.io trials.kdet.io -o 'jsonpath={.items[0].metadata.name} {.items[1].metadata.name}'
+expect "postgresql: its claim is bound to the local PersistentVolume" '^Bound kdet-e2e-pg$' \
+	"${K[@]}" get pvc data-kdet-postgresql-0 -o 'jsonpath={.status.phase} {.spec.volumeName}'
+check "postgresql: initialised in the volume (PG_VERSION)" test -s "$work/pg/pgdata/PG_VERSION"
+expect "postgresql: runs kdet-postgresql as uid 999" "^kdet-postgresql:${tag[postgresql]} 999\$" \
+	"${K[@]}" get pod kdet-postgresql-0 -o 'jsonpath={.spec.containers[0].image} {.spec.securityContext.runAsUser}'
+expect "controller: 2 replicas ready" '^2$' ready_replicas
+expect "controller: on the real nodes, with their pod IPs" "^(kdet-real-node(-2)? 10\\.244\\.[01]\\.[0-9]+ ?){2}\$" \
+	"${K[@]}" get pods -l app.kubernetes.io/name=kdet-controller \
+	-o 'jsonpath={range .items[*]}{.spec.nodeName} {.status.podIP} {end}'
+expect "controller: non-root, read-only root, no capabilities, RuntimeDefault seccomp" '^true true \["ALL"\] RuntimeDefault 65532$' \
+	"${K[@]}" get deploy kdet-controller -o 'jsonpath={.spec.template.spec.containers[0].securityContext.runAsNonRoot} {.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem} {.spec.template.spec.containers[0].securityContext.capabilities.drop} {.spec.template.spec.containers[0].securityContext.seccompProfile.type} {.spec.template.spec.securityContext.runAsUser}'
+within 60 bash -c "[[ -n \"\$(kubectl -n $INS get lease kdet-controller -o 'jsonpath={.spec.holderIdentity}' 2>/dev/null)\" ]]"
+lead="$(leader)"
+if ctrl_pods | grep -qx "$lead"; then ok "controller: one replica holds the Lease ($lead)"; else bad "controller: one replica holds the Lease" "holder '$lead', pods: $(ctrl_pods | tr '\n' ' ')"; fi
+# Pod created -> Ready, and its container started -> Ready (API timestamps: whole seconds).
+for p in $(ctrl_pods); do
+	"${K[@]}" get pod "$p" -o json | jq -r '[.metadata.creationTimestamp,
+		(.status.containerStatuses[0].state.running.startedAt // ""),
+		((.status.conditions // [])[] | select(.type == "Ready") | .lastTransitionTime)] | @tsv' |
+		while IFS=$'\t' read -r c s r; do
+			echo "time: controller pod $p created -> Ready $(($(date -d "$r" +%s) - $(date -d "$c" +%s))) s, container started -> Ready $(($(date -d "$r" +%s) - $(date -d "$s" +%s))) s"
+		done
+done
+log "pods: $("${K[@]}" get pods -o wide --no-headers 2>&1 | awk '{ print $1, $3, $7 }' | tr '\n' ';')"
+
+# --- the API through the NodePort; det's settings -----------------------------------
+nodeport="$("${K[@]}" get svc kdet-controller -o 'jsonpath={.spec.ports[0].nodePort}')"
+export KDET_API_URL="http://$KDET_REALNODE_GW:$nodeport"
+KDET_API_TOKEN="$("${K[@]}" get secret kdet-user-token -o 'jsonpath={.data.token}' | base64 -d)"
+export KDET_API_TOKEN
+expect "api: /readyz through the NodePort $nodeport" '^ok' curl -sS --max-time 10 "$KDET_API_URL/readyz"
+expect "api: a request without the user token is 401" '^401$' \
+	curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "$KDET_API_URL/api/v1/experiments"
+curl -sS --max-time 10 "$KDET_API_URL/metrics" >"$work/metrics.txt" 2>&1
+check "api: /metrics in Prometheus' format (kdet_leader, reconciles)" \
+	grep -qE '^kdet_leader(\{[^}]*\})? [01]' "$work/metrics.txt"
+"${K[@]}" port-forward svc/kdet-controller 0:8080 >"$work/pf.log" 2>&1 &
+port_fwd_pid=$!
+within 30 grep -q 'Forwarding from 127.0.0.1:' "$work/pf.log"
+pf_port="$(sed -n 's/^Forwarding from 127.0.0.1:\([0-9]*\).*/\1/p' "$work/pf.log" | head -n1)"
+expect "api: /healthz through kubectl port-forward (API server, kubelet, containerd)" '^ok' \
+	curl -sS --max-time 10 "http://127.0.0.1:${pf_port:-1}/healthz"
+kill "$port_fwd_pid" 2>/dev/null
+port_fwd_pid=""
+
+# --- experiments, created with det ----------------------------------------------------
+kubectl create ns "$NS" >/dev/null
+within 60 "${U[@]}" get sa default
+mkdir -p "$work/ctx"
+echo "fashion-mnist-c runs from the trainer image" >"$work/ctx/README"
+# The pool of the real nodes, as a template: the configs themselves stay plain.
+echo "resources: {resource_pool: $KDET_REALNODE_POOL}" >"$work/pool.yaml"
+# fmnist NAME SEARCHER SLOTS: a fashion-mnist-c experiment config.
+fmnist() {
+	cat >"$work/$1.yaml" <<EOF
+name: $1
+entrypoint: fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet
+environment:
+  environment_variables: [OPENBLAS_NUM_THREADS=1, DTRAIN_TIMEOUT=120, DTRAIN_RENDEZVOUS_TIMEOUT=120]
+hyperparameters:
+  global_batch_size: 32
+  hidden_units: 32
+  momentum: 0.9
+  learning_rate: 0.05
+searcher: $2
+min_validation_period: {batches: 20}
+resources: {slots_per_trial: $3}
+max_restarts: 0
+EOF
+}
+create() { "$DET" experiment create "$work/$1.yaml" "${2:-$work/ctx}" --template "$work/pool.yaml" -n "$NS" >"$work/create-$1.log" 2>&1; }
+# finished NAME: wait for it; COMPLETED or say why not.
+finished() {
+	local e=$1
+	within "$exp_timeout" exp_done "$e"
+	if [[ "$(exp_state "$e")" == COMPLETED ]]; then
+		ok "experiment $e COMPLETED"
+	else
+		bad "experiment $e COMPLETED" "state '$(exp_state "$e")': $(field exp "$e" '{.status.message}')" \
+			"trials: $("${U[@]}" get trials -l "kdet.io/experiment=$e" -o 'jsonpath={range .items[*]}{.metadata.name} {.status.state} {.status.message}{"\n"}{end}' 2>&1 | head -c 800)" \
+			"pods: $("${U[@]}" get pods -l "kdet.io/experiment=$e" -o wide 2>&1 | head -c 600)"
+	fi
+}
+pod_field() { "${U[@]}" get pods -l "kdet.io/experiment=$1" -o "jsonpath=$2" 2>/dev/null; }
+
+# 1. fashion-mnist-c, one trial.
+fmnist fmnist "{name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 60}}" 1
+if create fmnist; then ok "det experiment create fmnist (through the API server)"; else bad "det experiment create fmnist" "$(tail -c 600 "$work/create-fmnist.log")"; fi
+finished fmnist
+expect "fmnist: its pod ran kdet-trainer:${tag[trainer]} on a real node, with a pod IP" \
+	"^kdet-trainer:${tag[trainer]} kdet-real-node(-2)? 10\\.244\\.[01]\\.[0-9]+\$" \
+	pod_field fmnist '{.items[0].spec.containers[0].image} {.items[0].spec.nodeName} {.items[0].status.podIP}'
+expect "fmnist: the trial pod ran as uid 65532 (the chart's trials.runAsUser)" '^65532$' \
+	pod_field fmnist '{.items[0].spec.securityContext.runAsUser}'
+expect "fmnist: validation metrics stored (3 validations of 20 batches)" '^3$' exp_metrics fmnist validation
+check "fmnist: a checkpoint in the chart's shared_fs storage ($work/ckpt)" \
+	bash -c "[[ -n \"\$(find '$work/ckpt' -name metadata.json -o -name '*.manifest*' 2>/dev/null | head -n1)\" || -n \"\$(ls -A '$work/ckpt')\" ]]"
+expect "fmnist: det trial metrics reads them through the controller API" 'validation_loss' \
+	"$DET" trial metrics fmnist-1 -n "$NS"
+
+# 2. The PyTorch Trainer-API example, its code unchanged.
+cat >"$work/pytorch.yaml" <<EOF
+name: pytorch
+entrypoint: python3 train.py
+environment:
+  environment_variables: [OMP_NUM_THREADS=1]
+hyperparameters: {global_batch_size: 64, learning_rate: 0.05, hidden_units: 64, momentum: 0.9, gamma: 0.9}
+searcher: {name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 150}}
+data: {train_examples: 6400, validation_examples: 1000}
+resources: {slots_per_trial: 1}
+max_restarts: 0
+EOF
+if create pytorch "$KD_SRC/examples/pytorch-fashion-mnist/trainer-api"; then ok "det experiment create pytorch (examples/pytorch-fashion-mnist/trainer-api)"; else bad "det experiment create pytorch" "$(tail -c 600 "$work/create-pytorch.log")"; fi
+finished pytorch
+v="$(exp_metrics pytorch validation)"
+if [[ "$v" =~ ^[0-9]+$ ]] && ((v >= 1)); then ok "pytorch: validation metrics stored ($v)"; else bad "pytorch: validation metrics stored" "got '$v'"; fi
+expect "pytorch: the Trainer reported validation_loss" 'validation_loss' "$DET" trial metrics pytorch-1 -n "$NS"
+
+# 3. A 2-pod trial: one pod on each node, meeting over their pod IPs.
+fmnist twopod "{name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 40}}" 2
+if create twopod; then ok "det experiment create twopod (slots_per_trial 2)"; else bad "det experiment create twopod" "$(tail -c 600 "$work/create-twopod.log")"; fi
+finished twopod
+expect "twopod: two pods, one on each real node" "^${nodes[0]} ${nodes[1]:-none}\$" \
+	bash -c "kubectl -n $NS get pods -l kdet.io/experiment=twopod -o 'jsonpath={range .items[*]}{.spec.nodeName}{\"\\n\"}{end}' | sort | tr '\\n' ' ' | sed 's/ \$//'"
+expect "twopod: the chief reported its pod IP (not 127.0.0.1) for the rendezvous" '^10\.244\.[01]\.[0-9]+ [0-9]+$' \
+	field trial twopod-1 '{.status.rendezvous.address} {.status.rendezvous.port}'
+expect "twopod: validation metrics stored (2 validations of 20 batches)" '^2$' exp_metrics twopod validation
+
+# 4. The leader's pod deleted, then helm upgrade to a new tag, while an experiment runs.
+fmnist longrun "{name: random, metric: validation_loss, smaller_is_better: true, max_trials: 2, max_concurrent_trials: 2, max_length: {batches: 400}}" 1
+if create longrun; then ok "det experiment create longrun (2 trials of 400 batches)"; else bad "det experiment create longrun" "$(tail -c 600 "$work/create-longrun.log")"; fi
+within 120 bash -c "[[ \"\$(kubectl -n $NS get trial -l kdet.io/experiment=longrun -o 'jsonpath={.items[*].status.state}')\" == *RUNNING* ]]"
+old="$(leader)"
+log "deleting the leader's pod $old"
+t0=$(now)
+"${K[@]}" delete pod "$old" --wait=false >/dev/null
+if within 90 bash -c "h=\$(kubectl -n $INS get lease kdet-controller -o 'jsonpath={.spec.holderIdentity}'); [[ -n \"\$h\" && \"\${h%-*}\" != '$old' ]]"; then
+	ok "failover: another replica holds the Lease ($(leader)) $(secs "$t0" "$(now)") s after the leader's pod was deleted"
+else
+	bad "failover: another replica holds the Lease" "holder $("${K[@]}" get lease kdet-controller -o 'jsonpath={.spec.holderIdentity}')"
+fi
+check "failover: the Deployment replaced the pod (2 ready)" within 120 bash -c "[[ \"\$(kubectl -n $INS get deploy kdet-controller -o 'jsonpath={.status.readyReplicas}')\" == 2 ]]"
+log "helm upgrade to kdet-controller:${tag[controller]}-next"
+t0=$(now)
+if "$HELM" upgrade "$RELEASE" "$KD_SRC/helm/kdet" -n "$INS" -f "$work/values.yaml" \
+	--set image.tag="${tag[controller]}-next" --wait --timeout 5m >"$work/helm-upgrade.log" 2>&1; then
+	ok "helm upgrade to a new image tag: rolled out in $(secs "$t0" "$(now)") s"
+else
+	bad "helm upgrade to a new image tag" "$(tail -c 800 "$work/helm-upgrade.log")"
+fi
+expect "upgrade: both replicas run the new tag" "^(kdet-controller:${tag[controller]}-next ?){2}\$" \
+	"${K[@]}" get pods -l app.kubernetes.io/name=kdet-controller --field-selector=status.phase=Running \
+	-o 'jsonpath={range .items[*]}{.spec.containers[0].image} {end}'
+expect "upgrade: the user token and the trial-token key survived (lookup)" "^$KDET_API_TOKEN\$" \
+	bash -c "kubectl -n $INS get secret kdet-user-token -o 'jsonpath={.data.token}' | base64 -d"
+finished longrun
+expect "longrun: both trials COMPLETED, never restarted" '^COMPLETED 0? COMPLETED 0? ?$' \
+	"${U[@]}" get trials -l kdet.io/experiment=longrun -o 'jsonpath={range .items[*]}{.status.state} {.status.restarts} {end}'
+expect "longrun: every validation stored (2 trials x 20)" '^40$' exp_metrics longrun validation
+expect "longrun: no metric stored twice" '^0$' dup_metrics longrun
+
+# 5. Experiment create -> first trial container Running (KDET_INSTALL_MEASURE=N).
+if ((measure > 0)); then
+	fmnist probe "{name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 2000}}" 1
+	: >"$work/latency"
+	for k in $(seq 1 "$measure"); do
+		sed -i "s/^name: .*/name: probe-$k/" "$work/probe.yaml"
+		t0=$(now)
+		create probe || { bad "measure: det experiment create probe-$k" "$(tail -c 400 "$work/create-probe.log")"; break; }
+		if within 120 bash -c "[[ -n \"\$(kubectl -n $NS get pods -l kdet.io/experiment=probe-$k -o 'jsonpath={.items[0].status.containerStatuses[0].state.running.startedAt}')\" ]]"; then
+			secs "$t0" "$(now)" >>"$work/latency"
+			echo >>"$work/latency"
+		fi
+		"$DET" experiment kill "probe-$k" -n "$NS" >/dev/null 2>&1
+		within 60 bash -c "[[ -z \"\$(kubectl -n $NS get pods -l kdet.io/experiment=probe-$k -o name)\" ]]"
+	done
+	n=$(grep -c . "$work/latency")
+	sort -n "$work/latency" | grep . | awk -v n="$n" '{ v[NR] = $1 } END {
+		if (n == 0) { print "time: experiment create -> first trial container Running: no sample"; exit }
+		p50 = v[int((n + 1) * 0.5)]; i95 = int(n * 0.95 + 0.999); if (i95 > n) i95 = n; if (i95 < 1) i95 = 1
+		printf "time: experiment create -> first trial container Running, %d experiments: p50 %.2f s, p95 %.2f s\n", n, p50, v[i95] }'
+	check "measure: $measure samples" test "$n" -eq "$measure"
+fi
+
+# --- helm uninstall ---------------------------------------------------------------------
+# The users' experiments go first (helm does not own them; they would stay with the CRDs).
+kubectl delete exp --all -n "$NS" --wait=true --timeout=120s >/dev/null 2>&1
+check "uninstall: deleting the experiments removes their trials, pods and context ConfigMaps" within 120 bash -c \
+	"[[ -z \"\$(kubectl -n $NS get trials,pods,configmaps -l kdet.io/experiment -o name 2>/dev/null)\" ]]"
+t0=$(now)
+if "$HELM" uninstall "$RELEASE" -n "$INS" --wait --timeout 3m >"$work/helm-uninstall.log" 2>&1; then
+	ok "helm uninstall in $(secs "$t0" "$(now)") s"
+else
+	bad "helm uninstall" "$(tail -c 600 "$work/helm-uninstall.log")"
+fi
+within 120 bash -c "[[ -z \"\$(kubectl -n $INS get pods -o name 2>/dev/null)\" ]]"
+left="$(kubectl -n "$INS" get all,configmaps,secrets,serviceaccounts,roles,rolebindings,leases,pvc -o name 2>/dev/null |
+	grep -v -e '^configmap/kube-root-ca.crt$' -e '^serviceaccount/default$' -e '^secret/default-token-')"
+if [[ "$left" == "persistentvolumeclaim/data-kdet-postgresql-0" ]]; then
+	ok "uninstall: nothing left in $INS but PostgreSQL's claim (kept: it holds the data)"
+else
+	bad "uninstall: nothing left in $INS but PostgreSQL's claim" "left: $(tr '\n' ' ' <<<"$left")"
+fi
+cluster_left="$(kubectl get clusterroles,clusterrolebindings,priorityclasses -o name 2>/dev/null | grep -E 'kdet' || true)"
+if [[ -z "$cluster_left" ]]; then ok "uninstall: no cluster role, binding or priority class of kdet left"; else bad "uninstall: no cluster-wide object left" "$cluster_left"; fi
+expect "uninstall: the CRDs stay (helm never deletes them; docs/install.md)" '^experiments.kdet.io trials.kdet.io$' \
+	kubectl get crd experiments.kdet.io trials.kdet.io -o 'jsonpath={.items[0].metadata.name} {.items[1].metadata.name}'
+"${K[@]}" delete pvc data-kdet-postgresql-0 --wait=false >/dev/null 2>&1
+
+echo "$pass passed, $fail failed"
+((fail == 0))
