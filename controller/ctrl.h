@@ -89,6 +89,8 @@ struct kd_ctrl {
     struct kd_ctrl_opts o;
     struct kd_k8s_client *client;
     struct kd_k8s_informer *exps, *trials, *pods, *nodes;
+    /* Pods without the trial label, for what they request of the nodes (schedloop.c). */
+    struct kd_k8s_informer *others;
     struct kd_k8s_queue *expq, *trialq;
     struct kd_k8s_leader *leader;
     struct kd_store *store; /* NULL: API off */

@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "capacity.h"
 #include "ctrl.h"
 #include "defaults.h"
 #include "events.h"
@@ -442,7 +443,7 @@ static void *sched_main(void *arg)
             break;
         if (kd_ctrl_acting(c) && kd_k8s_informer_has_synced(c->nodes) &&
             kd_k8s_informer_has_synced(c->trials) && kd_k8s_informer_has_synced(c->pods) &&
-            kd_k8s_informer_has_synced(c->exps))
+            kd_k8s_informer_has_synced(c->exps) && kd_k8s_informer_has_synced(c->others))
             kd_ctrl_schedule(c);
         /* Passes, relists and reconciles decode cached objects into short-lived trees (about
          * eight times their text); glibc keeps the freed pages, so the resident set would stay
@@ -480,6 +481,59 @@ static void on_started(void *ud)
  */
 static const char *const no_labels[] = {NULL};
 static const char *const pod_labels[] = {KD_POD_LABEL_TRIAL, KD_POD_LABEL_EXPERIMENT, NULL};
+
+/* Pods that are not trial pods: what they request is room trials cannot have (schedloop.c). */
+#define OTHERS_SELECTOR "!" KD_POD_LABEL_TRIAL
+
+/*
+ * The namespace the informer of other pods watches: all of them (NULL),
+ * since nodes are shared, even when --namespace restricts the rest; the
+ * controller's own when RBAC forbids listing pods in all namespaces, with
+ * a warning, so that a namespaced install still runs (counting fewer
+ * pods). Other errors leave it to the informer, which retries.
+ */
+static const char *others_namespace(struct kd_ctrl *c)
+{
+    const char *ns = NULL;
+    if (c->o.ns != NULL) {
+        struct kd_k8s_query q = {.label_selector = OTHERS_SELECTOR, .limit = 1};
+        json_t *page = NULL;
+        char err[KD_ERRLEN] = "";
+        int rc = kd_k8s_list(c->client, &KD_K8S_PODS, NULL, &q, &page, NULL, err);
+        json_decref(page);
+        if (rc == KD_EFORBIDDEN) {
+            KD_WARN("cannot list pods in all namespaces; trials are placed counting only the "
+                    "other pods of the watched namespace: grant list and watch on pods "
+                    "cluster-wide (manifests/rbac.yaml)",
+                    "namespace=%s detail=%s", kd_logq(c->o.ns), kd_logq(err));
+            ns = c->o.ns;
+        }
+    }
+    return ns;
+}
+
+/* An update or delete of another pod kicks a pass when it frees room (ended, deleted, smaller). */
+static bool frees_room(json_t *old, json_t *obj)
+{
+    struct kd_cap_request a, b;
+    if (!kd_cap_pod_request(old, &a))
+        return false;
+    if (obj == NULL || !kd_cap_pod_request(obj, &b))
+        return true;
+    return strcmp(a.node, b.node) != 0 || b.cpu_milli < a.cpu_milli || b.gpus < a.gpus;
+}
+
+static void others_update(json_t *old, json_t *obj, void *ud)
+{
+    if (frees_room(old, obj))
+        kd_ctrl_kick(ud);
+}
+
+static void others_delete(json_t *obj, void *ud)
+{
+    if (frees_room(obj, NULL))
+        kd_ctrl_kick(ud);
+}
 
 static int new_informer(struct kd_ctrl *c, struct kd_k8s_gvr gvr, const char *ns, const char *sel,
                         const char *const *index_labels, struct kd_k8s_informer **out, char *err)
@@ -594,7 +648,9 @@ int main(int argc, char **argv)
         (rc = new_informer(&c, KD_K8S_TRIALS, c.o.ns, NULL, no_labels, &c.trials, err)) != 0 ||
         (rc = new_informer(&c, KD_K8S_PODS, c.o.ns, KD_POD_LABEL_TRIAL, pod_labels, &c.pods,
                            err)) != 0 ||
-        (rc = new_informer(&c, KD_K8S_NODES, NULL, NULL, NULL, &c.nodes, err)) != 0) {
+        (rc = new_informer(&c, KD_K8S_NODES, NULL, NULL, NULL, &c.nodes, err)) != 0 ||
+        (rc = new_informer(&c, KD_K8S_PODS, others_namespace(&c), OTHERS_SELECTOR, no_labels,
+                           &c.others, err)) != 0) {
         KD_ERROR("cannot create informers", "err=%s detail=%s", kd_err_name(rc), kd_logq(err));
         rc = 1;
         goto out;
@@ -607,40 +663,46 @@ int main(int argc, char **argv)
     struct kd_k8s_handlers h_pod_owner = kd_k8s_handlers_enqueue_owner(&own_trial);
     struct kd_k8s_handlers h_kick = {
         .on_add = kick_add, .on_update = kick_update, .on_delete = kick_add, .ud = &c};
+    struct kd_k8s_handlers h_others = {
+        .on_update = others_update, .on_delete = others_delete, .ud = &c};
     if ((rc = kd_k8s_informer_add_handlers(c.exps, &h_exp)) != 0 ||
         (rc = kd_k8s_informer_add_handlers(c.trials, &h_trial)) != 0 ||
         (rc = kd_k8s_informer_add_handlers(c.trials, &h_trial_owner)) != 0 ||
         (rc = kd_k8s_informer_add_handlers(c.pods, &h_pod_owner)) != 0 ||
         (rc = kd_k8s_informer_add_handlers(c.pods, &h_kick)) != 0 ||
-        (rc = kd_k8s_informer_add_handlers(c.nodes, &h_kick)) != 0)
+        (rc = kd_k8s_informer_add_handlers(c.nodes, &h_kick)) != 0 ||
+        (rc = kd_k8s_informer_add_handlers(c.others, &h_others)) != 0)
         goto out;
     if ((rc = kd_k8s_informer_start(c.exps)) != 0 || (rc = kd_k8s_informer_start(c.trials)) != 0 ||
-        (rc = kd_k8s_informer_start(c.pods)) != 0 || (rc = kd_k8s_informer_start(c.nodes)) != 0)
+        (rc = kd_k8s_informer_start(c.pods)) != 0 || (rc = kd_k8s_informer_start(c.nodes)) != 0 ||
+        (rc = kd_k8s_informer_start(c.others)) != 0)
         goto out;
     KD_INFO("waiting for the caches to sync");
     while ((kd_k8s_informer_wait_synced(c.exps, 1000) != 0 ||
             kd_k8s_informer_wait_synced(c.trials, 1000) != 0 ||
             kd_k8s_informer_wait_synced(c.pods, 1000) != 0 ||
-            kd_k8s_informer_wait_synced(c.nodes, 1000) != 0)) {
+            kd_k8s_informer_wait_synced(c.nodes, 1000) != 0 ||
+            kd_k8s_informer_wait_synced(c.others, 1000) != 0)) {
         unsigned char b;
         if (read(sig_pipe[0], &b, 1) == 1)
             goto shutdown;
     }
     {
-        struct kd_k8s_informer *infs[] = {c.exps, c.trials, c.pods, c.nodes};
+        struct kd_k8s_informer *infs[] = {c.exps, c.trials, c.pods, c.nodes, c.others};
         size_t stored = 0, text = 0;
         for (size_t i = 0; i < sizeof(infs) / sizeof(infs[0]); i++) {
             size_t t = 0;
             stored += kd_k8s_cache_bytes(kd_k8s_informer_cache(infs[i]), &t);
             text += t;
         }
-        KD_INFO(
-            "caches synced",
-            "experiments=%zu trials=%zu pods=%zu nodes=%zu cache_bytes=%zu cache_text_bytes=%zu",
-            kd_k8s_cache_len(kd_k8s_informer_cache(c.exps)),
-            kd_k8s_cache_len(kd_k8s_informer_cache(c.trials)),
-            kd_k8s_cache_len(kd_k8s_informer_cache(c.pods)),
-            kd_k8s_cache_len(kd_k8s_informer_cache(c.nodes)), stored, text);
+        KD_INFO("caches synced",
+                "experiments=%zu trials=%zu pods=%zu nodes=%zu other_pods=%zu cache_bytes=%zu "
+                "cache_text_bytes=%zu",
+                kd_k8s_cache_len(kd_k8s_informer_cache(c.exps)),
+                kd_k8s_cache_len(kd_k8s_informer_cache(c.trials)),
+                kd_k8s_cache_len(kd_k8s_informer_cache(c.pods)),
+                kd_k8s_cache_len(kd_k8s_informer_cache(c.nodes)),
+                kd_k8s_cache_len(kd_k8s_informer_cache(c.others)), stored, text);
     }
     if ((rc = kd_ctrl_wire_start(&c, err)) != 0) {
         KD_ERROR("cannot start the store and the API", "err=%s detail=%s", kd_err_name(rc),
@@ -714,6 +776,7 @@ shutdown:
     kd_k8s_informer_free(c.trials);
     kd_k8s_informer_free(c.pods);
     kd_k8s_informer_free(c.nodes);
+    kd_k8s_informer_free(c.others);
     kd_k8s_queue_free(c.expq);
     kd_k8s_queue_free(c.trialq);
     c.expq = c.trialq = NULL;

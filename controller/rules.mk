@@ -4,7 +4,8 @@ $(O)/obj/controller/%.o: KD_CFLAGS += -iquote controller
 CTRL_LIB_SRCS := controller/ctrl.c controller/scheduler.c controller/podspec.c controller/states.c \
                  controller/experiment.c controller/trial.c controller/schedloop.c \
                  controller/wire.c controller/gc.c controller/gcview.c controller/gang.c \
-                 controller/gang_volcano.c controller/gang_kueue.c controller/handoff.c
+                 controller/gang_volcano.c controller/gang_kueue.c controller/handoff.c \
+                 controller/capacity.c
 CTRL_LIB_SRCS += controller/defaults.c controller/metrics.c controller/events.c
 $(eval $(call kd_lib,ctrl,$(CTRL_LIB_SRCS)))
 CTRL_KD_LIBS := ctrl api http store metrics storage searcher hparams config yaml k8s core

@@ -1,6 +1,7 @@
 /*
  * The scheduler loop: builds the scheduler's input from the informer
- * caches (Nodes, Trials, Experiments, trial Pods), runs kd_sched_decide,
+ * caches (Nodes, Trials, Experiments, trial Pods, and the other pods that
+ * hold room on the nodes), runs kd_sched_decide,
  * and hands the outcome to the trial reconciler through the handoff
  * (handoff.h): admissions, preemptions and reasons. It never writes to the API itself,
  * so one pass is cheap and runs every second or when kicked.
@@ -14,34 +15,12 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "capacity.h"
 #include "ctrl.h"
 #include "k8s/position.h"
 #include "states.h"
 
 #define ADMIT_TTL_MS 120000 /* an admission not turned into pods by then is dropped */
-
-static int gpus_of(const json_t *quantity)
-{
-    int64_t v = 0;
-    if (json_is_integer(quantity))
-        v = json_integer_value(quantity);
-    else if (json_is_string(quantity) && kd_parse_i64(json_string_value(quantity), &v) != 0)
-        v = 0;
-    return v > 0 && v < 1 << 20 ? (int)v : 0;
-}
-
-/* The CPU slots a node offers: its allocatable cpu ("4", "3800m") in slots of per_slot_milli. */
-static int cpu_slots_of(const json_t *quantity, int64_t per_slot_milli)
-{
-    int64_t milli = 0;
-    if (json_is_integer(quantity) && json_integer_value(quantity) > 0 &&
-        json_integer_value(quantity) < (json_int_t)1 << 30)
-        milli = json_integer_value(quantity) * 1000;
-    else if (json_is_string(quantity) &&
-             kd_sched_cpu_milli(json_string_value(quantity), &milli) != 0)
-        milli = 0;
-    return kd_sched_cpu_slots(milli, per_slot_milli > 0 ? per_slot_milli : 1000);
-}
 
 /* The slots a live trial pod holds: its CPU slots (KD_POD_ANN_CPU_SLOTS), else its GPUs. */
 static int pod_slots(const json_t *p)
@@ -49,8 +28,8 @@ static int pod_slots(const json_t *p)
     const json_t *cs = json_object_get(
         json_object_get(json_object_get(p, "metadata"), "annotations"), KD_POD_ANN_CPU_SLOTS);
     if (cs != NULL)
-        return gpus_of(cs);
-    return gpus_of(json_object_get(
+        return kd_cap_count(cs);
+    return kd_cap_count(json_object_get(
         json_object_get(
             json_object_get(
                 json_array_get(json_object_get(json_object_get(p, "spec"), "containers"), 0),
@@ -253,6 +232,36 @@ static int gather_pod(json_t *o, void *ud)
     return 0;
 }
 
+/* What the walk over other pods adds to: the nodes, and their names' indexes. */
+struct others {
+    struct kd_sched_node *nodes;
+    json_t *index; /* node name -> its index in nodes */
+};
+
+/* Other pods that hold nothing (ended, or not bound yet) are marked until they change. */
+static bool want_other(const char *key, bool marked, void *ud)
+{
+    (void)key;
+    (void)ud;
+    return !marked;
+}
+
+/* kd_k8s_cache_each_if callback: add what a pod kdet does not schedule requests to its node. */
+static int gather_other(json_t *o, void *ud)
+{
+    struct others *ot = ud;
+    struct kd_cap_request r;
+    if (!kd_cap_pod_request(o, &r))
+        return KD_K8S_EACH_MARK;
+    json_t *ni = json_object_get(ot->index, r.node);
+    if (ni != NULL) {
+        struct kd_sched_node *nd = &ot->nodes[json_integer_value(ni)];
+        nd->other_cpu_milli += r.cpu_milli;
+        nd->other_gpus += r.gpus;
+    }
+    return 0;
+}
+
 /*
  * One pass. The Trial cache is walked one decoded object at a time
  * (kd_k8s_cache_each) and only trials that run, are admitted or wait are
@@ -267,6 +276,7 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     json_t *by_trial = json_object(); /* trial name@ns -> [live pods] */
     struct pass ps = {
         .c = c, .nodes = nodes, .nn = nn, .by_trial = by_trial, .exps = json_object()};
+    struct others ot = {.nodes = nodes, .index = json_object()};
     struct kd_sched_trial *ts = NULL;
     size_t n = 0, i;
     json_t *o;
@@ -279,12 +289,18 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
         const char *pool = kd_ctrl_str(o, "metadata", "labels", KD_POD_LABEL_POOL);
         kd_strlcpy(nd->pool, pool != NULL ? pool : "default", sizeof(nd->pool));
         const json_t *alloc = json_object_get(json_object_get(o, "status"), "allocatable");
-        nd->gpus = gpus_of(json_object_get(alloc, "nvidia.com/gpu"));
-        nd->cpu_slots = cpu_slots_of(json_object_get(alloc, "cpu"), c->o.pod.cpu_per_slot_milli);
+        nd->gpus = kd_cap_count(json_object_get(alloc, "nvidia.com/gpu"));
+        nd->cpu_milli = kd_cap_cpu_milli(json_object_get(alloc, "cpu"));
         nd->unschedulable =
             json_is_true(json_object_get(json_object_get(o, "spec"), "unschedulable")) ||
             !node_ready(o);
+        json_object_set_new(ot.index, nd->name, json_integer((json_int_t)i));
     }
+    /* The whole cache: every namespace (the nodes are shared), or only the controller's when
+     * RBAC allowed no more (main.c). */
+    if (c->others != NULL)
+        (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->others), NULL, want_other, gather_other,
+                                   &ot);
     (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->pods), c->o.ns, want_pod, gather_pod,
                                by_trial);
     (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->trials), c->o.ns, want_trial, gather_trial,
@@ -358,6 +374,7 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     }
 out:
     json_decref(nodes_j);
+    json_decref(ot.index);
     json_decref(ps.exps);
     json_decref(by_trial);
     free(nodes);

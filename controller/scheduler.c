@@ -86,6 +86,31 @@ int kd_sched_cpu_slots(int64_t cpu_milli, int64_t per_slot_milli)
     return (int)n;
 }
 
+int kd_sched_node_slots(const struct kd_sched_node *n, bool cpu, int64_t per_slot_milli,
+                        int *free_slots)
+{
+    int whole = 0, left = 0;
+    if (per_slot_milli <= 0)
+        per_slot_milli = 1000;
+    if (cpu) {
+        whole = kd_sched_cpu_slots(n->cpu_milli, per_slot_milli);
+        left = whole;
+        /* A node smaller than one slot is one slot only while nothing else holds CPU there. */
+        if (n->other_cpu_milli > 0) {
+            int64_t rest = n->cpu_milli - n->other_cpu_milli;
+            int64_t k = rest > 0 ? rest / per_slot_milli : 0;
+            left = k < whole ? (int)k : whole;
+        }
+    } else {
+        whole = n->gpus > 0 ? n->gpus : 0;
+        left = whole - (n->other_gpus > 0 ? n->other_gpus : 0);
+        if (left < 0)
+            left = 0;
+    }
+    *free_slots = left;
+    return whole;
+}
+
 enum kd_sched_slot_type kd_sched_pool_slot_type(const struct kd_sched_opts *opts,
                                                 const struct kd_sched_node *nodes, size_t nnodes,
                                                 const char *pool)
@@ -116,12 +141,14 @@ enum fit { FIT_OK, FIT_NOT_NOW, FIT_NEVER };
 
 /*
  * What one pass works on: the nodes, the slots each offers under its
- * pool's slot type (cap) and whether those are CPU slots.
+ * pool's slot type (cap, the whole count), those other pods hold (held)
+ * and whether they are CPU slots.
  */
 struct ctx {
     const struct kd_sched_node *nodes;
     size_t nnodes;
     const int *cap;
+    const int *held;
     const bool *cpu;
     int64_t per_slot_milli;
 };
@@ -156,9 +183,9 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
     enum fit rc = FIT_NOT_NOW;
     const struct kd_sched_node *nodes = x->nodes;
     size_t nnodes = x->nnodes;
-    int largest = 0, nlargest = 0, pool_nodes = 0, free_total = 0, total = 0;
+    int largest = 0, nlargest = 0, pool_nodes = 0, free_total = 0, total = 0, held = 0;
     bool cpu = false;
-    char per[32];
+    char per[32], others[48] = "";
     for (size_t i = 0; i < nnodes; i++) {
         if (!in_pool(&nodes[i], t->pool))
             continue;
@@ -166,6 +193,7 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
         cpu = x->cpu[i];
         free_total += avail[i] > 0 ? avail[i] : 0;
         total += x->cap[i];
+        held += x->held[i];
         if (x->cap[i] > largest) {
             largest = x->cap[i];
             nlargest = 0;
@@ -174,6 +202,8 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
             nlargest++;
     }
     fmt_cpus(x->per_slot_milli, per, sizeof(per));
+    if (held > 0)
+        snprintf(others, sizeof(others), ", %d held by other pods", held);
     const char *unit = cpu ? "CPU slots" : "GPUs";
     t->nplace = 0;
     t->cpu = cpu;
@@ -224,8 +254,8 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
         }
         if (best < 0) {
             snprintf(why, whylen,
-                     "waiting for %d %s on one node of resource pool %s (%d free in the pool)",
-                     t->slots, unit, t->pool, free_total);
+                     "waiting for %d %s on one node of resource pool %s (%d free in the pool%s)",
+                     t->slots, unit, t->pool, free_total, others);
             goto out;
         }
         t->place[0] = (struct kd_sched_place){best, t->slots};
@@ -257,8 +287,8 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
     }
     if (got < need) {
         snprintf(why, whylen,
-                 "waiting for %d whole free nodes with %d %s in resource pool %s (%d free)", need,
-                 largest, unit, t->pool, got);
+                 "waiting for %d whole free nodes with %d %s in resource pool %s (%d free%s)", need,
+                 largest, unit, t->pool, got, others);
         t->nplace = 0;
         goto out;
     }
@@ -597,17 +627,19 @@ int kd_sched_decide(const struct kd_sched_opts *opts, const struct kd_sched_node
     int rc = 0;
     int *free_gpus = kd_xcalloc(nnodes + 1, sizeof(int));
     int *cap = kd_xcalloc(nnodes + 1, sizeof(int));
+    int *held = kd_xcalloc(nnodes + 1, sizeof(int));
     bool *cpu = kd_xcalloc(nnodes + 1, sizeof(bool));
     struct ctx x = {.nodes = nodes,
                     .nnodes = nnodes,
                     .cap = cap,
+                    .held = held,
                     .cpu = cpu,
                     .per_slot_milli =
                         opts->cpu_per_slot_milli > 0 ? opts->cpu_per_slot_milli : 1000};
     for (size_t i = 0; i < nnodes; i++) {
         cpu[i] = kd_sched_pool_slot_type(opts, nodes, nnodes, nodes[i].pool) == KD_SCHED_SLOT_CPU;
-        cap[i] = cpu[i] ? nodes[i].cpu_slots : nodes[i].gpus;
-        free_gpus[i] = cap[i] - nodes[i].used;
+        cap[i] = kd_sched_node_slots(&nodes[i], cpu[i], x.per_slot_milli, &free_gpus[i]);
+        held[i] = cap[i] - free_gpus[i];
     }
     for (size_t i = 0; i < ntrials; i++) {
         struct kd_sched_trial *t = &trials[i];
@@ -642,6 +674,7 @@ int kd_sched_decide(const struct kd_sched_opts *opts, const struct kd_sched_node
         rc = decide_priority(opts, &x, free_gpus, trials, ntrials);
 out:
     free(cap);
+    free(held);
     free(cpu);
     free(free_gpus);
     return rc;

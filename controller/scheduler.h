@@ -54,15 +54,33 @@ int kd_sched_cpu_milli(const char *q, int64_t *out) KD_WUR;
  */
 int kd_sched_cpu_slots(int64_t cpu_milli, int64_t per_slot_milli);
 
-/** A node: its allocatable GPUs, the CPU slots it would offer, and the pool it belongs to. */
+/**
+ * A node: what it has allocatable, what live pods kdet does not schedule
+ * (the controller, PostgreSQL, DaemonSets, other users' work) request of
+ * it, and the pool it belongs to.
+ */
 struct kd_sched_node {
     char name[KD_SCHED_NAMELEN];
     char pool[KD_SCHED_POOLLEN]; /* "default" when the node has no pool label */
     int gpus;                    /* allocatable nvidia.com/gpu */
-    int cpu_slots;               /* CPU slots it offers (kd_sched_cpu_slots) */
-    int used;                    /* slots held by pods the trials below do not list */
+    int64_t cpu_milli;           /* allocatable cpu, millicores */
+    int other_gpus;              /* nvidia.com/gpu requested by other pods bound to it */
+    int64_t other_cpu_milli;     /* cpu they request, millicores */
     bool unschedulable;          /* cordoned or not Ready: never placed on */
 };
+
+/**
+ * The capacity rule: the slots node n offers when they are CPU slots of
+ * per_slot_milli (cpu) or GPUs. Returns the node's whole count (what it
+ * offers with no other pod: its GPUs, or kd_sched_cpu_slots of its
+ * CPUs), and in *free_slots what other pods leave: gpus - other_gpus, or
+ * floor((cpu_milli - other_cpu_milli) / per_slot_milli), never negative
+ * and never more than the whole. The whole count decides the shape of a
+ * trial (never fits, pods per node); the free count what may start now.
+ * Pure.
+ */
+int kd_sched_node_slots(const struct kd_sched_node *n, bool cpu, int64_t per_slot_milli,
+                        int *free_slots);
 
 /** One pod's share of a trial: a node and the slots it takes there. */
 struct kd_sched_place {
@@ -122,7 +140,7 @@ struct kd_sched_opts {
      */
     bool delegate;
     enum kd_sched_slot_type slot_type; /* what a slot is; AUTO: per pool */
-    int64_t cpu_per_slot_milli;        /* the CPUs of a CPU slot, for reasons; 0: 1000 */
+    int64_t cpu_per_slot_milli;        /* the CPUs of a CPU slot; 0: 1000 */
 };
 
 /**
@@ -136,8 +154,9 @@ enum kd_sched_slot_type kd_sched_pool_slot_type(const struct kd_sched_opts *opts
 
 /**
  * Decide for every trial. Every pool's slots are GPUs or CPU slots
- * (kd_sched_pool_slot_type); a node offers its GPUs or its cpu_slots, and
- * the rules below count slots alike. Rules (docs/scheduling.md): a trial
+ * (kd_sched_pool_slot_type); a node offers its slots by
+ * kd_sched_node_slots (the whole count shapes a trial, the free count
+ * places it), and the rules below count slots alike. Rules (docs/scheduling.md): a trial
  * of S slots runs as one pod of S GPUs when S fits the largest node of its pool,
  * otherwise as S/G pods of G GPUs on whole free nodes with G GPUs (G the
  * largest node's count; S not a multiple of G, or more such nodes needed

@@ -35,6 +35,7 @@ static void usage(FILE *f)
                "  --kubeconfig FILE     the API server to register with (required)\n"
                "  --node-name NAME      the Node's name (default: host name)\n"
                "  --fake-gpus N         advertise N nvidia.com/gpu without NVML (for tests)\n"
+               "  --node-cpus N         advertise N cpu (default: the machine's online CPUs)\n"
                "  --max-pods N          pods the node accepts (default 110)\n"
                "  --state-dir DIR       pod directories, logs, the serving certificate\n"
                "                        (default: a temporary directory removed at exit)\n"
@@ -80,7 +81,7 @@ int kd_agent_main(int argc, char **argv)
     char err[KD_ERRLEN] = "";
     const char *kubeconfig = NULL, *node_name = NULL, *state_arg = NULL, *addr = NULL;
     const char *port_file = NULL;
-    int fake_gpus = -1, max_pods = 0, port = 10250;
+    int fake_gpus = -1, max_pods = 0, port = 10250, node_cpus = 0;
     char *state_dir = NULL, *tls_dir = NULL, *cert = NULL, *key = NULL;
     bool tmp_state = false;
     struct kd_k8s_config cfg = {0};
@@ -89,6 +90,7 @@ int kd_agent_main(int argc, char **argv)
     static const struct option longopts[] = {{"kubeconfig", required_argument, NULL, 'k'},
                                              {"node-name", required_argument, NULL, 'n'},
                                              {"fake-gpus", required_argument, NULL, 'g'},
+                                             {"node-cpus", required_argument, NULL, 'C'},
                                              {"max-pods", required_argument, NULL, 'm'},
                                              {"state-dir", required_argument, NULL, 's'},
                                              {"address", required_argument, NULL, 'a'},
@@ -108,6 +110,10 @@ int kd_agent_main(int argc, char **argv)
         case 'P': port_file = optarg; break;
         case 'g':
             if (kd_flag_int(P, "fake-gpus", optarg, 0, 64, &fake_gpus) < 0)
+                return 2;
+            break;
+        case 'C':
+            if (kd_flag_int(P, "node-cpus", optarg, 1, 4096, &node_cpus) < 0)
                 return 2;
             break;
         case 'm':
@@ -176,6 +182,7 @@ int kd_agent_main(int argc, char **argv)
     struct kd_kubelet_opts ko = {.node_name = node_name,
                                  .state_dir = state_dir,
                                  .fake_gpus = fake_gpus,
+                                 .cpus = node_cpus,
                                  .api_port = server_port(cfg.server),
                                  .max_pods = max_pods,
                                  .api_server = cfg.server,

@@ -108,6 +108,7 @@ struct kd_kubelet {
     char *api_server; /* agent mode: for pods' service-account kubeconfig */
     int api_port;
     int ngpus;
+    long ncpus; /* the Node's cpu capacity and allocatable */
     bool gpu_used[MAX_GPUS];
     struct podrt *pods;
     pthread_t thread;
@@ -208,7 +209,7 @@ static json_t *node_object(struct kd_kubelet *k, const char *uid, const char *cr
 {
     char now[40], cpu[32], mem[32], gpus[16], pods[16];
     now3339(now, sizeof(now));
-    snprintf(cpu, sizeof(cpu), "%ld", sysconf(_SC_NPROCESSORS_ONLN));
+    snprintf(cpu, sizeof(cpu), "%ld", k->ncpus);
     snprintf(mem, sizeof(mem), "%lldKi", (long long)mem_total_ki());
     snprintf(gpus, sizeof(gpus), "%d", k->ngpus);
     snprintf(pods, sizeof(pods), "%d", k->max_pods);
@@ -2085,6 +2086,9 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
     k->ngpus = opts->fake_gpus >= 0 ? opts->fake_gpus : count_gpus();
     if (k->ngpus > MAX_GPUS)
         k->ngpus = MAX_GPUS;
+    k->ncpus = opts->cpus > 0 ? opts->cpus : sysconf(_SC_NPROCESSORS_ONLN);
+    if (k->ncpus < 1)
+        k->ncpus = 1;
     rc = kd_mkdir_p(opts->state_dir, 0755);
     if (rc != 0) {
         kd_seterr(err, rc, "state dir %s: %s", opts->state_dir, strerror(-rc));
@@ -2139,8 +2143,7 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
             goto out;
         }
     }
-    KD_INFO("node registered", "node=%s gpus=%d cpus=%ld", kd_logq(k->node), k->ngpus,
-            sysconf(_SC_NPROCESSORS_ONLN));
+    KD_INFO("node registered", "node=%s gpus=%d cpus=%ld", kd_logq(k->node), k->ngpus, k->ncpus);
     if (pthread_create(&k->thread, NULL, kubelet_main, k) != 0) {
         rc = kd_seterr(err, KD_EINTERNAL, "cannot start the kubelet thread");
         goto out;

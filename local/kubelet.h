@@ -20,6 +20,7 @@ struct kd_kubelet_opts {
     const char *node_name;  /* NULL: the host name */
     const char *state_dir;  /* pod directories and container logs (required) */
     int fake_gpus;          /* < 0: count GPUs with NVML; >= 0: advertise this many */
+    int cpus;               /* the Node's cpu capacity; 0: the machine's online CPUs */
     int api_port;           /* given to containers as KUBERNETES_SERVICE_PORT */
     int max_pods;           /* 0 means 110 */
     const char *kubeconfig; /* given to containers as KUBECONFIG when set (absolute path) */

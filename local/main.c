@@ -65,6 +65,7 @@ static void usage(FILE *f)
             "  --compact-bytes SIZE    journal size before compaction (default 8MiB)\n"
             "  --node-name NAME        the Node this machine registers as (default: host name)\n"
             "  --fake-gpus N           advertise N nvidia.com/gpu without NVML (for tests)\n"
+            "  --node-cpus N           advertise N cpu (default: the machine's online CPUs)\n"
             "  --max-pods N            pods the node accepts (default 110)\n"
             "  --no-kubelet            API server only: no Node, pods stay Pending\n"
             "  --log-level LEVEL       debug|info|warn|error (default info, or $KDET_LOG_LEVEL)\n"
@@ -219,7 +220,7 @@ int main(int argc, char **argv)
     uint64_t history = 0, compact = 0;
     char *token = NULL;
     const char *node_name = NULL;
-    int fake_gpus = -1, max_pods = 0;
+    int fake_gpus = -1, max_pods = 0, node_cpus = 0;
     bool no_kubelet = false;
     bool use_tls = true;
     char *cert = NULL, *key = NULL;
@@ -239,6 +240,7 @@ int main(int argc, char **argv)
                                              {"log-level", required_argument, NULL, 'l'},
                                              {"node-name", required_argument, NULL, 'n'},
                                              {"fake-gpus", required_argument, NULL, 'g'},
+                                             {"node-cpus", required_argument, NULL, 'C'},
                                              {"max-pods", required_argument, NULL, 'm'},
                                              {"no-kubelet", no_argument, NULL, 'K'},
                                              {"tls", no_argument, NULL, 'T'},
@@ -280,6 +282,10 @@ int main(int argc, char **argv)
         case 'H': use_tls = false; break;
         case 'g':
             if (kd_flag_int(P, "fake-gpus", optarg, 0, 64, &fake_gpus) < 0)
+                return 2;
+            break;
+        case 'C':
+            if (kd_flag_int(P, "node-cpus", optarg, 1, 4096, &node_cpus) < 0)
                 return 2;
             break;
         case 'm':
@@ -368,6 +374,7 @@ int main(int argc, char **argv)
         struct kd_kubelet_opts ko = {.node_name = node_name,
                                      .state_dir = state_dir,
                                      .fake_gpus = fake_gpus,
+                                     .cpus = node_cpus,
                                      .api_port = actual,
                                      .max_pods = max_pods,
                                      .kubeconfig = kubeconfig};

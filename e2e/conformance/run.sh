@@ -179,6 +179,13 @@ expect "watch without resourceVersion starts with ADDED for existing objects" '"
     kubectl get --raw "/api/v1/namespaces/$NS/configmaps?watch=1&timeoutSeconds=1"
 got=$(kubectl get --raw "/api/v1/namespaces/$NS/configmaps?watch=1&timeoutSeconds=1&labelSelector=n%3D2" | names_of)
 if [ "$got" = "c2 " ]; then ok "watch with labelSelector filters"; else bad "watch with labelSelector filters" "got: $got"; fi
+# kdet-controller watches the pods that are not trial pods with `!kdet.io/trial` (schedloop.c).
+got=$(kubectl get --raw "/api/v1/namespaces/$NS/configmaps?watch=1&timeoutSeconds=1&labelSelector=%21n" | names_of)
+case " $got" in
+*" c2 "* | *" c3 "* | *" c4 "*) bad "watch with labelSelector !key filters" "got: $got" ;;
+*" c1 "*) ok "watch with labelSelector !key filters" ;;
+*) bad "watch with labelSelector !key filters" "got: $got" ;;
+esac
 if [ "$LOCAL" = 1 ]; then
     for i in $(seq 1 60); do $K annotate cm c2 --overwrite "i=$i" >/dev/null; done
     expect "watch from a compacted resourceVersion gets an ERROR event with 410 Expired" \

@@ -29,11 +29,14 @@ wait_for() {
     return 0
 }
 
-# start_local GPUS: kdet-local on a free port with GPUS fake GPUs; CRDs and priority classes applied.
+# start_local GPUS [ARGS...]: kdet-local on a free port with GPUS fake GPUs (and ARGS, such as
+# --node-cpus 2); CRDs and priority classes applied.
 start_local() {
+    local gpus=$1
+    shift
     PATH=$KD_BUILD/bin:$PATH "$KD_BUILD/bin/kdet-local" --data-dir "$T/data" --port 0 \
-        --port-file "$T/port" --kubeconfig-out "$T/kubeconfig" --fake-gpus "$1" \
-        --node-name kdet-e2e >"$T/local.log" 2>&1 &
+        --port-file "$T/port" --kubeconfig-out "$T/kubeconfig" --fake-gpus "$gpus" \
+        --node-name kdet-e2e "$@" >"$T/local.log" 2>&1 &
     LOCAL_PID=$!
     wait_for 10 test -s "$T/kubeconfig" || { echo "kdet-local did not start"; tail "$T/local.log"; return 1; }
     wait_for 10 kubectl get nodes kdet-e2e || return 1

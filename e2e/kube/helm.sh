@@ -90,6 +90,11 @@ for vr in "create trials.kdet.io" "patch experiments.kdet.io/status" "create pod
 	can yes $vr
 done
 can yes update leases.coordination.k8s.io "$NS"
+# The pods kdet does not schedule are watched in all namespaces for the room they hold.
+for verb in list watch; do
+	got=$(kubectl auth can-i "$verb" pods --all-namespaces --as="$sa" 2>/dev/null)
+	if [[ "$got" == yes ]]; then ok "controller can-i $verb pods --all-namespaces: yes"; else bad "controller can-i $verb pods --all-namespaces: want yes, got '$got'"; fi
+done
 for vr in "list secrets" "watch secrets" "create pods/exec" "delete nodes" "create clusterroles" \
 	"delete experiments.kdet.io" "create deployments.apps" "escalate roles.rbac.authorization.k8s.io"; do
 	# shellcheck disable=SC2086

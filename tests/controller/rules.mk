@@ -1,6 +1,7 @@
 # tests/controller: kdet-controller unit tests and the end-to-end suite on kdet-local.
 $(O)/obj/tests/controller/%.o: KD_CFLAGS += -iquote controller -Icontroller
 $(eval $(call kd_test,test_ctrl_sched,tests/controller/test_ctrl_sched.c,ctrl core,,30))
+$(eval $(call kd_test,test_ctrl_capacity,tests/controller/test_ctrl_capacity.c,ctrl core,-ljansson,30))
 $(eval $(call kd_test,test_ctrl_podspec,tests/controller/test_ctrl_podspec.c tests/support/golden.c,ctrl config yaml hparams core,-ljansson -lyaml -lm,30))
 $(eval $(call kd_test,test_ctrl_defaults,tests/controller/test_ctrl_defaults.c,ctrl core,-ljansson,30))
 $(eval $(call kd_test,test_ctrl_handoff,tests/controller/test_ctrl_handoff.c,ctrl core,-ljansson -lpthread,30))
@@ -15,6 +16,7 @@ CTRL_E2E_DEPS := $(O)/bin/kdet-controller $(O)/bin/kdet-local $(O)/bin/kdet-laun
 $(eval $(call kd_test_script,test_ctrl_e2e_basic,e2e/controller/basic.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_capacity,e2e/controller/capacity.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_cpuslots,e2e/controller/cpuslots.sh,120,,$(CTRL_E2E_DEPS)))
+$(eval $(call kd_test_script,test_ctrl_e2e_otherpods,e2e/controller/otherpods.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_lifecycle,e2e/controller/lifecycle.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_restarts,e2e/controller/restarts.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_preempt,e2e/controller/preempt.sh,120,,$(CTRL_E2E_DEPS)))

@@ -143,13 +143,14 @@ static void run_file(const char *path, const char *file)
                     ;
                 else if (strncmp(tok, "pool=", 5) == 0)
                     kd_strlcpy(n->pool, tok + 5, sizeof(n->pool));
-                else if (kv_int(tok, "used", &n->used))
+                else if (kv_int(tok, "other_gpus", &n->other_gpus))
                     ;
                 else if (strncmp(tok, "cpu=", 4) == 0) {
-                    int64_t m = 0, per = c->opts.cpu_per_slot_milli;
-                    if (kd_sched_cpu_milli(tok + 4, &m) != 0)
+                    if (kd_sched_cpu_milli(tok + 4, &n->cpu_milli) != 0)
                         fail_msg("%s:%d: bad cpu quantity %s", file, ln, tok);
-                    n->cpu_slots = kd_sched_cpu_slots(m, per > 0 ? per : 1000);
+                } else if (strncmp(tok, "other_cpu=", 10) == 0) {
+                    if (kd_sched_cpu_milli(tok + 10, &n->other_cpu_milli) != 0)
+                        fail_msg("%s:%d: bad cpu quantity %s", file, ln, tok);
                 } else if (strcmp(tok, "unschedulable") == 0)
                     n->unschedulable = true;
                 else
