@@ -44,6 +44,7 @@ struct kd_ctrl_opts {
     enum kd_sched_type sched_type;
     bool preemption;
     enum kd_sched_slot_type slot_type; /* --slot-type [auto]; a CPU slot's size is in pod */
+    int max_slots_per_pod;             /* --max-slots-per-pod [0: no limit] */
     /* Who admits gangs by capacity: kdet (builtin), Volcano or Kueue (docs/scheduling.md). */
     const struct kd_gang_ops *gang;
     const char *gang_queue; /* the batch scheduler's queue; NULL: the trial's resource pool */

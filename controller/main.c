@@ -55,6 +55,9 @@ static void usage(FILE *f)
         "                           pool whose nodes have GPUs and CPU slots where none has\n"
         "  --cpu-per-slot CPUS      CPUs of a CPU slot, e.g. 1, 0.5, 2500m (default 1)\n"
         "  --memory-per-slot SIZE   memory of a CPU slot, e.g. 2Gi, 512Mi (default: none)\n"
+        "  --max-slots-per-pod N    split a trial of more slots into pods of N slots, several\n"
+        "                           to a node where they fit (default 0: one pod, or whole-node\n"
+        "                           pods when the trial exceeds the largest node)\n"
         "  --gang-scheduler NAME    who admits trials by capacity: builtin | volcano | kueue |\n"
         "                           auto (by API discovery) (default $KDET_GANG_SCHEDULER or "
         "builtin)\n"
@@ -100,6 +103,7 @@ static const char *const flag_names[] = {
     "--preemption",
     "--slot-type",
     "--cpu-per-slot",
+    "--max-slots-per-pod",
     "--memory-per-slot",
     "--gang-scheduler",
     "--gang-queue",
@@ -319,6 +323,14 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
                                "--cpu-per-slot=%s: expected a CPU quantity above 0 such as 1, "
                                "0.5 or 2500m",
                                v);
+        } else if (strcmp(name, "--max-slots-per-pod") == 0) {
+            if (kd_parse_int(v, &n) != 0 || n < 0 || n > 1024)
+                rc = kd_seterr(err, KD_EINVAL,
+                               "--max-slots-per-pod=%s: expected an integer from 0 (no limit) to "
+                               "1024",
+                               v);
+            else
+                o->max_slots_per_pod = n;
         } else if (strcmp(name, "--memory-per-slot") == 0) {
             if ((rc = memory_parse(v, &o->pod.memory_per_slot)) != 0)
                 rc = kd_seterr(err, KD_EINVAL,

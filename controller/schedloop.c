@@ -346,7 +346,8 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
                                .preemption = c->o.preemption,
                                .delegate = delegate,
                                .slot_type = c->o.slot_type,
-                               .cpu_per_slot_milli = c->o.pod.cpu_per_slot_milli};
+                               .cpu_per_slot_milli = c->o.pod.cpu_per_slot_milli,
+                               .max_slots_per_pod = c->o.max_slots_per_pod};
     if (kd_sched_decide(&so, nodes, nn, ts, n) != 0) {
         KD_ERROR("scheduler input rejected", "trials=%zu nodes=%zu", n, nn);
         goto out;

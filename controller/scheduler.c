@@ -151,6 +151,7 @@ struct ctx {
     const int *held;
     const bool *cpu;
     int64_t per_slot_milli;
+    int max_slots_per_pod; /* 0: a pod may take a whole node */
 };
 
 static bool in_pool(const struct kd_sched_node *n, const char *pool)
@@ -171,6 +172,67 @@ static void fmt_cpus(int64_t milli, char *buf, size_t len)
             f[k - 1] = '\0';
         snprintf(buf, len, "%lld.%s CPU%s", (long long)whole, f, whole >= 1 ? "s" : "");
     }
+}
+
+/*
+ * place() for a trial split into pods of `per` slots (--max-slots-per-pod):
+ * slots/per pods, each on the node of the pool with the least free slots
+ * that still hold it (best fit, so that a trial's pods share nodes where
+ * they can), several pods to a node where it has room. NEVER when the
+ * slots are not a multiple of per, or when the pool could not hold that
+ * many such pods even empty; all pods or none.
+ */
+static enum fit place_split(struct kd_sched_trial *t, const struct ctx *x, int *avail, int per,
+                            const char *unit, const char *others, int free_total, char *why,
+                            size_t whylen)
+{
+    int need = t->slots / per, fits_empty = 0, got = 0;
+    int *left = NULL;
+    enum fit rc = FIT_NOT_NOW;
+    if (t->slots % per != 0) {
+        snprintf(why, whylen, "slots_per_trial=%d is not a multiple of max_slots_per_pod=%d",
+                 t->slots, per);
+        return FIT_NEVER;
+    }
+    for (size_t i = 0; i < x->nnodes; i++)
+        if (in_pool(&x->nodes[i], t->pool))
+            fits_empty += x->cap[i] / per;
+    if (need > KD_SCHED_MAX_PODS || need > fits_empty) {
+        snprintf(why, whylen,
+                 "slots_per_trial=%d needs %d pods of %d %s (max_slots_per_pod); resource pool %s "
+                 "holds %d such pods",
+                 t->slots, need, per, unit, t->pool, fits_empty);
+        return FIT_NEVER;
+    }
+    left = kd_xcalloc(x->nnodes + 1, sizeof(int));
+    memcpy(left, avail, x->nnodes * sizeof(int));
+    for (got = 0; got < need; got++) {
+        int best = -1;
+        for (size_t i = 0; i < x->nnodes; i++) {
+            if (!in_pool(&x->nodes[i], t->pool) || left[i] < per)
+                continue;
+            if (best < 0 || left[i] < left[best])
+                best = (int)i;
+        }
+        if (best < 0)
+            break;
+        t->place[got] = (struct kd_sched_place){best, per};
+        left[best] -= per;
+    }
+    if (got < need) {
+        snprintf(why, whylen,
+                 "waiting for %d pods of %d %s in resource pool %s (%d free in the pool%s)", need,
+                 per, unit, t->pool, free_total, others);
+        t->nplace = 0;
+        goto out;
+    }
+    /* Two pods on one node are two placements: each pod keeps to `per` slots. */
+    t->nplace = got;
+    memcpy(avail, left, x->nnodes * sizeof(int));
+    rc = FIT_OK;
+out:
+    free(left);
+    return rc;
 }
 
 /*
@@ -241,6 +303,12 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
                  "slots_per_trial=%d needs %d CPU slots; resource pool %s has %d (CPU slots of %s)",
                  t->slots, t->slots, t->pool, total, per);
         rc = FIT_NEVER;
+        goto out;
+    }
+    /* Pods of at most max_slots_per_pod slots, several to a node where they fit. */
+    if (x->max_slots_per_pod > 0 && t->slots > x->max_slots_per_pod) {
+        rc = place_split(t, x, avail, x->max_slots_per_pod, unit, others, free_total, why,
+                         whylen);
         goto out;
     }
     if (t->slots <= largest) {
@@ -635,7 +703,8 @@ int kd_sched_decide(const struct kd_sched_opts *opts, const struct kd_sched_node
                     .held = held,
                     .cpu = cpu,
                     .per_slot_milli =
-                        opts->cpu_per_slot_milli > 0 ? opts->cpu_per_slot_milli : 1000};
+                        opts->cpu_per_slot_milli > 0 ? opts->cpu_per_slot_milli : 1000,
+                    .max_slots_per_pod = opts->max_slots_per_pod > 0 ? opts->max_slots_per_pod : 0};
     for (size_t i = 0; i < nnodes; i++) {
         cpu[i] = kd_sched_pool_slot_type(opts, nodes, nnodes, nodes[i].pool) == KD_SCHED_SLOT_CPU;
         cap[i] = kd_sched_node_slots(&nodes[i], cpu[i], x.per_slot_milli, &free_gpus[i]);

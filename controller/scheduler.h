@@ -141,6 +141,12 @@ struct kd_sched_opts {
     bool delegate;
     enum kd_sched_slot_type slot_type; /* what a slot is; AUTO: per pool */
     int64_t cpu_per_slot_milli;        /* the CPUs of a CPU slot; 0: 1000 */
+    /*
+     * Determined's max_slots_per_pod: a trial of more slots runs as
+     * slots/N pods of N slots, packed onto the pool's nodes (several to a
+     * node where they fit); 0: no limit (one pod, or whole-node pods).
+     */
+    int max_slots_per_pod;
 };
 
 /**
@@ -160,7 +166,10 @@ enum kd_sched_slot_type kd_sched_pool_slot_type(const struct kd_sched_opts *opts
  * of S slots runs as one pod of S GPUs when S fits the largest node of its pool,
  * otherwise as S/G pods of G GPUs on whole free nodes with G GPUs (G the
  * largest node's count; S not a multiple of G, or more such nodes needed
- * than the pool has, is NEVER). Gang: all pods are placed or none. The
+ * than the pool has, is NEVER); with max_slots_per_pod N and S > N, as S/N
+ * pods of N slots, each on the node with the least free slots that holds it
+ * (S not a multiple of N, or more pods than the empty pool holds, is NEVER).
+ * Gang: all pods are placed or none. The
  * priority scheduler takes waiting trials by (priority, position, index)
  * and stops at the first one of a pool that does not fit now (no
  * backfill: a big gang is not starved by small ones behind it); with

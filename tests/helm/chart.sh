@@ -61,8 +61,9 @@ check(c.get("imagePullPolicy") == "IfNotPresent", "imagePullPolicy IfNotPresent"
 check(dep and dep["spec"]["replicas"] == 2 and "--leader-elect=on" in args, "2 replicas with leader election")
 check("--image=kdet-trainer:%s" % chart["appVersion"] in args, "the trial image defaults to kdet-trainer:<appVersion>")
 check("--trial-run-as-user=65532" in args, "trial pods run as non-root by default")
-check("--slot-type=auto" in args and "--cpu-per-slot=1" in args and not any(a.startswith("--memory-per-slot") for a in args),
-      "slots: auto, 1 CPU per CPU slot, no memory request by default")
+check("--slot-type=auto" in args and "--cpu-per-slot=1" in args and not any(a.startswith("--memory-per-slot") for a in args)
+      and not any(a.startswith("--max-slots-per-pod") for a in args),
+      "slots: auto, 1 CPU per CPU slot, no memory request, no pod size limit by default")
 check(not any(a.startswith("--default-checkpoint-storage") for a in args), "no default storage unless asked")
 sc, psc = c.get("securityContext", {}), pod.get("securityContext", {})
 check(psc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is True, "controller runAsNonRoot")
@@ -122,7 +123,7 @@ want_args = ["--scheduler=fair_share", "--preemption=off", "--workers=8", "--gan
              "--api-listen=0.0.0.0:9090", "--image=registry.example/kdet-trainer:9.9.9",
              "--namespace=ml", "--idle-release-after=60", "--resync=45", "--kube-api-qps=20",
              "--kube-api-burst=40", "--trial-run-as-user=1000", "--leader-elect=on",
-             "--slot-type=cpu", "--cpu-per-slot=2500m", "--memory-per-slot=4Gi",
+             "--slot-type=cpu", "--cpu-per-slot=2500m", "--memory-per-slot=4Gi", "--max-slots-per-pod=2",
              "--default-checkpoint-storage=/etc/kdet/checkpoint-storage.json", "--priority-classes=off"]
 for a in want_args:
     check(a in args, "full values: %s" % a)
@@ -176,6 +177,7 @@ for setv, want in [("replicas=0", "/replicas"), ("controller.scheduler=fifo", "/
                    ("api.port=70000", "/api/port"), ("nosuchvalue=1", "nosuchvalue"),
                    ("controller.logLevel=loud", "/controller/logLevel"),
                    ("controller.slotType=tpu", "/controller/slotType"), ("controller.cpuPerSlot=lots", "/controller/cpuPerSlot"),
+                   ("controller.maxSlotsPerPod=-1", "/controller/maxSlotsPerPod"),
                    ("checkpointStorage.sharedFs.hostPath=relative", "/checkpointStorage/sharedFs/hostPath")]:
     rc, out, err = helm("template", "kdet", "helm/kdet", "--set", setv)
     check(rc != 0 and want in err, "schema refuses %s, naming %s (%s)" % (setv, want, err.strip().splitlines()[-1] if err.strip() else "no error"))
