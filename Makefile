@@ -182,7 +182,10 @@ e2e:
 
 # The same kind of suites against a real upstream control plane built from
 # Debian's kubernetes source package (cached after the first, cold build).
+# As root it also runs the real-node suites, which install the images of
+# `make images` with helm: those are built first (cached likewise).
 e2e-real: $(O)/bin/det $(O)/bin/kdet-local $(O)/bin/kdet-controller $(O)/bin/kdet-launch $(O)/bin/fashion-mnist-c
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory O=$(O) images; fi
 	@KD_SRC=$(CURDIR) KD_BUILD=$(abspath $(O)) e2e/kube/run.sh
 
 # The end-to-end demo (mk/demo.sh): make deps, build, det deploy local up,

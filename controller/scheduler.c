@@ -307,8 +307,7 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
     }
     /* Pods of at most max_slots_per_pod slots, several to a node where they fit. */
     if (x->max_slots_per_pod > 0 && t->slots > x->max_slots_per_pod) {
-        rc = place_split(t, x, avail, x->max_slots_per_pod, unit, others, free_total, why,
-                         whylen);
+        rc = place_split(t, x, avail, x->max_slots_per_pod, unit, others, free_total, why, whylen);
         goto out;
     }
     if (t->slots <= largest) {

@@ -109,6 +109,12 @@ ctrl_pods() {
 port_fwd_pid=""
 cleanup() {
 	[[ -z "$port_fwd_pid" ]] || kill "$port_fwd_pid" 2>/dev/null
+	# Experiments first, while the controller runs to take their finalizer
+	# off; what it did not get to in 60 s loses the finalizer by hand.
+	kubectl delete exp --all -n "$NS" --wait=true --timeout=60s >/dev/null 2>&1 ||
+		kubectl get exp -n "$NS" -o name 2>/dev/null | while read -r e; do
+			kubectl -n "$NS" patch "$e" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
+		done
 	kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
 	"$HELM" uninstall "$RELEASE" -n "$INS" --wait --timeout 2m >/dev/null 2>&1
 	kubectl delete ns "$INS" --wait=false >/dev/null 2>&1
@@ -191,6 +197,9 @@ replicas: 2
 controller:
   trialImage: kdet-trainer:${tag[trainer]}
   resync: 10
+  # CPU slots of 1 CPU; the nodes have 2 CPUs each, part of them held by the
+  # controller and PostgreSQL: a trial of 2 slots runs as 2 pods of 1.
+  maxSlotsPerPod: 1
 api:
   service: {type: NodePort}
 database:
@@ -248,9 +257,11 @@ nodeport="$("${K[@]}" get svc kdet-controller -o 'jsonpath={.spec.ports[0].nodeP
 export KDET_API_URL="http://$KDET_REALNODE_GW:$nodeport"
 KDET_API_TOKEN="$("${K[@]}" get secret kdet-user-token -o 'jsonpath={.data.token}' | base64 -d)"
 export KDET_API_TOKEN
-expect "api: /readyz through the NodePort $nodeport" '^ok' curl -sS --max-time 10 "$KDET_API_URL/readyz"
+expect "api: /readyz through the NodePort $nodeport" '"status": ?"ready"' curl -sS --max-time 10 "$KDET_API_URL/readyz"
 expect "api: a request without the user token is 401" '^401$' \
-	curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "$KDET_API_URL/api/v1/experiments"
+	curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "$KDET_API_URL/api/v1/jobs"
+expect "api: and 200 with it" '^200$' \
+	curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -H "Authorization: Bearer $KDET_API_TOKEN" "$KDET_API_URL/api/v1/jobs"
 curl -sS --max-time 10 "$KDET_API_URL/metrics" >"$work/metrics.txt" 2>&1
 check "api: /metrics in Prometheus' format (kdet_leader, reconciles)" \
 	grep -qE '^kdet_leader(\{[^}]*\})? [01]' "$work/metrics.txt"
@@ -258,7 +269,7 @@ check "api: /metrics in Prometheus' format (kdet_leader, reconciles)" \
 port_fwd_pid=$!
 within 30 grep -q 'Forwarding from 127.0.0.1:' "$work/pf.log"
 pf_port="$(sed -n 's/^Forwarding from 127.0.0.1:\([0-9]*\).*/\1/p' "$work/pf.log" | head -n1)"
-expect "api: /healthz through kubectl port-forward (API server, kubelet, containerd)" '^ok' \
+expect "api: /healthz through kubectl port-forward (API server, kubelet, containerd)" '"status": ?"ok"' \
 	curl -sS --max-time 10 "http://127.0.0.1:${pf_port:-1}/healthz"
 kill "$port_fwd_pid" 2>/dev/null
 port_fwd_pid=""
@@ -288,7 +299,15 @@ resources: {slots_per_trial: $3}
 max_restarts: 0
 EOF
 }
-create() { "$DET" experiment create "$work/$1.yaml" "${2:-$work/ctx}" --template "$work/pool.yaml" -n "$NS" >"$work/create-$1.log" 2>&1; }
+# create NAME [CONTEXT]: det experiment create of $work/NAME.yaml; det names
+# the resource NAME-<digest of the spec> and prints it: E[NAME].
+declare -A E
+create() {
+	local out
+	out="$("$DET" experiment create "$work/$1.yaml" "${2:-$work/ctx}" --template "$work/pool.yaml" -n "$NS" 2>"$work/create-$1.log")" || return 1
+	E[$1]="$(tail -n1 <<<"$out")"
+	[[ -n "${E[$1]}" ]]
+}
 # finished NAME: wait for it; COMPLETED or say why not.
 finished() {
 	local e=$1
@@ -301,22 +320,33 @@ finished() {
 			"pods: $("${U[@]}" get pods -l "kdet.io/experiment=$e" -o wide 2>&1 | head -c 600)"
 	fi
 }
-pod_field() { "${U[@]}" get pods -l "kdet.io/experiment=$1" -o "jsonpath=$2" 2>/dev/null; }
+# snap_pods NAME N: wait until N pods of experiment NAME have a pod IP and
+# keep them as $work/pods-NAME.json (pods go when their trial ends).
+snap_pods() {
+	local f="$work/pods-$1.json"
+	within 240 bash -c "kubectl -n $NS get pods -l kdet.io/experiment=$1 -o json >'$f.tmp' &&
+		[[ \$(jq '[.items[] | select(.status.podIP != null)] | length' '$f.tmp') -ge $2 ]]" &&
+		mv "$f.tmp" "$f"
+}
+# pod_field NAME JQ: JQ over the snapshot of NAME's pods.
+pod_field() { jq -r "$2" "$work/pods-$1.json" 2>/dev/null; }
 
 # 1. fashion-mnist-c, one trial.
 fmnist fmnist "{name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 60}}" 1
 if create fmnist; then ok "det experiment create fmnist (through the API server)"; else bad "det experiment create fmnist" "$(tail -c 600 "$work/create-fmnist.log")"; fi
-finished fmnist
+snap_pods "${E[fmnist]}" 1
+finished "${E[fmnist]}"
 expect "fmnist: its pod ran kdet-trainer:${tag[trainer]} on a real node, with a pod IP" \
 	"^kdet-trainer:${tag[trainer]} kdet-real-node(-2)? 10\\.244\\.[01]\\.[0-9]+\$" \
-	pod_field fmnist '{.items[0].spec.containers[0].image} {.items[0].spec.nodeName} {.items[0].status.podIP}'
+	pod_field "${E[fmnist]}" '.items[0] | "\(.spec.containers[0].image) \(.spec.nodeName) \(.status.podIP)"'
 expect "fmnist: the trial pod ran as uid 65532 (the chart's trials.runAsUser)" '^65532$' \
-	pod_field fmnist '{.items[0].spec.securityContext.runAsUser}'
-expect "fmnist: validation metrics stored (3 validations of 20 batches)" '^3$' exp_metrics fmnist validation
+	pod_field "${E[fmnist]}" '.items[0].spec.securityContext.runAsUser'
+expect "fmnist: its validation stored" '^1$' exp_metrics "${E[fmnist]}" validation
+expect "fmnist: its training metrics stored (every 50 batches, and the last)" '^2$' exp_metrics "${E[fmnist]}" training
 check "fmnist: a checkpoint in the chart's shared_fs storage ($work/ckpt)" \
-	bash -c "[[ -n \"\$(find '$work/ckpt' -name metadata.json -o -name '*.manifest*' 2>/dev/null | head -n1)\" || -n \"\$(ls -A '$work/ckpt')\" ]]"
+	bash -c "[[ -n \"\$(ls -A '$work/ckpt')\" ]]"
 expect "fmnist: det trial metrics reads them through the controller API" 'validation_loss' \
-	"$DET" trial metrics fmnist-1 -n "$NS"
+	"$DET" trial metrics "${E[fmnist]}-1" --kind validation -n "$NS"
 
 # 2. The PyTorch Trainer-API example, its code unchanged.
 cat >"$work/pytorch.yaml" <<EOF
@@ -331,25 +361,27 @@ resources: {slots_per_trial: 1}
 max_restarts: 0
 EOF
 if create pytorch "$KD_SRC/examples/pytorch-fashion-mnist/trainer-api"; then ok "det experiment create pytorch (examples/pytorch-fashion-mnist/trainer-api)"; else bad "det experiment create pytorch" "$(tail -c 600 "$work/create-pytorch.log")"; fi
-finished pytorch
-v="$(exp_metrics pytorch validation)"
+finished "${E[pytorch]}"
+v="$(exp_metrics "${E[pytorch]}" validation)"
 if [[ "$v" =~ ^[0-9]+$ ]] && ((v >= 1)); then ok "pytorch: validation metrics stored ($v)"; else bad "pytorch: validation metrics stored" "got '$v'"; fi
-expect "pytorch: the Trainer reported validation_loss" 'validation_loss' "$DET" trial metrics pytorch-1 -n "$NS"
+expect "pytorch: the Trainer reported validation_loss" 'validation_loss' "$DET" trial metrics "${E[pytorch]}-1" --kind validation -n "$NS"
 
 # 3. A 2-pod trial: one pod on each node, meeting over their pod IPs.
 fmnist twopod "{name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 40}}" 2
 if create twopod; then ok "det experiment create twopod (slots_per_trial 2)"; else bad "det experiment create twopod" "$(tail -c 600 "$work/create-twopod.log")"; fi
-finished twopod
-expect "twopod: two pods, one on each real node" "^${nodes[0]} ${nodes[1]:-none}\$" \
-	bash -c "kubectl -n $NS get pods -l kdet.io/experiment=twopod -o 'jsonpath={range .items[*]}{.spec.nodeName}{\"\\n\"}{end}' | sort | tr '\\n' ' ' | sed 's/ \$//'"
-expect "twopod: the chief reported its pod IP (not 127.0.0.1) for the rendezvous" '^10\.244\.[01]\.[0-9]+ [0-9]+$' \
-	field trial twopod-1 '{.status.rendezvous.address} {.status.rendezvous.port}'
-expect "twopod: validation metrics stored (2 validations of 20 batches)" '^2$' exp_metrics twopod validation
+snap_pods "${E[twopod]}" 2
+finished "${E[twopod]}"
+expect "twopod: two pods of 1 CPU slot, one on each real node" "^${nodes[0]} 1 ${nodes[1]:-none} 1\$" \
+	pod_field "${E[twopod]}" '[.items[] | "\(.spec.nodeName) \(.spec.containers[0].resources.requests.cpu)"] | sort | join(" ")'
+ips="$(pod_field "${E[twopod]}" '[.items[].status.podIP] | sort | join(" ")')"
+expect "twopod: the chief reported its pod IP (one of the two: $ips) for the rendezvous" "^(${ips// /|}) [0-9]+\$" \
+	field trial "${E[twopod]}-1" '{.status.rendezvous.address} {.status.rendezvous.port}'
+expect "twopod: its validation stored" '^1$' exp_metrics "${E[twopod]}" validation
 
 # 4. The leader's pod deleted, then helm upgrade to a new tag, while an experiment runs.
-fmnist longrun "{name: random, metric: validation_loss, smaller_is_better: true, max_trials: 2, max_concurrent_trials: 2, max_length: {batches: 400}}" 1
-if create longrun; then ok "det experiment create longrun (2 trials of 400 batches)"; else bad "det experiment create longrun" "$(tail -c 600 "$work/create-longrun.log")"; fi
-within 120 bash -c "[[ \"\$(kubectl -n $NS get trial -l kdet.io/experiment=longrun -o 'jsonpath={.items[*].status.state}')\" == *RUNNING* ]]"
+fmnist longrun "{name: random, metric: validation_loss, smaller_is_better: true, max_trials: 2, max_concurrent_trials: 2, max_length: {batches: 3000}}" 1
+if create longrun; then ok "det experiment create longrun (2 trials of 3000 batches)"; else bad "det experiment create longrun" "$(tail -c 600 "$work/create-longrun.log")"; fi
+within 120 bash -c "[[ \"\$(kubectl -n $NS get trial -l kdet.io/experiment=${E[longrun]} -o 'jsonpath={.items[*].status.state}')\" == *RUNNING* ]]"
 old="$(leader)"
 log "deleting the leader's pod $old"
 t0=$(now)
@@ -359,6 +391,7 @@ if within 90 bash -c "h=\$(kubectl -n $INS get lease kdet-controller -o 'jsonpat
 else
 	bad "failover: another replica holds the Lease" "holder $("${K[@]}" get lease kdet-controller -o 'jsonpath={.spec.holderIdentity}')"
 fi
+expect "failover: longrun still ACTIVE" '^ACTIVE$' exp_state "${E[longrun]}"
 check "failover: the Deployment replaced the pod (2 ready)" within 120 bash -c "[[ \"\$(kubectl -n $INS get deploy kdet-controller -o 'jsonpath={.status.readyReplicas}')\" == 2 ]]"
 log "helm upgrade to kdet-controller:${tag[controller]}-next"
 t0=$(now)
@@ -368,38 +401,36 @@ if "$HELM" upgrade "$RELEASE" "$KD_SRC/helm/kdet" -n "$INS" -f "$work/values.yam
 else
 	bad "helm upgrade to a new image tag" "$(tail -c 800 "$work/helm-upgrade.log")"
 fi
-expect "upgrade: both replicas run the new tag" "^(kdet-controller:${tag[controller]}-next ?){2}\$" \
-	"${K[@]}" get pods -l app.kubernetes.io/name=kdet-controller --field-selector=status.phase=Running \
-	-o 'jsonpath={range .items[*]}{.spec.containers[0].image} {end}'
+expect "upgrade: longrun still ACTIVE when the rollout ended" '^ACTIVE$' exp_state "${E[longrun]}"
+images_now() {
+	"${K[@]}" get pods -l app.kubernetes.io/name=kdet-controller -o 'jsonpath={range .items[*]}{.spec.containers[0].image} {end}'
+}
+within 120 bash -c "[[ \"\$(kubectl -n $INS get pods -l app.kubernetes.io/name=kdet-controller -o 'jsonpath={range .items[*]}{.spec.containers[0].image} {end}')\" =~ ^(kdet-controller:${tag[controller]}-next ?){2}\$ ]]"
+expect "upgrade: the old pods are gone, both replicas run the new tag" "^(kdet-controller:${tag[controller]}-next ?){2}\$" images_now
 expect "upgrade: the user token and the trial-token key survived (lookup)" "^$KDET_API_TOKEN\$" \
 	bash -c "kubectl -n $INS get secret kdet-user-token -o 'jsonpath={.data.token}' | base64 -d"
-finished longrun
+finished "${E[longrun]}"
 expect "longrun: both trials COMPLETED, never restarted" '^COMPLETED 0? COMPLETED 0? ?$' \
-	"${U[@]}" get trials -l kdet.io/experiment=longrun -o 'jsonpath={range .items[*]}{.status.state} {.status.restarts} {end}'
-expect "longrun: every validation stored (2 trials x 20)" '^40$' exp_metrics longrun validation
-expect "longrun: no metric stored twice" '^0$' dup_metrics longrun
+	"${U[@]}" get trials -l kdet.io/experiment=${E[longrun]} -o 'jsonpath={range .items[*]}{.status.state} {.status.restarts} {end}'
+expect "longrun: every validation stored (one per trial)" '^2$' exp_metrics "${E[longrun]}" validation
+expect "longrun: every training report stored (2 trials x 3000/50)" '^120$' exp_metrics "${E[longrun]}" training
+expect "longrun: no metric stored twice" '^0$' dup_metrics "${E[longrun]}"
 
 # 5. Experiment create -> first trial container Running (KDET_INSTALL_MEASURE=N).
 if ((measure > 0)); then
+	# shellcheck source=e2e/kube/latency.sh
+	source "$here/latency.sh"
 	fmnist probe "{name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 2000}}" 1
-	: >"$work/latency"
-	for k in $(seq 1 "$measure"); do
-		sed -i "s/^name: .*/name: probe-$k/" "$work/probe.yaml"
-		t0=$(now)
-		create probe || { bad "measure: det experiment create probe-$k" "$(tail -c 400 "$work/create-probe.log")"; break; }
-		if within 120 bash -c "[[ -n \"\$(kubectl -n $NS get pods -l kdet.io/experiment=probe-$k -o 'jsonpath={.items[0].status.containerStatuses[0].state.running.startedAt}')\" ]]"; then
-			secs "$t0" "$(now)" >>"$work/latency"
-			echo >>"$work/latency"
-		fi
-		"$DET" experiment kill "probe-$k" -n "$NS" >/dev/null 2>&1
-		within 60 bash -c "[[ -z \"\$(kubectl -n $NS get pods -l kdet.io/experiment=probe-$k -o name)\" ]]"
-	done
-	n=$(grep -c . "$work/latency")
-	sort -n "$work/latency" | grep . | awk -v n="$n" '{ v[NR] = $1 } END {
-		if (n == 0) { print "time: experiment create -> first trial container Running: no sample"; exit }
-		p50 = v[int((n + 1) * 0.5)]; i95 = int(n * 0.95 + 0.999); if (i95 > n) i95 = n; if (i95 < 1) i95 = 1
-		printf "time: experiment create -> first trial container Running, %d experiments: p50 %.2f s, p95 %.2f s\n", n, p50, v[i95] }'
-	check "measure: $measure samples" test "$n" -eq "$measure"
+	lat_create() { create probe; }
+	lat_running() {
+		[[ -n "$("${U[@]}" get pods -l "kdet.io/experiment=${E[probe]}" \
+			-o 'jsonpath={.items[0].status.containerStatuses[0].state.running.startedAt}' 2>/dev/null)" ]]
+	}
+	lat_kill() {
+		"$DET" experiment kill "${E[probe]}" -n "$NS" >/dev/null 2>&1
+		latency_poll 60 bash -c "[[ -z \"\$(kubectl -n $NS get pods -l kdet.io/experiment=${E[probe]} -o name)\" ]]"
+	}
+	if latency_measure "$measure" "$work/latency"; then ok "measure: $measure samples"; else bad "measure: $measure samples" "$(wc -l <"$work/latency") taken"; fi
 fi
 
 # --- helm uninstall ---------------------------------------------------------------------

@@ -7,10 +7,15 @@
 # anything failed.
 #
 # Usage: KD_SRC=TREE KD_BUILD=BUILD_DIR e2e/kube/run.sh [SUITE...]
-#   SUITE: conformance, api, controller (default: all three, in that order),
-#          or realnode (opt-in, needs root): the upstream kubelet and
-#          kube-proxy on containerd as node kdet-real-node (build.sh --node,
-#          node/up.sh), checked by realnode.sh
+#   SUITE: conformance, api, helm, controller, and, as root, realnode and
+#          install (default: all of them in that order; realnode and install
+#          are left out, with a warning, when not root):
+#          realnode: the upstream kubelet on containerd as nodes
+#          kdet-real-node and kdet-real-node-2, kube-proxy, cluster DNS
+#          (build.sh --node, node/up.sh), checked by realnode.sh;
+#          install: helm install of helm/kdet with the images of
+#          `make images` (BUILD/images) on those nodes, experiments in
+#          containers, leader failover, helm upgrade and uninstall (install.sh)
 #   KD_BUILD        build dir holding bin/det and bin/kdet-local, and for the
 #                   controller suite bin/kdet-controller, bin/kdet-launch and
 #                   bin/fashion-mnist-c (default: TREE/build)
@@ -31,14 +36,21 @@ KD_DET="$KD_BUILD/bin/det"
 export KD_SRC KD_BUILD KD_DET # for the suites
 suite_timeout="${KDET_KUBE_SUITE_TIMEOUT:-900}"
 suites=("$@")
-((${#suites[@]})) || suites=(conformance api helm controller)
+if ((${#suites[@]} == 0)); then
+	suites=(conformance api helm controller)
+	if ((EUID == 0)); then
+		suites+=(realnode install)
+	else
+		kube_log "warning: not root, so the realnode and install suites (containerd, runc, bridges) are left out"
+	fi
+fi
 need_node=0 need_realnode=0
 for s in "${suites[@]}"; do
 	case "$s" in
 	api | helm) ;;
 	conformance | controller) need_node=1 ;;
-	realnode) need_realnode=1 ;;
-	*) kube_die "unknown suite $s (conformance, api, helm, controller, realnode)" ;;
+	realnode | install) need_realnode=1 ;;
+	*) kube_die "unknown suite $s (conformance, api, helm, controller, realnode, install)" ;;
 	esac
 done
 [[ -x "$KD_BUILD/bin/det" ]] || kube_log "warning: $KD_BUILD/bin/det missing; the det checks will fail (make $KD_BUILD/bin/det)"
@@ -54,7 +66,7 @@ if ! kube_cached; then
 	kube_log "building kube-apiserver, kube-scheduler, kube-controller-manager $KUBE_VERSION (cold: ~15 min on 2 idle cores, longer on a busy machine; cached afterwards in $KUBE_BIN)..."
 fi
 if ((need_realnode)); then
-	((EUID == 0)) || kube_die "the realnode suite needs root (containerd, runc, a bridge, iptables, cgroups)"
+	((EUID == 0)) || kube_die "the realnode and install suites need root (containerd, runc, bridges, iptables, cgroups)"
 	"$here/build.sh" --all # control plane and node in one pass when both are cold
 	"$here/build.sh"
 	"$here/build.sh" --node
@@ -162,7 +174,8 @@ for s in "${suites[@]}"; do
 	helm) run_suite helm "$here/helm.sh" ;;
 	controller) run_suite controller "$here/controller.sh" ;;
 	realnode) run_suite realnode env KDET_KUBE_DIR="$dir" "$here/realnode.sh" ;;
-	*) kube_die "unknown suite $s (conformance, api, helm, controller, realnode)" ;;
+	install) run_suite install env KDET_KUBE_DIR="$dir" "$here/install.sh" ;;
+	*) kube_die "unknown suite $s (conformance, api, helm, controller, realnode, install)" ;;
 	esac
 done
 

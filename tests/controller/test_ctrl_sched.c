@@ -131,8 +131,8 @@ static void run_file(const char *path, const char *file)
             assert_int_equal(
                 kd_sched_cpu_milli(strtok_r(NULL, " \t", &save), &c->opts.cpu_per_slot_milli), 0);
         } else if (strcmp(w, "max_slots_per_pod") == 0) {
-            assert_int_equal(
-                kd_parse_int(strtok_r(NULL, " \t", &save), &c->opts.max_slots_per_pod), 0);
+            assert_int_equal(kd_parse_int(strtok_r(NULL, " \t", &save), &c->opts.max_slots_per_pod),
+                             0);
         } else if (strcmp(w, "node") == 0) {
             struct kd_sched_node *n = &c->nodes[c->nn++];
             char *tok;

@@ -264,9 +264,8 @@ int main(int argc, char **argv)
         sleep((unsigned)port); /* 1 to 65535 seconds */
         return 0;
     }
-    fprintf(
-        stderr,
-        "usage: probe pause | addr [IF] | serve PORT | send HOST PORT [DATA] | sleep SECONDS | "
-        "resolve NAME\n");
+    fprintf(stderr,
+            "usage: probe pause | addr [IF] | serve PORT | send HOST PORT [DATA] | sleep SECONDS | "
+            "resolve NAME\n");
     return 2;
 }
