@@ -65,6 +65,7 @@ struct kd_ctrl_opts {
     const char *key_ns;          /* that Secret's namespace [$POD_NAMESPACE or the client's] */
     const char *user_token_file; /* NULL: $KDET_USER_TOKEN, else user endpoints off */
     const char *spool_dir;       /* the store's metrics spool; NULL: none */
+    int64_t log_max_bytes; /* trial log text kept per trial [0: the API's default]; < 0: all */
     /* --default-checkpoint-storage: the file, and its JSON object once read (owned). */
     const char *default_storage_file;
     json_t *default_storage;

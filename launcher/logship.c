@@ -201,7 +201,9 @@ static void *ship_main(void *arg)
         int64_t until = kd_mono_ms() + kd_logq_backoff_ms(attempt);
         if (s->stopping && until > s->deadline_ms)
             until = s->deadline_ms;
-        while (kd_mono_ms() < until && !(s->stopping && kd_mono_ms() >= s->deadline_ms))
+        /* The exit flush does not sit out a back-off begun before it: it tries at once. */
+        bool was_stopping = s->stopping;
+        while (kd_mono_ms() < until && s->stopping == was_stopping)
             wait_until(s, until);
     }
     s->st.lines_unsent = s->q.nlines + (body != NULL ? b.nlines : 0);

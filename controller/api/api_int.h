@@ -64,6 +64,10 @@ struct kd_api {
     json_t *progress; /* trial uid -> [mono ms of the last batchesTrained write, batches] */
 
     struct api_hub hub;
+    /* Log streams wait here for stored batches (they poll the store at least once a second). */
+    pthread_mutex_t logs_mu;
+    pthread_cond_t logs_cond;
+    uint64_t logs_gen;
     struct kd_metric *m_requests, *m_seconds; /* NULL without o.metrics */
 };
 
@@ -146,6 +150,19 @@ void api_user_trial_checkpoints(struct api_rq *q);
 void api_user_checkpoint(struct api_rq *q);
 void api_user_jobs(struct api_rq *q);
 void api_user_stream(struct api_rq *q);
+/**
+ * The Experiment (trial false) or Trial that seg[5] names in namespace
+ * seg[3]: a name, or else (1 to 18 digits) the store id of one (docs/api.md
+ * "Integer ids"). *obj: a copy (caller frees). KD_ENOTFOUND with err.
+ */
+int api_user_get(struct api_rq *q, bool trial, json_t **obj, char *err);
+
+/* ---- logs.c ---- */
+void api_worker_logs(struct api_rq *q);
+void api_user_logs(struct api_rq *q);
+void api_user_logs_stream(struct api_rq *q);
+/** Wake the log streams (a batch was stored, or the API stops). */
+void api_logs_wake(struct kd_api *a);
 
 /** Preemption state of a trial from the caches: true with a reason. */
 bool api_should_preempt(const json_t *trial, const json_t *exp, const char **reason);
