@@ -134,6 +134,21 @@ void kd_ctrl_kick(struct kd_ctrl *c);
 bool kd_ctrl_api_on(const struct kd_ctrl *c);
 
 /**
+ * The nodes exclude_node log policies keep the trial's attempts off: the
+ * `node` of each exclude_node entry of status.logPolicies (written by the
+ * controller API), without repeats, at most max, into names[] (borrowed
+ * from trial). Returns how many. Pure.
+ */
+int kd_ctrl_excluded_nodes(const json_t *trial, const char **names, int max);
+
+/**
+ * The first cancel_retries entry of the trial's status.logPolicies as
+ * `"NAME" (pattern P)` (or `(pattern P)` without a name) into buf; false
+ * when there is none. Pure.
+ */
+bool kd_ctrl_log_cancel(const json_t *tstatus, char *buf, size_t len);
+
+/**
  * Read a small file (a key, a token, a settings file) into a new buffer the
  * caller frees: at most max bytes (KD_ETOOBIG past it), NUL-terminated,
  * trailing newlines dropped; *len its length. 0, a KD_E* code or -errno, with the

@@ -239,7 +239,8 @@ size_t kd_logq_take(struct kd_logq *q, struct kd_logq_batch *b)
     return b->nlines;
 }
 
-char *kd_logq_batch_json(const struct kd_logq_batch *b, const char *key, const char *run_id)
+char *kd_logq_batch_json(const struct kd_logq_batch *b, const char *key, const char *run_id,
+                         int node_rank)
 {
     json_t *lines = json_array();
     char ts[40];
@@ -252,8 +253,8 @@ char *kd_logq_batch_json(const struct kd_logq_batch *b, const char *key, const c
                              l->stream == KD_LOGQ_STDERR ? "stderr" : "stdout", "timestamp",
                              kd_time_rfc3339(l->ts_ms, 1, ts, sizeof(ts)), "line", text));
     }
-    json_t *body =
-        json_pack("{s:s,s:s,s:o}", "key", key, "run_id", run_id ? run_id : "", "lines", lines);
+    json_t *body = json_pack("{s:s,s:s,s:i,s:o}", "key", key, "run_id", run_id ? run_id : "",
+                             "node_rank", node_rank, "lines", lines);
     char *s = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     if (s == NULL)

@@ -98,10 +98,11 @@ void kd_logq_batch_free(struct kd_logq_batch *b);
 
 /**
  * The batch as the JSON body of POST .../trials/NAME/logs: {"key": key,
- * "run_id": run_id, "lines": [{"rank", "stream", "timestamp", "line"}]}.
- * Caller frees. Aborts only on out-of-memory.
+ * "run_id": run_id, "node_rank": node_rank, "lines": [{"rank", "stream",
+ * "timestamp", "line"}]}. Caller frees. Aborts only on out-of-memory.
  */
-char *kd_logq_batch_json(const struct kd_logq_batch *b, const char *key, const char *run_id);
+char *kd_logq_batch_json(const struct kd_logq_batch *b, const char *key, const char *run_id,
+                         int node_rank);
 
 /** The wait before retry number `attempt` (1, 2, ...): 250 ms doubling, at most 8 s. */
 int64_t kd_logq_backoff_ms(int attempt);

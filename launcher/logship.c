@@ -31,6 +31,7 @@ struct kd_logship {
     char *url; /* .../trials/NAME/logs */
     char *auth;
     char *run_id;
+    int node_rank;
     char key_prefix[48];
     pthread_t th;
     pthread_mutex_t mu;
@@ -158,7 +159,7 @@ static void *ship_main(void *arg)
                 break;
             kd_logq_take(&s->q, &b);
             snprintf(key, sizeof(key), "%s-%llu", s->key_prefix, (unsigned long long)++s->seq);
-            body = kd_logq_batch_json(&b, key, s->run_id);
+            body = kd_logq_batch_json(&b, key, s->run_id, s->node_rank);
             s->inflight = b.nlines;
             attempt = 0;
         }
@@ -242,6 +243,7 @@ int kd_logship_start(const struct kd_logship_opts *o, struct kd_logship **out, c
         kd_xasprintf("%.*s/api/v1/namespaces/%s/trials/%s/logs", (int)bl, o->url, o->ns, o->trial);
     s->auth = kd_xasprintf("Authorization: Bearer %s", o->token);
     s->run_id = kd_xstrdup(o->run_id != NULL ? o->run_id : "");
+    s->node_rank = o->node_rank;
     /* Unique per launcher process: a retried batch keeps its key, a new process never reuses one.
      */
     snprintf(s->key_prefix, sizeof(s->key_prefix), "n%d-%016llx", o->node_rank,

@@ -105,7 +105,7 @@ out:
 
 void api_worker_logs(struct api_rq *q)
 {
-    static const char *const keys[] = {"key", "run_id", "lines", NULL};
+    static const char *const keys[] = {"key", "run_id", "node_rank", "lines", NULL};
     struct kd_api *a = q->api;
     json_t *trial = NULL, *body = NULL;
     char err[KD_ERRLEN] = "";
@@ -123,6 +123,12 @@ void api_worker_logs(struct api_rq *q)
     }
     if (run != NULL && !json_is_string(run)) {
         api_error(q, 400, "run_id", "run_id: must be a string (the attempt's KDET_RUN_ID)");
+        goto out;
+    }
+    json_t *nr = json_object_get(body, "node_rank");
+    if (nr != NULL &&
+        (!json_is_integer(nr) || json_integer_value(nr) < 0 || json_integer_value(nr) >= 65536)) {
+        api_error(q, 400, "node_rank", "node_rank: must be an integer from 0 to 65535");
         goto out;
     }
     struct kd_log_line *lines = NULL;
@@ -148,6 +154,16 @@ void api_worker_logs(struct api_rq *q)
         } else {
             api_fail(q, rc, NULL, err);
         }
+        goto out;
+    }
+    /* Also for a batch sent again: its first try may have stored the lines and then failed to
+     * record a match; recording is idempotent. */
+    if ((rc = api_log_policies_apply(a, trial, json_string_value(run), (int)json_integer_value(nr),
+                                     lines, n, err)) != 0) {
+        api_error(q, 503, NULL,
+                  "the lines are stored but a log policy match could not be recorded (%s); retry "
+                  "with the same key",
+                  err);
         goto out;
     }
     if (res.capped)

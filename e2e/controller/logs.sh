@@ -7,7 +7,7 @@
 # finds the exception, `-f` on the ended trial prints all and returns, and
 # `det experiment logs` prefixes the trial. Without the controller API det
 # reads the pods and says they are gone. Deleting the experiment removes
-# its logs from the store.
+# its logs from the store. A cancel_retries log policy ends a failing trial without a restart.
 . "$(dirname "$0")/lib.sh"
 need_pg || exit 77
 trap 'stop_pg; finish; exit $?' EXIT
@@ -91,7 +91,28 @@ rc=$?
 cat "$T/pods.out" | sed "s/^/#   /"
 check "without the API: the pod path says the pods are gone (exit $rc)" grep -q "has no pods" "$T/pods.out"
 
+# A log policy: cancel_retries on a pattern ends a failed trial at once, max_restarts or not.
+printf 'echo starting\necho "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" >&2\nexit 1\n' >"$T/oom.sh"
+experiment oom "  entrypoint: sh $T/oom.sh
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  max_restarts: 3
+  log_policies:
+    - name: CUDA OOM
+      pattern: 'CUDA out of memory'
+      action: cancel_retries
+  resources: {slots_per_trial: 1}"
+check "oom-1 ERROR" wait_for 60 trial_state_is oom-1 ERROR
+msg=$(field trial oom-1 '{.status.message}')
+echo "# message: $msg"
+r=$(field trial oom-1 '{.status.restarts}')
+check "not restarted (restarts ${r:-0} of max_restarts 3)" test "${r:-0}" = 0
+check "the message names the policy and its pattern" eval 'case "$msg" in *'"'"'not restarted: log policy "CUDA OOM" (pattern CUDA out of memory) matched (cancel_retries)'"'"'*) true ;; *) false ;; esac'
+check "the match is in the trial's status" test "$(field trial oom-1 '{.status.logPolicies[0].action}')" = cancel_retries
+check "one attempt only" test "$(grep -c 'msg="trial pods created" trial=oom-1' "$T/ctrl.log")" = 1
+
 # The experiment deleted: its logs go from the store.
 kubectl delete experiment logs --wait=false >/dev/null
-check "the deleted experiment's logs are removed" wait_for 60 n_is 0 psqlq "select count(*) from trial_logs"
+check "the deleted experiment's logs are removed" wait_for 60 n_is 0 psqlq "select count(*) from trial_logs l
+    join trials t on t.id = l.trial_id join experiments e on e.id = t.experiment_id where e.name = 'logs'"
 check "the controller said so" grep -q "msg=\"deleted experiment's trial logs removed\"" "$T/ctrl.log"

@@ -216,12 +216,13 @@ static void test_json(void **state)
                  strlen("Traceback \"x\"\t\\"), "", 0);
     push(&q, 0, "caf\xC3\xA9", 2);
     kd_logq_take(&q, &b);
-    char *s = kd_logq_batch_json(&b, "n0-00ff-1", "run7");
+    char *s = kd_logq_batch_json(&b, "n0-00ff-1", "run7", 2);
     json_error_t je;
     json_t *j = json_loads(s, 0, &je);
     assert_non_null(j);
     assert_string_equal(json_string_value(json_object_get(j, "key")), "n0-00ff-1");
     assert_string_equal(json_string_value(json_object_get(j, "run_id")), "run7");
+    assert_int_equal(json_integer_value(json_object_get(j, "node_rank")), 2);
     json_t *lines = json_object_get(j, "lines");
     assert_int_equal(json_array_size(lines), 2);
     json_t *l0 = json_array_get(lines, 0);

@@ -22,6 +22,7 @@
 
 #include "core/buf.h"
 #include "core/time.h"
+#include "api/api_int.h"
 #include "fx.h"
 #include "logship.h"
 
@@ -369,6 +370,95 @@ static void test_follow(void **state)
     assert_int_equal(fx_http("GET", NSP "trials/nope/logs/stream", FX_USER_TOKEN, NULL, NULL), 404);
 }
 
+/* ---- log policies ------------------------------------------------------------------------ */
+
+static json_t *policies_of(const char *trial)
+{
+    json_t *t = fx_get_trial(trial);
+    json_t *p = json_incref(json_object_get(json_object_get(t, "status"), "logPolicies"));
+    json_decref(t);
+    return p;
+}
+
+static void test_log_policies(void **state)
+{
+    (void)state;
+    char ua[64], ta[64], ub[64], tb[64];
+    fx_experiment("lp", "loss");
+    fx_patch("experiments", "lp", NULL,
+             "{\"spec\":{\"log_policies\":[{\"name\":\"OOM\",\"pattern\":"
+             "\"CUDA out of memory\",\"action\":\"cancel_retries\"},{\"pattern\":"
+             "\"ECC error\",\"action\":{\"type\":\"exclude_node\"}},{\"name\":\"never\","
+             "\"pattern\":\"^no such line$\",\"action\":\"cancel_retries\"}]}}");
+    /* the API's cache has the policies before a line is sent */
+    for (int i = 0; i < 100; i++) {
+        json_t *e = NULL;
+        fx_http("GET", NSP "experiments/lp", FX_USER_TOKEN, NULL, &e);
+        bool seen =
+            json_array_size(json_object_get(
+                json_object_get(json_object_get(e, "experiment"), "spec"), "log_policies")) == 3;
+        json_decref(e);
+        if (seen)
+            break;
+        kd_sleep_ms(50);
+    }
+    fx_trial("lp", "lp-1", 100, ua, sizeof(ua));
+    fx_token("lp-1", ua, ta, sizeof(ta));
+    fx_pod("lp-1", "run-a", "lp-1-0");
+    assert_int_equal(post_lines("lp-1", ta, "p1", "fine", 0, 3, 0, NULL), 200);
+    json_t *p = policies_of("lp-1");
+    assert_int_equal(json_array_size(p), 0);
+    json_decref(p);
+    assert_int_equal(
+        post_lines("lp-1", ta, "p2", "RuntimeError: CUDA out of memory. Tried", 0, 2, 1, NULL),
+        200);
+    assert_int_equal(
+        post_lines("lp-1", ta, "p3", "uncorrectable ECC error encountered", 0, 1, 0, NULL), 200);
+    p = policies_of("lp-1");
+    assert_int_equal(json_array_size(p), 2);
+    json_t *oom = json_array_get(p, 0), *ecc = json_array_get(p, 1);
+    assert_string_equal(json_string_value(json_object_get(oom, "name")), "OOM");
+    assert_string_equal(json_string_value(json_object_get(oom, "action")), "cancel_retries");
+    assert_string_equal(json_string_value(json_object_get(oom, "runId")), "run-a");
+    assert_string_equal(json_string_value(json_object_get(oom, "line")),
+                        "RuntimeError: CUDA out of memory. Tried 0");
+    assert_null(json_object_get(oom, "node"));
+    assert_string_equal(json_string_value(json_object_get(ecc, "action")), "exclude_node");
+    assert_string_equal(json_string_value(json_object_get(ecc, "node")), "kd-test-nowhere");
+    assert_null(json_object_get(ecc, "name"));
+    json_decref(p);
+    /* the same batch again, and the same match in a new batch: recorded once */
+    assert_int_equal(
+        post_lines("lp-1", ta, "p3", "uncorrectable ECC error encountered", 0, 1, 0, NULL), 200);
+    assert_int_equal(post_lines("lp-1", ta, "p4", "another ECC error", 0, 1, 0, NULL), 200);
+    p = policies_of("lp-1");
+    assert_int_equal(json_array_size(p), 2);
+    json_decref(p);
+    /* an experiment without policies: nothing recorded */
+    fx_experiment("lq", "loss");
+    fx_trial("lq", "lq-1", 100, ub, sizeof(ub));
+    fx_token("lq-1", ub, tb, sizeof(tb));
+    assert_int_equal(post_lines("lq-1", tb, "q1", "CUDA out of memory", 0, 1, 0, NULL), 200);
+    p = policies_of("lq-1");
+    assert_null(p);
+    /* the pure matcher: the first matching line of each policy, the action's two forms */
+    json_t *pol = json_loads("[{\"pattern\":\"b+\",\"action\":\"exclude_node\"},"
+                             "{\"name\":\"n\",\"pattern\":\"^c\",\"action\":{\"type\":"
+                             "\"cancel_retries\"}},{\"pattern\":\"a\",\"action\":\"reboot\"},"
+                             "{\"pattern\":\"(\",\"action\":\"cancel_retries\"}]",
+                             0, NULL);
+    struct kd_log_line ls[3] = {
+        {0, false, 1, "abb", 3}, {0, false, 1, "cbb", 3}, {0, false, 1, "xyz", 3}};
+    json_t *m = api_log_policies_match(pol, ls, 3);
+    assert_int_equal(json_array_size(m), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(m, 0), "line")), "abb");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(m, 1), "line")), "cbb");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(m, 1), "action")),
+                        "cancel_retries");
+    json_decref(m);
+    json_decref(pol);
+}
+
 /* ---- kdet-launch's shipper against the API ---------------------------------------------- */
 
 static struct kd_logship *shipper(const char *trial, const char *tok)
@@ -479,7 +569,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_worker_route), cmocka_unit_test(test_user_routes),
         cmocka_unit_test(test_cap),          cmocka_unit_test(test_follow),
-        cmocka_unit_test(test_shipper),
+        cmocka_unit_test(test_shipper),      cmocka_unit_test(test_log_policies),
     };
     return cmocka_run_group_tests(tests, fx_setup, fx_teardown);
 }
