@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,7 +253,13 @@ int kd_logship_start(const struct kd_logship_opts *o, struct kd_logship **out, c
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->done, NULL);
-    if ((rc = pthread_create(&s->th, NULL, ship_main, s)) != 0) {
+    /* The thread takes no signals: they are the supervisor's (its self-pipe, SIGCHLD). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    rc = pthread_create(&s->th, NULL, ship_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
         rc = kd_seterr(err, -rc, "cannot start the log shipping thread: %s", strerror(rc));
         goto out;
     }
