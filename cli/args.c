@@ -37,6 +37,7 @@ static const struct opt opts[] = {
     {"--save-trial-best", NULL, true},
     {"--save-trial-latest", NULL, true},
     {"--tail", NULL, true},
+    {"--grep", NULL, true},
     {"--best", NULL, true},
     {"--all", "-a", false},
     {"--yes", "-y", false},
@@ -103,6 +104,8 @@ static void set(struct det_args *a, const char *name, const char *v)
         a->save_trial_latest = v;
     else if (strcmp(name, "--tail") == 0)
         a->tail = v;
+    else if (strcmp(name, "--grep") == 0)
+        a->grep = v;
     else if (strcmp(name, "--best") == 0)
         a->best = v;
     else if (strcmp(name, "--all") == 0)

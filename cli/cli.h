@@ -49,6 +49,7 @@ struct det_args {
     const char *priority, *ahead_of, *behind_of, *resource_pool; /* job update */
     const char *save_experiment_best, *save_trial_best, *save_trial_latest; /* gc-policy */
     const char *tail;                                                       /* logs --tail N */
+    const char *grep;                                                       /* logs --grep RE */
     const char *best;                                                       /* --best N */
     bool all, yes, follow, dry_run;
     bool paused, test, local; /* experiment create */
@@ -299,7 +300,47 @@ int det_kill_trial_pods(struct det_kube *k, const char *trial);
  * until the pods end. Returns an exit code (a trial without pods is said
  * on stderr; none with pods at all is DET_EXIT_NOTFOUND). Blocks.
  */
-int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool follow, long tail);
+int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool follow, long tail,
+                   const char *grep);
+/**
+ * The logs of trial (or, with experiment, of experiment) `name` from the
+ * controller API (logs.c): the whole log, or its last `tail` lines (tail
+ * >= 0), only lines matching the regular expression grep (NULL: all); with
+ * follow, then every new line until the trial or experiment ends. Lines
+ * print as "[rank=R] line" ("[TRIAL] [rank=R] line" for an experiment).
+ * *printed (may be NULL) gets the lines printed before following. Returns
+ * an exit code (errors printed). Blocks.
+ */
+int det_api_logs(struct det_api *api, bool experiment, const char *name, bool follow, long tail,
+                 const char *grep, size_t *printed);
+/**
+ * The controller API's side of `det trial logs` / `det experiment logs`
+ * (v parsed, pos[0] the ID): when the API is configured, resolve the ID
+ * and print from the store (det_api_logs with v->a's -f, --grep and tail),
+ * *done true, and return the exit code. *done false (return 0): use the
+ * pods' logs instead: no API is configured, or it cannot be reached (said
+ * on stderr) while a kubeconfig is at hand.
+ */
+int det_logs_api_or_pods(struct det_verb *v, bool experiment, const struct kd_k8s_gvr *gvr,
+                         long tail, bool *done);
+/** One stored line as det prints it, with a newline, appended to out. 0 or KD_ETOOBIG. Pure. */
+int det_logs_format(const json_t *line, bool with_trial, struct kd_buf *out);
+
+/** A server-sent-event parser (logs.c): complete events go to fn(event, data, ud). */
+typedef int (*det_sse_fn)(const char *event, const char *data, void *ud);
+struct det_sse {
+    struct kd_buf line, data; /* the line being read; the event's data lines */
+    char event[32];           /* the event's name ("" until an event: line) */
+    bool has_data;
+    int64_t last_id; /* the last id: field seen (what Last-Event-ID resumes after) */
+    det_sse_fn fn;
+    void *ud;
+};
+void det_sse_init(struct det_sse *s, det_sse_fn fn, void *ud);
+void det_sse_free(struct det_sse *s);
+/** Feed n bytes of the stream; fn runs for each event completed. 0, fn's error or KD_ETOOBIG. */
+int det_sse_feed(struct det_sse *s, const char *p, size_t n);
+
 /** Parse --tail N (a number >= 0) into *n (-1 when s is NULL). KD_EINVAL after printing. */
 int det_parse_tail(const char *s, long *n);
 /**

@@ -52,7 +52,7 @@ const char det_exp_usage[] =
     "  archive | unarchive ID      set spec.archived\n"
     "  delete ID [--yes]           delete the experiment, its trials and pods\n"
     "  wait ID [--timeout D]       follow the progress until the experiment ends\n"
-    "  logs ID [-f] [--tail N]     the logs of all its trials' pods, prefixed [TRIAL]\n"
+    "  logs ID [-f] [--tail N] [--grep RE]  the logs of all its trials, prefixed [TRIAL]\n"
     "  list-trials ID [--best N]   its trials (det trial list), the N best first\n"
     "  set gc-policy ID ...        change the checkpoint GC policy (--save-trial-best N, ...)\n"
     "\n"

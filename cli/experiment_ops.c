@@ -439,35 +439,43 @@ out:
 }
 
 static const char logs_usage[] =
-    "usage: det experiment logs ID [-f] [--tail N] [-n NS] [--kubeconfig FILE] [--context CTX]\n"
+    "usage: det experiment logs ID [-f] [--tail N] [--grep RE] [-n NS] [--kubeconfig FILE]\n"
+    "                           [--context CTX]\n"
     "\n"
-    "The logs of the pods of all the experiment's trials, oldest trial first, each line\n"
-    "prefixed [TRIAL] (or [TRIAL POD] when a trial has several pods). -f follows them\n"
-    "until the pods end (trials started later are not picked up); --tail N prints the\n"
-    "last N lines of each pod. kdet keeps no logs once a trial's pods are deleted.\n";
+    "The logs of all the experiment's trials, each line prefixed [TRIAL] [rank=R]. With\n"
+    "the controller API (KDET_API_URL and KDET_API_TOKEN, or det deploy local), from its\n"
+    "store, in the order they were stored, also after the pods are gone: -f follows until\n"
+    "the experiment ends (trials started later included), --tail N prints the last N lines,\n"
+    "--grep RE only lines matching the regular expression. Without it, from the pods of the\n"
+    "trials, oldest trial first ([TRIAL POD] when a trial has several pods): -f follows\n"
+    "until the pods end, --tail N the last N lines of each pod.\n";
 
 static int cmd_logs(int argc, char **argv)
 {
-    static const char *const flags[] = {"--follow", "--tail", KUBE_FLAGS, NULL};
+    static const char *const flags[] = {"--follow", "--tail", "--grep", KUBE_FLAGS, NULL};
     static const char *const pos[] = {"ID", NULL};
-    static const struct det_verb_spec spec = {.cmd = "det experiment logs",
-                                              .usage = logs_usage,
-                                              .flags = flags,
-                                              .pos = pos,
-                                              .minpos = 1,
-                                              .kube = true,
-                                              .gvr = &exp_gvr,
-                                              .what = "experiment"};
+    static const struct det_verb_spec spec = {
+        .cmd = "det experiment logs", .usage = logs_usage, .flags = flags, .pos = pos, .minpos = 1};
     struct det_verb v = {0};
     json_t *trials = NULL;
     long tail;
+    bool done = false;
     int rc = det_verb_begin(&v, argc, argv, &spec);
     if (rc >= 0)
         goto out;
-    if (det_parse_tail(v.a.tail, &tail) != 0) {
+    if (det_parse_tail(v.a.tail, &tail) != 0 || (v.a.grep != NULL && v.a.grep[0] == '\0')) {
+        if (v.a.grep != NULL && v.a.grep[0] == '\0')
+            det_err("--grep: expected a regular expression");
         rc = DET_EXIT_USAGE;
         goto out;
     }
+    rc = det_logs_api_or_pods(&v, true, &exp_gvr, tail, &done);
+    if (done)
+        goto out;
+    if (v.k.c == NULL && (rc = det_kube_open(&v.a, &v.k)) != 0)
+        goto out;
+    if ((rc = det_resolve(&v.k, &exp_gvr, "experiment", v.a.pos[0], &v.name, NULL)) != 0)
+        goto out;
     rc = exp_trials(&v.k, v.name, &trials);
     if (rc != 0)
         goto out;
@@ -476,7 +484,7 @@ static int cmd_logs(int argc, char **argv)
         rc = DET_EXIT_NOTFOUND;
         goto out;
     }
-    rc = det_trial_logs(&v.k, trials, true, v.a.follow, tail);
+    rc = det_trial_logs(&v.k, trials, true, v.a.follow, tail, v.a.grep);
 out:
     json_decref(trials);
     det_verb_end(&v);

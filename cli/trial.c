@@ -5,6 +5,7 @@
  * trial has several).
  */
 #include <pthread.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +36,11 @@ static const char trial_usage[] =
     "                    the trials of an experiment (name, unique prefix or integer id);\n"
     "                    --best N: the N best by the searcher metric, best first\n"
     "  describe TRIAL    a trial's state, hyperparameters, progress and pods\n"
-    "  logs TRIAL [-f] [--tail N]\n"
-    "                    its pods' logs (-f follows them until the pods end; --tail N:\n"
-    "                    the last N lines of each pod)\n"
+    "  logs TRIAL [-f] [--tail N] [--grep RE]\n"
+    "                    its logs, each line prefixed [rank=R]: from the controller's store\n"
+    "                    when its API is at hand (they outlive the pods), else from the\n"
+    "                    pods (-f follows until the trial ends; --tail N: the last N\n"
+    "                    lines; --grep RE: only lines matching the regular expression)\n"
     "  metrics TRIAL     its reported metrics (training or validation), from the\n"
     "                    controller API; see 'det trial metrics --help'\n"
     "  kill TRIAL        end the trial now (CANCELED, no checkpoint, not restarted):\n"
@@ -355,6 +358,7 @@ struct stream {
     const char *pod;
     const char *container; /* NULL: the only one */
     const char *prefix;    /* "" or "[pod] " */
+    const regex_t *grep;   /* only lines matching it; NULL: all */
     bool follow;
     long tail;          /* >= 0: tailLines */
     struct kd_buf line; /* partial line */
@@ -367,6 +371,14 @@ struct stream {
 
 static void emit(struct stream *s, const char *p, size_t n)
 {
+    if (s->grep != NULL) {
+        char *line = kd_xstrndup(p, n);
+        line[strcspn(line, "\n")] = '\0';
+        bool match = regexec(s->grep, line, 0, NULL, 0) == 0;
+        free(line);
+        if (!match)
+            return;
+    }
     pthread_mutex_lock(&out_lock);
     fputs(s->prefix, stdout);
     fwrite(p, 1, n, stdout);
@@ -600,8 +612,10 @@ static int trial_targets(struct det_kube *k, const json_t *t, bool by_trial, boo
     {
         json_t *pod = NULL, *cs;
         const char *pn = json_string_value(pv);
-        if (kd_k8s_get(k->c, &pod_gvr, k->ns, pn, &pod, &st, NULL) == 0 &&
-            json_array_size(cs = det_get(pod, "spec.containers")) > 1) {
+        int gr = kd_k8s_get(k->c, &pod_gvr, k->ns, pn, &pod, &st, NULL);
+        if (gr == KD_ENOTFOUND) {
+            /* status.pods still names a pod that was deleted: its logs went with it */
+        } else if (gr == 0 && json_array_size(cs = det_get(pod, "spec.containers")) > 1) {
             size_t ci;
             json_t *c;
             json_array_foreach(cs, ci, c)
@@ -636,9 +650,12 @@ out:
     return n;
 }
 
-int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool follow, long tail)
+int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool follow, long tail,
+                   const char *grep)
 {
     json_t *targets = json_array();
+    regex_t re;
+    bool have_re = false;
     struct stream *ss = NULL;
     pthread_t *th = NULL;
     size_t n = 0;
@@ -660,6 +677,18 @@ int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool
         rc = DET_EXIT_NOTFOUND;
         goto out;
     }
+    if (grep != NULL) {
+        int e = regcomp(&re, grep, REG_EXTENDED | REG_NOSUB);
+        if (e != 0) {
+            char msg[256];
+            regerror(e, &re, msg, sizeof(msg));
+            det_err("--grep %s: %s", grep, msg);
+            rc = DET_EXIT_USAGE;
+            n = 0;
+            goto out;
+        }
+        have_re = true;
+    }
     if (n > MAX_STREAMS) {
         det_err("warning: %zu pod logs; showing the first %d", n, MAX_STREAMS);
         n = MAX_STREAMS;
@@ -675,6 +704,7 @@ int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool
         ss[i].container = json_string_value(json_array_get(tg, 2));
         ss[i].follow = follow;
         ss[i].tail = tail;
+        ss[i].grep = have_re ? &re : NULL;
         kd_buf_init(&ss[i].line, LINE_MAX_BYTES);
         kd_buf_init(&ss[i].errbody, 64 * 1024);
     }
@@ -699,34 +729,40 @@ out:
     free(ss);
     free(th);
     json_decref(targets);
+    if (have_re)
+        regfree(&re);
     return rc;
 }
 
 static int cmd_logs(int argc, char **argv)
 {
-    static const char *const flags[] = {"--follow", "--tail", KUBE_FLAGS, NULL};
+    static const char *const flags[] = {"--follow", "--tail", "--grep", KUBE_FLAGS, NULL};
     static const char *const pos[] = {"TRIAL", NULL};
-    static const struct det_verb_spec spec = {.cmd = "det trial logs",
-                                              .usage = trial_usage,
-                                              .flags = flags,
-                                              .pos = pos,
-                                              .minpos = 1,
-                                              .kube = true,
-                                              .gvr = &trial_gvr,
-                                              .what = "trial",
-                                              .obj = true};
+    static const struct det_verb_spec spec = {
+        .cmd = "det trial logs", .usage = trial_usage, .flags = flags, .pos = pos, .minpos = 1};
     struct det_verb v = {0};
     json_t *one = NULL;
     long tail;
+    bool done = false;
     int rc = det_verb_begin(&v, argc, argv, &spec);
     if (rc >= 0)
         goto out;
-    if (det_parse_tail(v.a.tail, &tail) != 0) {
+    if (det_parse_tail(v.a.tail, &tail) != 0 || (v.a.grep != NULL && v.a.grep[0] == '\0')) {
+        if (v.a.grep != NULL && v.a.grep[0] == '\0')
+            det_err("--grep: expected a regular expression");
         rc = DET_EXIT_USAGE;
         goto out;
     }
+    /* The controller's store first: it keeps the logs after the pods are gone. */
+    rc = det_logs_api_or_pods(&v, false, &trial_gvr, tail, &done);
+    if (done)
+        goto out;
+    if (v.k.c == NULL && (rc = det_kube_open(&v.a, &v.k)) != 0)
+        goto out;
+    if ((rc = det_resolve(&v.k, &trial_gvr, "trial", v.a.pos[0], &v.name, &v.obj)) != 0)
+        goto out;
     one = json_pack("[O]", v.obj);
-    rc = det_trial_logs(&v.k, one, false, v.a.follow, tail);
+    rc = det_trial_logs(&v.k, one, false, v.a.follow, tail, v.a.grep);
 out:
     json_decref(one);
     det_verb_end(&v);

@@ -145,3 +145,42 @@ out:
     free(buf);
     return rc;
 }
+
+int kd_ctrl_excluded_nodes(const json_t *trial, const char **names, int max)
+{
+    int n = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(json_object_get(trial, "status"), "logPolicies"), i, r)
+    {
+        const char *node = json_string_value(json_object_get(r, "node"));
+        const char *action = json_string_value(json_object_get(r, "action")) ?: "";
+        bool have = false;
+        if (node == NULL || node[0] == '\0' || strcmp(action, "exclude_node") != 0)
+            continue;
+        for (int k = 0; k < n; k++)
+            have = have || strcmp(names[k], node) == 0;
+        if (!have && n < max)
+            names[n++] = node;
+    }
+    return n;
+}
+
+bool kd_ctrl_log_cancel(const json_t *tstatus, char *buf, size_t len)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(tstatus, "logPolicies"), i, r)
+    {
+        if (strcmp(json_string_value(json_object_get(r, "action")) ?: "", "cancel_retries") != 0)
+            continue;
+        const char *name = json_string_value(json_object_get(r, "name"));
+        const char *pattern = json_string_value(json_object_get(r, "pattern")) ?: "";
+        if (name != NULL)
+            snprintf(buf, len, "\"%s\" (pattern %s)", name, pattern);
+        else
+            snprintf(buf, len, "(pattern %s)", pattern);
+        return true;
+    }
+    return false;
+}

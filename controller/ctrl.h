@@ -66,6 +66,7 @@ struct kd_ctrl_opts {
     const char *key_ns;          /* that Secret's namespace [$POD_NAMESPACE or the client's] */
     const char *user_token_file; /* NULL: $KDET_USER_TOKEN, else user endpoints off */
     const char *spool_dir;       /* the store's metrics spool; NULL: none */
+    int64_t log_max_bytes; /* trial log text kept per trial [0: the API's default]; < 0: all */
     /* --default-checkpoint-storage: the file, and its JSON object once read (owned). */
     const char *default_storage_file;
     json_t *default_storage;
@@ -134,6 +135,21 @@ void kd_ctrl_kick(struct kd_ctrl *c);
 
 /** Whether the API is on (the store is open and the API serves; wire.c starts both). */
 bool kd_ctrl_api_on(const struct kd_ctrl *c);
+
+/**
+ * The nodes exclude_node log policies keep the trial's attempts off: the
+ * `node` of each exclude_node entry of status.logPolicies (written by the
+ * controller API), without repeats, at most max, into names[] (borrowed
+ * from trial). Returns how many. Pure.
+ */
+int kd_ctrl_excluded_nodes(const json_t *trial, const char **names, int max);
+
+/**
+ * The first cancel_retries entry of the trial's status.logPolicies as
+ * `"NAME" (pattern P)` (or `(pattern P)` without a name) into buf; false
+ * when there is none. Pure.
+ */
+bool kd_ctrl_log_cancel(const json_t *tstatus, char *buf, size_t len);
 
 /**
  * Read a small file (a key, a token, a settings file) into a new buffer the

@@ -82,6 +82,8 @@ static void usage(FILE *f)
         "created)\n"
         "  --user-token-file FILE   user API bearer token (default $KDET_USER_TOKEN; none: off)\n"
         "  --spool-dir DIR          spill metrics here while the database is down\n"
+        "  --log-max-bytes-per-trial SIZE  trial log text kept per trial, e.g. 64MiB, 1G; 0: no\n"
+        "                           limit (default 64MiB)\n"
         "  --priority-classes on|off set priorityClassName on trial pods (default on)\n"
         "  --resync SECONDS         re-reconcile live experiments this often (default 30)\n"
         "  --idle-release-after SECONDS  release the pods of a trial waiting for the searcher\n"
@@ -121,6 +123,7 @@ static const char *const flag_names[] = {
     "--token-key-file",
     "--user-token-file",
     "--spool-dir",
+    "--log-max-bytes-per-trial",
     "--priority-classes",
     "--resync",
     "--idle-release-after",
@@ -370,7 +373,15 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
             o->user_token_file = v;
         else if (strcmp(name, "--spool-dir") == 0)
             o->spool_dir = v;
-        else if (strcmp(name, "--priority-classes") == 0)
+        else if (strcmp(name, "--log-max-bytes-per-trial") == 0) {
+            uint64_t b = 0;
+            if (kd_parse_size(v, &b) != 0 || b > ((uint64_t)1 << 50))
+                rc = kd_seterr(err, KD_EINVAL,
+                               "--log-max-bytes-per-trial=%s: expected a size such as 64MiB, 1G or "
+                               "0 (no limit)",
+                               v);
+            o->log_max_bytes = b == 0 ? -1 : (int64_t)b;
+        } else if (strcmp(name, "--priority-classes") == 0)
             rc = parse_onoff(name, v, &o->pod.priority_classes, err);
         else if (strcmp(name, "--resync") == 0) {
             if (kd_parse_int(v, &n) != 0 || n < 1 || n > 86400)

@@ -385,6 +385,34 @@ static void slot_resources(json_t *c, int slots, const struct kd_pod_opts *o)
     }
 }
 
+/*
+ * Keep the pod off `nodes` (exclude_node log policies): node selector terms
+ * are ORed, so the NotIn expression goes into every term the user's
+ * pod_spec has, or into a new one.
+ */
+static void exclude_nodes(json_t *ps, const char *const *nodes, int n)
+{
+    json_t *req = child(child(child(ps, "affinity", false), "nodeAffinity", false),
+                        "requiredDuringSchedulingIgnoredDuringExecution", false);
+    json_t *terms = child(req, "nodeSelectorTerms", true);
+    json_t *values = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(values, json_string(nodes[i]));
+    if (json_array_size(terms) == 0)
+        json_array_append_new(terms, json_object());
+    size_t k;
+    json_t *term;
+    json_array_foreach(terms, k, term)
+    {
+        if (!json_is_object(term))
+            continue;
+        json_array_append_new(child(term, "matchExpressions", true),
+                              json_pack("{s:s,s:s,s:O}", "key", "kubernetes.io/hostname",
+                                        "operator", "NotIn", "values", values));
+    }
+    json_decref(values);
+}
+
 int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                  const char *const *nodes, int gpus, int npods, const struct kd_pod_opts *o,
                  json_t **out, char *err)
@@ -473,6 +501,8 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
         }
         if (json_object_size(sel) == 0)
             json_object_del(ps, "nodeSelector");
+        if (o->nexclude > 0)
+            exclude_nodes(ps, o->exclude_nodes, o->nexclude);
         if (npods > 1) {
             snprintf(buf, sizeof(buf), "node%d", r);
             json_object_set_new(ps, "hostname", json_string(buf));

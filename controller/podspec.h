@@ -79,6 +79,13 @@ struct kd_pod_opts {
     bool cpu_slots;
     int64_t cpu_per_slot_milli; /* [1000] */
     uint64_t memory_per_slot;   /* bytes; 0: none */
+    /*
+     * Nodes the attempt must not run on (exclude_node log policies; borrowed):
+     * a required node affinity `kubernetes.io/hostname NotIn [...]`, added
+     * to every node selector term of the user's pod_spec (or as the only one).
+     */
+    const char *const *exclude_nodes;
+    int nexclude;
 };
 
 /**

@@ -163,6 +163,13 @@ static int gather_trial(json_t *o, void *ud)
                     ? json_number_value(json_object_get(res, "weight"))
                     : 1.0;
     t->group_max_slots = (int)json_integer_value(json_object_get(exp, "max_slots"));
+    const char *ex[KD_SCHED_MAX_EXCLUDE];
+    int nex = kd_ctrl_excluded_nodes(o, ex, KD_SCHED_MAX_EXCLUDE);
+    for (int k = 0; k < nex; k++) {
+        int ni = node_index(ps->nodes, ps->nn, ex[k]);
+        if (ni >= 0)
+            t->exclude[t->nexclude++] = ni;
+    }
     t->position = json_number_value(json_object_get(exp, "position"));
     const char *tn = kd_k8s_meta_str(o, "name") ?: "";
     const char *dash = strrchr(tn, '-');

@@ -159,6 +159,20 @@ static bool in_pool(const struct kd_sched_node *n, const char *pool)
     return !n->unschedulable && strcmp(n->pool, pool) == 0;
 }
 
+static bool excluded(const struct kd_sched_trial *t, size_t i)
+{
+    for (int k = 0; k < t->nexclude && k < KD_SCHED_MAX_EXCLUDE; k++)
+        if (t->exclude[k] == (int)i)
+            return true;
+    return false;
+}
+
+/* A node t may be placed on: schedulable, in its pool, not excluded by a log policy. */
+static bool usable(const struct kd_sched_trial *t, size_t i, const struct kd_sched_node *n)
+{
+    return in_pool(n, t->pool) && !excluded(t, i);
+}
+
 /* "1 CPU", "2 CPUs", "0.5 CPU", "1.25 CPUs" */
 static void fmt_cpus(int64_t milli, char *buf, size_t len)
 {
@@ -195,7 +209,7 @@ static enum fit place_split(struct kd_sched_trial *t, const struct ctx *x, int *
         return FIT_NEVER;
     }
     for (size_t i = 0; i < x->nnodes; i++)
-        if (in_pool(&x->nodes[i], t->pool))
+        if (usable(t, i, &x->nodes[i]))
             fits_empty += x->cap[i] / per;
     if (need > KD_SCHED_MAX_PODS || need > fits_empty) {
         snprintf(why, whylen,
@@ -209,7 +223,7 @@ static enum fit place_split(struct kd_sched_trial *t, const struct ctx *x, int *
     for (got = 0; got < need; got++) {
         int best = -1;
         for (size_t i = 0; i < x->nnodes; i++) {
-            if (!in_pool(&x->nodes[i], t->pool) || left[i] < per)
+            if (!usable(t, i, &x->nodes[i]) || left[i] < per)
                 continue;
             if (best < 0 || left[i] < left[best])
                 best = (int)i;
@@ -246,11 +260,14 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
     const struct kd_sched_node *nodes = x->nodes;
     size_t nnodes = x->nnodes;
     int largest = 0, nlargest = 0, pool_nodes = 0, free_total = 0, total = 0, held = 0;
+    int nexcluded = 0;
     bool cpu = false;
     char per[32], others[48] = "";
     for (size_t i = 0; i < nnodes; i++) {
-        if (!in_pool(&nodes[i], t->pool))
+        if (!usable(t, i, &nodes[i])) {
+            nexcluded += in_pool(&nodes[i], t->pool);
             continue;
+        }
         pool_nodes++;
         cpu = x->cpu[i];
         free_total += avail[i] > 0 ? avail[i] : 0;
@@ -269,6 +286,14 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
     const char *unit = cpu ? "CPU slots" : "GPUs";
     t->nplace = 0;
     t->cpu = cpu;
+    if (pool_nodes == 0 && nexcluded > 0) {
+        snprintf(why, whylen,
+                 "every schedulable node of resource pool %s is excluded for this trial by an "
+                 "exclude_node log policy",
+                 t->pool);
+        rc = FIT_NEVER;
+        goto out;
+    }
     if (pool_nodes == 0) {
         snprintf(why, whylen, "resource pool %s has no schedulable node", t->pool);
         rc = FIT_NEVER;
@@ -277,7 +302,7 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
     if (t->slots == 0) {
         /* CPU only: one pod on the first node of the pool; kube-scheduler checks cpu/memory. */
         for (size_t i = 0; i < nnodes; i++) {
-            if (in_pool(&nodes[i], t->pool)) {
+            if (usable(t, i, &nodes[i])) {
                 t->place[0] = (struct kd_sched_place){(int)i, 0};
                 t->nplace = 1;
                 break;
@@ -314,7 +339,7 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
         /* One pod: best fit (the node with the least free GPUs that suffice). */
         int best = -1;
         for (size_t i = 0; i < nnodes; i++) {
-            if (!in_pool(&nodes[i], t->pool) || avail[i] < t->slots)
+            if (!usable(t, i, &nodes[i]) || avail[i] < t->slots)
                 continue;
             if (best < 0 || avail[i] < avail[best])
                 best = (int)i;
@@ -349,7 +374,7 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
     }
     int got = 0;
     for (size_t i = 0; i < nnodes && got < need; i++) {
-        if (in_pool(&nodes[i], t->pool) && x->cap[i] == largest && avail[i] == largest)
+        if (usable(t, i, &nodes[i]) && x->cap[i] == largest && avail[i] == largest)
             t->place[got++] = (struct kd_sched_place){(int)i, largest};
     }
     if (got < need) {

@@ -15,6 +15,7 @@
 #include "core/err.h"
 
 #define KD_SCHED_MAX_PODS 64   /* nodes one trial may span */
+#define KD_SCHED_MAX_EXCLUDE 8 /* nodes one trial may be kept off (exclude_node log policies) */
 #define KD_SCHED_NAMELEN 254   /* node names: DNS-1123 subdomain */
 #define KD_SCHED_POOLLEN 64    /* resource pool names */
 #define KD_SCHED_REASONLEN 256 /* the reason text of a decision */
@@ -123,6 +124,9 @@ struct kd_sched_trial {
     bool stopping; /* RUNNING but already being stopped: never chosen as a victim */
     int nplace;    /* RUNNING: its placement */
     struct kd_sched_place place[KD_SCHED_MAX_PODS];
+    /* Nodes (indices into the node array) it is never placed on: exclude_node log policies. */
+    int exclude[KD_SCHED_MAX_EXCLUDE];
+    int nexclude;
     /* outputs */
     bool cpu; /* ADMIT: its slots are CPU slots (the pool's slot type) */
     enum kd_sched_decision decision;

@@ -212,14 +212,25 @@ static void queued(const struct kd_trial_facts *f, struct kd_trial_action *a)
     }
 }
 
-/* A failed attempt: restart with backoff, or ERROR once max_restarts are used up. */
-/* A failed attempt: restart it (counted, with back-off) while max_restarts allows, else ERROR. */
+/*
+ * A failed attempt: restart it (counted, with back-off) while max_restarts allows, else ERROR;
+ * ERROR at once when a cancel_retries log policy matched. A restart names the nodes
+ * exclude_node policies keep it off (the scheduler and the pods' affinity do the keeping).
+ */
 static void fail_attempt(const struct kd_trial_facts *f, const char *why, struct kd_trial_action *a)
 {
-    if (kd_trial_on_failure(f->restarts, f->max_restarts) == KD_TRIAL_RESTART) {
+    if (f->log_cancel != NULL) {
+        set_state(a, KD_TRIAL_ERROR, "");
+        snprintf(a->message, sizeof(a->message),
+                 "%s; not restarted: log policy %s matched (cancel_retries)", why, f->log_cancel);
+        a->note = KD_TRIAL_NOTE_FAILED;
+    } else if (kd_trial_on_failure(f->restarts, f->max_restarts) == KD_TRIAL_RESTART) {
         set_state(a, KD_TRIAL_QUEUED, "");
-        snprintf(a->message, sizeof(a->message), "%s; restart %d of max_restarts=%d", why,
-                 f->restarts + 1, f->max_restarts);
+        snprintf(a->message, sizeof(a->message), "%s; restart %d of max_restarts=%d%s%s%s", why,
+                 f->restarts + 1, f->max_restarts,
+                 f->log_exclude != NULL ? "; the next attempt avoids " : "",
+                 f->log_exclude != NULL ? f->log_exclude : "",
+                 f->log_exclude != NULL ? " (exclude_node log policy)" : "");
         a->restarts = f->restarts + 1;
         a->clear_pods = true;
         a->requeue_ms = kd_trial_restart_backoff_ms(f->restarts);

@@ -120,6 +120,9 @@ struct kd_trial_facts {
     bool idle;              /* condition Idle is True */
     int restarts;           /* status.restarts */
     const char *early_exit; /* the reason of a True EarlyExit condition, NULL: none */
+    /* Log policies that matched (status.logPolicies; docs/config.md, log_policies). */
+    const char *log_cancel;  /* a cancel_retries policy, as `"NAME" (pattern P)`; NULL: none */
+    const char *log_exclude; /* the nodes exclude_node policies keep attempts off ("n1, n2") */
     /* Its Experiment. */
     bool exp_cached;    /* false: not in the cache (yet); nothing else below is set */
     bool exp_has_state; /* status.state parsed */

@@ -498,8 +498,11 @@ static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *tri
     const char *nodes[KD_SCHED_MAX_PODS];
     char latest[256] = "";
     struct kd_pod_opts po = c->o.pod;
+    const char *excl[KD_SCHED_MAX_EXCLUDE];
     po.context = json_object_get(json_object_get(exp, "spec"), "context");
     po.cpu_slots = ad->cpu;
+    po.nexclude = kd_ctrl_excluded_nodes(trial, excl, KD_SCHED_MAX_EXCLUDE);
+    po.exclude_nodes = excl;
     for (int r = 0; r < ad->nplace; r++)
         nodes[r] = ad->nodes[r] != NULL && ad->nodes[r][0] != '\0' ? ad->nodes[r] : NULL;
     *pods_status = json_array();
@@ -598,10 +601,30 @@ struct gathered {
     json_int_t gen;
     struct attempt a;
     char early[64];
+    char log_cancel[512];    /* f.log_cancel */
+    char log_exclude[600];   /* f.log_exclude */
     char cfg_err[KD_ERRLEN]; /* why there is no configuration (f.cfg_rc) */
     char preempt[KD_SCHED_REASONLEN], reason[KD_SCHED_REASONLEN];
     struct kd_trial_facts f;
 };
+
+/* What the trial's status.logPolicies say (f.log_cancel, f.log_exclude). */
+static void log_policy_facts(const json_t *trial, struct gathered *g)
+{
+    const char *nodes[KD_SCHED_MAX_EXCLUDE];
+    int n = kd_ctrl_excluded_nodes(trial, nodes, KD_SCHED_MAX_EXCLUDE);
+    g->f.log_cancel =
+        kd_ctrl_log_cancel(json_object_get(trial, "status"), g->log_cancel, sizeof(g->log_cancel))
+            ? g->log_cancel
+            : NULL;
+    g->log_exclude[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(g->log_exclude);
+        snprintf(g->log_exclude + len, sizeof(g->log_exclude) - len, "%s%s", i ? ", " : "",
+                 nodes[i]);
+    }
+    g->f.log_exclude = n > 0 ? g->log_exclude : NULL;
+}
 
 /* What the scheduler handed over for trial `key` (copied: the decision holds no lock). */
 static void gather_handoff(struct kd_ctrl *c, struct gathered *g)
@@ -688,6 +711,9 @@ static void gather(struct kd_ctrl *c, struct gathered *g)
             kd_strlcpy(g->early, w, sizeof(g->early));
             f->early_exit = g->early;
         }
+        /* A log policy is recorded (by the API) before the launcher exits: the fresh read
+         * has it when the cache does not yet. */
+        log_policy_facts(fresh != NULL ? fresh : g->trial, g);
         if (fresh != NULL && short_exit) {
             const json_t *flv =
                 json_object_get(json_object_get(fresh, "status"), "latestValidation");

@@ -176,6 +176,7 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
         .token_key_len = c->keylen,
         .user_token = c->user_token,
         .metrics = c->metrics,
+        .log_max_bytes = c->o.log_max_bytes,
     };
     if ((rc = kd_api_start(&ao, &c->api, err)) != 0)
         goto out;
@@ -337,7 +338,17 @@ int kd_ctrl_wire_deleted(struct kd_ctrl *c, const json_t *exp, char *err)
         rc = 0; /* no trial ever started with the store: no row */
         goto out;
     }
-    if (rc != 0 || (rc = kd_store_experiment_get(c->store, eid, &row, err)) != 0)
+    if (rc != 0)
+        goto out;
+    /* Its trials' logs go with it, whatever its state (idempotent: a repeat finds none). */
+    int64_t lines = 0;
+    if ((rc = kd_store_logs_delete(c->store, eid, &lines, err)) != 0)
+        goto out;
+    if (lines > 0)
+        KD_INFO("deleted experiment's trial logs removed", "experiment=%s/%s id=%lld lines=%lld",
+                kd_logq(kd_k8s_meta_str(exp, "namespace")), kd_logq(kd_k8s_meta_str(exp, "name")),
+                (long long)eid, (long long)lines);
+    if ((rc = kd_store_experiment_get(c->store, eid, &row, err)) != 0)
         goto out;
     /* An ended experiment keeps its outcome (and ended_at); a live one ends here. */
     const char *have = json_string_value(json_object_get(row, "state")) ?: "";

@@ -22,6 +22,7 @@
 #include "context.h"
 #include "chief.h"
 #include "env.h"
+#include "logship.h"
 #include "supervise.h"
 
 #define EXIT_USAGE 2
@@ -204,9 +205,52 @@ out:
     return code;
 }
 
+/* The supervisor's line hook: a copy of each worker line for the controller. */
+static void ship_line(const struct kd_lines *l, const char *a, size_t alen, const char *b,
+                      size_t blen)
+{
+    kd_logship_line(l->hook_ud, l->rank, l->stream, a, alen, b, blen);
+}
+
+/* Start shipping worker lines to the controller when its API is known; NULL otherwise. */
+static struct kd_logship *start_shipping(const struct kd_launch_env *e)
+{
+    struct kd_logship_opts lo;
+    struct kd_logship *s = NULL;
+    char err[KD_ERRLEN] = "";
+    if (!kd_logship_from_env(&lo, e->run_id, e->node_rank))
+        goto out;
+    if (kd_logship_start(&lo, &s, err) != 0)
+        KD_WARN("cannot ship logs to the controller", "error=%s", kd_logq(err));
+    else
+        KD_INFO("shipping logs to the controller", "trial=%s/%s", lo.ns, lo.trial);
+out:
+    return s;
+}
+
+/* Send the last lines (a failed worker's traceback among them), bounded in time. */
+static void stop_shipping(struct kd_logship *s)
+{
+    struct kd_logship_stats st;
+    if (s == NULL)
+        return;
+    kd_logship_stop(s, KD_LOGSHIP_FLUSH_MS, &st);
+    if (st.lines_unsent > 0 || st.lines_dropped > 0 || st.lines_refused > 0)
+        KD_WARN("log shipping finished with lines missing",
+                "lines=%llu sent=%llu dropped=%llu refused=%llu unsent=%llu retries=%llu",
+                (unsigned long long)st.lines_queued, (unsigned long long)st.lines_sent,
+                (unsigned long long)st.lines_dropped, (unsigned long long)st.lines_refused,
+                (unsigned long long)st.lines_unsent, (unsigned long long)st.retries);
+    else
+        KD_INFO("log shipping finished", "lines=%llu batches=%llu retries=%llu",
+                (unsigned long long)st.lines_sent, (unsigned long long)st.batches_sent,
+                (unsigned long long)st.retries);
+}
+
 static int run_workers(const struct kd_launch_args *a, struct kd_launch_env *e, int nproc,
                        const char *src)
 {
+    struct kd_logship *ship = NULL;
     char err[KD_ERRLEN] = "";
     char **cmd = kd_launch_worker_cmd(a, e);
     char **envs[KD_LAUNCH_MAX_NPROC] = {0};
@@ -243,8 +287,14 @@ static int run_workers(const struct kd_launch_args *a, struct kd_launch_env *e, 
         .grace_ms = (int64_t)(e->grace_s * 1000.0),
         .forward = forward,
     };
+    if ((ship = start_shipping(e)) != NULL) {
+        o.line_hook = ship_line;
+        o.line_ud = ship;
+    }
     struct kd_sup_result res;
-    if (kd_sup_run(ws, nproc, &o, &res, err) < 0) {
+    int sup_rc = kd_sup_run(ws, nproc, &o, &res, err);
+    stop_shipping(ship);
+    if (sup_rc < 0) {
         KD_ERROR("cannot start workers", "error=%s", kd_logq(err));
         code = 1;
         goto out;

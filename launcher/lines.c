@@ -84,6 +84,8 @@ static int emit(struct kd_lines *l, const char *a, size_t alen, const char *b, s
         goto out;
     }
     l->lines++;
+    if (l->hook != NULL)
+        l->hook(l, a, alen, b, blen);
     if (l->out.len >= OUT_BATCH)
         rc = flush_out(l);
 out:

@@ -22,6 +22,16 @@
 /* Largest prefix kept ("[rank=4294967295] " fits easily). */
 #define KD_LINES_PREFIX_MAX 64
 
+struct kd_lines;
+
+/**
+ * Called with every line written (split pieces one by one), without the
+ * prefix and the newline: the line is a (alen bytes) followed by b (blen
+ * bytes). Runs on the feeding thread; must not block.
+ */
+typedef void (*kd_lines_hook)(const struct kd_lines *l, const char *a, size_t alen, const char *b,
+                              size_t blen);
+
 struct kd_lines {
     int fd;                           /* where the prefixed lines go */
     char prefix[KD_LINES_PREFIX_MAX]; /* "[rank=R] " */
@@ -31,6 +41,11 @@ struct kd_lines {
     struct kd_buf out;   /* whole prefixed lines waiting for one write */
     int werr;            /* first write error; later output is dropped */
     unsigned long lines; /* lines written (split pieces count one each) */
+    /* Optional, set after kd_lines_init: a copy of each line for someone else (log shipping). */
+    kd_lines_hook hook;
+    void *hook_ud;
+    int rank;   /* for the hook: the worker's rank */
+    int stream; /* for the hook: 0 stdout, 1 stderr */
 };
 
 /**

@@ -473,6 +473,12 @@ int kd_sup_run(const struct kd_sup_worker *workers, int n, const struct kd_sup_o
         snprintf(prefix, sizeof(prefix), "[rank=%d] ", workers[i].rank);
         kd_lines_init(&st.ws[i].lines[0], STDOUT_FILENO, prefix, opts->max_line);
         kd_lines_init(&st.ws[i].lines[1], STDERR_FILENO, prefix, opts->max_line);
+        for (int s = 0; s < 2; s++) {
+            st.ws[i].lines[s].hook = opts->line_hook;
+            st.ws[i].lines[s].hook_ud = opts->line_ud;
+            st.ws[i].lines[s].rank = workers[i].rank;
+            st.ws[i].lines[s].stream = s;
+        }
     }
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
         rc = -errno;

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "core/err.h"
+#include "lines.h"
 
 /** One worker to start. */
 struct kd_sup_worker {
@@ -28,6 +29,10 @@ struct kd_sup_opts {
     int64_t grace_ms;   /* SIGTERM -> SIGKILL delay; < 0: never SIGKILL */
     const int *forward; /* signals forwarded to the workers, 0-terminated */
     size_t max_line;    /* line split cap; 0 = KD_LINES_MAX */
+    /* Optional: every worker line (without prefix) also goes here, on the supervising thread
+     * (lines.h, kd_lines_hook); the hook reads line_ud, rank and stream from its kd_lines. */
+    kd_lines_hook line_hook;
+    void *line_ud;
 };
 
 /** What happened. */

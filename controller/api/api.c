@@ -535,12 +535,15 @@ static const struct route routes[] = {
     {"PUT", NSP "trials/*/rendezvous", AUTH_TRIAL, KD_API_MAX_RENDEZVOUS_BODY,
      api_worker_rendezvous_put},
     {"GET", NSP "trials/*/rendezvous", AUTH_TRIAL, 0, api_worker_rendezvous_get},
+    {"POST", NSP "trials/*/logs", AUTH_TRIAL, KD_API_MAX_LOGS_BODY, api_worker_logs},
     {"GET", NSP "experiments", AUTH_USER, 0, api_user_experiments},
     {"GET", NSP "experiments/*", AUTH_USER, 0, api_user_experiment},
     {"GET", NSP "experiments/*/trials", AUTH_USER, 0, api_user_experiment_trials},
     {"GET", NSP "experiments/*/checkpoints", AUTH_USER, 0, api_user_experiment_checkpoints},
     {"GET", NSP "experiments/*/events", AUTH_USER, 0, api_user_experiment_events},
     {"GET", NSP "experiments/*/metrics/stream", AUTH_USER, 0, api_user_stream},
+    {"GET", NSP "experiments/*/logs", AUTH_USER, 0, api_user_logs},
+    {"GET", NSP "experiments/*/logs/stream", AUTH_USER, 0, api_user_logs_stream},
     {"POST", NSP "experiments/*/pause", AUTH_USER, SMALL, api_user_experiment_action},
     {"POST", NSP "experiments/*/activate", AUTH_USER, SMALL, api_user_experiment_action},
     {"POST", NSP "experiments/*/cancel", AUTH_USER, SMALL, api_user_experiment_action},
@@ -551,6 +554,8 @@ static const struct route routes[] = {
     {"GET", NSP "trials/*/metrics", AUTH_USER, 0, api_user_trial_metrics},
     {"GET", NSP "trials/*/checkpoints", AUTH_USER, 0, api_user_trial_checkpoints},
     {"GET", NSP "trials/*/metrics/stream", AUTH_USER, 0, api_user_stream},
+    {"GET", NSP "trials/*/logs", AUTH_USER, 0, api_user_logs},
+    {"GET", NSP "trials/*/logs/stream", AUTH_USER, 0, api_user_logs_stream},
     {"GET", NSP "checkpoints/*", AUTH_USER, 0, api_user_checkpoint},
     {"GET", "api/v1/jobs", AUTH_USER, 0, api_user_jobs},
 };
@@ -737,6 +742,10 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->changed, NULL);
     api_hub_init(&a->hub);
+    pthread_mutex_init(&a->logs_mu, NULL);
+    pthread_cond_init(&a->logs_cond, NULL);
+    if (a->o.log_max_bytes == 0)
+        a->o.log_max_bytes = KD_STORE_LOG_DEFAULT_CAP;
     if (opts->metrics != NULL) {
         static const double secs[] = {0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10, 60};
         a->m_requests = kd_metrics_counter(opts->metrics, "kdet_api_requests_total",
@@ -780,12 +789,15 @@ void kd_api_stop(struct kd_api *a)
         return;
     if (a->http != NULL) {
         api_hub_wake(&a->hub);
+        api_logs_wake(a);
         on_change(a);
         kd_http_stop(a->http);
     }
     kd_k8s_informer_free(a->trials);
     kd_k8s_informer_free(a->exps);
     api_hub_destroy(&a->hub);
+    pthread_mutex_destroy(&a->logs_mu);
+    pthread_cond_destroy(&a->logs_cond);
     json_decref(a->ids);
     json_decref(a->progress);
     pthread_mutex_destroy(&a->mu);

@@ -27,6 +27,7 @@
 #define KD_API_MAX_CHECKPOINT_BODY (256u << 10)
 #define KD_API_MAX_SMALL_BODY (16u << 10)
 #define KD_API_MAX_RENDEZVOUS_BODY 4096u
+#define KD_API_MAX_LOGS_BODY (1u << 20)
 
 struct kd_api;
 
@@ -62,6 +63,12 @@ struct kd_api_opts {
      * registry at GET /metrics without a token (Prometheus' scrape).
      */
     struct kd_metrics *metrics;
+    /**
+     * The most bytes of log text kept per trial (docs/store.md, "Trial
+     * logs"); beyond it new lines are dropped after one marker line.
+     * 0: KD_STORE_LOG_DEFAULT_CAP; negative: no cap.
+     */
+    int64_t log_max_bytes;
 };
 
 /**

@@ -28,6 +28,7 @@
 /* The labels the controller puts on trial pods (as controller/podspec.h). */
 #define API_POD_LABEL_TRIAL "kdet.io/trial"
 #define API_POD_LABEL_RUN "kdet.io/run-id"
+#define API_POD_LABEL_RANK "kdet.io/node-rank"
 
 /* The live metrics hub: a bounded ring of recently stored batches. */
 struct api_hub_entry {
@@ -64,6 +65,10 @@ struct kd_api {
     json_t *progress; /* trial uid -> [mono ms of the last batchesTrained write, batches] */
 
     struct api_hub hub;
+    /* Log streams wait here for stored batches (they poll the store at least once a second). */
+    pthread_mutex_t logs_mu;
+    pthread_cond_t logs_cond;
+    uint64_t logs_gen;
     struct kd_metric *m_requests, *m_seconds; /* NULL without o.metrics */
 };
 
@@ -146,6 +151,38 @@ void api_user_trial_checkpoints(struct api_rq *q);
 void api_user_checkpoint(struct api_rq *q);
 void api_user_jobs(struct api_rq *q);
 void api_user_stream(struct api_rq *q);
+/**
+ * The Experiment (trial false) or Trial that seg[5] names in namespace
+ * seg[3]: a name, or else (1 to 18 digits) the store id of one (docs/api.md
+ * "Integer ids"). *obj: a copy (caller frees). KD_ENOTFOUND with err.
+ */
+int api_user_get(struct api_rq *q, bool trial, json_t **obj, char *err);
+
+/* ---- logs.c ---- */
+void api_worker_logs(struct api_rq *q);
+void api_user_logs(struct api_rq *q);
+void api_user_logs_stream(struct api_rq *q);
+/** Wake the log streams (a batch was stored, or the API stops). */
+void api_logs_wake(struct kd_api *a);
+
+/* ---- logpolicy.c ---- */
+/**
+ * The experiment's log_policies (a JSON array of {name, pattern, action})
+ * that match one of the n lines: [{name?, pattern, action, line}], the
+ * first matching line of each policy (cut to 512 bytes). Policies with a
+ * pattern that does not compile or an unknown action are skipped. Pure;
+ * the caller decrefs.
+ */
+json_t *api_log_policies_match(const json_t *policies, const struct kd_log_line *lines, size_t n);
+/**
+ * Match the trial's experiment's log_policies against a batch's lines and
+ * record each match once in the Trial's status.logPolicies (with the
+ * attempt's run id, and for exclude_node the node of the pod of that run
+ * and node rank). 0 (also when nothing matched), or the status write's
+ * error. Blocks; thread-safe.
+ */
+int api_log_policies_apply(struct kd_api *a, const json_t *trial, const char *run_id, int node_rank,
+                           const struct kd_log_line *lines, size_t n, char *err);
 
 /** Preemption state of a trial from the caches: true with a reason. */
 bool api_should_preempt(const json_t *trial, const json_t *exp, const char **reason);

@@ -121,7 +121,7 @@ static int find_uid(json_t *o, void *ud)
  * det shows, docs/cli.md): its row gives the uid and the namespace, the
  * informer cache the object. KD_ENOTFOUND with err saying which.
  */
-static int user_get(struct api_rq *q, bool trial, json_t **obj, char *err)
+int api_user_get(struct api_rq *q, bool trial, json_t **obj, char *err)
 {
     struct kd_api *a = q->api;
     json_t *row = NULL, *erow = NULL;
@@ -235,7 +235,7 @@ static void experiment_and_trials(struct api_rq *q, bool with_exp)
 {
     json_t *exp = NULL, *ids = NULL;
     char err[KD_ERRLEN] = "";
-    int rc = user_get(q, false, &exp, err);
+    int rc = api_user_get(q, false, &exp, err);
     if (rc != 0) {
         api_fail(q, rc, NULL, err);
         goto out;
@@ -396,7 +396,7 @@ void api_user_trial(struct api_rq *q)
     json_t *t = NULL, *ids = json_object();
     int64_t eid = 0, tid = 0;
     char err[KD_ERRLEN] = "";
-    int rc = user_get(q, true, &t, err);
+    int rc = api_user_get(q, true, &t, err);
     if (rc != 0) {
         api_fail(q, rc, NULL, err);
         goto out;
@@ -419,7 +419,7 @@ void api_user_trial_kill(struct api_rq *q)
 {
     json_t *t = NULL;
     char err[KD_ERRLEN] = "";
-    int rc = user_get(q, true, &t, err);
+    int rc = api_user_get(q, true, &t, err);
     if (rc != 0) {
         api_fail(q, rc, NULL, err);
         goto out;

@@ -81,6 +81,24 @@ const struct kd_migration kd_store__migrations[] = {
      " config jsonb NOT NULL,"
      " created_at timestamptz NOT NULL DEFAULT now(),"
      " updated_at timestamptz NOT NULL DEFAULT now());"},
+    {4, "trial logs",
+     "CREATE TABLE trial_log_batches ("
+     " trial_id bigint NOT NULL REFERENCES trials (id) ON DELETE CASCADE,"
+     " batch_key text NOT NULL,"
+     " nlines integer NOT NULL,"
+     " written_at timestamptz NOT NULL DEFAULT now(),"
+     " PRIMARY KEY (trial_id, batch_key));"
+     "CREATE TABLE trial_logs ("
+     " id bigserial PRIMARY KEY,"
+     " trial_id bigint NOT NULL REFERENCES trials (id) ON DELETE CASCADE,"
+     " run_id text NOT NULL DEFAULT '',"
+     " rank integer NOT NULL,"
+     " stream text NOT NULL CHECK (stream IN ('stdout', 'stderr')),"
+     " ts timestamptz NOT NULL,"
+     " line text NOT NULL);"
+     "CREATE INDEX trial_logs_trial_id ON trial_logs (trial_id, id);"
+     "ALTER TABLE trials ADD COLUMN log_bytes bigint NOT NULL DEFAULT 0,"
+     " ADD COLUMN log_capped boolean NOT NULL DEFAULT false;"},
 };
 
 const size_t kd_store__nmigrations = sizeof(kd_store__migrations) / sizeof(kd_store__migrations[0]);

@@ -72,6 +72,65 @@ out:
     return rc;
 }
 
+int kd_store__conn_exec(struct kd_store *s, PGconn *c, const char *what, const char *sql, int n,
+                        const char *const *params, PGresult **res, char *err)
+{
+    int rc = 0;
+    bool hung = false;
+    int64_t t0 = kd_mono_ns();
+    PGresult *r = kd_pg_exec(c, sql, n, params, client_timeout(s), &hung);
+    kd_metric_observe(s->opts.db_seconds, (const char *[]){"statement"},
+                      (double)(kd_mono_ns() - t0) / 1e9);
+    if (res)
+        *res = NULL;
+    if (hung) {
+        rc = kd_seterr(err, KD_ETIMEDOUT,
+                       "%s: no answer from the database in %d ms; connection dropped", what,
+                       client_timeout(s));
+        goto out;
+    }
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        rc = kd_pg_error(c, r, what, err);
+        goto out;
+    }
+    if (res) {
+        *res = r;
+        r = NULL;
+    }
+out:
+    PQclear(r);
+    return rc;
+}
+
+int kd_store__tx(struct kd_store *s, const char *what, kd_store_tx_fn fn, void *ctx, char *err)
+{
+    int rc = 0;
+    PGconn *c = NULL;
+    /* BEGIN on a pooled connection that died while idle fails: try each once, then a new one. */
+    for (int attempt = 0; attempt <= s->opts.pool_size; attempt++) {
+        if ((rc = kd_pool_get(s->pool, &c, err)) != 0)
+            goto out;
+        rc = kd_store__conn_exec(s, c, what, "BEGIN", 0, NULL, NULL, err);
+        if (rc != KD_ECONNECT)
+            break;
+        kd_pool_put(s->pool, c);
+        c = NULL;
+    }
+    if (rc != 0)
+        goto out;
+    rc = fn(s, c, ctx, err);
+    if (rc == 0)
+        rc = kd_store__conn_exec(s, c, what, "COMMIT", 0, NULL, NULL, err);
+    else /* a failed ROLLBACK leaves the connection in the transaction: the pool drops it */
+        if (kd_store__conn_exec(s, c, what, "ROLLBACK", 0, NULL, NULL, NULL) != 0)
+            KD_DEBUG("rollback failed; the connection is dropped", "what=%s", what);
+out:
+    if (c)
+        kd_pool_put(s->pool, c);
+    return rc;
+}
+
 int kd_store__json(struct kd_store *s, const char *what, const char *sql, int n,
                    const char *const *params, json_t **out, char *err)
 {

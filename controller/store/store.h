@@ -349,6 +349,105 @@ int kd_store_event_add(struct kd_store *s, const struct kd_store_event *e, int64
 int kd_store_events_list(struct kd_store *s, int64_t experiment_id, int64_t after_id, int limit,
                          json_t **out, char *err) KD_WUR;
 
+/* ---- trial logs ---------------------------------------------------------- */
+
+/** The longest stored line, in bytes; a longer one is cut with a marker saying so. */
+#define KD_STORE_LOG_LINE_MAX 17408
+/** Lines in one batch, at most. */
+#define KD_STORE_LOG_MAX_LINES 10000
+/** Lines one query returns, at most. */
+#define KD_STORE_LOG_MAX_QUERY 1000
+/** The default cap on a trial's stored log text, in bytes. */
+#define KD_STORE_LOG_DEFAULT_CAP (64 << 20)
+/** The longest regular expression or substring a query takes. */
+#define KD_STORE_LOG_MAX_PATTERN 1024
+
+struct kd_log_line {
+    int rank;         /* the worker's rank; -1: the launcher itself */
+    bool is_stderr;   /* the stream: stderr, else stdout */
+    int64_t ts_ms;    /* when the launcher read it, ms since the epoch */
+    const char *text; /* UTF-8 without NUL (borrowed) */
+    size_t len;
+};
+
+struct kd_log_batch {
+    int64_t trial_id;
+    const char *run_id; /* the attempt's KDET_RUN_ID; "" when unknown */
+    /** Idempotency key, 1-128 printable ASCII bytes, reused when the sender retries. */
+    const char *key;
+    const struct kd_log_line *lines;
+    size_t n; /* 1..KD_STORE_LOG_MAX_LINES */
+};
+
+struct kd_log_put_result {
+    size_t stored;  /* lines written (the retention marker not counted) */
+    size_t dropped; /* lines not kept: the trial is at its cap */
+    bool duplicate; /* the key was stored before: nothing written */
+    bool capped;    /* this batch reached the cap (its marker line was written) */
+};
+
+/** The retention decision for one batch (pure; kd_store_logs_put applies it). */
+struct kd_log_retain {
+    size_t keep;       /* the first `keep` lines are stored, the rest dropped */
+    bool marker;       /* add the one "limit reached" marker line */
+    int64_t add_bytes; /* what the kept lines add to the trial's count */
+};
+
+/**
+ * Which lines of a batch (their text lengths lens[0..n)) a trial whose
+ * stored log text is `used` bytes keeps under `cap` (<= 0: no cap): lines
+ * in order while the total stays within the cap; the first line that does
+ * not fit and every later one are dropped (a log never has holes before its
+ * end). The first batch to drop lines adds one marker (`capped` says one
+ * was added before: then nothing more is kept). Pure and thread-safe.
+ */
+void kd_store_logs_retain(int64_t used, bool capped, int64_t cap, const size_t *lens, size_t n,
+                          struct kd_log_retain *out);
+
+/**
+ * Store a batch of a trial's log lines, in order, under the trial's cap of
+ * max_bytes (<= 0: none), and fill *res (may be NULL). The batch is
+ * checked first (the field named in err, KD_EINVAL): key, run_id (at most
+ * 128 bytes), 1..KD_STORE_LOG_MAX_LINES lines, ranks >= -1, text without
+ * NUL (lines longer than KD_STORE_LOG_LINE_MAX are cut with a marker). A
+ * key already stored for the trial stores nothing (res->duplicate), so a
+ * retry is safe. The batch and the trial's byte count commit together.
+ * Batches of one experiment are written one at a time, so the lines' ids
+ * grow in commit order within an experiment (what following relies on).
+ * KD_ENOTFOUND when the trial has no row. Thread-safe; blocks.
+ */
+int kd_store_logs_put(struct kd_store *s, const struct kd_log_batch *b, int64_t max_bytes,
+                      struct kd_log_put_result *res, char *err) KD_WUR;
+
+struct kd_log_query {
+    int64_t experiment_id; /* > 0: the lines of every trial of this experiment... */
+    int64_t trial_id;      /* ...else (> 0) of this trial */
+    int64_t after_id;      /* only lines with a larger id (> 0) */
+    int64_t before_id;     /* only lines with a smaller id (> 0) */
+    bool tail;             /* the last `limit` lines, else the first */
+    int limit;             /* 1..KD_STORE_LOG_MAX_QUERY */
+    const char *regex;     /* PostgreSQL's POSIX regular expression on the text (NULL: all) */
+    const char *contains;  /* a substring of the text (NULL: all) */
+};
+
+/**
+ * A trial's or an experiment's log lines, oldest first:
+ * [{"id","trial_id","run_id","rank","stream","timestamp","line"}] (ids grow
+ * with the order lines were stored). An invalid regex is KD_EINVAL with
+ * PostgreSQL's reason. Thread-safe; blocks.
+ */
+int kd_store_logs_query(struct kd_store *s, const struct kd_log_query *q, json_t **out,
+                        char *err) KD_WUR;
+
+/**
+ * Remove every log line and batch key of the experiment's trials (in
+ * chunks, so each statement stays short) and reset their byte counts;
+ * *lines (may be NULL) gets how many lines went. For a deleted
+ * experiment. Thread-safe; blocks.
+ */
+int kd_store_logs_delete(struct kd_store *s, int64_t experiment_id, int64_t *lines,
+                         char *err) KD_WUR;
+
 /* ---- templates ---------------------------------------------------------- */
 
 /** Create or replace a template (name: 1-253 bytes; config: a JSON object). */

@@ -106,6 +106,27 @@ struct kd_store {
 int kd_store__exec(struct kd_store *s, const char *what, const char *sql, int n,
                    const char *const *params, bool retry, PGresult **res, char *err) KD_WUR;
 
+/**
+ * Run one statement on connection c (checked out by the caller), with the
+ * client-side deadline and the latency metric; no retry. *res (may be
+ * NULL) gets the result. 0 or KD_E* with err.
+ */
+int kd_store__conn_exec(struct kd_store *s, PGconn *c, const char *what, const char *sql, int n,
+                        const char *const *params, PGresult **res, char *err) KD_WUR;
+
+/** A transaction's body: statements on c with kd_store__conn_exec; non-zero rolls back. */
+typedef int (*kd_store_tx_fn)(struct kd_store *s, PGconn *c, void *ctx, char *err);
+
+/**
+ * Run fn inside BEGIN ... COMMIT on one pooled connection (ROLLBACK when fn
+ * fails). A dead idle connection is replaced before BEGIN; nothing is
+ * retried once fn has run, so fn's statements need not be idempotent, but
+ * a lost COMMIT leaves the outcome unknown (KD_ECONNECT): callers make
+ * their writes idempotent with keys.
+ */
+int kd_store__tx(struct kd_store *s, const char *what, kd_store_tx_fn fn, void *ctx,
+                 char *err) KD_WUR;
+
 /** Like kd_store__exec for a statement returning one row, one JSON column; *out is new. */
 int kd_store__json(struct kd_store *s, const char *what, const char *sql, int n,
                    const char *const *params, json_t **out, char *err) KD_WUR;

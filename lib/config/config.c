@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1727,6 +1728,62 @@ static const struct unsupported top_unsup[] = {
     {NULL, NULL}};
 
 /*
+ * log_policies: a list of {name, pattern, action}, the action a string or
+ * (before Determined 0.38) {type: ...}; the pattern a POSIX extended
+ * regular expression, compiled here so that a bad one is refused at
+ * submission, not when the first line is tested against it.
+ */
+static int check_log_policies(struct vctx *c, const json_t *lp)
+{
+    static const char *const k_lp[] = {"name", "pattern", "action", NULL};
+    static const char *const k_action[] = {"type", NULL};
+    char p[PATHLEN], q[PATHLEN], t[PATHLEN], d[96];
+    const char *pattern = NULL, *type = NULL;
+    size_t i;
+    json_t *e;
+    if (!lp)
+        return 0;
+    if (!json_is_array(lp))
+        return BAD(c, lp, "log_policies", "expected a list of {name, pattern, action}, got %s",
+                   desc(lp, d, sizeof(d)));
+    json_array_foreach(lp, i, e)
+    {
+        joinidx(p, "log_policies", i);
+        if (want_object(c, e, p) || check_keys(c, e, p, k_lp, NULL, "a log policy") ||
+            want_str(c, e, p, "name", false, NULL) || want_str(c, e, p, "pattern", true, &pattern))
+            return c->rc;
+        regex_t re;
+        int rc = regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB);
+        if (rc != 0) {
+            char why[128];
+            regerror(rc, &re, why, sizeof(why));
+            join(q, p, "pattern");
+            return BAD(c, field(e, "pattern"), q, "not a POSIX extended regular expression: %s",
+                       why);
+        }
+        regfree(&re);
+        json_t *a = field(e, "action");
+        join(q, p, "action");
+        if (!a)
+            return need(c, e, p, "action", NULL);
+        if (json_is_object(a)) {
+            if (check_keys(c, a, q, k_action, NULL, "a log policy action") ||
+                want_str(c, a, q, "type", true, &type))
+                return c->rc;
+            join(t, q, "type");
+            kd_strlcpy(q, t, sizeof(q));
+            a = field(a, "type");
+        } else {
+            type = json_string_value(a);
+        }
+        if (type == NULL || !kd_config_log_action_valid(type))
+            return BAD(c, a, q, "expected cancel_retries or exclude_node, got %s",
+                       desc(a, d, sizeof(d)));
+    }
+    return 0;
+}
+
+/*
  * The fields of Determined 0.38 that kdet accepts but that mean nothing on
  * it: checked for their shape (a mapping, a list of mappings, ...) so that
  * a typo in them is still an error, then ignored with a warning (see
@@ -1735,11 +1792,7 @@ static const struct unsupported top_unsup[] = {
 static int check_foreign_sections(struct vctx *c, const json_t *cfg)
 {
     static const char *const k_ret[] = {"log_retention_days", NULL};
-    static const char *const k_lp[] = {"name", "pattern", "action", NULL};
-    char p[PATHLEN], d[96];
     const char *rp = "";
-    size_t i;
-    json_t *e;
     if (want_int(c, cfg, rp, "preemption_timeout", false, 1, INT64_MAX, NULL))
         return c->rc;
     static const char *const objs[] = {"slurm", "pbs", "integrations", NULL};
@@ -1753,20 +1806,7 @@ static int check_foreign_sections(struct vctx *c, const json_t *cfg)
               check_keys(c, r, "retention_policy", k_ret, NULL, "retention_policy") ||
               want_int(c, r, "retention_policy", "log_retention_days", false, -1, 32767, NULL)))
         return c->rc;
-    json_t *lp = field(cfg, "log_policies");
-    if (!lp)
-        return 0;
-    if (!json_is_array(lp))
-        return BAD(c, lp, "log_policies", "expected a list of {name, pattern, action}, got %s",
-                   desc(lp, d, sizeof(d)));
-    json_array_foreach(lp, i, e)
-    {
-        joinidx(p, "log_policies", i);
-        if (want_object(c, e, p) || check_keys(c, e, p, k_lp, NULL, "a log policy") ||
-            want_str(c, e, p, "name", false, NULL) || want_str(c, e, p, "pattern", false, NULL))
-            return c->rc;
-    }
-    return 0;
+    return check_log_policies(c, field(cfg, "log_policies"));
 }
 
 static int validate(struct vctx *c, const json_t *cfg)
@@ -1847,8 +1887,6 @@ static const struct unsupported ignored_top[] = {
     {"slurm", "not applicable on kdet: trials run as Kubernetes pods, not Slurm jobs; ignored"},
     {"pbs", "not applicable on kdet: trials run as Kubernetes pods, not PBS jobs; ignored"},
     {"integrations", "not applicable on kdet (Pachyderm and webhook integrations); ignored"},
-    {"log_policies", "not applicable on kdet yet: log patterns do not cancel retries or exclude "
-                     "nodes; ignored"},
     {"retention_policy", "not applicable on kdet: task logs are the pods' logs, kept by "
                          "Kubernetes; ignored"},
     {"preemption_timeout", "not applicable on kdet: a preempted pod gets its "
@@ -2356,4 +2394,10 @@ out:
     free(w);
     kd_config_argv_free(out);
     return rc;
+}
+
+bool kd_config_log_action_valid(const char *type)
+{
+    return type != NULL &&
+           (strcmp(type, "cancel_retries") == 0 || strcmp(type, "exclude_node") == 0);
 }

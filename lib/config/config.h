@@ -7,6 +7,8 @@
 #ifndef KD_CONFIG_CONFIG_H
 #define KD_CONFIG_CONFIG_H
 
+#include <stdbool.h>
+
 #include <jansson.h>
 
 #include "core/err.h"
@@ -71,6 +73,13 @@ int kd_config_apply_defaults(json_t *cfg, char *err) KD_WUR;
  * Pure and thread-safe.
  */
 json_t *kd_config_warnings(const json_t *cfg);
+
+/**
+ * Whether `type` is the action of a log policy kdet acts on
+ * (log_policies[].action, or its `type` in the older mapping form):
+ * "cancel_retries" or "exclude_node". Pure.
+ */
+bool kd_config_log_action_valid(const char *type);
 
 /**
  * Merge config `cfg` over template `tmpl` with Determined's rules:

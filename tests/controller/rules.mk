@@ -19,6 +19,7 @@ $(eval $(call kd_test_script,test_ctrl_e2e_cpuslots,e2e/controller/cpuslots.sh,1
 $(eval $(call kd_test_script,test_ctrl_e2e_otherpods,e2e/controller/otherpods.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_lifecycle,e2e/controller/lifecycle.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_restarts,e2e/controller/restarts.sh,120,,$(CTRL_E2E_DEPS)))
+$(eval $(call kd_test_script,test_ctrl_e2e_logs,e2e/controller/logs.sh,150,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_preempt,e2e/controller/preempt.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_kill,e2e/controller/kill.sh,300,slow,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_manifests,tests/controller/manifests.sh,30,noasan,))

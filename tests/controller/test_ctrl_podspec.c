@@ -194,6 +194,66 @@ static void test_sharedfs_user_mount(void **s)
     json_decref(cfg);
 }
 
+/* exclude_node log policies: a NotIn node affinity, added to every term of the user's. */
+static void test_exclude_nodes(void **s)
+{
+    (void)s;
+    char err[KD_ERRLEN] = "";
+    json_t *trial = json_pack("{s:{s:s,s:s,s:s},s:{s:s,s:s,s:i,s:{}}}", "metadata", "name", "t-1",
+                              "namespace", "default", "uid", "u", "spec", "experiment", "t",
+                              "requestId", "r0-1", "seed", 1, "hparams");
+    json_t *cfg = json_pack("{s:s}", "entrypoint", "train");
+    static const char *const nodes[] = {"gpu-3", "gpu-7"};
+    struct kd_pod_opts o = {.exclude_nodes = nodes, .nexclude = 2};
+    json_t *pods = NULL;
+    assert_int_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err), 0);
+    json_t *want = json_loads(
+        "{\"nodeAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":{"
+        "\"nodeSelectorTerms\":[{\"matchExpressions\":[{\"key\":\"kubernetes.io/hostname\","
+        "\"operator\":\"NotIn\",\"values\":[\"gpu-3\",\"gpu-7\"]}]}]}}}",
+        0, NULL);
+    assert_true(json_equal(
+        json_object_get(json_object_get(json_array_get(pods, 0), "spec"), "affinity"), want));
+    json_decref(want);
+    json_decref(pods);
+    /* the user's two terms (ORed) each get the expression */
+    json_decref(cfg);
+    cfg = json_loads(
+        "{\"entrypoint\":\"train\",\"environment\":{\"pod_spec\":{\"spec\":{"
+        "\"affinity\":{\"nodeAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":"
+        "{\"nodeSelectorTerms\":[{\"matchExpressions\":[{\"key\":\"zone\",\"operator\":"
+        "\"In\",\"values\":[\"a\"]}]},{\"matchExpressions\":[{\"key\":\"zone\","
+        "\"operator\":\"In\",\"values\":[\"b\"]}]}]}}}}}}}",
+        0, NULL);
+    assert_non_null(cfg);
+    o.nexclude = 1;
+    assert_int_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err), 0);
+    json_t *terms = json_object_get(
+        json_object_get(
+            json_object_get(
+                json_object_get(json_object_get(json_array_get(pods, 0), "spec"), "affinity"),
+                "nodeAffinity"),
+            "requiredDuringSchedulingIgnoredDuringExecution"),
+        "nodeSelectorTerms");
+    assert_int_equal(json_array_size(terms), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *ex = json_object_get(json_array_get(terms, i), "matchExpressions");
+        assert_int_equal(json_array_size(ex), 2);
+        assert_string_equal(json_string_value(json_object_get(json_array_get(ex, 1), "operator")),
+                            "NotIn");
+    }
+    json_decref(pods);
+    /* none: no affinity */
+    o.nexclude = 0;
+    json_decref(cfg);
+    cfg = json_pack("{s:s}", "entrypoint", "train");
+    assert_int_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err), 0);
+    assert_null(json_object_get(json_object_get(json_array_get(pods, 0), "spec"), "affinity"));
+    json_decref(pods);
+    json_decref(trial);
+    json_decref(cfg);
+}
+
 static void test_errors(void **s)
 {
     (void)s;
@@ -251,6 +311,7 @@ int main(void)
         cmocka_unit_test(test_nonroot),
         cmocka_unit_test(test_asroot),
         cmocka_unit_test(test_sharedfs_user_mount),
+        cmocka_unit_test(test_exclude_nodes),
         cmocka_unit_test(test_context_configmap),
         cmocka_unit_test(test_context_path),
         cmocka_unit_test(test_context_s3),

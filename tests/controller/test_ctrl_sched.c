@@ -83,6 +83,14 @@ static void parse_trial(struct tcase *c, char *save, const char *file, int line)
             kd_strlcpy(t->pool, tok + 5, sizeof(t->pool));
         } else if (strcmp(tok, "stopping") == 0) {
             t->stopping = true;
+        } else if (strncmp(tok, "exclude=", 8) == 0) {
+            char *s2 = NULL, *nn;
+            for (nn = strtok_r(tok + 8, ",", &s2); nn != NULL; nn = strtok_r(NULL, ",", &s2)) {
+                int ni = node_idx(c, nn);
+                if (ni < 0 || t->nexclude >= KD_SCHED_MAX_EXCLUDE)
+                    fail_msg("%s:%d: exclude=NODE,...: unknown node %s", file, line, nn);
+                t->exclude[t->nexclude++] = ni;
+            }
         } else if (strncmp(tok, "running=", 8) == 0) {
             char *s2 = NULL, *pl;
             t->state = KD_SCHED_RUNNING;

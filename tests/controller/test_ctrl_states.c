@@ -249,6 +249,38 @@ static const struct trial_row trial_rows[] = {
      WANT(ACT(SET_STATE), ST(ERROR),
           .message = "pod t-0 failed (exit code 3); max_restarts=2 used up", .delete_pods = true,
           .kick = true, .note = KD_TRIAL_NOTE_FAILED)},
+    {"log policy cancel_retries matched: the failure ends the trial at once",
+     FACTS(.cur = KD_TRIAL_ACTIVE, .npods = 1, .failed = 1,
+           .log_cancel = "\"CUDA OOM\" (pattern .*CUDA out of memory.*)"),
+     WANT(ACT(SET_STATE), ST(ERROR),
+          .message = "pod t-0 failed (exit code 3); not restarted: log policy \"CUDA OOM\" "
+                     "(pattern .*CUDA out of memory.*) matched (cancel_retries)",
+          .delete_pods = true, .kick = true, .note = KD_TRIAL_NOTE_FAILED)},
+    {"cancel_retries matched, no failure: the trial runs on",
+     FACTS(.cur = KD_TRIAL_ACTIVE, .npods = 1, .running = 1, .log_cancel = "\"x\" (pattern x)"),
+     WANT(ACT(RUN), ST(ACTIVE), .message = "running", .idle_reason = "Promoted")},
+    {"cancel_retries matched and the trial completes: COMPLETED, not ERROR",
+     FACTS(.cur = KD_TRIAL_ACTIVE, .npods = 1, .succeeded = 1, .target = 64, .reached = 64,
+           .closed = true, .api_on = true, .log_cancel = "\"x\" (pattern x)"),
+     WANT(ACT(SET_STATE), ST(COMPLETED), .clear_pods = true, .idle_reason = "Closed",
+          .delete_pods = true, .kick = true, .note = KD_TRIAL_NOTE_COMPLETED)},
+    {"an early exit wins over cancel_retries",
+     FACTS(.cur = KD_TRIAL_ACTIVE, .npods = 1, .failed = 1, .early_exit = "Errored",
+           .log_cancel = "\"x\" (pattern x)"),
+     WANT(ACT(SET_STATE), ST(ERROR), .message = "the trial exited early: Errored",
+          .clear_pods = true, .delete_pods = true, .kick = true, .note = KD_TRIAL_NOTE_EARLY_EXIT)},
+    {"log policy exclude_node matched: restarted, the message names the node",
+     FACTS(.cur = KD_TRIAL_ACTIVE, .npods = 1, .failed = 1, .log_exclude = "gpu-3"),
+     WANT(ACT(SET_STATE), ST(QUEUED),
+          .message = "pod t-0 failed (exit code 3); restart 1 of max_restarts=2; the next "
+                     "attempt avoids gpu-3 (exclude_node log policy)",
+          .restarts = 1, .clear_pods = true, .delete_pods = true, .requeue_ms = 1000, .kick = true,
+          .note = KD_TRIAL_NOTE_RESTART)},
+    {"exclude_node with max_restarts used up: ERROR as usual",
+     FACTS(.cur = KD_TRIAL_ACTIVE, .npods = 1, .failed = 1, .restarts = 2, .log_exclude = "gpu-3"),
+     WANT(ACT(SET_STATE), ST(ERROR),
+          .message = "pod t-0 failed (exit code 3); max_restarts=2 used up", .delete_pods = true,
+          .kick = true, .note = KD_TRIAL_NOTE_FAILED)},
     {"max_restarts 0: the first failure ends the trial",
      FACTS(.cur = KD_TRIAL_ACTIVE, .npods = 1, .failed = 1, .max_restarts = 0),
      WANT(ACT(SET_STATE), ST(ERROR), .delete_pods = true, .kick = true,
@@ -410,6 +442,40 @@ static void test_trial_next(void **s)
     assert_int_equal(bad, 0);
 }
 
+/* What status.logPolicies (written by the API) give the trial reconciler and the scheduler. */
+static void test_log_policy_records(void **s)
+{
+    (void)s;
+    json_t *t = json_loads(
+        "{\"status\":{\"logPolicies\":["
+        "{\"name\":\"ECC\",\"pattern\":\"ECC\",\"action\":\"exclude_node\",\"node\":\"g3\"},"
+        "{\"pattern\":\"ECC\",\"action\":\"exclude_node\",\"node\":\"g3\",\"runId\":\"r2\"},"
+        "{\"pattern\":\"x\",\"action\":\"exclude_node\"},"
+        "{\"pattern\":\"OOM\",\"action\":\"cancel_retries\"},"
+        "{\"name\":\"ECC\",\"pattern\":\"ECC\",\"action\":\"exclude_node\",\"node\":\"g7\"}]}}",
+        0, NULL);
+    assert_non_null(t);
+    const char *nodes[4];
+    assert_int_equal(kd_ctrl_excluded_nodes(t, nodes, 4), 2);
+    assert_string_equal(nodes[0], "g3");
+    assert_string_equal(nodes[1], "g7");
+    assert_int_equal(kd_ctrl_excluded_nodes(t, nodes, 1), 1);
+    char buf[128];
+    assert_true(kd_ctrl_log_cancel(json_object_get(t, "status"), buf, sizeof(buf)));
+    assert_string_equal(buf, "(pattern OOM)");
+    json_decref(t);
+    t = json_loads("{\"status\":{\"logPolicies\":[{\"name\":\"CUDA OOM\",\"pattern\":\"a.*b\","
+                   "\"action\":\"cancel_retries\"}]}}",
+                   0, NULL);
+    assert_true(kd_ctrl_log_cancel(json_object_get(t, "status"), buf, sizeof(buf)));
+    assert_string_equal(buf, "\"CUDA OOM\" (pattern a.*b)");
+    assert_int_equal(kd_ctrl_excluded_nodes(t, nodes, 4), 0);
+    json_decref(t);
+    t = json_loads("{\"status\":{}}", 0, NULL);
+    assert_false(kd_ctrl_log_cancel(json_object_get(t, "status"), buf, sizeof(buf)));
+    json_decref(t);
+}
+
 static void test_seed(void **s)
 {
     (void)s;
@@ -448,9 +514,9 @@ static void test_number(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_experiment), cmocka_unit_test(test_trial),
-        cmocka_unit_test(test_trial_next), cmocka_unit_test(test_seed),
-        cmocka_unit_test(test_number),
+        cmocka_unit_test(test_experiment),         cmocka_unit_test(test_trial),
+        cmocka_unit_test(test_trial_next),         cmocka_unit_test(test_seed),
+        cmocka_unit_test(test_log_policy_records), cmocka_unit_test(test_number),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
 # Tests of launcher/: unit tests of its parts, then the programs end to end.
 $(eval $(call kd_test,test_launch_lines,tests/launcher/test_lines.c,launch core,,30))
+$(eval $(call kd_test,test_launch_logq,tests/launcher/test_logq.c,launch core,-ljansson,30))
 $(eval $(call kd_test,test_launch_env,tests/launcher/test_env.c,launch core,-ljansson -ldl,30))
 $(eval $(call kd_test,test_launch_args,tests/launcher/test_args.c,launch core,-ljansson -ldl,30))
 $(eval $(call kd_test_script,test_launch_procs,tests/launcher/test_procs.sh,180,,$(O)/bin/kdet-launch $(O)/bin/wrap_rank))

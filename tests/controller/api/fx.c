@@ -40,6 +40,8 @@ static void apply_crd(const char *path)
     kd_yaml_free(doc);
 }
 
+int64_t fx_log_max_bytes;
+
 void fx_api_start(int port)
 {
     char err[KD_ERRLEN] = "";
@@ -51,7 +53,8 @@ void fx_api_start(int port)
                             .token_key_len = sizeof(fx_key),
                             .user_token = FX_USER_TOKEN,
                             .long_poll_max_s = 30,
-                            .metrics_timeout_ms = 5000};
+                            .metrics_timeout_ms = 5000,
+                            .log_max_bytes = fx_log_max_bytes};
     int rc = kd_api_start(&o, &fx.api, err);
     /* A restarted API may find the port still held by closing connections for a moment. */
     for (int i = 0; rc != 0 && port != 0 && i < 50; i++) {

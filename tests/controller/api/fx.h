@@ -31,6 +31,9 @@ extern const unsigned char fx_key[32];
 int fx_setup(void **state);
 int fx_teardown(void **state);
 
+/** The API's log_max_bytes for the next fx_api_start (0: the default). */
+extern int64_t fx_log_max_bytes;
+
 /** Start the API again (after fx_api_stop) on `port` (0: a free one). */
 void fx_api_start(int port);
 void fx_api_stop(void);

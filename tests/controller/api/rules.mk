@@ -5,7 +5,7 @@ API_TEST_KD_LIBS := api http store metrics k8s storage yaml core
 API_TEST_LDLIBS := -lmicrohttpd -lpq -lcurl -lcrypto -ljansson -lyaml -lm -lpthread
 API_TEST_DEPS := $(O)/bin/kdet-local
 $(O)/obj/tests/controller/api/%.o: KD_CFLAGS += -Itests -Itests/controller/api
-$(O)/obj/tests/controller/api/test_api_chief.o: KD_CFLAGS += -Ilauncher
+$(O)/obj/tests/controller/api/test_api_chief.o $(O)/obj/tests/controller/api/test_api_logs.o: KD_CFLAGS += -Ilauncher
 $(eval $(call kd_test,test_api_worker,tests/controller/api/test_api_worker.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 $(eval $(call kd_test,test_api_user,tests/controller/api/test_api_user.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 # Figures (latency, rows/s, long-poll wake-up); `slow`, so not in the sanitizer pass.
@@ -15,3 +15,5 @@ $(eval $(call kd_test,test_api_log,tests/controller/api/test_api_log.c $(API_TES
 $(eval $(call kd_test,test_api_chief,tests/controller/api/test_api_chief.c $(API_TEST_SRCS),launch $(API_TEST_KD_LIBS),$(API_TEST_LDLIBS) -ldl,120,,$(API_TEST_DEPS)))
 # Routing, body caps and tokens decided from the request head before any body byte is read.
 $(eval $(call kd_test,test_api_limits,tests/controller/api/test_api_limits.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
+# Trial logs: the worker and user routes, following, and kdet-launch's shipper (launcher/logship.c).
+$(eval $(call kd_test,test_api_logs,tests/controller/api/test_api_logs.c $(API_TEST_SRCS),launch $(API_TEST_KD_LIBS),$(API_TEST_LDLIBS) -ldl,120,,$(API_TEST_DEPS)))

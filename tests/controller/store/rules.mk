@@ -9,3 +9,4 @@ $(eval $(call kd_test,test_store_pool,tests/controller/store/test_store_pool.c $
 $(eval $(call kd_test,test_store_registry,tests/controller/store/test_store_registry.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
 # Random kills of the server while four workers stream (bounded, about a minute).
 $(eval $(call kd_test,test_store_soak,tests/controller/store/test_store_soak.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),240,slow))
+$(eval $(call kd_test,test_store_logs,tests/controller/store/test_store_logs.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
