@@ -209,3 +209,7 @@ help:
 	@echo "make bench      benchmarks, each side by side with its anchor"
 	@echo "make fuzz       build the libFuzzer targets (clang) into build-fuzz/"
 	@echo "make demo       the end-to-end demo"
+	@echo "make e2e        the end-to-end suites against kdet-local"
+	@echo "make e2e-real   the suites against a real control plane; as root also two real nodes"
+	@echo "                (kubelet on containerd) and a helm install of the images"
+	@echo "make images     OCI images (kdet-controller, kdet-trainer, kdet-postgresql), as root"

@@ -106,9 +106,10 @@ ctrl_pods() {
 		-o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}' 2>/dev/null
 }
 
-port_fwd_pid=""
+port_fwd_pid="" pods_watch_pid=""
 cleanup() {
 	[[ -z "$port_fwd_pid" ]] || kill "$port_fwd_pid" 2>/dev/null
+	[[ -z "$pods_watch_pid" ]] || kill "$pods_watch_pid" 2>/dev/null
 	# Experiments first, while the controller runs to take their finalizer
 	# off; what it did not get to in 60 s loses the finalizer by hand.
 	kubectl delete exp --all -n "$NS" --wait=true --timeout=60s >/dev/null 2>&1 ||
@@ -127,6 +128,14 @@ trap cleanup EXIT
 for t in ctr jq; do command -v "$t" >/dev/null || { bad "$t not found"; echo "$pass passed, $fail failed"; exit 1; }; done
 [[ -x "$HELM" ]] || { bad "helm missing at $HELM (make deps)"; echo "$pass passed, $fail failed"; exit 1; }
 [[ -x "$DET" ]] || { bad "det missing at $DET (make)"; echo "$pass passed, $fail failed"; exit 1; }
+
+# A release namespace left by an earlier run (still terminating) would make
+# the install fail for a reason of its own.
+if ! within 180 bash -c "! kubectl get ns $INS >/dev/null 2>&1"; then
+	bad "namespace $INS from an earlier run is still there" "$(kubectl get ns "$INS" -o 'jsonpath={.status.phase}' 2>&1)"
+	echo "$pass passed, $fail failed"
+	exit 1
+fi
 
 # --- images: loaded into each node's containerd, as without a registry --------
 declare -A tag
@@ -150,7 +159,7 @@ for sock in $KDET_REALNODE_CONTAINERD_SOCKS; do
 	for n in controller trainer postgresql; do
 		t0=$(now)
 		if ctr -a "$sock" -n k8s.io images import "$KD_BUILD/images/kdet-$n.oci.tar" >"$work/import.log" 2>&1 &&
-			ctr -a "$sock" -n k8s.io images ls -q | grep -qx "docker.io/library/kdet-$n:${tag[$n]}"; then
+			grep -x "docker.io/library/kdet-$n:${tag[$n]}" <<<"$(ctr -a "$sock" -n k8s.io images ls -q)" >/dev/null; then
 			ok "images: kdet-$n:${tag[$n]} imported into $node_name's containerd ($(secs "$t0" "$(now)") s)"
 		else
 			bad "images: kdet-$n:${tag[$n]} imported into $node_name's containerd" "$(tail -c 400 "$work/import.log")"
@@ -240,7 +249,7 @@ expect "controller: non-root, read-only root, no capabilities, RuntimeDefault se
 	"${K[@]}" get deploy kdet-controller -o 'jsonpath={.spec.template.spec.containers[0].securityContext.runAsNonRoot} {.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem} {.spec.template.spec.containers[0].securityContext.capabilities.drop} {.spec.template.spec.containers[0].securityContext.seccompProfile.type} {.spec.template.spec.securityContext.runAsUser}'
 within 60 bash -c "[[ -n \"\$(kubectl -n $INS get lease kdet-controller -o 'jsonpath={.spec.holderIdentity}' 2>/dev/null)\" ]]"
 lead="$(leader)"
-if ctrl_pods | grep -qx "$lead"; then ok "controller: one replica holds the Lease ($lead)"; else bad "controller: one replica holds the Lease" "holder '$lead', pods: $(ctrl_pods | tr '\n' ' ')"; fi
+if grep -x "$lead" <<<"$(ctrl_pods)" >/dev/null; then ok "controller: one replica holds the Lease ($lead)"; else bad "controller: one replica holds the Lease" "holder '$lead', pods: $(ctrl_pods | tr '\n' ' ')"; fi
 # Pod created -> Ready, and its container started -> Ready (API timestamps: whole seconds).
 for p in $(ctrl_pods); do
 	"${K[@]}" get pod "$p" -o json | jq -r '[.metadata.creationTimestamp,
@@ -320,13 +329,18 @@ finished() {
 			"pods: $("${U[@]}" get pods -l "kdet.io/experiment=$e" -o wide 2>&1 | head -c 600)"
 	fi
 }
-# snap_pods NAME N: wait until N pods of experiment NAME have a pod IP and
-# keep them as $work/pods-NAME.json (pods go when their trial ends).
+# Every version of every pod of the namespace, from a watch started before
+# the first experiment: pods go when their trial ends, often within a
+# second or two of starting, too soon to be caught by polling.
+kubectl -n "$NS" get pods --watch -o json >"$work/pods.watch" 2>/dev/null &
+pods_watch_pid=$!
+# snap_pods NAME N: wait until the watch has seen N pods of experiment NAME
+# with a pod IP; keep the last such version of each in $work/pods-NAME.json.
 snap_pods() {
 	local f="$work/pods-$1.json"
-	within 240 bash -c "kubectl -n $NS get pods -l kdet.io/experiment=$1 -o json >'$f.tmp' &&
-		[[ \$(jq '[.items[] | select(.status.podIP != null)] | length' '$f.tmp') -ge $2 ]]" &&
-		mv "$f.tmp" "$f"
+	within 240 bash -c "jq -s --arg e '$1' '[.[] | select(.metadata.labels[\"kdet.io/experiment\"] == \$e and .status.podIP != null)]
+		| group_by(.metadata.name) | map(last) | {items: .}' '$work/pods.watch' >'$f.tmp' 2>/dev/null &&
+		[[ \$(jq '.items | length' '$f.tmp') -ge $2 ]]" && mv "$f.tmp" "$f"
 }
 # pod_field NAME JQ: JQ over the snapshot of NAME's pods.
 pod_field() { jq -r "$2" "$work/pods-$1.json" 2>/dev/null; }
@@ -379,8 +393,12 @@ expect "twopod: the chief reported its pod IP (one of the two: $ips) for the ren
 expect "twopod: its validation stored" '^1$' exp_metrics "${E[twopod]}" validation
 
 # 4. The leader's pod deleted, then helm upgrade to a new tag, while an experiment runs.
-fmnist longrun "{name: random, metric: validation_loss, smaller_is_better: true, max_trials: 2, max_concurrent_trials: 2, max_length: {batches: 3000}}" 1
-if create longrun; then ok "det experiment create longrun (2 trials of 3000 batches)"; else bad "det experiment create longrun" "$(tail -c 600 "$work/create-longrun.log")"; fi
+# Long enough to outlive the failover and the rollout: 512 hidden units make
+# a batch about 2 ms of one core (30,000 batches: a minute alone, two on a
+# busy machine); a report every 1000 batches.
+fmnist longrun "{name: random, metric: validation_loss, smaller_is_better: true, max_trials: 2, max_concurrent_trials: 2, max_length: {batches: 30000}}" 1
+sed -i 's/ --quiet$/ --quiet --report-every 1000/; s/hidden_units: 32/hidden_units: 512/' "$work/longrun.yaml"
+if create longrun; then ok "det experiment create longrun (2 trials of 30000 batches)"; else bad "det experiment create longrun" "$(tail -c 600 "$work/create-longrun.log")"; fi
 within 120 bash -c "[[ \"\$(kubectl -n $NS get trial -l kdet.io/experiment=${E[longrun]} -o 'jsonpath={.items[*].status.state}')\" == *RUNNING* ]]"
 old="$(leader)"
 log "deleting the leader's pod $old"
@@ -413,7 +431,7 @@ finished "${E[longrun]}"
 expect "longrun: both trials COMPLETED, never restarted" '^COMPLETED 0? COMPLETED 0? ?$' \
 	"${U[@]}" get trials -l kdet.io/experiment=${E[longrun]} -o 'jsonpath={range .items[*]}{.status.state} {.status.restarts} {end}'
 expect "longrun: every validation stored (one per trial)" '^2$' exp_metrics "${E[longrun]}" validation
-expect "longrun: every training report stored (2 trials x 3000/50)" '^120$' exp_metrics "${E[longrun]}" training
+expect "longrun: every training report stored (2 trials x 30000/1000)" '^60$' exp_metrics "${E[longrun]}" training
 expect "longrun: no metric stored twice" '^0$' dup_metrics "${E[longrun]}"
 
 # 5. Experiment create -> first trial container Running (KDET_INSTALL_MEASURE=N).

@@ -209,7 +209,7 @@ expect "service: the pod's token volume from the real kubelet" 'token' \
 # --- deleting a pod removes its network -----------------------------------------------
 link="$("${K[@]}" exec server -- /probe addr 2>/dev/null | sed -n 's/.*iflink=\([0-9]*\).*/\1/p')"
 veth="$(ip -o link show 2>/dev/null | awk -F': ' -v i="$link" '$1 == i { print $2 }' | cut -d@ -f1)"
-if [[ -n "$veth" ]] && ip -o link show master "$KDET_REALNODE_BRIDGE" | grep -q "^$link: "; then
+if [[ -n "$veth" ]] && grep "^$link: " <<<"$(ip -o link show master "$KDET_REALNODE_BRIDGE")" >/dev/null; then
 	ok "network: the server's host veth $veth (ifindex $link) is on $KDET_REALNODE_BRIDGE"
 else
 	bad "network: the server's host veth is on $KDET_REALNODE_BRIDGE" "iflink '$link', veth '$veth'"
