@@ -326,6 +326,47 @@ def test_training_and_validation_reducers():
 
 
 @case
+def test_lr_scheduler_step_modes_with_aggregation():
+    """16 batches (2 epochs of 8), 2 a step: each optimizer steps 8 times."""
+    import harness_trial
+    import torch
+    from determined import pytorch
+    Mode = pytorch.LRScheduler.StepMode
+
+    class Schedules(harness_trial.Regress):
+        def __init__(self, context):
+            super().__init__(context)
+            self.opt_b = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(),
+                                                                lr=0.01))
+
+            def sched(opt, mode, freq=1):
+                return context.wrap_lr_scheduler(
+                    torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9), mode,
+                    frequency=freq)
+            self.s = {"a_opt_2": sched(self.opt, Mode.STEP_EVERY_OPTIMIZER_STEP, 2),
+                      "b_opt_1": sched(self.opt_b, Mode.STEP_EVERY_OPTIMIZER_STEP),
+                      "b_batch_3": sched(self.opt_b, Mode.STEP_EVERY_BATCH, 3),
+                      "b_epoch_2": sched(self.opt_b, Mode.STEP_EVERY_EPOCH, 2),
+                      "b_manual": sched(self.opt_b, Mode.MANUAL_STEP)}
+
+        def train_batch(self, batch, epoch_idx, batch_idx):
+            out = super().train_batch(batch, epoch_idx, batch_idx)
+            x, y, _ = batch
+            self.context.backward(torch.nn.functional.mse_loss(self.model(x), y))
+            self.context.step_optimizer(self.opt_b)
+            return out
+
+    trial, ctx, _ = fit_here({"global_batch_size": 4, "records": 32}, cls=Schedules,
+                             init_kw={"aggregation_frequency": 2},
+                             max_length=pytorch.Epoch(2))
+    got = {k: v.last_epoch for k, v in trial.s.items()}
+    want = {"a_opt_2": 4, "b_opt_1": 8, "b_batch_3": 5, "b_epoch_2": 1, "b_manual": 0}
+    check(got == want, f"scheduler steps {got}, want {want}")
+    check(ctx.state_dict()["lr_scheduler_optimizer_steps"] == [8, 8, 0, 0, 0],
+          ctx.state_dict()["lr_scheduler_optimizer_steps"])
+
+
+@case
 def test_two_ranks_equal_weights_accumulation_fp16_compression():
     import torch
     from determined import pytorch

@@ -150,6 +150,17 @@ class LRScheduler:
         self.scheduler = scheduler
         self._step_mode = step_mode
         self._frequency = frequency
+        self._optimizer_steps = 0  # STEP_EVERY_OPTIMIZER_STEP: its optimizer's steps
+
+    def _optimizer_stepped(self, optimizer):
+        """STEP_EVERY_OPTIMIZER_STEP: step every `frequency` steps of the
+        scheduler's own optimizer (any optimizer when it names none)."""
+        if self._step_mode != LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP or \
+                getattr(self.scheduler, "optimizer", optimizer) is not optimizer:
+            return
+        self._optimizer_steps += 1
+        if self._optimizer_steps % self._frequency == 0:
+            self.step()
 
     def step(self):
         self.scheduler.step()
@@ -565,7 +576,8 @@ class PyTorchTrialContext:
         aggregation_frequency batches (a no-op on the others), after
         averaging the aggregated gradients (average_aggregated_gradients),
         unscaling them (scaler) and calling clip_grads(parameters); then
-        zero the gradients and step the STEP_EVERY_OPTIMIZER_STEP schedulers."""
+        zero the gradients and step the optimizer's STEP_EVERY_OPTIMIZER_STEP
+        schedulers (every `frequency` of its steps)."""
         if not self._should_communicate_and_update():
             return
         params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -588,8 +600,7 @@ class PyTorchTrialContext:
         if auto_zero_grads:
             optimizer.zero_grad()
         for s in self.lr_schedulers:
-            if s._step_mode == LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP:
-                s.step()
+            s._optimizer_stepped(optimizer)
 
     def _end_batch(self):
         """After each train_batch: update the scalers that stepped."""
@@ -602,6 +613,7 @@ class PyTorchTrialContext:
         return {"models": [m.state_dict() for m in self.models],
                 "optimizers": [o.state_dict() for o in self.optimizers],
                 "lr_schedulers": [s.state_dict() for s in self.lr_schedulers],
+                "lr_scheduler_optimizer_steps": [s._optimizer_steps for s in self.lr_schedulers],
                 "scalers": [s.state_dict() for s in self._scalers]}
 
     def load_state_dict(self, state):
@@ -614,6 +626,8 @@ class PyTorchTrialContext:
             o.load_state_dict(s)
         for sch, s in zip(self.lr_schedulers, state.get("lr_schedulers", [])):
             sch.load_state_dict(s)
+        for sch, n in zip(self.lr_schedulers, state.get("lr_scheduler_optimizer_steps", [])):
+            sch._optimizer_steps = n
         for sc, s in zip(self._scalers, state.get("scalers", [])):
             if s:
                 sc.load_state_dict(s)
