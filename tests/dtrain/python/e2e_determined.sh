@@ -22,9 +22,9 @@ check "API serving" wait_for 20 grep -q 'msg="API serving"' "$T/ctrl.log"
 mkdir -p "$T/ckpt"
 EX=$KD_SRC/examples/pytorch-fashion-mnist/trainer-api
 
-# trainer_experiment NAME BATCHES
+# trainer_experiment NAME BATCHES [ARGS]: ARGS go to train.py
 trainer_experiment() {
-    experiment "$1" "  entrypoint: /usr/bin/python3 $EX/train.py
+    experiment "$1" "  entrypoint: /usr/bin/python3 $EX/train.py ${3:-}
   environment:
     environment_variables: [OMP_NUM_THREADS=1, TMPDIR=$T]
   hyperparameters:
@@ -59,8 +59,9 @@ check "checkpoint registered at 40" test "$(field trial tapi-1 '{.status.latestC
 ck=$(field trial tapi-1 '{.status.latestCheckpoint.uuid}')
 check "checkpoint files in the storage" test -f "$T/ckpt/$ck/state_dict.pth"
 
-# Long enough (1500 batches) that the pause lands mid-training.
-trainer_experiment tpause 1500
+# Long enough (1500 batches, a validation on the 10000 test images every
+# 100) that the pause lands mid-training.
+trainer_experiment tpause 1500 "--validation-period 100"
 check "trained to a first report" wait_for 120 eval '[ -n "$(trial_metrics tpause-1 training)" ]'
 kubectl patch exp tpause --type=merge -p '{"spec":{"paused":true}}' >/dev/null
 log "paused"
