@@ -287,6 +287,54 @@ static bool env_has(const json_t *env, const char *name)
     return false;
 }
 
+/* At most this much compact JSON in KDET_EXPERIMENT_CONFIG: Linux caps one environment string
+ * at 128 KiB (MAX_ARG_STRLEN), and the pod is stored once per attempt. */
+#define CONFIG_ENV_MAX (64 * 1024)
+
+/*
+ * KDET_EXPERIMENT_CONFIG: the parts of the experiment config that training code reads
+ * (Determined's cluster_info.trial.config; the Python Trainer's records_per_epoch,
+ * optimizations, min_*_period, searcher metric), unless the user's environment sets it. Past
+ * CONFIG_ENV_MAX `data` is left out, then `hyperparameters`, then the variable.
+ */
+static void config_env(json_t *env, const json_t *cfg)
+{
+    static const char *const keys[] = {"name",
+                                       "description",
+                                       "labels",
+                                       "searcher",
+                                       "records_per_epoch",
+                                       "min_validation_period",
+                                       "min_checkpoint_period",
+                                       "perform_initial_validation",
+                                       "checkpoint_policy",
+                                       "scheduling_unit",
+                                       "optimizations",
+                                       "profiling",
+                                       "max_restarts",
+                                       "hyperparameters",
+                                       "data"};
+    static const char *const drop[] = {"data", "hyperparameters", NULL};
+    if (env_has(env, "KDET_EXPERIMENT_CONFIG"))
+        return;
+    json_t *sub = json_object();
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        json_t *v = json_object_get(cfg, keys[i]);
+        if (v != NULL && !json_is_null(v))
+            json_object_set(sub, keys[i], v);
+    }
+    char *js = json_dumps(sub, JSON_COMPACT | JSON_SORT_KEYS);
+    for (int i = 0; js != NULL && strlen(js) > CONFIG_ENV_MAX && drop[i] != NULL; i++) {
+        free(js);
+        json_object_del(sub, drop[i]);
+        js = json_dumps(sub, JSON_COMPACT | JSON_SORT_KEYS);
+    }
+    if (js != NULL && strlen(js) <= CONFIG_ENV_MAX)
+        env_set(env, "KDET_EXPERIMENT_CONFIG", js);
+    free(js);
+    json_decref(sub);
+}
+
 /*
  * s3 checkpoint storage with a credentials_secret: the trial's workers
  * (checkpoints) and the launcher (an s3:// context) read the keys from that
@@ -551,6 +599,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
         snprintf(buf, sizeof(buf), "%" PRId64,
                  (int64_t)json_integer_value(json_object_get(spec, "seed")));
         env_set(env, "KDET_TRIAL_SEED", buf);
+        config_env(env, cfg);
         if (o->controller_url != NULL && o->controller_url[0] != '\0')
             env_set(env, "KDET_CONTROLLER_URL", o->controller_url);
         if (o->api)

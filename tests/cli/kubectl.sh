@@ -39,7 +39,7 @@ else bad "kubectl apply -f crds/" "$tmp/out"; fi
 for _ in $(seq 50); do k get exp > /dev/null 2>&1 && break; sleep 0.1; done
 
 n=0
-for cfg in examples/*/*.yaml; do
+for cfg in examples/*/*.yaml examples/*/*/*.yaml; do
     dir=$(dirname "$cfg")
     if ! "$build/bin/det" experiment create "$cfg" "$dir" --dry-run > "$tmp/res.yaml" 2> "$tmp/det.err"; then
         bad "det experiment create $cfg --dry-run" "$tmp/det.err"; continue
@@ -53,7 +53,7 @@ for cfg in examples/*/*.yaml; do
     done
     n=$((n + 1))
 done
-[ $n -ge 8 ] && ok "$n example configs checked" || bad "only $n example configs found"
+[ $n -ge 11 ] && ok "$n example configs checked" || bad "only $n example configs found"
 
 # a real apply stores the spec as det printed it
 cfg=examples/fashion-mnist-c/adaptive.yaml

@@ -1,5 +1,5 @@
-/* Every example experiment (each examples/NAME/ YAML file, with examples/NAME as the
- * context) goes through `det experiment create --dry-run` and the resulting
+/* Every example experiment (each examples/NAME/ and examples/NAME/SUB/ YAML file, with its
+ * folder as the context) goes through `det experiment create --dry-run` and the resulting
  * Experiment validates against crds/experiments.yaml; edited copies of a
  * valid resource are rejected with the API server's causes. */
 #include <glob.h>
@@ -37,7 +37,10 @@ static void test_every_example_validates(void **state)
     (void)state;
     glob_t g;
     assert_int_equal(glob("examples/*/*.yaml", 0, NULL, &g), 0);
-    assert_true(g.gl_pathc >= 8); /* 7 Fashion-MNIST C searches + the PyTorch one */
+    /* and the Trainer-API configs (examples/pytorch-fashion-mnist/trainer-api/) */
+    assert_int_equal(glob("examples/*/*/*.yaml", GLOB_APPEND, NULL, &g), 0);
+    /* 7 Fashion-MNIST C searches + the PyTorch one + 3 Trainer-API ones */
+    assert_true(g.gl_pathc >= 11);
     json_t *schema = crd_schema_file("crds/experiments.yaml");
     int failures = 0;
     for (size_t i = 0; i < g.gl_pathc; i++) {

@@ -19,6 +19,7 @@
 #include "../support/golden.h"
 
 #include "config/config.h"
+#include "core/alloc.h"
 #include "podspec.h"
 
 #define DIR "tests/data/controller/pods/"
@@ -194,6 +195,59 @@ static void test_sharedfs_user_mount(void **s)
     json_decref(cfg);
 }
 
+/* The value of env variable NAME of the first pod's container, or NULL. */
+static const char *pod_env(const json_t *pods, const char *name)
+{
+    const json_t *ps = json_object_get(json_array_get(pods, 0), "spec");
+    const json_t *c = json_array_get(json_object_get(ps, "containers"), 0);
+    size_t i;
+    const json_t *e;
+    json_array_foreach(json_object_get(c, "env"), i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "name")) ?: "", name) == 0)
+            return json_string_value(json_object_get(e, "value"));
+    }
+    return NULL;
+}
+
+/* KDET_EXPERIMENT_CONFIG: the training loop's fields; a huge `data` left out; the user's wins. */
+static void test_experiment_config_env(void **s)
+{
+    (void)s;
+    char err[KD_ERRLEN] = "";
+    json_t *trial = json_pack("{s:{s:s,s:s,s:s},s:{s:s,s:s,s:i,s:{}}}", "metadata", "name", "t-1",
+                              "namespace", "default", "uid", "u", "spec", "experiment", "t",
+                              "requestId", "r0-1", "seed", 1, "hparams");
+    json_t *cfg = json_pack("{s:s,s:i,s:{s:i},s:{s:s},s:{s:s}}", "entrypoint", "train",
+                            "records_per_epoch", 60000, "optimizations", "aggregation_frequency", 2,
+                            "data", "dir", "/d", "environment", "image", "img");
+    struct kd_pod_opts o = {0};
+    json_t *pods = NULL;
+    assert_int_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err), 0);
+    assert_string_equal(
+        pod_env(pods, "KDET_EXPERIMENT_CONFIG"),
+        "{\"data\":{\"dir\":\"/d\"},\"optimizations\":{\"aggregation_frequency\":2},"
+        "\"records_per_epoch\":60000}");
+    json_decref(pods);
+    char *big = kd_xmalloc(70000);
+    memset(big, 'x', 69999);
+    big[69999] = '\0';
+    json_object_set_new(json_object_get(cfg, "data"), "blob", json_string(big));
+    assert_int_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err), 0);
+    assert_string_equal(
+        pod_env(pods, "KDET_EXPERIMENT_CONFIG"),
+        "{\"optimizations\":{\"aggregation_frequency\":2},\"records_per_epoch\":60000}");
+    json_decref(pods);
+    json_object_set_new(cfg, "environment",
+                        json_pack("{s:[s]}", "environment_variables", "KDET_EXPERIMENT_CONFIG={}"));
+    assert_int_equal(kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err), 0);
+    assert_string_equal(pod_env(pods, "KDET_EXPERIMENT_CONFIG"), "{}");
+    json_decref(pods);
+    free(big);
+    json_decref(trial);
+    json_decref(cfg);
+}
+
 /* exclude_node log policies: a NotIn node affinity, added to every term of the user's. */
 static void test_exclude_nodes(void **s)
 {
@@ -315,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_context_configmap),
         cmocka_unit_test(test_context_path),
         cmocka_unit_test(test_context_s3),
+        cmocka_unit_test(test_experiment_config_env),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_priority_classes),
     };

@@ -20,6 +20,7 @@ import sys
 
 import kdet.core
 from kdet.pytorch import PyTorchTrialContext, Trainer
+from kdet.pytorch._context import seed_everything
 from kdet.pytorch._trainer import STATE_FILE
 
 __all__ = ["Harness", "STATE_FILE", "load_trial_class", "main"]
@@ -61,14 +62,13 @@ class Harness:
     the end of each searcher operation only."""
 
     def __init__(self, trial_cls, core, report_every=10, preempt_every=10):
-        import torch
         self.core = core
         self.dist = core.distributed
         self.report_every = max(1, report_every)
         self.preempt_every = max(1, preempt_every)
         if self.dist.size > 1:
             self.dist._group()
-        torch.manual_seed(core.trial_seed)
+        seed_everything(core.trial_seed)
         self.context = PyTorchTrialContext(core)
         self.trial = trial_cls(self.context)
         self.trainer = Trainer(self.trial, self.context)

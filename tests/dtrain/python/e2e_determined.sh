@@ -9,6 +9,9 @@
 # and resumed: the new pod restores the checkpoint under the trial's name
 # and finishes. A third runs the Core API example through Determined's
 # `python3 -m determined.launch.torch_distributed` entrypoint (torchrun).
+# A fourth trial's worker is SIGKILLed mid-epoch and restarted by the
+# controller: it resumes at the same batch and ends with the weights of an
+# uninterrupted run.
 . "$KD_SRC/e2e/controller/lib.sh"
 need_pg || exit 77
 trap 'stop_pg; finish; exit $?' EXIT
@@ -19,9 +22,9 @@ check "API serving" wait_for 20 grep -q 'msg="API serving"' "$T/ctrl.log"
 mkdir -p "$T/ckpt"
 EX=$KD_SRC/examples/pytorch-fashion-mnist/trainer-api
 
-# trainer_experiment NAME BATCHES
+# trainer_experiment NAME BATCHES [ARGS]: ARGS go to train.py
 trainer_experiment() {
-    experiment "$1" "  entrypoint: /usr/bin/python3 $EX/train.py
+    experiment "$1" "  entrypoint: /usr/bin/python3 $EX/train.py ${3:-}
   environment:
     environment_variables: [OMP_NUM_THREADS=1, TMPDIR=$T]
   hyperparameters:
@@ -56,8 +59,9 @@ check "checkpoint registered at 40" test "$(field trial tapi-1 '{.status.latestC
 ck=$(field trial tapi-1 '{.status.latestCheckpoint.uuid}')
 check "checkpoint files in the storage" test -f "$T/ckpt/$ck/state_dict.pth"
 
-# Long enough (1500 batches) that the pause lands mid-training.
-trainer_experiment tpause 1500
+# Long enough (1500 batches, a validation on the 10000 test images every
+# 100) that the pause lands mid-training.
+trainer_experiment tpause 1500 "--validation-period 100"
 check "trained to a first report" wait_for 120 eval '[ -n "$(trial_metrics tpause-1 training)" ]'
 kubectl patch exp tpause --type=merge -p '{"spec":{"paused":true}}' >/dev/null
 log "paused"
@@ -78,6 +82,53 @@ check "one checkpoint at $at" test "$(psqlq "select count(*) from checkpoints c 
     on t.id = c.trial_id where t.uid = '$(field trial tpause-1 '{.metadata.uid}')'
     and c.steps_completed = $at")" = 1
 check "no early exit recorded" test "$(field trial tpause-1 '{.status.state}')" = COMPLETED
+
+# A worker SIGKILLed mid-epoch (by itself, before batch 17 of its first
+# attempt) is restarted by the controller (max_restarts: 1) from the
+# checkpoint at 14 (min_checkpoint_period 7); with records_per_epoch 80 and
+# 8 records a batch the searcher's 3 epochs are 30 batches. The restarted
+# worker trains batches 14 to 29 on the data of an uninterrupted run and
+# ends with its weights, bit for bit (the same trial seed, off-cluster).
+HT=$KD_SRC/tests/dtrain/python/harness_trial.py
+HP='{"global_batch_size": 8, "records": 80, "dropout": 0.2, "noise": true, "momentum": 0.5, "lr": 0.02}'
+mkdir -p "$T/kill" "$T/straight" "$T/straight-ckpt"
+experiment tkill "  entrypoint: /usr/bin/python3 $HT
+  environment:
+    environment_variables: [OMP_NUM_THREADS=1, TMPDIR=$T, KDET_TEST_OUT=$T/kill,
+                            KDET_TEST_LOG=$T/kill.log, KDET_TEST_KILL_AT=17]
+  hyperparameters: $HP
+  records_per_epoch: 80
+  min_checkpoint_period: {batches: 7}
+  searcher: {name: single, metric: validation_loss, max_length: {epochs: 3}}
+  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt}
+  max_restarts: 1
+  resources: {slots_per_trial: 1}"
+log "SIGKILL experiment created"
+wait_for 240 eval 'exp_state_is tkill COMPLETED || exp_state_is tkill ERROR'
+check "SIGKILLed experiment COMPLETED" exp_state_is tkill COMPLETED
+check "restarted once" test "$(field trial tkill-1 '{.status.restarts}')" = 1
+check "validated at 3 epochs (30 batches)" test \
+    "$(field trial tkill-1 '{.status.latestValidation.batches}')" = 30
+check "checkpoints at 7, 14 (first attempt), 21, 28 and 30" test "$(psqlq "select
+    string_agg(c.steps_completed::text, ' ' order by c.steps_completed) from checkpoints c
+    join trials t on t.id = c.trial_id where t.uid = '$(field trial tkill-1 '{.metadata.uid}')'")" \
+    = "7 14 21 28 30"
+seed=$(field trial tkill-1 '{.spec.seed}')
+env -u KDET_CONTROLLER_URL PYTHONPATH="$KD_BUILD/lib/python" OMP_NUM_THREADS=1 \
+    KDET_TRIAL_SEED="$seed" KDET_CHECKPOINT_DIR="$T/straight-ckpt" KDET_TEST_OUT="$T/straight" \
+    KDET_TEST_LOG="$T/straight.log" KDET_TEST_HP="$HP" \
+    KDET_TEST_CONF='{"records_per_epoch": 80, "min_checkpoint_period": {"batches": 7}}' \
+    KDET_TEST_FIT='{"max_length": {"epochs": 3}}' /usr/bin/python3 "$HT" >"$T/straight.out" 2>&1
+check "uninterrupted run off-cluster" grep -q "trial stopped batches_trained=30" "$T/straight.out"
+batches() { cut -d' ' -f2 "$1" | tr '\n' ' '; }
+check "trained 0-16, then 14-29 after the restart" test "$(batches "$T/kill.log")" = \
+    "$(seq -s ' ' 0 16) $(seq -s ' ' 14 29) "
+check "the same batches in the same order as the uninterrupted run" test \
+    "$(sort -u "$T/kill.log" | sort -n -k2)" = "$(sort -n -k2 "$T/straight.log")"
+check "the same final weights, bit for bit" /usr/bin/python3 -c "
+import sys, torch
+a, b = (torch.load(sys.argv[i]) for i in (1, 2))
+sys.exit(0 if all(torch.equal(a[k], b[k]) for k in a) else 1)" "$T/kill/rank0.pth" "$T/straight/rank0.pth"
 
 CORE=$KD_SRC/examples/core-api-fashion-mnist
 experiment tcore "  entrypoint: python3 -m determined.launch.torch_distributed /usr/bin/python3 $CORE/train.py

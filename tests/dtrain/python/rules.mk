@@ -12,5 +12,8 @@ $(eval $(call kd_test,test_py_api,tests/dtrain/python/test_py_api.c $(API_TEST_S
 # Determined's Python API names (determined.*) on kdet, off-cluster: one and two ranks.
 $(eval $(call kd_test_script,test_py_determined,tests/dtrain/python/test_determined.py,240,noasan,$(O)/lib/libdtrain.so $(O)/bin/kdet-launch $(PY_PKG_OUT)))
 $(eval $(call kd_test_script,test_py_determined_ranks,tests/dtrain/python/test_determined_ranks.py,300,noasan,$(O)/lib/libdtrain.so $(O)/bin/kdet-launch $(O)/bin/wrap_rank $(PY_PKG_OUT)))
+# The Trainer's loop: lengths and units, resume after SIGKILL bit for bit, gradient
+# aggregation, AMP and clipping, reducers, two gloo ranks (no_sync, fp16 compression).
+$(eval $(call kd_test_script,test_py_harness,tests/dtrain/python/test_harness.py,240,noasan,$(O)/lib/libdtrain.so $(O)/bin/kdet-launch $(PY_PKG_OUT)))
 # The Trainer-API example as an experiment on kdet-local + kdet-controller + PostgreSQL.
-$(eval $(call kd_test_script,test_py_e2e_determined,tests/dtrain/python/e2e_determined.sh,300,slow noasan,$(CTRL_E2E_DEPS) $(O)/lib/libdtrain.so $(O)/bin/wrap_rank $(PY_PKG_OUT)))
+$(eval $(call kd_test_script,test_py_e2e_determined,tests/dtrain/python/e2e_determined.sh,420,slow noasan,$(CTRL_E2E_DEPS) $(O)/lib/libdtrain.so $(O)/bin/wrap_rank $(PY_PKG_OUT)))

@@ -20,22 +20,8 @@ TRAINER_EX = os.path.join(tk.SRC, "examples", "pytorch-fashion-mnist", "trainer-
 CORE_EX = os.path.join(tk.SRC, "examples", "core-api-fashion-mnist", "train.py")
 
 
-@contextlib.contextmanager
-def local_env(**kw):
-    """os.environ of a local-mode worker for the duration (tk.env + kw)."""
-    saved = dict(os.environ)
-    try:
-        os.environ.clear()
-        os.environ.update(tk.env(**kw))
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-def rows(out, kind):
-    return [(int(m.group(1)), json.loads(m.group(2))) for m in
-            re.finditer(rf"kdet: {kind} metrics steps_completed=(\d+) (\{{.*\}})", out)]
+local_env = tk.local_env
+rows = tk.rows
 
 
 def expect_error(exc, word, fn, *args, **kw):
@@ -334,7 +320,7 @@ def _toy_trial_classes():
             self.every_batch = context.wrap_lr_scheduler(
                 torch.optim.lr_scheduler.StepLR(self.opt, step_size=1, gamma=0.5),
                 pytorch.LRScheduler.StepMode.STEP_EVERY_BATCH, frequency=2)
-            self.count = context.wrap_reducer(Count(), name="seen")
+            self.count = context.wrap_reducer(Count(), name="seen", for_training=False)
             self.events = Events()
 
         def build_callbacks(self):

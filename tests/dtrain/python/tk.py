@@ -1,6 +1,9 @@
 """A tiny test runner for the kdet Python tests: cases, `N passed, N failed`,
 subprocesses in their own process groups that are always reaped."""
+import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -58,6 +61,25 @@ def env(**kw):
     return e
 
 
+@contextlib.contextmanager
+def local_env(**kw):
+    """os.environ of a local-mode worker for the duration (env() + kw)."""
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(env(**kw))
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def rows(out, kind):
+    """(steps, metrics) of each "kdet: KIND metrics" line local mode printed."""
+    return [(int(m.group(1)), json.loads(m.group(2))) for m in
+            re.finditer(rf"kdet: {kind} metrics steps_completed=(\d+) (\{{.*\}})", out)]
+
+
 def start(argv, e, **kw):
     p = subprocess.Popen(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, start_new_session=True, **kw)
@@ -89,7 +111,10 @@ def tmpdir():
 
 def main():
     passed = failed = 0
+    only = [c for c in os.environ.get("KD_TEST_CASES", "").split(",") if c]
     for fn in _cases:
+        if only and not any(c in fn.__name__ for c in only):
+            continue
         try:
             fn()
             passed += 1

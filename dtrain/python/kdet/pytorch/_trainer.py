@@ -7,11 +7,15 @@
                     validation_period=det.pytorch.Batch(100))
 
 Lengths are counted in batches: one batch is one step of every rank
-together; Epoch(n) is n times the batches in this rank's shard of the
-training data. Under the controller the searcher's operations decide how
-far to train (their unit from KDET_LENGTH_UNIT); off-cluster fit's
-max_length does. Each operation ends with a validation, a checkpoint and
-op.report_completed.
+together (global_batch_size records); an epoch is records_per_epoch
+records when the experiment config sets it, else the batches in this
+rank's shard of the training data. Under the controller the searcher's
+operations decide how far to train (their unit from KDET_LENGTH_UNIT);
+off-cluster fit's max_length does. Each operation ends with a
+validation, a checkpoint and op.report_completed. Checkpoints keep the
+position in the data (epoch, batch within it, sampler seed) and every
+rank's random generators, so a resumed trial trains on the same batches
+in the same order as one that was never stopped.
 """
 import atexit
 import contextlib
@@ -21,9 +25,10 @@ import signal
 import sys
 
 import kdet.core
-from kdet.pytorch._context import (DataLoader, Epoch, LRScheduler, PyTorchTrialContext,
-                                   Reducer, TrainUnit, _overrides, _takes_batch_idx,
-                                   seed_everything)
+from kdet.pytorch._context import (DataLoader, LRScheduler, PyTorchTrialContext, Reducer,
+                                   _overrides, _takes_batch_idx, epoch_batches, rng_state,
+                                   seed_everything, seeded_generator, set_rng_state,
+                                   to_batches)
 
 STATE_FILE = "state_dict.pth"
 
@@ -44,11 +49,14 @@ def _scalar(v):
 
 
 class _Metrics:
-    """Per-name reductions of scalar metrics over batches and ranks."""
+    """Per-name reductions of scalar metrics over batches and ranks (only
+    this rank's batches with across=False), plus wrapped MetricReducers."""
 
-    def __init__(self, reducer=Reducer.AVG):
+    def __init__(self, reducer=Reducer.AVG, across=True, reducers=()):
         self.reducer = reducer
         self.vals = {}
+        self.across = across
+        self.reducers = list(reducers)
 
     def _how(self, name):
         r = self.reducer
@@ -67,8 +75,8 @@ class _Metrics:
 
     def reduce(self, dist):
         """The reduced metrics (a collective: every rank calls it)."""
-        parts = dist.allgather({k: (sum(v), len(v), max(v), min(v))
-                                for k, v in self.vals.items()})
+        mine = {k: (sum(v), len(v), max(v), min(v)) for k, v in self.vals.items()}
+        parts = dist.allgather(mine) if self.across else [mine]
         self.vals = {}
         out = {}
         for k in sorted({k for p in parts for k in p}):
@@ -83,7 +91,42 @@ class _Metrics:
             else:
                 n = sum(g[1] for g in got)
                 out[k] = sum(g[0] for g in got) / n if n else math.nan
+        out.update(_reduce_wrapped(self.reducers, dist))
         return out
+
+
+def _reduce_wrapped(reducers, dist):
+    """The metrics of wrapped MetricReducers across all ranks; resets them."""
+    out = {}
+    for name, r in reducers:
+        v = r.cross_slot_reduce(dist.allgather(r.per_slot_reduce()))
+        r.reset()
+        if name is None:
+            if not isinstance(v, dict):
+                raise TypeError("a reducer wrapped without a name must return a dict of "
+                                "metrics")
+            out.update(v)
+        else:
+            out[name] = v
+    return out
+
+
+def _seed_loader(loader, seed):
+    """A torch DataLoader's shuffling and its workers' base seed for one
+    pass, from seed, when the loader has no generator of its own: the same
+    order on every rank and after a resume, and no draw from torch's
+    global generator."""
+    import torch.utils.data as tud
+    own = getattr(loader, "_kdet_own", None)
+    if own is None:
+        own = (getattr(loader, "generator", False) is None,
+               isinstance(getattr(loader, "sampler", None), tud.RandomSampler)
+               and loader.sampler.generator is None)
+        loader._kdet_own = own
+    if own[0]:
+        loader.generator = seeded_generator(seed)
+    if own[1]:
+        loader.sampler.generator = seeded_generator(seed + 1)
 
 
 class _Shard:
@@ -100,12 +143,23 @@ class _Shard:
             self.len = n // size if whole_rounds else len(range(rank, n, size))
         self._whole = whole_rounds
 
-    def epoch(self, e):
+    def epoch(self, e, skip=0):
+        """The batches of pass e, from its batch `skip` on."""
         if isinstance(self.loader, DataLoader):
-            yield from self.loader.get_data_loader(self.rank, self.size, self.seed, e)
+            yield from self.loader.get_data_loader(self.rank, self.size, self.seed, e, skip)
             return
+        if self._whole:
+            _seed_loader(self.loader, self.seed * 1000003 + e)
         stop = self.len * self.size if self._whole else None
-        for i, b in enumerate(self.loader):
+        it = enumerate(self.loader)
+        if skip:
+            # Read past them with the generators as they were: transforms
+            # that draw random numbers must not shift what comes after.
+            saved = rng_state()
+            for _ in range(skip * self.size):
+                next(it, None)
+            set_rng_state(saved)
+        for i, b in it:
             if stop is not None and i >= stop:
                 break
             if i % self.size == self.rank:
@@ -131,18 +185,34 @@ class Trainer:
         self._validated_at = -1
         self._best = None
         self._val_metrics = None
+        self._pos = None           # (data pass, batch in it) of the next batch to train
+        self._seed = context.get_trial_seed()  # the samplers' (a checkpoint's, once restored)
+        self._epoch_len = None
+        context._before_step = [cb.on_before_optimizer_step
+                                for cb in self._callbacks.values()
+                                if hasattr(cb, "on_before_optimizer_step")]
 
     # helpers ------------------------------------------------------------
     def _cb(self, hook, *args):
         for cb in self._callbacks.values():
             getattr(cb, hook)(*args)
 
+    def _gbs(self):
+        return self._context.hparams.get("global_batch_size")
+
     def _to_batches(self, unit, name):
+        """Batch(n), Epoch(n) or a config length {batches|records|epochs: n} in batches."""
         if unit is None:
             return None
-        if not isinstance(unit, TrainUnit):
-            raise TypeError(f"{name}={unit!r}: must be det.pytorch.Batch(n) or Epoch(n)")
-        return unit.value * self._epoch_len if isinstance(unit, Epoch) else unit.value
+        return to_batches(unit, self._gbs(), self._epoch_len, name)
+
+    def _config_period(self, key):
+        """The config's min_validation_period / min_checkpoint_period in
+        batches; None when unset or 0."""
+        v = self._context.get_experiment_config().get(key)
+        if not v:
+            return None
+        return self._to_batches(v, key) or None
 
     def _searcher_conf(self):
         s = self._context.get_experiment_config().get("searcher") or {}
@@ -154,11 +224,7 @@ class Trainer:
         if length is None or length <= 0:
             return fallback
         unit = self._core.searcher.get_configured_units()
-        if unit == kdet.core.Unit.EPOCHS:
-            return length * self._epoch_len
-        if unit == kdet.core.Unit.RECORDS:
-            return -(-length // self._context.get_global_batch_size())
-        return length
+        return to_batches((length, unit), self._gbs(), self._epoch_len, "op.length")
 
     def _units_done(self):
         """Batches trained, in the searcher's unit (what operations() counts)."""
@@ -166,8 +232,12 @@ class Trainer:
         if unit == kdet.core.Unit.EPOCHS:
             return self.batches // self._epoch_len
         if unit == kdet.core.Unit.RECORDS:
-            return self.batches * self._context.get_global_batch_size()
+            return self.batches * int(self._context.get_global_batch_size())
         return self.batches
+
+    def _train_metrics(self):
+        ctx = self._context
+        return _Metrics(across=ctx._average_training_metrics, reducers=ctx._train_reducers)
 
     # checkpoints --------------------------------------------------------
     def _save(self):
@@ -177,6 +247,7 @@ class Trainer:
         state = self._context.state_dict()
         state["batches_trained"] = self.batches
         state["callbacks"] = {k: cb.state_dict() for k, cb in self._callbacks.items()}
+        state.update(self._position_state())
         self._cb("on_checkpoint_save_start", state)
         uuid = None
         if self._dist.is_chief:
@@ -187,6 +258,7 @@ class Trainer:
                 if hasattr(self._trial, "save_extra"):
                     self._trial.save_extra(path)
                 self._cb("on_checkpoint_write_end", str(path))
+                self._cb("on_checkpoint_end", str(path))
         self.last_uuid = self._dist.broadcast(uuid)
         self._cb("on_checkpoint_upload_end", self.last_uuid)
         self._saved_at = self.batches
@@ -204,10 +276,28 @@ class Trainer:
             if hasattr(self._trial, "load_extra"):
                 self._trial.load_extra(path)
         self.batches = int(state.get("batches_trained", 0))
+        self._load_position(state)
         self._saved_at = self.batches
         self.last_uuid = uuid
         print(f"kdet: restored checkpoint uuid={uuid} batches_trained={self.batches}",
               flush=True)
+
+    def _position_state(self):
+        """Where the data stands and every rank's generators (a collective)."""
+        e, j = self._pos if self._pos is not None else (0, 0)
+        return {"position": {"epoch": e, "batch_in_epoch": j, "sampler_seed": self._seed,
+                             "batches_trained": self.batches},
+                "rng_states": self._dist.allgather(rng_state())}
+
+    def _load_position(self, state):
+        pos = state.get("position")
+        if pos:
+            self._seed = int(pos["sampler_seed"])
+            self._pos = (int(pos["epoch"]), int(pos["batch_in_epoch"]))
+        rng = state.get("rng_states")
+        if rng:
+            r = self._dist.rank
+            set_rng_state(rng[r] if len(rng) == self._dist.size else rng[0])
 
     # validation ---------------------------------------------------------
     def _validate(self, test_mode=False):
@@ -241,15 +331,7 @@ class Trainer:
                     if test_mode:
                         break
                 metrics = acc.reduce(dist)
-                for name, r in ctx.reducers:
-                    v = r.cross_slot_reduce(dist.allgather(r.per_slot_reduce()))
-                    if name is None:
-                        if not isinstance(v, dict):
-                            raise TypeError("a reducer wrapped without a name must return "
-                                            "a dict of metrics")
-                        metrics.update(v)
-                    else:
-                        metrics[name] = v
+                metrics.update(_reduce_wrapped(ctx.reducers, dist))
         for m in ctx.models:
             m.train()
         self._core.train.report_validation_metrics(self.batches, metrics)
@@ -296,8 +378,7 @@ class Trainer:
         max_b = self._to_batches(max_length, "max_length")
         if test_mode:
             max_b = 1
-        val_b = self._to_batches(validation_period, "validation_period")
-        ckpt_b = self._to_batches(checkpoint_period, "checkpoint_period")
+        val_b, ckpt_b = self._periods(validation_period, checkpoint_period)
         rep_b = self._to_batches(reporting_period, "reporting_period")
         check_b = max(1, int(os.environ.get("KDET_PREEMPT_EVERY") or 10))
         try:
@@ -308,15 +389,34 @@ class Trainer:
         print(f"kdet: trial {how} batches_trained={self.batches}"
               + (f" checkpoint={self.last_uuid}" if self.last_uuid else ""), flush=True)
 
+    def _periods(self, validation_period, checkpoint_period):
+        """fit's periods in batches, else the config's min_validation_period
+        and min_checkpoint_period (any unit)."""
+        val_b = self._to_batches(validation_period, "validation_period")
+        ckpt_b = self._to_batches(checkpoint_period, "checkpoint_period")
+        if validation_period is None:
+            val_b = self._config_period("min_validation_period")
+        if checkpoint_period is None:
+            ckpt_b = self._config_period("min_checkpoint_period")
+        return val_b, ckpt_b
+
     def _prepare(self):
         """This rank's shard of the training data; sets the epoch length."""
         dist, ctx = self._dist, self._context
         shard = _Shard(self._trial.build_training_data_loader(), dist.rank, dist.size,
                        ctx.get_trial_seed(), True)
-        self._epoch_len = ctx._epoch_len = shard.len
         if shard.len < 1:
             raise ValueError("the training data loader yields fewer batches than ranks")
+        rpe = ctx.get_experiment_config().get("records_per_epoch")
+        self._epoch_len = ctx._epoch_len = epoch_batches(rpe, self._gbs(), shard.len)
         return shard
+
+    def _start_position(self, shard):
+        """Where training continues in the data: a restored checkpoint's
+        position (its sampler seed too), else from the batches trained."""
+        shard.seed = self._seed
+        if self._pos is None or self._pos[1] >= shard.len:
+            self._pos = divmod(self.batches, shard.len)
 
     def _run(self, shard, max_b, val_b, ckpt_b, rep_b, check_b, policy, latest_checkpoint=None,
              step_zero_validation=False, test_mode=False):
@@ -327,6 +427,7 @@ class Trainer:
         uuid = uuid or latest_checkpoint or core.latest_checkpoint
         if uuid:
             self._restore(uuid)
+        self._start_position(shard)
         if core.local:
             if max_b is not None:
                 core.searcher._max_length = max_b
@@ -345,9 +446,9 @@ class Trainer:
 
     def _train(self, shard, max_b, val_b, ckpt_b, rep_b, check_b, policy, test_mode):
         core, dist, ctx, trial = self._core, self._dist, self._context, self._trial
-        train = _Metrics()
+        train = self._train_metrics()
         batch_metrics = []
-        epoch_len = shard.len
+        epoch_len = self._epoch_len
         it = None
         for op in core.searcher.operations(completed=self._units_done()):
             target = self._op_batches(op.length, max_b)
@@ -361,6 +462,7 @@ class Trainer:
                 if self.batches % epoch_len == 0:
                     self._cb("on_training_epoch_start", epoch_idx)
                 out = trial.train_batch(ctx.to_device(batch), epoch_idx, self.batches)
+                ctx._end_batch()
                 if hasattr(out, "detach"):
                     out = {"loss": out}
                 # One conversion per value (on a GPU each .item() waits for the device).
@@ -408,16 +510,17 @@ class Trainer:
             return "preempted"
         return "stopped"
 
-    @staticmethod
-    def _batches(shard, skip):
-        """(batch, epoch_idx) from batch `skip` on, epoch after epoch."""
-        e, off = divmod(skip, shard.len)
+    def _batches(self, shard, skip):
+        """(batch, epoch_idx) from the data position self._pos (batch `skip`
+        of the training when unknown), pass after pass over the shard;
+        epoch_idx counts epochs of self._epoch_len batches."""
+        e, j = self._pos if self._pos is not None else divmod(skip, shard.len)
         while True:
-            for j, b in enumerate(shard.epoch(e)):
-                if j >= off:
-                    yield b, e
-            off = 0
-            e += 1
+            for b in shard.epoch(e, j):
+                j += 1
+                self._pos = (e, j) if j < shard.len else (e + 1, 0)
+                yield b, self.batches // self._epoch_len
+            e, j = e + 1, 0
 
 
 def _exit_without_teardown():
