@@ -21,6 +21,7 @@
 /* Experiment annotations naming the searcher metric when spec does not (stored templates). */
 #define API_ANN_METRIC "kdet.io/searcher-metric"
 #define API_ANN_SMALLER "kdet.io/smaller-is-better"
+#define API_ANN_TIME_METRIC "kdet.io/time-metric"
 /* Training reports update status.batchesTrained at most this often per trial. */
 #define API_PROGRESS_MS 10000
 /* A run id (KDET_RUN_ID) is at most this long. */
