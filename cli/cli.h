@@ -369,6 +369,8 @@ int det_cmd_checkpoint(int argc, char **argv);
 int det_cmd_job(int argc, char **argv);
 /** `det trial metrics` (trial_metrics.c). */
 int det_trial_metrics(int argc, char **argv);
+/** det trial profiler (profiler.c). */
+int det_trial_profiler(int argc, char **argv);
 /** `det experiment set gc-policy` (job.c). */
 int det_exp_set(int argc, char **argv);
 /** `det deploy ...`. */

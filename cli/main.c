@@ -27,6 +27,7 @@ static const char usage[] =
     "  trial (t)       det trial list EXPERIMENT | describe TRIAL |\n"
     "                            logs TRIAL [-f] [--tail N] [--grep RE] |\n"
     "                            metrics TRIAL [--kind K] [--metric M] [--downsample N] |\n"
+    "                            profiler TRIAL [--kind system|timing] [--tail N] |\n"
     "                            kill TRIAL\n"
     "  checkpoint (c)  det checkpoint list EXPERIMENT|--trial T | describe UUID |\n"
     "                                 download UUID [-o DIR]\n"

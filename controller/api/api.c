@@ -553,6 +553,7 @@ static const struct route routes[] = {
     {"POST", NSP "trials/*/kill", AUTH_USER, SMALL, api_user_trial_kill},
     {"GET", NSP "trials/*/metrics", AUTH_USER, 0, api_user_trial_metrics},
     {"GET", NSP "trials/*/checkpoints", AUTH_USER, 0, api_user_trial_checkpoints},
+    {"GET", NSP "trials/*/profiler", AUTH_USER, 0, api_user_trial_profiler},
     {"GET", NSP "trials/*/metrics/stream", AUTH_USER, 0, api_user_stream},
     {"GET", NSP "trials/*/logs", AUTH_USER, 0, api_user_logs},
     {"GET", NSP "trials/*/logs/stream", AUTH_USER, 0, api_user_logs_stream},

@@ -159,6 +159,9 @@ void api_user_stream(struct api_rq *q);
  */
 int api_user_get(struct api_rq *q, bool trial, json_t **obj, char *err);
 
+/* ---- profiler.c ---- */
+void api_user_trial_profiler(struct api_rq *q);
+
 /* ---- logs.c ---- */
 void api_worker_logs(struct api_rq *q);
 void api_user_logs(struct api_rq *q);

@@ -195,8 +195,7 @@ static int parse_rows(struct api_rq *q, json_t *rows, struct kd_metric_row **out
         if (validation && time_metric != NULL) {
             /* adaptive_asha measures its rungs in this metric: every validation says it. */
             json_t *v = json_object_get(m, time_metric);
-            if (!json_is_number(v) || !isfinite(json_number_value(v)) ||
-                json_number_value(v) < 0) {
+            if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0) {
                 snprintf(field, sizeof(field), "rows[%zu].metrics.%s", i, time_metric);
                 rc = api_error(q, 400, field,
                                "%s: %s (searcher.time_metric must be a number >= 0 in every "

@@ -377,8 +377,7 @@ static int timed(struct kd_searcher *s, struct kd__trial *t, double loss, double
             kd__close(s, t, why);
         } else if ((int64_t)k >= go) {
             snprintf(why, sizeof(why),
-                     "stopped in rung %d: rank %zu of %zu at %s %" PRId64 ", top %" PRId64
-                     " go on",
+                     "stopped in rung %d: rank %zu of %zu at %s %" PRId64 ", top %" PRId64 " go on",
                      ri, k + 1, r->n, s->time_metric, r->units, go);
             kd__close(s, t, why);
         } else {

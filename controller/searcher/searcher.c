@@ -589,8 +589,7 @@ int kd_searcher_validation_completed(struct kd_searcher *s, const char *request_
 }
 
 int kd_searcher_validation_timed(struct kd_searcher *s, const char *request_id, double metric,
-                                 int64_t length, double time, struct kd_search_ops *ops,
-                                 char *err)
+                                 int64_t length, double time, struct kd_search_ops *ops, char *err)
 {
     bool timed = s->time_metric[0] != '\0' && !isnan(time);
     struct kd__trial *t = NULL;
@@ -612,8 +611,8 @@ int kd_searcher_validation_timed(struct kd_searcher *s, const char *request_id, 
         goto out;
     }
     if (timed && (!isfinite(time) || time < 0 || time < t->time)) {
-        rc = kd_seterr(err, KD_EINVAL,
-                       "validation_completed.time: %.17g (%s) is %s", time, s->time_metric,
+        rc = kd_seterr(err, KD_EINVAL, "validation_completed.time: %.17g (%s) is %s", time,
+                       s->time_metric,
                        !isfinite(time) || time < 0 ? "not a finite number >= 0"
                                                    : "below the trial's last value");
         goto out;

@@ -96,10 +96,10 @@ struct kd_searcher {
 
     char metric[128];
     bool smaller_is_better;
-    char unit[16];      /* batches | records | epochs */
-    int64_t max_length; /* 0 when not given (pbt); adaptive_asha with time_metric: max_time */
+    char unit[16];         /* batches | records | epochs */
+    int64_t max_length;    /* 0 when not given (pbt); adaptive_asha with time_metric: max_time */
     char time_metric[128]; /* adaptive_asha: rungs in this metric's reported values; "" = lengths */
-    int64_t max_trials; /* 0 when not given */
+    int64_t max_trials;    /* 0 when not given */
     int64_t max_concurrent;
     struct kd__rule rules[KD_SEARCH_MAX_RULES];
     size_t nrules;

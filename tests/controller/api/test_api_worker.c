@@ -484,8 +484,7 @@ static void test_time_metric_and_searcher_stop(void **state)
         }
     }
     assert_int_equal(code, 400);
-    assert_string_equal(json_string_value(json_object_get(out, "field")),
-                        "rows[0].metrics.epochs");
+    assert_string_equal(json_string_value(json_object_get(out, "field")), "rows[0].metrics.epochs");
     json_decref(out);
     assert_int_equal(fx_http("POST", T("e-tm-1/metrics"), tok,
                              "{\"kind\":\"validation\",\"key\":\"tm-1\",\"rows\":[{\"batches\":10,"

@@ -46,8 +46,8 @@ struct sim {
     bool shutdown;
     char shutdown_reason[256];
     bool shutdown_failure;
-    double best;     /* best metric reported at the trial's final length */
-    double progress; /* the last progress() seen; sim_run fails the test if it decreases */
+    double best;       /* best metric reported at the trial's final length */
+    double progress;   /* the last progress() seen; sim_run fails the test if it decreases */
     int64_t time_step; /* a searcher with time_metric: time added per validation [1] */
 };
 

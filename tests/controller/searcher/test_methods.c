@@ -313,8 +313,7 @@ static void ops_short(const json_t *ops, char *out, size_t len)
         int rung = -1;
         if (strcmp(k, "validate_after") == 0 && why == NULL)
             snprintf(one, sizeof(one), "open");
-        else if (strcmp(k, "validate_after") == 0 &&
-                 sscanf(why, "promoted to rung %d", &rung) == 1)
+        else if (strcmp(k, "validate_after") == 0 && sscanf(why, "promoted to rung %d", &rung) == 1)
             snprintf(one, sizeof(one), "promote %d", rung);
         else if (strcmp(k, "close") == 0 && why != NULL &&
                  sscanf(why, "stopped in rung %d", &rung) == 1)
@@ -342,8 +341,8 @@ static void test_asha_time_metric(void **state)
 {
     (void)state;
     static const struct {
-        char ev;      /* 'v' validation, 'c' trial_closed, 'x' exited early (errored) */
-        int trial;    /* index in creation order */
+        char ev;       /* 'v' validation, 'c' trial_closed, 'x' exited early (errored) */
+        int trial;     /* index in creation order */
         double metric; /* validation: the searcher metric (smaller is better) ... */
         double time;   /* ... and the time metric's value */
         const char *want;
