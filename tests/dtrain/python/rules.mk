@@ -9,6 +9,10 @@ $(eval $(call kd_test_script,test_py_ranks,tests/dtrain/python/test_ranks.py,240
 $(O)/obj/tests/dtrain/python/%.o: KD_CFLAGS += -Itests -Itests/controller/api -iquote controller
 $(eval $(call kd_test,test_py_api,tests/dtrain/python/test_py_api.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),240,noasan,$(API_TEST_DEPS) $(O)/lib/libdtrain.so))
 
+# The profiler: /proc parsing (fixtures in tests/data/profiler), NVML against a stand-in, the
+# sampler thread, the Trainer's timings.
+$(eval $(call kd_test_script,test_py_profiler,tests/dtrain/python/test_profiler.py,180,noasan,$(O)/lib/libdtrain.so $(PY_PKG_OUT)))
+
 # Determined's Python API names (determined.*) on kdet, off-cluster: one and two ranks.
 $(eval $(call kd_test_script,test_py_determined,tests/dtrain/python/test_determined.py,240,noasan,$(O)/lib/libdtrain.so $(O)/bin/kdet-launch $(PY_PKG_OUT)))
 $(eval $(call kd_test_script,test_py_determined_ranks,tests/dtrain/python/test_determined_ranks.py,300,noasan,$(O)/lib/libdtrain.so $(O)/bin/kdet-launch $(O)/bin/wrap_rank $(PY_PKG_OUT)))
