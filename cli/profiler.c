@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "core/buf.h"
@@ -68,6 +69,18 @@ static void fmt_num(const json_t *v, const char *fmt, double scale, char *buf, s
         snprintf(buf, len, "%s", "");
 }
 
+/* When a sample was taken: the profiler's own "time" (seconds since the epoch; samples are
+ * sent a few at a time, so the store's reported_at is when they arrived), else reported_at. */
+static void fmt_when(const json_t *r, char *buf, size_t len)
+{
+    const json_t *t = json_object_get(json_object_get(r, "metrics"), "time");
+    struct tm tm;
+    time_t secs = json_is_number(t) ? (time_t)json_number_value(t) : 0;
+    if (secs > 0 && gmtime_r(&secs, &tm) != NULL && strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
+        return;
+    det_fmt_time(json_string_value(json_object_get(r, "reported_at")), buf, len);
+}
+
 /* The GPUs of a sample as "97%,12.0GiB 95%,11.9GiB" (use and memory used of each). */
 static void fmt_gpus(const json_t *gpus, char *util, size_t ulen, char *mem, size_t mlen)
 {
@@ -88,7 +101,7 @@ static void fmt_gpus(const json_t *gpus, char *util, size_t ulen, char *mem, siz
 
 static void print_system(const json_t *rows)
 {
-    static const char *const headers[] = {"REPORTED",   "NODE",     "BATCHES",  "CPU",
+    static const char *const headers[] = {"TIME",       "NODE",     "BATCHES",  "CPU",
                                           "MEM USED",   "NET RECV", "NET SENT", "DISK READ",
                                           "DISK WRITE", "GPU",      "GPU MEM",  NULL};
     struct det_table *t = det_table_new(headers);
@@ -99,7 +112,7 @@ static void print_system(const json_t *rows)
         const json_t *m = json_object_get(r, "metrics");
         char c[11][128];
         const char *cp[11];
-        det_fmt_time(json_string_value(json_object_get(r, "reported_at")), c[0], sizeof(c[0]));
+        fmt_when(r, c[0], sizeof(c[0]));
         const char *host = json_string_value(json_object_get(m, "host"));
         if (host != NULL)
             snprintf(c[1], sizeof(c[1]), "%.100s", host);
@@ -127,7 +140,7 @@ static void print_timing(const json_t *rows)
     const char *headers[16];
     int nh = 0;
     headers[nh++] = "BATCHES";
-    headers[nh++] = "REPORTED";
+    headers[nh++] = "TIME";
     for (int k = 0; phases[k] != NULL; k++)
         headers[nh++] = phases[k];
     headers[nh++] = "TIMED";
@@ -143,7 +156,7 @@ static void print_timing(const json_t *rows)
         int n = 0;
         fmt_num(json_object_get(r, "step"), "%.0f", 1, c[n], sizeof(c[n]));
         n++;
-        det_fmt_time(json_string_value(json_object_get(r, "reported_at")), c[n], sizeof(c[n]));
+        fmt_when(r, c[n], sizeof(c[n]));
         n++;
         for (int k = 0; phases[k] != NULL; k++, n++)
             fmt_num(json_object_get(m, phases[k]), "%.3fms", 1000, c[n], sizeof(c[n]));

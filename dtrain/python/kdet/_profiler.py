@@ -444,7 +444,7 @@ class ProfilerContext:
             return
         m = {name: s / n for name, (s, n) in sorted(self._acc.items())}
         m.update({"group": "timing", "rank": self._core.distributed.rank,
-                  "batches": self._acc_batches})
+                  "batches": self._acc_batches, "time": time.time()})
         self._acc, self._acc_batches = {}, 0
         if self._core.distributed.is_chief:
             self._send([(steps, m)], flush=False)

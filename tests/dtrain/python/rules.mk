@@ -18,3 +18,7 @@ $(eval $(call kd_test_script,test_py_determined,tests/dtrain/python/test_determi
 $(eval $(call kd_test_script,test_py_determined_ranks,tests/dtrain/python/test_determined_ranks.py,300,noasan,$(O)/lib/libdtrain.so $(O)/bin/kdet-launch $(O)/bin/wrap_rank $(PY_PKG_OUT)))
 # The Trainer-API example as an experiment on kdet-local + kdet-controller + PostgreSQL.
 $(eval $(call kd_test_script,test_py_e2e_determined,tests/dtrain/python/e2e_determined.sh,300,slow noasan,$(CTRL_E2E_DEPS) $(O)/lib/libdtrain.so $(O)/bin/wrap_rank $(PY_PKG_OUT)))
+# The profiler and the Trainer's max_length under a searcher without one, end to end.
+$(eval $(call kd_test_script,test_py_e2e_profiler,tests/dtrain/python/e2e_profiler.sh,240,noasan,$(CTRL_E2E_DEPS) $(O)/lib/libdtrain.so $(PY_PKG_OUT)))
+# adaptive_asha with time_metric: Core API trials promoted and stopped by the reported epochs.
+$(eval $(call kd_test_script,test_py_e2e_asha_time,tests/dtrain/python/e2e_asha_time.sh,300,noasan,$(CTRL_E2E_DEPS) $(O)/lib/libdtrain.so $(PY_PKG_OUT)))

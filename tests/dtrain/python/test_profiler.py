@@ -189,7 +189,7 @@ def test_timings():
     # Batches 2..7 timed: 2 and 3 reported at 4, 4..7 at 8; nothing after end_after_batch.
     check([(s, m["batches"]) for s, m in rows] == [(4, 2), (8, 4)], rows)
     for _, m in rows:
-        check(set(m) == set(phases) | {"group", "rank", "batches"}, m)
+        check(set(m) == set(phases) | {"group", "rank", "batches", "time"}, m)
         check(all(0.0005 < m[ph] < 0.5 for ph in phases), m)
     # Timings on other ranks are not recorded.
     q = _profiler.ProfilerContext(Core(Dist(rank=1, local_rank=1)), config={})
