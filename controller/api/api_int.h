@@ -151,6 +151,8 @@ void api_user_trial_metrics(struct api_rq *q);
 void api_user_trial_checkpoints(struct api_rq *q);
 void api_user_checkpoint(struct api_rq *q);
 void api_user_jobs(struct api_rq *q);
+/** GET /api/v1/info: the controller's settings that det needs (slots). */
+void api_user_info(struct api_rq *q);
 void api_user_stream(struct api_rq *q);
 /**
  * The Experiment (trial false) or Trial that seg[5] names in namespace
