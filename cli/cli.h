@@ -369,6 +369,64 @@ int det_cmd_checkpoint(int argc, char **argv);
 int det_cmd_job(int argc, char **argv);
 /** `det trial metrics` (trial_metrics.c). */
 int det_trial_metrics(int argc, char **argv);
+/* ---- slots (slots.c): resource pools as kdet-controller's scheduler counts them ---- */
+
+/** What det needs of a Node. */
+struct det_node {
+    char name[254];
+    char pool[64];      /* label kdet.io/resource-pool, else "default" */
+    int gpus;           /* allocatable nvidia.com/gpu */
+    int64_t cpu_milli;  /* allocatable cpu */
+    bool unschedulable; /* cordoned or not Ready */
+};
+
+/** The scheduler's slot settings (GET /api/v1/info), or its defaults when assumed. */
+struct det_slot_settings {
+    char slot_type[8];          /* auto | gpu | cpu */
+    int64_t cpu_per_slot_milli; /* a CPU slot */
+    int max_slots_per_pod;      /* 0: no limit */
+    bool assumed;               /* the controller API was not reached */
+};
+
+/** A resource pool: its slot type and slots, counted over all its nodes. */
+struct det_pool {
+    char name[64];
+    bool cpu;     /* CPU slots (else GPUs) */
+    int nodes;    /* nodes in the pool */
+    int gpus;     /* GPUs in all */
+    int slots;    /* slots in all */
+    int largest;  /* slots of its largest node */
+    int nlargest; /* nodes with that many */
+};
+
+/** A Node's facts. Pure. */
+void det_node_facts(const json_t *node, struct det_node *out);
+/** A cpu quantity ("2", "1500m", "0.5") in millicores; 0 when unreadable. Pure. */
+int64_t det_cpu_milli(const char *q);
+/** The pools of nodes[0..n) (at most max; KD_ETOOBIG beyond), in order of first node. Pure. */
+int det_pools_count(const struct det_node *nodes, size_t n, const struct det_slot_settings *s,
+                    struct det_pool *pools, size_t max, size_t *npools) KD_WUR;
+/**
+ * Whether a trial of `slots` slots could ever run in pool p (NULL: no such pool), on an
+ * empty pool, by the scheduler's shape rules (docs/scheduling.md); when not, why (len
+ * bytes) in the scheduler's words. Pure.
+ */
+bool det_pool_fits(const struct det_pool *p, const struct det_node *nodes, size_t n, int slots,
+                   const struct det_slot_settings *s, char *why, size_t len);
+/** The settings in words: what the controller said, or what det assumed. */
+void det_slot_assumption(const struct det_slot_settings *s, char *buf, size_t len);
+/**
+ * det experiment create: warn on stderr when no node of the experiment's resource pool
+ * could ever run one of its trials (spec: the Experiment's spec). Says nothing when the
+ * Nodes cannot be listed. Blocks on the Kubernetes API and the controller API.
+ */
+void det_capacity_warn(struct det_kube *k, const json_t *spec);
+/** det agent ..., det slot ... */
+int det_cmd_agent(int argc, char **argv);
+int det_cmd_slot(int argc, char **argv);
+
+/** det trial profiler (profiler.c). */
+int det_trial_profiler(int argc, char **argv);
 /** `det experiment set gc-policy` (job.c). */
 int det_exp_set(int argc, char **argv);
 /** `det deploy ...`. */

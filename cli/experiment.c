@@ -757,6 +757,7 @@ static int submit(const struct det_args *a, json_t *docs)
     }
     printf("%s\n", name);
     fflush(stdout);
+    det_capacity_warn(&k, json_object_get(exp, "spec"));
     if (a->follow) {
         fprintf(stderr,
                 "det: created experiment %s in namespace \"%s\"; following it (Ctrl-C "

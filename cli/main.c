@@ -27,6 +27,7 @@ static const char usage[] =
     "  trial (t)       det trial list EXPERIMENT | describe TRIAL |\n"
     "                            logs TRIAL [-f] [--tail N] [--grep RE] |\n"
     "                            metrics TRIAL [--kind K] [--metric M] [--downsample N] |\n"
+    "                            profiler TRIAL [--kind system|timing] [--tail N] |\n"
     "                            kill TRIAL\n"
     "  checkpoint (c)  det checkpoint list EXPERIMENT|--trial T | describe UUID |\n"
     "                                 download UUID [-o DIR]\n"
@@ -34,6 +35,8 @@ static const char usage[] =
     "                                 --resource-pool P | update-batch [FILE]\n"
     "  template        det template set NAME FILE | list | describe NAME | rm NAME\n"
     "  deploy          det deploy local up | down | status [--data-dir DIR] [--port N]\n"
+    "  agent (a)       det agent list: nodes, their resource pool, slot type (gpu|cpu), slots\n"
+    "  slot            det slot list: every slot, its type and the trial holding it\n"
     "\n"
     "det talks to the Kubernetes API through kubeconfig ($KUBECONFIG, ~/.kube/config,\n"
     "--kubeconfig, --context, -n/--namespace), like kubectl; trial metrics and checkpoint\n"
@@ -74,8 +77,8 @@ void det_usage_suggest(const char *what, const char *word, const char *const *ca
 
 int main(int argc, char **argv)
 {
-    static const char *const nouns[] = {"experiment", "trial",  "template", "checkpoint",
-                                        "job",        "deploy", NULL};
+    static const char *const nouns[] = {"experiment", "trial", "template", "checkpoint", "job",
+                                        "deploy",     "agent", "slot",     NULL};
     int rc = DET_EXIT_USAGE;
     /* the client library's retry warnings are noise in a CLI: errors only, unless asked */
     kd_log_init("det", getenv("KDET_LOG_LEVEL") ? -1 : KD_LOG_ERROR, -1);
@@ -102,6 +105,10 @@ int main(int argc, char **argv)
         rc = det_cmd_job(argc - 1, argv + 1);
     } else if (strcmp(cmd, "deploy") == 0) {
         rc = det_cmd_deploy(argc - 1, argv + 1);
+    } else if (strcmp(cmd, "agent") == 0 || strcmp(cmd, "a") == 0) {
+        rc = det_cmd_agent(argc - 1, argv + 1);
+    } else if (strcmp(cmd, "slot") == 0) {
+        rc = det_cmd_slot(argc - 1, argv + 1);
     } else if (cmd[0] == '-') {
         det_err("unknown option \"%s\" (see 'det --help')", cmd);
     } else {

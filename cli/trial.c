@@ -43,6 +43,9 @@ static const char trial_usage[] =
     "                    lines; --grep RE: only lines matching the regular expression)\n"
     "  metrics TRIAL     its reported metrics (training or validation), from the\n"
     "                    controller API; see 'det trial metrics --help'\n"
+    "  profiler TRIAL [--kind system|timing]\n"
+    "                    what its profiler reported: its nodes' system metrics and the\n"
+    "                    Trainer's timings; see 'det trial profiler --help'\n"
     "  kill TRIAL        end the trial now (CANCELED, no checkpoint, not restarted):\n"
     "                    through the controller API; its pods are deleted at once\n"
     "\n"
@@ -772,9 +775,13 @@ out:
 int det_cmd_trial(int argc, char **argv)
 {
     static const struct det_sub subs[] = {
-        {"list", "ls", det_trial_list}, {"describe", NULL, cmd_describe},
-        {"logs", NULL, cmd_logs},       {"metrics", NULL, det_trial_metrics},
-        {"kill", NULL, cmd_kill},       {NULL, NULL, NULL},
+        {"list", "ls", det_trial_list},
+        {"describe", NULL, cmd_describe},
+        {"logs", NULL, cmd_logs},
+        {"metrics", NULL, det_trial_metrics},
+        {"profiler", NULL, det_trial_profiler},
+        {"kill", NULL, cmd_kill},
+        {NULL, NULL, NULL},
     };
     return det_dispatch(argc, argv, subs, trial_usage, "det trial");
 }

@@ -329,6 +329,7 @@ struct tsum {
     uint64_t spec_hash; /* of the spec fields ensure_trial compares (spec_digest) */
     json_int_t lv_batches;
     double lv_value; /* status.latestValidation.value; NAN when it is not a number */
+    double lv_time;  /* status.latestValidation.timeValue (time_metric); NAN when absent */
     enum kd_search_exit early_why;
     bool early; /* condition EarlyExit=True */
     char state[24];
@@ -422,6 +423,8 @@ static int view_add(json_t *t, void *ud)
     s->lv_batches = json_integer_value(json_object_get(lv, "batches"));
     const json_t *jv = json_object_get(lv, "value");
     s->lv_value = json_is_number(jv) ? json_number_value(jv) : NAN;
+    jv = json_object_get(lv, "timeValue");
+    s->lv_time = json_is_number(jv) ? json_number_value(jv) : NAN;
     s->early = early_exit(t, &s->early_why);
     best_offer(&w->lo, t, true);
     best_offer(&w->hi, t, false);
@@ -678,7 +681,10 @@ static int feed_events(struct kd_searcher *s, json_t *state, const json_t *exp,
             goto next;
         }
         if (reached > json_integer_value(json_object_get(st, "validated")) && !stopping) {
-            int rc = kd_searcher_validation_completed(s, rid, value, (int64_t)reached, &ops, err);
+            /* adaptive_asha with time_metric: the rungs are in the value the validation
+             * reported for it (the API requires it in every validation). */
+            double tv = kd_searcher_time_metric(s) != NULL && api ? t->lv_time : NAN;
+            int rc = kd_searcher_validation_timed(s, rid, value, (int64_t)reached, tv, &ops, err);
             if (rc != 0)
                 event_err(ename, "validation_completed", rid, rc, err);
             json_object_set_new(st, "validated", json_integer(reached));

@@ -600,6 +600,13 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                  (int64_t)json_integer_value(json_object_get(spec, "seed")));
         env_set(env, "KDET_TRIAL_SEED", buf);
         config_env(env, cfg);
+        const json_t *prof = json_object_get(cfg, "profiling");
+        if (json_is_true(json_object_get(prof, "enabled"))) {
+            /* The Python harness's profiler starts itself from this (docs/python.md). */
+            char *js = json_dumps(prof, JSON_COMPACT | JSON_SORT_KEYS);
+            env_set(env, "KDET_PROFILING", js);
+            free(js);
+        }
         if (o->controller_url != NULL && o->controller_url[0] != '\0')
             env_set(env, "KDET_CONTROLLER_URL", o->controller_url);
         if (o->api)

@@ -177,6 +177,12 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
         .user_token = c->user_token,
         .metrics = c->metrics,
         .log_max_bytes = c->o.log_max_bytes,
+        .slot_type = c->o.slot_type == KD_SCHED_SLOT_GPU   ? "gpu"
+                     : c->o.slot_type == KD_SCHED_SLOT_CPU ? "cpu"
+                                                           : "auto",
+        .cpu_per_slot_milli = c->o.pod.cpu_per_slot_milli,
+        .memory_per_slot = c->o.pod.memory_per_slot,
+        .max_slots_per_pod = c->o.max_slots_per_pod,
     };
     if ((rc = kd_api_start(&ao, &c->api, err)) != 0)
         goto out;

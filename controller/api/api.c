@@ -553,11 +553,13 @@ static const struct route routes[] = {
     {"POST", NSP "trials/*/kill", AUTH_USER, SMALL, api_user_trial_kill},
     {"GET", NSP "trials/*/metrics", AUTH_USER, 0, api_user_trial_metrics},
     {"GET", NSP "trials/*/checkpoints", AUTH_USER, 0, api_user_trial_checkpoints},
+    {"GET", NSP "trials/*/profiler", AUTH_USER, 0, api_user_trial_profiler},
     {"GET", NSP "trials/*/metrics/stream", AUTH_USER, 0, api_user_stream},
     {"GET", NSP "trials/*/logs", AUTH_USER, 0, api_user_logs},
     {"GET", NSP "trials/*/logs/stream", AUTH_USER, 0, api_user_logs_stream},
     {"GET", NSP "checkpoints/*", AUTH_USER, 0, api_user_checkpoint},
     {"GET", "api/v1/jobs", AUTH_USER, 0, api_user_jobs},
+    {"GET", "api/v1/info", AUTH_USER, 0, api_user_info},
 };
 
 static bool match(const char *pattern, struct api_rq *q)
@@ -722,8 +724,22 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
                        opts->token_key == NULL ? 0 : opts->token_key_len, KD_API_KEY_MIN);
         goto out;
     }
+    static const char *const slot_types[] = {"auto", "gpu", "cpu", NULL};
+    const char *slot_type = NULL;
+    for (int i = 0; slot_types[i] != NULL && slot_type == NULL; i++)
+        if (opts->slot_type == NULL || strcmp(opts->slot_type, slot_types[i]) == 0)
+            slot_type = slot_types[i];
+    if (slot_type == NULL || opts->cpu_per_slot_milli < 0 || opts->max_slots_per_pod < 0) {
+        rc = kd_seterr(err, KD_EINVAL,
+                       "kd_api_opts: slot_type must be auto, gpu or cpu, cpu_per_slot_milli "
+                       "and max_slots_per_pod >= 0");
+        goto out;
+    }
     a = kd_xcalloc(1, sizeof(*a));
     a->o = *opts;
+    a->o.slot_type = slot_type; /* a static string */
+    if (a->o.cpu_per_slot_milli == 0)
+        a->o.cpu_per_slot_milli = 1000;
     if (a->o.long_poll_max_s <= 0)
         a->o.long_poll_max_s = 60;
     if (a->o.metrics_timeout_ms <= 0)

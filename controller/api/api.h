@@ -69,6 +69,16 @@ struct kd_api_opts {
      * 0: KD_STORE_LOG_DEFAULT_CAP; negative: no cap.
      */
     int64_t log_max_bytes;
+    /**
+     * The scheduler's slot settings, served by GET /api/v1/info so that det can count
+     * slots as the scheduler does (docs/scheduling.md): slot_type "auto", "gpu" or "cpu"
+     * (NULL: "auto"; copied), a CPU slot's millicores (0: 1000) and memory bytes (0:
+     * none), max_slots_per_pod (0: no limit).
+     */
+    const char *slot_type;
+    int64_t cpu_per_slot_milli;
+    uint64_t memory_per_slot;
+    int max_slots_per_pod;
 };
 
 /**

@@ -21,6 +21,7 @@
 /* Experiment annotations naming the searcher metric when spec does not (stored templates). */
 #define API_ANN_METRIC "kdet.io/searcher-metric"
 #define API_ANN_SMALLER "kdet.io/smaller-is-better"
+#define API_ANN_TIME_METRIC "kdet.io/time-metric"
 /* Training reports update status.batchesTrained at most this often per trial. */
 #define API_PROGRESS_MS 10000
 /* A run id (KDET_RUN_ID) is at most this long. */
@@ -150,6 +151,8 @@ void api_user_trial_metrics(struct api_rq *q);
 void api_user_trial_checkpoints(struct api_rq *q);
 void api_user_checkpoint(struct api_rq *q);
 void api_user_jobs(struct api_rq *q);
+/** GET /api/v1/info: the controller's settings that det needs (slots). */
+void api_user_info(struct api_rq *q);
 void api_user_stream(struct api_rq *q);
 /**
  * The Experiment (trial false) or Trial that seg[5] names in namespace
@@ -157,6 +160,9 @@ void api_user_stream(struct api_rq *q);
  * "Integer ids"). *obj: a copy (caller frees). KD_ENOTFOUND with err.
  */
 int api_user_get(struct api_rq *q, bool trial, json_t **obj, char *err);
+
+/* ---- profiler.c ---- */
+void api_user_trial_profiler(struct api_rq *q);
 
 /* ---- logs.c ---- */
 void api_worker_logs(struct api_rq *q);

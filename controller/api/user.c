@@ -761,3 +761,18 @@ void api_user_stream(struct api_rq *q)
 out:
     json_decref(obj);
 }
+
+/*
+ * GET /api/v1/info: what a slot is on this controller, as its scheduler counts them
+ * (docs/scheduling.md), so that det can tell whether a trial could ever fit and show each
+ * resource pool's slot type (det agent list, det slot list) as the scheduler sees it.
+ */
+void api_user_info(struct api_rq *q)
+{
+    const struct kd_api_opts *o = &q->api->o;
+    api_json(q, 200,
+             json_pack("{s:s,s:{s:s,s:I,s:I,s:i}}", "namespace", o->ns != NULL ? o->ns : "",
+                       "slots", "slot_type", o->slot_type, "cpu_per_slot_milli",
+                       (json_int_t)o->cpu_per_slot_milli, "memory_per_slot_bytes",
+                       (json_int_t)o->memory_per_slot, "max_slots_per_pod", o->max_slots_per_pod));
+}

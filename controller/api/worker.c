@@ -50,6 +50,9 @@ struct val_ctx {
     const char *metric;
     double value;
     bool has_value;
+    const char *time_metric; /* adaptive_asha's searcher.time_metric, NULL without */
+    double time_value;       /* its value in the row, when has_time */
+    bool has_time;
     bool smaller_is_better;
     int64_t batches;
     char time[40];
@@ -67,6 +70,10 @@ static bool set_validation(json_t *status, void *ctx)
                               (json_int_t)v->batches, "time", v->time);
         if (v->has_value)
             json_object_set_new(o, "value", json_real(v->value));
+        if (v->has_time) {
+            json_object_set_new(o, "timeMetric", json_string(v->time_metric));
+            json_object_set_new(o, "timeValue", json_real(v->time_value));
+        }
         json_object_set_new(status, "latestValidation", o);
         changed = true;
     }
@@ -125,7 +132,7 @@ static void note_progress(struct kd_api *a, const json_t *trial, int64_t batches
 
 /* Check the rows and build the store's rows; answers 400 itself. */
 static int parse_rows(struct api_rq *q, json_t *rows, struct kd_metric_row **out, size_t *n,
-                      const char *metric, bool validation)
+                      const char *metric, const char *time_metric, bool validation)
 {
     static const char *const row_keys[] = {"batches", "metrics", "reported_at", NULL};
     struct kd_metric_row *mr = NULL;
@@ -185,6 +192,18 @@ static int parse_rows(struct api_rq *q, json_t *rows, struct kd_metric_row **out
                 goto out;
             }
         }
+        if (validation && time_metric != NULL) {
+            /* adaptive_asha measures its rungs in this metric: every validation says it. */
+            json_t *v = json_object_get(m, time_metric);
+            if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0) {
+                snprintf(field, sizeof(field), "rows[%zu].metrics.%s", i, time_metric);
+                rc = api_error(q, 400, field,
+                               "%s: %s (searcher.time_metric must be a number >= 0 in every "
+                               "validation)",
+                               field, v == NULL ? "missing" : "not a finite number >= 0");
+                goto out;
+            }
+        }
         mr[i].step = json_integer_value(b);
         mr[i].metrics = m;
     }
@@ -234,9 +253,15 @@ void api_worker_metrics(struct api_rq *q)
         const char *s = json_string_value(json_object_get(ann, API_ANN_SMALLER));
         smaller = s == NULL || strcmp(s, "false") != 0;
     }
+    const char *time_metric = json_string_value(json_object_get(searcher, "time_metric"));
+    if (time_metric == NULL)
+        time_metric = json_string_value(json_object_get(
+            json_object_get(json_object_get(exp, "metadata"), "annotations"), API_ANN_TIME_METRIC));
+    if (time_metric != NULL && time_metric[0] == '\0')
+        time_metric = NULL;
     struct kd_metric_row *rows = NULL;
     size_t n = 0;
-    if (parse_rows(q, json_object_get(body, "rows"), &rows, &n, metric,
+    if (parse_rows(q, json_object_get(body, "rows"), &rows, &n, metric, time_metric,
                    kind == KD_METRIC_VALIDATION) != 0)
         goto out;
     if ((rc = api_store_ids(a, trial, true, &exp_id, &trial_id, err)) != 0) {
@@ -272,6 +297,11 @@ void api_worker_metrics(struct api_rq *q)
         if (json_is_number(mv) && isfinite(json_number_value(mv))) {
             v.value = json_number_value(mv);
             v.has_value = true;
+        }
+        if (time_metric != NULL) {
+            v.time_metric = time_metric;
+            v.time_value = json_number_value(json_object_get(rows[last].metrics, time_metric));
+            v.has_time = true;
         }
         now_rfc3339(v.time, sizeof(v.time));
         rc = api_status_update(a, NS(q), TRIAL(q), kd_k8s_meta_str(trial, "uid"), set_validation,
@@ -348,6 +378,20 @@ static bool idle_released(const json_t *trial)
     return idle && target > 0 && reached >= target && !spec_true(trial, "closed");
 }
 
+/*
+ * The searcher closed the trial before it reached its operation's length (an early-stopping
+ * rule, adaptive_asha's time_metric rungs): its workers should checkpoint and stop now rather
+ * than train on to a length nobody needs.
+ */
+static bool stopped_by_searcher(const json_t *trial)
+{
+    json_int_t target =
+        json_integer_value(json_object_get(json_object_get(trial, "spec"), "validateAfter"));
+    json_int_t reached = json_integer_value(json_object_get(
+        json_object_get(json_object_get(trial, "status"), "latestValidation"), "batches"));
+    return spec_true(trial, "closed") && reached < target;
+}
+
 static bool exp_killed(const json_t *exp)
 {
     return json_object_get(json_object_get(json_object_get(exp, "metadata"), "annotations"),
@@ -376,6 +420,8 @@ bool api_should_preempt(const json_t *trial, const json_t *exp, const char **rea
         *reason = "the trial is stopping";
     else if (strcmp(st, "QUEUED") == 0 && preempted_condition(trial))
         *reason = "the scheduler preempted the trial";
+    else if (stopped_by_searcher(trial))
+        *reason = "the searcher stopped the trial before its target";
     else if (idle_released(trial))
         *reason = "idle: waiting for the searcher; GPUs released";
     else

@@ -4,6 +4,14 @@
  * Parallel Hyperparameter Tuning", MLSys 2020) run side by side. The
  * bracket and rung arithmetic follows Determined's adaptive_asha; it is
  * spelled out in docs/searchers.md.
+ *
+ * Two ways to climb the rungs. With max_length, rungs are lengths: each
+ * trial is told to train to its rung (ValidateAfter) and waits there to be
+ * promoted. With time_metric and max_time (Determined 0.38), rungs are
+ * values of a reported validation metric: trials train on their own (one
+ * open operation), every validation says how far they got, and a trial that
+ * reaches a rung either goes on or is stopped there (a Close, which its
+ * workers see as preemption).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -41,6 +49,7 @@ struct bracket {
 
 struct asha {
     double divisor;
+    bool timed; /* rungs in searcher.time_metric's values, not lengths */
     int nb;
     struct bracket *b;
 };
@@ -145,6 +154,7 @@ static int init(struct kd_searcher *s, const json_t *sc, char *err)
     qsort(brackets, (size_t)nb, sizeof(int), cmp_desc);
     a = kd_xcalloc(1, sizeof(*a));
     a->divisor = divisor;
+    a->timed = s->time_metric[0] != '\0';
     a->nb = nb;
     a->b = kd_xcalloc((size_t)nb, sizeof(*a->b));
     /* Trials per bracket: roughly equal total budget per bracket (weight d^(r-1)/r). */
@@ -206,9 +216,14 @@ static void create_in(struct kd_searcher *s, int bi)
     free(x);
     t->b = bi;
     t->r = 0;
+    b->created++;
+    if (a->timed) {
+        /* Trained "until the code ends it"; its validations' time values climb the rungs. */
+        kd__validate_after(s, t, KD_SEARCH_OPEN_LENGTH);
+        return;
+    }
     t->outstanding = true;
     b->rungs[0].outstanding++;
-    b->created++;
     kd__validate_after(s, t, b->rungs[0].units);
 }
 
@@ -223,16 +238,9 @@ static int initial(struct kd_searcher *s)
     return 0;
 }
 
-/*
- * Record `loss` in rung r and return the trial to promote, or -1: with n
- * results the best floor(n / divisor) deserve promotion; the new result is
- * promoted at once if it ranks among them, otherwise the count may have
- * grown by one and the trial at that rank is promoted if it was not yet.
- */
-static int64_t rung_add(struct rung *r, int64_t trial, double loss, double divisor, size_t *rank)
+/* Insert (trial, loss) in rung r, after entries with an equal loss; returns its index. */
+static size_t rung_insert(struct rung *r, int64_t trial, double loss)
 {
-    int64_t old = (int64_t)((double)r->n / divisor);
-    int64_t now = (int64_t)((double)(r->n + 1) / divisor);
     size_t lo = 0, hi = r->n;
     while (lo < hi) { /* first entry with loss > new loss */
         size_t mid = (lo + hi) / 2;
@@ -247,8 +255,23 @@ static int64_t rung_add(struct rung *r, int64_t trial, double loss, double divis
     }
     memmove(&r->e[lo + 1], &r->e[lo], (r->n - lo) * sizeof(*r->e));
     r->n++;
+    r->e[lo] = (struct entry){trial, loss, false};
+    return lo;
+}
+
+/*
+ * Record `loss` in rung r and return the trial to promote, or -1: with n
+ * results the best floor(n / divisor) deserve promotion; the new result is
+ * promoted at once if it ranks among them, otherwise the count may have
+ * grown by one and the trial at that rank is promoted if it was not yet.
+ */
+static int64_t rung_add(struct rung *r, int64_t trial, double loss, double divisor, size_t *rank)
+{
+    int64_t old = (int64_t)((double)r->n / divisor);
+    int64_t now = (int64_t)((double)(r->n + 1) / divisor);
+    size_t lo = rung_insert(r, trial, loss);
     bool promote_now = (int64_t)lo < now;
-    r->e[lo] = (struct entry){trial, loss, promote_now};
+    r->e[lo].promoted = promote_now;
     if (promote_now) {
         *rank = lo + 1;
         return trial;
@@ -328,12 +351,60 @@ static int validated(struct kd_searcher *s, struct kd__trial *t, double loss)
     return 0;
 }
 
+/*
+ * A validation of a time-metric search: the trial reached `time` of time_metric. For each rung
+ * of its bracket it reaches and has not been judged in yet (a validation can jump over
+ * several), its result joins the rung; with n results there, the best max(floor(n / divisor),
+ * 1) go on (so the first to reach a rung always does) and a trial ranked below them is stopped.
+ * The top rung is max_time: reaching it completes the trial. Nothing waits for promotion, and a
+ * judgement is never revised, as in Determined's stopping variant of ASHA.
+ */
+static int timed(struct kd_searcher *s, struct kd__trial *t, double loss, double time)
+{
+    struct asha *a = s->mstate;
+    struct bracket *b = &a->b[t->b];
+    char why[256];
+    while (kd__alive(t) && t->r < b->nrungs && time >= (double)b->rungs[t->r].units) {
+        int ri = (int)t->r;
+        struct rung *r = &b->rungs[ri];
+        size_t k = rung_insert(r, t - s->trials, loss);
+        int64_t go = imax((int64_t)((double)r->n / a->divisor), 1);
+        if (ri == b->nrungs - 1) {
+            r->e[k].promoted = true;
+            snprintf(why, sizeof(why),
+                     "completed the top rung: %s reached %.17g (max_time %" PRId64 ")",
+                     s->time_metric, time, r->units);
+            kd__close(s, t, why);
+        } else if ((int64_t)k >= go) {
+            snprintf(why, sizeof(why),
+                     "stopped in rung %d: rank %zu of %zu at %s %" PRId64 ", top %" PRId64 " go on",
+                     ri, k + 1, r->n, s->time_metric, r->units, go);
+            kd__close(s, t, why);
+        } else {
+            r->e[k].promoted = true;
+            t->r = ri + 1;
+            snprintf(why, sizeof(why),
+                     "promoted to rung %d: rank %zu of %zu in rung %d at %s %" PRId64
+                     ", top %" PRId64 " go on",
+                     ri + 1, k + 1, r->n, ri, s->time_metric, r->units, go);
+            kd__validate_after_why(s, t, KD_SEARCH_OPEN_LENGTH, why);
+        }
+    }
+    return 0;
+}
+
 static int finished(struct kd_searcher *s, struct kd__trial *t)
 {
     struct asha *a = s->mstate;
-    a->b[t->b].completed++;
-    if (t->outstanding)
+    struct bracket *b = &a->b[t->b];
+    b->completed++;
+    if (a->timed) {
+        /* A trial stopped, completed or gone: its place goes to the next one. */
+        if (b->created < b->max_trials)
+            create_in(s, (int)t->b);
+    } else if (t->outstanding) {
         promote(s, t, KD__WORST);
+    }
     for (int i = 0; i < a->nb; i++)
         if (a->b[i].created < a->b[i].max_trials)
             return 0;
@@ -349,6 +420,16 @@ static double progress(const struct kd_searcher *s)
 {
     const struct asha *a = s->mstate;
     double sum = 0, tot = 0;
+    if (a->timed) {
+        /* Each trial counts by how far its time metric got toward max_time; finished: 1. */
+        for (int i = 0; i < a->nb; i++)
+            tot += (double)a->b[i].max_trials;
+        for (size_t i = 0; i < s->ntrials; i++) {
+            const struct kd__trial *t = &s->trials[i];
+            sum += !kd__alive(t) ? 1.0 : fmin(1.0, t->time / (double)s->max_length);
+        }
+        return tot > 0 ? sum / tot : 0;
+    }
     for (int i = 0; i < a->nb; i++) {
         const struct bracket *b = &a->b[i];
         double mt = (double)b->max_trials;
@@ -440,6 +521,7 @@ const struct kd__method kd__asha = {
     .free = mfree,
     .initial = initial,
     .validated = validated,
+    .timed = timed,
     .finished = finished,
     .progress = progress,
     .snapshot = snapshot,

@@ -367,15 +367,35 @@ static int parse_common(struct kd_searcher *s, const json_t *sc, char *err)
         }
         s->smaller_is_better = json_is_true(v);
     }
-    v = json_object_get(sc, "max_length");
+    v = json_object_get(sc, "time_metric");
     if (v && !json_is_null(v)) {
-        if ((rc = parse_length(v, "searcher.max_length", s->unit, &s->max_length, err)) != 0)
+        /* adaptive_asha's time_metric and max_time: rungs in the metric's reported values. */
+        if (!json_is_string(v) || json_string_length(v) == 0 ||
+            json_string_length(v) >= sizeof(s->time_metric)) {
+            rc = kd_seterr(err, KD_EINVAL,
+                           "searcher.time_metric: expected the name of a validation metric "
+                           "(1 to %zu bytes)",
+                           sizeof(s->time_metric) - 1);
             goto out;
-    } else if (json_is_integer(json_object_get(sc, "max_time"))) {
-        /* adaptive_asha's max_time (with time_metric): rungs are counted in batches. */
+        }
+        if (!json_is_integer(json_object_get(sc, "max_time"))) {
+            rc = kd_seterr(err, KD_EINVAL,
+                           "searcher.max_time: required with time_metric (the value of "
+                           "time_metric a trial trains to, a positive integer)");
+            goto out;
+        }
+        kd_strlcpy(s->time_metric, json_string_value(v), sizeof(s->time_metric));
         if ((rc = parse_length(json_object_get(sc, "max_time"), "searcher.max_time", s->unit,
                                &s->max_length, err)) != 0)
             goto out;
+    } else if ((v = json_object_get(sc, "max_length")) != NULL && !json_is_null(v)) {
+        if ((rc = parse_length(v, "searcher.max_length", s->unit, &s->max_length, err)) != 0)
+            goto out;
+    } else if (json_is_integer(json_object_get(sc, "max_time"))) {
+        rc = kd_seterr(err, KD_EINVAL,
+                       "searcher.time_metric: required with max_time (the validation metric "
+                       "whose reported values measure the rungs)");
+        goto out;
     }
     if ((rc = kd__get_int(sc, "max_trials", "searcher", false, 1, &s->max_trials, err)) != 0)
         goto out;
@@ -438,6 +458,13 @@ static int searcher_build(const json_t *config, uint64_t exp_seed, struct kd_sea
     json_object_set_new(s->config, "searcher", json_deep_copy(sc));
     if ((rc = parse_common(s, sc, err)) != 0)
         goto out;
+    if (s->time_metric[0] != '\0' && s->m->timed == NULL) {
+        rc = kd_seterr(err, KD_EINVAL,
+                       "searcher.time_metric: only the adaptive_asha searcher measures its "
+                       "rungs in a metric; the %s searcher counts max_length",
+                       s->m->name);
+        goto out;
+    }
     kd_rng_seed_stream(&s->rng, exp_seed, 0x73656172ULL /* "sear" */);
     if ((rc = s->m->init(s, sc, err)) != 0)
         goto out;
@@ -470,6 +497,11 @@ void kd_searcher_free(struct kd_searcher *s)
 const char *kd_searcher_method(const struct kd_searcher *s)
 {
     return s->m->name;
+}
+
+const char *kd_searcher_time_metric(const struct kd_searcher *s)
+{
+    return s->time_metric[0] != '\0' ? s->time_metric : NULL;
 }
 
 const char *kd_searcher_unit(const struct kd_searcher *s)
@@ -553,6 +585,13 @@ static int hist_push(struct kd__trial *t, int64_t len, double loss, char *err)
 int kd_searcher_validation_completed(struct kd_searcher *s, const char *request_id, double metric,
                                      int64_t length, struct kd_search_ops *ops, char *err)
 {
+    return kd_searcher_validation_timed(s, request_id, metric, length, NAN, ops, err);
+}
+
+int kd_searcher_validation_timed(struct kd_searcher *s, const char *request_id, double metric,
+                                 int64_t length, double time, struct kd_search_ops *ops, char *err)
+{
+    bool timed = s->time_metric[0] != '\0' && !isnan(time);
     struct kd__trial *t = NULL;
     int rc;
     double loss;
@@ -571,9 +610,18 @@ int kd_searcher_validation_completed(struct kd_searcher *s, const char *request_
                        length, t->last_len);
         goto out;
     }
+    if (timed && (!isfinite(time) || time < 0 || time < t->time)) {
+        rc = kd_seterr(err, KD_EINVAL, "validation_completed.time: %.17g (%s) is %s", time,
+                       s->time_metric,
+                       !isfinite(time) || time < 0 ? "not a finite number >= 0"
+                                                   : "below the trial's last value");
+        goto out;
+    }
     loss = isfinite(metric) ? (s->smaller_is_better ? metric : -metric) : KD__WORST;
     if ((rc = hist_push(t, length, loss, err)) != 0)
         goto out;
+    if (timed)
+        t->time = time;
     t->created = true; /* a validation implies the trial exists */
     t->last = loss;
     t->last_len = length;
@@ -584,7 +632,10 @@ int kd_searcher_validation_completed(struct kd_searcher *s, const char *request_
     s->ops = ops;
     if (s->nrules > 0)
         kd__rules_eval(s, t);
-    if (t->awaiting && length >= t->target && !s->shutdown) {
+    if (timed) {
+        if (kd__alive(t) && !s->shutdown)
+            rc = s->m->timed(s, t, loss, time);
+    } else if (t->awaiting && length >= t->target && !s->shutdown) {
         t->awaiting = false;
         rc = s->m->validated(s, t, loss);
     }
@@ -696,8 +747,15 @@ int kd_searcher_event(struct kd_searcher *s, const json_t *ev, struct kd_search_
                            "validation_completed.length: expected a non-negative integer");
             goto out;
         }
-        rc = kd_searcher_validation_completed(s, id, json_number_value(m), json_integer_value(l),
-                                              ops, err);
+        const json_t *tv = json_object_get(ev, "time");
+        if (tv != NULL && !json_is_number(tv)) {
+            rc = kd_seterr(err, KD_EINVAL,
+                           "validation_completed.time: expected a number (the value of "
+                           "time_metric)");
+            goto out;
+        }
+        rc = kd_searcher_validation_timed(s, id, json_number_value(m), json_integer_value(l),
+                                          tv != NULL ? json_number_value(tv) : NAN, ops, err);
     } else if (strcmp(name, "trial_exited_early") == 0) {
         enum kd_search_exit r;
         if (kd_search_exit_parse(json_string_value(json_object_get(ev, "reason")), &r) != 0) {
@@ -763,6 +821,8 @@ json_t *kd_searcher_snapshot(const struct kd_searcher *s)
         json_object_set_new(jt, "b", json_integer(t->b));
         json_object_set_new(jt, "r", json_integer(t->r));
         json_object_set_new(jt, "m", dbl_json(t->m));
+        if (t->time != 0)
+            json_object_set_new(jt, "time", dbl_json(t->time));
         json_array_append_new(trials, jt);
     }
     json_object_set_new(o, "trials", trials);
@@ -825,7 +885,10 @@ static int restore_trial(struct kd_searcher *s, const json_t *jt, size_t i, char
     t->pat_since = json_integer_value(json_array_get(pat, 1));
     if (json_dbl(json_object_get(jt, "best"), &t->best) != 0 ||
         json_dbl(json_array_get(pat, 0), &t->pat_best) != 0 ||
-        json_dbl(json_object_get(jt, "m"), &t->m) != 0)
+        json_dbl(json_object_get(jt, "m"), &t->m) != 0 ||
+        (json_object_get(jt, "time") != NULL &&
+         (json_dbl(json_object_get(jt, "time"), &t->time) != 0 || !isfinite(t->time) ||
+          t->time < 0)))
         return kd_seterr(err, KD_ECORRUPT, "snapshot.trials[%zu]: malformed numbers", i);
     return 0;
 }

@@ -109,6 +109,15 @@ int kd_searcher_trial_created(struct kd_searcher *s, const char *request_id,
  */
 int kd_searcher_validation_completed(struct kd_searcher *s, const char *request_id, double metric,
                                      int64_t length, struct kd_search_ops *ops, char *err) KD_WUR;
+/**
+ * The same with the value `time` the validation reported for searcher.time_metric
+ * (adaptive_asha with time_metric and max_time: its rungs are measured in that metric). `time`
+ * is finite, >= 0 and never below the trial's previous one (KD_EINVAL otherwise). For a
+ * searcher without time_metric, `time` is ignored.
+ */
+int kd_searcher_validation_timed(struct kd_searcher *s, const char *request_id, double metric,
+                                 int64_t length, double time, struct kd_search_ops *ops,
+                                 char *err) KD_WUR;
 int kd_searcher_trial_exited_early(struct kd_searcher *s, const char *request_id,
                                    enum kd_search_exit reason, struct kd_search_ops *ops,
                                    char *err) KD_WUR;
@@ -118,7 +127,7 @@ int kd_searcher_trial_closed(struct kd_searcher *s, const char *request_id,
 /**
  * One event as JSON: {"event":"initial"}, {"event":"trial_created",
  * "request_id":ID}, {"event":"validation_completed","request_id":ID,
- * "metric":X,"length":N}, {"event":"trial_exited_early","request_id":ID,
+ * "metric":X,"length":N[,"time":T]}, {"event":"trial_exited_early","request_id":ID,
  * "reason":"errored"}, {"event":"trial_closed","request_id":ID}.
  * Errors name the field ("validation_completed.metric: expected a number").
  */
@@ -130,6 +139,9 @@ double kd_searcher_progress(const struct kd_searcher *s);
 
 /** Whether Shutdown has been emitted. */
 bool kd_searcher_done(const struct kd_searcher *s);
+
+/** searcher.time_metric when the rungs are measured in it, else NULL. Owned by s. */
+const char *kd_searcher_time_metric(const struct kd_searcher *s);
 
 /** The method's name ("adaptive_asha") and the length unit ("batches"). Static strings. */
 const char *kd_searcher_method(const struct kd_searcher *s);

@@ -43,6 +43,7 @@ struct kd__trial {
     int64_t r;        /* ASHA rung */
     bool outstanding; /* ASHA: counted in its rung's outstanding trials */
     double m;         /* PBT: loss of the current round */
+    double time;      /* the last reported value of searcher.time_metric (0 before any) */
 };
 
 enum kd__rule_type { KD__RULE_PATIENCE, KD__RULE_THRESHOLD, KD__RULE_MEDIAN };
@@ -69,6 +70,12 @@ struct kd__method {
     int (*initial)(struct kd_searcher *s);
     /** Trial t reached its ValidateAfter length with `loss`. */
     int (*validated)(struct kd_searcher *s, struct kd__trial *t, double loss);
+    /**
+     * With searcher.time_metric: every validation of a live trial that carried the time
+     * metric's value `time` (not decreasing), instead of `validated`. NULL for methods
+     * without time_metric.
+     */
+    int (*timed)(struct kd_searcher *s, struct kd__trial *t, double loss, double time);
     /** Trial t is gone (closed, or exited early: t->exited). Called once per trial. */
     int (*finished)(struct kd_searcher *s, struct kd__trial *t);
     double (*progress)(const struct kd_searcher *s);
@@ -89,9 +96,10 @@ struct kd_searcher {
 
     char metric[128];
     bool smaller_is_better;
-    char unit[16];      /* batches | records | epochs */
-    int64_t max_length; /* 0 when not given (pbt) */
-    int64_t max_trials; /* 0 when not given */
+    char unit[16];         /* batches | records | epochs */
+    int64_t max_length;    /* 0 when not given (pbt); adaptive_asha with time_metric: max_time */
+    char time_metric[128]; /* adaptive_asha: rungs in this metric's reported values; "" = lengths */
+    int64_t max_trials;    /* 0 when not given */
     int64_t max_concurrent;
     struct kd__rule rules[KD_SEARCH_MAX_RULES];
     size_t nrules;

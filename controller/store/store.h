@@ -193,6 +193,22 @@ int kd_store_metrics_since(struct kd_store *s, int64_t experiment_id, int64_t tr
 int kd_store_best_validations(struct kd_store *s, int64_t experiment_id, const char *metric,
                               bool smaller_is_better, json_t **out, char *err) KD_WUR;
 
+/* ---- profiler samples (profiler.c) ------------------------------------- */
+
+#define KD_STORE_PROFILER_MAX_QUERY 5000 /* rows per kd_store_profiler_query */
+
+/**
+ * A trial's profiler rows: metric rows of kind profiling, whose metrics name their
+ * "group" ("system": the node's CPU, memory, network, disk and GPUs; "timing": the
+ * Trainer's phases). Of one group (group NULL or "": every profiling row), with an id
+ * above after_id, oldest first: the first `limit` (1..KD_STORE_PROFILER_MAX_QUERY), or
+ * with `tail` the last `limit`. [{"id","step","reported_at","metrics"}]; unlike
+ * kd_store_metrics_series, rows of the same step are all kept (samples are taken in
+ * time, not per step). KD_EINVAL for a bad limit or a group over 64 bytes.
+ */
+int kd_store_profiler_query(struct kd_store *s, int64_t trial_id, const char *group,
+                            int64_t after_id, int limit, bool tail, json_t **out, char *err) KD_WUR;
+
 /* ---- experiments and trials ------------------------------------------- */
 
 #define KD_STORE_MAX_NAME 253

@@ -59,3 +59,46 @@ check "it stays QUEUED" trial_state_is big-1 QUEUED
 check "no pod for it" no_pods kdet.io/experiment=big
 kubectl delete exp big --wait=false >/dev/null 2>&1
 check "no pods left" wait_for 30 no_pods
+
+# What det shows of it: the pool's slot type and slots (det agent list, det slot list), and a
+# warning at once when an experiment asks for more CPU slots than any node could give. No
+# controller API here: det says it assumes the controller's defaults.
+DET=$KD_BUILD/bin/det
+export KDET_DATA_DIR=$T/no-deploy
+unset KDET_API_URL KDET_API_TOKEN
+"$DET" agent list >"$T/agents.out" 2>&1
+sed 's/^/#   /' "$T/agents.out"
+check "det agent list: the node, pool default, cpu slots, $cpus of them" \
+    grep -qE "^kdet-e2e +default +cpu +$cpus +0 +0 +$cpus +true" "$T/agents.out"
+check "det agent list says what it assumed" grep -q "assuming kdet-controller's defaults" "$T/agents.out"
+"$DET" slot list -o json >"$T/slots.json" 2>&1
+check "det slot list: $cpus cpu slots" python3 -c "
+import json; o = json.load(open('$T/slots.json'))
+assert len(o['slots']) == $cpus and all(s['type'] == 'cpu' and s['resource_pool'] == 'default' for s in o['slots']), o
+assert o['settings']['assumed'] is True, o"
+mkdir -p "$T/ctx"
+echo 'print("hi")' >"$T/ctx/train.py"
+cat >"$T/big.yaml" <<Y
+name: toobig
+entrypoint: python3 train.py
+hyperparameters: {x: 1}
+searcher: {name: single, metric: loss, max_length: {batches: 1}}
+resources: {slots_per_trial: $big}
+Y
+"$DET" experiment create "$T/big.yaml" "$T/ctx" >"$T/create.out" 2>"$T/create.err"
+rc=$?
+sed 's/^/#   /' "$T/create.err"
+check "det experiment create still creates it" test $rc = 0
+check "and warns at once that no node can ever run it" grep -qF \
+    "slots_per_trial=$big needs $big CPU slots; resource pool default has $cpus" "$T/create.err"
+cat >"$T/fits.yaml" <<Y
+name: fits
+entrypoint: python3 train.py
+hyperparameters: {x: 1}
+searcher: {name: single, metric: loss, max_length: {batches: 1}}
+resources: {slots_per_trial: 1}
+Y
+"$DET" experiment create --paused "$T/fits.yaml" "$T/ctx" >/dev/null 2>"$T/fits.err"
+check "no warning for a trial that fits" test "$(grep -c 'no node can ever' "$T/fits.err")" = 0
+kubectl delete exp --all --wait=false >/dev/null 2>&1
+check "no pods left at the end" wait_for 30 no_pods

@@ -1927,10 +1927,6 @@ json_t *kd_config_warnings(const json_t *cfg)
              "experiment fails if the cluster has none or the merge is invalid");
     const json_t *s = field(cfg, "searcher");
     const char *sn = json_string_value(json_object_get(s, "name"));
-    if (sn && !strcmp(sn, "adaptive_asha") && field(s, "time_metric"))
-        warn(out, "searcher.time_metric",
-             "kdet's adaptive_asha counts rungs in the batches the workers report, not in the "
-             "values of time_metric; max_time is taken as a number of batches");
     if (sn && (!strcmp(sn, "single") || !strcmp(sn, "random") || !strcmp(sn, "grid")) &&
         !field(s, "max_length"))
         warn(

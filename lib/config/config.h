@@ -67,8 +67,8 @@ int kd_config_apply_defaults(json_t *cfg, char *err) KD_WUR;
  * The warnings for a config that passed kd_config_load or kd_config_check:
  * one string per field of Determined's reference that kdet accepts but does
  * not honour, "FIELD: why; ignored" (e.g. "slurm: not applicable on kdet:
- * ..."), plus notes on fields kdet honours differently (searcher.time_metric,
- * a searcher without max_length). Never fails: a new array (empty when there
+ * ..."), plus notes on fields kdet honours differently (a searcher without
+ * max_length). Never fails: a new array (empty when there
  * is nothing to say) that the caller json_decref()s. Aborts on out-of-memory.
  * Pure and thread-safe.
  */

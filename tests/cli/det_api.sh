@@ -340,6 +340,15 @@ rc=$?
 "$det" job update jq-a > "$tmp/out" 2>&1
 [ $? -eq 2 ] && grep -q "nothing to change" "$tmp/out" && ok "job update without a change: usage error" || bad "update without change" "$tmp/out"
 
+# Slots as the controller counts them (its settings from GET /api/v1/info): 2 fake GPUs.
+"$det" agent list > "$tmp/agents.txt" 2> "$tmp/out"
+grep -qE "^[a-z0-9.-]+ +default +gpu +2 +[0-2] +2 " "$tmp/agents.txt" &&
+    grep -qF "(kdet-controller counts with --slot-type auto, --cpu-per-slot 1)" "$tmp/agents.txt" &&
+    ok "agent list: the node's pool, gpu slots, the controller's settings" || bad "agent list" "$tmp/agents.txt"
+"$det" slot list -o json > "$tmp/slots.json" 2> "$tmp/out"
+[ "$(json "$tmp/slots.json" "' '.join(s['type'] for s in j['slots']) + ' ' + str(j['settings']['assumed'])")" = "gpu gpu False" ] &&
+    ok "slot list: two gpu slots, settings from the controller" || bad "slot list" "$tmp/slots.json"
+
 grep -rqF -- "$token" "$tmp"/*.txt "$tmp"/*.json "$tmp/out" "$dd/logs" 2>/dev/null && bad "the user token appears in output or logs" ||
     ok "the user token is in no output and no log"
 timeout 60 "$det" deploy local down --data-dir "$dd" > "$tmp/out" 2>&1 && ok "deploy local down" || bad "down" "$tmp/out"

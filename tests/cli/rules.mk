@@ -19,3 +19,5 @@ $(eval $(call kd_test_script,test_det_api,tests/cli/det_api.sh,150,,$(O)/bin/det
 $(eval $(call kd_test,test_det_best,tests/cli/test_best.c cli/best.c cli/output.c,yaml core,-ljansson -lyaml -lm,30,,))
 # det trial logs from the controller's store: how lines print, the server-sent-event parser.
 $(eval $(call kd_test,test_det_logs,tests/cli/test_logs.c cli/logs.c cli/verb.c cli/kube.c cli/ids.c cli/api.c cli/args.c cli/output.c,k8s yaml core,-lcurl -ljansson -lyaml -lpthread -lm,30,,))
+# det's slots (resource pools, slot types, whether a trial could ever fit), table-tested.
+$(eval $(call kd_test,test_det_slots,tests/cli/test_slots.c cli/slots.c cli/verb.c cli/kube.c cli/ids.c cli/api.c cli/args.c cli/output.c,k8s yaml core,-lcurl -ljansson -lyaml -lpthread -lm,30,,))

@@ -29,6 +29,7 @@ import tempfile
 import uuid as uuidlib
 
 from kdet import _dtrain
+from kdet._profiler import ProfilerContext
 
 
 def _env_int(name, default):
@@ -238,6 +239,8 @@ class TrainContext:
             raise TypeError("metrics must be a dict of names to values")
         if not self._core.distributed.is_chief:
             return
+        if kind == "training":
+            self._core.profiler._batches = int(steps_completed)  # system samples' steps
         if self._core._client is None or kind not in METRIC_GROUPS:
             if kind not in METRIC_GROUPS and self._core._client is not None and \
                     kind not in self._warned_groups:
@@ -469,25 +472,6 @@ class PreemptContext:
         self.acknowledged = True
 
 
-class ProfilerContext:
-    """Determined's system profiler. kdet collects no system metrics from
-    the workers: on() and off() only record whether it is on."""
-
-    def __init__(self):
-        self.enabled = False
-
-    def on(self, sampling_interval=1, samples_per_report=5):
-        if sampling_interval < 1 or samples_per_report < 1:
-            raise ValueError("sampling_interval and samples_per_report must be at least 1")
-        self.enabled = True
-
-    def off(self):
-        self.enabled = False
-
-    def close(self):
-        self.off()
-
-
 def _dir_size(path):
     total = 0
     for root, _, files in os.walk(path):
@@ -694,7 +678,7 @@ class Context:
         self.searcher = SearcherContext(self, max_length)
         self.preempt = PreemptContext(self, preempt_mode)
         self.checkpoint = CheckpointContext(self, checkpoint_storage)
-        self.profiler = ProfilerContext()
+        self.profiler = ProfilerContext(self)
         self.info = _info.get_cluster_info()
         hp = os.environ.get("KDET_HPARAMS")
         self.hparams = json.loads(hp) if hp else {}
@@ -702,6 +686,7 @@ class Context:
         seed = os.environ.get("KDET_TRIAL_SEED")
         self.trial_seed = int(seed) if seed else 0
         self.trial_id = os.environ.get("KDET_TRIAL_ID")
+        self.profiler._start_from_config()  # profiling.enabled in the experiment's config
 
     def close(self):
         try:

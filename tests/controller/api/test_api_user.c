@@ -43,6 +43,30 @@ static void test_user_token(void **state)
         fx_http("GET", "/api/v1/namespaces/other/experiments/x", FX_USER_TOKEN, NULL, NULL), 404);
 }
 
+/* GET /api/v1/info: the slot settings det counts with; a bad slot type is refused at start. */
+static void test_info(void **state)
+{
+    (void)state;
+    json_t *out = NULL;
+    assert_int_equal(fx_http("GET", "/api/v1/info", NULL, NULL, NULL), 401);
+    assert_int_equal(fx_http("GET", "/api/v1/info", FX_USER_TOKEN, NULL, &out), 200);
+    json_t *sl = json_object_get(out, "slots");
+    assert_string_equal(json_string_value(json_object_get(sl, "slot_type")), "auto");
+    assert_int_equal(json_integer_value(json_object_get(sl, "cpu_per_slot_milli")), 1000);
+    assert_int_equal(json_integer_value(json_object_get(sl, "max_slots_per_pod")), 0);
+    json_decref(out);
+    char err[KD_ERRLEN] = "";
+    struct kd_api *api = NULL;
+    struct kd_api_opts o = {.store = fx.store,
+                            .k8s = fx.k8s,
+                            .token_key = fx_key,
+                            .token_key_len = sizeof(fx_key),
+                            .slot_type = "tpu"};
+    assert_int_equal(kd_api_start(&o, &api, err), KD_EINVAL);
+    assert_non_null(strstr(err, "slot_type must be auto, gpu or cpu"));
+    assert_null(api);
+}
+
 static void test_user_api_disabled(void **state)
 {
     (void)state;
@@ -449,13 +473,10 @@ static void test_stream(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_user_token),
-        cmocka_unit_test(test_user_api_disabled),
-        cmocka_unit_test(test_experiments_and_actions),
-        cmocka_unit_test(test_events_and_jobs),
-        cmocka_unit_test(test_jobs_ahead_of),
-        cmocka_unit_test(test_checkpoint_by_uuid),
-        cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_user_token),         cmocka_unit_test(test_info),
+        cmocka_unit_test(test_user_api_disabled),  cmocka_unit_test(test_experiments_and_actions),
+        cmocka_unit_test(test_events_and_jobs),    cmocka_unit_test(test_jobs_ahead_of),
+        cmocka_unit_test(test_checkpoint_by_uuid), cmocka_unit_test(test_stream),
     };
     return cmocka_run_group_tests(tests, fx_setup, fx_teardown);
 }

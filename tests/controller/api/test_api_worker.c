@@ -456,6 +456,77 @@ static void test_preemption_long_poll(void **state)
     json_decref(out);
 }
 
+/*
+ * adaptive_asha with time_metric: every validation must carry the time metric (400 naming it),
+ * whose value goes into latestValidation for the controller's searcher; a trial the searcher
+ * closes before its target is told to stop through preemption.
+ */
+static void test_time_metric_and_searcher_stop(void **state)
+{
+    (void)state;
+    char uid[64], tok[64];
+    json_t *out = NULL;
+    fx_experiment("e-tm", "validation_loss");
+    fx_patch("experiments", "e-tm", NULL, "{\"spec\":{\"searcher\":{\"time_metric\":\"epochs\"}}}");
+    fx_trial("e-tm", "e-tm-1", 2147483647LL, uid, sizeof(uid));
+    fx_token("e-tm-1", uid, tok, sizeof(tok));
+    /* The experiment's spec may reach the API's cache a moment later. */
+    int code = 0;
+    for (int i = 0; i < 100 && code != 400; i++) {
+        code = fx_http("POST", T("e-tm-1/metrics"), tok,
+                       "{\"kind\":\"validation\",\"key\":\"tm-0\",\"rows\":[{\"batches\":10,"
+                       "\"metrics\":{\"validation_loss\":0.5}}]}",
+                       &out);
+        if (code != 400) {
+            json_decref(out);
+            out = NULL;
+            kd_sleep_ms(50);
+        }
+    }
+    assert_int_equal(code, 400);
+    assert_string_equal(json_string_value(json_object_get(out, "field")), "rows[0].metrics.epochs");
+    json_decref(out);
+    assert_int_equal(fx_http("POST", T("e-tm-1/metrics"), tok,
+                             "{\"kind\":\"validation\",\"key\":\"tm-1\",\"rows\":[{\"batches\":10,"
+                             "\"metrics\":{\"validation_loss\":0.5,\"epochs\":\"one\"}}]}",
+                             &out),
+                     400);
+    json_decref(out);
+    assert_int_equal(fx_http("POST", T("e-tm-1/metrics"), tok,
+                             "{\"kind\":\"validation\",\"key\":\"tm-2\",\"rows\":[{\"batches\":20,"
+                             "\"metrics\":{\"validation_loss\":0.4,\"epochs\":2.5}}]}",
+                             NULL),
+                     200);
+    json_t *t = fx_get_trial("e-tm-1");
+    json_t *lv = json_object_get(json_object_get(t, "status"), "latestValidation");
+    assert_string_equal(json_string_value(json_object_get(lv, "timeMetric")), "epochs");
+    assert_true(json_number_value(json_object_get(lv, "timeValue")) == 2.5);
+    assert_int_equal(json_integer_value(json_object_get(lv, "batches")), 20);
+    json_decref(t);
+    /* Training metrics need no time metric. */
+    assert_int_equal(fx_http("POST", T("e-tm-1/metrics"), tok,
+                             "{\"kind\":\"training\",\"key\":\"tm-3\",\"rows\":[{\"batches\":21,"
+                             "\"metrics\":{\"loss\":0.4}}]}",
+                             NULL),
+                     200);
+    /* Not stopped yet; the searcher closes it below its (open) target: preempt, and the
+     * searcher poll answers preempt too, so libdtrain stops before training further. */
+    assert_int_equal(fx_http("GET", T("e-tm-1/preemption"), tok, NULL, &out), 200);
+    assert_false(json_is_true(json_object_get(out, "preempt")));
+    json_decref(out);
+    fx_patch("trials", "e-tm-1", NULL, "{\"spec\":{\"closed\":true}}");
+    assert_int_equal(fx_http("GET", T("e-tm-1/preemption?timeout=10"), tok, NULL, &out), 200);
+    assert_true(json_is_true(json_object_get(out, "preempt")));
+    assert_string_equal(json_string_value(json_object_get(out, "reason")),
+                        "the searcher stopped the trial before its target");
+    json_decref(out);
+    assert_int_equal(
+        fx_http("GET", T("e-tm-1/searcher/operation?completed=20&timeout=1"), tok, NULL, &out),
+        200);
+    assert_true(json_is_true(json_object_get(out, "preempt")));
+    json_decref(out);
+}
+
 static void test_checkpoint_and_early_exit(void **state)
 {
     (void)state;
@@ -646,6 +717,7 @@ int main(void)
         cmocka_unit_test(test_metric_from_annotations),
         cmocka_unit_test(test_searcher_long_poll),
         cmocka_unit_test(test_preemption_long_poll),
+        cmocka_unit_test(test_time_metric_and_searcher_stop),
         cmocka_unit_test(test_checkpoint_and_early_exit),
         cmocka_unit_test(test_rendezvous),
     };

@@ -166,6 +166,15 @@ long sim_run(struct sim *m, long max_events)
                            "errored");
             t->stage = 3;
             t->length = 0;
+        } else if (kd_searcher_time_metric(m->s) != NULL) {
+            /* Trains on its own: a validation every time_step, with the time reached. */
+            t->done += m->time_step > 0 ? m->time_step : 1;
+            double metric = m->fn(t->hp, t->done, m->ctx);
+            ev =
+                json_pack("{sssssfsIsf}", "event", "validation_completed", "request_id", t->id,
+                          "metric", metric, "length", (json_int_t)t->done, "time", (double)t->done);
+            if (metric < m->best)
+                m->best = metric;
         } else {
             int64_t len = t->length;
             double metric = m->fn(t->hp, len, m->ctx);

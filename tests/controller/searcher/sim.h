@@ -3,7 +3,8 @@
  * way the real controller would (trial_created after Create, a validation
  * after ValidateAfter, trial_closed after Close), in an order chosen by its
  * own seeded generator, and records every event and the operations each
- * one produced.
+ * one produced. For a searcher with time_metric, a trial with an operation
+ * reports validations at growing times (time_step apart) until it is closed.
  */
 #ifndef KD_TEST_SEARCHER_SIM_H
 #define KD_TEST_SEARCHER_SIM_H
@@ -26,6 +27,7 @@ struct sim_trial {
     int64_t length; /* pending ValidateAfter, 0 when none */
     char parent[KD_SEARCH_IDLEN];
     uint32_t seed;
+    int64_t done; /* a searcher with time_metric: the trial's time so far */
 };
 
 struct sim {
@@ -44,8 +46,9 @@ struct sim {
     bool shutdown;
     char shutdown_reason[256];
     bool shutdown_failure;
-    double best;     /* best metric reported at the trial's final length */
-    double progress; /* the last progress() seen; sim_run fails the test if it decreases */
+    double best;       /* best metric reported at the trial's final length */
+    double progress;   /* the last progress() seen; sim_run fails the test if it decreases */
+    int64_t time_step; /* a searcher with time_metric: time added per validation [1] */
 };
 
 void sim_init(struct sim *m, struct kd_searcher *s, sim_fn fn, void *ctx, uint64_t seed);

@@ -298,6 +298,202 @@ static void test_asha_hand_worked(void **state)
     kd_searcher_free(s);
 }
 
+/* The ops of one event in short: "create", "open" (a ValidateAfter with no reason), "promote N",
+ * "stop N", "top", "close", "shutdown", joined by ",". */
+static void ops_short(const json_t *ops, char *out, size_t len)
+{
+    size_t i;
+    const json_t *op;
+    out[0] = '\0';
+    json_array_foreach(ops, i, op)
+    {
+        const char *k = json_string_value(json_object_get(op, "op"));
+        const char *why = json_string_value(json_object_get(op, "reason"));
+        char one[64];
+        int rung = -1;
+        if (strcmp(k, "validate_after") == 0 && why == NULL)
+            snprintf(one, sizeof(one), "open");
+        else if (strcmp(k, "validate_after") == 0 && sscanf(why, "promoted to rung %d", &rung) == 1)
+            snprintf(one, sizeof(one), "promote %d", rung);
+        else if (strcmp(k, "close") == 0 && why != NULL &&
+                 sscanf(why, "stopped in rung %d", &rung) == 1)
+            snprintf(one, sizeof(one), "stop %d", rung);
+        else if (strcmp(k, "close") == 0 && why != NULL &&
+                 strncmp(why, "completed the top rung", 22) == 0)
+            snprintf(one, sizeof(one), "top");
+        else
+            snprintf(one, sizeof(one), "%s", k);
+        if (op_id(ops, i) != NULL && strcmp(k, "create") != 0 && strcmp(k, "shutdown") != 0)
+            assert_true(strlen(op_id(ops, i)) > 0);
+        size_t used = strlen(out);
+        snprintf(out + used, len - used, "%s%s", used ? "," : "", one);
+    }
+}
+
+/*
+ * adaptive_asha with time_metric and max_time, event by event. aggressive, divisor 2, max_rungs
+ * 3, max_time 8: one bracket with rungs at 2, 4 and 8 of the time metric; max_trials 4, 2 at
+ * once. Each trial gets one open operation; a validation whose time reaches a rung puts the
+ * trial there: with n results the best max(floor(n/2), 1) go on, the others are stopped; at 8
+ * the trial is done. A new trial starts when one finishes.
+ */
+static void test_asha_time_metric(void **state)
+{
+    (void)state;
+    static const struct {
+        char ev;       /* 'v' validation, 'c' trial_closed, 'x' exited early (errored) */
+        int trial;     /* index in creation order */
+        double metric; /* validation: the searcher metric (smaller is better) ... */
+        double time;   /* ... and the time metric's value */
+        const char *want;
+    } steps[] = {
+        {'v', 0, 0.50, 1, ""},                    /* below the first rung */
+        {'v', 0, 0.40, 2, "promote 1"},           /* first in rung 0: n=1, 1 goes on */
+        {'v', 1, 0.60, 2.5, "stop 0"},            /* n=2, 1 goes on: trial 0 is better */
+        {'v', 1, 0.10, 3, ""},                    /* closing already: nothing more */
+        {'c', 1, 0, 0, "create,open"},            /* its place goes to trial 2 */
+        {'v', 2, 0.30, 5, "promote 1,promote 2"}, /* jumps over rungs 0 and 1, first in rung 1 */
+        {'v', 0, 0.45, 4, "stop 1"},              /* rung 1: n=2, trial 2 (0.30) is better */
+        {'c', 0, 0, 0, "create,open"},            /* trial 3, the last */
+        {'v', 3, 0.45, 2, "stop 0"},              /* rung 0: 0.30 0.40 0.45 0.60, top 2 */
+        {'v', 2, 0.20, 8, "top"},                 /* max_time: done */
+        {'c', 3, 0, 0, ""},                       /* trial 2 is still closing */
+        {'c', 2, 0, 0, "shutdown"},
+    };
+    struct kd_searcher *s = new_searcher(
+        "{\"hyperparameters\": {\"x\": {\"type\": \"double\", \"minval\": 0, \"maxval\": 1}},"
+        " \"searcher\": {\"name\": \"adaptive_asha\", \"metric\": \"loss\", \"mode\": "
+        "\"aggressive\", \"max_rungs\": 3, \"divisor\": 2, \"max_trials\": 4,"
+        " \"max_concurrent_trials\": 2, \"time_metric\": \"epochs\", \"max_time\": 8}}",
+        5);
+    assert_string_equal(kd_searcher_time_metric(s), "epochs");
+    char ids[8][KD_SEARCH_IDLEN], got[256];
+    int nid = 0;
+    json_t *ops = feed(s, "{\"event\": \"initial\"}");
+    ops_short(ops, got, sizeof(got));
+    assert_string_equal(got, "create,open,create,open");
+    assert_int_equal(op_len(ops, 1), KD_SEARCH_OPEN_LENGTH);
+    kd_strlcpy(ids[nid++], op_id(ops, 0), KD_SEARCH_IDLEN);
+    kd_strlcpy(ids[nid++], op_id(ops, 2), KD_SEARCH_IDLEN);
+    json_decref(ops);
+    for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+        const char *id = ids[steps[k].trial];
+        if (steps[k].ev == 'v')
+            ops = feed(s,
+                       "{\"event\": \"validation_completed\", \"request_id\": \"%s\", \"metric\":"
+                       " %.17g, \"length\": %d, \"time\": %.17g}",
+                       id, steps[k].metric, (int)(steps[k].time * 10), steps[k].time);
+        else if (steps[k].ev == 'c')
+            ops = feed(s, "{\"event\": \"trial_closed\", \"request_id\": \"%s\"}", id);
+        else
+            ops = feed(s,
+                       "{\"event\": \"trial_exited_early\", \"request_id\": \"%s\", \"reason\":"
+                       " \"errored\"}",
+                       id);
+        ops_short(ops, got, sizeof(got));
+        if (strcmp(got, steps[k].want) != 0)
+            fail_msg("step %zu (trial %d): ops \"%s\", want \"%s\"", k, steps[k].trial, got,
+                     steps[k].want);
+        if (json_array_size(ops) > 0 && strcmp(op_kind(ops, 0), "create") == 0)
+            kd_strlcpy(ids[nid++], op_id(ops, 0), KD_SEARCH_IDLEN);
+        for (size_t i = 0; i < json_array_size(ops); i++)
+            if (strcmp(op_kind(ops, i), "validate_after") == 0)
+                assert_int_equal(op_len(ops, i), KD_SEARCH_OPEN_LENGTH);
+        json_decref(ops);
+    }
+    assert_int_equal(nid, 4);
+    assert_true(kd_searcher_done(s));
+    kd_searcher_free(s);
+
+    /* Larger is better; a time going backwards, or not a number, is refused. */
+    s = new_searcher(
+        "{\"hyperparameters\": {\"x\": {\"type\": \"double\", \"minval\": 0, \"maxval\": 1}},"
+        " \"searcher\": {\"name\": \"adaptive_asha\", \"metric\": \"acc\", \"smaller_is_better\":"
+        " false, \"mode\": \"aggressive\", \"max_rungs\": 2, \"divisor\": 2, \"max_trials\": 2,"
+        " \"max_concurrent_trials\": 2, \"time_metric\": \"t\", \"max_time\": 4}}",
+        6);
+    ops = feed(s, "{\"event\": \"initial\"}");
+    kd_strlcpy(ids[0], op_id(ops, 0), KD_SEARCH_IDLEN);
+    kd_strlcpy(ids[1], op_id(ops, 2), KD_SEARCH_IDLEN);
+    json_decref(ops);
+    ops = feed(s,
+               "{\"event\": \"validation_completed\", \"request_id\": \"%s\", \"metric\": 0.9,"
+               " \"length\": 3, \"time\": 2}",
+               ids[0]);
+    ops_short(ops, got, sizeof(got));
+    assert_string_equal(got, "promote 1");
+    json_decref(ops);
+    ops = feed(s,
+               "{\"event\": \"validation_completed\", \"request_id\": \"%s\", \"metric\": 0.8,"
+               " \"length\": 3, \"time\": 3}",
+               ids[1]);
+    ops_short(ops, got, sizeof(got));
+    assert_string_equal(got, "stop 0"); /* 0.8 < 0.9 is worse when larger is better */
+    json_decref(ops);
+    struct kd_search_ops o = {0};
+    char err[KD_ERRLEN] = "";
+    assert_int_equal(kd_searcher_validation_timed(s, ids[0], 0.95, 4, 1.5, &o, err), KD_EINVAL);
+    assert_non_null(strstr(err, "validation_completed.time: 1.5 (t) is below the trial's last"));
+    assert_int_equal(kd_searcher_validation_timed(s, ids[0], 0.95, 4, INFINITY, &o, err),
+                     KD_EINVAL);
+    assert_int_equal(o.n, 0);
+    json_t *bad = sim_config("{\"event\": \"validation_completed\", \"request_id\": \"x\","
+                             " \"metric\": 1, \"length\": 1, \"time\": \"late\"}");
+    assert_int_equal(kd_searcher_event(s, bad, &o, err), KD_EINVAL);
+    assert_non_null(strstr(err, "validation_completed.time: expected a number"));
+    json_decref(bad);
+    /* Without a time the validation feeds only the early-stopping rules. */
+    assert_int_equal(kd_searcher_validation_completed(s, ids[0], 0.97, 5, &o, err), 0);
+    assert_int_equal(o.n, 0);
+    assert_int_equal(kd_searcher_validation_timed(s, ids[0], 0.97, 6, 4, &o, err), 0);
+    assert_int_equal(o.n, 1);
+    assert_non_null(strstr(o.v[0].reason, "completed the top rung: t reached 4 (max_time 4)"));
+    kd_search_ops_free(&o);
+    kd_searcher_free(s);
+}
+
+/* A whole time-metric search with shuffled answers: within concurrency, every trial ends,
+ * some are stopped at each of the lower rungs, some complete, and the search shuts down. */
+static void test_asha_time_metric_run(void **state)
+{
+    (void)state;
+    struct kd_searcher *s = new_searcher(
+        "{\"hyperparameters\": {\"x\": {\"type\": \"double\", \"minval\": -5, \"maxval\": 10},"
+        " \"y\": {\"type\": \"double\", \"minval\": 0, \"maxval\": 15}},"
+        " \"searcher\": {\"name\": \"adaptive_asha\", \"metric\": \"l\", \"max_trials\": 40,"
+        " \"divisor\": 3, \"max_concurrent_trials\": 5, \"time_metric\": \"records\","
+        " \"max_time\": 27}}",
+        11);
+    struct sim m;
+    sim_init(&m, s, fn_branin, NULL, 12);
+    m.shuffle = true;
+    m.time_step = 2;
+    long n = sim_run(&m, 20000);
+    assert_true(m.shutdown);
+    assert_false(m.shutdown_failure);
+    assert_true(n > 40);
+    assert_true(max_alive(&m) <= 5);
+    int created = 0, stopped = 0, top = 0;
+    size_t i, k;
+    json_t *ops, *op;
+    json_array_foreach(m.ops, i, ops)
+    {
+        json_array_foreach(ops, k, op)
+        {
+            const char *why = json_string_value(json_object_get(op, "reason"));
+            created += strcmp(json_string_value(json_object_get(op, "op")), "create") == 0;
+            stopped += why != NULL && strncmp(why, "stopped in rung", 15) == 0;
+            top += why != NULL && strncmp(why, "completed the top rung", 22) == 0;
+        }
+    }
+    assert_int_equal(created, 40);
+    assert_true(stopped >= 20);
+    assert_true(top >= 2);
+    assert_int_equal(stopped + top, 40);
+    sim_free(&m);
+    kd_searcher_free(s);
+}
+
 static void test_asha_brackets(void **state)
 {
     (void)state;
@@ -675,16 +871,28 @@ static void test_lengths_038(void **state)
     first_length("{\"name\": \"random\", \"metric\": \"l\", \"max_trials\": 2, \"max_length\":"
                  " {\"records\": 640}}",
                  640, "records");
-    /* ASHA with max_time: rungs in batches, the top one at max_time (the first rung is lower). */
+    /* ASHA with time_metric/max_time: one open operation, rungs in the metric's values. */
     first_length("{\"name\": \"adaptive_asha\", \"metric\": \"l\", \"max_trials\": 4, "
                  "\"max_rungs\": 1, \"time_metric\": \"batches\", \"max_time\": 64}",
-                 64, "batches");
+                 KD_SEARCH_OPEN_LENGTH, "batches");
 }
 
 static void test_bad_configs(void **state)
 {
     (void)state;
     bad_config("{\"metric\": \"loss\"}", "searcher.name: required");
+    bad_config("{\"name\": \"adaptive_asha\", \"metric\": \"l\", \"max_trials\": 4, "
+               "\"max_time\": 8}",
+               "searcher.time_metric: required with max_time");
+    bad_config("{\"name\": \"adaptive_asha\", \"metric\": \"l\", \"max_trials\": 4, "
+               "\"time_metric\": \"epochs\"}",
+               "searcher.max_time: required with time_metric");
+    bad_config("{\"name\": \"adaptive_asha\", \"metric\": \"l\", \"max_trials\": 4, "
+               "\"time_metric\": \"\", \"max_time\": 8}",
+               "searcher.time_metric: expected the name of a validation metric");
+    bad_config("{\"name\": \"random\", \"metric\": \"l\", \"max_trials\": 4, "
+               "\"time_metric\": \"epochs\", \"max_time\": 8}",
+               "searcher.time_metric: only the adaptive_asha searcher");
     bad_config("{\"name\": \"randon\", \"metric\": \"l\"}",
                "searcher.name: unknown searcher \"randon\"; did you mean `random`?");
     bad_config("{\"name\": \"random\", \"max_trials\": 3, \"max_length\": {\"batches\": 1}}",
@@ -849,6 +1057,8 @@ int main(void)
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_asha_hand_worked),
         cmocka_unit_test(test_asha_brackets),
+        cmocka_unit_test(test_asha_time_metric),
+        cmocka_unit_test(test_asha_time_metric_run),
         cmocka_unit_test(test_pbt),
         cmocka_unit_test(test_tpe_beats_random_on_branin),
         cmocka_unit_test(test_tpe_parallel_spreads),

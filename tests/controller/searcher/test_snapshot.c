@@ -133,6 +133,17 @@ static void test_asha(void **state)
         5, 0.05);
 }
 
+/* adaptive_asha with time_metric: rungs in reported time values, trials stopped or completed. */
+static void test_asha_time(void **state)
+{
+    (void)state;
+    (void)check_equivalence(
+        "{\"name\": \"adaptive_asha\", \"metric\": \"l\", \"max_trials\": 30,"
+        " \"divisor\": 2, \"max_concurrent_trials\": 6, \"time_metric\": \"epochs\","
+        " \"max_time\": 16}",
+        8, 0.05);
+}
+
 static void test_pbt(void **state)
 {
     (void)state;
@@ -206,6 +217,7 @@ int main(void)
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_bayesian),
         cmocka_unit_test(test_asha),
+        cmocka_unit_test(test_asha_time),
         cmocka_unit_test(test_pbt),
         cmocka_unit_test(test_early_stopping_state),
         cmocka_unit_test(test_corrupt_snapshots),

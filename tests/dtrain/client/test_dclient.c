@@ -115,9 +115,11 @@ static void test_report_and_ops(void **state)
     assert_int_equal(len, 100);
     assert_int_equal(stop, 0);
     assert_int_equal(dtrain_searcher_next(c, 100, 1500, &len, &stop, err), DTRAIN_ETIMEDOUT);
-    fx_patch("trials", "d-exp-1", NULL, "{\"spec\":{\"validateAfter\":400,\"closed\":true}}");
+    fx_patch("trials", "d-exp-1", NULL, "{\"spec\":{\"validateAfter\":400}}");
     assert_int_equal(dtrain_searcher_next(c, 100, 10000, &len, &stop, err), 0);
     assert_int_equal(len, 400);
+    /* Closed once it got there (closed below its target it would be preempted). */
+    fx_patch("trials", "d-exp-1", NULL, "{\"spec\":{\"closed\":true}}");
     assert_int_equal(dtrain_searcher_next(c, 400, 10000, &len, &stop, err), 0);
     assert_int_equal(stop, DTRAIN_SEARCHER_STOP);
     /* Paused while waiting: the worker is told to checkpoint and exit, at once. */

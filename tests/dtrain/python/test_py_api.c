@@ -158,6 +158,21 @@ static int64_t status_int(const char *trial, const char *obj, const char *key)
     return v;
 }
 
+/* The searcher's last operation, as it gives them: the target goes to 30; once the trial has
+ * validated there, it is closed (a trial closed below its target would be told to stop at
+ * once, through preemption). */
+static void raise_then_close(const char *trial, pid_t pid)
+{
+    fx_patch("trials", trial, NULL, "{\"spec\":{\"validateAfter\":30}}");
+    int64_t t0 = kd_mono_ms();
+    while (status_int(trial, "latestValidation", "batches") != 30) {
+        if (kd_mono_ms() - t0 > 90000 || waitpid(pid, NULL, WNOHANG) != 0)
+            fail_msg("no validation at 30 batches; output:\n%s", read_out());
+        kd_sleep_ms(100);
+    }
+    fx_patch("trials", trial, NULL, "{\"spec\":{\"closed\":true}}");
+}
+
 static void test_harness_follows_searcher(void **state)
 {
     (void)state;
@@ -167,14 +182,14 @@ static void test_harness_follows_searcher(void **state)
     fx_token("py-exp-1", uid, tok, sizeof(tok));
     pid_t pid = start_harness("py-exp-1", tok, "DumpTrial", "0");
     /* The first operation (20 batches) is validated; then the searcher
-     * closes the trial at 30. */
+     * raises the target to 30 and closes the trial there. */
     int64_t t0 = kd_mono_ms();
     while (status_int("py-exp-1", "latestValidation", "batches") != 20) {
         if (kd_mono_ms() - t0 > 90000 || waitpid(pid, NULL, WNOHANG) != 0)
             fail_msg("no validation at 20 batches; harness output:\n%s", read_out());
         kd_sleep_ms(100);
     }
-    fx_patch("trials", "py-exp-1", NULL, "{\"spec\":{\"validateAfter\":30,\"closed\":true}}");
+    raise_then_close("py-exp-1", pid);
     int rc = wait_exit(pid, 90000);
     const char *out = read_out();
     if (rc != 0)
@@ -246,7 +261,7 @@ static void test_trainer_follows_searcher(void **state)
             fail_msg("no validation at 20 batches; output:\n%s", read_out());
         kd_sleep_ms(100);
     }
-    fx_patch("trials", "tr-exp-4", NULL, "{\"spec\":{\"validateAfter\":30,\"closed\":true}}");
+    raise_then_close("tr-exp-4", pid);
     int rc = wait_exit(pid, 90000);
     const char *out = read_out();
     if (rc != 0)

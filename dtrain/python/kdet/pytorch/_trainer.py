@@ -31,6 +31,8 @@ from kdet.pytorch._context import (DataLoader, LRScheduler, PyTorchTrialContext,
                                    to_batches)
 
 STATE_FILE = "state_dict.pth"
+# The length of an operation "until the code ends it" (a searcher without max_length).
+OPEN_LENGTH = 2147483647
 
 
 def _scalar(v):
@@ -221,8 +223,8 @@ class Trainer:
 
     def _op_batches(self, length, fallback):
         """An operation's length (in the searcher's unit) in batches."""
-        if length is None or length <= 0:
-            return fallback
+        if length is None or length <= 0 or (length >= OPEN_LENGTH and fallback is not None):
+            return fallback  # no length from the searcher: fit's max_length caps training
         unit = self._core.searcher.get_configured_units()
         return to_batches((length, unit), self._gbs(), self._epoch_len, "op.length")
 
@@ -450,23 +452,30 @@ class Trainer:
         batch_metrics = []
         epoch_len = self._epoch_len
         it = None
+        lap = core.profiler._lap  # timings of the phases; returns at once when not profiling
         for op in core.searcher.operations(completed=self._units_done()):
             target = self._op_batches(op.length, max_b)
             if target is None:
                 raise ValueError("the searcher gave no length and fit() has no max_length")
             while self.batches < target:
+                core.profiler._batch_start(self.batches, rep_b)
                 if it is None:
                     it = self._batches(shard, self.batches)
                 batch, epoch_idx = next(it)
+                lap("dataloader_next")
                 ctx._current_batch = self.batches
                 if self.batches % epoch_len == 0:
                     self._cb("on_training_epoch_start", epoch_idx)
-                out = trial.train_batch(ctx.to_device(batch), epoch_idx, self.batches)
+                batch = ctx.to_device(batch)
+                lap("to_device")
+                out = trial.train_batch(batch, epoch_idx, self.batches)
                 ctx._end_batch()
+                lap("train_batch")
                 if hasattr(out, "detach"):
                     out = {"loss": out}
                 # One conversion per value (on a GPU each .item() waits for the device).
                 scalars = {k: x for k, v in out.items() if (x := _scalar(v)) is not None}
+                lap("from_device")
                 train.add(scalars)
                 batch_metrics.append(scalars)
                 self.batches += 1
@@ -480,8 +489,10 @@ class Trainer:
                         if s._step_mode == LRScheduler.StepMode.STEP_EVERY_EPOCH and \
                                 (epoch_idx + 1) % s._frequency == 0:
                             s.step()
+                lap("step_lr_schedulers")
                 if self.batches % rep_b == 0 or self.batches == target:
                     avg = train.reduce(dist)
+                    lap("reduce_metrics")
                     core.train.report_training_metrics(self.batches, avg)
                     self._cb("on_training_workload_end", avg, batch_metrics)
                     batch_metrics = []
@@ -505,6 +516,8 @@ class Trainer:
             op.report_completed((self._val_metrics or {}).get(name))
             if core.preempt.should_preempt():
                 return "preempted"
+            if op.length >= OPEN_LENGTH and max_b is not None:
+                return "stopped"  # fit's max_length ended an operation without a length
         if core.preempt.should_preempt():
             self._save()
             return "preempted"
