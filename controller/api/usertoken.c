@@ -28,6 +28,8 @@ int kd_utoken_parse(const char *tok, int64_t *id, const char **secret)
         strncmp(tok, KD_UTOKEN_PREFIX, plen) != 0)
         goto out;
     const char *p = tok + plen;
+    if (p[0] == '0') /* one spelling per id: no leading zeros */
+        goto out;
     for (n = 0; p[n] >= '0' && p[n] <= '9'; n++) {
         if (n == 18)
             goto out;

@@ -17,3 +17,7 @@ $(eval $(call kd_test,test_api_chief,tests/controller/api/test_api_chief.c $(API
 $(eval $(call kd_test,test_api_limits,tests/controller/api/test_api_limits.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 # Trial logs: the worker and user routes, following, and kdet-launch's shipper (launcher/logship.c).
 $(eval $(call kd_test,test_api_logs,tests/controller/api/test_api_logs.c $(API_TEST_SRCS),launch $(API_TEST_KD_LIBS),$(API_TEST_LDLIBS) -ldl,120,,$(API_TEST_DEPS)))
+# Users and namespaces: every route of the route table against another user's token.
+$(eval $(call kd_test,test_api_authz,tests/controller/api/test_api_authz.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
+# Token text, user and namespace names, namespace decisions (pure), with the fuzz target's checks.
+$(eval $(call kd_test,test_api_usertoken,tests/controller/api/test_api_usertoken.c tests/fuzz/fuzz_utoken.c,$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),60))
