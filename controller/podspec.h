@@ -42,6 +42,8 @@ struct kd_pod_opts {
     const char *image;          /* image when environment.image is unset ["kdet/trial:latest"] */
     const char *launcher;       /* the launcher program in the image ["kdet-launch"] */
     const char *controller_url; /* KDET_CONTROLLER_URL; NULL: not set */
+    /* With api: the controller's CA is in the token Secret (key ca.crt): KDET_CONTROLLER_CA. */
+    bool controller_ca;
     int master_port;            /* [29400] */
     bool priority_classes;      /* set priorityClassName from resources.priority */
     long grace_period_s;        /* terminationGracePeriodSeconds [30] */
