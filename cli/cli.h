@@ -162,14 +162,14 @@ struct det_verb_spec {
 
 /** det's connection to kdet-controller's user API (docs/cli.md: how det finds it). */
 struct det_api {
-    char *url;         /* base URL, no trailing '/' */
-    char *token;       /* the user bearer token: never printed */
-    char *ca_file;     /* the CA det trusts for https:// (NULL: the system's) */
+    char *url;          /* base URL, no trailing '/' */
+    char *token;        /* the user bearer token: never printed */
+    char *ca_file;      /* the CA det trusts for https:// (NULL: the system's) */
     char ca_source[64]; /* where ca_file came from, for messages */
-    char source[4200]; /* where the URL and token came from, for messages */
-    char ns[254];      /* the namespace used in paths */
-    bool quiet_404;    /* det_api_get prints nothing on 404 (the caller handles it) */
-    char *why;         /* when set, errors go here (whylen bytes) instead of stderr */
+    char source[4200];  /* where the URL and token came from, for messages */
+    char ns[254];       /* the namespace used in paths */
+    bool quiet_404;     /* det_api_get prints nothing on 404 (the caller handles it) */
+    char *why;          /* when set, errors go here (whylen bytes) instead of stderr */
     size_t whylen;
 };
 

@@ -82,7 +82,7 @@ struct deploy {
     gid_t pg_gid;
     bool drop; /* run PostgreSQL as pg_uid */
     int port;
-    int gpus; /* --gpus N, else -1: what NVML finds */
+    int gpus;        /* --gpus N, else -1: what NVML finds */
     bool plain_http; /* --plain-http: the controller API without TLS */
     /* what was asked on this command line, and what the last start used (DIR/options) */
     bool port_flag, gpus_flag;

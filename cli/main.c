@@ -78,8 +78,8 @@ void det_usage_suggest(const char *what, const char *word, const char *const *ca
 
 int main(int argc, char **argv)
 {
-    static const char *const nouns[] = {"experiment", "trial",  "template", "checkpoint",
-                                        "job",        "deploy", "user", "token", NULL};
+    static const char *const nouns[] = {"experiment", "trial", "template", "checkpoint", "job",
+                                        "deploy",     "user",  "token",    NULL};
     int rc = DET_EXIT_USAGE;
     /* the client library's retry warnings are noise in a CLI: errors only, unless asked */
     kd_log_init("det", getenv("KDET_LOG_LEVEL") ? -1 : KD_LOG_ERROR, -1);

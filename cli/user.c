@@ -52,9 +52,15 @@ static const char token_usage[] =
     "  revoke ID             end a token (yours; an administrator: anyone's)\n";
 
 #define USER_SPEC(c, f, p, n, fmt)                                                                 \
-    {.cmd = c, .usage = user_usage, .flags = f, .pos = p, .minpos = n, .format = fmt, .api = true}
+    {                                                                                              \
+        .cmd = c, .usage = user_usage, .flags = f, .pos = p, .minpos = n, .format = fmt,           \
+        .api = true                                                                                \
+    }
 #define TOKEN_SPEC(c, f, p, n, fmt)                                                                \
-    {.cmd = c, .usage = token_usage, .flags = f, .pos = p, .minpos = n, .format = fmt, .api = true}
+    {                                                                                              \
+        .cmd = c, .usage = token_usage, .flags = f, .pos = p, .minpos = n, .format = fmt,          \
+        .api = true                                                                                \
+    }
 
 /* "a,b, c" as a JSON array of names; NULL and an error printed for an empty name. */
 static json_t *namespaces_arg(const char *s)
@@ -115,7 +121,7 @@ static void join_ns(const json_t *ns, char *buf, size_t len)
 
 static int user_create(int argc, char **argv)
 {
-    static const char *const flags[] = {"--namespaces", "--admin", "--description",
+    static const char *const flags[] = {"--namespaces", "--admin",  "--description",
                                         "--token-file", "--output", NULL};
     static const char *const pos[] = {"NAME", NULL};
     const struct det_verb_spec spec = USER_SPEC("det user create", flags, pos, 1, true);
@@ -175,8 +181,8 @@ static int user_list(int argc, char **argv)
         join_ns(json_object_get(u, "namespaces"), ns, sizeof(ns));
         snprintf(n, sizeof(n), "%lld", (long long)json_integer_value(json_object_get(u, "tokens")));
         det_fmt_time(det_get_str(u, "created_at", NULL), created, sizeof(created));
-        const char *cells[] = {det_get_str(u, "name", ""), bool_s(json_object_get(u, "admin")),
-                               ns, n, created};
+        const char *cells[] = {det_get_str(u, "name", ""), bool_s(json_object_get(u, "admin")), ns,
+                               n, created};
         det_table_row(t, cells);
     }
     det_table_print(t);
@@ -307,10 +313,8 @@ static int user_login(int argc, char **argv)
 {
     static const char *const flags[] = {"--token-file", NULL};
     static const char *const pos[] = {NULL};
-    const struct det_verb_spec spec = {.cmd = "det user login",
-                                       .usage = user_usage,
-                                       .flags = flags,
-                                       .pos = pos};
+    const struct det_verb_spec spec = {
+        .cmd = "det user login", .usage = user_usage, .flags = flags, .pos = pos};
     struct det_verb v = {0};
     char tok[TOKEN_MAX + 2], file[4096];
     int fd = -1, rc = det_verb_begin(&v, argc, argv, &spec);
@@ -377,8 +381,12 @@ static int user_logout(int argc, char **argv)
 int det_cmd_user(int argc, char **argv)
 {
     static const struct det_sub subs[] = {
-        {"create", NULL, user_create}, {"list", "ls", user_list},   {"update", NULL, user_update},
-        {"whoami", NULL, user_whoami}, {"login", NULL, user_login}, {"logout", NULL, user_logout},
+        {"create", NULL, user_create},
+        {"list", "ls", user_list},
+        {"update", NULL, user_update},
+        {"whoami", NULL, user_whoami},
+        {"login", NULL, user_login},
+        {"logout", NULL, user_logout},
         {NULL, NULL, NULL},
     };
     return det_dispatch(argc, argv, subs, user_usage, "det user");
@@ -401,8 +409,7 @@ static int token_create(int argc, char **argv)
     if ((rc = det_api_send(&v.api, "POST", "/api/v1/tokens", body, &ans)) != DET_EXIT_OK)
         goto out;
     fprintf(stderr, "det: token %lld of user %s%s\n",
-            (long long)json_integer_value(json_object_get(ans, "id")),
-            det_get_str(ans, "user", ""),
+            (long long)json_integer_value(json_object_get(ans, "id")), det_get_str(ans, "user", ""),
             v.a.token_file ? " written to the file" : " (shown once):");
     rc = give_token(det_get_str(ans, "token", ""), v.a.token_file);
 out:

@@ -69,7 +69,7 @@ struct kd_ctrl_opts {
     const char *tls_cert_file, *tls_key_file;
     const char *tls_ca_file; /* the CA trials trust; NULL: tls_cert_file itself */
     bool plain_http;
-    const char *spool_dir;       /* the store's metrics spool; NULL: none */
+    const char *spool_dir; /* the store's metrics spool; NULL: none */
     int64_t log_max_bytes; /* trial log text kept per trial [0: the API's default]; < 0: all */
     /* --default-checkpoint-storage: the file, and its JSON object once read (owned). */
     const char *default_storage_file;

@@ -147,15 +147,15 @@ static void api_env(json_t *env, const json_t *trial, const json_t *cfg,
     if (o->controller_ca) {
         /* Optional: a Secret made before TLS was turned on has no CA (the pod then fails TLS
          * with a clear message instead of never starting). */
-        json_t *ca = json_pack("{s:s,s:{s:{s:s,s:s,s:b}}}", "name", "KDET_CONTROLLER_CA",
-                               "valueFrom", "secretKeyRef", "name", secret, "key", "ca.crt",
-                               "optional", 1);
+        json_t *ca =
+            json_pack("{s:s,s:{s:{s:s,s:s,s:b}}}", "name", "KDET_CONTROLLER_CA", "valueFrom",
+                      "secretKeyRef", "name", secret, "key", "ca.crt", "optional", 1);
         size_t k;
         json_t *x;
         json_array_foreach(env, k, x)
         {
-            if (strcmp(json_string_value(json_object_get(x, "name")) ?: "",
-                       "KDET_CONTROLLER_CA") == 0) {
+            if (strcmp(json_string_value(json_object_get(x, "name")) ?: "", "KDET_CONTROLLER_CA") ==
+                0) {
                 json_array_remove(env, k);
                 break;
             }

@@ -236,7 +236,8 @@ void api_tokens_list(struct api_rq *q)
         api_json(q, 200, json_pack("{s:o}", "tokens", out));
 }
 
-/* POST /api/v1/tokens {user?, description?}: a new token, for oneself or (an administrator) anyone. */
+/* POST /api/v1/tokens {user?, description?}: a new token, for oneself or (an administrator) anyone.
+ */
 void api_tokens_create(struct api_rq *q)
 {
     static const char *const keys[] = {"user", "description", NULL};

@@ -93,8 +93,8 @@ struct api_rq {
     struct kd_http_req *r;
     const char *seg[API_MAX_SEGS];
     int nseg;
-    int status;        /* the answer's status, for the access log */
-    const char *route; /* the matched route's pattern, for metrics; NULL: none */
+    int status;                      /* the answer's status, for the access log */
+    const char *route;               /* the matched route's pattern, for metrics; NULL: none */
     const struct api_principal *who; /* user routes: the caller; NULL elsewhere */
 };
 

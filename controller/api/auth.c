@@ -107,8 +107,7 @@ int api_auth_user(struct api_rq *q, const struct api_principal **who)
         goto out;
     }
     kd_utoken_sha256_hex(secret, strlen(secret), sha);
-    bool match =
-        kd_utoken_hash_equal(sha, json_string_value(json_object_get(row, "sha256")) ?: "");
+    bool match = kd_utoken_hash_equal(sha, json_string_value(json_object_get(row, "sha256")) ?: "");
     if (!match || json_is_true(json_object_get(row, "revoked"))) {
         rc = refuse(q);
         goto out;

@@ -480,8 +480,7 @@ int kd_store_user_create(struct kd_store *s, const struct kd_store_user *u, int6
  * The user `name` as an administrator of every namespace, made when absent
  * (the bootstrap administrator); *id gets its id. Idempotent.
  */
-int kd_store_user_ensure_admin(struct kd_store *s, const char *name, int64_t *id,
-                               char *err) KD_WUR;
+int kd_store_user_ensure_admin(struct kd_store *s, const char *name, int64_t *id, char *err) KD_WUR;
 /**
  * Change a user: admin (NULL: unchanged) and namespaces (a JSON array of
  * strings; NULL: unchanged). KD_ENOTFOUND when there is no such user.

@@ -139,10 +139,11 @@ int kd_store_user_get(struct kd_store *s, const char *name, json_t **out, char *
 int kd_store_users_list(struct kd_store *s, json_t **out, char *err)
 {
     *out = NULL;
-    return kd_store__json(s, "list users",
-                          "SELECT coalesce(json_agg(x ORDER BY x.name), '[]') FROM (SELECT " USER_COLS
-                          ", " LIVE_TOKENS " FROM users u) x",
-                          0, NULL, out, err);
+    return kd_store__json(
+        s, "list users",
+        "SELECT coalesce(json_agg(x ORDER BY x.name), '[]') FROM (SELECT " USER_COLS
+        ", " LIVE_TOKENS " FROM users u) x",
+        0, NULL, out, err);
 }
 
 int kd_store_token_add(struct kd_store *s, int64_t user_id, const char *sha256_hex,
@@ -155,8 +156,8 @@ int kd_store_token_add(struct kd_store *s, int64_t user_id, const char *sha256_h
         strspn(sha256_hex, "0123456789abcdef") != 64)
         return kd_seterr(err, KD_EINVAL, "sha256: must be 64 lower-case hex digits");
     if (description != NULL && strlen(description) > KD_STORE_MAX_DESCRIPTION)
-        return kd_seterr(err, KD_EINVAL, "description: %zu bytes, at most %d",
-                         strlen(description), KD_STORE_MAX_DESCRIPTION);
+        return kd_seterr(err, KD_EINVAL, "description: %zu bytes, at most %d", strlen(description),
+                         KD_STORE_MAX_DESCRIPTION);
     snprintf(b, sizeof(b), "%lld", (long long)user_id);
     const char *p[3] = {b, sha256_hex, description != NULL ? description : ""};
     int rc = one_id(s, "add token",
@@ -187,13 +188,17 @@ int kd_store_tokens_list(struct kd_store *s, const char *user, json_t **out, cha
 {
     *out = NULL;
     const char *p[1] = {user};
-    return kd_store__json(s, "list tokens",
-                          "SELECT coalesce(json_agg(x ORDER BY x.id DESC), '[]') FROM (SELECT"
-                          " t.id, u.name AS user, t.description, " TS("t.created_at") " AS "
-                          "created_at, " TS("t.revoked_at") " AS revoked_at"
-                          " FROM user_tokens t JOIN users u ON u.id = t.user_id"
-                          " WHERE $1::text IS NULL OR u.name = $1) x",
-                          1, p, out, err);
+    return kd_store__json(
+        s, "list tokens",
+        "SELECT coalesce(json_agg(x ORDER BY x.id DESC), '[]') FROM (SELECT"
+        " t.id, u.name AS user, t.description, " TS(
+            "t.created_at") " AS "
+                            "created_at, " TS(
+                                "t.revoked_at") " AS revoked_at"
+                                                " FROM user_tokens t JOIN users u ON u.id = "
+                                                "t.user_id"
+                                                " WHERE $1::text IS NULL OR u.name = $1) x",
+        1, p, out, err);
 }
 
 int kd_store_token_revoke(struct kd_store *s, int64_t id, char *err)

@@ -139,7 +139,8 @@ int dtrain_client_new(const struct dtrain_client_opts *o, struct dtrain_client *
     c->trial = dupstr(slash ? slash + 1 : trial);
     c->url = dupstr(o->url);
     c->token = dupstr(o->token);
-    if (o->ca_pem != NULL && o->ca_pem[0] != '\0' && (c->ca_pem = strndup(o->ca_pem, 1u << 20)) == NULL) {
+    if (o->ca_pem != NULL && o->ca_pem[0] != '\0' &&
+        (c->ca_pem = strndup(o->ca_pem, 1u << 20)) == NULL) {
         rc = DTRAIN_ENOMEM;
         goto out;
     }

@@ -107,13 +107,12 @@ int kd_http_cert_make(const struct kd_http_cert_opts *o, char **cert_pem, char *
         sn = (sn << 8) | serial[i];
     if (!X509_set_version(x, 2) || !ASN1_INTEGER_set_int64(X509_get_serialNumber(x), sn + 1) ||
         X509_gmtime_adj(X509_getm_notBefore(x), -3600) == NULL ||
-        X509_gmtime_adj(X509_getm_notAfter(x), (long)(o->days ? o->days : 3650) * 86400) ==
-            NULL ||
+        X509_gmtime_adj(X509_getm_notAfter(x), (long)(o->days ? o->days : 3650) * 86400) == NULL ||
         !X509_set_pubkey(x, pk))
         goto ssl_fail;
     X509_NAME *name = X509_get_subject_name(x);
-    if (!X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)o->cn, -1,
-                                    -1, 0) ||
+    if (!X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)o->cn, -1, -1,
+                                    0) ||
         !X509_set_issuer_name(x, name) ||
         (o->san != NULL && o->san[0] != '\0' && add_ext(x, NID_subject_alt_name, o->san) != 0) ||
         add_ext(x, NID_basic_constraints, "critical,CA:TRUE") != 0 ||

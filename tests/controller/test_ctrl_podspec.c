@@ -308,24 +308,15 @@ static void test_priority_classes(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_single),
-        cmocka_unit_test(test_multi),
-        cmocka_unit_test(test_multi_api),
-        cmocka_unit_test(test_cpu),
-        cmocka_unit_test(test_cpu_slots),
-        cmocka_unit_test(test_cpu_slots_multi),
-        cmocka_unit_test(test_api),
-        cmocka_unit_test(test_api_tls),
-        cmocka_unit_test(test_sharedfs),
-        cmocka_unit_test(test_nonroot),
-        cmocka_unit_test(test_asroot),
-        cmocka_unit_test(test_sharedfs_user_mount),
-        cmocka_unit_test(test_exclude_nodes),
-        cmocka_unit_test(test_context_configmap),
-        cmocka_unit_test(test_context_path),
-        cmocka_unit_test(test_context_s3),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_priority_classes),
+        cmocka_unit_test(test_single),        cmocka_unit_test(test_multi),
+        cmocka_unit_test(test_multi_api),     cmocka_unit_test(test_cpu),
+        cmocka_unit_test(test_cpu_slots),     cmocka_unit_test(test_cpu_slots_multi),
+        cmocka_unit_test(test_api),           cmocka_unit_test(test_api_tls),
+        cmocka_unit_test(test_sharedfs),      cmocka_unit_test(test_nonroot),
+        cmocka_unit_test(test_asroot),        cmocka_unit_test(test_sharedfs_user_mount),
+        cmocka_unit_test(test_exclude_nodes), cmocka_unit_test(test_context_configmap),
+        cmocka_unit_test(test_context_path),  cmocka_unit_test(test_context_s3),
+        cmocka_unit_test(test_errors),        cmocka_unit_test(test_priority_classes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -51,7 +51,8 @@ static int setup(void **state)
     /* alice's second token: the one the revoke route's walk revokes. */
     assert_int_equal(fx_http("POST", "/api/v1/tokens", tok_alice, "{\"description\":\"2\"}", &out),
                      201);
-    snprintf(tok_alice2, sizeof(tok_alice2), "%s", json_string_value(json_object_get(out, "token")));
+    snprintf(tok_alice2, sizeof(tok_alice2), "%s",
+             json_string_value(json_object_get(out, "token")));
     alice2_id = json_integer_value(json_object_get(out, "id"));
     json_decref(out);
     fx_experiment("z-exp", "validation_loss");
@@ -61,8 +62,8 @@ static int setup(void **state)
     fx_token("z-exp-2", uid2, tok_trial2, sizeof(tok_trial2));
     /* The informers see the objects before the walk. */
     for (int i = 0; i < 100; i++) {
-        int code = fx_http("GET", "/api/v1/namespaces/default/trials/z-exp-2", FX_USER_TOKEN,
-                           NULL, NULL);
+        int code =
+            fx_http("GET", "/api/v1/namespaces/default/trials/z-exp-2", FX_USER_TOKEN, NULL, NULL);
         if (code == 200)
             break;
         kd_sleep_ms(50);
@@ -257,8 +258,8 @@ static void test_every_route(void **state)
             ns_routes++;
             code = fx_http(r->method, path, tok_bob, body, NULL);
             if (code != 403)
-                fail_msg("%s %s with bob's token (namespace team-b): %d, want 403", r->method,
-                         path, code);
+                fail_msg("%s %s with bob's token (namespace team-b): %d, want 403", r->method, path,
+                         code);
             code = fx_http(r->method, path, NULL, body, NULL);
             if (code != 401)
                 fail_msg("%s %s without a token: %d, want 401", r->method, path, code);
@@ -285,8 +286,8 @@ static void test_users_and_tokens(void **state)
     json_t *out = NULL;
     char tok[128];
     /* Names and namespaces are checked, duplicates refused. */
-    assert_int_equal(fx_http("POST", "/api/v1/users", FX_USER_TOKEN, "{\"name\":\"Bad Name\"}", NULL),
-                     400);
+    assert_int_equal(
+        fx_http("POST", "/api/v1/users", FX_USER_TOKEN, "{\"name\":\"Bad Name\"}", NULL), 400);
     assert_int_equal(fx_http("POST", "/api/v1/users", FX_USER_TOKEN,
                              "{\"name\":\"carl\",\"namespaces\":[\"../x\"]}", &out),
                      400);
@@ -312,15 +313,18 @@ static void test_users_and_tokens(void **state)
                         "bob");
     json_decref(out);
     /* Granting a namespace opens it. */
-    assert_int_equal(fx_http("GET", "/api/v1/namespaces/default/experiments", tok, NULL, NULL), 403);
+    assert_int_equal(fx_http("GET", "/api/v1/namespaces/default/experiments", tok, NULL, NULL),
+                     403);
     assert_int_equal(fx_http("PATCH", "/api/v1/users/bob", FX_USER_TOKEN,
                              "{\"namespaces\":[\"team-b\",\"default\"]}", NULL),
                      200);
-    assert_int_equal(fx_http("GET", "/api/v1/namespaces/default/experiments", tok, NULL, NULL), 200);
-    assert_int_equal(fx_http("PATCH", "/api/v1/users/bob", FX_USER_TOKEN,
-                             "{\"namespaces\":[\"team-b\"]}", NULL),
+    assert_int_equal(fx_http("GET", "/api/v1/namespaces/default/experiments", tok, NULL, NULL),
                      200);
-    assert_int_equal(fx_http("GET", "/api/v1/namespaces/default/experiments", tok, NULL, NULL), 403);
+    assert_int_equal(
+        fx_http("PATCH", "/api/v1/users/bob", FX_USER_TOKEN, "{\"namespaces\":[\"team-b\"]}", NULL),
+        200);
+    assert_int_equal(fx_http("GET", "/api/v1/namespaces/default/experiments", tok, NULL, NULL),
+                     403);
     char path[96];
     snprintf(path, sizeof(path), "/api/v1/tokens/%lld/revoke", id);
     assert_int_equal(fx_http("POST", path, tok, "{}", NULL), 200);
@@ -331,8 +335,8 @@ static void test_users_and_tokens(void **state)
     forged[strlen(forged) - 1] = forged[strlen(forged) - 1] == 'A' ? 'B' : 'A';
     assert_int_equal(fx_http("GET", "/api/v1/me", forged, NULL, &out), 401);
     json_decref(out);
-    assert_int_equal(fx_http("GET", "/api/v1/me", "kdet_999999_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
-                             NULL, NULL),
+    assert_int_equal(fx_http("GET", "/api/v1/me",
+                             "kdet_999999_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", NULL, NULL),
                      401);
     /* The store has hashes only. */
     char q[256];

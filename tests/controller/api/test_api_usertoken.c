@@ -31,7 +31,7 @@ static const struct {
     {"kdet_0_" S43, KD_EINVAL, 0},
     {"kdet_08_" S43, KD_EINVAL, 0}, /* found by fuzz_utoken: one spelling per id */
     {"kdet__" S43, KD_EINVAL, 0},
-    {"kdet_1_" S43 "x", KD_EINVAL, 0},                               /* trailing byte */
+    {"kdet_1_" S43 "x", KD_EINVAL, 0},                                   /* trailing byte */
     {"kdet_1_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", KD_EINVAL, 0}, /* 42 */
     {"kdet_1_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=A", KD_EINVAL, 0},
     {"kdet_1_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA+A", KD_EINVAL, 0},
@@ -93,9 +93,18 @@ static void test_names(void **state)
         const char *s;
         bool ok;
     } names[] = {
-        {"alice", true},   {"a", true},       {"a.b_c-d", true},  {"9lives", true},
-        {"", false},       {"-a", false},     {"a-", false},      {"Alice", false},
-        {"a b", false},    {"a/b", false},    {"é", false},       {"..", false},
+        {"alice", true},
+        {"a", true},
+        {"a.b_c-d", true},
+        {"9lives", true},
+        {"", false},
+        {"-a", false},
+        {"a-", false},
+        {"Alice", false},
+        {"a b", false},
+        {"a/b", false},
+        {"é", false},
+        {"..", false},
         {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", true},
         {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", false},
     };
@@ -116,7 +125,7 @@ static void test_namespaces(void **state)
         const char *ns;
         bool ok;
     } cases[] = {
-        {0, "team-a", false}, {1, "team-a", true}, {1, "team-b", true}, {1, "team-c", false},
+        {0, "team-a", false}, {1, "team-a", true}, {1, "team-b", true},   {1, "team-c", false},
         {1, "team", false},   {1, "*", false},     {2, "anything", true}, {3, "kube-system", true},
     };
     const struct api_principal *ps[] = {&none, &two, &star, &admin};
