@@ -1,11 +1,13 @@
 /*
- * det's client of kdet-controller's user API (docs/api.md): where the API
- * and the user token are found (environment, else the local deployment's
- * files), GET requests with the bearer token, and errors turned into
- * messages that say what to do. The token is never printed.
+ * det's client of kdet-controller's user API (docs/api.md): where the API,
+ * its CA and the user token are found (environment, det user login's file,
+ * else the local deployment's files), requests with the bearer token over
+ * HTTPS that verifies the controller, and errors turned into messages that
+ * say what to do. The token is never printed.
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,71 +107,113 @@ int det_api_open_quiet(const struct det_args *a, const char *verb, struct det_ap
     return det_api_open(a, verb, api);
 }
 
+void det_login_file(char *buf, size_t len)
+{
+    const char *f = getenv("KDET_LOGIN_FILE"), *home = getenv("HOME");
+    if (f != NULL && f[0] != '\0')
+        snprintf(buf, len, "%s", f);
+    else if (home != NULL && home[0] != '\0')
+        snprintf(buf, len, "%s/.kdet/user-token", home);
+    else
+        buf[0] = '\0';
+}
+
+/*
+ * The user token: $KDET_API_TOKEN, $KDET_API_TOKEN_FILE, the file `det user
+ * login` wrote, else (local) the local deployment's bootstrap token. 0 or an
+ * exit code (said).
+ */
+static int find_token(struct det_api *api, const char *verb, const char *localdir)
+{
+    const char *tok = getenv("KDET_API_TOKEN");
+    const char *tokfile = getenv("KDET_API_TOKEN_FILE");
+    char login[4000], path[4200];
+    int rc = DET_EXIT_OK;
+    det_login_file(login, sizeof(login));
+    if (tok != NULL && tok[0] != '\0') {
+        api->token = kd_xstrdup(tok);
+        snprintf(api->source, sizeof(api->source), "$KDET_API_TOKEN");
+    } else if (tokfile != NULL && tokfile[0] != '\0') {
+        api->token = read_line(tokfile);
+        if (api->token == NULL) {
+            say(api, "KDET_API_TOKEN_FILE=%s: %s", tokfile,
+                errno == ENODATA ? "empty" : strerror(errno));
+            rc = DET_EXIT_CLUSTER;
+            goto out;
+        }
+        snprintf(api->source, sizeof(api->source), "%s", tokfile);
+    } else if (login[0] != '\0' && (api->token = read_line(login)) != NULL) {
+        snprintf(api->source, sizeof(api->source), "%s (det user login)", login);
+    } else if (localdir != NULL) {
+        if (snprintf(path, sizeof(path), "%s/user-token", localdir) >= (int)sizeof(path))
+            errno = ENAMETOOLONG;
+        else
+            api->token = read_line(path);
+        if (api->token == NULL) {
+            say(api,
+                "%s needs a user token, and %s cannot be read (%s): run det deploy local up, "
+                "det user login, or set KDET_API_TOKEN",
+                verb, path, strerror(errno));
+            rc = DET_EXIT_CLUSTER;
+            goto out;
+        }
+        snprintf(api->source, sizeof(api->source), "the local deployment in %s", localdir);
+    } else {
+        say(api,
+            "%s needs a user token: run det user login, or set KDET_API_TOKEN (or "
+            "KDET_API_TOKEN_FILE)",
+            verb);
+        rc = DET_EXIT_CLUSTER;
+    }
+out:
+    return rc;
+}
+
 int det_api_open(const struct det_args *a, const char *verb, struct det_api *api)
 {
     int rc = DET_EXIT_OK;
     char dir[4096], path[4200];
     const char *url = getenv("KDET_API_URL");
-    const char *tok = getenv("KDET_API_TOKEN");
-    const char *tokfile = getenv("KDET_API_TOKEN_FILE");
+    const char *ca = getenv("KDET_API_CA_FILE");
+    bool local = false;
     char *why = api->why;
     size_t whylen = api->whylen;
     memset(api, 0, sizeof(*api));
     api->why = why;
     api->whylen = whylen;
+    det_deploy_default_dir(dir, sizeof(dir));
     if (url != NULL && url[0] != '\0') {
         api->url = kd_xstrdup(url);
-        if (tok != NULL && tok[0] != '\0') {
-            api->token = kd_xstrdup(tok);
-            snprintf(api->source, sizeof(api->source), "$KDET_API_URL and $KDET_API_TOKEN");
-        } else if (tokfile != NULL && tokfile[0] != '\0') {
-            api->token = read_line(tokfile);
-            if (api->token == NULL) {
-                say(api, "KDET_API_TOKEN_FILE=%s: %s", tokfile,
-                    errno == ENODATA ? "empty" : strerror(errno));
-                rc = DET_EXIT_CLUSTER;
-                goto out;
-            }
-            snprintf(api->source, sizeof(api->source), "$KDET_API_URL and %s", tokfile);
-        } else {
-            say(api,
-                "%s needs the controller API's user token: KDET_API_URL is set but neither "
-                "KDET_API_TOKEN nor KDET_API_TOKEN_FILE is",
-                verb);
-            rc = DET_EXIT_CLUSTER;
-            goto out;
-        }
     } else {
         /* the local deployment, as 'det deploy local up' left it */
-        det_deploy_default_dir(dir, sizeof(dir));
         snprintf(path, sizeof(path), "%s/controller-url", dir);
         api->url = read_line(path);
         if (api->url == NULL) {
             say(api,
                 "%s needs the controller API: run det deploy local up, or set KDET_API_URL "
-                "and KDET_API_TOKEN (or KDET_API_TOKEN_FILE)",
+                "and KDET_API_TOKEN (or log in with det user login)",
                 verb);
             rc = DET_EXIT_CLUSTER;
             goto out;
         }
-        snprintf(path, sizeof(path), "%s/user-token", dir);
-        api->token = read_line(path);
-        if (api->token == NULL) {
-            say(api,
-                "%s needs the controller API's user token, and %s cannot be read (%s): run "
-                "det deploy local up, or set KDET_API_URL and KDET_API_TOKEN",
-                verb, path, strerror(errno));
-            rc = DET_EXIT_CLUSTER;
-            goto out;
-        }
-        snprintf(api->source, sizeof(api->source), "the local deployment in %s", dir);
+        local = true;
+    }
+    if ((rc = find_token(api, verb, local ? dir : NULL)) != 0)
+        goto out;
+    if (ca != NULL && ca[0] != '\0') {
+        api->ca_file = kd_xstrdup(ca);
+        snprintf(api->ca_source, sizeof(api->ca_source), "$KDET_API_CA_FILE");
+    } else if (local) {
+        /* Trust on first use: the certificate det deploy local up made for its controller. */
+        snprintf(path, sizeof(path), "%s/controller.crt", dir);
+        api->ca_file = kd_xstrdup(path);
+        snprintf(api->ca_source, sizeof(api->ca_source), "the local deployment");
     }
     size_t n = strlen(api->url);
     while (n > 0 && api->url[n - 1] == '/')
         api->url[--n] = '\0';
     if (!kd_str_has_prefix(api->url, "http://") && !kd_str_has_prefix(api->url, "https://")) {
-        say(api, "controller API URL \"%s\" (from %s): must start with http:// or https://",
-            api->url, api->source);
+        say(api, "controller API URL \"%s\": must start with http:// or https://", api->url);
         rc = DET_EXIT_USAGE;
         goto out;
     }
@@ -189,6 +233,8 @@ void det_api_close(struct det_api *api)
 {
     free(api->url);
     api->url = NULL;
+    free(api->ca_file);
+    api->ca_file = NULL;
     if (api->token != NULL) {
         memset(api->token, 0, strlen(api->token));
         free(api->token);
@@ -221,7 +267,19 @@ int det_api_get(struct det_api *api, const char *path, json_t **out)
     return det_api_request(api, "GET", path, out);
 }
 
+void det_api_tls(const struct det_api *api, void *curl)
+{
+    if (api->ca_file != NULL && kd_str_has_prefix(api->url, "https://"))
+        curl_easy_setopt((CURL *)curl, CURLOPT_CAINFO, api->ca_file);
+}
+
 int det_api_request(struct det_api *api, const char *method, const char *path, json_t **out)
+{
+    return det_api_send(api, method, path, NULL, out);
+}
+
+int det_api_send(struct det_api *api, const char *method, const char *path, const json_t *body_in,
+                 json_t **out)
 {
     struct kd_buf body = KD_BUF_INIT(API_MAX_BODY);
     struct curl_slist *hl = NULL;
@@ -231,6 +289,7 @@ int det_api_request(struct det_api *api, const char *method, const char *path, j
     int rc = DET_EXIT_ERROR;
     json_t *j = NULL;
     json_error_t je;
+    char *sent = body_in != NULL ? json_dumps(body_in, JSON_COMPACT) : NULL;
     CURL *h;
     *out = NULL;
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -242,7 +301,7 @@ int det_api_request(struct det_api *api, const char *method, const char *path, j
     hl = curl_slist_append(hl, "Accept: application/json");
     if (strcmp(method, "GET") != 0) {
         hl = curl_slist_append(hl, "Content-Type: application/json");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "{}");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, sent != NULL ? sent : "{}");
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     }
     curl_easy_setopt(h, CURLOPT_URL, url);
@@ -255,10 +314,18 @@ int det_api_request(struct det_api *api, const char *method, const char *path, j
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+    det_api_tls(api, h);
     CURLcode cc = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (cc != CURLE_OK) {
-        if (cc == CURLE_WRITE_ERROR)
+        if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE)
+            say(api,
+                "the controller API at %s presented a certificate det does not trust (%s): "
+                "%s. det trusts %s%s%s",
+                api->url, curl_easy_strerror(cc), cerr[0] ? cerr : "",
+                api->ca_file != NULL ? api->ca_file : "the system's CAs",
+                api->ca_file != NULL ? ", from " : "", api->ca_file != NULL ? api->ca_source : "");
+        else if (cc == CURLE_WRITE_ERROR)
             say(api, "the controller API's answer to %s %s is larger than %u bytes", method, path,
                 API_MAX_BODY);
         else
@@ -274,10 +341,18 @@ int det_api_request(struct det_api *api, const char *method, const char *path, j
     if (status == 401) {
         say(api,
             "the controller API at %s refused the user token (401 Unauthorized%s%s): the "
-            "token from %s is wrong or the user API is off; give kdet-controller's user "
-            "token (KDET_API_TOKEN, or the Secret kdet-user-token in a cluster)",
+            "token from %s is wrong or revoked; log in with det user login, or give a user "
+            "token (KDET_API_TOKEN; the bootstrap administrator's is the Secret "
+            "kdet-user-token in a cluster)",
             api->url, msg ? ": " : "", msg ? msg : "", api->source);
         rc = DET_EXIT_CLUSTER;
+    } else if (status == 403) {
+        say(api, "the controller API refused %s %s (403 Forbidden): %s", method, path,
+            msg ? msg : "not allowed for this user");
+        rc = DET_EXIT_CLUSTER;
+    } else if (status == 409) {
+        say(api, "%s", msg ? msg : "409 Conflict");
+        rc = DET_EXIT_ERROR;
     } else if (status == 404) {
         if (!api->quiet_404)
             say(api, "%s (namespace \"%s\")", msg ? msg : "not found", api->ns);
@@ -305,6 +380,7 @@ out:
         free(auth);
     }
     free(url);
+    free(sent);
     kd_buf_free(&body);
     return rc;
 }

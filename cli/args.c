@@ -39,6 +39,13 @@ static const struct opt opts[] = {
     {"--tail", NULL, true},
     {"--grep", NULL, true},
     {"--best", NULL, true},
+    {"--namespaces", NULL, true},
+    {"--description", NULL, true},
+    {"--token-file", NULL, true},
+    {"--user", NULL, true},
+    {"--admin", NULL, false},
+    {"--no-admin", NULL, false},
+    {"--plain-http", NULL, false},
     {"--all", "-a", false},
     {"--yes", "-y", false},
     {"--follow", "-f", false},
@@ -108,6 +115,20 @@ static void set(struct det_args *a, const char *name, const char *v)
         a->grep = v;
     else if (strcmp(name, "--best") == 0)
         a->best = v;
+    else if (strcmp(name, "--namespaces") == 0)
+        a->namespaces = v;
+    else if (strcmp(name, "--description") == 0)
+        a->description = v;
+    else if (strcmp(name, "--token-file") == 0)
+        a->token_file = v;
+    else if (strcmp(name, "--user") == 0)
+        a->user = v;
+    else if (strcmp(name, "--admin") == 0)
+        a->admin = true;
+    else if (strcmp(name, "--no-admin") == 0)
+        a->no_admin = true;
+    else if (strcmp(name, "--plain-http") == 0)
+        a->plain_http = true;
     else if (strcmp(name, "--all") == 0)
         a->all = true;
     else if (strcmp(name, "--yes") == 0)

@@ -51,6 +51,9 @@ struct det_args {
     const char *tail;                                                       /* logs --tail N */
     const char *grep;                                                       /* logs --grep RE */
     const char *best;                                                       /* --best N */
+    const char *namespaces, *description, *token_file, *user; /* det user, det token */
+    bool admin, no_admin;
+    bool plain_http; /* det deploy local up */
     bool all, yes, follow, dry_run;
     bool paused, test, local; /* experiment create */
 };
@@ -159,12 +162,14 @@ struct det_verb_spec {
 
 /** det's connection to kdet-controller's user API (docs/cli.md: how det finds it). */
 struct det_api {
-    char *url;         /* base URL, no trailing '/' */
-    char *token;       /* the user bearer token: never printed */
-    char source[4200]; /* where the URL and token came from, for messages */
-    char ns[254];      /* the namespace used in paths */
-    bool quiet_404;    /* det_api_get prints nothing on 404 (the caller handles it) */
-    char *why;         /* when set, errors go here (whylen bytes) instead of stderr */
+    char *url;          /* base URL, no trailing '/' */
+    char *token;        /* the user bearer token: never printed */
+    char *ca_file;      /* the CA det trusts for https:// (NULL: the system's) */
+    char ca_source[64]; /* where ca_file came from, for messages */
+    char source[4200];  /* where the URL and token came from, for messages */
+    char ns[254];       /* the namespace used in paths */
+    bool quiet_404;     /* det_api_get prints nothing on 404 (the caller handles it) */
+    char *why;          /* when set, errors go here (whylen bytes) instead of stderr */
     size_t whylen;
 };
 
@@ -262,6 +267,19 @@ int det_api_get(struct det_api *api, const char *path, json_t **out);
 /** det_api_get with another method ("POST": an empty JSON object as the body). */
 int det_api_request(struct det_api *api, const char *method, const char *path, json_t **out);
 
+/** det_api_request with `body` (borrowed; NULL: "{}" for methods other than GET). */
+int det_api_send(struct det_api *api, const char *method, const char *path, const json_t *body,
+                 json_t **out);
+
+/** The CA of api (when it has one) on a libcurl handle, for requests made outside det_api_send. */
+void det_api_tls(const struct det_api *api, void *curl);
+
+/**
+ * Where `det user login` keeps the user's token: $KDET_LOGIN_FILE, else
+ * ~/.kdet/user-token (mode 0600). "" when there is no home directory.
+ */
+void det_login_file(char *buf, size_t len);
+
 /** Append s to b URL-encoded (RFC 3986 unreserved kept). 0 or KD_ETOOBIG. */
 int det_urlencode(struct kd_buf *b, const char *s);
 
@@ -270,6 +288,9 @@ void det_deploy_default_dir(char *buf, size_t len);
 
 /* ---- commands ------------------------------------------------------------ */
 
+/** `det user ...` and `det token ...` (user.c): argv[0] is the noun. Exit code. */
+int det_cmd_user(int argc, char **argv);
+int det_cmd_token(int argc, char **argv);
 /** `det experiment ...`: argv[0] is "experiment". Returns an exit code. */
 int det_cmd_experiment(int argc, char **argv);
 /** `det experiment create` (experiment.c); argv[0] is "create". */

@@ -31,6 +31,7 @@
 #include "core/buf.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "http/cert.h"
 #include "k8s/config.h"
 #include "yaml/yaml.h"
 
@@ -42,6 +43,7 @@
 
 static const char deploy_usage[] =
     "usage: det deploy local up|down|status [--data-dir DIR] [--port N] [--gpus N]\n"
+    "                                        [--plain-http]\n"
     "\n"
     "Run kdet on this machine, from one data directory:\n"
     "  up      start kdet-local (Kubernetes API on 127.0.0.1 and a process kubelet), a\n"
@@ -59,6 +61,9 @@ static const char deploy_usage[] =
     "                  data directory, else 6443; 0 picks a free one)\n"
     "  --gpus N        with up: advertise N GPU slots instead of the GPUs NVML finds, so\n"
     "                  trials run on a machine without GPUs (they then train on CPU)\n"
+    "  --plain-http    with up: kdet-controller's API over plain HTTP on 127.0.0.1; by\n"
+    "                  default it is HTTPS with a certificate made here once\n"
+    "                  (DIR/controller.crt, which det trusts; key DIR/controller.key, 0600)\n"
     "\n"
     "As root, PostgreSQL runs as the user $KDET_PG_USER, else 'postgres', else 'nobody'.\n";
 
@@ -77,7 +82,8 @@ struct deploy {
     gid_t pg_gid;
     bool drop; /* run PostgreSQL as pg_uid */
     int port;
-    int gpus; /* --gpus N, else -1: what NVML finds */
+    int gpus;        /* --gpus N, else -1: what NVML finds */
+    bool plain_http; /* --plain-http: the controller API without TLS */
     /* what was asked on this command line, and what the last start used (DIR/options) */
     bool port_flag, gpus_flag;
     bool saved; /* DIR/options (or an older det's DIR/port) was read */
@@ -544,6 +550,7 @@ static int setup(struct deploy *d, const struct det_args *a, bool create)
     char self[PATH_MAX], raw[PATH_MAX];
     int rc = 0;
     memset(d, 0, sizeof(*d));
+    d->plain_http = a->plain_http;
     if (a->data_dir != NULL && a->data_dir[0] != '\0')
         snprintf(raw, sizeof(raw), "%s", a->data_dir);
     else
@@ -1025,9 +1032,17 @@ out:
 
 /* ---- kdet-controller ----------------------------------------------------------- */
 
-/* GET url/healthz within 2 s: whether it answered 200. */
-static bool healthz(const char *url)
+/* DIR/controller.crt: the controller API's certificate, which det trusts. */
+static void controller_crt(const struct deploy *d, char *buf, size_t len)
 {
+    snprintf(buf, len, "%s/controller.crt", d->dir);
+}
+
+/* GET url/healthz within 2 s (trusting d's controller certificate): whether it answered 200. */
+static bool healthz(const struct deploy *d, const char *url)
+{
+    char crt[PATH_MAX + 32];
+    controller_crt(d, crt, sizeof(crt));
     char *u = kd_xasprintf("%s/healthz", url);
     long code = 0;
     CURL *h = curl_easy_init();
@@ -1037,6 +1052,7 @@ static bool healthz(const char *url)
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 2000L);
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(h, CURLOPT_CAINFO, crt);
         if (curl_easy_perform(h) == CURLE_OK)
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
         curl_easy_cleanup(h);
@@ -1088,7 +1104,7 @@ static int controller_api(const struct deploy *d, char *tokfile, size_t toklen, 
         rc = DET_EXIT_ERROR;
         goto out;
     }
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d\n", port);
+    snprintf(url, sizeof(url), "%s://127.0.0.1:%d\n", d->plain_http ? "http" : "https", port);
     if (write_small(path, url, 0644) != 0) {
         det_err("cannot write %s: %s", path, strerror(errno));
         rc = DET_EXIT_ERROR;
@@ -1096,6 +1112,27 @@ static int controller_api(const struct deploy *d, char *tokfile, size_t toklen, 
     }
     snprintf(listen, listenlen, "127.0.0.1:%d", port);
 out:
+    return rc;
+}
+
+/*
+ * The controller API's certificate: self-signed for 127.0.0.1 and
+ * localhost, made once (key DIR/controller.key 0600, certificate
+ * DIR/controller.crt 0644) and kept, so that what det trusts stays valid.
+ */
+static int controller_cert(const struct deploy *d)
+{
+    char err[KD_ERRLEN] = "", *cert = NULL, *key = NULL;
+    struct kd_http_cert_opts o = {.cn = "kdet-controller", .san = "IP:127.0.0.1,DNS:localhost"};
+    int rc = kd_http_cert_keep(d->dir, "controller", &o, &cert, &key, err);
+    if (rc != 0) {
+        det_err("cannot make the controller API's certificate: %s", err);
+        rc = DET_EXIT_ERROR;
+    }
+    if (key != NULL)
+        memset(key, 0, strlen(key));
+    free(key);
+    free(cert);
     return rc;
 }
 
@@ -1124,6 +1161,7 @@ static int up_controller(const struct deploy *d, bool *present)
     char *pgh = kd_xasprintf("PGHOST=%s", d->pgsock);
     char *dsn = kd_xasprintf("KDET_DATABASE_URL=host=%s user=kdet dbname=kdet", d->pgsock);
     char *env[] = {kc, pgh, "PGUSER=kdet", "PGDATABASE=kdet", dsn, NULL};
+    char crt[PATH_MAX + 32], key[PATH_MAX + 32];
     char *argv[] = {prog,
                     "--kubeconfig",
                     (char *)d->kubeconfig,
@@ -1131,7 +1169,21 @@ static int up_controller(const struct deploy *d, bool *present)
                     listen,
                     "--user-token-file",
                     tokfile,
+                    d->plain_http ? "--plain-http" : "--tls-cert-file",
+                    crt,
+                    "--tls-key-file",
+                    key,
                     NULL};
+    controller_crt(d, crt, sizeof(crt));
+    snprintf(key, sizeof(key), "%s/controller.key", d->dir);
+    if (d->plain_http) {
+        argv[8] = NULL; /* no certificate */
+    } else if ((rc = controller_cert(d)) != 0) {
+        free(kc);
+        free(pgh);
+        free(dsn);
+        goto out;
+    }
     pid = spawn_daemon(argv, env, log);
     free(kc);
     free(pgh);
@@ -1155,12 +1207,12 @@ static int up_controller(const struct deploy *d, bool *present)
     }
     /* ready means its API answers (it opens the database first) */
     char url[96];
-    snprintf(url, sizeof(url), "http://%s", listen);
+    snprintf(url, sizeof(url), "%s://%s", d->plain_http ? "http" : "https", listen);
     while (kd_mono_ms() - t0 < START_TIMEOUT_MS && alive(pid, "kdet-controller", d->dir) &&
-           !healthz(url))
+           !healthz(d, url))
         kd_sleep_ms(100);
     char what[160];
-    if (healthz(url))
+    if (healthz(d, url))
         snprintf(what, sizeof(what), "started (pid %d), API %s", (int)pid, url);
     else
         snprintf(what, sizeof(what), "started (pid %d), but its API %s does not answer yet",
@@ -1184,7 +1236,7 @@ static bool status_api(const struct deploy *d)
         return false;
     }
     url[strcspn(url, "\r\n")] = '\0';
-    up = healthz(url);
+    up = healthz(d, url);
     printf("  %-16s %-9s %s, user token in %s/user-token\n", "controller-api",
            up ? "healthy" : "down", url, d->dir);
     return up;
@@ -1197,7 +1249,12 @@ static void print_api_env(const struct deploy *d)
     snprintf(path, sizeof(path), "%s/controller-url", d->dir);
     if (read_small(path, url, sizeof(url)) == 0) {
         url[strcspn(url, "\r\n")] = '\0';
-        printf("export KDET_API_URL=%s KDET_API_TOKEN_FILE=%s/user-token\n", url, d->dir);
+        if (kd_str_has_prefix(url, "https://"))
+            printf("export KDET_API_URL=%s KDET_API_TOKEN_FILE=%s/user-token "
+                   "KDET_API_CA_FILE=%s/controller.crt\n",
+                   url, d->dir, d->dir);
+        else
+            printf("export KDET_API_URL=%s KDET_API_TOKEN_FILE=%s/user-token\n", url, d->dir);
     }
 }
 
@@ -1380,7 +1437,7 @@ out:
 
 int det_cmd_deploy(int argc, char **argv)
 {
-    static const char *const flags[] = {"--data-dir", "--port", "--gpus", NULL};
+    static const char *const flags[] = {"--data-dir", "--port", "--gpus", "--plain-http", NULL};
     static const char *const pos[] = {"local", "up|down|status", NULL};
     static const char *const verbs[] = {"up", "down", "status", NULL};
     struct det_args a = {0};

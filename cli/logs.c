@@ -345,6 +345,7 @@ static int follow(struct det_api *api, bool experiment, const char *name, const 
         kd_buf_reset(&f.errbody);
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        det_api_tls(api, h);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");

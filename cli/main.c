@@ -37,10 +37,14 @@ static const char usage[] =
     "  deploy          det deploy local up | down | status [--data-dir DIR] [--port N]\n"
     "  agent (a)       det agent list: nodes, their resource pool, slot type (gpu|cpu), slots\n"
     "  slot            det slot list: every slot, its type and the trial holding it\n"
+    "  user            det user create NAME [--namespaces NS,...] [--admin] | list |\n"
+    "                           update NAME | whoami | login | logout\n"
+    "  token           det token create [--user NAME] | list | revoke ID\n"
     "\n"
     "det talks to the Kubernetes API through kubeconfig ($KUBECONFIG, ~/.kube/config,\n"
     "--kubeconfig, --context, -n/--namespace), like kubectl; trial metrics and checkpoint\n"
-    "read kdet-controller's API ($KDET_API_URL and $KDET_API_TOKEN, or det deploy local's).\n"
+    "read kdet-controller's API ($KDET_API_URL, det user login's token or $KDET_API_TOKEN,\n"
+    "$KDET_API_CA_FILE; or det deploy local's).\n"
     "\n"
     "exit codes:\n"
     "  0  success\n"
@@ -77,8 +81,9 @@ void det_usage_suggest(const char *what, const char *word, const char *const *ca
 
 int main(int argc, char **argv)
 {
-    static const char *const nouns[] = {"experiment", "trial", "template", "checkpoint", "job",
-                                        "deploy",     "agent", "slot",     NULL};
+    static const char *const nouns[] = {"experiment", "trial",  "template", "checkpoint",
+                                        "job",        "deploy", "agent",    "slot",
+                                        "user",       "token",  NULL};
     int rc = DET_EXIT_USAGE;
     /* the client library's retry warnings are noise in a CLI: errors only, unless asked */
     kd_log_init("det", getenv("KDET_LOG_LEVEL") ? -1 : KD_LOG_ERROR, -1);
@@ -109,6 +114,10 @@ int main(int argc, char **argv)
         rc = det_cmd_agent(argc - 1, argv + 1);
     } else if (strcmp(cmd, "slot") == 0) {
         rc = det_cmd_slot(argc - 1, argv + 1);
+    } else if (strcmp(cmd, "user") == 0) {
+        rc = det_cmd_user(argc - 1, argv + 1);
+    } else if (strcmp(cmd, "token") == 0) {
+        rc = det_cmd_token(argc - 1, argv + 1);
     } else if (cmd[0] == '-') {
         det_err("unknown option \"%s\" (see 'det --help')", cmd);
     } else {

@@ -22,10 +22,10 @@ $(eval $(call det_embed,priorityclasses,manifests/priorityclasses.yaml))
 
 DET_SRCS := cli/main.c cli/args.c cli/output.c cli/kube.c cli/experiment.c \
             cli/experiment_ops.c cli/trial.c cli/template.c cli/deploy.c \
-            cli/verb.c cli/api.c cli/ids.c cli/best.c cli/metrics.c cli/profiler.c cli/slots.c cli/checkpoint.c cli/job.c cli/logs.c \
+            cli/verb.c cli/api.c cli/ids.c cli/best.c cli/metrics.c cli/profiler.c cli/slots.c cli/checkpoint.c cli/job.c cli/logs.c cli/user.c \
             $(O)/gen/cli/crd_experiments.c $(O)/gen/cli/crd_trials.c \
             $(O)/gen/cli/priorityclasses.c
-DET_KD_LIBS := config hparams storage k8s yaml openapi context core
+DET_KD_LIBS := config hparams storage k8s yaml openapi context http core
 DET_LDLIBS := -lcurl -ljansson -lyaml -larchive -lcrypto -lpthread -lm
 DEB_PACKAGES += xxd libcurl4-openssl-dev
 $(eval $(call kd_prog,det,$(DET_SRCS),$(DET_KD_LIBS),$(DET_LDLIBS)))

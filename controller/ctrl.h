@@ -64,8 +64,12 @@ struct kd_ctrl_opts {
     int api_port;                /* [8080]; 0: any free port */
     const char *key_file;        /* token key file; NULL: the Secret kdet-controller-key */
     const char *key_ns;          /* that Secret's namespace [$POD_NAMESPACE or the client's] */
-    const char *user_token_file; /* NULL: $KDET_USER_TOKEN, else user endpoints off */
-    const char *spool_dir;       /* the store's metrics spool; NULL: none */
+    const char *user_token_file; /* NULL: $KDET_USER_TOKEN, else no bootstrap administrator */
+    /* TLS of the API: certificate and key (PEM files) or plain_http (127.0.0.1 only). */
+    const char *tls_cert_file, *tls_key_file;
+    const char *tls_ca_file; /* the CA trials trust; NULL: tls_cert_file itself */
+    bool plain_http;
+    const char *spool_dir; /* the store's metrics spool; NULL: none */
     int64_t log_max_bytes; /* trial log text kept per trial [0: the API's default]; < 0: all */
     /* --default-checkpoint-storage: the file, and its JSON object once read (owned). */
     const char *default_storage_file;
@@ -100,6 +104,7 @@ struct kd_ctrl {
     unsigned char *key;     /* the token key (secret; never logged) */
     size_t keylen;
     char *user_token; /* registered as a log secret */
+    char *tls_ca;     /* the CA PEM trials trust (KDET_CONTROLLER_CA); NULL: plain HTTP */
     atomic_int stop;
     /* The scheduler loop writes admissions, preemptions and reasons here, the trial reconciler
      * takes them; it has its own lock (handoff.h). */

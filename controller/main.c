@@ -80,7 +80,13 @@ static void usage(FILE *f)
         "  --api-listen ADDR:PORT   where the API listens (default 127.0.0.1:8080)\n"
         "  --token-key-file FILE    trial token key (default: Secret kdet-controller-key, "
         "created)\n"
-        "  --user-token-file FILE   user API bearer token (default $KDET_USER_TOKEN; none: off)\n"
+        "  --user-token-file FILE   the bootstrap administrator's token (default\n"
+        "                           $KDET_USER_TOKEN; none: only users' tokens of the store)\n"
+        "  --tls-cert-file FILE     the API's certificate (PEM; with --tls-key-file): HTTPS\n"
+        "  --tls-key-file FILE      its private key (PEM)\n"
+        "  --tls-ca-file FILE       the CA trials trust (default: --tls-cert-file itself)\n"
+        "  --plain-http             serve the API over plain HTTP (127.0.0.1 only); with a\n"
+        "                           database, either this or --tls-cert-file is required\n"
         "  --spool-dir DIR          spill metrics here while the database is down\n"
         "  --log-max-bytes-per-trial SIZE  trial log text kept per trial, e.g. 64MiB, 1G; 0: no\n"
         "                           limit (default 64MiB)\n"
@@ -122,6 +128,10 @@ static const char *const flag_names[] = {
     "--api-listen",
     "--token-key-file",
     "--user-token-file",
+    "--tls-cert-file",
+    "--tls-key-file",
+    "--tls-ca-file",
+    "--plain-http",
     "--spool-dir",
     "--log-max-bytes-per-trial",
     "--priority-classes",
@@ -258,6 +268,32 @@ static const struct kd_gang_ops *gang_auto(struct kd_k8s_client *client)
     return g;
 }
 
+/*
+ * The API's transport: with a database (the API on), HTTPS from
+ * --tls-cert-file and --tls-key-file, or plain HTTP only when asked for
+ * and only on 127.0.0.1. Pure.
+ */
+static int tls_check(const struct kd_ctrl_opts *o, char *err)
+{
+    int rc = 0;
+    if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL))
+        rc = kd_seterr(err, KD_EINVAL, "--tls-cert-file and --tls-key-file go together");
+    else if (o->tls_ca_file != NULL && o->tls_cert_file == NULL)
+        rc = kd_seterr(err, KD_EINVAL, "--tls-ca-file needs --tls-cert-file and --tls-key-file");
+    else if (o->tls_cert_file != NULL && o->plain_http)
+        rc = kd_seterr(err, KD_EINVAL, "--plain-http and --tls-cert-file exclude each other");
+    else if (o->plain_http && strcmp(o->api_addr, "127.0.0.1") != 0)
+        rc = kd_seterr(err, KD_EINVAL,
+                       "--plain-http: the API listens on %s; plain HTTP is only served on "
+                       "127.0.0.1 (give --tls-cert-file and --tls-key-file)",
+                       o->api_addr);
+    else if (o->database_url != NULL && o->tls_cert_file == NULL && !o->plain_http)
+        rc = kd_seterr(err, KD_EINVAL,
+                       "the API (on with a database) needs --tls-cert-file and --tls-key-file, "
+                       "or --plain-http to serve plain HTTP on 127.0.0.1");
+    return rc;
+}
+
 static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
                       struct kd_k8s_client_opts *kube, int *log_level, char *err)
 {
@@ -275,6 +311,13 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
             v = eq + 1;
         } else {
             kd_strlcpy(name, a, sizeof(name));
+        }
+        if (strcmp(name, "--plain-http") == 0) { /* the one flag without a value */
+            if (v != NULL)
+                rc = parse_onoff(name, v, &o->plain_http, err);
+            else
+                o->plain_http = true;
+            continue;
         }
         bool known = false;
         for (int k = 0; flag_names[k] != NULL; k++)
@@ -371,6 +414,12 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
             o->key_file = v;
         else if (strcmp(name, "--user-token-file") == 0)
             o->user_token_file = v;
+        else if (strcmp(name, "--tls-cert-file") == 0)
+            o->tls_cert_file = v;
+        else if (strcmp(name, "--tls-key-file") == 0)
+            o->tls_key_file = v;
+        else if (strcmp(name, "--tls-ca-file") == 0)
+            o->tls_ca_file = v;
         else if (strcmp(name, "--spool-dir") == 0)
             o->spool_dir = v;
         else if (strcmp(name, "--log-max-bytes-per-trial") == 0) {
@@ -614,6 +663,11 @@ int main(int argc, char **argv)
         rc = 2;
         goto out;
     }
+    if ((rc = tls_check(&c.o, err)) != 0) {
+        fprintf(stderr, "kdet-controller: %s\n", err);
+        rc = 2;
+        goto out;
+    }
     kd_log_init("kdet-controller", level, -1);
     kd_ctrl_metrics_init(&c);
     if (c.o.default_storage_file != NULL &&
@@ -735,7 +789,8 @@ int main(int argc, char **argv)
     }
     if (kd_ctrl_api_on(&c) && c.o.pod.controller_url == NULL) {
         const char *a = strcmp(c.o.api_addr, "0.0.0.0") == 0 ? "127.0.0.1" : c.o.api_addr;
-        snprintf(url, sizeof(url), "http://%s:%d", a, kd_api_port(c.api));
+        snprintf(url, sizeof(url), "%s://%s:%d", c.tls_ca != NULL ? "https" : "http", a,
+                 kd_api_port(c.api));
         c.o.pod.controller_url = url;
     }
     if (kd_ctrl_api_on(&c))

@@ -144,6 +144,24 @@ static void api_env(json_t *env, const json_t *trial, const json_t *cfg,
     json_object_del(found, "value");
     json_object_set_new(found, "valueFrom",
                         json_pack("{s:{s:s,s:s}}", "secretKeyRef", "name", secret, "key", "token"));
+    if (o->controller_ca) {
+        /* Optional: a Secret made before TLS was turned on has no CA (the pod then fails TLS
+         * with a clear message instead of never starting). */
+        json_t *ca =
+            json_pack("{s:s,s:{s:{s:s,s:s,s:b}}}", "name", "KDET_CONTROLLER_CA", "valueFrom",
+                      "secretKeyRef", "name", secret, "key", "ca.crt", "optional", 1);
+        size_t k;
+        json_t *x;
+        json_array_foreach(env, k, x)
+        {
+            if (strcmp(json_string_value(json_object_get(x, "name")) ?: "", "KDET_CONTROLLER_CA") ==
+                0) {
+                json_array_remove(env, k);
+                break;
+            }
+        }
+        json_array_append_new(env, ca);
+    }
     env_set(env, "KDET_NAMESPACE", meta(trial, "namespace"));
     if (json_is_object(cs)) {
         char *js = json_dumps(cs, JSON_COMPACT | JSON_SORT_KEYS);

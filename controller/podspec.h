@@ -42,9 +42,11 @@ struct kd_pod_opts {
     const char *image;          /* image when environment.image is unset ["kdet/trial:latest"] */
     const char *launcher;       /* the launcher program in the image ["kdet-launch"] */
     const char *controller_url; /* KDET_CONTROLLER_URL; NULL: not set */
-    int master_port;            /* [29400] */
-    bool priority_classes;      /* set priorityClassName from resources.priority */
-    long grace_period_s;        /* terminationGracePeriodSeconds [30] */
+    /* With api: the controller's CA is in the token Secret (key ca.crt): KDET_CONTROLLER_CA. */
+    bool controller_ca;
+    int master_port;       /* [29400] */
+    bool priority_classes; /* set priorityClassName from resources.priority */
+    long grace_period_s;   /* terminationGracePeriodSeconds [30] */
     /*
      * > 0: trial pods run as this uid and gid with runAsNonRoot, unless the
      * user's pod_spec sets runAsUser (pod or trial container): that is the

@@ -511,6 +511,7 @@ static int start_attempt(struct kd_ctrl *c, const json_t *exp, const json_t *tri
         if ((rc = kd_ctrl_wire_trial(c, exp, trial, cfg, latest, sizeof(latest), ids, err)) != 0)
             goto out;
         po.api = true;
+        po.controller_ca = c->tls_ca != NULL;
         po.latest_checkpoint = latest;
         po.experiment_int_id = ids[0];
         po.trial_int_id = ids[1];

@@ -145,12 +145,37 @@ static int load_user_token(struct kd_ctrl *c, char *err)
     return rc;
 }
 
+/* The API's certificate, key and the CA trials trust, from --tls-*-file (64 KiB each at most). */
+static int load_tls(struct kd_ctrl *c, char **cert, char **key, char *err)
+{
+    int rc = 0;
+    size_t n = 0;
+    *cert = *key = NULL;
+    if (c->o.tls_cert_file == NULL)
+        goto out;
+    if ((rc = kd_ctrl_read_small(c->o.tls_cert_file, 64 * 1024, cert, &n, err)) != 0 ||
+        (rc = kd_ctrl_read_small(c->o.tls_key_file, 64 * 1024, key, &n, err)) != 0 ||
+        (rc = kd_ctrl_read_small(c->o.tls_ca_file != NULL ? c->o.tls_ca_file : c->o.tls_cert_file,
+                                 64 * 1024, &c->tls_ca, &n, err)) != 0)
+        goto out;
+    if (strstr(*cert, "-----BEGIN CERTIFICATE-----") == NULL ||
+        strstr(c->tls_ca, "-----BEGIN CERTIFICATE-----") == NULL ||
+        strstr(*key, "PRIVATE KEY-----") == NULL)
+        rc = kd_seterr(err, KD_EINVALID,
+                       "--tls-cert-file, --tls-ca-file and --tls-key-file: PEM certificates and "
+                       "a PEM private key are required");
+out:
+    return rc;
+}
+
 int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
 {
     int rc = 0;
+    char *cert = NULL, *key = NULL;
     if (c->o.database_url == NULL)
         goto out;
-    if ((rc = load_key(c, err)) != 0 || (rc = load_user_token(c, err)) != 0)
+    if ((rc = load_key(c, err)) != 0 || (rc = load_user_token(c, err)) != 0 ||
+        (rc = load_tls(c, &cert, &key, err)) != 0)
         goto out;
     struct kd_store_opts so = {.conninfo = c->o.database_url,
                                .spool_dir = c->o.spool_dir,
@@ -175,6 +200,8 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
         .token_key = c->key,
         .token_key_len = c->keylen,
         .user_token = c->user_token,
+        .tls_cert_pem = cert,
+        .tls_key_pem = key,
         .metrics = c->metrics,
         .log_max_bytes = c->o.log_max_bytes,
         .slot_type = c->o.slot_type == KD_SCHED_SLOT_GPU   ? "gpu"
@@ -186,10 +213,14 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
     };
     if ((rc = kd_api_start(&ao, &c->api, err)) != 0)
         goto out;
-    KD_INFO("API serving", "listen=%s:%d user_api=%s",
+    KD_INFO("API serving", "listen=%s:%d scheme=%s bootstrap_admin=%s",
             c->o.api_addr != NULL ? c->o.api_addr : "127.0.0.1", kd_api_port(c->api),
-            c->user_token != NULL ? "on" : "off");
+            cert != NULL ? "https" : "http", c->user_token != NULL ? "on" : "off");
 out:
+    if (key != NULL)
+        explicit_bzero(key, strlen(key));
+    free(key);
+    free(cert);
     return rc;
 }
 
@@ -207,6 +238,8 @@ void kd_ctrl_wire_stop(struct kd_ctrl *c)
     c->keylen = 0;
     free(c->user_token);
     c->user_token = NULL;
+    free(c->tls_ca);
+    c->tls_ca = NULL;
 }
 
 int kd_ctrl_trial_secret(struct kd_ctrl *c, const json_t *trial, char *err)
@@ -224,11 +257,12 @@ int kd_ctrl_trial_secret(struct kd_ctrl *c, const json_t *trial, char *err)
         kd_seterr(err, rc, "trial %s: cannot derive its token", tn);
         goto out;
     }
-    s = json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s},s:[{s:s,s:s,s:s,s:s,s:b,s:b}]},s:s,s:{s:s}}",
+    s = json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s},s:[{s:s,s:s,s:s,s:s,s:b,s:b}]},s:s,s:{s:s,s:s?}}",
                   "apiVersion", "v1", "kind", "Secret", "metadata", "name", name, "namespace", ns,
                   "labels", KD_POD_LABEL_TRIAL, tn, "ownerReferences", "apiVersion",
                   "kdet.io/v1alpha1", "kind", "Trial", "name", tn, "uid", uid, "controller", 1,
-                  "blockOwnerDeletion", 1, "type", "Opaque", "stringData", "token", tok);
+                  "blockOwnerDeletion", 1, "type", "Opaque", "stringData", "token", tok, "ca.crt",
+                  c->tls_ca);
     rc = kd_k8s_create(c->client, &SECRETS, ns, s, NULL, NULL, err);
     if (rc == KD_EEXIST)
         rc = 0;

@@ -18,6 +18,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "cacert.h"
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/log.h"
@@ -82,6 +83,7 @@ static int call(const char *method, const char *url, const char *body, long time
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s + 10);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    kd_launch_ca(c);
     CURLcode cc = curl_easy_perform(c);
     if (cc != CURLE_OK) {
         rc = kd_seterr(err, KD_ECONNECT, "%s", curl_easy_strerror(cc));

@@ -21,6 +21,7 @@
 
 #include <curl/curl.h>
 
+#include "cacert.h"
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/log.h"
@@ -100,6 +101,7 @@ static void post(struct kd_logship *s, CURL *c, struct curl_slist *h, const char
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+    kd_launch_ca(c);
     CURLcode cc = curl_easy_perform(c);
     if (cc == CURLE_OK) {
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);

@@ -79,7 +79,7 @@ samples_kb() {
     done | sort -n
 }
 start_ctrl() {
-    "$B/bin/kdet-controller" --kubeconfig "$KUBECONFIG" --log-level info ${QPS:+--kube-api-qps "$QPS"} "$@" \
+    "$B/bin/kdet-controller" --kubeconfig "$KUBECONFIG" --log-level info --plain-http ${QPS:+--kube-api-qps "$QPS"} "$@" \
         >>"$work/ctrl.log" 2>&1 &
     ctrl=$!
 }

@@ -1,6 +1,7 @@
 /*
  * The API server: start and stop, routing with 404/405, bearer-token checks
- * (a trial's HMAC token or the user token, compared in constant time),
+ * (a trial's HMAC token compared in constant time; users' tokens and their
+ * namespaces through auth.c),
  * JSON errors that name the field, the logfmt access log, and the shared
  * helpers that read Trials and Experiments and write Trial status.
  */
@@ -16,6 +17,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "api/usertoken.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/str.h"
@@ -260,25 +262,6 @@ out:
     return rc;
 }
 
-static int auth_user(struct api_rq *q)
-{
-    int rc = 0;
-    const char *auth = kd_http_header(q->r, "Authorization");
-    const char *want = q->api->user_token;
-    if (want == NULL) {
-        api_error(q, 401, "Authorization",
-                  "user API disabled: the controller was started without a user token");
-        rc = KD_EUNAUTHORIZED;
-    } else if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0 ||
-               strlen(auth + 7) != strlen(want) ||
-               CRYPTO_memcmp(auth + 7, want, strlen(want)) != 0) {
-        api_error(q, 401, "Authorization",
-                  "a valid user token is required (Authorization: Bearer)");
-        rc = KD_EUNAUTHORIZED;
-    }
-    return rc;
-}
-
 static const char *res_state(const json_t *obj)
 {
     return json_string_value(json_object_get(json_object_get(obj, "status"), "state"));
@@ -471,16 +454,6 @@ static void h_update(json_t *old, json_t *obj, void *ud)
 
 /* ---- routing ------------------------------------------------------------------------------ */
 
-enum auth { AUTH_NONE, AUTH_USER, AUTH_TRIAL };
-
-struct route {
-    const char *method;
-    const char *pattern; /* segments; "*" matches one */
-    enum auth auth;
-    size_t max_body; /* bytes; enforced from the head, before the body is read */
-    void (*fn)(struct api_rq *q);
-};
-
 static void h_health(struct api_rq *q)
 {
     api_json(q, 200, json_pack("{s:s}", "status", "ok"));
@@ -522,7 +495,7 @@ static void h_metrics(struct api_rq *q)
 
 #define NSP "api/v1/namespaces/*/"
 #define SMALL KD_API_MAX_SMALL_BODY
-static const struct route routes[] = {
+static const struct api_route routes[] = {
     {"GET", "healthz", AUTH_NONE, 0, h_health},
     {"GET", "readyz", AUTH_NONE, 0, h_ready},
     {"GET", "metrics", AUTH_NONE, 0, h_metrics},
@@ -560,7 +533,20 @@ static const struct route routes[] = {
     {"GET", NSP "checkpoints/*", AUTH_USER, 0, api_user_checkpoint},
     {"GET", "api/v1/jobs", AUTH_USER, 0, api_user_jobs},
     {"GET", "api/v1/info", AUTH_USER, 0, api_user_info},
+    {"GET", "api/v1/me", AUTH_USER, 0, api_me},
+    {"GET", "api/v1/users", AUTH_ADMIN, 0, api_users_list},
+    {"POST", "api/v1/users", AUTH_ADMIN, SMALL, api_users_create},
+    {"PATCH", "api/v1/users/*", AUTH_ADMIN, SMALL, api_users_update},
+    {"GET", "api/v1/tokens", AUTH_USER, 0, api_tokens_list},
+    {"POST", "api/v1/tokens", AUTH_USER, SMALL, api_tokens_create},
+    {"POST", "api/v1/tokens/*/revoke", AUTH_USER, SMALL, api_tokens_revoke},
 };
+
+const struct api_route *api_routes(size_t *n)
+{
+    *n = sizeof(routes) / sizeof(routes[0]);
+    return routes;
+}
 
 static bool match(const char *pattern, struct api_rq *q)
 {
@@ -594,10 +580,10 @@ static int split_path(struct api_rq *q)
 }
 
 /* The route of q's method and path, or NULL; allow gets the methods the path takes. */
-static const struct route *find_route(struct api_rq *q, char *allow, size_t allowlen)
+static const struct api_route *find_route(struct api_rq *q, char *allow, size_t allowlen)
 {
     const char *method = kd_http_method(q->r);
-    const struct route *hit = NULL;
+    const struct api_route *hit = NULL;
     allow[0] = '\0';
     if (split_path(q) != 0)
         return NULL;
@@ -627,24 +613,58 @@ static void access_log(struct api_rq *q, int64_t t0)
     kd_metric_inc(q->api->m_requests,
                   (const char *[]){method, q->route != NULL ? q->route : "unmatched", code});
     kd_metric_observe(q->api->m_seconds, (const char *[]){method}, ms / 1000);
-    KD_INFO("http request", "method=%s path=%s status=%d latency_ms=%.1f bytes_in=%zu",
-            kd_http_method(q->r), kd_logq(kd_http_path(q->r)), q->status, ms, blen);
+    KD_INFO("http request", "method=%s path=%s status=%d latency_ms=%.1f bytes_in=%zu user=%s",
+            kd_http_method(q->r), kd_logq(kd_http_path(q->r)), q->status, ms, blen,
+            q->who != NULL ? kd_logq(q->who->name) : "-");
+}
+
+/* What the pre-body decision leaves for the handler (in the request's arena). */
+struct api_grant {
+    const struct api_route *route;
+    const struct api_principal *who;
+};
+
+/*
+ * The user routes' decision on a caller: a user token (401), then the
+ * namespace the route names (403 unless the user may use it) or, on
+ * administrators' routes, the administrator role (403).
+ */
+static int authorize_user(struct api_rq *q, const struct api_route *hit,
+                          const struct api_principal **who)
+{
+    int rc = api_auth_user(q, who);
+    int nseg = api_route_ns_seg(hit->pattern);
+    if (rc != 0)
+        goto out;
+    if (hit->auth == AUTH_ADMIN && !(*who)->admin) {
+        api_error(q, 403, NULL, "%s %s is for administrators; user %s is not one",
+                  kd_http_method(q->r), kd_http_path(q->r), kd_logq((*who)->name));
+        rc = KD_EFORBIDDEN;
+    } else if (nseg >= 0 && !api_ns_allowed(*who, q->seg[nseg])) {
+        api_error(q, 403, NULL, "user %s may not use namespace %s", kd_logq((*who)->name),
+                  kd_logq(q->seg[nseg]));
+        rc = KD_EFORBIDDEN;
+    }
+out:
+    return rc;
 }
 
 /*
  * The pre-body decision, from the request head alone: route (404/405), the
- * token (401), then the route's body cap (413 on the announced length), so an
- * unauthenticated or oversized body is never read. Trial tokens need the
- * Trial (informer cache, else one GET); worker handlers check them again.
+ * token and what it may reach (401/403), then the route's body cap (413 on
+ * the announced length), so an unauthenticated or oversized body is never
+ * read. Trial tokens need the Trial (informer cache, else one GET); worker
+ * handlers check them again.
  */
 static void authorize(struct kd_http_req *r, void *ud)
 {
     struct api_rq q = {.api = ud, .r = r};
     int64_t t0 = kd_mono_ns();
     char allow[64];
-    const struct route *hit = find_route(&q, allow, sizeof(allow));
+    const struct api_route *hit = find_route(&q, allow, sizeof(allow));
     const char *cl = kd_http_header(r, "Content-Length");
     unsigned long long len = cl != NULL ? strtoull(cl, NULL, 10) : 0;
+    const struct api_principal *who = NULL;
     json_t *trial = NULL;
     if (hit == NULL && allow[0] != '\0') {
         kd_http_add_header(r, "Allow", allow);
@@ -652,8 +672,9 @@ static void authorize(struct kd_http_req *r, void *ud)
                   kd_http_path(r), allow);
     } else if (hit == NULL) {
         api_error(&q, 404, NULL, "no such endpoint: %s %s", kd_http_method(r), kd_http_path(r));
-    } else if (hit->auth == AUTH_USER && auth_user(&q) != 0) {
-        /* answered 401 */
+    } else if ((hit->auth == AUTH_USER || hit->auth == AUTH_ADMIN) &&
+               authorize_user(&q, hit, &who) != 0) {
+        /* answered 401 or 403 (503 when the store cannot check the token) */
     } else if (hit->auth == AUTH_TRIAL && api_auth_trial(&q, q.seg[3], q.seg[5], &trial) != 0) {
         /* answered 401 (or 503 when the Trial cannot be read) */
     } else if (len > hit->max_body && hit->max_body == 0) {
@@ -665,24 +686,30 @@ static void authorize(struct kd_http_req *r, void *ud)
                   kd_http_method(r), kd_http_path(r), hit->max_body, hit->max_body >> 10);
     }
     json_decref(trial);
+    q.who = who;
     if (q.status != 0) {
         access_log(&q, t0);
         return;
     }
+    struct api_grant *g = kd_http_alloc(r, sizeof(*g));
+    g->route = hit;
+    g->who = who;
     kd_http_set_max_body(r, hit->max_body);
-    kd_http_set_ctx(r, hit);
+    kd_http_set_ctx(r, g);
 }
 
 static void dispatch(struct kd_http_req *r, void *ud)
 {
     struct api_rq q = {.api = ud, .r = r};
     int64_t t0 = kd_mono_ns();
-    const struct route *hit = kd_http_ctx(r);
+    const struct api_grant *g = kd_http_ctx(r);
     char allow[64];
-    if (hit == NULL || find_route(&q, allow, sizeof(allow)) != hit)
+    if (g == NULL || find_route(&q, allow, sizeof(allow)) != g->route) {
         api_error(&q, 500, NULL, "the request was not authorized before its body");
-    else
-        hit->fn(&q); /* worker handlers authenticate again with api_auth_trial */
+    } else {
+        q.who = g->who;
+        g->route->fn(&q); /* worker handlers authenticate again with api_auth_trial */
+    }
     access_log(&q, t0);
 }
 
@@ -735,6 +762,18 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
                        "and max_slots_per_pod >= 0");
         goto out;
     }
+    bool loopback = opts->listen_addr == NULL || strcmp(opts->listen_addr, "127.0.0.1") == 0;
+    if ((opts->tls_cert_pem == NULL) != (opts->tls_key_pem == NULL)) {
+        rc = kd_seterr(err, KD_EINVAL, "kd_api_opts: tls_cert_pem and tls_key_pem go together");
+        goto out;
+    }
+    if (opts->tls_cert_pem == NULL && !loopback) {
+        rc = kd_seterr(err, KD_EINVAL,
+                       "the API listens on %s without TLS: plain HTTP is only served on "
+                       "127.0.0.1; give a certificate and key",
+                       opts->listen_addr);
+        goto out;
+    }
     a = kd_xcalloc(1, sizeof(*a));
     a->o = *opts;
     a->o.slot_type = slot_type; /* a static string */
@@ -747,8 +786,14 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
     memcpy(a->key, opts->token_key, opts->token_key_len);
     a->keylen = opts->token_key_len;
     a->user_token = opts->user_token ? kd_xstrdup(opts->user_token) : NULL;
-    if (a->user_token != NULL)
+    if (a->user_token != NULL) {
         kd_log_add_secret(a->user_token);
+        kd_utoken_sha256_hex(a->user_token, strlen(a->user_token), a->user_token_sha);
+        if ((rc = kd_store_user_ensure_admin(opts->store, API_BOOTSTRAP_ADMIN, &a->admin_id,
+                                             err)) != 0)
+            goto out;
+    }
+    a->o.tls_cert_pem = a->o.tls_key_pem = NULL;
     a->ns = opts->ns ? kd_xstrdup(opts->ns) : NULL;
     a->o.user_token = NULL;
     a->o.token_key = NULL;
@@ -781,12 +826,15 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
                               .max_conns = opts->max_conns ? opts->max_conns : 256,
                               .handler = dispatch,
                               .authorize = authorize,
-                              .ud = a};
+                              .ud = a,
+                              .tls_cert_pem = opts->tls_cert_pem,
+                              .tls_key_pem = opts->tls_key_pem};
     if ((rc = kd_http_start(&ho, &a->http, err)) != 0)
         goto out;
-    KD_INFO("controller API listening", "addr=%s port=%d namespace=%s user_api=%s",
+    KD_INFO("controller API listening", "addr=%s port=%d scheme=%s namespace=%s bootstrap_admin=%s",
             opts->listen_addr ? opts->listen_addr : "127.0.0.1", kd_http_port(a->http),
-            a->ns ? a->ns : "*", a->user_token ? "on" : "off");
+            opts->tls_cert_pem != NULL ? "https" : "http", a->ns ? a->ns : "*",
+            a->user_token ? "on" : "off");
     *out = a;
     a = NULL;
 out:
@@ -819,6 +867,9 @@ void kd_api_stop(struct kd_api *a)
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->changed);
     OPENSSL_cleanse(a->key, sizeof(a->key));
+    OPENSSL_cleanse(a->user_token_sha, sizeof(a->user_token_sha));
+    if (a->user_token != NULL)
+        OPENSSL_cleanse(a->user_token, strlen(a->user_token));
     free(a->user_token);
     free(a->ns);
     free(a);

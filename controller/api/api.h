@@ -1,9 +1,10 @@
 /*
  * The controller's HTTP API (JSON under /api/v1, docs/api.md): worker
  * endpoints authenticated per trial (metrics, searcher operation,
- * preemption, checkpoints, early exit) and user endpoints behind a bearer
- * token (experiments, trials, metric series, checkpoints, events, the job
- * queue, pause/activate/cancel, a live metric stream). It runs inside
+ * preemption, checkpoints, early exit) and user endpoints behind users'
+ * tokens, each user confined to its namespaces (experiments, trials, metric
+ * series, checkpoints, events, the job queue, pause/activate/cancel, a live
+ * metric stream; users and tokens). It runs inside
  * kdet-controller on top of lib/http, the PostgreSQL store and lib/k8s.
  */
 #ifndef KD_CONTROLLER_API_H
@@ -46,10 +47,18 @@ struct kd_api_opts {
     const unsigned char *token_key;
     size_t token_key_len;
     /**
-     * Bearer token for the user endpoints (copied). NULL: the user
-     * endpoints answer 401 "user API disabled".
+     * The bootstrap token (copied): its bearer is the administrator "admin"
+     * (a user row made at start). NULL: only the store's user tokens are
+     * accepted. Kept in memory as its SHA-256 and compared in constant time.
      */
     const char *user_token;
+    /**
+     * The serving certificate (chain) and its private key, PEM (copied):
+     * HTTPS. Both NULL: plain HTTP, which is refused unless listen_addr is
+     * 127.0.0.1 (KD_EINVAL).
+     */
+    const char *tls_cert_pem;
+    const char *tls_key_pem;
     /** Longest long-poll a client may ask for, seconds [60]. */
     int long_poll_max_s;
     /** How long a metrics POST waits for the store to make the batch durable, ms [10000]. */
@@ -82,8 +91,9 @@ struct kd_api_opts {
 };
 
 /**
- * Start the API: informers on Experiments and Trials (waiting up to 10 s
- * for their first list), then the HTTP server. Returns 0 and *out, or a
+ * Start the API: the bootstrap administrator's row (with a user token),
+ * informers on Experiments and Trials (waiting up to 10 s for their first
+ * list), then the HTTP(S) server. Returns 0 and *out, or a
  * negative KD_E* with the cause in err (KD_ERRLEN, optional): KD_EINVAL
  * for a bad option (named), -EADDRINUSE when the port is taken,
  * KD_ETIMEDOUT when the informers cannot list. Blocks while starting.

@@ -55,6 +55,8 @@ struct kd_api {
     unsigned char key[256];
     size_t keylen;
     char *user_token;
+    char user_token_sha[65]; /* SHA-256 (hex) of user_token; "" without one */
+    int64_t admin_id;        /* the bootstrap administrator's user row; 0 without a user token */
     char *ns;
     struct kd_http_server *http;
     struct kd_k8s_informer *trials, *exps;
@@ -73,15 +75,48 @@ struct kd_api {
     struct kd_metric *m_requests, *m_seconds; /* NULL without o.metrics */
 };
 
+/*
+ * Who is calling the user API: a user of the store, or the bootstrap
+ * administrator of the configured user token. Lives in the request's arena.
+ */
+struct api_principal {
+    int64_t user_id;  /* the user's row */
+    int64_t token_id; /* the token's row; 0: the bootstrap token */
+    const char *name;
+    bool admin;
+    const char **namespaces; /* "*": every namespace */
+    size_t nns;
+};
+
 /* One request as the handlers see it. */
 struct api_rq {
     struct kd_api *api;
     struct kd_http_req *r;
     const char *seg[API_MAX_SEGS];
     int nseg;
-    int status;        /* the answer's status, for the access log */
-    const char *route; /* the matched route's pattern, for metrics; NULL: none */
+    int status;                      /* the answer's status, for the access log */
+    const char *route;               /* the matched route's pattern, for metrics; NULL: none */
+    const struct api_principal *who; /* user routes: the caller; NULL elsewhere */
 };
+
+/* ---- the route table (api.c) ---- */
+enum api_auth {
+    AUTH_NONE,  /* anyone */
+    AUTH_USER,  /* a user token; routes under api/v1/namespaces/<ns>/ also need <ns> allowed */
+    AUTH_TRIAL, /* the trial's token */
+    AUTH_ADMIN, /* a user token of an administrator */
+};
+
+struct api_route {
+    const char *method;
+    const char *pattern; /* segments; "*" matches one */
+    enum api_auth auth;
+    size_t max_body; /* bytes; enforced from the head, before the body is read */
+    void (*fn)(struct api_rq *q);
+};
+
+/** The route table (static) and its length, for tests that walk every route. */
+const struct api_route *api_routes(size_t *n);
 
 /* ---- responses (api.c) ---- */
 void api_json(struct api_rq *q, int status, json_t *j); /* steals j */
@@ -163,6 +198,34 @@ int api_user_get(struct api_rq *q, bool trial, json_t **obj, char *err);
 
 /* ---- profiler.c ---- */
 void api_user_trial_profiler(struct api_rq *q);
+/* ---- auth.c: users, namespaces, the bootstrap administrator ---- */
+/** The name of the bootstrap administrator (the configured user token's user). */
+#define API_BOOTSTRAP_ADMIN "admin"
+/**
+ * Authenticate the user token of q's Authorization header: the bootstrap
+ * token (compared by SHA-256 in constant time) or a user token of the
+ * store. 0 with *who (in the request's arena); else answered 401 (or 503
+ * when the store cannot say) and the code returned.
+ */
+int api_auth_user(struct api_rq *q, const struct api_principal **who);
+/** Whether p may use namespace ns: an administrator, "*" or ns in its list. Pure. */
+bool api_ns_allowed(const struct api_principal *p, const char *ns);
+/**
+ * The index of the namespace segment of a route pattern ("api/v1/namespaces/<*>/..."),
+ * or -1 when the route names no namespace. Pure.
+ */
+int api_route_ns_seg(const char *pattern);
+
+/* ---- accounts.c: users and tokens ---- */
+void api_me(struct api_rq *q);
+void api_users_list(struct api_rq *q);
+void api_users_create(struct api_rq *q);
+void api_users_update(struct api_rq *q);
+void api_tokens_list(struct api_rq *q);
+void api_tokens_create(struct api_rq *q);
+void api_tokens_revoke(struct api_rq *q);
+/** Form of a user name: 1 to 64 of [a-z0-9._-], starting and ending with [a-z0-9]. Pure. */
+bool api_user_name_ok(const char *s);
 
 /* ---- logs.c ---- */
 void api_worker_logs(struct api_rq *q);

@@ -617,7 +617,17 @@ void api_user_jobs(struct api_rq *q)
     struct kd_api *a = q->api;
     const char *ns = kd_http_query(q->r, "namespace");
     json_t *all = json_array();
+    if (ns != NULL && !api_ns_allowed(q->who, ns)) {
+        json_decref(all);
+        api_error(q, 403, "namespace", "user %s may not use namespace %s", kd_logq(q->who->name),
+                  kd_logq(ns));
+        return;
+    }
     (void)kd_k8s_cache_each(kd_k8s_informer_cache(a->trials), ns, pick_job, all);
+    /* Only the jobs of the caller's namespaces. */
+    for (size_t i = json_array_size(all); i-- > 0;)
+        if (!api_ns_allowed(q->who, kd_k8s_meta_str(json_array_get(all, i), "namespace")))
+            json_array_remove(all, i);
     size_t n = json_array_size(all), m = 0;
     struct job *v = kd_xcalloc(n ? n : 1, sizeof(*v));
     for (size_t i = 0; i < n; i++) {

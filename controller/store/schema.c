@@ -99,6 +99,22 @@ const struct kd_migration kd_store__migrations[] = {
      "CREATE INDEX trial_logs_trial_id ON trial_logs (trial_id, id);"
      "ALTER TABLE trials ADD COLUMN log_bytes bigint NOT NULL DEFAULT 0,"
      " ADD COLUMN log_capped boolean NOT NULL DEFAULT false;"},
+    {5, "users and their tokens",
+     "CREATE TABLE users ("
+     " id bigserial PRIMARY KEY,"
+     " name text NOT NULL UNIQUE,"
+     " admin boolean NOT NULL DEFAULT false,"
+     " namespaces text[] NOT NULL DEFAULT '{}',"
+     " created_at timestamptz NOT NULL DEFAULT now(),"
+     " updated_at timestamptz NOT NULL DEFAULT now());"
+     "CREATE TABLE user_tokens ("
+     " id bigserial PRIMARY KEY,"
+     " user_id bigint NOT NULL REFERENCES users (id) ON DELETE CASCADE,"
+     " sha256 text NOT NULL CHECK (length(sha256) = 64),"
+     " description text NOT NULL DEFAULT '',"
+     " created_at timestamptz NOT NULL DEFAULT now(),"
+     " revoked_at timestamptz);"
+     "CREATE INDEX user_tokens_user ON user_tokens (user_id, id);"},
 };
 
 const size_t kd_store__nmigrations = sizeof(kd_store__migrations) / sizeof(kd_store__migrations[0]);

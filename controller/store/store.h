@@ -475,4 +475,58 @@ int kd_store_templates_list(struct kd_store *s, json_t **out, char *err) KD_WUR;
 /** KD_ENOTFOUND when absent. */
 int kd_store_template_delete(struct kd_store *s, const char *name, char *err) KD_WUR;
 
+/* ---- users and their tokens (users.c) ------------------------------------- */
+
+/* A user name is at most this many bytes (the API also checks its form). */
+#define KD_STORE_MAX_USER 64
+/* A token's description, at most. */
+#define KD_STORE_MAX_DESCRIPTION 256
+
+struct kd_store_user {
+    const char *name;
+    bool admin;
+    /** The namespaces the user may use: a JSON array of strings ("*": all); NULL: none. */
+    const json_t *namespaces;
+};
+
+/** Add a user; *id (may be NULL) gets its id. KD_EEXIST when the name is taken. */
+int kd_store_user_create(struct kd_store *s, const struct kd_store_user *u, int64_t *id,
+                         char *err) KD_WUR;
+/**
+ * The user `name` as an administrator of every namespace, made when absent
+ * (the bootstrap administrator); *id gets its id. Idempotent.
+ */
+int kd_store_user_ensure_admin(struct kd_store *s, const char *name, int64_t *id, char *err) KD_WUR;
+/**
+ * Change a user: admin (NULL: unchanged) and namespaces (a JSON array of
+ * strings; NULL: unchanged). KD_ENOTFOUND when there is no such user.
+ */
+int kd_store_user_update(struct kd_store *s, const char *name, const bool *admin,
+                         const json_t *namespaces, char *err) KD_WUR;
+/** {"id","name","admin","namespaces":[...],"created_at","tokens":N live}; KD_ENOTFOUND. */
+int kd_store_user_get(struct kd_store *s, const char *name, json_t **out, char *err) KD_WUR;
+/** Every user as kd_store_user_get gives them, by name. */
+int kd_store_users_list(struct kd_store *s, json_t **out, char *err) KD_WUR;
+
+/**
+ * Record a token of user_id by the hex SHA-256 of its text (64 lower-case
+ * hex digits; the token itself is never stored). *id gets the token's id.
+ * KD_ENOTFOUND when the user does not exist.
+ */
+int kd_store_token_add(struct kd_store *s, int64_t user_id, const char *sha256_hex,
+                       const char *description, int64_t *id, char *err) KD_WUR;
+/**
+ * One token with its user, for authentication: {"id","sha256","revoked":bool,
+ * "user":{"id","name","admin","namespaces"}}. KD_ENOTFOUND when absent.
+ * The caller compares the hash (in constant time) and never shows it.
+ */
+int kd_store_token_get(struct kd_store *s, int64_t id, json_t **out, char *err) KD_WUR;
+/**
+ * Tokens without their hashes, newest first: {"id","user","description",
+ * "created_at","revoked_at"}; of the user `user`, or of everyone (NULL).
+ */
+int kd_store_tokens_list(struct kd_store *s, const char *user, json_t **out, char *err) KD_WUR;
+/** Revoke a token (again: no change). KD_ENOTFOUND when there is no such token. */
+int kd_store_token_revoke(struct kd_store *s, int64_t id, char *err) KD_WUR;
+
 #endif

@@ -74,6 +74,10 @@ struct dtrain_client_opts {
     long retry_ms;           /* how long a report keeps retrying [600000 = 10 min] */
     long request_timeout_ms; /* one request, long-polls excluded [30000] */
     int batch_rows;          /* training/profiling rows sent together [100], 1..10000 */
+    /* The CA that signed the controller's certificate, for https:// (copied): PEM text, or
+     * else a PEM file; both NULL: the system's CAs. */
+    const char *ca_pem;
+    const char *ca_file;
 };
 
 /**
@@ -84,8 +88,9 @@ int dtrain_client_new(const struct dtrain_client_opts *opts, struct dtrain_clien
 
 /**
  * A client from the launcher's environment: KDET_CONTROLLER_URL,
- * KDET_TOKEN, KDET_TRIAL_ID, KDET_NAMESPACE (optional), and for the key
- * prefix KDET_RUN_ID and RANK. DTRAIN_ENOTFOUND when KDET_CONTROLLER_URL
+ * KDET_TOKEN, KDET_TRIAL_ID, KDET_NAMESPACE (optional), the controller's
+ * CA KDET_CONTROLLER_CA (PEM text) or KDET_CONTROLLER_CA_FILE (optional),
+ * and for the key prefix KDET_RUN_ID and RANK. DTRAIN_ENOTFOUND when KDET_CONTROLLER_URL
  * is unset (the process runs outside kdet), DTRAIN_EINVAL naming the
  * variable for a bad value.
  */

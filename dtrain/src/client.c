@@ -38,7 +38,8 @@ struct batch {
 
 struct dtrain_client {
     char *url, *token, *ns, *trial, *prefix;
-    char *auth; /* "Authorization: Bearer ..." */
+    char *ca_pem, *ca_file; /* the controller's CA; NULL: the system's */
+    char *auth;             /* "Authorization: Bearer ..." */
     long retry_ms, timeout_ms;
     int batch_rows;
 
@@ -98,6 +99,8 @@ void dtrain_client_free(struct dtrain_client *c)
     free(c->ns);
     free(c->trial);
     free(c->prefix);
+    free(c->ca_pem);
+    free(c->ca_file);
     free(c->auth);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->send_mu);
@@ -136,6 +139,15 @@ int dtrain_client_new(const struct dtrain_client_opts *o, struct dtrain_client *
     c->trial = dupstr(slash ? slash + 1 : trial);
     c->url = dupstr(o->url);
     c->token = dupstr(o->token);
+    if (o->ca_pem != NULL && o->ca_pem[0] != '\0' &&
+        (c->ca_pem = strndup(o->ca_pem, 1u << 20)) == NULL) {
+        rc = DTRAIN_ENOMEM;
+        goto out;
+    }
+    if (o->ca_file != NULL && o->ca_file[0] != '\0' && (c->ca_file = dupstr(o->ca_file)) == NULL) {
+        rc = DTRAIN_ENOMEM;
+        goto out;
+    }
     if (c->ns == NULL || c->trial == NULL || c->url == NULL || c->token == NULL) {
         rc = DTRAIN_ENOMEM;
         goto out;
@@ -188,6 +200,8 @@ int dtrain_client_from_env(struct dtrain_client **out, char *err)
     o.token = getenv("KDET_TOKEN");
     o.trial = getenv("KDET_TRIAL_ID");
     o.ns = getenv("KDET_NAMESPACE");
+    o.ca_pem = getenv("KDET_CONTROLLER_CA");
+    o.ca_file = getenv("KDET_CONTROLLER_CA_FILE");
     if (o.url == NULL || o.url[0] == '\0') {
         rc = seterr(err, DTRAIN_ENOTFOUND,
                     "KDET_CONTROLLER_URL is not set: not running as a kdet trial");
@@ -262,6 +276,12 @@ static int request(struct dtrain_client *c, const char *method, const char *path
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    if (c->ca_pem != NULL) {
+        struct curl_blob blob = {c->ca_pem, strlen(c->ca_pem), CURL_BLOB_COPY};
+        curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &blob);
+    } else if (c->ca_file != NULL) {
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+    }
     if (body != NULL) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));

@@ -70,7 +70,9 @@ psqlq() { pgrun "$PGB/psql" -h "$PGDIR" -U kdet -d kdet -tAc "$1" 2>/dev/null; }
 
 # start_ctrl [ARGS...]: kdet-controller against that kdet-local (log appended to $T/ctrl.log).
 start_ctrl() {
-    "$KD_BUILD/bin/kdet-controller" --kubeconfig "$T/kubeconfig" --workers 2 --resync 5 "$@" \
+    # --plain-http: the API on 127.0.0.1 without TLS (tests/controller/api/test_api_tls.c and
+    # tests/cli/det_deploy.sh cover HTTPS).
+    "$KD_BUILD/bin/kdet-controller" --kubeconfig "$T/kubeconfig" --workers 2 --resync 5 --plain-http "$@" \
         >>"$T/ctrl.log" 2>&1 &
     CTRL_PID=$!
 }

@@ -81,7 +81,7 @@ check "rbac: a forbidden request is 403 for the service account" eval \
 
 start_pg || exit 1
 "$KD_BUILD/bin/kdet-controller" --kubeconfig "$CTRL_KC" --namespace "$NS" --workers 2 --resync 5 \
-    --database-url "$PG_URL" --api-listen 127.0.0.1:0 --leader-elect on --lease-namespace kdet \
+    --database-url "$PG_URL" --api-listen 127.0.0.1:0 --plain-http --leader-elect on --lease-namespace kdet \
     >>"$T/ctrl.log" 2>&1 &
 CTRL_PID=$!
 check "controller: leader election on a Lease in kdet" wait_for 30 grep -q 'msg="became leader"' "$T/ctrl.log"

@@ -211,6 +211,8 @@ controller:
   maxSlotsPerPod: 1
 api:
   service: {type: NodePort}
+  # det and curl reach the API through the node's address: the certificate names it.
+  tls: {extraIPs: [$KDET_REALNODE_GW]}
 database:
   mode: internal
   internal:
@@ -263,10 +265,16 @@ log "pods: $("${K[@]}" get pods -o wide --no-headers 2>&1 | awk '{ print $1, $3,
 
 # --- the API through the NodePort; det's settings -----------------------------------
 nodeport="$("${K[@]}" get svc kdet-controller -o 'jsonpath={.spec.ports[0].nodePort}')"
-export KDET_API_URL="http://$KDET_REALNODE_GW:$nodeport"
+export KDET_API_URL="https://$KDET_REALNODE_GW:$nodeport"
 KDET_API_TOKEN="$("${K[@]}" get secret kdet-user-token -o 'jsonpath={.data.token}' | base64 -d)"
 export KDET_API_TOKEN
-expect "api: /readyz through the NodePort $nodeport" '"status": ?"ready"' curl -sS --max-time 10 "$KDET_API_URL/readyz"
+# The API's CA, from the chart's Secret: det and curl trust it (docs/install.md).
+"${K[@]}" get secret kdet-api-tls -o 'jsonpath={.data.ca\.crt}' | base64 -d >"$work/api-ca.crt"
+export KDET_API_CA_FILE="$work/api-ca.crt"
+curl() { command curl --cacert "$KDET_API_CA_FILE" "$@"; }
+expect "api: plain HTTP is not served" '000' \
+	curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "http://$KDET_REALNODE_GW:$nodeport/healthz"
+expect "api: /readyz through the NodePort $nodeport over HTTPS (the chart's CA)" '"status": ?"ready"' curl -sS --max-time 10 "$KDET_API_URL/readyz"
 expect "api: a request without the user token is 401" '^401$' \
 	curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "$KDET_API_URL/api/v1/jobs"
 expect "api: and 200 with it" '^200$' \
@@ -279,7 +287,7 @@ port_fwd_pid=$!
 within 30 grep -q 'Forwarding from 127.0.0.1:' "$work/pf.log"
 pf_port="$(sed -n 's/^Forwarding from 127.0.0.1:\([0-9]*\).*/\1/p' "$work/pf.log" | head -n1)"
 expect "api: /healthz through kubectl port-forward (API server, kubelet, containerd)" '"status": ?"ok"' \
-	curl -sS --max-time 10 "http://127.0.0.1:${pf_port:-1}/healthz"
+	curl -sS --max-time 10 "https://127.0.0.1:${pf_port:-1}/healthz"
 kill "$port_fwd_pid" 2>/dev/null
 port_fwd_pid=""
 
@@ -427,6 +435,8 @@ within 120 bash -c "[[ \"\$(kubectl -n $INS get pods -l app.kubernetes.io/name=k
 expect "upgrade: the old pods are gone, both replicas run the new tag" "^(kdet-controller:${tag[controller]}-next ?){2}\$" images_now
 expect "upgrade: the user token and the trial-token key survived (lookup)" "^$KDET_API_TOKEN\$" \
 	bash -c "kubectl -n $INS get secret kdet-user-token -o 'jsonpath={.data.token}' | base64 -d"
+expect "upgrade: the API's CA survived (lookup): det still trusts the controller" '"status": ?"ready"' \
+	curl -sS --max-time 10 "$KDET_API_URL/readyz"
 finished "${E[longrun]}"
 expect "longrun: both trials COMPLETED, never restarted" '^COMPLETED 0? COMPLETED 0? ?$' \
 	"${U[@]}" get trials -l kdet.io/experiment=${E[longrun]} -o 'jsonpath={range .items[*]}{.status.state} {.status.restarts} {end}'

@@ -32,7 +32,8 @@ cleanup() {
 }
 trap cleanup EXIT
 chmod 755 "$tmp"
-unset KDET_API_URL KDET_API_TOKEN KDET_API_TOKEN_FILE
+unset KDET_API_URL KDET_API_TOKEN KDET_API_TOKEN_FILE KDET_API_CA_FILE
+export KDET_LOGIN_FILE=$tmp/login/user-token
 # json FILE PYTHON-EXPR: evaluate EXPR with j = the parsed file
 json() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 
@@ -43,8 +44,8 @@ rc=$?
     ok "no API configured: exit 4 and what to do" || bad "no API configured (exit $rc)" "$tmp/out"
 KDET_API_URL=http://127.0.0.1:9 "$det" checkpoint list e > "$tmp/out" 2>&1
 rc=$?
-[ $rc -eq 4 ] && grep -q "KDET_API_URL is set but neither KDET_API_TOKEN nor KDET_API_TOKEN_FILE is" "$tmp/out" &&
-    ok "a URL without a token: exit 4 naming the variables" || bad "URL without token (exit $rc)" "$tmp/out"
+[ $rc -eq 4 ] && grep -q "needs a user token: run det user login, or set KDET_API_TOKEN (or KDET_API_TOKEN_FILE)" "$tmp/out" &&
+    ok "a URL without a token: exit 4 naming what to do" || bad "URL without token (exit $rc)" "$tmp/out"
 
 # ---- deploy: a user token in a 0600 file, the API URL recorded
 if ! timeout 120 "$det" deploy local up --data-dir "$dd" --port 0 --gpus 2 > "$tmp/up.out" 2> "$tmp/up.err"; then
@@ -55,14 +56,21 @@ eval "$(cat "$tmp/up.out")"
 token=$(cat "$dd/user-token")
 [ "$(stat -c %a "$dd/user-token")" = 600 ] && [ ${#token} -ge 32 ] && ok "user token: mode 0600, 32+ characters" ||
     bad "user token file"
-grep -q "^export KDET_API_URL=http://127.0.0.1:[0-9]* KDET_API_TOKEN_FILE=$dd/user-token$" "$tmp/up.out" &&
-    ok "up prints KDET_API_URL and the token file's name" || bad "export KDET_API_URL line" "$tmp/up.out"
+grep -q "^export KDET_API_URL=https://127.0.0.1:[0-9]* KDET_API_TOKEN_FILE=$dd/user-token KDET_API_CA_FILE=$dd/controller.crt$" "$tmp/up.out" &&
+    ok "up prints KDET_API_URL (https), the token file's name and the CA det trusts" || bad "export KDET_API_URL line" "$tmp/up.out"
+[ "$(stat -c %a "$dd/controller.key")" = 600 ] && [ "$(stat -c %a "$dd/controller.crt")" = 644 ] &&
+    ok "the controller's certificate 0644, its key 0600" || bad "controller certificate modes"
+kcurl() { curl --cacert "$dd/controller.crt" "$@"; }
+code=$(curl -s -o /dev/null -w '%{http_code}' "$KDET_API_URL/healthz")
+[ "$code" = 000 ] && ok "the controller API's certificate is not trusted without its CA" || bad "healthz without the CA: HTTP $code"
+code=$(curl -s -o /dev/null -w '%{http_code}' "${KDET_API_URL/https/http}/healthz")
+[ "$code" = 000 ] && ok "no plain HTTP on the controller API's port" || bad "plain HTTP healthz: HTTP $code"
 grep -qF -- "$token" "$tmp/up.out" "$tmp/up.err" && bad "up printed the token" || ok "up does not print the token"
-for _ in $(seq 150); do curl -sf "$KDET_API_URL/healthz" > /dev/null && break; sleep 0.2; done
+for _ in $(seq 150); do kcurl -sf "$KDET_API_URL/healthz" > /dev/null && break; sleep 0.2; done
 "$det" deploy local status --data-dir "$dd" > "$tmp/out" 2>&1 &&
     grep -qE "^  controller-api +healthy +$KDET_API_URL, user token in $dd/user-token$" "$tmp/out" &&
     ok "status: the controller API healthy, its URL and the token file" || bad "status controller-api" "$tmp/out"
-code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/jobs")
+code=$(kcurl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/jobs")
 [ "$code" = 200 ] && ok "the controller serves the user API with that token" || bad "user API answered $code"
 
 # ---- a checkpoint in shared_fs storage, written with lib/storage (manifest and hashes)
@@ -76,6 +84,12 @@ size=$(du -sb "$tmp/model" | cut -f1)
 # ---- an experiment whose worker reports known metrics and registers that checkpoint
 cat > "$tmp/worker.sh" <<'W'
 H="Authorization: Bearer $KDET_TOKEN"
+# The controller's CA, as every trial pod gets it (KDET_CONTROLLER_CA, from the token Secret).
+[ -n "${KDET_CONTROLLER_CA:-}" ] || { echo "no KDET_CONTROLLER_CA" >&2; exit 1; }
+CA=$(mktemp)
+trap 'rm -f "$CA"' EXIT
+printf '%s\n' "$KDET_CONTROLLER_CA" > "$CA"
+curl() { command curl --cacert "$CA" "$@"; }
 B="$KDET_CONTROLLER_URL/api/v1/namespaces/$KDET_NAMESPACE/trials/$KDET_TRIAL_ID"
 done=0
 while :; do
@@ -116,7 +130,7 @@ experiment pre "  entrypoint: sleep 60
   searcher: {name: random, metric: loss, max_trials: 2, max_length: {batches: 10}}
   resources: {slots_per_trial: 1}" || bad "create experiment pre" "$tmp/out"
 for _ in $(seq 150); do
-    curl -s -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/experiments/pre/trials" > "$tmp/p.json"
+    kcurl -s -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/experiments/pre/trials" > "$tmp/p.json"
     [ "$(json "$tmp/p.json" "len([t for t in j['trials'] if 'id' in t])")" = 2 ] && break
     sleep 0.2
 done
@@ -138,7 +152,7 @@ kubectl get pods -l kdet.io/trial=pre-1 -o name > "$tmp/out" 2>&1 && [ ! -s "$tm
 rc=$?
 [ $rc -eq 1 ] && grep -q "trial pre-1 has already ended (CANCELED): nothing to kill" "$tmp/out" &&
     ok "killing an ended trial: exit 1 saying so" || bad "kill an ended trial (exit $rc)" "$tmp/out"
-code=$(curl -s -o "$tmp/t.json" -w '%{http_code}' -X POST -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/trials/pre-1/kill")
+code=$(kcurl -s -o "$tmp/t.json" -w '%{http_code}' -X POST -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/trials/pre-1/kill")
 [ "$code" = 409 ] && grep -q "has already ended (CANCELED)" "$tmp/t.json" && ok "API: POST trials/{t}/kill of an ended trial is 409" ||
     bad "API kill of an ended trial (HTTP $code)" "$tmp/t.json"
 (unset KDET_API_URL KDET_API_TOKEN_FILE; KDET_DATA_DIR=$tmp/none "$det" trial kill pre-2) > "$tmp/out" 2>&1
@@ -183,17 +197,17 @@ rc=$?
     bad "API from the data dir" "$tmp/out"
 
 # ---- integer ids: the store's ids, through the controller API
-code=$(curl -s -o "$tmp/e.json" -w '%{http_code}' -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/experiments/apiexp")
+code=$(kcurl -s -o "$tmp/e.json" -w '%{http_code}' -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/experiments/apiexp")
 eid=$(json "$tmp/e.json" "j['experiment']['id']")
 tid=$(json "$tmp/e.json" "[t['id'] for t in j['trials'] if t['name'] == 'apiexp-1'][0]")
 [ "$code" = 200 ] && [ "$eid" -gt 0 ] 2>/dev/null && [ "$tid" -gt 0 ] 2>/dev/null &&
     ok "API: GET experiments/apiexp carries the store ids of the experiment ($eid) and its trial ($tid)" ||
     bad "API ids (HTTP $code)" "$tmp/e.json"
-curl -s -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/experiments/$eid" > "$tmp/e.json"
-curl -s -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/trials/$tid" > "$tmp/t.json"
+kcurl -s -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/experiments/$eid" > "$tmp/e.json"
+kcurl -s -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/default/trials/$tid" > "$tmp/t.json"
 [ "$(json "$tmp/e.json" "j['experiment']['name']")" = apiexp ] && [ "$(json "$tmp/t.json" "(j['trial']['name'], j['trial']['id'])")" = "('apiexp-1', $tid)" ] &&
     ok "API: an all-digit name that no object has is looked up as a store id" || bad "API lookup by id" "$tmp/t.json"
-code=$(curl -s -o "$tmp/t.json" -w '%{http_code}' -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/kube-public/trials/$tid")
+code=$(kcurl -s -o "$tmp/t.json" -w '%{http_code}' -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/namespaces/kube-public/trials/$tid")
 [ "$code" = 404 ] && grep -q "no trial of namespace kube-public is named $tid or has the id $tid" "$tmp/t.json" &&
     ok "API: an id of another namespace is 404" || bad "API id in another namespace (HTTP $code)" "$tmp/t.json"
 "$det" experiment list > "$tmp/l.txt" 2> "$tmp/out"
@@ -250,6 +264,58 @@ experiment "'$eid'" "  paused: true
 grep -qE "^Resource: +$eid$" "$tmp/d.txt" && ok "an experiment named $eid is found by that name before the id" ||
     bad "name before id" "$tmp/d.txt"
 timeout 30 kubectl delete exp "$eid" > "$tmp/out" 2>&1 || bad "delete experiment $eid" "$tmp/out"
+
+# ---- users and namespaces (docs/security.md)
+"$det" user whoami > "$tmp/w.txt" 2> "$tmp/out" && grep -qE "^user: +admin$" "$tmp/w.txt" &&
+    grep -qE "^admin: +yes$" "$tmp/w.txt" && ok "det user whoami: the local deployment's token is the bootstrap administrator" ||
+    bad "whoami admin" "$tmp/out"
+"$det" user create alice --namespaces default --token-file "$tmp/alice.tok" > "$tmp/out" 2>&1 &&
+    [ "$(stat -c %a "$tmp/alice.tok")" = 600 ] && grep -q "^kdet_[0-9]*_" "$tmp/alice.tok" &&
+    grep -q "created user alice (admin: no, namespaces: default)" "$tmp/out" &&
+    ok "det user create --token-file: the token in a 0600 file" || bad "user create alice" "$tmp/out"
+"$det" user create bob --namespaces team-b > "$tmp/bob.tok" 2> "$tmp/out" && [ "$(grep -c . "$tmp/bob.tok")" = 1 ] &&
+    ok "det user create: the token alone on stdout" || bad "user create bob" "$tmp/out"
+"$det" user create bob > "$tmp/out" 2>&1
+[ $? -eq 1 ] && grep -q "user bob already exists" "$tmp/out" && ok "a second bob: exit 1 saying so" || bad "duplicate user" "$tmp/out"
+KDET_API_TOKEN=$(cat "$tmp/bob.tok") "$det" trial metrics apiexp-1 > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 4 ] && grep -q "403 Forbidden): user bob may not use namespace default" "$tmp/out" &&
+    ok "bob (namespace team-b) is refused apiexp-1's metrics: exit 4, 403" || bad "bob reads default (exit $rc)" "$tmp/out"
+KDET_API_TOKEN=$(cat "$tmp/bob.tok") "$det" job list -o json > "$tmp/j.json" 2> "$tmp/out"
+[ "$(json "$tmp/j.json" "len(j['jobs'])")" = 0 ] && ok "bob's job list has none of namespace default's jobs" ||
+    bad "bob's job list" "$tmp/j.json"
+(unset KDET_API_TOKEN_FILE; "$det" user login --token-file "$tmp/alice.tok") > "$tmp/out" 2>&1 &&
+    [ "$(stat -c %a "$KDET_LOGIN_FILE")" = 600 ] && grep -q "logged in" "$tmp/out" &&
+    ok "det user login: the token checked and kept (0600)" || bad "login alice" "$tmp/out"
+(unset KDET_API_TOKEN_FILE; "$det" user whoami; "$det" trial metrics apiexp-1 -o json > "$tmp/m.json") > "$tmp/w.txt" 2> "$tmp/out" &&
+    grep -qE "^user: +alice$" "$tmp/w.txt" && [ "$(json "$tmp/m.json" "len(j['metrics'])")" = 3 ] &&
+    ok "after login det is alice, who reads namespace default" || bad "alice after login" "$tmp/out"
+(unset KDET_API_TOKEN_FILE; "$det" user list) > "$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 4 ] && grep -q "is for administrators; user alice is not one" "$tmp/out" && ok "det user list as alice: 403" ||
+    bad "alice lists users (exit $rc)" "$tmp/out"
+"$det" user list > "$tmp/u.txt" 2> "$tmp/out" && grep -qE "^NAME +ADMIN +NAMESPACES +TOKENS +CREATED$" "$tmp/u.txt" &&
+    grep -qE "^alice +no +default +1 " "$tmp/u.txt" && grep -qE "^bob +no +team-b +1 " "$tmp/u.txt" &&
+    ok "det user list (administrator)" || bad "user list" "$tmp/u.txt"
+"$det" user update bob --namespaces team-b,default > "$tmp/out" 2>&1 &&
+    KDET_API_TOKEN=$(cat "$tmp/bob.tok") "$det" trial metrics apiexp-1 -o json > "$tmp/m.json" 2>> "$tmp/out" &&
+    ok "det user update --namespaces opens namespace default to bob" || bad "user update bob" "$tmp/out"
+aid=$("$det" token list --user alice -o json 2> "$tmp/out" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+"$det" token revoke "$aid" > "$tmp/out" 2>&1 && grep -q "token $aid of user alice revoked" "$tmp/out" &&
+    ok "det token revoke (administrator)" || bad "token revoke" "$tmp/out"
+(unset KDET_API_TOKEN_FILE; "$det" user whoami) > "$tmp/out" 2>&1
+[ $? -eq 4 ] && grep -q "401 Unauthorized" "$tmp/out" && ok "a revoked token: 401, exit 4" || bad "revoked token" "$tmp/out"
+"$det" user logout > "$tmp/out" 2>&1 && [ ! -e "$KDET_LOGIN_FILE" ] && ok "det user logout forgets the token" ||
+    bad "logout" "$tmp/out"
+KDET_API_TOKEN=$(cat "$tmp/bob.tok") "$det" token create --description ci > "$tmp/bob2.tok" 2> "$tmp/out" &&
+    KDET_API_TOKEN=$(cat "$tmp/bob2.tok") "$det" user whoami > "$tmp/w.txt" 2>> "$tmp/out" && grep -qE "^user: +bob$" "$tmp/w.txt" &&
+    ok "det token create: bob's new token works" || bad "bob token create" "$tmp/out"
+KDET_API_TOKEN=$(cat "$tmp/bob.tok") "$det" token create --user alice > "$tmp/out" 2>&1
+[ $? -eq 4 ] && grep -q "only an administrator may make tokens for another user" "$tmp/out" &&
+    ok "bob cannot make alice a token" || bad "bob makes alice's token" "$tmp/out"
+(KDET_API_CA_FILE=/etc/hostname "$det" user whoami) > "$tmp/out" 2>&1
+[ $? -eq 4 ] && grep -q "certificate det does not trust" "$tmp/out" && ok "a CA that did not sign the controller's certificate: refused" ||
+    bad "wrong CA" "$tmp/out"
 
 # ---- checkpoints
 "$det" checkpoint list apie > "$tmp/c.txt" 2> "$tmp/out"
@@ -351,6 +417,8 @@ grep -qE "^[a-z0-9.-]+ +default +gpu +2 +[0-2] +2 " "$tmp/agents.txt" &&
 
 grep -rqF -- "$token" "$tmp"/*.txt "$tmp"/*.json "$tmp/out" "$dd/logs" 2>/dev/null && bad "the user token appears in output or logs" ||
     ok "the user token is in no output and no log"
+grep -rqF -e "$(cat "$tmp/alice.tok")" -e "$(cat "$tmp/bob.tok")" "$dd/logs" 2>/dev/null && bad "a user's token appears in the logs" ||
+    ok "users' tokens are in no log"
 timeout 60 "$det" deploy local down --data-dir "$dd" > "$tmp/out" 2>&1 && ok "deploy local down" || bad "down" "$tmp/out"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

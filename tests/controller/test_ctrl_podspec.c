@@ -49,6 +49,7 @@ static void golden(const char *name)
         o.latest_checkpoint = json_string_value(json_object_get(api, "latest_checkpoint"));
         o.experiment_int_id = json_integer_value(json_object_get(api, "experiment_int_id"));
         o.trial_int_id = json_integer_value(json_object_get(api, "trial_int_id"));
+        o.controller_ca = json_is_true(json_object_get(api, "controller_ca"));
     }
     o.context = json_object_get(in, "context"); /* the Experiment's spec.context */
     o.run_as_user = (long)json_integer_value(json_object_get(in, "run_as_user"));
@@ -116,6 +117,13 @@ static void test_api(void **s)
 {
     (void)s;
     golden("api");
+}
+
+/* The API over HTTPS: KDET_CONTROLLER_CA from the token Secret's ca.crt (optional). */
+static void test_api_tls(void **s)
+{
+    (void)s;
+    golden("api_tls");
 }
 
 static void test_sharedfs(void **s)
@@ -361,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_cpu_slots),
         cmocka_unit_test(test_cpu_slots_multi),
         cmocka_unit_test(test_api),
+        cmocka_unit_test(test_api_tls),
         cmocka_unit_test(test_sharedfs),
         cmocka_unit_test(test_nonroot),
         cmocka_unit_test(test_asroot),

@@ -88,9 +88,43 @@ check(len(pw) >= 32 and url == "postgresql://kdet:%s@kdet-postgresql.kdet.svc:54
 sts = find(objs, "StatefulSet", "kdet-postgresql")
 check(sts and sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "8Gi", "PostgreSQL keeps its data on an 8Gi PersistentVolumeClaim")
 check(sts and sts["spec"]["template"]["spec"]["securityContext"].get("runAsNonRoot") is True, "PostgreSQL runs as non-root")
+# ---- TLS: a CA and a certificate for the Service's names, mounted; probes over HTTPS
+import subprocess as sp
+tls = find(objs, "Secret", "kdet-api-tls")
+check(tls is not None and tls["type"] == "kubernetes.io/tls" and sorted(tls["data"]) == ["ca.crt", "tls.crt", "tls.key"],
+      "a TLS Secret kdet-api-tls (tls.crt, tls.key, ca.crt) is generated")
+def x509(pem, *args):
+    return sp.run(["openssl", "x509", "-noout", *args], input=pem, capture_output=True, text=True).stdout
+if tls:
+    crt, ca = (base64.b64decode(tls["data"][k]).decode() for k in ("tls.crt", "ca.crt"))
+    text = x509(crt, "-text")
+    for name in ("DNS:kdet-controller.kdet.svc", "DNS:kdet-controller.kdet.svc.cluster.local", "DNS:kdet-controller", "IP Address:127.0.0.1"):
+        check(name in text, "the API certificate names %s" % name)
+    with open("/tmp/kd-chart-ca.%d.pem" % os.getpid(), "w") as f:
+        f.write(ca)
+    v = sp.run(["openssl", "verify", "-CAfile", f.name], input=crt, capture_output=True, text=True)
+    os.unlink(f.name)
+    check(v.returncode == 0, "the certificate is signed by ca.crt (%s)" % (v.stdout + v.stderr).strip())
+    check("CA:TRUE" in x509(ca, "-text"), "ca.crt is a CA")
+for a in ("--tls-cert-file=/etc/kdet-tls/tls.crt", "--tls-key-file=/etc/kdet-tls/tls.key", "--tls-ca-file=/etc/kdet-tls/ca.crt",
+          "--controller-url=https://kdet-controller.kdet.svc:8080"):
+    check(a in args, "defaults: %s" % a)
+mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+vols = {v["name"]: v for v in pod.get("volumes", [])}
+check(mounts.get("api-tls", {}).get("mountPath") == "/etc/kdet-tls" and mounts["api-tls"].get("readOnly") is True and
+      vols.get("api-tls", {}).get("secret", {}).get("secretName") == "kdet-api-tls", "the TLS Secret is mounted read-only at /etc/kdet-tls")
+for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+    check(c.get(probe, {}).get("httpGet", {}).get("scheme") == "HTTPS", "%s over HTTPS" % probe)
+check(ann.get("prometheus.io/scheme") == "https", "Prometheus scrapes over HTTPS")
+extra = render("--set", "api.tls.extraDnsNames={kdet.example.org}", "--set", "api.tls.extraIPs={192.0.2.7}")
+et = find(extra, "Secret", "kdet-api-tls")
+etext = x509(base64.b64decode(et["data"]["tls.crt"]).decode(), "-text") if et else ""
+check("DNS:kdet.example.org" in etext and "IP Address:192.0.2.7" in etext, "extraDnsNames and extraIPs reach the certificate")
 objs2 = render()
 tok2 = find(objs2, "Secret", "kdet-user-token")
 check(tok and tok2 and tok["data"]["token"] != tok2["data"]["token"], "each fresh render generates a new token (lookup keeps it on upgrade)")
+tls2 = find(objs2, "Secret", "kdet-api-tls")
+check(tls and tls2 and tls["data"]["ca.crt"] != tls2["data"]["ca.crt"], "each fresh render generates a new CA (lookup keeps it on upgrade)")
 svc = find(objs, "Service", "kdet-controller")
 check(svc and svc["spec"]["type"] == "ClusterIP" and svc["spec"]["ports"][0]["port"] == 8080, "the Service is ClusterIP on 8080")
 check(len([o for o in objs if o["kind"] == "PriorityClass"]) == 3, "three PriorityClasses")
@@ -119,7 +153,7 @@ pod = dep["spec"]["template"]["spec"] if dep else {}
 c = (pod.get("containers") or [{}])[0]
 args = c.get("args", [])
 want_args = ["--scheduler=fair_share", "--preemption=off", "--workers=8", "--gang-scheduler=volcano",
-             "--gang-queue=research", "--controller-url=http://kdet-controller.kdet.svc:9090",
+             "--gang-queue=research", "--controller-url=https://kdet-controller.kdet.svc:9090",
              "--api-listen=0.0.0.0:9090", "--image=registry.example/kdet-trainer:9.9.9",
              "--namespace=ml", "--idle-release-after=60", "--resync=45", "--kube-api-qps=20",
              "--kube-api-burst=40", "--trial-run-as-user=1000", "--leader-elect=on",
@@ -137,6 +171,11 @@ check(env["KDET_USER_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "my-token",
 check(env["KDET_LOG_LEVEL"]["value"] == "debug", "full values: logLevel")
 check(find(objs, "StatefulSet") is None and find(objs, "Secret", "kdet-database") is None, "external database: no StatefulSet, no generated database Secret")
 check(find(objs, "Secret", "kdet-user-token") is None, "existing token Secret: none generated")
+check(find(objs, "Secret", "kdet-api-tls") is None, "existing TLS Secret: none generated")
+vols = {v["name"]: v for v in pod.get("volumes", [])}
+check(vols.get("api-tls", {}).get("secret", {}).get("secretName") == "my-tls" and
+      {"key": "tls.crt", "path": "ca.crt"} in vols["api-tls"]["secret"].get("items", []),
+      "full values: the existing TLS Secret, its CA from caKey (tls.crt)")
 check(find(objs, "PriorityClass") is None, "priorityClasses.create=false: none")
 svc = find(objs, "Service", "kdet-controller")
 check(svc["spec"]["type"] == "NodePort" and svc["spec"]["ports"][0].get("nodePort") == 30090, "full values: NodePort service")
@@ -178,7 +217,8 @@ for setv, want in [("replicas=0", "/replicas"), ("controller.scheduler=fifo", "/
                    ("controller.logLevel=loud", "/controller/logLevel"),
                    ("controller.slotType=tpu", "/controller/slotType"), ("controller.cpuPerSlot=lots", "/controller/cpuPerSlot"),
                    ("controller.maxSlotsPerPod=-1", "/controller/maxSlotsPerPod"),
-                   ("checkpointStorage.sharedFs.hostPath=relative", "/checkpointStorage/sharedFs/hostPath")]:
+                   ("checkpointStorage.sharedFs.hostPath=relative", "/checkpointStorage/sharedFs/hostPath"),
+                   ("api.tls.extraIPs={not-an-ip}", "/api/tls/extraIPs"), ("api.tls.caKey=", "/api/tls/caKey")]:
     rc, out, err = helm("template", "kdet", "helm/kdet", "--set", setv)
     check(rc != 0 and want in err, "schema refuses %s, naming %s (%s)" % (setv, want, err.strip().splitlines()[-1] if err.strip() else "no error"))
 for setv, want in [(["database.mode=external"], "database.external.secretName is required"),

@@ -21,6 +21,16 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}
 {{- .Values.api.existingTokenSecret | default "kdet-user-token" -}}
 {{- end -}}
 
+{{/* The Secret holding the API's certificate, key and CA. */}}
+{{- define "kdet.tlsSecret" -}}
+{{- .Values.api.tls.existingSecret | default "kdet-api-tls" -}}
+{{- end -}}
+
+{{/* The key of the CA in that Secret. */}}
+{{- define "kdet.tlsCaKey" -}}
+{{- if .Values.api.tls.existingSecret -}}{{ .Values.api.tls.caKey }}{{- else -}}ca.crt{{- end -}}
+{{- end -}}
+
 {{/* The Secret holding the database DSN (key: see kdet.dbKey). */}}
 {{- define "kdet.dbSecret" -}}
 {{- if eq .Values.database.mode "external" -}}

@@ -19,3 +19,10 @@ $(eval $(call kd_test,test_api_limits,tests/controller/api/test_api_limits.c $(A
 $(eval $(call kd_test,test_api_logs,tests/controller/api/test_api_logs.c $(API_TEST_SRCS),launch $(API_TEST_KD_LIBS),$(API_TEST_LDLIBS) -ldl,120,,$(API_TEST_DEPS)))
 # Profiler samples: kind profiling rows read back by group through GET .../trials/{t}/profiler.
 $(eval $(call kd_test,test_api_profiler,tests/controller/api/test_api_profiler.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
+# Users and namespaces: every route of the route table against another user's token.
+$(eval $(call kd_test,test_api_authz,tests/controller/api/test_api_authz.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
+# Token text, user and namespace names, namespace decisions (pure), with the fuzz target's checks.
+$(eval $(call kd_test,test_api_usertoken,tests/controller/api/test_api_usertoken.c tests/fuzz/fuzz_utoken.c,$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),60))
+# The API over HTTPS: trust, refusal, plain HTTP only on 127.0.0.1, libdtrain's and kdet-launch's CA.
+$(O)/obj/tests/controller/api/test_api_tls.o: KD_CFLAGS += -Ilauncher
+$(eval $(call kd_test,test_api_tls,tests/controller/api/test_api_tls.c dtrain/src/client.c launcher/cacert.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))

@@ -83,12 +83,12 @@ static void test_user_api_disabled(void **state)
     assert_non_null(strstr(err, "token_key"));
     o.token_key_len = sizeof(fx_key);
     assert_int_equal(kd_api_start(&o, &api, err), 0);
-    /* Without a user token the user endpoints are closed, whatever is sent. */
+    /* Without a bootstrap token only the store's user tokens open the user endpoints. */
     snprintf(url, sizeof(url), "%s", fx.url);
     snprintf(fx.url, sizeof(fx.url), "http://127.0.0.1:%d", kd_api_port(api));
     json_t *out = NULL;
     assert_int_equal(fx_http("GET", NSP "experiments", FX_USER_TOKEN, NULL, &out), 401);
-    assert_non_null(strstr(json_string_value(json_object_get(out, "error")), "disabled"));
+    assert_non_null(strstr(json_string_value(json_object_get(out, "error")), "user token"));
     json_decref(out);
     assert_int_equal(fx_http("GET", NSP "experiments", "", NULL, NULL), 401);
     snprintf(fx.url, sizeof(fx.url), "%s", url);

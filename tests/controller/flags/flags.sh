@@ -88,5 +88,20 @@ gang_refused "--default-checkpoint-storage: $tmpd/absent.json: No such file" "$c
 head -c 70000 /dev/zero | tr '\0' ' ' >"$tmpd/big.json"
 gang_refused "--default-checkpoint-storage: $tmpd/big.json: larger than 64 KiB" "$ctrl" --default-checkpoint-storage "$tmpd/big.json"
 rm -rf "$tmpd"
+# The API's transport: HTTPS from a certificate and key, or plain HTTP when asked for and
+# only on 127.0.0.1 (checked before any connection).
+db="--database-url=host=/nonexistent"
+gang_refused "needs --tls-cert-file and --tls-key-file, or --plain-http" "$ctrl" "$db"
+gang_refused "--plain-http: the API listens on 0.0.0.0" "$ctrl" "$db" --plain-http --api-listen 0.0.0.0:8080
+gang_refused "--plain-http: the API listens on 10.0.0.1" "$ctrl" --api-listen 10.0.0.1:8080 --plain-http=on
+gang_refused "--tls-cert-file and --tls-key-file go together" "$ctrl" "$db" --tls-cert-file /x.crt
+gang_refused "--plain-http and --tls-cert-file exclude each other" "$ctrl" "$db" --tls-cert-file /x.crt --tls-key-file /x.key --plain-http
+gang_refused "--tls-ca-file needs --tls-cert-file" "$ctrl" --tls-ca-file /ca.crt
+gang_refused "--plain-http=maybe: expected on or off" "$ctrl" --plain-http=maybe
+out=$(timeout 10 "$ctrl" "$db" --plain-http --log-level nope 2>&1)
+echo "$out" | head -1 | grep -qF -- "--log-level=nope"
+check $? "--plain-http on 127.0.0.1 accepted: $(echo "$out" | head -1)"
+"$ctrl" --help | grep -q -- "--tls-cert-file FILE"
+check $? "--help lists --tls-cert-file"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -10,3 +10,4 @@ $(eval $(call kd_test,test_store_registry,tests/controller/store/test_store_regi
 # Random kills of the server while four workers stream (bounded, about a minute).
 $(eval $(call kd_test,test_store_soak,tests/controller/store/test_store_soak.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),240,slow))
 $(eval $(call kd_test,test_store_logs,tests/controller/store/test_store_logs.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
+$(eval $(call kd_test,test_store_users,tests/controller/store/test_store_users.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
