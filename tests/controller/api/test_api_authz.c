@@ -138,6 +138,22 @@ static void cross_user_me(void)
     json_decref(out);
 }
 
+/* The controller's slot settings: the same for every user, nothing of anyone's. */
+static void cross_user_info(void)
+{
+    json_t *out = NULL;
+    const char *k;
+    json_t *v;
+    assert_int_equal(fx_http("GET", "/api/v1/info", tok_bob, NULL, &out), 200);
+    json_object_foreach(out, k, v)
+    {
+        (void)v;
+        assert_true(strcmp(k, "namespace") == 0 || strcmp(k, "slots") == 0);
+    }
+    assert_non_null(json_object_get(out, "slots"));
+    json_decref(out);
+}
+
 static void cross_user_tokens_list(void)
 {
     json_t *out = NULL;
@@ -173,6 +189,7 @@ static const struct {
 } unscoped[] = {
     {"GET", "api/v1/jobs", cross_user_jobs},
     {"GET", "api/v1/me", cross_user_me},
+    {"GET", "api/v1/info", cross_user_info},
     {"GET", "api/v1/tokens", cross_user_tokens_list},
     {"POST", "api/v1/tokens", cross_user_tokens_create},
     {"POST", "api/v1/tokens/*/revoke", cross_user_tokens_revoke},
