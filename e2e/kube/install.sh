@@ -407,7 +407,12 @@ expect "twopod: its validation stored" '^1$' exp_metrics "${E[twopod]}" validati
 fmnist longrun "{name: random, metric: validation_loss, smaller_is_better: true, max_trials: 2, max_concurrent_trials: 2, max_length: {batches: 30000}}" 1
 sed -i 's/ --quiet$/ --quiet --report-every 1000/; s/hidden_units: 32/hidden_units: 512/' "$work/longrun.yaml"
 if create longrun; then ok "det experiment create longrun (2 trials of 30000 batches)"; else bad "det experiment create longrun" "$(tail -c 600 "$work/create-longrun.log")"; fi
-within 120 bash -c "[[ \"\$(kubectl -n $NS get trial -l kdet.io/experiment=${E[longrun]} -o 'jsonpath={.items[*].status.state}')\" == *RUNNING* ]]"
+# Both trials' workers running (a trial is ACTIVE from its creation on).
+if within 120 bash -c "[[ \"\$(kubectl -n $NS get pods -l kdet.io/experiment=${E[longrun]} -o 'jsonpath={range .items[*]}{.status.containerStatuses[0].state.running.startedAt} {end}' | wc -w)\" == 2 ]]"; then
+	ok "longrun: both trials' containers running"
+else
+	bad "longrun: both trials' containers running" "$("${U[@]}" get pods -l "kdet.io/experiment=${E[longrun]}" -o wide 2>&1 | head -c 600)"
+fi
 old="$(leader)"
 log "deleting the leader's pod $old"
 t0=$(now)
