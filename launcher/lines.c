@@ -92,25 +92,6 @@ out:
     return rc;
 }
 
-/*
- * Where to cut a full line of n bytes so that no UTF-8 sequence is split:
- * before the last sequence when it is incomplete, else at n. Invalid bytes
- * are not our business: they are cut anywhere.
- */
-static size_t utf8_cut(const unsigned char *s, size_t n)
-{
-    for (size_t back = 1; back <= 4 && back <= n; back++) {
-        unsigned char c = s[n - back];
-        if ((c & 0xC0) == 0x80)
-            continue; /* continuation byte: keep looking for the lead */
-        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        if (want > back && n - back > 0)
-            return n - back;
-        return n;
-    }
-    return n;
-}
-
 int kd_lines_feed(struct kd_lines *l, const void *data, size_t n)
 {
     const char *p = data;
@@ -126,7 +107,9 @@ int kd_lines_feed(struct kd_lines *l, const void *data, size_t n)
                 kd_buf_reset(&l->part);
                 p++;
             } else {
-                size_t cut = utf8_cut((const unsigned char *)l->part.data, l->part.len);
+                size_t cut = kd_utf8_cut((const unsigned char *)l->part.data, l->part.len);
+                if (cut == 0) /* one incomplete sequence as long as a line: cut it */
+                    cut = l->part.len;
                 (void)emit(l, l->part.data, cut, "", 0);
                 kd_buf_consume(&l->part, cut);
             }

@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "core/str.h"
 #include "core/alloc.h"
 #include "core/time.h"
 
@@ -89,19 +90,6 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
     return want;
 }
 
-/* Where to cut n bytes of s so that no UTF-8 sequence is split (n itself when none is). */
-static size_t utf8_cut(const unsigned char *s, size_t n)
-{
-    for (size_t back = 1; back <= 4 && back <= n; back++) {
-        unsigned char c = s[n - back];
-        if ((c & 0xC0) == 0x80)
-            continue;
-        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        return want > back ? n - back : n;
-    }
-    return n;
-}
-
 /* Append src (n bytes) to dst as valid UTF-8; returns the new end. dst has 3n bytes of room. */
 static char *append_valid(char *dst, const unsigned char *src, size_t n)
 {
@@ -153,7 +141,7 @@ void kd_logq_push(struct kd_logq *q, int rank, int stream, int64_t ts_ms, int64_
     memcpy(raw, a, alen);
     memcpy(raw + alen, b, blen);
     if (total > KD_LOGQ_LINE_MAX) {
-        keep = utf8_cut(raw, KD_LOGQ_LINE_MAX);
+        keep = kd_utf8_cut(raw, KD_LOGQ_LINE_MAX);
         cut_bytes = total - keep;
     }
     char marker[80] = "";

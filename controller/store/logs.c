@@ -43,19 +43,6 @@ void kd_store_logs_retain(int64_t used, bool capped, int64_t cap, const size_t *
     out->marker = out->keep < n;
 }
 
-/* Where to cut n bytes of s so that no UTF-8 sequence is split. */
-static size_t utf8_cut(const unsigned char *s, size_t n)
-{
-    for (size_t back = 1; back <= 4 && back <= n; back++) {
-        unsigned char c = s[n - back];
-        if ((c & 0xC0) == 0x80)
-            continue;
-        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        return want > back ? n - back : n;
-    }
-    return n;
-}
-
 static int check_batch(const struct kd_log_batch *b, char *err)
 {
     int rc = 0;
@@ -115,7 +102,7 @@ static char *lines_param(const struct kd_log_batch *b, size_t keep, bool marker,
         const struct kd_log_line *l = &b->lines[i];
         json_t *text;
         if (l->len > KD_STORE_LOG_LINE_MAX) {
-            size_t cut = utf8_cut((const unsigned char *)l->text, KD_STORE_LOG_LINE_MAX - 80);
+            size_t cut = kd_utf8_cut((const unsigned char *)l->text, KD_STORE_LOG_LINE_MAX - 80);
             char *t = kd_xasprintf("%.*s [kdet-controller: line cut, %zu bytes dropped]", (int)cut,
                                    l->text, l->len - cut);
             text = json_string(t);

@@ -113,6 +113,18 @@ bool kd_str_has_suffix(const char *s, const char *suffix)
     return n >= m && memcmp(s + n - m, suffix, m) == 0;
 }
 
+size_t kd_utf8_cut(const unsigned char *s, size_t n)
+{
+    for (size_t back = 1; back <= 4 && back <= n; back++) {
+        unsigned char c = s[n - back];
+        if ((c & 0xC0) == 0x80)
+            continue; /* continuation byte: keep looking for the lead */
+        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return want > back ? n - back : n;
+    }
+    return n;
+}
+
 size_t kd_edit_distance(const char *a, const char *b)
 {
     size_t n = strlen(a), m = strlen(b);

@@ -29,6 +29,13 @@ int kd_parse_size(const char *s, uint64_t *out) KD_WUR;
 bool kd_str_has_prefix(const char *s, const char *prefix);
 bool kd_str_has_suffix(const char *s, const char *suffix);
 
+/**
+ * Where to cut the n bytes at s so that no UTF-8 sequence is split: before
+ * the last sequence when it is incomplete, else n (0 when s is one
+ * incomplete sequence). Invalid bytes are cut anywhere. Pure.
+ */
+size_t kd_utf8_cut(const unsigned char *s, size_t n);
+
 /** Levenshtein distance between a and b (bytes). */
 size_t kd_edit_distance(const char *a, const char *b);
 

@@ -54,6 +54,32 @@ static void test_suggest(void **state)
     assert_int_equal(kd_edit_distance("", "abc"), 3);
 }
 
+/* kd_utf8_cut: never inside a sequence; 0 for one incomplete sequence. */
+static void test_utf8_cut(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s;
+        size_t n, want;
+    } rows[] = {
+        {"abc", 3, 3},                  /* ASCII: anywhere */
+        {"ab\xc3\xa9", 4, 4},           /* a whole 2-byte sequence at the end */
+        {"ab\xc3\xa9", 3, 2},           /* its lead only: cut before it */
+        {"a\xe2\x82\xac", 3, 1},        /* 2 of 3 bytes of the euro sign */
+        {"a\xe2\x82\xac", 4, 4},        /* all of it */
+        {"\xf0\x9f\x98\x80x", 3, 0},    /* 3 of a 4-byte sequence: nothing fits */
+        {"\xf0\x9f\x98\x80x", 4, 4},    /* the whole emoji */
+        {"\x80\x80\x80\x80\x80", 5, 5}, /* continuation bytes only: cut anywhere */
+        {"", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        size_t got = kd_utf8_cut((const unsigned char *)rows[i].s, rows[i].n);
+        if (got != rows[i].want)
+            fail_msg("row %zu: kd_utf8_cut(n=%zu) = %zu, want %zu", i, rows[i].n, got,
+                     rows[i].want);
+    }
+}
+
 static void test_prefix_suffix_strlcpy(void **state)
 {
     (void)state;
@@ -70,6 +96,7 @@ int main(void)
         cmocka_unit_test(test_parse_numbers),
         cmocka_unit_test(test_parse_size),
         cmocka_unit_test(test_suggest),
+        cmocka_unit_test(test_utf8_cut),
         cmocka_unit_test(test_prefix_suffix_strlcpy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
