@@ -31,8 +31,14 @@ NS=kdctl-$$
 NODE=kdet-node
 NODE2=kdet-node-2
 
+# cleanup_ns: the suite's namespace, and what it applied from manifests/
+# besides the CRDs (the priority classes, the controller's RBAC and namespace
+# kdet), so that a later suite installing kdet (helm, install) starts clean.
 cleanup_ns() {
     KUBECONFIG=$ADMIN_KUBECONFIG kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
+    KUBECONFIG=$ADMIN_KUBECONFIG kubectl delete --ignore-not-found --wait=false \
+        -f "$KD_SRC/manifests/priorityclasses.yaml" -f "$KD_SRC/manifests/rbac.yaml" \
+        -f "$KD_SRC/manifests/namespace.yaml" >/dev/null 2>&1
 }
 # stop_node2: stops the second process kubelet (and so its pods) and deletes its Node.
 stop_node2() {
