@@ -530,6 +530,8 @@ static json_t *desired_spec(const json_t *exp, const json_t *cfg, const json_t *
     const json_t *w = json_object_get(res, "weight");
     if (json_is_number(w))
         json_object_set_new(r, "weight", kd_ctrl_number(json_number_value(w)));
+    if (json_is_true(json_object_get(res, "is_single_node")))
+        json_object_set_new(r, "singleNode", json_true());
     json_t *spec = json_pack(
         "{s:s,s:O,s:O,s:O,s:O,s:s,s:O,s:b,s:o}", "experiment", kd_k8s_meta_str(exp, "name"),
         "requestId", json_object_get(st, "request_id"), "hparams", json_object_get(st, "hparams"),
