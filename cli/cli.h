@@ -52,6 +52,7 @@ struct det_args {
     const char *grep;                                                       /* logs --grep RE */
     const char *best;                                                       /* --best N */
     const char *namespaces, *description, *token_file, *user; /* det user, det token */
+    const char *workspace, *project;                          /* experiment list filters */
     bool admin, no_admin;
     bool plain_http; /* det deploy local up */
     bool all, yes, follow, dry_run;
