@@ -528,11 +528,27 @@ out:
     return rc;
 }
 
+/*
+ * A stand-in attempt built from the configuration alone: every rule of kd_pod_build that does
+ * not depend on the trial (host devices, ports, mounts against the pod_spec, the entrypoint)
+ * runs once, when the experiment is read, rather than failing each trial's pods.
+ */
 int kd_pod_check(const json_t *cfg, const struct kd_pod_opts *o, char *err)
 {
+    json_t *pods = NULL;
+    json_t *trial = json_pack("{s:{s:s,s:s,s:s},s:{s:s,s:s,s:i}}", "metadata", "name", "check",
+                              "namespace", "check", "uid", "", "spec", "experiment", "check",
+                              "requestId", "check", "seed", 0);
+    struct kd_pod_opts co = *o;
+    co.context = NULL;
+    co.nexclude = 0;
     int rc = check_devices(cfg, o, err);
     if (rc == 0)
         rc = check_ports(cfg, o, err);
+    if (rc == 0)
+        rc = kd_pod_build(trial, cfg, "check", NULL, 1, 1, &co, &pods, err);
+    json_decref(pods);
+    json_decref(trial);
     return rc;
 }
 

@@ -122,9 +122,11 @@ void kd_pod_scope_labels(json_t *labels, const json_t *cfg);
  * What kd_pod_build refuses in a configuration (defaults applied, passed
  * kd_config_check) whatever the trial: a host device other than a GPU when
  * o->allow_host_devices is off, an environment.ports entry on the
- * rendezvous port. The controller calls it when it reads an experiment's
- * configuration, so the experiment fails at once naming the field. Returns
- * 0 or KD_EINVALID (err names the field). Pure; thread-safe.
+ * rendezvous port, a bind mount or port the pod_spec's trial container
+ * has otherwise, an entrypoint with no launcher command. The controller
+ * calls it when it reads an experiment's configuration, so the experiment
+ * fails at once naming the field. Returns 0 or KD_EINVALID (err names the
+ * field). Aborts on out-of-memory. Pure; thread-safe.
  */
 int kd_pod_check(const json_t *cfg, const struct kd_pod_opts *o, char *err) KD_WUR;
 

@@ -365,9 +365,9 @@ static void test_errors(void **s)
 
 /*
  * What the pod builder refuses in the new fields, each naming the field: a host device when the
- * cluster does not allow them (also kd_pod_check, which the controller runs on the
- * experiment), a port on the rendezvous port, and a bind mount or port that the pod_spec's
- * trial container already has otherwise.
+ * cluster does not allow them, a port on the rendezvous port, and a bind mount or port that the
+ * pod_spec's trial container already has otherwise. kd_pod_check, which the controller runs when
+ * it reads an experiment, refuses the same from the configuration alone.
  */
 static void test_field_errors(void **s)
 {
@@ -396,20 +396,21 @@ static void test_field_errors(void **s)
          "environment.ports.web: 8080"},
         {"{\"environment\":{\"ports\":{\"web\":8080},\"pod_spec\":{\"spec\":{\"containers\":"
          "[{\"name\":\"trial\",\"ports\":[{\"name\":\"web\",\"containerPort\":80}]}]}}}}",
-         false, 0, 0, KD_EINVALID,
+         false, 0, KD_EINVALID, KD_EINVALID,
          "environment.ports.web: environment.pod_spec's trial container already has a port of "
          "that name (ports[0])"},
         {"{\"bind_mounts\":[{\"host_path\":\"/mnt/d\",\"container_path\":\"/data\"}],"
          "\"environment\":{\"pod_spec\":{\"spec\":{\"volumes\":[{\"name\":\"v\","
          "\"emptyDir\":{}}],\"containers\":[{\"name\":\"trial\",\"volumeMounts\":[{"
          "\"name\":\"v\",\"mountPath\":\"/data/\"}]}]}}}}",
-         false, 0, 0, KD_EINVALID,
+         false, 0, KD_EINVALID, KD_EINVALID,
          "bind_mounts[0].container_path: /data is already mounted in the trial container "
          "(volumeMounts[0], volume v)"},
         {"{\"bind_mounts\":[{\"host_path\":\"/mnt/d\",\"container_path\":\"/data\"}],"
          "\"environment\":{\"pod_spec\":{\"spec\":{\"volumes\":[{\"name\":\"kdet-bind-0\","
          "\"emptyDir\":{}}]}}}}",
-         false, 0, 0, KD_EINVALID, "environment.pod_spec.spec.volumes: the name kdet-bind-0"},
+         false, 0, KD_EINVALID, KD_EINVALID,
+         "environment.pod_spec.spec.volumes: the name kdet-bind-0"},
     };
     json_t *trial = json_pack("{s:{s:s,s:s,s:s},s:{s:s,s:s,s:i,s:{}}}", "metadata", "name", "t-1",
                               "namespace", "default", "uid", "u", "spec", "experiment", "t",
