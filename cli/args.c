@@ -43,6 +43,8 @@ static const struct opt opts[] = {
     {"--description", NULL, true},
     {"--token-file", NULL, true},
     {"--user", NULL, true},
+    {"--workspace", NULL, true},
+    {"--project", NULL, true},
     {"--admin", NULL, false},
     {"--no-admin", NULL, false},
     {"--plain-http", NULL, false},
@@ -123,6 +125,10 @@ static void set(struct det_args *a, const char *name, const char *v)
         a->token_file = v;
     else if (strcmp(name, "--user") == 0)
         a->user = v;
+    else if (strcmp(name, "--workspace") == 0)
+        a->workspace = v;
+    else if (strcmp(name, "--project") == 0)
+        a->project = v;
     else if (strcmp(name, "--admin") == 0)
         a->admin = true;
     else if (strcmp(name, "--no-admin") == 0)

@@ -52,6 +52,7 @@ struct det_args {
     const char *grep;                                                       /* logs --grep RE */
     const char *best;                                                       /* --best N */
     const char *namespaces, *description, *token_file, *user; /* det user, det token */
+    const char *workspace, *project;                          /* experiment list filters */
     bool admin, no_admin;
     bool plain_http; /* det deploy local up */
     bool all, yes, follow, dry_run;
@@ -429,11 +430,11 @@ int det_pools_count(const struct det_node *nodes, size_t n, const struct det_slo
                     struct det_pool *pools, size_t max, size_t *npools) KD_WUR;
 /**
  * Whether a trial of `slots` slots could ever run in pool p (NULL: no such pool), on an
- * empty pool, by the scheduler's shape rules (docs/scheduling.md); when not, why (len
- * bytes) in the scheduler's words. Pure.
+ * empty pool, by the scheduler's shape rules (docs/scheduling.md; `single_node`:
+ * resources.is_single_node); when not, why (len bytes) in the scheduler's words. Pure.
  */
 bool det_pool_fits(const struct det_pool *p, const struct det_node *nodes, size_t n, int slots,
-                   const struct det_slot_settings *s, char *why, size_t len);
+                   bool single_node, const struct det_slot_settings *s, char *why, size_t len);
 /** The settings in words: what the controller said, or what det assumed. */
 void det_slot_assumption(const struct det_slot_settings *s, char *buf, size_t len);
 /**

@@ -18,6 +18,7 @@
 #include <openssl/evp.h>
 
 #include "cli.h"
+#include "config/k8smap.h"
 #include "config/config.h"
 #include "context/context.h"
 #include "core/alloc.h"
@@ -406,6 +407,16 @@ static json_t *build_resources(const struct create_args *a, const json_t *cfg,
                   "app.kubernetes.io/managed-by", "det", "spec", spec);
     if (exp == NULL)
         kd_oom(4096);
+    /* kdet.io/workspace and kdet.io/project as kdet-controller sets them (docs/config.md). */
+    static const char *const scope[][2] = {{"workspace", KD_LABEL_WORKSPACE},
+                                           {"project", KD_LABEL_PROJECT}};
+    for (size_t i = 0; i < 2; i++) {
+        char lv[KD_LABEL_VALUE_MAX + 1];
+        const char *sv = json_string_value(json_object_get(spec, scope[i][0]));
+        if (sv != NULL && kd_label_value(sv, lv, sizeof(lv)) == 0)
+            json_object_set_new(json_object_get(json_object_get(exp, "metadata"), "labels"),
+                                scope[i][1], json_string(lv));
+    }
     if (a->template_path && !a->stored_template) {
         /* a template file was merged here: say which, outside spec.template (which names a
          * stored template that kdet-controller merges) */

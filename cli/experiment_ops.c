@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "config/k8smap.h"
 #include "core/alloc.h"
 #include "core/str.h"
 #include "core/time.h"
@@ -21,10 +22,12 @@ static const struct kd_k8s_gvr trial_gvr = KD_K8S_TRIALS;
 #define KUBE_FLAGS "--kubeconfig", "--context", "--namespace"
 
 static const char list_usage[] =
-    "usage: det experiment list [--all] [-o table|json|yaml] [-n NS] [--kubeconfig FILE]\n"
-    "                           [--context CTX]\n"
+    "usage: det experiment list [--all] [--workspace NAME] [--project NAME] [-o table|json|yaml]\n"
+    "                           [-n NS] [--kubeconfig FILE] [--context CTX]\n"
     "\n"
-    "List the experiments of the namespace (archived ones only with --all).\n"
+    "List the experiments of the namespace (archived ones only with --all); --workspace and\n"
+    "--project keep those of that workspace or project (names compared as their labels\n"
+    "kdet.io/workspace and kdet.io/project: case, spaces and punctuation aside).\n"
     "Columns: ID (the integer id, from the controller API), NAME (the resource name),\n"
     "CONFIG NAME, STATE, PROGRESS, TRIALS, BEST (best validation of the searcher metric),\n"
     "STARTED, DURATION.\n";
@@ -158,9 +161,27 @@ static json_t *sorted(json_t *items)
     return out;
 }
 
+/*
+ * Whether experiment e is in the workspace (or project) `want` (NULL: any): its label
+ * `label` (the controller's), else its spec's `field`, compared as label values.
+ */
+static bool in_scope(const json_t *e, const char *label, const char *field, const char *want)
+{
+    char w[KD_LABEL_VALUE_MAX + 1], h[KD_LABEL_VALUE_MAX + 1];
+    const char *have = json_string_value(
+        json_object_get(json_object_get(json_object_get(e, "metadata"), "labels"), label));
+    if (want == NULL)
+        return true;
+    if (have == NULL)
+        have = json_string_value(json_object_get(json_object_get(e, "spec"), field));
+    return have != NULL && kd_label_value(want, w, sizeof(w)) == 0 &&
+           kd_label_value(have, h, sizeof(h)) == 0 && strcmp(w, h) == 0;
+}
+
 static int cmd_list(int argc, char **argv)
 {
-    static const char *const flags[] = {"--all", "--output", KUBE_FLAGS, NULL};
+    static const char *const flags[] = {"--all",     "--output", "--workspace",
+                                        "--project", KUBE_FLAGS, NULL};
     static const char *const pos[] = {NULL};
     static const struct det_verb_spec spec = {.cmd = "det experiment list",
                                               .usage = list_usage,
@@ -178,6 +199,16 @@ static int cmd_list(int argc, char **argv)
     if (rc >= 0)
         goto out;
     rc = DET_EXIT_OK;
+    char lv[KD_LABEL_VALUE_MAX + 1];
+    const char *scopes[][2] = {{"--workspace", v.a.workspace}, {"--project", v.a.project}};
+    for (int k = 0; k < 2; k++) {
+        if (scopes[k][1] != NULL && kd_label_value(scopes[k][1], lv, sizeof(lv)) != 0) {
+            fprintf(stderr, "det: %s %s: no letter or digit to match a label with\n", scopes[k][0],
+                    scopes[k][1]);
+            rc = DET_EXIT_USAGE;
+            goto out;
+        }
+    }
     r = kd_k8s_list_all(v.k.c, &exp_gvr, v.k.ns, NULL, &list, &st, err);
     if (r != 0) {
         rc = det_kube_fail(&v.k, r, &st, err, "list", &exp_gvr, "experiment", NULL);
@@ -190,6 +221,9 @@ static int cmd_list(int argc, char **argv)
     {
         if (!v.a.all && json_is_true(det_get(e, "spec.archived")))
             continue;
+        if (!in_scope(e, KD_LABEL_WORKSPACE, "workspace", v.a.workspace) ||
+            !in_scope(e, KD_LABEL_PROJECT, "project", v.a.project))
+            continue;
         json_array_append(shown, e);
     }
     if (v.fmt != DET_FMT_TABLE) {
@@ -200,7 +234,8 @@ static int cmd_list(int argc, char **argv)
         goto out;
     }
     if (json_array_size(shown) == 0) {
-        fprintf(stderr, "det: no experiments in namespace \"%s\"%s\n", v.k.ns,
+        fprintf(stderr, "det: no experiments in namespace \"%s\"%s%s\n", v.k.ns,
+                v.a.workspace != NULL || v.a.project != NULL ? " in that workspace or project" : "",
                 v.a.all ? "" : " (archived ones are listed with --all)");
         goto out;
     }

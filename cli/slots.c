@@ -136,7 +136,7 @@ static const char *unit_of(const struct det_pool *p)
 }
 
 bool det_pool_fits(const struct det_pool *p, const struct det_node *nodes, size_t n, int slots,
-                   const struct det_slot_settings *s, char *why, size_t len)
+                   bool single_node, const struct det_slot_settings *s, char *why, size_t len)
 {
     int per_pod = s->max_slots_per_pod;
     int64_t per = s->cpu_per_slot_milli > 0 ? s->cpu_per_slot_milli : 1000;
@@ -151,6 +151,13 @@ bool det_pool_fits(const struct det_pool *p, const struct det_node *nodes, size_
     }
     if (!p->cpu && p->gpus == 0) {
         snprintf(why, len, "resource pool %s has no GPUs; the trial needs %d", p->name, slots);
+        return false;
+    }
+    if (single_node && slots > p->largest) {
+        snprintf(why, len,
+                 "slots_per_trial=%d exceeds the largest node of resource pool %s (%d %s) and "
+                 "resources.is_single_node keeps a trial on one node",
+                 slots, p->name, p->largest, unit_of(p));
         return false;
     }
     if (per_pod > 0 && slots > per_pod) {
@@ -290,6 +297,7 @@ void det_capacity_warn(struct det_kube *k, const json_t *spec)
     const json_t *sp = json_object_get(res, "slots_per_trial");
     int slots = json_is_integer(sp) ? (int)json_integer_value(sp) : 1;
     const char *pool = json_string_value(json_object_get(res, "resource_pool"));
+    bool one = json_is_true(json_object_get(res, "is_single_node"));
     if (pool == NULL || pool[0] == '\0')
         pool = "default";
     if (slots <= 0)
@@ -314,7 +322,7 @@ void det_capacity_warn(struct det_kube *k, const json_t *spec)
     for (size_t j = 0; j < np; j++)
         if (strcmp(pools[j].name, pool) == 0)
             mine = &pools[j];
-    if (det_pool_fits(mine, nodes, n, slots, &s, why, sizeof(why)))
+    if (det_pool_fits(mine, nodes, n, slots, one, &s, why, sizeof(why)))
         goto out;
     det_slot_assumption(&s, note, sizeof(note));
     fprintf(stderr,
@@ -324,7 +332,7 @@ void det_capacity_warn(struct det_kube *k, const json_t *spec)
             pool, why, note);
     for (size_t j = 0; j < np; j++) {
         char w2[512];
-        if (&pools[j] != mine && det_pool_fits(&pools[j], nodes, n, slots, &s, w2, sizeof(w2)))
+        if (&pools[j] != mine && det_pool_fits(&pools[j], nodes, n, slots, one, &s, w2, sizeof(w2)))
             fprintf(stderr,
                     "det: warning: resource pool %s (%s) could run it: set "
                     "resources.resource_pool: %s\n",

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "config/k8smap.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/str.h"
@@ -151,6 +152,9 @@ int kd_ctrl_exp_config(struct kd_ctrl *c, const json_t *exp, json_t **cfg, uint6
         json_object_set_new(repro, "experiment_seed", json_integer((json_int_t)*seed));
     }
     if ((rc = kd_config_apply_defaults(spec, err)) != 0)
+        goto out;
+    /* What this cluster's trial pods cannot do (host devices, the rendezvous port). */
+    if ((rc = kd_pod_check(spec, &c->o.pod, err)) != 0)
         goto out;
     pthread_mutex_lock(&c->mu);
     json_object_set_new(
@@ -530,6 +534,8 @@ static json_t *desired_spec(const json_t *exp, const json_t *cfg, const json_t *
     const json_t *w = json_object_get(res, "weight");
     if (json_is_number(w))
         json_object_set_new(r, "weight", kd_ctrl_number(json_number_value(w)));
+    if (json_is_true(json_object_get(res, "is_single_node")))
+        json_object_set_new(r, "singleNode", json_true());
     json_t *spec = json_pack(
         "{s:s,s:O,s:O,s:O,s:O,s:s,s:O,s:b,s:o}", "experiment", kd_k8s_meta_str(exp, "name"),
         "requestId", json_object_get(st, "request_id"), "hparams", json_object_get(st, "hparams"),
@@ -565,6 +571,7 @@ static int ensure_trial(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
                         "apiVersion", "kdet.io/v1alpha1", "kind", "Experiment", "name",
                         kd_k8s_meta_str(exp, "name"), "uid", kd_k8s_meta_str(exp, "uid"),
                         "controller", 1, "blockOwnerDeletion", 1, "spec", want);
+        kd_pod_scope_labels(json_object_get(json_object_get(obj, "metadata"), "labels"), cfg);
         rc = kd_k8s_create(c->client, &KD_K8S_TRIALS, NULL, obj, NULL, NULL, err);
         if (rc == KD_EEXIST)
             rc = 0; /* created before a restart: the cache will show it */
@@ -848,6 +855,47 @@ static json_t *base_status(const json_t *exp, enum kd_exp_state st, const char *
                          json_object_get(json_object_get(exp, "metadata"), "generation")));
 }
 
+/*
+ * The merge patch of metadata.labels that gives the Experiment the workspace and project
+ * labels of its configuration (null removes a stale one), or NULL when it has them.
+ */
+static json_t *scope_label_patch(const json_t *exp, const json_t *cfg)
+{
+    static const char *const keys[] = {KD_LABEL_WORKSPACE, KD_LABEL_PROJECT};
+    const json_t *have = json_object_get(json_object_get(exp, "metadata"), "labels");
+    json_t *want = json_object(), *patch = json_object();
+    kd_pod_scope_labels(want, cfg);
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        const json_t *w = json_object_get(want, keys[i]), *h = json_object_get(have, keys[i]);
+        if (w != NULL && !json_equal(w, h))
+            json_object_set(patch, keys[i], (json_t *)w);
+        else if (w == NULL && h != NULL)
+            json_object_set_new(patch, keys[i], json_null());
+    }
+    json_decref(want);
+    if (json_object_size(patch) == 0) {
+        json_decref(patch);
+        patch = NULL;
+    }
+    return patch;
+}
+
+/* Label the Experiment with its workspace and project, so that selectors find it. */
+static int ensure_scope_labels(struct kd_ctrl *c, const json_t *exp, const json_t *cfg, char *err)
+{
+    int rc = 0;
+    json_t *labels = scope_label_patch(exp, cfg), *patch = NULL;
+    if (labels == NULL)
+        goto out;
+    patch = json_pack("{s:{s:o}}", "metadata", "labels", labels);
+    rc = kd_k8s_patch(c->client, &KD_K8S_EXPERIMENTS, kd_k8s_meta_str(exp, "namespace"),
+                      kd_k8s_meta_str(exp, "name"), NULL, KD_K8S_PATCH_MERGE, patch, NULL, NULL,
+                      err);
+out:
+    json_decref(patch);
+    return rc;
+}
+
 static int ensure_finalizer(struct kd_ctrl *c, const json_t *exp, bool want, char *err)
 {
     int rc = 0;
@@ -974,6 +1022,8 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
     } else if (rc != 0) {
         goto out;
     }
+    if ((rc = ensure_scope_labels(c, exp, cfg, err)) != 0)
+        goto out;
 
     /* The searcher: restore its persisted state, or start it and persist before acting. */
     rc = read_state(c, exp, &cm, &state, err);

@@ -91,6 +91,9 @@ static void usage(FILE *f)
         "  --log-max-bytes-per-trial SIZE  trial log text kept per trial, e.g. 64MiB, 1G; 0: no\n"
         "                           limit (default 64MiB)\n"
         "  --priority-classes on|off set priorityClassName on trial pods (default on)\n"
+        "  --allow-host-devices on|off  pass an experiment's resources.devices (other than\n"
+        "                           GPUs) to a privileged trial container (default off: such an\n"
+        "                           experiment fails naming the field)\n"
         "  --resync SECONDS         re-reconcile live experiments this often (default 30)\n"
         "  --idle-release-after SECONDS  release the pods of a trial waiting for the searcher\n"
         "                           after this long, 0..86400 (default $KDET_IDLE_RELEASE_AFTER "
@@ -135,6 +138,7 @@ static const char *const flag_names[] = {
     "--spool-dir",
     "--log-max-bytes-per-trial",
     "--priority-classes",
+    "--allow-host-devices",
     "--resync",
     "--idle-release-after",
     "--kube-api-qps",
@@ -432,6 +436,8 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
             o->log_max_bytes = b == 0 ? -1 : (int64_t)b;
         } else if (strcmp(name, "--priority-classes") == 0)
             rc = parse_onoff(name, v, &o->pod.priority_classes, err);
+        else if (strcmp(name, "--allow-host-devices") == 0)
+            rc = parse_onoff(name, v, &o->pod.allow_host_devices, err);
         else if (strcmp(name, "--resync") == 0) {
             if (kd_parse_int(v, &n) != 0 || n < 1 || n > 86400)
                 rc = kd_seterr(err, KD_EINVAL, "--resync=%s: expected seconds from 1 to 86400", v);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "config/k8smap.h"
 #include "core/alloc.h"
 #include "core/str.h"
 
@@ -479,6 +480,280 @@ static void exclude_nodes(json_t *ps, const char *const *nodes, int n)
     json_decref(values);
 }
 
+/* resources.devices other than GPUs (a GPU is the device plugin's), when the cluster allows. */
+static int check_devices(const json_t *cfg, const struct kd_pod_opts *o, char *err)
+{
+    int rc = 0;
+    size_t i;
+    const json_t *d;
+    json_array_foreach(get_path(cfg, "resources", "devices"), i, d)
+    {
+        const char *hp = json_string_value(json_object_get(d, "host_path"));
+        if (kd_device_is_gpu(hp) || o->allow_host_devices)
+            continue;
+        rc = kd_seterr(err, KD_EINVALID,
+                       "resources.devices[%zu]: host device %s: this cluster does not pass host "
+                       "devices to trials (that takes a privileged container; kdet-controller "
+                       "--allow-host-devices); ask its admin, or request a device plugin's "
+                       "resource in environment.pod_spec",
+                       i, hp != NULL ? hp : "");
+        goto out;
+    }
+out:
+    return rc;
+}
+
+static int rendezvous_port(const struct kd_pod_opts *o)
+{
+    return o->master_port > 0 ? o->master_port : KD_POD_DEFAULT_PORT;
+}
+
+/* environment.ports: none on the rendezvous port of the chief. */
+static int check_ports(const json_t *cfg, const struct kd_pod_opts *o, char *err)
+{
+    int rc = 0;
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)get_path(cfg, "environment", "ports"), k, v)
+    {
+        if (json_integer_value(v) == rendezvous_port(o)) {
+            rc = kd_seterr(err, KD_EINVALID,
+                           "environment.ports.%s: %d is the port kdet's workers meet on "
+                           "(kdet-controller --master-port); choose another",
+                           k, rendezvous_port(o));
+            goto out;
+        }
+    }
+out:
+    return rc;
+}
+
+/*
+ * A stand-in attempt built from the configuration alone: every rule of kd_pod_build that does
+ * not depend on the trial (host devices, ports, mounts against the pod_spec, the entrypoint)
+ * runs once, when the experiment is read, rather than failing each trial's pods.
+ */
+int kd_pod_check(const json_t *cfg, const struct kd_pod_opts *o, char *err)
+{
+    json_t *pods = NULL;
+    json_t *trial = json_pack("{s:{s:s,s:s,s:s},s:{s:s,s:s,s:i}}", "metadata", "name", "check",
+                              "namespace", "check", "uid", "", "spec", "experiment", "check",
+                              "requestId", "check", "seed", 0);
+    struct kd_pod_opts co = *o;
+    co.context = NULL;
+    co.nexclude = 0;
+    int rc = check_devices(cfg, o, err);
+    if (rc == 0)
+        rc = check_ports(cfg, o, err);
+    if (rc == 0)
+        rc = kd_pod_build(trial, cfg, "check", NULL, 1, 1, &co, &pods, err);
+    json_decref(pods);
+    json_decref(trial);
+    return rc;
+}
+
+/* The trial container's volumeMount at clean path p (its index in *at), or NULL. */
+static const json_t *mount_at(const json_t *c, const char *p, size_t *at)
+{
+    char x[4096];
+    size_t i;
+    const json_t *m;
+    json_array_foreach(json_object_get(c, "volumeMounts"), i, m)
+    {
+        kd_path_clean(json_string_value(json_object_get(m, "mountPath")) ?: "", x, sizeof(x));
+        if (strcmp(x, p) == 0) {
+            *at = i;
+            return m;
+        }
+    }
+    return NULL;
+}
+
+static const json_t *volume_named(const json_t *ps, const char *name)
+{
+    size_t i;
+    const json_t *v;
+    json_array_foreach(json_object_get(ps, "volumes"), i, v)
+    {
+        if (strcmp(json_string_value(json_object_get(v, "name")) ?: "", name) == 0)
+            return v;
+    }
+    return NULL;
+}
+
+/*
+ * One hostPath mount of bind_mounts[i] or resources.devices[i] (`what`):
+ * volume `vname` of host_path, mounted at container_path. A mount already
+ * at that path is an error, except kdet's own mount of the same host
+ * directory (a bind mount of the shared_fs checkpoint directory).
+ */
+static int host_mount(json_t *ps, json_t *c, const json_t *e, const char *what, size_t i,
+                      const char *vname, char *err)
+{
+    int rc = 0;
+    char cp[4096], hp[4096];
+    size_t at = 0;
+    kd_path_clean(json_string_value(json_object_get(e, "container_path")), cp, sizeof(cp));
+    kd_path_clean(json_string_value(json_object_get(e, "host_path")), hp, sizeof(hp));
+    const json_t *m = mount_at(c, cp, &at);
+    if (m != NULL) {
+        const char *mv = json_string_value(json_object_get(m, "name")) ?: "";
+        const json_t *v = volume_named(ps, mv);
+        const char *vp = json_string_value(get_path(v, "hostPath", "path"));
+        char vpc[4096];
+        kd_path_clean(vp != NULL ? vp : "", vpc, sizeof(vpc));
+        if (vp != NULL && strcmp(vpc, hp) == 0 && strcmp(mv, KD_POD_CKPT_VOLUME) == 0)
+            goto out; /* the same directory, mounted once */
+        rc = kd_seterr(err, KD_EINVALID,
+                       "%s[%zu].container_path: %s is already mounted in the trial container "
+                       "(volumeMounts[%zu], volume %s)",
+                       what, i, cp, at, mv);
+        goto out;
+    }
+    if (volume_named(ps, vname) != NULL) {
+        rc = kd_seterr(err, KD_EINVALID,
+                       "environment.pod_spec.spec.volumes: the name %s is kdet's (for %s[%zu])",
+                       vname, what, i);
+        goto out;
+    }
+    json_array_append_new(child(ps, "volumes", true),
+                          json_pack("{s:s,s:{s:s}}", "name", vname, "hostPath", "path", hp));
+    json_t *mount = json_pack("{s:s,s:s}", "name", vname, "mountPath", cp);
+    if (json_is_true(json_object_get(e, "read_only")))
+        json_object_set_new(mount, "readOnly", json_true());
+    const char *prop = kd_mount_propagation(json_string_value(json_object_get(e, "propagation")));
+    if (prop != NULL)
+        json_object_set_new(mount, "mountPropagation", json_string(prop));
+    json_array_append_new(child(c, "volumeMounts", true), mount);
+out:
+    return rc;
+}
+
+/*
+ * bind_mounts, and resources.devices where the cluster allows them: a
+ * device node is usable only in a privileged container (the runtime's
+ * device cgroup denies the rest), so a device makes the trial container
+ * privileged, which also gives it every other device: hence the admin's
+ * flag.
+ */
+static int host_mounts(json_t *ps, json_t *c, const json_t *cfg, const struct kd_pod_opts *o,
+                       char *err)
+{
+    int rc = 0;
+    char vname[64];
+    size_t i;
+    const json_t *e;
+    json_array_foreach(json_object_get(cfg, "bind_mounts"), i, e)
+    {
+        snprintf(vname, sizeof(vname), "kdet-bind-%zu", i);
+        if ((rc = host_mount(ps, c, e, "bind_mounts", i, vname, err)) != 0)
+            goto out;
+    }
+    if ((rc = check_devices(cfg, o, err)) != 0)
+        goto out;
+    json_array_foreach(get_path(cfg, "resources", "devices"), i, e)
+    {
+        if (kd_device_is_gpu(json_string_value(json_object_get(e, "host_path"))))
+            continue;
+        snprintf(vname, sizeof(vname), "kdet-dev-%zu", i);
+        if ((rc = host_mount(ps, c, e, "resources.devices", i, vname, err)) != 0)
+            goto out;
+        json_object_set_new(child(c, "securityContext", false), "privileged", json_true());
+    }
+out:
+    return rc;
+}
+
+/*
+ * environment.ports as named TCP ports of the trial container, for a
+ * Service or a port-forward. A port of the pod_spec's container with the
+ * same name and number is the same port; the same name or number alone is
+ * an error.
+ */
+static int container_ports(json_t *c, const json_t *cfg, const struct kd_pod_opts *o, char *err)
+{
+    int rc = 0;
+    const char *k;
+    const json_t *v;
+    if ((rc = check_ports(cfg, o, err)) != 0)
+        goto out;
+    json_object_foreach((json_t *)get_path(cfg, "environment", "ports"), k, v)
+    {
+        json_int_t n = json_integer_value(v);
+        bool same = false;
+        size_t i;
+        const json_t *p;
+        json_array_foreach(json_object_get(c, "ports"), i, p)
+        {
+            bool name = strcmp(json_string_value(json_object_get(p, "name")) ?: "", k) == 0;
+            bool num = json_integer_value(json_object_get(p, "containerPort")) == n;
+            if (name && num) {
+                same = true;
+            } else if (name || num) {
+                rc = kd_seterr(err, KD_EINVALID,
+                               "environment.ports.%s: environment.pod_spec's trial container "
+                               "already has %s (ports[%zu]); keep one of them",
+                               k, name ? "a port of that name" : "that port", i);
+                goto out;
+            }
+        }
+        if (!same)
+            json_array_append_new(
+                child(c, "ports", true),
+                json_pack("{s:s,s:I,s:s}", "name", k, "containerPort", n, "protocol", "TCP"));
+    }
+out:
+    return rc;
+}
+
+/* Add the canonical names of capability list `from` to securityContext.capabilities.<key>. */
+static void add_caps(json_t *c, const json_t *from, const char *key)
+{
+    char name[32];
+    size_t i, k;
+    const json_t *e, *x;
+    if (json_array_size(from) == 0)
+        return;
+    json_t *list =
+        child(child(child(c, "securityContext", false), "capabilities", false), key, true);
+    json_array_foreach(from, i, e)
+    {
+        bool have = false;
+        if (kd_capability_name(json_string_value(e), name, sizeof(name)) != 0)
+            continue; /* refused by the config check */
+        json_array_foreach(list, k, x) have = have || strcmp(json_string_value(x) ?: "", name) == 0;
+        if (!have)
+            json_array_append_new(list, json_string(name));
+    }
+}
+
+void kd_pod_scope_labels(json_t *labels, const json_t *cfg)
+{
+    static const char *const keys[][2] = {{"workspace", KD_LABEL_WORKSPACE},
+                                          {"project", KD_LABEL_PROJECT}};
+    char v[KD_LABEL_VALUE_MAX + 1];
+    for (size_t i = 0; i < 2; i++) {
+        const char *s = json_string_value(json_object_get(cfg, keys[i][0]));
+        if (s != NULL && kd_label_value(s, v, sizeof(v)) == 0)
+            json_object_set_new(labels, keys[i][1], json_string(v));
+    }
+}
+
+/*
+ * resources.is_single_node with pods no node pin holds together (a batch
+ * scheduler places them): a required affinity to the attempt's pods by
+ * hostname. kube-scheduler lets the first pod go anywhere, since it matches
+ * its own term.
+ */
+static void same_node(json_t *ps, const char *trial, const char *run_id)
+{
+    json_t *req = child(child(child(ps, "affinity", false), "podAffinity", false),
+                        "requiredDuringSchedulingIgnoredDuringExecution", true);
+    json_array_append_new(req, json_pack("{s:{s:{s:s,s:s}},s:s}", "labelSelector", "matchLabels",
+                                         KD_POD_LABEL_TRIAL, trial, KD_POD_LABEL_RUN, run_id,
+                                         "topologyKey", "kubernetes.io/hostname"));
+}
+
 int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                  const char *const *nodes, int gpus, int npods, const struct kd_pod_opts *o,
                  json_t **out, char *err)
@@ -492,7 +767,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
     int ngpus = o->cpu_slots ? 0 : gpus; /* CPU slots pick the cpu image and variables */
     const char *image = json_string_value(flavor(get_path(cfg, "environment", "image"), ngpus));
     const char *launcher = o->launcher != NULL ? o->launcher : "kdet-launch";
-    int port = o->master_port > 0 ? o->master_port : KD_POD_DEFAULT_PORT;
+    int port = rendezvous_port(o);
     char svc[32], chief[320], buf[64];
     *out = NULL;
     if (npods < 1 || npods > 65536 || gpus < 0) {
@@ -516,6 +791,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
     else
         snprintf(chief, sizeof(chief), "node0.%s.%s.svc", svc, ns);
     const char *pool = json_string_value(get_path(cfg, "resources", "resource_pool"));
+    bool single = json_is_true(get_path(cfg, "resources", "is_single_node"));
     int priority = (int)json_integer_value(get_path(cfg, "resources", "priority"));
     for (int r = 0; r < npods; r++) {
         json_t *pod = json_deep_copy(base);
@@ -541,6 +817,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
             json_string(json_string_value(json_object_get(spec, "requestId")) ?: ""));
         json_object_set_new(labels, KD_POD_LABEL_RUN, json_string(run_id));
         json_object_set_new(labels, KD_POD_LABEL_RANK, json_string(buf));
+        kd_pod_scope_labels(labels, cfg);
         snprintf(buf, sizeof(buf), "%" PRId64,
                  (int64_t)json_integer_value(json_object_get(spec, "validateAfter")));
         json_object_set_new(child(md, "annotations", false), KD_POD_ANN_TARGET, json_string(buf));
@@ -569,6 +846,8 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
             json_object_del(ps, "nodeSelector");
         if (o->nexclude > 0)
             exclude_nodes(ps, o->exclude_nodes, o->nexclude);
+        if (npods > 1 && single && (nodes == NULL || nodes[r] == NULL))
+            same_node(ps, tname, run_id);
         if (npods > 1) {
             snprintf(buf, sizeof(buf), "node%d", r);
             json_object_set_new(ps, "hostname", json_string(buf));
@@ -590,6 +869,14 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
             json_array_append_new(cmd, json_string(argv[i]));
         json_object_set_new(c, "command", cmd);
         json_object_del(c, "args");
+        if (json_is_true(get_path(cfg, "environment", "force_pull_image")))
+            json_object_set_new(c, "imagePullPolicy", json_string("Always"));
+        add_caps(c, get_path(cfg, "environment", "add_capabilities"), "add");
+        add_caps(c, get_path(cfg, "environment", "drop_capabilities"), "drop");
+        if ((rc = container_ports(c, cfg, o, err)) != 0) {
+            json_decref(pod);
+            goto out;
+        }
         /* A failure's reason is at the end of the output: the kubelet puts the last lines in
          * state.terminated.message, which outlives the pod (unless the template chose). */
         if (json_object_get(c, "terminationMessagePolicy") == NULL)
@@ -672,6 +959,10 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                 json_pack("{s:s,s:s}", "name", "kdet-shm", "mountPath", "/dev/shm"));
         }
         ckpt_volume(ps, c, cfg);
+        if ((rc = host_mounts(ps, c, cfg, o, err)) != 0) {
+            json_decref(pod);
+            goto out;
+        }
         if (o->context != NULL)
             context_env(ps, c, env, o->context, cfg, run_id, r);
         json_array_append_new(pods, pod);

@@ -4,7 +4,8 @@
  * placement: the launcher command, the KDET_* environment contract of
  * docs/launcher.md, GPU limits (or the CPU and memory of CPU slots), shared memory, priority class,
  * resource pool, owner references, the shared_fs checkpoint directory (a hostPath volume at the
- * same path), and the user's environment.pod_spec merged in. Pure: no I/O, so golden files pin the
+ * same path), bind mounts, devices, ports, capabilities, workspace and project labels, and the
+ * user's environment.pod_spec merged in. Pure: no I/O, so golden files pin the
  * output.
  */
 #ifndef KD_CTRL_PODSPEC_H
@@ -88,6 +89,13 @@ struct kd_pod_opts {
      */
     const char *const *exclude_nodes;
     int nexclude;
+    /*
+     * --allow-host-devices: resources.devices other than GPUs become
+     * hostPath volumes of a privileged trial container. false: a config with
+     * one is refused (kd_pod_check, kd_pod_build). GPU devices are always
+     * left to the device plugin.
+     */
+    bool allow_host_devices;
 };
 
 /**
@@ -104,6 +112,25 @@ void kd_pod_service_name(const char *trial_uid, char *buf, size_t len);
 int kd_pod_name(const char *trial, int rank, char *buf, size_t len) KD_WUR;
 
 /**
+ * The configuration's workspace and project as the labels kdet.io/workspace and
+ * kdet.io/project (kd_label_value: "My Team" -> "my-team"), set in `labels`; the ones
+ * it has none for are left out. Experiments, Trials and pods carry the same. Pure.
+ */
+void kd_pod_scope_labels(json_t *labels, const json_t *cfg);
+
+/**
+ * What kd_pod_build refuses in a configuration (defaults applied, passed
+ * kd_config_check) whatever the trial: a host device other than a GPU when
+ * o->allow_host_devices is off, an environment.ports entry on the
+ * rendezvous port, a bind mount or port the pod_spec's trial container
+ * has otherwise, an entrypoint with no launcher command. The controller
+ * calls it when it reads an experiment's configuration, so the experiment
+ * fails at once naming the field. Returns 0 or KD_EINVALID (err names the
+ * field). Aborts on out-of-memory. Pure; thread-safe.
+ */
+int kd_pod_check(const json_t *cfg, const struct kd_pod_opts *o, char *err) KD_WUR;
+
+/**
  * Build the npods pods of one attempt. `trial` is the Trial object (its
  * metadata.name/namespace/uid, spec.hparams/seed/requestId/experiment are
  * read); `cfg` the experiment configuration with defaults applied;
@@ -112,7 +139,20 @@ int kd_pod_name(const char *trial, int rank, char *buf, size_t len) KD_WUR;
  * *out is a new JSON array of Pod objects (caller json_decref()s). Returns
  * 0 or KD_EINVALID with the field in err (an entrypoint that cannot be
  * turned into a launcher command, a pod_spec that is not an object or
- * names metadata.name). Aborts on out-of-memory. Thread-safe.
+ * names metadata.name, what kd_pod_check refuses, a bind mount, device or
+ * port that the pod_spec's trial container already has differently).
+ * Aborts on out-of-memory. Thread-safe.
+ *
+ * From the configuration: bind_mounts and (allowed) resources.devices as
+ * hostPath volumes (kdet-bind-I, kdet-dev-I) mounted at container_path
+ * (read_only, propagation as mountPropagation; a device makes the trial
+ * container privileged), environment.ports as named TCP container ports,
+ * force_pull_image as imagePullPolicy Always, add/drop_capabilities in the
+ * container's securityContext, workspace and project as the labels
+ * kdet.io/workspace and kdet.io/project, and with
+ * resources.is_single_node a required pod affinity to the attempt's other
+ * pods by kubernetes.io/hostname when several pods are not pinned to nodes
+ * (a batch scheduler places them).
  */
 int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                  const char *const *nodes, int gpus, int npods, const struct kd_pod_opts *o,

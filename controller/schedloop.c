@@ -156,6 +156,7 @@ static int gather_trial(json_t *o, void *ud)
     kd_strlcpy(t->pool, json_string_value(json_object_get(res, "resourcePool")) ?: "default",
                sizeof(t->pool));
     t->slots = (int)json_integer_value(json_object_get(res, "slots"));
+    t->single_node = json_is_true(json_object_get(res, "singleNode"));
     t->priority = (int)json_integer_value(json_object_get(res, "priority"));
     if (t->priority < 1 || t->priority > 99)
         t->priority = 42; /* Determined's default priority */

@@ -189,6 +189,47 @@ static void fmt_cpus(int64_t milli, char *buf, size_t len)
 }
 
 /*
+ * place_split() for a trial with resources.is_single_node: its slots/per
+ * pods all on one node, the one of the pool with the least free slots that
+ * holds them all (place() has already made sure that some node could).
+ */
+static enum fit place_one_node(struct kd_sched_trial *t, const struct ctx *x, int *avail, int per,
+                               const char *unit, const char *others, int free_total, char *why,
+                               size_t whylen)
+{
+    int need = t->slots / per, best = -1;
+    enum fit rc = FIT_NOT_NOW;
+    if (need > KD_SCHED_MAX_PODS) {
+        snprintf(why, whylen,
+                 "slots_per_trial=%d needs %d pods of %d %s (max_slots_per_pod); a trial has at "
+                 "most %d",
+                 t->slots, need, per, unit, KD_SCHED_MAX_PODS);
+        rc = FIT_NEVER;
+        goto out;
+    }
+    for (size_t i = 0; i < x->nnodes; i++) {
+        if (!usable(t, i, &x->nodes[i]) || avail[i] < t->slots)
+            continue;
+        if (best < 0 || avail[i] < avail[best])
+            best = (int)i;
+    }
+    if (best < 0) {
+        snprintf(why, whylen,
+                 "waiting for %d pods of %d %s on one node of resource pool %s "
+                 "(resources.is_single_node; %d free in the pool%s)",
+                 need, per, unit, t->pool, free_total, others);
+        goto out;
+    }
+    for (int k = 0; k < need; k++)
+        t->place[k] = (struct kd_sched_place){best, per};
+    t->nplace = need;
+    avail[best] -= t->slots;
+    rc = FIT_OK;
+out:
+    return rc;
+}
+
+/*
  * place() for a trial split into pods of `per` slots (--max-slots-per-pod):
  * slots/per pods, each on the node of the pool with the least free slots
  * that still hold it (best fit, so that a trial's pods share nodes where
@@ -208,6 +249,8 @@ static enum fit place_split(struct kd_sched_trial *t, const struct ctx *x, int *
                  t->slots, per);
         return FIT_NEVER;
     }
+    if (t->single_node)
+        return place_one_node(t, x, avail, per, unit, others, free_total, why, whylen);
     for (size_t i = 0; i < x->nnodes; i++)
         if (usable(t, i, &x->nodes[i]))
             fits_empty += x->cap[i] / per;
@@ -327,6 +370,14 @@ static enum fit place(struct kd_sched_trial *t, const struct ctx *x, int *avail,
         snprintf(why, whylen,
                  "slots_per_trial=%d needs %d CPU slots; resource pool %s has %d (CPU slots of %s)",
                  t->slots, t->slots, t->pool, total, per);
+        rc = FIT_NEVER;
+        goto out;
+    }
+    if (t->single_node && t->slots > largest) {
+        snprintf(why, whylen,
+                 "slots_per_trial=%d exceeds the largest node of resource pool %s (%d %s%s%s) and "
+                 "resources.is_single_node keeps a trial on one node",
+                 t->slots, t->pool, largest, unit, cpu ? " of " : "", cpu ? per : "");
         rc = FIT_NEVER;
         goto out;
     }

@@ -127,6 +127,12 @@ struct kd_sched_trial {
     /* Nodes (indices into the node array) it is never placed on: exclude_node log policies. */
     int exclude[KD_SCHED_MAX_EXCLUDE];
     int nexclude;
+    /*
+     * resources.is_single_node: all its pods on one node. More slots than
+     * the pool's largest node has is NEVER; split into pods by
+     * max_slots_per_pod, the pods share one node.
+     */
+    bool single_node;
     /* outputs */
     bool cpu; /* ADMIT: its slots are CPU slots (the pool's slot type) */
     enum kd_sched_decision decision;
@@ -173,7 +179,9 @@ enum kd_sched_slot_type kd_sched_pool_slot_type(const struct kd_sched_opts *opts
  * than the pool has, is NEVER); with max_slots_per_pod N and S > N, as S/N
  * pods of N slots, each on the node with the least free slots that holds it
  * (S not a multiple of N, or more pods than the empty pool holds, is NEVER).
- * Gang: all pods are placed or none. The
+ * A single_node trial never spans nodes: S above the largest node is NEVER,
+ * and its pods of N slots all go to the node with the least free slots
+ * that holds all S. Gang: all pods are placed or none. The
  * priority scheduler takes waiting trials by (priority, position, index)
  * and stops at the first one of a pool that does not fit now (no
  * backfill: a big gang is not starved by small ones behind it); with

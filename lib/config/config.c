@@ -6,6 +6,7 @@
  * "did you mean") are the point, and a generic schema engine gives neither.
  */
 #include "config/config.h"
+#include "config/k8smap.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -40,6 +41,7 @@ struct vctx {
     int64_t records_per_epoch;
     int64_t slots_per_trial;
     size_t hp_leaves;
+    bool shm_set; /* resources.shm_size is set: kdet mounts /dev/shm */
 };
 
 /* ---- messages ------------------------------------------------------------- */
@@ -1199,6 +1201,35 @@ static bool is_mem_size(const char *s)
     return s[i] == '\0';
 }
 
+/*
+ * A mount's path in the field `key` of e: absolute, no ".." component (the
+ * API server refuses those in hostPath and mountPath), cleaned into out.
+ * `hint` (may be NULL) follows the "absolute path" error.
+ */
+static int want_mount_path(struct vctx *c, const json_t *e, const char *p, const char *key,
+                           const char *hint, char *out, size_t len)
+{
+    char q[PATHLEN], d[96];
+    const char *s = NULL;
+    if (want_str(c, e, p, key, true, &s))
+        return c->rc;
+    json_t *v = field(e, key);
+    join(q, p, key);
+    if (!is_abs_path(s))
+        return BAD(c, v, q, "expected an absolute path (starting with /), got %s%s",
+                   desc(v, d, sizeof(d)), hint ? hint : "");
+    if (kd_path_clean(s, out, len))
+        return BAD(c, v, q, "must not contain a .. component (Kubernetes refuses it), got %s",
+                   desc(v, d, sizeof(d)));
+    return 0;
+}
+
+/*
+ * bind_mounts or resources.devices: the shape of each entry, absolute
+ * paths, and container paths unique within the list (compared cleaned, so
+ * "/data/" and "/data" are one) and clear of kdet's own mounts (the
+ * container's root, KD_MOUNT_RESERVED).
+ */
 static int check_mounts(struct vctx *c, const json_t *list, const char *path, bool devices)
 {
     static const char *const k_bm[] = {"host_path", "container_path", "read_only", "propagation",
@@ -1206,7 +1237,7 @@ static int check_mounts(struct vctx *c, const json_t *list, const char *path, bo
     static const char *const k_dev[] = {"host_path", "container_path", "mode", NULL};
     static const char *const props[] = {"rprivate", "private", "rshared", "shared",
                                         "rslave",   "slave",   NULL};
-    char p[PATHLEN], q[PATHLEN], d[96];
+    char p[PATHLEN], q[PATHLEN], d[96], hp[PATHLEN], cp[PATHLEN];
     size_t i;
     json_t *e;
     json_t *seen = NULL;
@@ -1225,13 +1256,13 @@ static int check_mounts(struct vctx *c, const json_t *list, const char *path, bo
         if (want_object(c, e, p) ||
             check_keys(c, e, p, devices ? k_dev : k_bm, NULL,
                        devices ? "a device" : "a bind mount") ||
-            want_abs_path(c, e, p, "host_path", true)) {
+            want_mount_path(c, e, p, "host_path", NULL, hp, sizeof(hp))) {
             rc = c->rc;
             goto out;
         }
         if (devices) {
             const char *mode = NULL;
-            if (want_abs_path(c, e, p, "container_path", true) ||
+            if (want_mount_path(c, e, p, "container_path", NULL, cp, sizeof(cp)) ||
                 want_str(c, e, p, "mode", false, &mode)) {
                 rc = c->rc;
                 goto out;
@@ -1243,29 +1274,33 @@ static int check_mounts(struct vctx *c, const json_t *list, const char *path, bo
                          desc(field(e, "mode"), d, sizeof(d)));
                 goto out;
             }
-        } else {
-            const char *cp = NULL;
-            if (want_str(c, e, p, "container_path", true, &cp) || want_bool(c, e, p, "read_only") ||
-                want_enum(c, e, p, "propagation", false, props, NULL)) {
-                rc = c->rc;
-                goto out;
-            }
-            if (!strcmp(cp, ".") || !strcmp(cp, "./")) {
-                join(q, p, "container_path");
-                rc = BAD(c, field(e, "container_path"), q,
-                         "must not be the working directory (the model context lives there)");
-                goto out;
-            }
+        } else if (want_mount_path(c, e, p, "container_path",
+                                   "; the working directory is the unpacked model context, a new "
+                                   "directory for each attempt",
+                                   cp, sizeof(cp)) ||
+                   want_bool(c, e, p, "read_only") ||
+                   want_enum(c, e, p, "propagation", false, props, NULL)) {
+            rc = c->rc;
+            goto out;
+        }
+        json_t *cpv = field(e, "container_path");
+        join(q, p, "container_path");
+        if (!strcmp(cp, "/")) {
+            rc = BAD(c, cpv, q, "must not be / (the root of the container)");
+            goto out;
+        }
+        if (kd_path_within(cp, KD_MOUNT_RESERVED)) {
+            rc = BAD(c, cpv, q,
+                     "%s is under " KD_MOUNT_RESERVED
+                     ", where kdet mounts the model context; choose another path",
+                     desc(cpv, d, sizeof(d)));
+            goto out;
         }
         /* A set of the container paths seen so far: duplicates found in O(1) each. */
-        const char *cp = json_string_value(json_object_get(e, "container_path"));
         json_t *first = json_object_get(seen, cp);
         if (first) {
-            join(q, p, "container_path");
-            rc = BAD(c, field(e, "container_path"), q,
-                     "container_path %s is already used by %s[%" JSON_INTEGER_FORMAT "]",
-                     desc(field(e, "container_path"), d, sizeof(d)), path,
-                     json_integer_value(first));
+            rc = BAD(c, cpv, q, "container_path %s is already used by %s[%" JSON_INTEGER_FORMAT "]",
+                     desc(cpv, d, sizeof(d)), path, json_integer_value(first));
             goto out;
         }
         if (json_object_set_new(seen, cp, json_integer((json_int_t)i)))
@@ -1274,6 +1309,132 @@ static int check_mounts(struct vctx *c, const json_t *list, const char *path, bo
 out:
     json_decref(seen);
     return rc;
+}
+
+/* The trial container of environment.pod_spec (named trial or determined-container), or NULL. */
+static const json_t *pod_spec_container(const json_t *cfg)
+{
+    const json_t *ps =
+        json_object_get(json_object_get(field(cfg, "environment"), "pod_spec"), "spec");
+    size_t i;
+    const json_t *ct;
+    json_array_foreach(json_object_get(ps, "containers"), i, ct)
+    {
+        const char *n = json_string_value(json_object_get(ct, "name"));
+        if (n && (!strcmp(n, "trial") || !strcmp(n, "determined-container")))
+            return ct;
+    }
+    return NULL;
+}
+
+/*
+ * Whether the trial container will be privileged: the pod_spec says so, or
+ * a host device other than a GPU is passed (kdet-controller does that with
+ * a privileged container, where the cluster allows it).
+ */
+static bool privileged(const json_t *cfg)
+{
+    const json_t *ct = pod_spec_container(cfg);
+    size_t i;
+    const json_t *dv;
+    if (json_is_true(json_object_get(json_object_get(ct, "securityContext"), "privileged")))
+        return true;
+    json_array_foreach(field(field(cfg, "resources"), "devices"), i, dv)
+    {
+        if (!kd_device_is_gpu(json_string_value(json_object_get(dv, "host_path"))))
+            return true;
+    }
+    return false;
+}
+
+/* Index of the entry of `list` whose cleaned `key` is the clean path cp; -1 when none. */
+static int find_path(const json_t *list, const char *key, const char *cp)
+{
+    char x[PATHLEN];
+    size_t i;
+    const json_t *e;
+    json_array_foreach(list, i, e)
+    {
+        const char *s = json_string_value(json_object_get(e, key));
+        if (s) {
+            kd_path_clean(s, x, sizeof(x));
+            if (!strcmp(x, cp))
+                return (int)i;
+        }
+    }
+    return -1;
+}
+
+/*
+ * Where bind_mounts (and devices) meet the rest of the pod: /dev/shm when
+ * resources.shm_size mounts it, the shared_fs checkpoint directory (a bind
+ * mount of the same host_path there is the same mount and allowed), the
+ * volumeMounts of the pod_spec's trial container, each other, and
+ * Bidirectional propagation, which the API server allows only in a
+ * privileged container.
+ */
+static int check_mount_clashes(struct vctx *c, const json_t *cfg)
+{
+    char p[PATHLEN], q[PATHLEN], cp[PATHLEN], hp[PATHLEN], ck[PATHLEN] = "", d[96];
+    const json_t *bm = field(cfg, "bind_mounts"), *dev = field(field(cfg, "resources"), "devices");
+    const json_t *cs = field(cfg, "checkpoint_storage");
+    const json_t *ct = pod_spec_container(cfg);
+    const char *csh = json_string_value(json_object_get(cs, "host_path"));
+    const char *cst = json_string_value(json_object_get(cs, "type"));
+    bool priv = privileged(cfg);
+    size_t i;
+    const json_t *e;
+    if (csh && (!cst || !strcmp(cst, "shared_fs")))
+        kd_path_clean(csh, ck, sizeof(ck));
+    json_array_foreach(dev, i, e)
+    {
+        joinidx(p, "resources.devices", i);
+        join(q, p, "container_path");
+        kd_path_clean(json_string_value(json_object_get(e, "container_path")), cp, sizeof(cp));
+        int k = find_path(json_object_get(ct, "volumeMounts"), "mountPath", cp);
+        if (k >= 0)
+            return BAD(c, field(e, "container_path"), q,
+                       "%s is also a volumeMount of environment.pod_spec's trial container "
+                       "(volumeMounts[%d]); keep one of them",
+                       cp, k);
+    }
+    json_array_foreach(bm, i, e)
+    {
+        joinidx(p, "bind_mounts", i);
+        join(q, p, "container_path");
+        json_t *cpv = field(e, "container_path");
+        kd_path_clean(json_string_value(cpv), cp, sizeof(cp));
+        kd_path_clean(json_string_value(json_object_get(e, "host_path")), hp, sizeof(hp));
+        if (c->shm_set && !strcmp(cp, "/dev/shm"))
+            return BAD(c, cpv, q,
+                       "/dev/shm is where kdet mounts the shared memory of resources.shm_size; "
+                       "set one of them");
+        if (ck[0] && !strcmp(cp, ck) && strcmp(hp, ck) != 0)
+            return BAD(c, cpv, q,
+                       "%s is where kdet mounts the shared_fs checkpoint storage "
+                       "(checkpoint_storage.host_path); mount %s elsewhere",
+                       cp, desc(json_object_get(e, "host_path"), d, sizeof(d)));
+        int k = find_path(json_object_get(ct, "volumeMounts"), "mountPath", cp);
+        if (k >= 0)
+            return BAD(c, cpv, q,
+                       "%s is also a volumeMount of environment.pod_spec's trial container "
+                       "(volumeMounts[%d]); keep one of them",
+                       cp, k);
+        k = find_path(dev, "container_path", cp);
+        if (k >= 0)
+            return BAD(c, cpv, q, "%s is also resources.devices[%d].container_path", cp, k);
+        const char *prop = json_string_value(field(e, "propagation"));
+        const char *kp = kd_mount_propagation(prop);
+        if (kp && !strcmp(kp, "Bidirectional") && !priv) {
+            join(q, p, "propagation");
+            return BAD(c, field(e, "propagation"), q,
+                       "%s is Kubernetes' Bidirectional mount propagation, which only a "
+                       "privileged container may use; use rslave (HostToContainer), or make the "
+                       "trial container privileged in environment.pod_spec",
+                       prop);
+        }
+    }
+    return 0;
 }
 
 static int check_resources(struct vctx *c, const json_t *cfg)
@@ -1307,6 +1468,7 @@ static int check_resources(struct vctx *c, const json_t *cfg)
         return BAD(c, shm, "resources.shm_size",
                    "expected a size in bytes or a string such as \"4Gi\" or \"512M\", got %s",
                    desc(shm, d, sizeof(d)));
+    c->shm_set = shm && !(json_is_integer(shm) && json_integer_value(shm) == 0);
     int64_t max_slots = 0;
     if (want_int(c, r, rp, "max_slots", false, 1, INT64_MAX, &max_slots))
         return c->rc;
@@ -1558,6 +1720,68 @@ static int check_proxy_ports(struct vctx *c, const json_t *pp)
     return 0;
 }
 
+/*
+ * environment.ports: names to container ports of the trial container, so a
+ * name must be a Kubernetes port name and a port appear once.
+ */
+static int check_ports(struct vctx *c, const json_t *ports)
+{
+    const char *k;
+    json_t *v;
+    char p[PATHLEN], d[96];
+    if (!ports)
+        return 0;
+    if (want_object(c, ports, "environment.ports"))
+        return c->rc;
+    json_object_foreach((json_t *)ports, k, v)
+    {
+        join(p, "environment.ports", k);
+        if (want_int(c, ports, "environment.ports", k, false, 1, 65535, NULL))
+            return c->rc;
+        if (!kd_port_name_valid(k))
+            return BADKEY(c, v, p,
+                          "not a Kubernetes port name: 1 to 15 characters of a-z, 0-9 and '-', "
+                          "with a letter, no '-' at either end or twice in a row (e.g. "
+                          "\"tensorboard\", \"jupyter-lab\")");
+        const char *k2;
+        json_t *v2;
+        json_object_foreach((json_t *)ports, k2, v2)
+        {
+            if (k2 == k || !json_is_integer(v2) || !strcmp(k2, k))
+                break;
+            if (json_integer_value(v2) == json_integer_value(v))
+                return BAD(c, v, p, "port %s is already environment.ports.%s",
+                           desc(v, d, sizeof(d)), k2);
+        }
+    }
+    return 0;
+}
+
+/* environment.add_capabilities / drop_capabilities: Linux capability names ("CAP_" optional). */
+static int check_capabilities(struct vctx *c, const json_t *e, const char *key)
+{
+    char p[PATHLEN], q[PATHLEN], d[96], near[32];
+    size_t i;
+    json_t *v;
+    join(p, "environment", key);
+    if (want_str_list(c, e, "environment", key))
+        return c->rc;
+    json_array_foreach(field(e, key), i, v)
+    {
+        if (kd_capability_name(json_string_value(v), near, sizeof(near)) == 0)
+            continue;
+        joinidx(q, p, i);
+        if (near[0])
+            return BAD(c, v, q, "%s is not a Linux capability; did you mean `%s`?",
+                       desc(v, d, sizeof(d)), near);
+        return BAD(c, v, q,
+                   "%s is not a Linux capability (such as SYS_PTRACE, IPC_LOCK or ALL; "
+                   "CAP_ in front is optional)",
+                   desc(v, d, sizeof(d)));
+    }
+    return 0;
+}
+
 static int check_environment(struct vctx *c, const json_t *cfg)
 {
     static const char *const keys[] = {"image",
@@ -1577,8 +1801,7 @@ static int check_environment(struct vctx *c, const json_t *cfg)
     if (!e)
         return 0;
     if (want_object(c, e, ep) || check_keys(c, e, ep, keys, NULL, NULL) ||
-        want_bool(c, e, ep, "force_pull_image") || want_str_list(c, e, ep, "add_capabilities") ||
-        want_str_list(c, e, ep, "drop_capabilities"))
+        want_bool(c, e, ep, "force_pull_image"))
         return c->rc;
     json_t *img = field(e, "image");
     if (img) {
@@ -1629,19 +1852,10 @@ static int check_environment(struct vctx *c, const json_t *cfg)
         return c->rc;
     if (check_proxy_ports(c, field(e, "proxy_ports")))
         return c->rc;
-    json_t *ports = field(e, "ports");
-    if (ports) {
-        const char *k;
-        json_t *v;
-        if (want_object(c, ports, "environment.ports"))
-            return c->rc;
-        json_object_foreach(ports, k, v)
-        {
-            if (want_int(c, ports, "environment.ports", k, false, 1, 65535, NULL))
-                return c->rc;
-        }
-    }
-    return 0;
+    if (check_capabilities(c, e, "add_capabilities") ||
+        check_capabilities(c, e, "drop_capabilities"))
+        return c->rc;
+    return check_ports(c, field(e, "ports"));
 }
 
 static int check_misc_sections(struct vctx *c, const json_t *cfg)
@@ -1852,6 +2066,14 @@ static int validate(struct vctx *c, const json_t *cfg)
         want_str(c, cfg, rp, "workspace", false, NULL) ||
         want_str(c, cfg, rp, "project", false, NULL))
         return c->rc;
+    static const char *const wp[] = {"workspace", "project", NULL};
+    for (size_t i = 0; wp[i]; i++) {
+        char lv[KD_LABEL_VALUE_MAX + 1];
+        json_t *v = field(cfg, wp[i]);
+        if (v && kd_label_value(json_string_value(v), lv, sizeof(lv)) != 0)
+            return BAD(c, v, wp[i], "%s has no letter or digit to make the label kdet.io/%s from",
+                       desc(v, d, sizeof(d)), wp[i]);
+    }
     json_t *name = field(cfg, "name");
     if (name && strlen(json_string_value(name)) > 255)
         return BAD(c, name, "name", "longer than 255 characters");
@@ -1864,7 +2086,8 @@ static int validate(struct vctx *c, const json_t *cfg)
         check_storage(c, cfg) || want_int(c, cfg, rp, "max_restarts", false, 0, INT64_MAX, NULL) ||
         check_misc_sections(c, cfg) || check_environment(c, cfg) ||
         check_mounts(c, field(cfg, "bind_mounts"), "bind_mounts", false) ||
-        want_bool(c, cfg, rp, "debug") || check_foreign_sections(c, cfg))
+        check_mount_clashes(c, cfg) || want_bool(c, cfg, rp, "debug") ||
+        check_foreign_sections(c, cfg))
         return c->rc;
     return 0;
 }
@@ -1919,6 +2142,30 @@ json_t *kd_config_warnings(const json_t *cfg)
         warn(out, "environment.proxy_ports",
              "not applicable on kdet: there is no master proxy; reach a trial's ports with "
              "environment.ports and kubectl port-forward or a Service; ignored");
+    const json_t *dev = field(field(cfg, "resources"), "devices");
+    size_t i;
+    const json_t *e;
+    const char *host = NULL;
+    json_array_foreach(dev, i, e)
+    {
+        const char *hp = json_string_value(json_object_get(e, "host_path"));
+        char p[PATHLEN], why[PATHLEN + 160];
+        if (kd_device_is_gpu(hp)) {
+            joinidx(p, "resources.devices", i);
+            snprintf(why, sizeof(why),
+                     "%s is a GPU: on Kubernetes the device plugin gives a trial its GPUs "
+                     "(resources.slots_per_trial); ignored",
+                     hp);
+            warn(out, p, why);
+        } else if (!host) {
+            host = hp;
+        }
+    }
+    if (host)
+        warn(out, "resources.devices",
+             "host devices reach a trial only through a privileged container, where the cluster "
+             "allows it (kdet-controller --allow-host-devices; elsewhere the experiment fails "
+             "naming this field); `mode` is not enforced");
     const json_t *cs = field(cfg, "checkpoint_storage");
     if (json_is_object(cs) && !field(cs, "type"))
         warn(out, "checkpoint_storage",

@@ -107,6 +107,23 @@ check "a bad -o" 2 "-o xml: expected table, json or yaml" -- "$det" experiment l
 check "an ambiguous prefix lists the matches" 2 "ID \"fashion-mnist-c-\" is ambiguous" \
     -- "$det" experiment describe fashion-mnist-c-
 
+# ---- workspace and project: det labels the Experiment, list filters by them
+sed 's/^name: .*/name: scoped/' $ex/const.yaml > "$tmp/scoped.yaml"
+printf 'workspace: Team A\nproject: Vision (2024)\n' >> "$tmp/scoped.yaml"
+"$det" experiment create "$tmp/scoped.yaml" $ex > /dev/null 2>&1
+scoped=$(k get exp -l kdet.io/workspace=team-a,kdet.io/project=vision-2024 -o jsonpath='{.items[*].metadata.name}')
+case "$scoped" in scoped-*) ok "the Experiment carries kdet.io/workspace and kdet.io/project" ;;
+    *) bad "workspace and project labels (got \"$scoped\")" ;; esac
+check "list --workspace keeps that workspace" 0 "^- +scoped-" -- "$det" experiment list --workspace "team a"
+grep -q "$name" "$tmp/out" && bad "list --workspace shows another workspace's" "$tmp/out" || ok "list --workspace leaves out the others"
+check "list --workspace --project" 0 "^- +scoped-" -- "$det" experiment list --workspace Team-A --project "vision 2024"
+check "list --project of none" 0 "no experiments in namespace \"default\" in that workspace or project" \
+    -- "$det" experiment list --project other
+check "list --workspace without a letter or digit" 2 "det: --workspace !!: no letter or digit" \
+    -- "$det" experiment list --workspace '!!'
+check "list without a filter shows both" 0 "^- +scoped-" -- "$det" experiment list
+grep -q "$name" "$tmp/out" && ok "list without a filter shows the unscoped one too" || bad "list without a filter" "$tmp/out"
+
 # ---- desired-state patches, read back through the API
 spec() { k get exp "$name" -o jsonpath="{.spec.$1}"; }
 check "pause" 0 "paused \(spec.paused=true\)" -- "$det" experiment pause "$name"

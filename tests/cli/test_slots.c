@@ -109,36 +109,48 @@ static void test_fits(void **state)
         int slots;
         const char *want; /* "" fits, else a piece of the reason */
         const char *type; /* the pool's slot type: "gpu", "cpu" */
+        bool single_node; /* resources.is_single_node */
     } cases[] = {
+        /* resources.is_single_node: never more slots than the largest node */
+        {"default:4:8000 default:4:8000", "auto", 1000, 0, "default", 8,
+         "slots_per_trial=8 exceeds the largest node of resource pool default (4 GPUs) and "
+         "resources.is_single_node keeps a trial on one node",
+         "gpu", true},
+        {"default:4:8000 default:4:8000", "auto", 1000, 2, "default", 4, "", "gpu", true},
+        {"default:4:8000 default:4:8000", "auto", 1000, 2, "default", 6, "exceeds the largest node",
+         "gpu", true},
         /* GPU pools (auto: a node has GPUs) */
-        {"default:4:8000", "auto", 1000, 0, "default", 4, "", "gpu"},
+        {"default:4:8000", "auto", 1000, 0, "default", 4, "", "gpu", false},
         {"default:4:8000", "auto", 1000, 0, "default", 5,
-         "slots_per_trial=5 needs 5 GPUs; resource pool default has 4", "gpu"},
-        {"default:4:8000 default:4:8000", "auto", 1000, 0, "default", 8, "", "gpu"},
+         "slots_per_trial=5 needs 5 GPUs; resource pool default has 4", "gpu", false},
+        {"default:4:8000 default:4:8000", "auto", 1000, 0, "default", 8, "", "gpu", false},
         {"default:4:8000 default:4:8000", "auto", 1000, 0, "default", 6,
-         "exceeds the largest node of resource pool default (4 GPUs) and is not a multiple", "gpu"},
+         "exceeds the largest node of resource pool default (4 GPUs) and is not a multiple", "gpu",
+         false},
         {"default:4:8000 default:2:8000 default:2:8000", "auto", 1000, 0, "default", 8,
-         "needs 2 nodes with 4 GPUs; resource pool default has 1", "gpu"},
+         "needs 2 nodes with 4 GPUs; resource pool default has 1", "gpu", false},
         /* a pool of CPU nodes next to a GPU pool: each pool decides for itself */
-        {"default:0:2000 gpu:2:4000", "auto", 1000, 0, "default", 2, "", "cpu"},
+        {"default:0:2000 gpu:2:4000", "auto", 1000, 0, "default", 2, "", "cpu", false},
         {"default:0:2000 gpu:2:4000", "auto", 1000, 0, "default", 4,
-         "needs 4 CPU slots; resource pool default has 2", "cpu"},
-        {"default:0:5000", "auto", 2000, 0, "default", 2, "", "cpu"}, /* 5 CPUs: 2 of 2 */
-        {"default:0:5000", "auto", 2000, 0, "default", 3, "has 2", "cpu"},
-        {"default:0:500", "auto", 1000, 0, "default", 1, "", "cpu"}, /* half a CPU: one slot */
+         "needs 4 CPU slots; resource pool default has 2", "cpu", false},
+        {"default:0:5000", "auto", 2000, 0, "default", 2, "", "cpu", false}, /* 5 CPUs: 2 of 2 */
+        {"default:0:5000", "auto", 2000, 0, "default", 3, "has 2", "cpu", false},
+        {"default:0:500", "auto", 1000, 0, "default", 1, "", "cpu",
+         false}, /* half a CPU: one slot */
         /* forced slot types */
         {"default:0:8000", "gpu", 1000, 0, "default", 1,
-         "resource pool default has no GPUs; the trial needs 1", "gpu"},
-        {"default:2:8000", "cpu", 1000, 0, "default", 8, "", "cpu"},
+         "resource pool default has no GPUs; the trial needs 1", "gpu", false},
+        {"default:2:8000", "cpu", 1000, 0, "default", 8, "", "cpu", false},
         /* max_slots_per_pod */
-        {"default:0:2000 default:0:2000", "auto", 1000, 1, "default", 4, "", "cpu"},
+        {"default:0:2000 default:0:2000", "auto", 1000, 1, "default", 4, "", "cpu", false},
         {"default:0:2000 default:0:2000", "auto", 1000, 1, "default", 5,
-         "needs 5 pods of 1 CPU slots (max_slots_per_pod); resource pool default holds 4", "cpu"},
+         "needs 5 pods of 1 CPU slots (max_slots_per_pod); resource pool default holds 4", "cpu",
+         false},
         {"default:4:0", "auto", 1000, 2, "default", 3,
-         "slots_per_trial=3 is not a multiple of max_slots_per_pod=2", "gpu"},
+         "slots_per_trial=3 is not a multiple of max_slots_per_pod=2", "gpu", false},
         /* no such pool; no slot needed */
-        {"default:4:8000", "auto", 1000, 0, "big", 1, "the pool has no nodes", ""},
-        {"default:0:0", "auto", 1000, 0, "nope", 0, "", ""},
+        {"default:4:8000", "auto", 1000, 0, "big", 1, "the pool has no nodes", "", false},
+        {"default:0:0", "auto", 1000, 0, "nope", 0, "", "", false},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct det_node nodes[8];
@@ -153,7 +165,8 @@ static void test_fits(void **state)
             if (strcmp(pools[k].name, cases[i].pool) == 0)
                 p = &pools[k];
         char why[512];
-        bool fits = det_pool_fits(p, nodes, n, cases[i].slots, &s, why, sizeof(why));
+        bool fits =
+            det_pool_fits(p, nodes, n, cases[i].slots, cases[i].single_node, &s, why, sizeof(why));
         if (cases[i].want[0] == '\0' ? !fits : (fits || strstr(why, cases[i].want) == NULL))
             fail_msg("case %zu (%s, %d slots in %s): fits=%d why=\"%s\", want \"%s\"", i,
                      cases[i].nodes, cases[i].slots, cases[i].pool, fits, why, cases[i].want);

@@ -16,6 +16,7 @@ CTRL_E2E_DEPS := $(O)/bin/kdet-controller $(O)/bin/kdet-local $(O)/bin/kdet-laun
 $(eval $(call kd_test_script,test_ctrl_e2e_basic,e2e/controller/basic.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_capacity,e2e/controller/capacity.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_cpuslots,e2e/controller/cpuslots.sh,120,,$(CTRL_E2E_DEPS)))
+$(eval $(call kd_test_script,test_ctrl_e2e_fields,e2e/controller/fields.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_otherpods,e2e/controller/otherpods.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_lifecycle,e2e/controller/lifecycle.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_restarts,e2e/controller/restarts.sh,120,,$(CTRL_E2E_DEPS)))

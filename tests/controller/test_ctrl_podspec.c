@@ -5,7 +5,8 @@
  * (review the diff before committing). Also the errors for bad pod_specs and
  * entrypoints, and the priority-class mapping. An input's "context" is the
  * Experiment's spec.context; its "cpu_slots" (an object, optionally with
- * cpu_per_slot_milli and memory_per_slot) says that "gpus" count CPU slots.
+ * cpu_per_slot_milli and memory_per_slot) says that "gpus" count CPU slots;
+ * "allow_host_devices" is kdet-controller's --allow-host-devices.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -52,6 +53,7 @@ static void golden(const char *name)
         o.controller_ca = json_is_true(json_object_get(api, "controller_ca"));
     }
     o.context = json_object_get(in, "context"); /* the Experiment's spec.context */
+    o.allow_host_devices = json_is_true(json_object_get(in, "allow_host_devices"));
     o.run_as_user = (long)json_integer_value(json_object_get(in, "run_as_user"));
     const json_t *cs = json_object_get(in, "cpu_slots"); /* "gpus" count CPU slots */
     if (json_is_object(cs)) {
@@ -144,6 +146,26 @@ static void test_asroot(void **s)
 {
     (void)s;
     golden("asroot");
+}
+
+/*
+ * The fields of Determined's config that shape the pod: bind mounts as hostPath volumes
+ * (cleaned paths, readOnly, propagation; the checkpoint directory's own bind mount not twice),
+ * a host device (with --allow-host-devices) in a privileged container, the GPU device left to
+ * the device plugin, named ports (the pod_spec's same port once), imagePullPolicy Always,
+ * capabilities (canonical names, the pod_spec's kept), workspace and project labels.
+ */
+static void test_fields(void **s)
+{
+    (void)s;
+    golden("fields");
+}
+
+/* is_single_node, two pods no node pin holds together: a pod affinity by hostname. */
+static void test_single_node(void **s)
+{
+    (void)s;
+    golden("single_node");
 }
 
 /* The context ConfigMap: a read-only volume per pod, the archive's path and digest. */
@@ -341,6 +363,81 @@ static void test_errors(void **s)
     json_decref(cfg);
 }
 
+/*
+ * What the pod builder refuses in the new fields, each naming the field: a host device when the
+ * cluster does not allow them, a port on the rendezvous port, and a bind mount or port that the
+ * pod_spec's trial container already has otherwise. kd_pod_check, which the controller runs when
+ * it reads an experiment, refuses the same from the configuration alone.
+ */
+static void test_field_errors(void **s)
+{
+    (void)s;
+    static const struct {
+        const char *cfg; /* JSON, with "entrypoint" */
+        bool allow_devices;
+        int master_port;
+        int check_rc, build_rc;
+        const char *want; /* in err */
+    } rows[] = {
+        {"{\"resources\":{\"devices\":[{\"host_path\":\"/dev/fuse\",\"container_path\":"
+         "\"/dev/fuse\"}]}}",
+         false, 0, KD_EINVALID, KD_EINVALID,
+         "resources.devices[0]: host device /dev/fuse: this cluster does not pass host devices"},
+        {"{\"resources\":{\"devices\":[{\"host_path\":\"/dev/fuse\",\"container_path\":"
+         "\"/dev/fuse\"}]}}",
+         true, 0, 0, 0, ""},
+        {"{\"resources\":{\"devices\":[{\"host_path\":\"/dev/nvidia0\",\"container_path\":"
+         "\"/dev/nvidia0\"}]}}",
+         false, 0, 0, 0, ""},
+        {"{\"environment\":{\"ports\":{\"rdzv\":29400}}}", false, 0, KD_EINVALID, KD_EINVALID,
+         "environment.ports.rdzv: 29400 is the port kdet's workers meet on"},
+        {"{\"environment\":{\"ports\":{\"web\":29400}}}", false, 31000, 0, 0, ""},
+        {"{\"environment\":{\"ports\":{\"web\":8080}}}", false, 8080, KD_EINVALID, KD_EINVALID,
+         "environment.ports.web: 8080"},
+        {"{\"environment\":{\"ports\":{\"web\":8080},\"pod_spec\":{\"spec\":{\"containers\":"
+         "[{\"name\":\"trial\",\"ports\":[{\"name\":\"web\",\"containerPort\":80}]}]}}}}",
+         false, 0, KD_EINVALID, KD_EINVALID,
+         "environment.ports.web: environment.pod_spec's trial container already has a port of "
+         "that name (ports[0])"},
+        {"{\"bind_mounts\":[{\"host_path\":\"/mnt/d\",\"container_path\":\"/data\"}],"
+         "\"environment\":{\"pod_spec\":{\"spec\":{\"volumes\":[{\"name\":\"v\","
+         "\"emptyDir\":{}}],\"containers\":[{\"name\":\"trial\",\"volumeMounts\":[{"
+         "\"name\":\"v\",\"mountPath\":\"/data/\"}]}]}}}}",
+         false, 0, KD_EINVALID, KD_EINVALID,
+         "bind_mounts[0].container_path: /data is already mounted in the trial container "
+         "(volumeMounts[0], volume v)"},
+        {"{\"bind_mounts\":[{\"host_path\":\"/mnt/d\",\"container_path\":\"/data\"}],"
+         "\"environment\":{\"pod_spec\":{\"spec\":{\"volumes\":[{\"name\":\"kdet-bind-0\","
+         "\"emptyDir\":{}}]}}}}",
+         false, 0, KD_EINVALID, KD_EINVALID,
+         "environment.pod_spec.spec.volumes: the name kdet-bind-0"},
+    };
+    json_t *trial = json_pack("{s:{s:s,s:s,s:s},s:{s:s,s:s,s:i,s:{}}}", "metadata", "name", "t-1",
+                              "namespace", "default", "uid", "u", "spec", "experiment", "t",
+                              "requestId", "r0-1", "seed", 1, "hparams");
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char err[KD_ERRLEN] = "";
+        json_error_t je;
+        json_t *cfg = json_loads(rows[i].cfg, 0, &je);
+        if (cfg == NULL)
+            fail_msg("row %zu: %s", i, je.text);
+        json_object_set_new(cfg, "entrypoint", json_string("train"));
+        struct kd_pod_opts o = {.allow_host_devices = rows[i].allow_devices,
+                                .master_port = rows[i].master_port};
+        json_t *pods = NULL;
+        int crc = kd_pod_check(cfg, &o, err);
+        int brc = kd_pod_build(trial, cfg, "r", NULL, 1, 1, &o, &pods, err);
+        if (crc != rows[i].check_rc || brc != rows[i].build_rc ||
+            (brc != 0 && strstr(err, rows[i].want) == NULL))
+            fail_msg("row %zu: check %d build %d err \"%s\", want %d %d \"%s\"", i, crc, brc, err,
+                     rows[i].check_rc, rows[i].build_rc, rows[i].want);
+        assert_true(brc == 0 ? pods != NULL : pods == NULL);
+        json_decref(pods);
+        json_decref(cfg);
+    }
+    json_decref(trial);
+}
+
 static void test_priority_classes(void **s)
 {
     (void)s;
@@ -375,11 +472,14 @@ int main(void)
         cmocka_unit_test(test_asroot),
         cmocka_unit_test(test_sharedfs_user_mount),
         cmocka_unit_test(test_exclude_nodes),
+        cmocka_unit_test(test_fields),
+        cmocka_unit_test(test_single_node),
         cmocka_unit_test(test_context_configmap),
         cmocka_unit_test(test_context_path),
         cmocka_unit_test(test_context_s3),
         cmocka_unit_test(test_experiment_config_env),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_field_errors),
         cmocka_unit_test(test_priority_classes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -64,6 +64,7 @@ check("--trial-run-as-user=65532" in args, "trial pods run as non-root by defaul
 check("--slot-type=auto" in args and "--cpu-per-slot=1" in args and not any(a.startswith("--memory-per-slot") for a in args)
       and not any(a.startswith("--max-slots-per-pod") for a in args),
       "slots: auto, 1 CPU per CPU slot, no memory request, no pod size limit by default")
+check(not any(a.startswith("--allow-host-devices") for a in args), "no host devices by default")
 check(not any(a.startswith("--default-checkpoint-storage") for a in args), "no default storage unless asked")
 sc, psc = c.get("securityContext", {}), pod.get("securityContext", {})
 check(psc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is True, "controller runAsNonRoot")
@@ -158,7 +159,7 @@ want_args = ["--scheduler=fair_share", "--preemption=off", "--workers=8", "--gan
              "--namespace=ml", "--idle-release-after=60", "--resync=45", "--kube-api-qps=20",
              "--kube-api-burst=40", "--trial-run-as-user=1000", "--leader-elect=on",
              "--slot-type=cpu", "--cpu-per-slot=2500m", "--memory-per-slot=4Gi", "--max-slots-per-pod=2",
-             "--default-checkpoint-storage=/etc/kdet/checkpoint-storage.json", "--priority-classes=off"]
+             "--allow-host-devices=on", "--default-checkpoint-storage=/etc/kdet/checkpoint-storage.json", "--priority-classes=off"]
 for a in want_args:
     check(a in args, "full values: %s" % a)
 check(c.get("image") == "registry.example/kdet-controller:9.9.9" and c.get("imagePullPolicy") == "Always", "full values: image")

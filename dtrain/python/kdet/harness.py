@@ -59,7 +59,10 @@ class Harness:
     """A trial class run by the Trainer's loop (kdet.pytorch.Trainer) with
     the harness's settings: training reports every report_every batches,
     preemption checks every preempt_every, validation and a checkpoint at
-    the end of each searcher operation only."""
+    the end of each searcher operation, and from the experiment config (as
+    Determined's harness does) a validation before the first batch with
+    perform_initial_validation, validations every min_validation_period and
+    checkpoints every min_checkpoint_period."""
 
     def __init__(self, trial_cls, core, report_every=10, preempt_every=10):
         self.core = core
@@ -91,8 +94,10 @@ class Harness:
         """Train until the searcher says stop or the trial is preempted.
         Returns "stopped" or "preempted"."""
         shard = self.trainer._prepare()
-        return self.trainer._run(shard, None, None, None, self.report_every,
-                                 self.preempt_every, "none")
+        val_b, ckpt_b = self.trainer._periods(None, None)
+        first = bool(self.context.get_experiment_config().get("perform_initial_validation"))
+        return self.trainer._run(shard, None, val_b, ckpt_b, self.report_every,
+                                 self.preempt_every, "none", step_zero_validation=first)
 
 
 def main(argv=None):

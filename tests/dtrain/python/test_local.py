@@ -62,6 +62,31 @@ def test_harness_local_end_to_end():
     check(len(os.listdir(d)) == 2, os.listdir(d))
 
 
+@case
+def test_harness_config_periods():
+    """The experiment config's perform_initial_validation, min_validation_period and
+    min_checkpoint_period reach the harness (KDET_EXPERIMENT_CONFIG, as the controller sets
+    it, with a trial id): a validation at batch 0, then every 20 batches; a checkpoint every
+    15."""
+    d = tk.tmpdir()
+    conf = {"perform_initial_validation": True, "min_validation_period": {"batches": 20},
+            "min_checkpoint_period": {"batches": 15}, "scheduling_unit": 100}
+    rc, out = harness(["--trial", tk.EXAMPLE + ":FashionMNISTTrial", "--max-length", "40"],
+                      KDET_CHECKPOINT_DIR=d, KDET_EXPERIMENT_CONFIG=json.dumps(conf),
+                      KDET_TRIAL_ID="fields-1")
+    check(rc == 0, f"rc={rc}\n{out}")
+    va = [s for s, _ in metrics(out, "validation")]
+    check(va == [0, 20, 40], f"validation rows {va}\n{out}")
+    ck = sorted(int(m.group(1)) for m in
+                re.finditer(r"kdet: checkpoint uuid=\S+ steps_completed=(\d+)", out))
+    check(ck[:2] == [15, 30] and ck[-1] == 40, f"checkpoints {ck}\n{out}")
+    # Without them: one validation, at the end.
+    rc, out = harness(["--trial", tk.EXAMPLE + ":FashionMNISTTrial", "--max-length", "40"],
+                      KDET_CHECKPOINT_DIR=tk.tmpdir(), KDET_EXPERIMENT_CONFIG="{}",
+                      KDET_TRIAL_ID="fields-1")
+    check(rc == 0 and [s for s, _ in metrics(out, "validation")] == [40], out)
+
+
 def _state_equal(a, b, path="state"):
     import torch
     if isinstance(a, torch.Tensor):
