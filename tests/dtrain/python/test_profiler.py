@@ -216,7 +216,12 @@ def test_config_turns_it_on():
                 check((ctx.profiler.begin_on_batch, ctx.profiler.end_after_batch,
                        ctx.profiler.sync_timings) == (5, 9, False), "window")
                 ctx.profiler.sampling_interval = 0.05
-                time.sleep(0.8)
+                # The first samples come after the thread's first wait; a
+                # busy machine makes that late: wait for them (bounded).
+                deadline = time.monotonic() + 15
+                while ("kdet: profiling metrics" not in buf.getvalue()
+                       and time.monotonic() < deadline):
+                    time.sleep(0.1)
             check(ctx.profiler._thread is None, "closed with the context")
     finally:
         for k, v in old.items():
