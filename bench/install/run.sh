@@ -42,12 +42,17 @@ t0=$(date +%s.%N)
 "$B/bin/det" deploy local up --data-dir "$deploy_dir" --port 0 >"$work/up.log" 2>&1 ||
 	{ cat "$work/up.log"; exit 1; }
 url=$(cat "$deploy_dir/controller-url")
-latency_poll 120 curl -fsS "$url/readyz"
+ca=()
+[[ -f "$deploy_dir/controller.crt" ]] && ca=(--cacert "$deploy_dir/controller.crt")
+latency_poll 120 curl -fsS "${ca[@]}" "$url/readyz" ||
+	{ echo "bench/install: the local controller's /readyz did not answer 200 in 120 s"; exit 1; }
 local_ready=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 echo "kdet-local: det deploy local up -> controller /readyz: $local_ready s"
 export KUBECONFIG="$deploy_dir/kubeconfig"
 mkdir -p "$work/ctx"
 echo "fashion-mnist-c from the build" >"$work/ctx/README"
+# One experiment at a time: det names it probe-K-<digest> and prints the name.
+name=""
 lat_create() {
 	cat >"$work/probe.yaml" <<EOF
 name: probe-$1
@@ -55,19 +60,20 @@ entrypoint: fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet
 environment:
   environment_variables: [OPENBLAS_NUM_THREADS=1]
 hyperparameters: {global_batch_size: 32, hidden_units: 32, momentum: 0.9, learning_rate: 0.05}
-searcher: {name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 2000}}
+searcher: {name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 1000000}}
 resources: {slots_per_trial: 1}
 max_restarts: 0
 EOF
-	"$B/bin/det" experiment create "$work/probe.yaml" "$work/ctx" >/dev/null 2>&1
+	name=$("$B/bin/det" experiment create "$work/probe.yaml" "$work/ctx" 2>/dev/null | tail -n1)
+	[[ -n "$name" ]]
 }
 lat_running() {
-	[[ -n "$(kubectl get pods -l "kdet.io/experiment=probe-$1" \
+	[[ -n "$(kubectl get pods -l "kdet.io/experiment=$name" \
 		-o 'jsonpath={.items[0].status.containerStatuses[0].state.running.startedAt}' 2>/dev/null)" ]]
 }
 lat_kill() {
-	"$B/bin/det" experiment kill "probe-$1" >/dev/null 2>&1
-	latency_poll 60 bash -c "[[ -z \"\$(kubectl get pods -l kdet.io/experiment=probe-$1 -o name)\" ]]"
+	"$B/bin/det" experiment kill "$name" >/dev/null 2>&1
+	latency_poll 60 bash -c "[[ -z \"\$(kubectl get pods -l kdet.io/experiment=$name -o name)\" ]]"
 }
 local_line=$(latency_measure "$N" "$work/local-latency")
 echo "kdet-local: ${local_line#time: }"

@@ -453,7 +453,8 @@ expect "longrun: no metric stored twice" '^0$' dup_metrics "${E[longrun]}"
 if ((measure > 0)); then
 	# shellcheck source=e2e/kube/latency.sh
 	source "$here/latency.sh"
-	fmnist probe "{name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 2000}}" 1
+	# Long enough never to end before it is killed.
+	fmnist probe "{name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 1000000}}" 1
 	lat_create() { create probe; }
 	lat_running() {
 		[[ -n "$("${U[@]}" get pods -l "kdet.io/experiment=${E[probe]}" \
