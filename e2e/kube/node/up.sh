@@ -77,12 +77,31 @@ for p in bridge host-local loopback portmap; do
 	[[ -x "$RN_CNI_BIN/$p" ]] || kube_die "$RN_CNI_BIN/$p missing (containernetworking-plugins)"
 done
 
+# A run that was killed (machine restart, SIGKILL) leaves its bridges,
+# mounts and iptables rules behind with none of its processes alive: reclaim
+# those with node/down.sh of the dir that recorded them. A run whose kubelet
+# or containerd still lives is left alone (and refused below).
+for owner in "${TMPDIR:-/tmp}"/kdet-kube.*/realnode /tmp/kdet-kube.*/realnode; do
+	[[ -f "$owner/bridges" && "$owner" != "$dir/realnode" ]] || continue
+	odir="${owner%/realnode}"
+	live=""
+	for pf in "$odir"/pids/kubelet-real* "$odir"/pids/containerd*; do
+		[[ -f "$pf" ]] && kill -0 "$(cat "$pf")" 2>/dev/null && live="$live ${pf##*/}"
+	done
+	if [[ -n "$live" ]]; then
+		kube_log "the real nodes of $odir are running ($live ); not touching them"
+		continue
+	fi
+	kube_log "reclaiming what a killed run left in $odir (bridges $(tr '\n' ' ' <"$owner/bridges"), mounts, iptables rules)..."
+	"$here/down.sh" "$odir" >&2 || kube_log "warning: node/down.sh $odir exited non-zero"
+done
+
 # Refuse rather than share: another real node on this machine, or a network
 # that already uses the range.
 routes="$(ip -4 route show)"
 for i in $(seq 1 "$RN_COUNT"); do
 	if ip link show "$(rn_bridge "$i")" >/dev/null 2>&1; then
-		kube_die "the bridge $(rn_bridge "$i") exists already (another real node running? e2e/kube/node/down.sh DIR removes one)"
+		kube_die "the bridge $(rn_bridge "$i") exists already and no run dir under ${TMPDIR:-/tmp} records it as a dead run's (another real node running? e2e/kube/node/down.sh DIR removes one)"
 	fi
 	if grep -q "^$(rn_net "$i")\.0/24" <<<"$routes"; then
 		kube_die "$(rn_net "$i").0/24 is already routed on this machine: $(grep "^$(rn_net "$i")\." <<<"$routes" | head -n2)"
