@@ -9,7 +9,7 @@ $(eval $(call kd_test,test_local_table,tests/local/test_table.c,local core,-ljan
 $(eval $(call kd_test,test_local_proto,tests/local/test_proto.c,local core,-ljansson -lcrypto,30))
 $(eval $(call kd_test_script,test_local_auth,tests/local/auth.sh,60,,$(O)/bin/kdet-local))
 # libFuzzer target (make fuzz): protobuf bodies, selectors and patches from clients.
-$(eval $(call kd_fuzz,fuzz_local_parsers,tests/local/fuzz_parsers.c local/proto.c local/selector.c local/patch.c $(wildcard lib/core/*.c),-ljansson -lcrypto))
+$(eval $(call kd_fuzz,fuzz_local_parsers,tests/local/fuzz_parsers.c local/proto.c local/selector.c local/patch.c $(wildcard lib/core/*.c),-ljansson -lcrypto,tests/fuzz/corpus/local_parsers))
 $(eval $(call kd_test_script,test_kubelet_agent,tests/local/kubelet.sh,180,,$(O)/bin/kdet-local))
 $(eval $(call kd_test_script,test_local_api,tests/local/api.sh,120,,$(O)/bin/kdet-local $(O)/bin/det))
 $(eval $(call kd_test_script,test_local_multinode,tests/local/multinode.sh,120,,$(O)/bin/kdet-local))
