@@ -66,6 +66,22 @@ static void test_text(void **state)
     assert_string_equal(small, "");
 }
 
+/* The scanner reads one element after another (from test_sigv4, where it began). */
+static void test_sequence(void **state)
+{
+    (void)state;
+    const char *x = "<R><Key>a &amp; b&#x2F;&lt;c&gt;</Key><Size>12</Size><Key>second</Key></R>";
+    const char *end = x + strlen(x), *p;
+    char out[64], tiny[4];
+    p = kd_storage__xml_get(x, end, "Key", out, sizeof(out), NULL);
+    assert_non_null(p);
+    assert_string_equal(out, "a & b/<c>");
+    assert_non_null(kd_storage__xml_get(p, end, "Key", out, sizeof(out), NULL));
+    assert_string_equal(out, "second");
+    assert_null(kd_storage__xml_get(x, end, "Missing", out, sizeof(out), NULL));
+    assert_null(kd_storage__xml_get(x, end, "Key", tiny, sizeof(tiny), NULL)); /* not cut */
+}
+
 static void test_list(void **state)
 {
     (void)state;
@@ -139,6 +155,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text),
+        cmocka_unit_test(test_sequence),
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_errors),
     };
