@@ -21,3 +21,5 @@ $(eval $(call kd_test_script,test_local_multinode,tests/local/multinode.sh,120,,
 $(eval $(call kd_test,test_local_validate,tests/local/test_validate.c,local k8s yaml openapi http core,-lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -ldl -lpthread,30))
 # securityContext → the uid, gid and groups a container runs as (or the kubelet's refusal), as a table.
 $(eval $(call kd_test,test_local_runas,tests/local/test_runas.c,local core,-ljansson,30))
+# kdet-local's request handling: an in-process API server fed one connection's bytes per input.
+$(eval $(call kd_fuzz,fuzz_local_api,tests/local/fuzz_api.c $(LOCAL_FUZZ_SRCS),$(LOCAL_FUZZ_LDLIBS),tests/fuzz/corpus/local_api))
