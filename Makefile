@@ -83,16 +83,29 @@ TEST_META += $(1):$(or $(3),120):$(subst $(eval) ,+,$(strip $(4)))
 TEST_DEPS_$(1) := $(O)/tests/$(1) $(5)
 endef
 
-# $(call kd_fuzz,NAME,SRCS): a libFuzzer target build-fuzz/NAME, built with
-# clang from the sources (not from $(O)); SRCS include the code under test.
+# $(call kd_fuzz,NAME,SRCS,LDLIBS,CORPUS,CFLAGS,DICT): a libFuzzer target build-fuzz/NAME,
+# built with clang from the sources (not from $(O)); SRCS include the code under test.
+# CORPUS: the folders of inputs kept in the tree (seeds, known attacks, past findings);
+# CFLAGS: extra flags for the harness; DICT: a libFuzzer dictionary. Each target also
+# gets a replay test, test_fuzz_<NAME without fuzz_>: the same harness built in $(O)
+# with tests/fuzz/replay.c as main, run over every CORPUS file by `make check`.
 FUZZ_O := build-fuzz
 FUZZ_CFLAGS = -std=gnu11 -g -O1 -D_GNU_SOURCE -iquote lib -Idtrain/include $(PKG_CFLAGS) \
               -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer
 define kd_fuzz
 $(FUZZ_O)/$(1): $(2)
 	@mkdir -p $$(@D)
-	clang $$(FUZZ_CFLAGS) -o $$@ $(2) $(3)
-ALL_FUZZ += $(FUZZ_O)/$(1)
+	@$$(if $$(Q),echo "  FUZZ    $$@")
+	$$(Q)clang $$(FUZZ_CFLAGS) $(5) -o $$@ $(2) $(3)
+ALL_FUZZ += $(1)
+FUZZ_CORPUS_$(1) := $(4)
+FUZZ_DICT_$(1) := $(6)
+$(call kd_objs,$(filter tests/%,$(2))): KD_CFLAGS += $(5)
+$(O)/obj/tests/fuzz/replay-$(1).o: tests/fuzz/replay.c
+	@mkdir -p $$(@D)
+	@$$(if $$(Q),echo "  CC      $$@")
+	$$(Q)$$(CC) $$(KD_CFLAGS) $$(CFLAGS) -DKD_FUZZ_CORPUS='"$(strip $(4))"' -c -o $$@ $$<
+$(eval $(call kd_test,test_fuzz_$(patsubst fuzz_%,%,$(1)),$(2) tests/fuzz/replay-$(1).c,,$(3),120,fuzz))
 endef
 
 # $(call kd_bench,NAME,SCRIPT,DEPS): `make bench` runs SCRIPT (with KD_BUILD
@@ -163,8 +176,15 @@ deps:
 lint:
 	@mk/lint.sh
 
-fuzz: $(ALL_FUZZ)
-	@echo "fuzz targets: $(ALL_FUZZ)"
+# `make fuzz` builds the targets; with FUZZ_TIME (60s, 10m, 1h) it also runs each one
+# after the other for that long (mk/fuzz.sh), FUZZ='fuzz_http%' picks some.
+FUZZ_TIME ?=
+FUZZ ?=
+SELECTED_FUZZ := $(if $(FUZZ),$(filter $(FUZZ),$(ALL_FUZZ)),$(ALL_FUZZ))
+fuzz: $(addprefix $(FUZZ_O)/,$(SELECTED_FUZZ))
+	@echo "fuzz targets: $(SELECTED_FUZZ)"
+	@$(if $(FUZZ_TIME),mk/fuzz.sh $(FUZZ_O) $(FUZZ_TIME) \
+	   $(foreach t,$(SELECTED_FUZZ),'$(t)|$(FUZZ_DICT_$(t))|$(strip $(FUZZ_CORPUS_$(t)))'),true)
 
 BENCH ?=
 SELECTED_BENCH := $(if $(BENCH),$(filter $(BENCH),$(ALL_BENCH)),$(ALL_BENCH))
@@ -207,7 +227,8 @@ help:
 	@echo "make deps       install the Debian packages (and npm tools) the project needs"
 	@echo "make lint       clang-format check and banned functions"
 	@echo "make bench      benchmarks, each side by side with its anchor"
-	@echo "make fuzz       build the libFuzzer targets (clang) into build-fuzz/"
+	@echo "make fuzz       build the libFuzzer targets (clang) into build-fuzz/; FUZZ_TIME=1h"
+	@echo "                runs each for that long, one after the other (FUZZ=name selects)"
 	@echo "make demo       the end-to-end demo"
 	@echo "make e2e        the end-to-end suites against kdet-local"
 	@echo "make e2e-real   the suites against a real control plane; as root also two real nodes"

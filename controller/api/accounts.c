@@ -15,79 +15,6 @@
 #include "core/log.h"
 #include "core/str.h"
 
-/* Namespaces one user may be given, at most. */
-#define MAX_USER_NS 256
-
-bool api_user_name_ok(const char *s)
-{
-    size_t n = s != NULL ? strlen(s) : 0;
-    if (n == 0 || n > KD_STORE_MAX_USER)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-        if (!alnum && ((i == 0 || i == n - 1) || (c != '-' && c != '.' && c != '_')))
-            return false;
-    }
-    return true;
-}
-
-/* A namespace as Kubernetes names them (a DNS-1123 label), or "*". */
-static bool ns_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (strcmp(s, "*") == 0)
-        return true;
-    if (n == 0 || n > 63)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-        if (!alnum && (i == 0 || i == n - 1 || c != '-'))
-            return false;
-    }
-    return true;
-}
-
-/* body.namespaces when present: an array of namespaces; answers 400 itself. */
-static int want_namespaces(struct api_rq *q, const json_t *body, json_t **out)
-{
-    json_t *ns = json_object_get(body, "namespaces");
-    size_t i;
-    json_t *v;
-    *out = ns;
-    if (ns == NULL)
-        return 0;
-    if (!json_is_array(ns) || json_array_size(ns) > MAX_USER_NS) {
-        api_error(q, 400, "namespaces", "namespaces: must be an array of at most %d names",
-                  MAX_USER_NS);
-        return KD_EINVAL;
-    }
-    json_array_foreach(ns, i, v)
-    {
-        if (!json_is_string(v) || !ns_ok(json_string_value(v))) {
-            char field[48];
-            snprintf(field, sizeof(field), "namespaces[%zu]", i);
-            api_error(q, 400, field, "%s: must be a namespace name (a DNS-1123 label) or \"*\"",
-                      field);
-            return KD_EINVAL;
-        }
-    }
-    return 0;
-}
-
-static int want_bool(struct api_rq *q, const json_t *body, const char *k, bool *set, bool *v)
-{
-    json_t *j = json_object_get(body, k);
-    *set = j != NULL;
-    if (j != NULL && !json_is_boolean(j)) {
-        api_error(q, 400, k, "%s: must be true or false", k);
-        return KD_EINVAL;
-    }
-    *v = json_is_true(j);
-    return 0;
-}
-
 static json_t *principal_json(const struct api_principal *p)
 {
     json_t *ns = json_array();
@@ -153,28 +80,20 @@ out:
 /* POST /api/v1/users {name, admin?, namespaces?, description?}: the user and its first token. */
 void api_users_create(struct api_rq *q)
 {
-    static const char *const keys[] = {"name", "admin", "namespaces", "description", NULL};
-    json_t *body = NULL, *ns = NULL, *row = NULL;
+    json_t *body = NULL, *row = NULL;
     char err[KD_ERRLEN] = "";
-    bool admin = false, set = false;
+    struct api_user_req ur;
+    struct api_verr e;
     int64_t id = 0;
-    if (api_body(q, KD_API_MAX_SMALL_BODY, &body) != 0 || api_only_keys(q, body, "", keys) != 0 ||
-        want_namespaces(q, body, &ns) != 0 || want_bool(q, body, "admin", &set, &admin) != 0)
+    if (api_body(q, KD_API_MAX_SMALL_BODY, &body) != 0)
         goto out;
-    const char *name = json_string_value(json_object_get(body, "name"));
-    json_t *desc = json_object_get(body, "description");
-    if (!api_user_name_ok(name)) {
-        api_error(q, 400, "name",
-                  "name: required, 1 to %d of a-z 0-9 . _ -, starting and ending with a letter "
-                  "or digit",
-                  KD_STORE_MAX_USER);
+    if (api_check_user(body, true, &ur, &e) != 0) {
+        api_refuse(q, &e);
         goto out;
     }
-    if (desc != NULL && (!json_is_string(desc) || json_string_length(desc) > 256)) {
-        api_error(q, 400, "description", "description: must be a string of at most 256 bytes");
-        goto out;
-    }
-    struct kd_store_user u = {.name = name, .admin = admin, .namespaces = ns};
+    const char *name = ur.name;
+    bool admin = ur.admin;
+    struct kd_store_user u = {.name = name, .admin = admin, .namespaces = ur.namespaces};
     int rc = kd_store_user_create(q->api->o.store, &u, &id, err);
     if (rc == 0)
         rc = kd_store_user_get(q->api->o.store, name, &row, err);
@@ -184,7 +103,7 @@ void api_users_create(struct api_rq *q)
     }
     KD_INFO("user created", "user=%s admin=%s by=%s", kd_logq(name), admin ? "true" : "false",
             kd_logq(q->who->name));
-    issue(q, id, name, json_string_value(desc) ?: "first token", 201, row);
+    issue(q, id, name, ur.description ?: "first token", 201, row);
     row = NULL;
 out:
     json_decref(row);
@@ -194,15 +113,19 @@ out:
 /* PATCH /api/v1/users/{name} {admin?, namespaces?}. */
 void api_users_update(struct api_rq *q)
 {
-    static const char *const keys[] = {"admin", "namespaces", NULL};
-    json_t *body = NULL, *ns = NULL, *row = NULL;
+    json_t *body = NULL, *row = NULL;
     char err[KD_ERRLEN] = "";
-    bool admin = false, set = false;
+    struct api_user_req ur;
+    struct api_verr e;
     const char *name = q->seg[3];
-    if (api_body(q, KD_API_MAX_SMALL_BODY, &body) != 0 || api_only_keys(q, body, "", keys) != 0 ||
-        want_namespaces(q, body, &ns) != 0 || want_bool(q, body, "admin", &set, &admin) != 0)
+    if (api_body(q, KD_API_MAX_SMALL_BODY, &body) != 0)
         goto out;
-    int rc = kd_store_user_update(q->api->o.store, name, set ? &admin : NULL, ns, err);
+    if (api_check_user(body, false, &ur, &e) != 0) {
+        api_refuse(q, &e);
+        goto out;
+    }
+    int rc = kd_store_user_update(q->api->o.store, name, ur.admin_set ? &ur.admin : NULL,
+                                  ur.namespaces, err);
     if (rc == 0)
         rc = kd_store_user_get(q->api->o.store, name, &row, err);
     if (rc != 0) {
@@ -240,19 +163,17 @@ void api_tokens_list(struct api_rq *q)
  */
 void api_tokens_create(struct api_rq *q)
 {
-    static const char *const keys[] = {"user", "description", NULL};
     json_t *body = NULL, *row = NULL;
     char err[KD_ERRLEN] = "";
-    if (api_body(q, KD_API_MAX_SMALL_BODY, &body) != 0 || api_only_keys(q, body, "", keys) != 0)
+    const char *ju = NULL, *desc = NULL;
+    struct api_verr e;
+    if (api_body(q, KD_API_MAX_SMALL_BODY, &body) != 0)
         goto out;
-    json_t *ju = json_object_get(body, "user"), *desc = json_object_get(body, "description");
-    if ((ju != NULL && !json_is_string(ju)) ||
-        (desc != NULL && (!json_is_string(desc) || json_string_length(desc) > 256))) {
-        api_error(q, 400, ju != NULL && !json_is_string(ju) ? "user" : "description",
-                  "user and description: strings (a description of at most 256 bytes)");
+    if (api_check_token(body, &ju, &desc, &e) != 0) {
+        api_refuse(q, &e);
         goto out;
     }
-    const char *user = json_string_value(ju) ?: q->who->name;
+    const char *user = ju ?: q->who->name;
     int64_t uid = q->who->user_id;
     if (strcmp(user, q->who->name) != 0) {
         if (!q->who->admin) {
@@ -266,7 +187,7 @@ void api_tokens_create(struct api_rq *q)
         }
         uid = json_integer_value(json_object_get(row, "id"));
     }
-    issue(q, uid, user, json_string_value(desc) ?: "", 201, NULL);
+    issue(q, uid, user, desc ?: "", 201, NULL);
 out:
     json_decref(row);
     json_decref(body);

@@ -17,6 +17,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "api/routes.h"
 #include "api/usertoken.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -117,63 +118,20 @@ int api_fail(struct api_rq *q, int rc, const char *field, const char *err)
     return rc;
 }
 
-int api_body(struct api_rq *q, size_t cap, json_t **out)
+int api_refuse(struct api_rq *q, const struct api_verr *e)
 {
-    int rc = 0;
-    size_t len = 0;
-    json_error_t je;
-    const char *body = kd_http_body(q->r, &len);
-    *out = NULL;
-    if (len > cap) {
-        api_error(q, 413, "body",
-                  "the request body is %zu bytes; this endpoint accepts at most %zu", len, cap);
-        rc = KD_ETOOBIG;
-        goto out;
-    }
-    if (len == 0) {
-        api_error(q, 400, "body", "a JSON object is required");
-        rc = KD_EINVAL;
-        goto out;
-    }
-    *out = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (*out == NULL) {
-        api_error(q, 400, "body", "invalid JSON at line %d column %d: %s", je.line, je.column,
-                  je.text);
-        rc = KD_EPARSE;
-        goto out;
-    }
-    if (!json_is_object(*out)) {
-        json_decref(*out);
-        *out = NULL;
-        api_error(q, 400, "body", "must be a JSON object");
-        rc = KD_EINVAL;
-    }
-out:
-    return rc;
+    api_error(q, e->status, e->field, "%s", e->msg);
+    return e->status;
 }
 
-int api_only_keys(struct api_rq *q, const json_t *obj, const char *prefix,
-                  const char *const *allowed)
+int api_body(struct api_rq *q, size_t cap, json_t **out)
 {
-    int rc = 0;
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)obj, k, v)
-    {
-        bool ok = false;
-        for (int i = 0; allowed[i] != NULL; i++)
-            if (strcmp(k, allowed[i]) == 0)
-                ok = true;
-        if (!ok) {
-            const char *s = kd_suggest(k, allowed);
-            char field[300];
-            snprintf(field, sizeof(field), "%s%s", prefix, k);
-            api_error(q, 400, field, "%s: unknown field%s%s%s", field, s ? " (did you mean " : "",
-                      s ? s : "", s ? "?)" : "");
-            rc = KD_EINVAL;
-            break;
-        }
-    }
+    struct api_verr e;
+    size_t len = 0;
+    const char *body = kd_http_body(q->r, &len);
+    int rc = api_check_json(body, len, cap, out, &e);
+    if (rc != 0)
+        api_refuse(q, &e);
     return rc;
 }
 
@@ -227,14 +185,13 @@ int api_auth_trial(struct api_rq *q, const char *ns, const char *name, json_t **
 {
     int rc = 0;
     char err[KD_ERRLEN] = "", want[KD_API_TOKEN_LEN + 1];
-    const char *auth = kd_http_header(q->r, "Authorization");
+    const char *tok = api_bearer(kd_http_header(q->r, "Authorization"));
     *trial = NULL;
-    if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0) {
+    if (tok == NULL) {
         rc = KD_EUNAUTHORIZED;
         api_error(q, 401, "Authorization", "a trial token is required (Authorization: Bearer)");
         goto out;
     }
-    const char *tok = auth + 7;
     if ((rc = api_get_trial(q->api, ns, name, trial, err)) != 0) {
         /* Unknown trials get the same answer as bad tokens: nothing is revealed. */
         if (rc == KD_ENOTFOUND) {
@@ -493,54 +450,10 @@ static void h_metrics(struct api_rq *q)
     kd_buf_free(&b);
 }
 
-#define NSP "api/v1/namespaces/*/"
-#define SMALL KD_API_MAX_SMALL_BODY
-static const struct api_route routes[] = {
-    {"GET", "healthz", AUTH_NONE, 0, h_health},
-    {"GET", "readyz", AUTH_NONE, 0, h_ready},
-    {"GET", "metrics", AUTH_NONE, 0, h_metrics},
-    {"POST", NSP "trials/*/metrics", AUTH_TRIAL, KD_API_MAX_METRICS_BODY, api_worker_metrics},
-    {"GET", NSP "trials/*/searcher/operation", AUTH_TRIAL, 0, api_worker_searcher},
-    {"GET", NSP "trials/*/preemption", AUTH_TRIAL, 0, api_worker_preemption},
-    {"POST", NSP "trials/*/checkpoints", AUTH_TRIAL, KD_API_MAX_CHECKPOINT_BODY,
-     api_worker_checkpoint},
-    {"POST", NSP "trials/*/early_exit", AUTH_TRIAL, SMALL, api_worker_early_exit},
-    {"PUT", NSP "trials/*/rendezvous", AUTH_TRIAL, KD_API_MAX_RENDEZVOUS_BODY,
-     api_worker_rendezvous_put},
-    {"GET", NSP "trials/*/rendezvous", AUTH_TRIAL, 0, api_worker_rendezvous_get},
-    {"POST", NSP "trials/*/logs", AUTH_TRIAL, KD_API_MAX_LOGS_BODY, api_worker_logs},
-    {"GET", NSP "experiments", AUTH_USER, 0, api_user_experiments},
-    {"GET", NSP "experiments/*", AUTH_USER, 0, api_user_experiment},
-    {"GET", NSP "experiments/*/trials", AUTH_USER, 0, api_user_experiment_trials},
-    {"GET", NSP "experiments/*/checkpoints", AUTH_USER, 0, api_user_experiment_checkpoints},
-    {"GET", NSP "experiments/*/events", AUTH_USER, 0, api_user_experiment_events},
-    {"GET", NSP "experiments/*/metrics/stream", AUTH_USER, 0, api_user_stream},
-    {"GET", NSP "experiments/*/logs", AUTH_USER, 0, api_user_logs},
-    {"GET", NSP "experiments/*/logs/stream", AUTH_USER, 0, api_user_logs_stream},
-    {"POST", NSP "experiments/*/pause", AUTH_USER, SMALL, api_user_experiment_action},
-    {"POST", NSP "experiments/*/activate", AUTH_USER, SMALL, api_user_experiment_action},
-    {"POST", NSP "experiments/*/cancel", AUTH_USER, SMALL, api_user_experiment_action},
-    {"POST", NSP "experiments/*/archive", AUTH_USER, SMALL, api_user_experiment_action},
-    {"POST", NSP "experiments/*/unarchive", AUTH_USER, SMALL, api_user_experiment_action},
-    {"GET", NSP "trials/*", AUTH_USER, 0, api_user_trial},
-    {"POST", NSP "trials/*/kill", AUTH_USER, SMALL, api_user_trial_kill},
-    {"GET", NSP "trials/*/metrics", AUTH_USER, 0, api_user_trial_metrics},
-    {"GET", NSP "trials/*/checkpoints", AUTH_USER, 0, api_user_trial_checkpoints},
-    {"GET", NSP "trials/*/profiler", AUTH_USER, 0, api_user_trial_profiler},
-    {"GET", NSP "trials/*/metrics/stream", AUTH_USER, 0, api_user_stream},
-    {"GET", NSP "trials/*/logs", AUTH_USER, 0, api_user_logs},
-    {"GET", NSP "trials/*/logs/stream", AUTH_USER, 0, api_user_logs_stream},
-    {"GET", NSP "checkpoints/*", AUTH_USER, 0, api_user_checkpoint},
-    {"GET", "api/v1/jobs", AUTH_USER, 0, api_user_jobs},
-    {"GET", "api/v1/info", AUTH_USER, 0, api_user_info},
-    {"GET", "api/v1/me", AUTH_USER, 0, api_me},
-    {"GET", "api/v1/users", AUTH_ADMIN, 0, api_users_list},
-    {"POST", "api/v1/users", AUTH_ADMIN, SMALL, api_users_create},
-    {"PATCH", "api/v1/users/*", AUTH_ADMIN, SMALL, api_users_update},
-    {"GET", "api/v1/tokens", AUTH_USER, 0, api_tokens_list},
-    {"POST", "api/v1/tokens", AUTH_USER, SMALL, api_tokens_create},
-    {"POST", "api/v1/tokens/*/revoke", AUTH_USER, SMALL, api_tokens_revoke},
-};
+/* The route table: api/routes.h's entries with this file's handlers. */
+#define ROUTE(method, pattern, auth, max_body, fn) {method, pattern, auth, max_body, fn},
+static const struct api_route routes[] = {API_ROUTES(ROUTE)};
+#undef ROUTE
 
 const struct api_route *api_routes(size_t *n)
 {
@@ -548,56 +461,17 @@ const struct api_route *api_routes(size_t *n)
     return routes;
 }
 
-static bool match(const char *pattern, struct api_rq *q)
-{
-    char buf[128];
-    int n = 0;
-    bool ok = true;
-    kd_strlcpy(buf, pattern, sizeof(buf));
-    char *save = NULL;
-    for (char *s = strtok_r(buf, "/", &save); s != NULL && ok; s = strtok_r(NULL, "/", &save)) {
-        if (n >= q->nseg || (strcmp(s, "*") != 0 && strcmp(s, q->seg[n]) != 0))
-            ok = false;
-        n++;
-    }
-    return ok && n == q->nseg;
-}
-
-static int split_path(struct api_rq *q)
-{
-    int rc = 0;
-    char *p = kd_http_strdup(q->r, kd_http_path(q->r));
-    char *save = NULL;
-    q->nseg = 0;
-    for (char *s = strtok_r(p, "/", &save); s != NULL; s = strtok_r(NULL, "/", &save)) {
-        if (q->nseg == API_MAX_SEGS) {
-            rc = KD_ETOOBIG;
-            break;
-        }
-        q->seg[q->nseg++] = s;
-    }
-    return rc;
-}
-
-/* The route of q's method and path, or NULL; allow gets the methods the path takes. */
+/* The route of q's method and path (api_route_find), with q's segments; allow as there. */
 static const struct api_route *find_route(struct api_rq *q, char *allow, size_t allowlen)
 {
-    const char *method = kd_http_method(q->r);
-    const struct api_route *hit = NULL;
-    allow[0] = '\0';
-    if (split_path(q) != 0)
-        return NULL;
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        if (!match(routes[i].pattern, q))
-            continue;
-        if (strcmp(routes[i].method, method) == 0 ||
-            (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0)) {
-            hit = &routes[i];
-            q->route = routes[i].pattern;
-        } else if (strstr(allow, routes[i].method) == NULL)
-            snprintf(allow + strlen(allow), allowlen - strlen(allow), "%s%s", allow[0] ? ", " : "",
-                     routes[i].method);
-    }
+    struct api_match m;
+    char *path = kd_http_strdup(q->r, kd_http_path(q->r));
+    const struct api_route *hit =
+        api_route_find(routes, sizeof(routes) / sizeof(routes[0]), kd_http_method(q->r), path, &m);
+    q->nseg = m.nseg;
+    memcpy(q->seg, m.seg, sizeof(q->seg));
+    q->route = hit != NULL ? hit->pattern : NULL;
+    snprintf(allow, allowlen, "%s", m.allow);
     return hit;
 }
 
@@ -662,10 +536,10 @@ static void authorize(struct kd_http_req *r, void *ud)
     int64_t t0 = kd_mono_ns();
     char allow[64];
     const struct api_route *hit = find_route(&q, allow, sizeof(allow));
-    const char *cl = kd_http_header(r, "Content-Length");
-    unsigned long long len = cl != NULL ? strtoull(cl, NULL, 10) : 0;
     const struct api_principal *who = NULL;
     json_t *trial = NULL;
+    struct api_verr e;
+    unsigned long long len = 0;
     if (hit == NULL && allow[0] != '\0') {
         kd_http_add_header(r, "Allow", allow);
         api_error(&q, 405, NULL, "method %s is not allowed on %s; allowed: %s", kd_http_method(r),
@@ -677,13 +551,9 @@ static void authorize(struct kd_http_req *r, void *ud)
         /* answered 401 or 403 (503 when the store cannot check the token) */
     } else if (hit->auth == AUTH_TRIAL && api_auth_trial(&q, q.seg[3], q.seg[5], &trial) != 0) {
         /* answered 401 (or 503 when the Trial cannot be read) */
-    } else if (len > hit->max_body && hit->max_body == 0) {
-        api_error(&q, 413, "body", "%s %s takes no request body; %llu bytes were announced",
-                  kd_http_method(r), kd_http_path(r), len);
-    } else if (len > hit->max_body) {
-        api_error(&q, 413, "body",
-                  "the request body is %llu bytes; %s %s accepts at most %zu bytes (%zu KiB)", len,
-                  kd_http_method(r), kd_http_path(r), hit->max_body, hit->max_body >> 10);
+    } else if (api_body_cap(hit, kd_http_method(r), kd_http_path(r),
+                            kd_http_header(r, "Content-Length"), &len, &e) != 0) {
+        api_refuse(&q, &e);
     }
     json_decref(trial);
     q.who = who;

@@ -13,19 +13,17 @@
 #include <jansson.h>
 
 #include "api/api.h"
+#include "api/check.h"
 #include "core/buf.h"
 #include "http/http.h"
 #include "k8s/informer.h"
 
-#define API_MAX_SEGS 12
 /* Experiment annotations naming the searcher metric when spec does not (stored templates). */
 #define API_ANN_METRIC "kdet.io/searcher-metric"
 #define API_ANN_SMALLER "kdet.io/smaller-is-better"
 #define API_ANN_TIME_METRIC "kdet.io/time-metric"
 /* Training reports update status.batchesTrained at most this often per trial. */
 #define API_PROGRESS_MS 10000
-/* A run id (KDET_RUN_ID) is at most this long. */
-#define API_MAX_RUN_ID 128
 /* The labels the controller puts on trial pods (as controller/podspec.h). */
 #define API_POD_LABEL_TRIAL "kdet.io/trial"
 #define API_POD_LABEL_RUN "kdet.io/run-id"
@@ -99,22 +97,7 @@ struct api_rq {
     const struct api_principal *who; /* user routes: the caller; NULL elsewhere */
 };
 
-/* ---- the route table (api.c) ---- */
-enum api_auth {
-    AUTH_NONE,  /* anyone */
-    AUTH_USER,  /* a user token; routes under api/v1/namespaces/<ns>/ also need <ns> allowed */
-    AUTH_TRIAL, /* the trial's token */
-    AUTH_ADMIN, /* a user token of an administrator */
-};
-
-struct api_route {
-    const char *method;
-    const char *pattern; /* segments; "*" matches one */
-    enum api_auth auth;
-    size_t max_body; /* bytes; enforced from the head, before the body is read */
-    void (*fn)(struct api_rq *q);
-};
-
+/* ---- the route table (api.c; its entries are api/routes.h) ---- */
 /** The route table (static) and its length, for tests that walk every route. */
 const struct api_route *api_routes(size_t *n);
 
@@ -125,11 +108,10 @@ int api_error(struct api_rq *q, int status, const char *field, const char *fmt, 
 /** Map a KD_E* error to an HTTP answer with err as message; returns rc. */
 int api_fail(struct api_rq *q, int rc, const char *field, const char *err);
 
-/** Parse the body as a JSON object under a cap; answers 400/413 itself on failure. */
+/** Answer a refusal of check.h (its status, field and message); returns e->status. */
+int api_refuse(struct api_rq *q, const struct api_verr *e);
+/** Parse the body as a JSON object under a cap (api_check_json); answers 400/413 itself. */
 int api_body(struct api_rq *q, size_t cap, json_t **out);
-/** Reject keys of obj not in `allowed` (NULL-terminated), naming prefix.key. Answers 400. */
-int api_only_keys(struct api_rq *q, const json_t *obj, const char *prefix,
-                  const char *const *allowed);
 /** Integer query argument in [lo, hi] with a default; answers 400. */
 int api_query_int(struct api_rq *q, const char *name, long lo, long hi, long def, long *out);
 
@@ -210,11 +192,6 @@ void api_user_trial_profiler(struct api_rq *q);
 int api_auth_user(struct api_rq *q, const struct api_principal **who);
 /** Whether p may use namespace ns: an administrator, "*" or ns in its list. Pure. */
 bool api_ns_allowed(const struct api_principal *p, const char *ns);
-/**
- * The index of the namespace segment of a route pattern ("api/v1/namespaces/<*>/..."),
- * or -1 when the route names no namespace. Pure.
- */
-int api_route_ns_seg(const char *pattern);
 
 /* ---- accounts.c: users and tokens ---- */
 void api_me(struct api_rq *q);
@@ -224,8 +201,6 @@ void api_users_update(struct api_rq *q);
 void api_tokens_list(struct api_rq *q);
 void api_tokens_create(struct api_rq *q);
 void api_tokens_revoke(struct api_rq *q);
-/** Form of a user name: 1 to 64 of [a-z0-9._-], starting and ending with [a-z0-9]. Pure. */
-bool api_user_name_ok(const char *s);
 
 /* ---- logs.c ---- */
 void api_worker_logs(struct api_rq *q);

@@ -35,111 +35,31 @@ void api_logs_wake(struct kd_api *a)
 
 /* ---- the worker route ----------------------------------------------------------------------- */
 
-/* The body's lines as the store's; answers 400 naming the field itself. */
-static int parse_lines(struct api_rq *q, json_t *lines, struct kd_log_line **out, size_t *n)
-{
-    static const char *const keys[] = {"rank", "stream", "timestamp", "line", NULL};
-    char field[64];
-    int rc = 0;
-    int64_t now = kd_wall_ms();
-    *out = NULL;
-    *n = 0;
-    if (!json_is_array(lines) || json_array_size(lines) == 0 ||
-        json_array_size(lines) > KD_STORE_LOG_MAX_LINES) {
-        rc = api_error(q, 400, "lines", "lines: must be an array of 1 to %d log lines",
-                       KD_STORE_LOG_MAX_LINES);
-        goto out;
-    }
-    struct kd_log_line *ls = kd_http_alloc(q->r, json_array_size(lines) * sizeof(*ls));
-    size_t i;
-    json_t *l;
-    json_array_foreach(lines, i, l)
-    {
-        snprintf(field, sizeof(field), "lines[%zu]", i);
-        if (!json_is_object(l)) {
-            rc = api_error(q, 400, field, "%s: must be an object", field);
-            goto out;
-        }
-        snprintf(field, sizeof(field), "lines[%zu].", i);
-        if ((rc = api_only_keys(q, l, field, keys)) != 0)
-            goto out;
-        json_t *rank = json_object_get(l, "rank"), *text = json_object_get(l, "line");
-        const char *stream = json_string_value(json_object_get(l, "stream"));
-        json_t *ts = json_object_get(l, "timestamp");
-        memset(&ls[i], 0, sizeof(ls[i]));
-        ls[i].ts_ms = now;
-        if (!json_is_integer(rank) || json_integer_value(rank) < -1 ||
-            json_integer_value(rank) > 1 << 30) {
-            snprintf(field, sizeof(field), "lines[%zu].rank", i);
-            rc = api_error(q, 400, field, "%s: must be an integer >= -1 (-1: the launcher)", field);
-            goto out;
-        }
-        if (stream == NULL || (strcmp(stream, "stdout") != 0 && strcmp(stream, "stderr") != 0)) {
-            snprintf(field, sizeof(field), "lines[%zu].stream", i);
-            rc = api_error(q, 400, field, "%s: must be \"stdout\" or \"stderr\"", field);
-            goto out;
-        }
-        if (ts != NULL && (!json_is_string(ts) ||
-                           kd_time_parse_rfc3339(json_string_value(ts), &ls[i].ts_ms) != 0)) {
-            snprintf(field, sizeof(field), "lines[%zu].timestamp", i);
-            rc = api_error(q, 400, field, "%s: must be an RFC 3339 time such as %s", field,
-                           "2026-11-21T17:30:00.123Z");
-            goto out;
-        }
-        if (!json_is_string(text)) {
-            snprintf(field, sizeof(field), "lines[%zu].line", i);
-            rc = api_error(q, 400, field, "%s: %s", field,
-                           text == NULL ? "required (the line's text)" : "must be a string");
-            goto out;
-        }
-        ls[i].rank = (int)json_integer_value(rank);
-        ls[i].is_stderr = strcmp(stream, "stderr") == 0;
-        ls[i].text = json_string_value(text);
-        ls[i].len = json_string_length(text);
-    }
-    *out = ls;
-    *n = json_array_size(lines);
-out:
-    return rc;
-}
-
 void api_worker_logs(struct api_rq *q)
 {
-    static const char *const keys[] = {"key", "run_id", "node_rank", "lines", NULL};
     struct kd_api *a = q->api;
     json_t *trial = NULL, *body = NULL;
     char err[KD_ERRLEN] = "";
+    struct api_logs_req lr = {0};
+    struct api_verr e;
     int64_t exp_id, trial_id;
     int rc;
     if (api_auth_trial(q, NS(q), NAME(q), &trial) != 0)
         goto out;
-    if (api_body(q, KD_API_MAX_LOGS_BODY, &body) != 0 || api_only_keys(q, body, "", keys) != 0)
+    if (api_body(q, KD_API_MAX_LOGS_BODY, &body) != 0)
         goto out;
-    const char *key = json_string_value(json_object_get(body, "key"));
-    json_t *run = json_object_get(body, "run_id");
-    if (key == NULL) {
-        api_error(q, 400, "key", "key: required (an idempotency key, reused when retrying)");
+    if (api_check_logs(body, kd_wall_ms(), &lr, &e) != 0) {
+        api_refuse(q, &e);
         goto out;
     }
-    if (run != NULL && !json_is_string(run)) {
-        api_error(q, 400, "run_id", "run_id: must be a string (the attempt's KDET_RUN_ID)");
-        goto out;
-    }
-    json_t *nr = json_object_get(body, "node_rank");
-    if (nr != NULL &&
-        (!json_is_integer(nr) || json_integer_value(nr) < 0 || json_integer_value(nr) >= 65536)) {
-        api_error(q, 400, "node_rank", "node_rank: must be an integer from 0 to 65535");
-        goto out;
-    }
-    struct kd_log_line *lines = NULL;
-    size_t n = 0;
-    if (parse_lines(q, json_object_get(body, "lines"), &lines, &n) != 0)
-        goto out;
+    const char *key = lr.key, *run = lr.run_id;
+    const struct kd_log_line *lines = lr.lines;
+    size_t n = lr.n;
     if ((rc = api_store_ids(a, trial, true, &exp_id, &trial_id, err)) != 0) {
         api_fail(q, rc, NULL, err);
         goto out;
     }
-    struct kd_log_batch b = {trial_id, json_string_value(run), key, lines, n};
+    struct kd_log_batch b = {trial_id, run, key, lines, n};
     struct kd_log_put_result res;
     if ((rc = kd_store_logs_put(a->o.store, &b, a->o.log_max_bytes, &res, err)) != 0) {
         if (rc == KD_EINVAL) {
@@ -158,8 +78,7 @@ void api_worker_logs(struct api_rq *q)
     }
     /* Also for a batch sent again: its first try may have stored the lines and then failed to
      * record a match; recording is idempotent. */
-    if ((rc = api_log_policies_apply(a, trial, json_string_value(run), (int)json_integer_value(nr),
-                                     lines, n, err)) != 0) {
+    if ((rc = api_log_policies_apply(a, trial, run, lr.node_rank, lines, n, err)) != 0) {
         api_error(q, 503, NULL,
                   "the lines are stored but a log policy match could not be recorded (%s); retry "
                   "with the same key",
@@ -176,6 +95,7 @@ void api_worker_logs(struct api_rq *q)
                        (json_int_t)res.stored, "dropped", (json_int_t)res.dropped, "duplicate",
                        res.duplicate, "key", key));
 out:
+    free(lr.lines);
     json_decref(trial);
     json_decref(body);
 }

@@ -19,7 +19,6 @@
 
 #include "core/log.h"
 #include "core/time.h"
-#include "storage/checkpoint.h"
 
 #define NS(q) ((q)->seg[3])
 #define TRIAL(q) ((q)->seg[5])
@@ -130,113 +129,26 @@ static void note_progress(struct kd_api *a, const json_t *trial, int64_t batches
                 kd_k8s_meta_str(trial, "namespace"), kd_k8s_meta_str(trial, "name"), kd_logq(err));
 }
 
-/* Check the rows and build the store's rows; answers 400 itself. */
-static int parse_rows(struct api_rq *q, json_t *rows, struct kd_metric_row **out, size_t *n,
-                      const char *metric, const char *time_metric, bool validation)
-{
-    static const char *const row_keys[] = {"batches", "metrics", "reported_at", NULL};
-    struct kd_metric_row *mr = NULL;
-    int rc = 0;
-    char field[400];
-    *out = NULL;
-    *n = 0;
-    if (!json_is_array(rows) || json_array_size(rows) == 0 ||
-        json_array_size(rows) > KD_STORE_MAX_BATCH_ROWS) {
-        rc = api_error(q, 400, "rows", "rows: must be an array of 1 to %d metric rows",
-                       KD_STORE_MAX_BATCH_ROWS);
-        goto out;
-    }
-    mr = kd_http_alloc(q->r, json_array_size(rows) * sizeof(*mr));
-    size_t i;
-    json_t *row;
-    json_array_foreach(rows, i, row)
-    {
-        snprintf(field, sizeof(field), "rows[%zu]", i);
-        if (!json_is_object(row)) {
-            rc = api_error(q, 400, field, "%s: must be an object", field);
-            goto out;
-        }
-        snprintf(field, sizeof(field), "rows[%zu].", i);
-        if ((rc = api_only_keys(q, row, field, row_keys)) != 0)
-            goto out;
-        json_t *b = json_object_get(row, "batches"), *m = json_object_get(row, "metrics");
-        json_t *ts = json_object_get(row, "reported_at");
-        memset(&mr[i], 0, sizeof(mr[i]));
-        if (!json_is_integer(b) || json_integer_value(b) < 0) {
-            snprintf(field, sizeof(field), "rows[%zu].batches", i);
-            rc = api_error(q, 400, field, "%s: %s", field,
-                           b == NULL ? "required (batches completed when measured)"
-                                     : "must be an integer >= 0");
-            goto out;
-        }
-        if (!json_is_object(m)) {
-            snprintf(field, sizeof(field), "rows[%zu].metrics", i);
-            rc = api_error(q, 400, field, "%s: %s", field,
-                           m == NULL ? "required (an object of metric names to values)"
-                                     : "must be an object of metric names to values");
-            goto out;
-        }
-        if (ts != NULL && (!json_is_string(ts) ||
-                           kd_time_parse_rfc3339(json_string_value(ts), &mr[i].reported_ms) != 0)) {
-            snprintf(field, sizeof(field), "rows[%zu].reported_at", i);
-            rc = api_error(q, 400, field, "%s: must be an RFC 3339 time such as %s", field,
-                           "2026-11-21T17:30:00Z");
-            goto out;
-        }
-        if (validation && metric != NULL) {
-            json_t *v = json_object_get(m, metric);
-            if (!json_is_number(v)) {
-                snprintf(field, sizeof(field), "rows[%zu].metrics.%s", i, metric);
-                rc = api_error(q, 400, field, "%s: %s (the searcher metric must be a number)",
-                               field, v == NULL ? "missing" : "not a number");
-                goto out;
-            }
-        }
-        if (validation && time_metric != NULL) {
-            /* adaptive_asha measures its rungs in this metric: every validation says it. */
-            json_t *v = json_object_get(m, time_metric);
-            if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0) {
-                snprintf(field, sizeof(field), "rows[%zu].metrics.%s", i, time_metric);
-                rc = api_error(q, 400, field,
-                               "%s: %s (searcher.time_metric must be a number >= 0 in every "
-                               "validation)",
-                               field, v == NULL ? "missing" : "not a finite number >= 0");
-                goto out;
-            }
-        }
-        mr[i].step = json_integer_value(b);
-        mr[i].metrics = m;
-    }
-    *out = mr;
-    *n = json_array_size(rows);
-out:
-    return rc;
-}
-
 void api_worker_metrics(struct api_rq *q)
 {
-    static const char *const keys[] = {"kind", "key", "rows", NULL};
     struct kd_api *a = q->api;
     json_t *trial = NULL, *body = NULL, *exp = NULL;
+    struct kd_metric_row *rows = NULL;
     char err[KD_ERRLEN] = "";
+    struct api_verr e;
     int rc;
     int64_t exp_id, trial_id;
+    enum kd_metric_kind kind;
+    const char *key = NULL;
     if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
         goto out;
-    if (api_body(q, KD_API_MAX_METRICS_BODY, &body) != 0 || api_only_keys(q, body, "", keys) != 0)
+    if (api_body(q, KD_API_MAX_METRICS_BODY, &body) != 0)
         goto out;
-    enum kd_metric_kind kind;
-    const char *ks = json_string_value(json_object_get(body, "kind"));
-    if (ks == NULL || kd_metric_kind_parse(ks, &kind) != 0) {
-        api_error(q, 400, "kind", "kind: %s",
-                  "must be \"training\", \"validation\" or \"profiling\"");
+    if (api_check_metrics(body, &kind, &key, &e) != 0) {
+        api_refuse(q, &e);
         goto out;
     }
-    const char *key = json_string_value(json_object_get(body, "key"));
-    if (key == NULL) {
-        api_error(q, 400, "key", "key: required (an idempotency key, reused when retrying)");
-        goto out;
-    }
+    const char *ks = kd_metric_kind_name(kind);
     const char *ename = spec_str(trial, "experiment") ?: "";
     if ((rc = api_get_experiment(a, NS(q), ename, &exp, err)) != 0) {
         api_fail(q, rc, NULL, err);
@@ -259,11 +171,12 @@ void api_worker_metrics(struct api_rq *q)
             json_object_get(json_object_get(exp, "metadata"), "annotations"), API_ANN_TIME_METRIC));
     if (time_metric != NULL && time_metric[0] == '\0')
         time_metric = NULL;
-    struct kd_metric_row *rows = NULL;
     size_t n = 0;
-    if (parse_rows(q, json_object_get(body, "rows"), &rows, &n, metric, time_metric,
-                   kind == KD_METRIC_VALIDATION) != 0)
+    if (api_check_metric_rows(json_object_get(body, "rows"), metric, time_metric,
+                              kind == KD_METRIC_VALIDATION, &rows, &n, &e) != 0) {
+        api_refuse(q, &e);
         goto out;
+    }
     if ((rc = api_store_ids(a, trial, true, &exp_id, &trial_id, err)) != 0) {
         api_fail(q, rc, NULL, err);
         goto out;
@@ -332,6 +245,7 @@ void api_worker_metrics(struct api_rq *q)
     json_decref(ev);
     api_json(q, 200, json_pack("{s:I,s:s}", "accepted", (json_int_t)n, "key", key));
 out:
+    free(rows);
     json_decref(trial);
     json_decref(body);
     json_decref(exp);
@@ -559,62 +473,29 @@ static bool set_checkpoint(json_t *status, void *ctx)
     return true;
 }
 
-static int want_str(struct api_rq *q, json_t *body, const char *k, size_t max, bool required,
-                    const char **out)
-{
-    int rc = 0;
-    json_t *v = json_object_get(body, k);
-    *out = json_string_value(v);
-    if ((v != NULL || required) &&
-        (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > max))
-        rc = api_error(q, 400, k, "%s: %s (a string of 1 to %zu bytes)", k,
-                       v == NULL ? "required" : "invalid", max);
-    return rc;
-}
-
-static int want_i64(struct api_rq *q, json_t *body, const char *k, int64_t *out)
-{
-    int rc = 0;
-    json_t *v = json_object_get(body, k);
-    if (!json_is_integer(v) || json_integer_value(v) < 0)
-        rc = api_error(q, 400, k, "%s: %s", k,
-                       v == NULL ? "required (an integer >= 0)" : "must be an integer >= 0");
-    else
-        *out = json_integer_value(v);
-    return rc;
-}
-
 void api_worker_checkpoint(struct api_rq *q)
 {
-    static const char *const keys[] = {"uuid", "batches", "storage_path", "size", "metadata", NULL};
     struct kd_api *a = q->api;
     json_t *trial = NULL, *body = NULL;
     char err[KD_ERRLEN] = "";
     struct ckpt_ctx c = {0};
-    const char *path = NULL;
+    struct api_checkpoint_req ck;
+    struct api_verr e;
     int64_t exp_id, trial_id;
     int rc;
     if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
         goto out;
-    if (api_body(q, KD_API_MAX_CHECKPOINT_BODY, &body) != 0 ||
-        api_only_keys(q, body, "", keys) != 0)
+    if (api_body(q, KD_API_MAX_CHECKPOINT_BODY, &body) != 0)
         goto out;
-    if (want_str(q, body, "uuid", 128, true, &c.uuid) != 0 ||
-        want_i64(q, body, "batches", &c.batches) != 0 ||
-        want_str(q, body, "storage_path", 4096, true, &path) != 0 ||
-        want_i64(q, body, "size", &c.size) != 0)
-        goto out;
-    /* The uuid names the checkpoint's files in storage (GC deletes <storage>/<uuid>/): only a
-     * canonical UUID enters the registry, so no stored id can name a path elsewhere. */
-    if (kd_ckpt_check_canonical_uuid(c.uuid, err) != 0) {
-        api_error(q, 400, "uuid", "%s", err);
+    if (api_check_checkpoint(body, &ck, &e) != 0) {
+        api_refuse(q, &e);
         goto out;
     }
-    json_t *md = json_object_get(body, "metadata");
-    if (md != NULL && !json_is_object(md)) {
-        api_error(q, 400, "metadata", "metadata: must be an object");
-        goto out;
-    }
+    c.uuid = ck.uuid;
+    c.batches = ck.batches;
+    c.size = ck.size;
+    const char *path = ck.storage_path;
+    json_t *md = (json_t *)ck.metadata;
     if ((rc = api_store_ids(a, trial, true, &exp_id, &trial_id, err)) != 0) {
         api_fail(q, rc, NULL, err);
         goto out;
@@ -664,22 +545,6 @@ static bool set_rendezvous(json_t *status, void *ctx)
     return true;
 }
 
-/* [A-Za-z0-9._-]{1,128}, as the launcher checks KDET_RUN_ID. */
-static bool valid_run_id(const char *s)
-{
-    size_t n = s != NULL ? strlen(s) : 0;
-    return n > 0 && n <= API_MAX_RUN_ID &&
-           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
-}
-
-/* A host name or an IP address (v4 or v6): no spaces, separators or control bytes. */
-static bool valid_address(const char *s)
-{
-    size_t n = s != NULL ? strlen(s) : 0;
-    return n > 0 && n <= 253 &&
-           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:") == n;
-}
-
 /*
  * Whether run_id is the trial's current attempt: one of its pods, not being
  * deleted, carries the run id (asked of the API server, not a cache, since
@@ -711,32 +576,23 @@ static int run_is_current(struct kd_api *a, const char *ns, const char *trial, c
 
 void api_worker_rendezvous_put(struct api_rq *q)
 {
-    static const char *const keys[] = {"run_id", "address", "port", NULL};
     struct kd_api *a = q->api;
     json_t *trial = NULL, *body = NULL;
     char err[KD_ERRLEN] = "";
     struct rdv_ctx r = {0};
+    struct api_rendezvous_req rq;
+    struct api_verr e;
     if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
         goto out;
-    if (api_body(q, 4096, &body) != 0 || api_only_keys(q, body, "", keys) != 0)
+    if (api_body(q, KD_API_MAX_RENDEZVOUS_BODY, &body) != 0)
         goto out;
-    if (want_str(q, body, "run_id", API_MAX_RUN_ID, true, &r.run_id) != 0 ||
-        want_str(q, body, "address", 253, true, &r.address) != 0 ||
-        want_i64(q, body, "port", &r.port) != 0)
-        goto out;
-    if (!valid_run_id(r.run_id)) {
-        api_error(q, 400, "run_id", "run_id: characters other than A-Z a-z 0-9 . _ -");
+    if (api_check_rendezvous(body, &rq, &e) != 0) {
+        api_refuse(q, &e);
         goto out;
     }
-    if (!valid_address(r.address)) {
-        api_error(q, 400, "address",
-                  "address: not a host name or an IP address (A-Z a-z 0-9 . - : only)");
-        goto out;
-    }
-    if (r.port < 1 || r.port > 65535) {
-        api_error(q, 400, "port", "port: must be between 1 and 65535");
-        goto out;
-    }
+    r.run_id = rq.run_id;
+    r.address = rq.address;
+    r.port = rq.port;
     bool current = false;
     int rc = run_is_current(a, NS(q), TRIAL(q), r.run_id, &current, err);
     if (rc != 0) {
@@ -776,7 +632,7 @@ void api_worker_rendezvous_get(struct api_rq *q)
     if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
         goto out;
     const char *run_id = kd_http_query(q->r, "run_id");
-    if (run_id == NULL || !valid_run_id(run_id)) {
+    if (run_id == NULL || !api_run_id_ok(run_id)) {
         api_error(q, 400, "run_id",
                   "run_id: %s (the attempt's KDET_RUN_ID, 1 to %d of A-Z a-z 0-9 . _ -)",
                   run_id == NULL ? "required" : "invalid", API_MAX_RUN_ID);
@@ -848,31 +704,21 @@ static bool set_early_exit(json_t *status, void *ctx)
 
 void api_worker_early_exit(struct api_rq *q)
 {
-    static const char *const keys[] = {"reason", "message", NULL};
-    static const char *const reasons[] = {"errored", "invalid_hp", "user_canceled", NULL};
-    static const char *const cond_reasons[] = {"Errored", "InvalidHP", "UserCanceled"};
     struct kd_api *a = q->api;
     json_t *trial = NULL, *body = NULL;
     char err[KD_ERRLEN] = "";
-    struct exit_ctx x = {0};
-    const char *why = NULL;
-    int rc, idx = -1;
+    const char *why = NULL, *cond = NULL, *message = NULL;
+    struct api_verr e;
+    int rc;
     if (api_auth_trial(q, NS(q), TRIAL(q), &trial) != 0)
         goto out;
-    if (api_body(q, KD_API_MAX_SMALL_BODY, &body) != 0 || api_only_keys(q, body, "", keys) != 0)
+    if (api_body(q, KD_API_MAX_SMALL_BODY, &body) != 0)
         goto out;
-    why = json_string_value(json_object_get(body, "reason"));
-    for (int i = 0; why != NULL && reasons[i] != NULL; i++)
-        if (strcmp(why, reasons[i]) == 0)
-            idx = i;
-    if (idx < 0) {
-        api_error(q, 400, "reason",
-                  "reason: must be \"errored\", \"invalid_hp\" or \"user_canceled\"");
+    if (api_check_early_exit(body, &why, &cond, &message, &e) != 0) {
+        api_refuse(q, &e);
         goto out;
     }
-    if (want_str(q, body, "message", 4096, false, &x.message) != 0)
-        goto out;
-    rc = api_trial_early_exit(a, trial, cond_reasons[idx], x.message ? x.message : why, err);
+    rc = api_trial_early_exit(a, trial, cond, message ? message : why, err);
     if (rc != 0) {
         api_fail(q, rc, NULL, err);
         goto out;

@@ -3,6 +3,7 @@
  * code picks the KD_E* code, and the Status reason, message and causes are
  * kept for the caller instead of being dropped.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,11 +65,24 @@ static const char *default_reason(int http)
     }
 }
 
+/* Append to text (KD_ERRLEN bytes, *used of them taken), cutting what does not fit. */
+static void add(char *text, size_t *used, const char *fmt, ...) KD_PRINTF(3, 4);
+static void add(char *text, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    if (*used >= KD_ERRLEN - 1)
+        return;
+    va_start(ap, fmt);
+    int n = vsnprintf(text + *used, KD_ERRLEN - *used, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *used = *used + (size_t)n < KD_ERRLEN - 1 ? *used + (size_t)n : KD_ERRLEN - 1;
+}
+
 int kd_k8s_map_status(int http, const char *body, size_t len, struct kd_k8s_status *st, char *err)
 {
     struct kd_k8s_status local = {0};
     json_t *doc = NULL;
-    struct kd_buf msg = KD_BUF_INIT(KD_ERRLEN - 1);
     int rc;
 
     if (st == NULL)
@@ -105,10 +119,11 @@ int kd_k8s_map_status(int http, const char *body, size_t len, struct kd_k8s_stat
     if (st->reason[0] == '\0' && (http < 200 || http >= 300))
         kd_strlcpy(st->reason, default_reason(http), sizeof(st->reason));
     if (st->message[0] == '\0' && body != NULL && len > 0 && doc == NULL) {
-        /* Not JSON (a proxy's HTML page, plain text): keep its first line. */
-        size_t n = strcspn(body, "\r\n");
-        if (n > len)
-            n = len;
+        /* Not JSON (a proxy's HTML page, plain text): keep its first line. body holds len
+         * bytes and need not end in a NUL, so the line end is looked for within them. */
+        size_t n = 0;
+        while (n < len && body[n] != '\r' && body[n] != '\n' && body[n] != '\0')
+            n++;
         if (n >= sizeof(st->message))
             n = sizeof(st->message) - 1;
         memcpy(st->message, body, n);
@@ -116,27 +131,24 @@ int kd_k8s_map_status(int http, const char *body, size_t len, struct kd_k8s_stat
     }
     rc = code_for(http, st->reason);
     if (rc != 0 && err != NULL) {
-        int wrc = kd_buf_printf(&msg, "HTTP %d %s: %s", http, st->reason,
-                                st->message[0] != '\0' ? st->message : kd_strerror(rc));
+        /* Cut at KD_ERRLEN rather than dropped: a long Status message still says what failed. */
+        char text[KD_ERRLEN] = "";
+        size_t used = 0;
         size_t i;
         json_t *cause;
+        add(text, &used, "HTTP %d %s: %s", http, st->reason,
+            st->message[0] != '\0' ? st->message : kd_strerror(rc));
         json_array_foreach(st->causes, i, cause)
         {
             const char *f = json_string_value(json_object_get(cause, "field"));
             const char *m = json_string_value(json_object_get(cause, "message"));
-            if (wrc == 0 && i == 0)
-                wrc = kd_buf_puts(&msg, " (causes:");
-            if (wrc == 0)
-                wrc = kd_buf_printf(&msg, "%s %s: %s", i == 0 ? "" : ";", f ? f : "(object)",
-                                    m ? m : "invalid");
-            if (wrc == 0 && i + 1 == json_array_size(st->causes))
-                wrc = kd_buf_puts(&msg, ")");
+            add(text, &used, "%s%s %s: %s%s", i == 0 ? " (causes:" : "", i == 0 ? "" : ";",
+                f ? f : "(object)", m ? m : "invalid",
+                i + 1 == json_array_size(st->causes) ? ")" : "");
         }
-        (void)wrc; /* a message cut at KD_ERRLEN is still useful */
-        kd_seterr(err, rc, "%s", kd_buf_str(&msg));
+        kd_seterr(err, rc, "%s", text);
     }
     json_decref(doc);
-    kd_buf_free(&msg);
     kd_k8s_status_free(&local);
     return rc;
 }

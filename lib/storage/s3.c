@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "storage/s3xml.h"
 #include "storage/storage_int.h"
 
 #define MiB (1024ull * 1024)
@@ -159,80 +160,6 @@ static int uri_encode(struct kd_buf *b, const char *s, int keep_slash)
         }
     }
     return rc;
-}
-
-/* XML text escaping for keys in request bodies. */
-static int xml_escape(struct kd_buf *b, const char *s)
-{
-    int rc = 0;
-    for (; *s && rc == 0; s++) {
-        switch (*s) {
-        case '&': rc = kd_buf_puts(b, "&amp;"); break;
-        case '<': rc = kd_buf_puts(b, "&lt;"); break;
-        case '>': rc = kd_buf_puts(b, "&gt;"); break;
-        case '"': rc = kd_buf_puts(b, "&quot;"); break;
-        case '\'': rc = kd_buf_puts(b, "&apos;"); break;
-        default: rc = kd_buf_putc(b, *s);
-        }
-    }
-    return rc;
-}
-
-/*
- * The first <tag>text</tag> in [p, end), entities decoded into out. S3
- * responses are small and flat, and only a handful of elements are read,
- * so a scanner is enough here and keeps an XML library out of libdtrain.
- * Returns a pointer past the closing tag, or NULL when absent or too long.
- */
-static const char *xml_get(const char *p, const char *end, const char *tag, char *out, size_t len)
-{
-    char open[64], close[64];
-    const char *s, *e;
-    size_t o = 0;
-    int n1 = snprintf(open, sizeof(open), "<%s>", tag);
-    int n2 = snprintf(close, sizeof(close), "</%s>", tag);
-    if (n1 < 0 || n2 < 0 || p == NULL)
-        return NULL;
-    s = memmem(p, (size_t)(end - p), open, (size_t)n1);
-    if (s == NULL)
-        return NULL;
-    s += n1;
-    e = memmem(s, (size_t)(end - s), close, (size_t)n2);
-    if (e == NULL)
-        return NULL;
-    for (const char *q = s; q < e; q++) {
-        char c = *q;
-        if (c == '&') {
-            static const struct {
-                const char *ent;
-                char c;
-            } ents[] = {
-                {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
-            size_t k;
-            for (k = 0; k < sizeof(ents) / sizeof(ents[0]); k++) {
-                size_t l = strlen(ents[k].ent);
-                if ((size_t)(e - q) >= l && memcmp(q, ents[k].ent, l) == 0) {
-                    c = ents[k].c;
-                    q += l - 1;
-                    break;
-                }
-            }
-            if (k == sizeof(ents) / sizeof(ents[0]) && q + 2 < e && q[1] == '#') {
-                /* numeric reference: &#NN; or &#xHH; (ASCII range is all S3 emits) */
-                const char *semi = memchr(q, ';', (size_t)(e - q));
-                if (semi != NULL) {
-                    long v = q[2] == 'x' ? strtol(q + 3, NULL, 16) : strtol(q + 2, NULL, 10);
-                    c = (char)v;
-                    q = semi;
-                }
-            }
-        }
-        if (o + 1 >= len)
-            return NULL;
-        out[o++] = c;
-    }
-    out[o] = '\0';
-    return e + n2;
 }
 
 /* ---- requests ------------------------------------------------------- */
@@ -576,7 +503,6 @@ static void close_files(struct s3_req *r)
 static int req_result(struct s3 *s, struct s3_req *r, CURLcode cc, int *retry, char *err)
 {
     char code[128] = "", msg[512] = "";
-    const char *end;
     int rc;
     (void)s;
 
@@ -597,11 +523,7 @@ static int req_result(struct s3 *s, struct s3_req *r, CURLcode cc, int *retry, c
     }
     if (r->status >= 200 && r->status < 300)
         return 0;
-    end = r->errbody.data ? r->errbody.data + r->errbody.len : NULL;
-    if (end != NULL) {
-        xml_get(r->errbody.data, end, "Code", code, sizeof(code));
-        xml_get(r->errbody.data, end, "Message", msg, sizeof(msg));
-    }
+    kd_storage__xml_error(r->errbody.data, r->errbody.len, code, sizeof(code), msg, sizeof(msg));
     *retry = r->status >= 500 || r->status == 429 || strcmp(code, "SlowDown") == 0 ||
              strcmp(code, "RequestTimeout") == 0;
     switch (r->status) {
@@ -996,7 +918,6 @@ static int s3_put_files(struct kd_storage *st, struct kd_storage_put *puts, size
     for (size_t i = 0; i < n; i++) {
         struct mpu *m;
         struct s3_req r;
-        const char *end;
         struct kd_buf body = KD_BUF_INIT(64 * 1024);
         if (puts[i].size <= threshold) {
             maxreq++;
@@ -1013,9 +934,10 @@ static int s3_put_files(struct kd_storage *st, struct kd_storage_put *puts, size
         if ((rc = make_url(s, puts[i].key, 0, "uploads=", &r.url)) != 0) {
             rc = kd_seterr(err, rc, "s3: URL too long for key %s", puts[i].key);
         } else if ((rc = exec_one(s, &r, err)) == 0) {
-            end = body.data ? body.data + body.len : NULL;
-            if (end == NULL ||
-                xml_get(body.data, end, "UploadId", m->upload_id, sizeof(m->upload_id)) == NULL)
+            if (body.data == NULL ||
+                kd_storage__xml_get(body.data, body.data + body.len, "UploadId", m->upload_id,
+                                    sizeof(m->upload_id), NULL) == NULL ||
+                m->upload_id[0] == '\0')
                 rc = kd_seterr(err, KD_EPROTO,
                                "s3 CreateMultipartUpload %s: no UploadId in the response",
                                puts[i].key);
@@ -1111,7 +1033,7 @@ static int s3_put_files(struct kd_storage *st, struct kd_storage_put *puts, size
         for (int pn = 0; pn < m->nparts && brc == 0; pn++) {
             brc = kd_buf_printf(&body, "<Part><PartNumber>%d</PartNumber><ETag>", pn + 1);
             if (brc == 0)
-                brc = xml_escape(&body, m->parts[pn].etag);
+                brc = kd_storage__xml_escape(&body, m->parts[pn].etag);
             if (brc == 0)
                 brc = kd_buf_puts(&body, "</ETag></Part>");
         }
@@ -1133,7 +1055,8 @@ static int s3_put_files(struct kd_storage *st, struct kd_storage_put *puts, size
             rc = exec_one(s, &r, err);
         /* S3 may answer 200 with an <Error> document */
         if (rc == 0 && resp.data != NULL &&
-            xml_get(resp.data, resp.data + resp.len, "Code", code, sizeof(code)) != NULL)
+            kd_storage__xml_get(resp.data, resp.data + resp.len, "Code", code, sizeof(code),
+                                NULL) != NULL)
             rc = kd_seterr(err, KD_EIO, "s3 CompleteMultipartUpload %s: %s", p->key, code);
         req_free(&r);
         kd_buf_free(&body);
@@ -1372,18 +1295,13 @@ static int s3_list(struct kd_storage *st, const char *prefix, struct kd_storage_
                    char *err)
 {
     struct s3 *s = st->impl;
-    char token[2048] = "", *key = NULL;
-    size_t pfxlen = strlen(s->keypfx);
-    int rc = 0, truncated = 1;
+    char token[2048] = "";
+    bool truncated = true;
+    int rc = 0;
 
-    key = malloc(KD_STORAGE_KEYLEN * 2);
-    if (key == NULL)
-        return kd_seterr(err, KD_ENOMEM, "s3: out of memory");
     while (truncated && rc == 0) {
         struct kd_buf q = KD_BUF_INIT(8192), body = KD_BUF_INIT(S3_XML_MAX);
         struct s3_req r;
-        const char *p, *end;
-        char tmp[64];
         /* query parameters in sorted order, as SigV4 canonicalises them */
         if (token[0]) {
             rc = kd_buf_puts(&q, "continuation-token=");
@@ -1406,42 +1324,13 @@ static int s3_list(struct kd_storage *st, const char *prefix, struct kd_storage_
             rc = kd_seterr(err, rc, "s3: list prefix too long");
         else
             rc = exec_one(s, &r, err);
-        if (rc == 0) {
-            p = body.data ? body.data : "";
-            end = p + body.len;
-            truncated = xml_get(p, end, "IsTruncated", tmp, sizeof(tmp)) != NULL &&
-                        strcmp(tmp, "true") == 0;
-            token[0] = '\0';
-            if (truncated &&
-                xml_get(p, end, "NextContinuationToken", token, sizeof(token)) == NULL) {
-                rc = kd_seterr(err, KD_EPROTO, "s3 list: truncated without a continuation token");
-            }
-            while (rc == 0) {
-                char size[32];
-                const char *c = memmem(p, (size_t)(end - p), "<Contents>", 10), *ce;
-                uint64_t sz = 0;
-                if (c == NULL)
-                    break;
-                ce = memmem(c, (size_t)(end - c), "</Contents>", 11);
-                if (ce == NULL || xml_get(c, ce, "Key", key, KD_STORAGE_KEYLEN * 2) == NULL ||
-                    xml_get(c, ce, "Size", size, sizeof(size)) == NULL ||
-                    kd_parse_u64(size, &sz) != 0) {
-                    rc = kd_seterr(err, KD_EPROTO, "s3 list: malformed <Contents> entry");
-                    break;
-                }
-                if (strlen(key) >= pfxlen && memcmp(key, s->keypfx, pfxlen) == 0) {
-                    rc = kd_storage__list_add(out, key + pfxlen, strlen(key) - pfxlen, sz);
-                    if (rc != 0)
-                        kd_seterr(err, rc, "s3 list: %s", kd_strerror(rc));
-                }
-                p = ce + 11;
-            }
-        }
+        if (rc == 0)
+            rc = kd_storage__xml_list_page(body.data, body.len, s->keypfx, out, &truncated, token,
+                                           sizeof(token), err);
         req_free(&r);
         kd_buf_free(&q);
         kd_buf_free(&body);
     }
-    free(key);
     return rc;
 }
 
@@ -1459,9 +1348,9 @@ static int s3_del(struct kd_storage *st, const char *const *keys, size_t n, char
         for (size_t i = start; i < end && rc == 0; i++) {
             rc = kd_buf_puts(&body, "<Object><Key>");
             if (rc == 0)
-                rc = xml_escape(&body, s->keypfx);
+                rc = kd_storage__xml_escape(&body, s->keypfx);
             if (rc == 0)
-                rc = xml_escape(&body, keys[i]);
+                rc = kd_storage__xml_escape(&body, keys[i]);
             if (rc == 0)
                 rc = kd_buf_puts(&body, "</Key></Object>");
         }
@@ -1480,15 +1369,11 @@ static int s3_del(struct kd_storage *st, const char *const *keys, size_t n, char
             rc = kd_seterr(err, rc, "s3: building DeleteObjects: %s", kd_strerror(rc));
         else
             rc = exec_one(s, &r, err);
-        if (rc == 0 && resp.data != NULL) {
-            const char *e = memmem(resp.data, resp.len, "<Error>", 7);
-            if (e != NULL) {
-                xml_get(e, resp.data + resp.len, "Key", ekey, sizeof(ekey));
-                xml_get(e, resp.data + resp.len, "Code", code, sizeof(code));
-                if (strcmp(code, "NoSuchKey") != 0)
-                    rc = kd_seterr(err, KD_EIO, "s3 DeleteObjects: %s: %s", ekey, code);
-            }
-        }
+        if (rc == 0 &&
+            kd_storage__xml_delete_error(resp.data, resp.len, ekey, sizeof(ekey), code,
+                                         sizeof(code)) &&
+            strcmp(code, "NoSuchKey") != 0)
+            rc = kd_seterr(err, KD_EIO, "s3 DeleteObjects: %s: %s", ekey, code);
         req_free(&r);
         kd_buf_free(&body);
         kd_buf_free(&resp);

@@ -1,20 +1,34 @@
 /*
- * libFuzzer target for the YAML reader and the experiment config checks:
+ * libFuzzer target for the YAML reader and the experiment config loader:
  * any input must parse or fail cleanly, within the reader's byte budget
  * (aliases expanded), a parsed document must re-emit to
  * YAML that reads back to the same JSON, and validation, defaults and
  * template merging must hold up on whatever tree the parser produced.
+ * The input is also loaded as files with kd_config_load, split at a line
+ * "---8<---" into the config and its template (det experiment create
+ * --template): a load that succeeds is the template merge of the two and
+ * passes kd_config_check, within the merge's byte budget; one that fails
+ * says why, naming the file at fault.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "config/config.h"
 #include "core/buf.h"
 #include "yaml/yaml.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        fprintf(stderr, "fuzz_config: " __VA_ARGS__);                                              \
+        fputc('\n', stderr);                                                                       \
+        abort();                                                                                   \
+    } while (0)
 
 /*
  * The expanded size of a parsed tree, counted as the reader counts it (a
@@ -46,6 +60,68 @@ static size_t tree_bytes(const json_t *v, size_t cap, size_t total)
     return total;
 }
 
+/* The config and template files: memory files, rewritten for each input. */
+static int cfg_fd = -1, tmpl_fd = -1;
+static char cfg_path[64], tmpl_path[64];
+
+static void put_file(int fd, const char *p, size_t n)
+{
+    if (ftruncate(fd, 0) != 0 || (n > 0 && pwrite(fd, p, n, 0) != (ssize_t)n))
+        abort();
+}
+
+/* kd_config_load on the input split at the scissors line into config and template. */
+static void check_load(const char *text, size_t size)
+{
+    static const char cut[] = "\n---8<---\n";
+    const char *sc = memmem(text, size, cut, sizeof(cut) - 1);
+    size_t clen = sc != NULL ? (size_t)(sc - text) : size;
+    const char *t = sc != NULL ? sc + sizeof(cut) - 1 : NULL;
+    size_t tlen = t != NULL ? size - clen - (sizeof(cut) - 1) : 0;
+    json_t *cfg = NULL, *merged = NULL;
+    struct kd_yaml_doc *cdoc = NULL, *tdoc = NULL;
+    char err[KD_ERRLEN] = "", perr[KD_ERRLEN];
+    if (cfg_fd < 0) {
+        cfg_fd = memfd_create("kd-fuzz-config", MFD_CLOEXEC);
+        tmpl_fd = memfd_create("kd-fuzz-template", MFD_CLOEXEC);
+        if (cfg_fd < 0 || tmpl_fd < 0)
+            abort();
+        snprintf(cfg_path, sizeof(cfg_path), "/proc/self/fd/%d", cfg_fd);
+        snprintf(tmpl_path, sizeof(tmpl_path), "/proc/self/fd/%d", tmpl_fd);
+    }
+    put_file(cfg_fd, text, clen);
+    put_file(tmpl_fd, t, tlen);
+    int rc = kd_config_load(cfg_path, t != NULL ? tmpl_path : NULL, &cfg, err);
+    if (rc != 0) {
+        if (cfg != NULL || err[0] == '\0')
+            FAIL("a failed load (%d) %s", rc, cfg != NULL ? "left a config" : "says nothing");
+        /* What is wrong in a file is told with the file's name. */
+        if (rc == KD_EINVALID && strstr(err, cfg_path) == NULL && strstr(err, tmpl_path) == NULL)
+            FAIL("an invalid config's message names no file: %s", err);
+        return;
+    }
+    /* The loaded config is the merge of the files as parsed, passes the check, and fits. */
+    if (kd_yaml_parse(cfg_path, text, clen, &cdoc, perr) != 0 ||
+        (t != NULL && kd_yaml_parse(tmpl_path, t, tlen, &tdoc, perr) != 0))
+        FAIL("a loaded config does not parse from memory: %s", perr);
+    if (t != NULL) {
+        if (kd_config_merge_template(kd_yaml_root(tdoc), kd_yaml_root(cdoc), &merged, perr) != 0)
+            FAIL("a loaded config does not merge from memory: %s", perr);
+    } else {
+        merged = json_incref(kd_yaml_root(cdoc));
+    }
+    if (!json_equal(cfg, merged))
+        FAIL("the loaded config is not the merge of its files");
+    if (kd_config_check(cfg, perr) != 0)
+        FAIL("a loaded config fails kd_config_check: %s", perr);
+    if (tree_bytes(cfg, KD_CONFIG_MAX_BYTES, 0) > KD_CONFIG_MAX_BYTES)
+        FAIL("a loaded config passes the %u-byte budget", (unsigned)KD_CONFIG_MAX_BYTES);
+    json_decref(merged);
+    json_decref(cfg);
+    kd_yaml_free(cdoc);
+    kd_yaml_free(tdoc);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct kd_yaml_doc *doc = NULL, *again = NULL;
@@ -53,6 +129,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *docs = NULL, *merged = NULL, *copy = NULL;
     char err[KD_ERRLEN];
 
+    check_load((const char *)data, size);
     if (kd_yaml_parse_stream("fuzz", (const char *)data, size, &docs, err) == 0)
         json_decref(docs);
     if (kd_yaml_parse("fuzz", (const char *)data, size, &doc, err) != 0)

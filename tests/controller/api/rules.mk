@@ -21,6 +21,8 @@ $(eval $(call kd_test,test_api_logs,tests/controller/api/test_api_logs.c $(API_T
 $(eval $(call kd_test,test_api_profiler,tests/controller/api/test_api_profiler.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 # Users and namespaces: every route of the route table against another user's token.
 $(eval $(call kd_test,test_api_authz,tests/controller/api/test_api_authz.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
+# The request checks that need no database (controller/api/check.c), with fuzz_api's findings.
+$(eval $(call kd_test,test_api_check,tests/controller/api/test_api_check.c,$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),30))
 # Token text, user and namespace names, namespace decisions (pure), with the fuzz target's checks.
 $(eval $(call kd_test,test_api_usertoken,tests/controller/api/test_api_usertoken.c tests/fuzz/fuzz_utoken.c,$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),60))
 # The API over HTTPS: trust, refusal, plain HTTP only on 127.0.0.1, libdtrain's and kdet-launch's CA.

@@ -37,6 +37,12 @@ static size_t entries(const char *dir)
     return n;
 }
 
+/* At exit the sandbox goes, so that a run leaves nothing in /tmp. */
+static void remove_sandbox(void)
+{
+    nftw(sandbox, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char dest[128], err[KD_ERRLEN];
@@ -44,10 +50,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         snprintf(sandbox, sizeof(sandbox), "/tmp/kd-fuzz-unpack-XXXXXX");
         if (mkdtemp(sandbox) == NULL)
             abort();
+        atexit(remove_sandbox);
     }
     snprintf(dest, sizeof(dest), "%s/d", sandbox);
     mkdir(dest, 0755);
-    (void)kd_context_unpack(data, size, dest, 1 << 20, err);
+    err[0] = '\0';
+    /* A refused archive always says why. */
+    if (kd_context_unpack(data, size, dest, 1 << 20, err) != 0 && err[0] == '\0')
+        abort();
     /* the sandbox holds ".", ".." and "d": anything else escaped */
     if (entries(sandbox) != 3)
         abort();

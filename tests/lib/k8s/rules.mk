@@ -20,5 +20,5 @@ $(eval $(call kd_test,test_k8s_local_leader,tests/lib/k8s/test_local_leader.c $(
 $(eval $(call kd_test,test_k8s_tls,tests/lib/k8s/test_tls.c,$(K8S_LIBS),$(K8S_LDLIBS),60))
 # libFuzzer targets (make fuzz): network answers and kubeconfig files.
 K8S_FUZZ_CORE := $(wildcard lib/core/*.c)
-$(eval $(call kd_fuzz,fuzz_k8s_watch,tests/lib/k8s/fuzz_watch.c lib/k8s/status.c lib/k8s/path.c lib/k8s/client.c lib/k8s/ratelimit.c lib/k8s/config.c lib/yaml/yaml.c $(K8S_FUZZ_CORE),-ljansson -lyaml -lcurl -lm))
-$(eval $(call kd_fuzz,fuzz_k8s_kubeconfig,tests/lib/k8s/fuzz_kubeconfig.c lib/k8s/config.c lib/yaml/yaml.c $(K8S_FUZZ_CORE),-ljansson -lyaml -lm))
+$(eval $(call kd_fuzz,fuzz_k8s_watch,tests/lib/k8s/fuzz_watch.c lib/k8s/status.c lib/k8s/path.c lib/k8s/client.c lib/k8s/ratelimit.c lib/k8s/config.c lib/yaml/yaml.c $(K8S_FUZZ_CORE),-ljansson -lyaml -lcurl -lm,tests/fuzz/corpus/k8s_watch))
+$(eval $(call kd_fuzz,fuzz_k8s_kubeconfig,tests/lib/k8s/fuzz_kubeconfig.c lib/k8s/config.c lib/yaml/yaml.c $(K8S_FUZZ_CORE),-ljansson -lyaml -lm,tests/fuzz/corpus/k8s_kubeconfig tests/data/k8s/kubeconfig))

@@ -104,6 +104,42 @@ static void test_codes_without_body(void **state)
     }
 }
 
+/* A body that is not JSON is read within its length: fuzz_k8s_watch found the first line
+ * looked for past the end of a body with no line end (caught by the ASan pass). */
+static void test_text_body_within_length(void **state)
+{
+    (void)state;
+    static const char text[] = "502 Bad Gateway";
+    struct kd_k8s_status st = {0};
+    char err[KD_ERRLEN] = "";
+    char *body = malloc(sizeof(text) - 1); /* no NUL, no line end */
+    assert_non_null(body);
+    memcpy(body, text, sizeof(text) - 1);
+    assert_int_equal(kd_k8s_map_status(502, body, sizeof(text) - 1, &st, err), KD_EAGAIN);
+    assert_string_equal(st.message, text);
+    assert_int_equal(kd_k8s_map_status(502, body, 7, &st, err), KD_EAGAIN);
+    assert_string_equal(st.message, "502 Bad");
+    kd_k8s_status_free(&st);
+    free(body);
+}
+
+/* A Status message near KD_ERRLEN is cut, not dropped: fuzz_k8s_watch found a long text
+ * body gave an empty error (the whole message did not fit, so nothing was written). */
+static void test_long_message_cut(void **state)
+{
+    (void)state;
+    char body[3000], err[KD_ERRLEN] = "";
+    memset(body, 'x', sizeof(body));
+    assert_int_equal(kd_k8s_map_status(503, body, sizeof(body), NULL, err), KD_EAGAIN);
+    assert_true(strncmp(err, "HTTP 503 ServiceUnavailable: xxxx", 33) == 0);
+    assert_int_equal(strlen(err), KD_ERRLEN - 1);
+    const char *st =
+        "{\"kind\":\"Status\",\"code\":422,\"reason\":\"Invalid\",\"message\":\"bad\","
+        "\"details\":{\"causes\":[{\"field\":\"a\",\"message\":\"m1\"},{\"field\":\"b\"}]}}";
+    assert_int_equal(kd_k8s_map_status(422, st, strlen(st), NULL, err), KD_EINVALID);
+    assert_string_equal(err, "HTTP 422 Invalid: bad (causes: a: m1; b: invalid)");
+}
+
 static void test_event_types(void **state)
 {
     (void)state;
@@ -140,6 +176,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_recorded_statuses),
         cmocka_unit_test(test_codes_without_body),
+        cmocka_unit_test(test_text_body_within_length),
+        cmocka_unit_test(test_long_message_cut),
         cmocka_unit_test(test_event_types),
         cmocka_unit_test(test_obj_key),
     };

@@ -2,6 +2,8 @@
 STORAGE_TEST_LIBS := storage core
 STORAGE_TEST_LD := -lcurl -ljansson -lcrypto -lpthread
 $(eval $(call kd_test,test_storage_s3,tests/lib/storage/test_s3.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),240))
+# S3 answers read by lib/storage/s3xml.c, with the references the scanner once got wrong.
+$(eval $(call kd_test,test_storage_s3xml,tests/lib/storage/test_s3xml.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
 $(eval $(call kd_test,test_storage_gc,tests/lib/storage/test_gc.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
 $(eval $(call kd_test,test_storage_sigv4,tests/lib/storage/test_sigv4.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
 $(eval $(call kd_test,test_storage_fs,tests/lib/storage/test_fs.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),60))
@@ -9,3 +11,5 @@ $(eval $(call kd_test,test_storage_async,tests/lib/storage/test_async.c tests/li
 
 $(eval $(call kd_test_script,test_storage_ckpt_tool,tests/lib/storage/test_ckpt_tool.sh,120,,$(O)/bin/dtrain))
 $(eval $(call kd_test,test_storage_slow,tests/lib/storage/test_slow.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),900,slow))
+# libFuzzer target (make fuzz): S3's XML answers (lib/storage/s3xml.c), replayed by test_fuzz_s3xml.
+$(eval $(call kd_fuzz,fuzz_s3xml,tests/lib/storage/fuzz_s3xml.c $(wildcard lib/storage/*.c lib/core/*.c),-lcurl -ljansson -lcrypto -lpthread,tests/fuzz/corpus/s3xml))

@@ -120,27 +120,11 @@ static void test_uri_encoding(void **state)
     kd_buf_free(&b);
 }
 
-static void test_xml_scanner(void **state)
-{
-    (void)state;
-    const char *x = "<R><Key>a &amp; b&#x2F;&lt;c&gt;</Key><Size>12</Size><Key>second</Key></R>";
-    const char *end = x + strlen(x), *p;
-    char out[64], tiny[4];
-    p = xml_get(x, end, "Key", out, sizeof(out));
-    assert_non_null(p);
-    assert_string_equal(out, "a & b/<c>");
-    assert_non_null(xml_get(p, end, "Key", out, sizeof(out)));
-    assert_string_equal(out, "second");
-    assert_null(xml_get(x, end, "Missing", out, sizeof(out)));
-    assert_null(xml_get(x, end, "Key", tiny, sizeof(tiny))); /* too long: refused, not cut */
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_documented_example),
         cmocka_unit_test(test_uri_encoding),
-        cmocka_unit_test(test_xml_scanner),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

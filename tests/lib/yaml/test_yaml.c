@@ -404,8 +404,8 @@ static void test_string_alias_bomb(void **state)
     assert_non_null(strstr(err, "alias *a of 1001 bytes used 16"));
     free(text);
     /* The small forms kept in the fuzzer's corpus fail the same way. */
-    static const char *const corpus[] = {"tests/fuzz/regress/string_alias_bomb.yaml",
-                                         "tests/fuzz/regress/string_laughs.yaml"};
+    static const char *const corpus[] = {"tests/fuzz/corpus/config/string_alias_bomb.yaml",
+                                         "tests/fuzz/corpus/config/string_laughs.yaml"};
     for (size_t i = 0; i < 2; i++) {
         struct kd_yaml_doc *d = NULL;
         assert_int_equal(kd_yaml_parse_file(corpus[i], &d, err), KD_ETOOBIG);

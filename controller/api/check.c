@@ -1,0 +1,560 @@
+/*
+ * Request checks of the API that read nothing but the request (check.h):
+ * routing, bearer tokens, body caps and the worker and user routes' JSON
+ * bodies. Kept apart from the handlers, which read and write the store and
+ * the Kubernetes API, so that every check can be fed arbitrary input
+ * (tests/fuzz/fuzz_api.c) and so that a message names its field the same
+ * way on every route.
+ */
+#include "api/check.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/alloc.h"
+#include "core/str.h"
+#include "core/time.h"
+#include "storage/checkpoint.h"
+
+/* Fill e (status, field, message) and return the status. */
+static int refuse(struct api_verr *e, int status, const char *field, const char *fmt, ...)
+    KD_PRINTF(4, 5);
+static int refuse(struct api_verr *e, int status, const char *field, const char *fmt, ...)
+{
+    va_list ap;
+    e->status = status;
+    snprintf(e->field, sizeof(e->field), "%s", field != NULL ? field : "");
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+/* ---- routes, tokens, caps ------------------------------------------------------------------ */
+
+static bool match(const char *pattern, const struct api_match *m)
+{
+    int n = 0;
+    const char *p = pattern;
+    while (*p != '\0') {
+        const char *slash = strchr(p, '/');
+        size_t len = slash != NULL ? (size_t)(slash - p) : strlen(p);
+        if (n >= m->nseg)
+            return false;
+        if (!(len == 1 && p[0] == '*') &&
+            (strlen(m->seg[n]) != len || memcmp(m->seg[n], p, len) != 0))
+            return false;
+        n++;
+        p += len;
+        if (*p == '/')
+            p++;
+    }
+    return n == m->nseg;
+}
+
+const struct api_route *api_route_find(const struct api_route *routes, size_t n, const char *method,
+                                       char *path, struct api_match *m)
+{
+    const struct api_route *hit = NULL;
+    char *save = NULL;
+    m->nseg = 0;
+    m->allow[0] = '\0';
+    for (char *s = strtok_r(path, "/", &save); s != NULL; s = strtok_r(NULL, "/", &save)) {
+        if (m->nseg == API_MAX_SEGS) {
+            m->nseg = 0;
+            return NULL;
+        }
+        m->seg[m->nseg++] = s;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!match(routes[i].pattern, m))
+            continue;
+        if (strcmp(routes[i].method, method) == 0 ||
+            (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0)) {
+            hit = &routes[i];
+        } else if (strstr(m->allow, routes[i].method) == NULL) {
+            size_t used = strlen(m->allow);
+            snprintf(m->allow + used, sizeof(m->allow) - used, "%s%s", used > 0 ? ", " : "",
+                     routes[i].method);
+        }
+    }
+    return hit;
+}
+
+int api_route_ns_seg(const char *pattern)
+{
+    static const char pfx[] = "api/v1/namespaces/*/";
+    return strncmp(pattern, pfx, sizeof(pfx) - 1) == 0 ? 3 : -1;
+}
+
+const char *api_bearer(const char *authorization)
+{
+    if (authorization == NULL || strncasecmp(authorization, "Bearer ", 7) != 0)
+        return NULL;
+    const char *tok = authorization + 7;
+    size_t n = strnlen(tok, API_MAX_TOKEN + 1);
+    return n == 0 || n > API_MAX_TOKEN ? NULL : tok;
+}
+
+int api_body_cap(const struct api_route *r, const char *method, const char *path, const char *cl,
+                 unsigned long long *len, struct api_verr *e)
+{
+    *len = cl != NULL ? strtoull(cl, NULL, 10) : 0;
+    if (*len > r->max_body && r->max_body == 0)
+        return refuse(e, 413, "body", "%s %s takes no request body; %llu bytes were announced",
+                      method, path, *len);
+    if (*len > r->max_body)
+        return refuse(e, 413, "body",
+                      "the request body is %llu bytes; %s %s accepts at most %zu bytes (%zu KiB)",
+                      *len, method, path, r->max_body, r->max_body >> 10);
+    return 0;
+}
+
+/* ---- JSON bodies --------------------------------------------------------------------------- */
+
+int api_check_json(const char *body, size_t len, size_t cap, json_t **out, struct api_verr *e)
+{
+    json_error_t je;
+    *out = NULL;
+    if (len > cap)
+        return refuse(e, 413, "body",
+                      "the request body is %zu bytes; this endpoint accepts at most %zu", len, cap);
+    if (len == 0)
+        return refuse(e, 400, "body", "a JSON object is required");
+    *out = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (*out == NULL)
+        return refuse(e, 400, "body", "invalid JSON at line %d column %d: %s", je.line, je.column,
+                      je.text);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        return refuse(e, 400, "body", "must be a JSON object");
+    }
+    return 0;
+}
+
+int api_check_keys(const json_t *obj, const char *prefix, const char *const *allowed,
+                   struct api_verr *e)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)obj, k, v)
+    {
+        bool ok = false;
+        for (int i = 0; allowed[i] != NULL && !ok; i++)
+            ok = strcmp(k, allowed[i]) == 0;
+        if (!ok) {
+            const char *s = kd_suggest(k, allowed);
+            char field[300];
+            /* An empty key is named as "", so that the field is never empty. */
+            snprintf(field, sizeof(field), "%s%s", prefix, k[0] != '\0' ? k : "\"\"");
+            return refuse(e, 400, field, "%s: unknown field%s%s%s", field,
+                          s ? " (did you mean " : "", s ? s : "", s ? "?)" : "");
+        }
+    }
+    return 0;
+}
+
+/* body[k]: absent when !required, else a string of 1 to max bytes. */
+static int want_str(const json_t *body, const char *k, size_t max, bool required, const char **out,
+                    struct api_verr *e)
+{
+    json_t *v = json_object_get(body, k);
+    *out = json_string_value(v);
+    if ((v != NULL || required) &&
+        (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > max))
+        return refuse(e, 400, k, "%s: %s (a string of 1 to %zu bytes)", k,
+                      v == NULL ? "required" : "invalid", max);
+    return 0;
+}
+
+/* body[k]: an integer >= 0. */
+static int want_i64(const json_t *body, const char *k, int64_t *out, struct api_verr *e)
+{
+    json_t *v = json_object_get(body, k);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return refuse(e, 400, k, "%s: %s", k,
+                      v == NULL ? "required (an integer >= 0)" : "must be an integer >= 0");
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/* ---- the worker routes --------------------------------------------------------------------- */
+
+int api_check_metrics(const json_t *body, enum kd_metric_kind *kind, const char **key,
+                      struct api_verr *e)
+{
+    static const char *const keys[] = {"kind", "key", "rows", NULL};
+    int rc = api_check_keys(body, "", keys, e);
+    if (rc != 0)
+        return rc;
+    const char *ks = json_string_value(json_object_get(body, "kind"));
+    if (ks == NULL || kd_metric_kind_parse(ks, kind) != 0)
+        return refuse(e, 400, "kind", "kind: %s",
+                      "must be \"training\", \"validation\" or \"profiling\"");
+    *key = json_string_value(json_object_get(body, "key"));
+    if (*key == NULL)
+        return refuse(e, 400, "key", "key: required (an idempotency key, reused when retrying)");
+    return 0;
+}
+
+/* One row of a metrics batch; field is "rows[i]." on entry. */
+static int check_row(const json_t *row, size_t i, const char *metric, const char *time_metric,
+                     bool validation, struct kd_metric_row *out, struct api_verr *e)
+{
+    static const char *const row_keys[] = {"batches", "metrics", "reported_at", NULL};
+    char field[400];
+    int rc;
+    snprintf(field, sizeof(field), "rows[%zu]", i);
+    if (!json_is_object(row))
+        return refuse(e, 400, field, "%s: must be an object", field);
+    snprintf(field, sizeof(field), "rows[%zu].", i);
+    if ((rc = api_check_keys(row, field, row_keys, e)) != 0)
+        return rc;
+    json_t *b = json_object_get(row, "batches"), *m = json_object_get(row, "metrics");
+    json_t *ts = json_object_get(row, "reported_at");
+    memset(out, 0, sizeof(*out));
+    if (!json_is_integer(b) || json_integer_value(b) < 0) {
+        snprintf(field, sizeof(field), "rows[%zu].batches", i);
+        return refuse(e, 400, field, "%s: %s", field,
+                      b == NULL ? "required (batches completed when measured)"
+                                : "must be an integer >= 0");
+    }
+    if (!json_is_object(m)) {
+        snprintf(field, sizeof(field), "rows[%zu].metrics", i);
+        return refuse(e, 400, field, "%s: %s", field,
+                      m == NULL ? "required (an object of metric names to values)"
+                                : "must be an object of metric names to values");
+    }
+    if (ts != NULL &&
+        (!json_is_string(ts) || kd_time_parse_rfc3339(json_string_value(ts), &out->reported_ms))) {
+        snprintf(field, sizeof(field), "rows[%zu].reported_at", i);
+        return refuse(e, 400, field, "%s: must be an RFC 3339 time such as %s", field,
+                      "2026-11-21T17:30:00Z");
+    }
+    if (validation && metric != NULL) {
+        json_t *v = json_object_get(m, metric);
+        if (!json_is_number(v)) {
+            snprintf(field, sizeof(field), "rows[%zu].metrics.%s", i, metric);
+            return refuse(e, 400, field, "%s: %s (the searcher metric must be a number)", field,
+                          v == NULL ? "missing" : "not a number");
+        }
+    }
+    if (validation && time_metric != NULL) {
+        /* adaptive_asha measures its rungs in this metric: every validation says it. */
+        json_t *v = json_object_get(m, time_metric);
+        if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0) {
+            snprintf(field, sizeof(field), "rows[%zu].metrics.%s", i, time_metric);
+            return refuse(e, 400, field,
+                          "%s: %s (searcher.time_metric must be a number >= 0 in every "
+                          "validation)",
+                          field, v == NULL ? "missing" : "not a finite number >= 0");
+        }
+    }
+    out->step = json_integer_value(b);
+    out->metrics = m;
+    return 0;
+}
+
+int api_check_metric_rows(const json_t *rows, const char *metric, const char *time_metric,
+                          bool validation, struct kd_metric_row **out, size_t *n,
+                          struct api_verr *e)
+{
+    struct kd_metric_row *mr = NULL;
+    int rc = 0;
+    size_t i;
+    json_t *row;
+    *out = NULL;
+    *n = 0;
+    if (!json_is_array(rows) || json_array_size(rows) == 0 ||
+        json_array_size(rows) > KD_STORE_MAX_BATCH_ROWS) {
+        rc = refuse(e, 400, "rows", "rows: must be an array of 1 to %d metric rows",
+                    KD_STORE_MAX_BATCH_ROWS);
+        goto out;
+    }
+    mr = kd_xcalloc(json_array_size(rows), sizeof(*mr));
+    json_array_foreach(rows, i, row)
+    {
+        if ((rc = check_row(row, i, metric, time_metric, validation, &mr[i], e)) != 0)
+            goto out;
+    }
+    *out = mr;
+    *n = json_array_size(rows);
+    mr = NULL;
+out:
+    free(mr);
+    return rc;
+}
+
+int api_check_checkpoint(const json_t *body, struct api_checkpoint_req *out, struct api_verr *e)
+{
+    static const char *const keys[] = {"uuid", "batches", "storage_path", "size", "metadata", NULL};
+    char err[KD_ERRLEN] = "";
+    int rc;
+    memset(out, 0, sizeof(*out));
+    if ((rc = api_check_keys(body, "", keys, e)) != 0 ||
+        (rc = want_str(body, "uuid", 128, true, &out->uuid, e)) != 0 ||
+        (rc = want_i64(body, "batches", &out->batches, e)) != 0 ||
+        (rc = want_str(body, "storage_path", 4096, true, &out->storage_path, e)) != 0 ||
+        (rc = want_i64(body, "size", &out->size, e)) != 0)
+        return rc;
+    /* The uuid names the checkpoint's files in storage (GC deletes <storage>/<uuid>/): only a
+     * canonical UUID enters the registry, so no stored id can name a path elsewhere. */
+    if (kd_ckpt_check_canonical_uuid(out->uuid, err) != 0)
+        return refuse(e, 400, "uuid", "%s", err);
+    out->metadata = json_object_get(body, "metadata");
+    if (out->metadata != NULL && !json_is_object(out->metadata))
+        return refuse(e, 400, "metadata", "metadata: must be an object");
+    return 0;
+}
+
+bool api_run_id_ok(const char *s)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+    return n > 0 && n <= API_MAX_RUN_ID &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+/* A host name or an IP address (v4 or v6): no spaces, separators or control bytes. */
+static bool address_ok(const char *s)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+    return n > 0 && n <= 253 &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:") == n;
+}
+
+int api_check_rendezvous(const json_t *body, struct api_rendezvous_req *out, struct api_verr *e)
+{
+    static const char *const keys[] = {"run_id", "address", "port", NULL};
+    int rc;
+    memset(out, 0, sizeof(*out));
+    if ((rc = api_check_keys(body, "", keys, e)) != 0 ||
+        (rc = want_str(body, "run_id", API_MAX_RUN_ID, true, &out->run_id, e)) != 0 ||
+        (rc = want_str(body, "address", 253, true, &out->address, e)) != 0 ||
+        (rc = want_i64(body, "port", &out->port, e)) != 0)
+        return rc;
+    if (!api_run_id_ok(out->run_id))
+        return refuse(e, 400, "run_id", "run_id: characters other than A-Z a-z 0-9 . _ -");
+    if (!address_ok(out->address))
+        return refuse(e, 400, "address",
+                      "address: not a host name or an IP address (A-Z a-z 0-9 . - : only)");
+    if (out->port < 1 || out->port > 65535)
+        return refuse(e, 400, "port", "port: must be between 1 and 65535");
+    return 0;
+}
+
+int api_check_early_exit(const json_t *body, const char **reason, const char **cond,
+                         const char **message, struct api_verr *e)
+{
+    static const char *const keys[] = {"reason", "message", NULL};
+    static const char *const reasons[] = {"errored", "invalid_hp", "user_canceled", NULL};
+    static const char *const cond_reasons[] = {"Errored", "InvalidHP", "UserCanceled"};
+    int rc, idx = -1;
+    *reason = *cond = *message = NULL;
+    if ((rc = api_check_keys(body, "", keys, e)) != 0)
+        return rc;
+    const char *why = json_string_value(json_object_get(body, "reason"));
+    for (int i = 0; why != NULL && reasons[i] != NULL; i++)
+        if (strcmp(why, reasons[i]) == 0)
+            idx = i;
+    if (idx < 0)
+        return refuse(e, 400, "reason",
+                      "reason: must be \"errored\", \"invalid_hp\" or \"user_canceled\"");
+    if ((rc = want_str(body, "message", 4096, false, message, e)) != 0)
+        return rc;
+    *reason = reasons[idx];
+    *cond = cond_reasons[idx];
+    return 0;
+}
+
+/* One line of a logs batch. */
+static int check_line(const json_t *l, size_t i, int64_t now_ms, struct kd_log_line *out,
+                      struct api_verr *e)
+{
+    static const char *const keys[] = {"rank", "stream", "timestamp", "line", NULL};
+    char field[64];
+    int rc;
+    snprintf(field, sizeof(field), "lines[%zu]", i);
+    if (!json_is_object(l))
+        return refuse(e, 400, field, "%s: must be an object", field);
+    snprintf(field, sizeof(field), "lines[%zu].", i);
+    if ((rc = api_check_keys(l, field, keys, e)) != 0)
+        return rc;
+    json_t *rank = json_object_get(l, "rank"), *text = json_object_get(l, "line");
+    const char *stream = json_string_value(json_object_get(l, "stream"));
+    json_t *ts = json_object_get(l, "timestamp");
+    memset(out, 0, sizeof(*out));
+    out->ts_ms = now_ms;
+    if (!json_is_integer(rank) || json_integer_value(rank) < -1 ||
+        json_integer_value(rank) > 1 << 30) {
+        snprintf(field, sizeof(field), "lines[%zu].rank", i);
+        return refuse(e, 400, field, "%s: must be an integer >= -1 (-1: the launcher)", field);
+    }
+    if (stream == NULL || (strcmp(stream, "stdout") != 0 && strcmp(stream, "stderr") != 0)) {
+        snprintf(field, sizeof(field), "lines[%zu].stream", i);
+        return refuse(e, 400, field, "%s: must be \"stdout\" or \"stderr\"", field);
+    }
+    if (ts != NULL &&
+        (!json_is_string(ts) || kd_time_parse_rfc3339(json_string_value(ts), &out->ts_ms) != 0)) {
+        snprintf(field, sizeof(field), "lines[%zu].timestamp", i);
+        return refuse(e, 400, field, "%s: must be an RFC 3339 time such as %s", field,
+                      "2026-11-21T17:30:00.123Z");
+    }
+    if (!json_is_string(text)) {
+        snprintf(field, sizeof(field), "lines[%zu].line", i);
+        return refuse(e, 400, field, "%s: %s", field,
+                      text == NULL ? "required (the line's text)" : "must be a string");
+    }
+    out->rank = (int)json_integer_value(rank);
+    out->is_stderr = strcmp(stream, "stderr") == 0;
+    out->text = json_string_value(text);
+    out->len = json_string_length(text);
+    return 0;
+}
+
+int api_check_logs(const json_t *body, int64_t now_ms, struct api_logs_req *out, struct api_verr *e)
+{
+    static const char *const keys[] = {"key", "run_id", "node_rank", "lines", NULL};
+    struct kd_log_line *ls = NULL;
+    int rc;
+    size_t i;
+    json_t *l;
+    memset(out, 0, sizeof(*out));
+    if ((rc = api_check_keys(body, "", keys, e)) != 0)
+        goto out;
+    out->key = json_string_value(json_object_get(body, "key"));
+    json_t *run = json_object_get(body, "run_id"), *nr = json_object_get(body, "node_rank");
+    json_t *lines = json_object_get(body, "lines");
+    if (out->key == NULL) {
+        rc = refuse(e, 400, "key", "key: required (an idempotency key, reused when retrying)");
+        goto out;
+    }
+    if (run != NULL && !json_is_string(run)) {
+        rc = refuse(e, 400, "run_id", "run_id: must be a string (the attempt's KDET_RUN_ID)");
+        goto out;
+    }
+    if (nr != NULL &&
+        (!json_is_integer(nr) || json_integer_value(nr) < 0 || json_integer_value(nr) >= 65536)) {
+        rc = refuse(e, 400, "node_rank", "node_rank: must be an integer from 0 to 65535");
+        goto out;
+    }
+    out->run_id = json_string_value(run);
+    out->node_rank = (int)json_integer_value(nr);
+    if (!json_is_array(lines) || json_array_size(lines) == 0 ||
+        json_array_size(lines) > KD_STORE_LOG_MAX_LINES) {
+        rc = refuse(e, 400, "lines", "lines: must be an array of 1 to %d log lines",
+                    KD_STORE_LOG_MAX_LINES);
+        goto out;
+    }
+    ls = kd_xcalloc(json_array_size(lines), sizeof(*ls));
+    json_array_foreach(lines, i, l)
+    {
+        if ((rc = check_line(l, i, now_ms, &ls[i], e)) != 0)
+            goto out;
+    }
+    out->lines = ls;
+    out->n = json_array_size(lines);
+    ls = NULL;
+out:
+    free(ls);
+    return rc;
+}
+
+/* ---- the user routes ----------------------------------------------------------------------- */
+
+bool api_user_name_ok(const char *s)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+    if (n == 0 || n > KD_STORE_MAX_USER)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+        if (!alnum && ((i == 0 || i == n - 1) || (c != '-' && c != '.' && c != '_')))
+            return false;
+    }
+    return true;
+}
+
+/* A namespace as Kubernetes names them (a DNS-1123 label), or "*". */
+static bool ns_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (strcmp(s, "*") == 0)
+        return true;
+    if (n == 0 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+        if (!alnum && (i == 0 || i == n - 1 || c != '-'))
+            return false;
+    }
+    return true;
+}
+
+int api_check_user(const json_t *body, bool create, struct api_user_req *out, struct api_verr *e)
+{
+    static const char *const create_keys[] = {"name", "admin", "namespaces", "description", NULL};
+    static const char *const update_keys[] = {"admin", "namespaces", NULL};
+    int rc;
+    size_t i;
+    json_t *v;
+    memset(out, 0, sizeof(*out));
+    if ((rc = api_check_keys(body, "", create ? create_keys : update_keys, e)) != 0)
+        return rc;
+    json_t *ns = json_object_get(body, "namespaces");
+    if (ns != NULL && (!json_is_array(ns) || json_array_size(ns) > API_MAX_USER_NS))
+        return refuse(e, 400, "namespaces", "namespaces: must be an array of at most %d names",
+                      API_MAX_USER_NS);
+    json_array_foreach(ns, i, v)
+    {
+        if (!json_is_string(v) || !ns_ok(json_string_value(v))) {
+            char field[48];
+            snprintf(field, sizeof(field), "namespaces[%zu]", i);
+            return refuse(e, 400, field, "%s: must be a namespace name (a DNS-1123 label) or \"*\"",
+                          field);
+        }
+    }
+    out->namespaces = ns;
+    json_t *admin = json_object_get(body, "admin");
+    if (admin != NULL && !json_is_boolean(admin))
+        return refuse(e, 400, "admin", "%s: must be true or false", "admin");
+    out->admin_set = admin != NULL;
+    out->admin = json_is_true(admin);
+    if (!create)
+        return 0;
+    out->name = json_string_value(json_object_get(body, "name"));
+    json_t *desc = json_object_get(body, "description");
+    if (!api_user_name_ok(out->name))
+        return refuse(e, 400, "name",
+                      "name: required, 1 to %d of a-z 0-9 . _ -, starting and ending with a "
+                      "letter or digit",
+                      KD_STORE_MAX_USER);
+    if (desc != NULL && (!json_is_string(desc) || json_string_length(desc) > 256))
+        return refuse(e, 400, "description", "description: must be a string of at most 256 bytes");
+    out->description = json_string_value(desc);
+    return 0;
+}
+
+int api_check_token(const json_t *body, const char **user, const char **description,
+                    struct api_verr *e)
+{
+    static const char *const keys[] = {"user", "description", NULL};
+    int rc;
+    *user = *description = NULL;
+    if ((rc = api_check_keys(body, "", keys, e)) != 0)
+        return rc;
+    json_t *ju = json_object_get(body, "user"), *desc = json_object_get(body, "description");
+    if ((ju != NULL && !json_is_string(ju)) ||
+        (desc != NULL && (!json_is_string(desc) || json_string_length(desc) > 256)))
+        return refuse(e, 400, ju != NULL && !json_is_string(ju) ? "user" : "description",
+                      "user and description: strings (a description of at most 256 bytes)");
+    *user = json_string_value(ju);
+    *description = json_string_value(desc);
+    return 0;
+}

@@ -1,0 +1,64 @@
+/*
+ * The controller API's route table as one list: X(method, pattern, auth,
+ * max_body, handler) per route. api.c expands it into the table it serves
+ * with; the fuzz target of the request checks (tests/fuzz/fuzz_api.c)
+ * expands the same list without the handlers, so both see every route.
+ * Patterns are segments, "*" matching one; max_body is enforced from the
+ * request head, before the body is read (0: no body).
+ */
+#ifndef KD_CONTROLLER_API_ROUTES_H
+#define KD_CONTROLLER_API_ROUTES_H
+
+#include "api/api.h"
+#include "api/check.h"
+
+#define API_NSP "api/v1/namespaces/*/"
+#define API_SMALL KD_API_MAX_SMALL_BODY
+
+/* clang-format off */
+#define API_ROUTES(X) \
+    X("GET", "healthz", AUTH_NONE, 0, h_health) \
+    X("GET", "readyz", AUTH_NONE, 0, h_ready) \
+    X("GET", "metrics", AUTH_NONE, 0, h_metrics) \
+    X("POST", API_NSP "trials/*/metrics", AUTH_TRIAL, KD_API_MAX_METRICS_BODY, api_worker_metrics) \
+    X("GET", API_NSP "trials/*/searcher/operation", AUTH_TRIAL, 0, api_worker_searcher) \
+    X("GET", API_NSP "trials/*/preemption", AUTH_TRIAL, 0, api_worker_preemption) \
+    X("POST", API_NSP "trials/*/checkpoints", AUTH_TRIAL, KD_API_MAX_CHECKPOINT_BODY, api_worker_checkpoint) \
+    X("POST", API_NSP "trials/*/early_exit", AUTH_TRIAL, API_SMALL, api_worker_early_exit) \
+    X("PUT", API_NSP "trials/*/rendezvous", AUTH_TRIAL, KD_API_MAX_RENDEZVOUS_BODY, api_worker_rendezvous_put) \
+    X("GET", API_NSP "trials/*/rendezvous", AUTH_TRIAL, 0, api_worker_rendezvous_get) \
+    X("POST", API_NSP "trials/*/logs", AUTH_TRIAL, KD_API_MAX_LOGS_BODY, api_worker_logs) \
+    X("GET", API_NSP "experiments", AUTH_USER, 0, api_user_experiments) \
+    X("GET", API_NSP "experiments/*", AUTH_USER, 0, api_user_experiment) \
+    X("GET", API_NSP "experiments/*/trials", AUTH_USER, 0, api_user_experiment_trials) \
+    X("GET", API_NSP "experiments/*/checkpoints", AUTH_USER, 0, api_user_experiment_checkpoints) \
+    X("GET", API_NSP "experiments/*/events", AUTH_USER, 0, api_user_experiment_events) \
+    X("GET", API_NSP "experiments/*/metrics/stream", AUTH_USER, 0, api_user_stream) \
+    X("GET", API_NSP "experiments/*/logs", AUTH_USER, 0, api_user_logs) \
+    X("GET", API_NSP "experiments/*/logs/stream", AUTH_USER, 0, api_user_logs_stream) \
+    X("POST", API_NSP "experiments/*/pause", AUTH_USER, API_SMALL, api_user_experiment_action) \
+    X("POST", API_NSP "experiments/*/activate", AUTH_USER, API_SMALL, api_user_experiment_action) \
+    X("POST", API_NSP "experiments/*/cancel", AUTH_USER, API_SMALL, api_user_experiment_action) \
+    X("POST", API_NSP "experiments/*/archive", AUTH_USER, API_SMALL, api_user_experiment_action) \
+    X("POST", API_NSP "experiments/*/unarchive", AUTH_USER, API_SMALL, api_user_experiment_action) \
+    X("GET", API_NSP "trials/*", AUTH_USER, 0, api_user_trial) \
+    X("POST", API_NSP "trials/*/kill", AUTH_USER, API_SMALL, api_user_trial_kill) \
+    X("GET", API_NSP "trials/*/metrics", AUTH_USER, 0, api_user_trial_metrics) \
+    X("GET", API_NSP "trials/*/checkpoints", AUTH_USER, 0, api_user_trial_checkpoints) \
+    X("GET", API_NSP "trials/*/profiler", AUTH_USER, 0, api_user_trial_profiler) \
+    X("GET", API_NSP "trials/*/metrics/stream", AUTH_USER, 0, api_user_stream) \
+    X("GET", API_NSP "trials/*/logs", AUTH_USER, 0, api_user_logs) \
+    X("GET", API_NSP "trials/*/logs/stream", AUTH_USER, 0, api_user_logs_stream) \
+    X("GET", API_NSP "checkpoints/*", AUTH_USER, 0, api_user_checkpoint) \
+    X("GET", "api/v1/jobs", AUTH_USER, 0, api_user_jobs) \
+    X("GET", "api/v1/info", AUTH_USER, 0, api_user_info) \
+    X("GET", "api/v1/me", AUTH_USER, 0, api_me) \
+    X("GET", "api/v1/users", AUTH_ADMIN, 0, api_users_list) \
+    X("POST", "api/v1/users", AUTH_ADMIN, API_SMALL, api_users_create) \
+    X("PATCH", "api/v1/users/*", AUTH_ADMIN, API_SMALL, api_users_update) \
+    X("GET", "api/v1/tokens", AUTH_USER, 0, api_tokens_list) \
+    X("POST", "api/v1/tokens", AUTH_USER, API_SMALL, api_tokens_create) \
+    X("POST", "api/v1/tokens/*/revoke", AUTH_USER, API_SMALL, api_tokens_revoke)
+/* clang-format on */
+
+#endif

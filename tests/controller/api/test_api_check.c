@@ -1,0 +1,199 @@
+/*
+ * controller/api/check.c, the API's request checks that need no database:
+ * routing (404/405 and Allow), bearer tokens, body caps, and the JSON
+ * bodies of the worker and user routes, each refusal naming its field.
+ * Table-driven; fuzz_api checks the same functions on arbitrary requests.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "api/check.h"
+#include "api/routes.h"
+
+#define ROUTE(method, pattern, auth, max_body, fn) {method, pattern, auth, max_body, NULL},
+static const struct api_route routes[] = {API_ROUTES(ROUTE)};
+#undef ROUTE
+#define NROUTES (sizeof(routes) / sizeof(routes[0]))
+
+static void test_routes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *method, *path, *pattern, *allow;
+    } cases[] = {
+        {"POST", "/api/v1/namespaces/ns/trials/t/metrics", API_NSP "trials/*/metrics", ""},
+        {"GET", "/api/v1/namespaces/ns/trials/t/metrics", API_NSP "trials/*/metrics", ""},
+        {"HEAD", "/api/v1/jobs", "api/v1/jobs", ""},
+        {"GET", "//api//v1///jobs/", "api/v1/jobs", ""},
+        {"DELETE", "/api/v1/namespaces/ns/trials/t/metrics", NULL, "POST, GET"},
+        {"POST", "/api/v1/users/alice", NULL, "PATCH"},
+        {"GET", "/api/v1/nothing", NULL, ""},
+        {"GET", "/a/b/c/d/e/f/g/h/i/j/k/l/m", NULL, ""},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct api_match m;
+        char *path = strdup(cases[i].path);
+        const struct api_route *r = api_route_find(routes, NROUTES, cases[i].method, path, &m);
+        if (cases[i].pattern == NULL) {
+            assert_null(r);
+            assert_string_equal(m.allow, cases[i].allow);
+        } else {
+            assert_non_null(r);
+            assert_string_equal(r->pattern, cases[i].pattern);
+        }
+        free(path);
+    }
+}
+
+static void test_bearer_and_cap(void **state)
+{
+    (void)state;
+    char big[API_MAX_TOKEN + 16];
+    assert_string_equal(api_bearer("Bearer abc"), "abc");
+    assert_string_equal(api_bearer("bEaReR abc"), "abc");
+    assert_null(api_bearer(NULL));
+    assert_null(api_bearer("Bearer "));
+    assert_null(api_bearer("Basic abc"));
+    assert_null(api_bearer("Bearerabc"));
+    memcpy(big, "Bearer ", 7);
+    memset(big + 7, 'x', API_MAX_TOKEN + 1);
+    big[7 + API_MAX_TOKEN + 1] = '\0';
+    assert_null(api_bearer(big));
+    big[7 + API_MAX_TOKEN] = '\0';
+    assert_non_null(api_bearer(big));
+
+    const struct api_route get = {"GET", "api/v1/jobs", AUTH_USER, 0, NULL};
+    const struct api_route post = {"POST", "x", AUTH_USER, 100, NULL};
+    struct api_verr e;
+    unsigned long long len;
+    assert_int_equal(api_body_cap(&get, "GET", "/api/v1/jobs", NULL, &len, &e), 0);
+    assert_int_equal(api_body_cap(&get, "GET", "/api/v1/jobs", "0", &len, &e), 0);
+    assert_int_equal(api_body_cap(&get, "GET", "/api/v1/jobs", "1", &len, &e), 413);
+    assert_string_equal(e.field, "body");
+    assert_non_null(strstr(e.msg, "takes no request body; 1 bytes were announced"));
+    assert_int_equal(api_body_cap(&post, "POST", "/x", "100", &len, &e), 0);
+    assert_int_equal(api_body_cap(&post, "POST", "/x", "999999999999999999", &len, &e), 413);
+    assert_non_null(strstr(e.msg, "accepts at most 100 bytes"));
+}
+
+/* A body check's verdict: status and field. */
+struct body_case {
+    const char *json;
+    int status;
+    const char *field;
+};
+
+static void run_cases(const struct body_case *c, size_t n,
+                      int (*check)(const json_t *body, struct api_verr *e))
+{
+    for (size_t i = 0; i < n; i++) {
+        struct api_verr e = {0};
+        json_t *body = NULL;
+        int rc = api_check_json(c[i].json, strlen(c[i].json), 1 << 20, &body, &e);
+        if (rc == 0)
+            rc = check(body, &e);
+        if (rc != c[i].status)
+            fail_msg("%s: %d (%s: %s), expected %d", c[i].json, rc, e.field, e.msg, c[i].status);
+        if (rc != 0) {
+            assert_string_equal(e.field, c[i].field);
+            assert_non_null(strstr(e.msg, strcmp(e.field, "body") == 0 ? "" : e.field));
+        }
+        json_decref(body);
+    }
+}
+
+static int checkpoint(const json_t *body, struct api_verr *e)
+{
+    struct api_checkpoint_req ck;
+    return api_check_checkpoint(body, &ck, e);
+}
+
+static void test_checkpoint_ids(void **state)
+{
+    (void)state;
+#define CK(uuid) "{\"uuid\":\"" uuid "\",\"batches\":1,\"storage_path\":\"p\",\"size\":2}"
+    static const struct body_case cases[] = {
+        {CK("6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c11"), 0, NULL},
+        {CK("../../../etc/passwd"), 400, "uuid"},
+        {CK("6F1D0C1E-2A5B-4B8E-9A55-0A4C6E0B7C11"), 400, "uuid"},
+        {CK("6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c11/../x"), 400, "uuid"},
+        {CK("6f1d0c1e2a5b4b8e9a550a4c6e0b7c11"), 400, "uuid"},
+        {CK(""), 400, "uuid"},
+        {"{\"uuid\":7}", 400, "uuid"},
+        {"[1]", 400, "body"},
+        {"{\"uuid\":\"a\",\"uuid\":\"b\"}", 400, "body"},
+        {"", 400, "body"},
+        {CK("6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c11") "x", 400, "body"},
+        {"{\"uuid\":\"6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c11\",\"batches\":-1}", 400, "batches"},
+        {"{\"uuid\":\"6f1d0c1e-2a5b-4b8e-9a55-0a4c6e0b7c11\",\"batches\":1,\"storage_path\":"
+         "\"p\",\"size\":1,\"metadata\":[]}",
+         400, "metadata"},
+    };
+#undef CK
+    run_cases(cases, sizeof(cases) / sizeof(cases[0]), checkpoint);
+}
+
+static int user_create(const json_t *body, struct api_verr *e)
+{
+    struct api_user_req u;
+    return api_check_user(body, true, &u, e);
+}
+
+/* A key that is empty is named as "" (fuzz_api found it refused with an empty field). */
+static void test_fields_named(void **state)
+{
+    (void)state;
+    static const struct body_case cases[] = {
+        {"{\"\":1}", 400, "\"\""},
+        {"{\"name\":\"alice\",\"nmae\":1}", 400, "nmae"},
+        {"{\"name\":\"alice\",\"namespaces\":[\"team-a\",\"Team_B\"]}", 400, "namespaces[1]"},
+        {"{\"name\":\"-alice\"}", 400, "name"},
+        {"{\"name\":\"alice\",\"admin\":\"yes\"}", 400, "admin"},
+        {"{\"name\":\"alice\",\"namespaces\":[\"*\"],\"admin\":true}", 0, NULL},
+    };
+    run_cases(cases, sizeof(cases) / sizeof(cases[0]), user_create);
+
+    struct api_verr e;
+    struct kd_metric_row *rows = NULL;
+    size_t n;
+    json_t *r = json_loads("[{\"batches\":1,\"metrics\":{}},{\"batches\":2,\"metrics\":{},\"\":0}]",
+                           0, NULL);
+    assert_int_equal(api_check_metric_rows(r, NULL, NULL, false, &rows, &n, &e), 400);
+    assert_string_equal(e.field, "rows[1].\"\"");
+    assert_null(rows);
+    json_decref(r);
+}
+
+static int rendezvous(const json_t *body, struct api_verr *e)
+{
+    struct api_rendezvous_req rv;
+    return api_check_rendezvous(body, &rv, e);
+}
+
+static void test_rendezvous(void **state)
+{
+    (void)state;
+    static const struct body_case cases[] = {
+        {"{\"run_id\":\"r-1\",\"address\":\"10.0.0.1\",\"port\":29500}", 0, NULL},
+        {"{\"run_id\":\"r 1\",\"address\":\"10.0.0.1\",\"port\":29500}", 400, "run_id"},
+        {"{\"run_id\":\"r\",\"address\":\"h/x\",\"port\":29500}", 400, "address"},
+        {"{\"run_id\":\"r\",\"address\":\"h\",\"port\":65536}", 400, "port"},
+        {"{\"run_id\":\"r\",\"address\":\"h\",\"port\":1.5}", 400, "port"},
+    };
+    run_cases(cases, sizeof(cases) / sizeof(cases[0]), rendezvous);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_routes),         cmocka_unit_test(test_bearer_and_cap),
+        cmocka_unit_test(test_checkpoint_ids), cmocka_unit_test(test_fields_named),
+        cmocka_unit_test(test_rendezvous),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
