@@ -351,15 +351,19 @@ class Cluster:
         return [d.pid for d in self.ctrl.values() if d.up()]
 
     def stop(self):
+        """Stop whatever was started (also after a start that failed half-way)."""
         self.stop_flag = True
         codes = {}
-        for r, d in self.ctrl.items():
+        for d in getattr(self, "ctrl", {}).values():
             codes[d.name] = d.term(20)
-        self.api_proxy.stop()
-        self.pg_proxy.stop()
-        codes["agent"] = self.agent.term(20)
-        codes["kdet-local"] = self.local.term(30)
-        self.pg.stop()
+        for p in ("api_proxy", "pg_proxy"):
+            if hasattr(self, p):
+                getattr(self, p).stop()
+        for d in ("agent", "local"):
+            if hasattr(self, d):
+                codes[getattr(self, d).name] = getattr(self, d).term(30)
+        if hasattr(self, "pg"):
+            self.pg.stop()
         return codes
 
     def unmount(self):

@@ -79,6 +79,8 @@ class Faults:
             for k in NEEDS_ROOT:
                 self.weights.pop(k)
         self.threads = []
+        self.half = time.time() + 1e9
+        self.lease_checks = []  # (holder before, after) of each clock_lease
 
     # ---- targets ---------------------------------------------------------------------------
     def _pods_procs(self, want):
@@ -120,7 +122,10 @@ class Faults:
                 d.hold -= 1
 
     def _f_kill_ctrl(self):
-        r = self.rng.choice(["a", "b"])
+        # One replica at a time is spared by this fault (b in the first half of the soak, a
+        # in the second), so that some controller processes live long enough for the RSS and
+        # fd trends; kill_ctrl_both still takes both down now and then.
+        r = "a" if time.time() < self.half else "b"
         lead = self.leader()
         self._hold([self.cl.ctrl[r]], self.rng.uniform(0, 3))
         return f"replica {r}{' (leader)' if lead == r else ''}"
@@ -235,13 +240,21 @@ class Faults:
                 {"status": {"latestValidation": {"time": ts}}})
         return f"{t['metadata']['name']} latestValidation.time {skew:+d}s"
 
+    def _holder(self):
+        return self.cl.kube.get("/apis/coordination.k8s.io/v1/namespaces/default/leases/"
+                                "kdet-controller").get("spec", {}).get("holderIdentity", "")
+
     def _f_clock_lease(self):
+        # Leader election compares no wall clocks (lib/k8s/leader.c): the holder must stay.
         k = self.cl.kube
+        before = self._holder()
         ts = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(time.time() - 3600))
         k.patch("/apis/coordination.k8s.io/v1/namespaces/default/leases/kdet-controller",
                 {"spec": {"renewTime": ts}})
         time.sleep(self.rng.uniform(5, 10))
-        return f"Lease renewTime -3600s (leader {self.leader()})"
+        after = self._holder()
+        self.lease_checks.append((before, after))
+        return f"Lease renewTime -3600s; holder {before} -> {after}"
 
     def leader(self):
         try:

@@ -69,6 +69,7 @@ class Invariants:
         self.ckpt_missing = {}
         self.ran = set()
         self.at_target = {}
+        self.sample_times = []
 
     # ---- bookkeeping -----------------------------------------------------------------------
     def check(self, name, ok, detail=""):
@@ -130,6 +131,7 @@ class Invariants:
             t = time.time()
             try:
                 self._sample(t)
+                self.sample_times.append(t)
             except Exception as e:  # the API server or the database is down: next time
                 self.last_err = str(e)
             if t - last_res >= 5:
@@ -256,15 +258,15 @@ class Invariants:
 
     def check_metric_dups(self):
         rows = self.cl.pg.sql(
-            "select t.uid, split_part(m.batch_key, '-r', 1), m.kind, m.step, count(*) "
-            "from metrics m join trials t on t.id = m.trial_id "
-            "group by 1, 2, 3, 4 having count(*) > 1")
+            "select m.trial_id, split_part(m.batch_key, '-r', 1), m.kind, m.step, count(*) "
+            "from metrics m group by 1, 2, 3, 4 having count(*) > 1")
         handed = None
-        for uid, run, kind, step, n in rows:
+        for tid, run, kind, step, n in rows:
             if handed is None:
-                handed = self.worker_reports()
-            name = self.uid_name.get(uid, uid)
-            h = handed.get((name, run), {}).get("handed", collections.Counter())
+                handed = {(r["tid"], k[1]): dict(r, name=k[0])
+                          for k, r in self.worker_reports().items()}
+            name = handed.get((tid, run), {}).get("name", f"trial id {tid}")
+            h = handed.get((tid, run), {}).get("handed", collections.Counter())
             self.check("metrics_once", int(n) <= h[(kind, int(step))],
                        f"{name} run {run}: {kind} step {step} stored {n} times, handed over "
                        f"{h[(kind, int(step))]}")
@@ -359,10 +361,13 @@ class Invariants:
                 continue
             rec = out.setdefault((m.group(1), m.group(2)), {
                 "handed": collections.Counter(), "values": collections.defaultdict(list),
-                "acked": set()})
+                "acked": set(), "tid": None})
             pending = []
             with open(os.path.join(d, fn), errors="replace") as f:
                 for ln in f:
+                    if ln.startswith("trial-int-id ") and ln.split()[1:]:
+                        rec["tid"] = ln.split()[1]
+                        continue
                     r = re.match(r"^report (\w+) batches=(\d+) (\{.*\})$", ln.rstrip("\n"))
                     if r:
                         k = (r.group(1), int(r.group(2)))
@@ -379,35 +384,45 @@ class Invariants:
 
     # ---- final checks ----------------------------------------------------------------------
     def final_metrics(self):
-        for tr in self.kube.items(f"{KD}/trials"):
-            self.uid_name[tr["metadata"]["uid"]] = tr["metadata"]["name"]
-        reports = self.worker_reports()
+        # keyed by (the store's trial id, run id): the workers' logs name both
+        reports = {}
+        for (name, run), r in self.worker_reports().items():
+            reports[(r["tid"], run)] = dict(r, name=name)
         rows = self.cl.pg.sql(
-            "select t.uid, split_part(m.batch_key, '-r', 1), m.kind, m.step, m.metrics::text "
-            "from metrics m join trials t on t.id = m.trial_id where m.kind <> 'profiling'")
+            "select m.trial_id, split_part(m.batch_key, '-r', 1), m.kind, m.step, "
+            "m.metrics::text from metrics m where m.kind <> 'profiling'")
         stored = collections.defaultdict(lambda: collections.defaultdict(list))
-        for uid, run, kind, step, js in rows:
-            stored[(self.uid_name.get(uid, uid), run)][(kind, int(step))].append(json.loads(js))
+        for tid, run, kind, step, js in rows:
+            stored[(tid, run)][(kind, int(step))].append(json.loads(js))
+        # The store's row of each trial id is the Trial the worker ran for (its uid).
+        uids = {r[0]: r[1] for r in self.cl.pg.sql("select id, uid from trials")}
+        for (tid, run), rec in reports.items():
+            seen = self.trial_uids.get(rec["name"])
+            if seen and tid in uids:
+                self.check("trials_once", uids[tid] in seen,
+                           f"{rec['name']}: store trial id {tid} has uid {uids[tid]}, the "
+                           f"Trial's is {sorted(seen)}")
         n_acked = 0
         for key, rec in reports.items():
             st = stored.get(key, {})
             for k in rec["acked"]:
                 n_acked += 1
                 self.check("metrics_stored", k in st,
-                           f"{key[0]} run {key[1]}: acknowledged {k[0]} at step {k[1]} is not "
-                           f"stored")
+                           f"{rec['name']} (trial id {key[0]}) run {key[1]}: acknowledged "
+                           f"{k[0]} at step {k[1]} is not stored")
         for key, st in stored.items():
             rec = reports.get(key)
+            name = rec["name"] if rec else f"trial id {key[0]}"
             for k, vals in st.items():
                 h = rec["handed"][k] if rec else 0
                 self.check("metrics_once", len(vals) <= h,
-                           f"{key[0]} run {key[1]}: {k[0]} step {k[1]} stored {len(vals)} "
+                           f"{name} run {key[1]}: {k[0]} step {k[1]} stored {len(vals)} "
                            f"times, handed over {h}")
                 if rec and h:
                     sent = rec["values"][k]
                     for v in vals:
                         self.check("metrics_values", any(close(v, s) for s in sent),
-                                   f"{key[0]} run {key[1]}: {k[0]} step {k[1]} stored {v}, "
+                                   f"{name} run {key[1]}: {k[0]} step {k[1]} stored {v}, "
                                    f"sent {sent}")
         return n_acked, sum(len(v) for st in stored.values() for v in st.values())
 
@@ -492,6 +507,15 @@ class Invariants:
             self.check("flat_fds", fd1 <= fd0 + 32,
                        f"controller pid {pid}: {fd0} -> {fd1} open fds over {life:.0f}s")
         return out
+
+    def final_sampling(self):
+        """The liveness, idle and recovery checks saw the cluster often enough: no gap of
+        more than 120 s between two complete samples (a daemon down for long is a gap)."""
+        ts = self.sample_times
+        gap = max((b - a for a, b in zip(ts, ts[1:])), default=0)
+        self.check("sampling", len(ts) >= 2 and gap <= 120,
+                   f"{len(ts)} samples of the cluster, largest gap {gap:.0f}s")
+        return len(ts), gap
 
     def final_nothing_left(self, secs=90):
         """After every experiment was deleted: no kdet object left in the namespace."""

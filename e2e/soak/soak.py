@@ -14,6 +14,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,10 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, max(0, int(round(p / 100.0 * len(xs) + 0.5)) - 1))]
 
 
+def interrupted(sig, frame):
+    raise KeyboardInterrupt(f"signal {sig}")
+
+
 def main():
     src = os.environ.get("KD_SRC") or os.path.abspath(os.path.join(os.path.dirname(__file__),
                                                                    "..", ".."))
@@ -68,6 +73,9 @@ def main():
     if os.getuid() != 0:
         print("SKIP: full-disk faults (disk_ckpt, disk_pg) need root to mount a tmpfs; "
               "the other faults run", flush=True)
+    # A timeout (tests/run sends SIGTERM) or ^C still stops every daemon and unmounts.
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)
     T = tempfile.mkdtemp(prefix="kdet-soak.", dir="/tmp")
     cl = clmod.Cluster(T, build, src, say)
     failed_setup = []
@@ -86,6 +94,7 @@ def main():
         # a first experiment of each kind, then the random mix
         for k in ("multipod", "asha", "torch"):
             wl.create(k)
+        fl.half = time.time() + dur / 2
         fl.start()
         end = T0 + dur
         last_round = last_prog = time.time()
@@ -157,6 +166,11 @@ def main():
         inv.final_explained()
         n_replayed, skipped = inv.final_replay()
         res = inv.final_resources()
+        nsamples, gap = inv.final_sampling()
+        for before, after in fl.lease_checks:
+            inv.check("lease_kept", before == after and before != "",
+                      f"a Lease renewTime an hour old moved the lease from {before!r} to "
+                      f"{after!r} with no replica killed")
         for n in list(wl.exps):
             if not wl.exps[n]["deleted"]:
                 try:
@@ -164,14 +178,16 @@ def main():
                 except Exception:
                     pass
         inv.final_nothing_left()
-    except Exception as e:
+    except (Exception, KeyboardInterrupt) as e:
         import traceback
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         traceback.print_exc()
-        failed_setup.append(f"soak stopped: {e}")
+        failed_setup.append(f"soak stopped: {e!r}")
         fl = locals().get("fl")
         if fl:
             fl.stop_flag = True
-        n_acked = n_stored = n_replayed = 0
+        n_acked = n_stored = n_replayed = nsamples = gap = 0
         skipped, res = [], []
     # ---- stop, and what was left -----------------------------------------------------------
     codes = {}
@@ -225,6 +241,8 @@ def main():
           f"{'; not replayed: ' + ', '.join(skipped) if skipped else ''}")
     print(f"invariants checked: {sum(inv.checks.values())} "
           f"({', '.join(f'{k} {v}' for k, v in sorted(inv.checks.items()))})")
+    print(f"cluster samples (liveness, idle release, recovery): {nsamples}, largest gap "
+          f"{gap:.0f}s")
     rec = [s for _, s in inv.recoveries if s is not None]
     nrec = [k for k, s in inv.recoveries if s is None]
     print(f"recovery (fault to every running trial progressing again): p50 {pct(rec, 50):.1f}s, "

@@ -28,6 +28,7 @@ def main():
     out = open(os.path.join(os.environ["SOAK_OUT"], f"{os.environ['KDET_TRIAL_ID']}."
                             f"{os.environ['KDET_RUN_ID']}.{os.environ.get('RANK', '0')}.log"),
                "a", buffering=1)
+    out.write(f"trial-int-id {os.environ.get('KDET_TRIAL_INT_ID', '')}\n")
     torch.manual_seed(info.trial.trial_seed if hasattr(info.trial, "trial_seed") else 1)
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=float(hp["learning_rate"]))

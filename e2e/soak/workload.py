@@ -5,7 +5,8 @@ changes and deletes. Every action is recorded, so that the end state of an
 experiment can be checked against what was done to it.
 
 Workers write what they report to OUT/<trial>.<run id>.<rank>.log
-(fashion-mnist-c --print-reports, torch_trial.py): `report KIND
+(fashion-mnist-c --print-reports, torch_trial.py), after a first line
+`trial-int-id N` (the store's trial id, KDET_TRIAL_INT_ID): `report KIND
 batches=N {json}` before handing a row over, `acked validation batches=N`
 once the controller acknowledged a validation and every row before it."""
 import os
@@ -90,7 +91,9 @@ class Workload:
         os.makedirs(f"{T}/out", exist_ok=True)
         os.makedirs(f"{T}/tmp", exist_ok=True)
         with open(f"{T}/worker.sh", "w") as f:
-            f.write('exec "$@" >>"$SOAK_OUT/$KDET_TRIAL_ID.$KDET_RUN_ID.${RANK:-0}.log"\n')
+            f.write('out="$SOAK_OUT/$KDET_TRIAL_ID.$KDET_RUN_ID.${RANK:-0}.log"\n'
+                    'echo "trial-int-id $KDET_TRIAL_INT_ID" >>"$out"\n'
+                    'exec "$@" >>"$out"\n')
 
     def _count(self, what):
         self.actions[what] = self.actions.get(what, 0) + 1
