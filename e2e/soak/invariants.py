@@ -458,9 +458,16 @@ class Invariants:
                            f"{name}: CANCELED but never canceled ({msg[:120]})")
             if state == "ERROR":
                 self.check("explained_end", bool(msg), f"{name}: ERROR without a message")
-            if state == "COMPLETED":
-                self.check("explained_end", "cancel" not in acts,
-                           f"{name}: canceled but COMPLETED")
+            if state == "COMPLETED" and e.get("cancels"):
+                # Terminal states are final: a cancel stored when the experiment had ended, or
+                # while the controller was writing its end (endTime within a few seconds of
+                # the cancel), leaves it COMPLETED. Later than that, the cancel was ignored.
+                t_cancel, was = e["cancels"][0]
+                end = parse_time(st.get("endTime", ""))
+                self.check("explained_end", was == "COMPLETED" or
+                           (end is not None and end <= t_cancel + 5),
+                           f"{name}: canceled (it was {was or 'new'}) but COMPLETED "
+                           f"{(end - t_cancel) if end else float('nan'):.0f}s later")
             mine = [t for t in trials
                     if t["metadata"].get("labels", {}).get("kdet.io/experiment") == name]
             for t in mine:
@@ -539,6 +546,15 @@ class Invariants:
             time.sleep(1)
         self.check("no_orphans", not left, f"left after deleting every experiment: "
                                            f"{', '.join(left[:8])}")
+
+
+def parse_time(ts):
+    """Seconds since the epoch of an RFC 3339 UTC time, or None."""
+    import calendar
+    try:
+        return calendar.timegm(time.strptime(ts.split(".")[0].rstrip("Z"), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def close(a, b):

@@ -5,7 +5,7 @@ leader election) while faults are injected at random, with the
 invariants checked all along and at the end. docs/soak.md.
 
 Environment: KD_SOAK_DURATION (90s, 5m, 30m; default 5m), KD_SOAK_SEED
-(default: random, printed), KD_SOAK_MAX_FAULTS (default one per 10 s of
+(default: random, printed; the same random choices, not the same timing), KD_SOAK_MAX_FAULTS (default one per 10 s of
 soak), KD_SOAK_BREAK=metric|checkpoint|searcher (break the store or the storage on
 purpose before the final checks, to show the checks fail), KEEP_T=1 (keep
 the temp dir). Prints progress every 30 s and ends with the report and
@@ -68,7 +68,7 @@ def main():
             not os.environ.get("KD_PG_BINDIR"):
         print("SKIP: no PostgreSQL server binaries")
         return 77
-    say(f"soak: {dur:.0f}s, seed {seed} (KD_SOAK_SEED={seed} replays the schedule), "
+    say(f"soak: {dur:.0f}s, seed {seed} (KD_SOAK_SEED={seed} makes the same choices), "
         f"at most {max_faults} faults, 2 at once")
     if os.getuid() != 0:
         print("SKIP: full-disk faults (disk_ckpt, disk_pg) need root to mount a tmpfs; "
@@ -123,9 +123,7 @@ def main():
             time.sleep(5)
         live = wl.live() or []
         for x in live:
-            n = x["metadata"]["name"]
-            if wl._patch(n, {"spec": {"canceled": True}}):
-                wl.note(n, "cancel")
+            wl.cancel(x["metadata"]["name"])
         if live:
             say(f"canceled {len(live)} experiment(s) still running after the drain: "
                 f"{', '.join(x['metadata']['name'] for x in live)}")

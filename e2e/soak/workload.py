@@ -174,11 +174,26 @@ class Workload:
             if self._patch(n, {"spec": {"resources": {"priority": p}}}):
                 self.note(n, "priority")
         elif r < 0.85:
-            if self._patch(n, {"spec": {"canceled": True}}):
-                self.note(n, "cancel")
-                self.paused_until.pop(n, None)
+            self.cancel(n)
         else:
             self.delete(n)
+
+    def cancel(self, n):
+        """Cancel n, keeping the state the experiment had when the cancel was stored (a
+        cancel may arrive just after the experiment ended)."""
+        try:
+            x = self.kube.patch(f"{EXP_PATH}/{n}", {"spec": {"canceled": True}})
+        except Exception as e:
+            self.errors += 1
+            self.say(f"workload: cancel {n}: {e}")
+            return False
+        st = x.get("status", {}).get("state", "")
+        with self.lock:
+            self.exps[n].setdefault("cancels", []).append((time.time(), st))
+        self.paused_until.pop(n, None)
+        self.note(n, "cancel")
+        self.say(f"workload: canceled {n} (was {st or 'new'})")
+        return True
 
     def delete(self, n):
         try:
@@ -191,6 +206,7 @@ class Workload:
             self.exps[n]["deleted"] = True
         self.paused_until.pop(n, None)
         self.note(n, "delete")
+        self.say(f"workload: deleted {n}")
         return True
 
     def _patch(self, n, body):
