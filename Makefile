@@ -181,7 +181,7 @@ e2e:
 	 tests/total $(O)/tests/results
 
 # The soak test (docs/soak.md): a mixed workload under random faults, invariants checked
-# all along; DURATION=30m (default 5m), SEED=N replays a fault and workload schedule.
+# all along; DURATION=30m (default 5m), SEED=N makes the same random choices again.
 DURATION ?= 5m
 SEED ?=
 soak: $(TEST_DEPS_test_ctrl_e2e_soak)
