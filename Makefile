@@ -143,7 +143,7 @@ $(O)/obj/%.o: %.c
 -include $(shell find $(O)/obj -name '*.d' 2>/dev/null)
 
 # ---- top-level targets ----------------------------------------------------
-.PHONY: all check check-quick check-run deps lint format clean bench demo e2e e2e-real fuzz help
+.PHONY: all check check-quick check-run deps lint format clean bench demo e2e e2e-real fuzz help soak
 
 all: $(ALL_PROGS) $(ALL_LIBS)
 
@@ -200,6 +200,14 @@ e2e:
 	 $(MAKE) --no-print-directory -j$(JOBS) check-run O=$(O) ONLY='$(E2E_TESTS)'; \
 	 tests/total $(O)/tests/results
 
+# The soak test (docs/soak.md): a mixed workload under random faults, invariants checked
+# all along; DURATION=30m (default 5m), SEED=N makes the same random choices again.
+DURATION ?= 5m
+SEED ?=
+soak: $(TEST_DEPS_test_ctrl_e2e_soak)
+	@KD_SRC=$(CURDIR) KD_BUILD=$(abspath $(O)) KD_SOAK_DURATION=$(DURATION) KD_SOAK_SEED=$(SEED) \
+	 e2e/soak/soak.py
+
 # The same kind of suites against a real upstream control plane built from
 # Debian's kubernetes source package (cached after the first, cold build).
 # As root it also runs the real-node suites, which install the images of
@@ -231,6 +239,7 @@ help:
 	@echo "                runs each for that long, one after the other (FUZZ=name selects)"
 	@echo "make demo       the end-to-end demo"
 	@echo "make e2e        the end-to-end suites against kdet-local"
+	@echo "make soak       DURATION=30m: a mixed workload under random faults (docs/soak.md)"
 	@echo "make e2e-real   the suites against a real control plane; as root also two real nodes"
 	@echo "                (kubelet on containerd) and a helm install of the images"
 	@echo "make images     OCI images (kdet-controller, kdet-trainer, kdet-postgresql), as root"

@@ -332,7 +332,14 @@ static void active(const struct kd_trial_facts *f, struct kd_trial_action *a)
          * trials get the GPUs. Counted from the validation's time: level-triggered. */
         a->waited_ms = -1;
         if (!f->idle) {
-            if (f->now_ms - f->validated_ms < f->idle_release_ms)
+            /* latestValidation.time comes from the wall clock of the API replica that stored
+             * the validation. One further ahead than KD_TRIAL_CLOCK_SKEW_MS (a clock that
+             * jumped, a replica whose clock is off) would hold the GPUs until this clock
+             * catches up, an hour for an hour's jump: such a time counts as unknown, and an
+             * unknown time releases at once, as an absent one does. */
+            if (f->validated_ms > f->now_ms + KD_TRIAL_CLOCK_SKEW_MS)
+                a->waited_ms = 0;
+            else if (f->now_ms - f->validated_ms < f->idle_release_ms)
                 idle_in_ms = (long)(f->validated_ms + f->idle_release_ms - f->now_ms) + 100;
             else
                 a->waited_ms = f->now_ms - f->validated_ms;

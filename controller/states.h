@@ -101,6 +101,13 @@ bool kd_trial_idle_release_parse(const char *s, long *ms);
 /** restarts so far vs max_restarts. */
 enum kd_trial_failure_action kd_trial_on_failure(int restarts, int max_restarts);
 
+/**
+ * How far in the future a trial's latestValidation.time may be (the clocks of
+ * the API replica that wrote it and of the reconciler differ) before it counts
+ * as unknown: a trial at its target then releases its pods at once.
+ */
+#define KD_TRIAL_CLOCK_SKEW_MS 2000
+
 /** Backoff before attempt restarts+1 is queued: 1 s doubling, capped at 60 s. */
 long kd_trial_restart_backoff_ms(int restarts);
 

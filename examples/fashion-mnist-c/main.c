@@ -35,6 +35,7 @@ struct cfg {
     size_t train_limit, test_limit;
     int64_t seed;
     int check_sync, quiet;
+    int print_reports; /* print every metric row handed to the controller, and each ack */
     int report_every, preempt_every; /* optimizer steps, as a kdet trial */
     int ckpt_period;                 /* batches between checkpoints of a trial, 0: none */
     const char *save;
@@ -92,7 +93,7 @@ static void usage(FILE *f)
                "         [--aggregation-frequency N] [--train-limit N] [--test-limit N]\n"
                "         [--seed N] [--check-sync] [--save-weights FILE] [--quiet]\n"
                "         [--report-every STEPS] [--preempt-check-every STEPS]\n"
-               "         [--checkpoint-period BATCHES]\n"
+               "         [--checkpoint-period BATCHES] [--print-reports]\n"
                "Hyperparameters come from KDET_HPARAMS (learning_rate, hidden_units, momentum,\n"
                "weight_decay, global_batch_size, aggregation_frequency); flags override them.\n"
                "Run one process per rank under kdet-launch (see docs/dtrain.md).\n");
@@ -118,6 +119,7 @@ static int parse_args(int argc, char **argv, struct cfg *c, unsigned *set)
                                        {"report-every", required_argument, NULL, 'r'},
                                        {"preempt-check-every", required_argument, NULL, 'p'},
                                        {"checkpoint-period", required_argument, NULL, 'k'},
+                                       {"print-reports", no_argument, NULL, 'P'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     int o, li = 0;
@@ -152,6 +154,7 @@ static int parse_args(int argc, char **argv, struct cfg *c, unsigned *set)
         case 'r': c->report_every = (int)v; break;
         case 'p': c->preempt_every = (int)v; break;
         case 'k': c->ckpt_period = (int)v; break;
+        case 'P': c->print_reports = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -474,6 +477,10 @@ static int report_training(struct run *r)
     if (r->rank == 0 && s[2] > 0 && isfinite(s[0])) {
         snprintf(js, sizeof(js), "{\"loss\":%.17g,\"accuracy\":%.17g,\"batches\":%lld}",
                  s[0] / s[2], s[1] / s[2], (long long)(r->g * r->c->agg));
+        if (r->c->print_reports) {
+            printf("report training batches=%lld %s\n", (long long)(r->g * r->c->agg), js);
+            fflush(stdout);
+        }
         /* A refused or late training report is not worth stopping the trial for. */
         if (dtrain_report_metrics(r->k->cl, "training", r->g * r->c->agg, js, r->err) != 0)
             fprintf(stderr, "fashion-mnist-c: training metrics: %s\n", r->err);
@@ -528,8 +535,19 @@ static int validate(struct run *r, char *js, size_t len)
         printf("validation batches=%lld validation_loss=%.17g accuracy=%.17g\n",
                (long long)(r->g * r->c->agg), loss, acc);
         fflush(stdout);
-        if ((rc = report_training(r)) == 0)
+        if ((rc = report_training(r)) == 0) {
+            if (r->c->print_reports) {
+                printf("report validation batches=%lld %s\n", (long long)(r->g * r->c->agg), js);
+                fflush(stdout);
+            }
             rc = dtrain_report_metrics(r->k->cl, "validation", r->g * r->c->agg, js, r->err);
+            /* A validation is sent at once after the rows buffered before it: 0 means the
+             * controller acknowledged all of them. */
+            if (rc == 0 && r->c->print_reports) {
+                printf("acked validation batches=%lld\n", (long long)(r->g * r->c->agg));
+                fflush(stdout);
+            }
+        }
     } else {
         rc = report_training(r);
     }
