@@ -186,6 +186,19 @@ check_queued_big() {
     check "no pod was created for it" no_pods "kdet.io/experiment=$1"
 }
 
+# trial_procs: the pids of this test's trial processes, wherever they were
+# reparented: a trial container's environment has KDET_TRIAL_ID and this
+# test's KUBECONFIG (other tests on the machine have their own).
+trial_procs() {
+    local f files
+    files=$(grep -lz '^KDET_TRIAL_ID=' /proc/[0-9]*/environ 2>/dev/null)
+    [ -n "$files" ] || return 0
+    for f in $(grep -lzxF "KUBECONFIG=$T/kubeconfig" $files 2>/dev/null); do
+        f=${f#/proc/}
+        echo "${f%/environ}"
+    done
+}
+
 finish() {
     stop_ctrl
     if [ -n "$LOCAL_PID" ]; then
@@ -193,9 +206,12 @@ finish() {
         wait "$LOCAL_PID" 2>/dev/null
     fi
     sleep 0.5
-    if pgrep -f "$T" >/dev/null 2>&1; then
-        bad "processes left behind: $(pgrep -af "$T" | head -3)"
+    local left
+    left=$(trial_procs)
+    if pgrep -f "$T" >/dev/null 2>&1 || [ -n "$left" ]; then
+        bad "processes left behind: $(pgrep -af "$T" | head -3) $(for p in $left; do ps -o pid=,args= -p "$p"; done | head -3)"
         pkill -KILL -f "$T" 2>/dev/null # only processes of this test's own temp dir
+        for p in $left; do kill -KILL "$p" 2>/dev/null; done
     else
         ok "no process left behind"
     fi

@@ -35,4 +35,4 @@ check "experiment CANCELED" wait_for 40 exp_state_is life CANCELED
 check "trials CANCELED" test "$(kubectl get trial -l kdet.io/experiment=life \
     -o 'jsonpath={range .items[*]}{.status.state}{"\n"}{end}' | grep -c '^CANCELED$')" = 2
 check "no pods left" no_pods kdet.io/experiment=life
-check "no worker processes left" test -z "$(pgrep -f 'sleep 600' | head -1)"
+check "no worker processes left" test -z "$(trial_procs)"
