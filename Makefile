@@ -159,6 +159,8 @@ check-run: $(foreach t,$(SELECTED_TESTS),$(TEST_DEPS_$(t))) $(if $(ONLY),,$(ALL_
 
 # All tests, then the same tests but `slow` ones under ASan+UBSan, then one
 # total line.
+# The soak test runs 2 minutes in make check (about a dozen faults), 5 in make e2e.
+check: export KD_SOAK_DURATION ?= 2m
 check:
 	@rm -f $(O)/tests/results $(ASAN_O)/tests/results; \
 	 $(MAKE) --no-print-directory -j$(JOBS) check-run O=$(O) ONLY='$(ONLY)'; \
@@ -195,6 +197,7 @@ bench: $(foreach b,$(SELECTED_BENCH),$(BENCH_DEPS_$(b)))
 
 # End-to-end suites against kdet-local: kubectl conformance, det, controller.
 E2E_TESTS := test_local_conformance test_cli_kubectl test_det_% test_ctrl_e2e_%
+e2e: export KD_SOAK_DURATION ?= 5m
 e2e:
 	@rm -f $(O)/tests/results; \
 	 $(MAKE) --no-print-directory -j$(JOBS) check-run O=$(O) ONLY='$(E2E_TESTS)'; \
