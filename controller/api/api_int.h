@@ -240,4 +240,10 @@ void api_hub_publish(struct api_hub *h, const char *ns, const char *trial, const
 /** Wake streams (at stop). */
 void api_hub_wake(struct api_hub *h);
 
+/* An event stream's reader: a ": keepalive" comment goes into OUT when it is empty and
+ * nothing was sent for API_SSE_KEEPALIVE_MS; then up to MAX bytes of OUT move to BUF
+ * (*LAST_WRITE_MS set when some did). Returns how many, 0 when none is ready yet. */
+#define API_SSE_KEEPALIVE_MS 15000
+ssize_t api_sse_take(struct kd_buf *out, int64_t *last_write_ms, char *buf, size_t max);
+
 #endif

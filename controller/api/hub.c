@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/time.h"
 
 void api_hub_init(struct api_hub *h)
 {
@@ -65,4 +66,19 @@ void api_hub_wake(struct api_hub *h)
     pthread_mutex_lock(&h->mu);
     pthread_cond_broadcast(&h->cond);
     pthread_mutex_unlock(&h->mu);
+}
+
+ssize_t api_sse_take(struct kd_buf *out, int64_t *last_write_ms, char *buf, size_t max)
+{
+    if (out->len == 0 && kd_mono_ms() - *last_write_ms > API_SSE_KEEPALIVE_MS) {
+        int rc = kd_buf_puts(out, ": keepalive\n\n");
+        (void)rc;
+    }
+    size_t n = out->len < max ? out->len : max;
+    if (n > 0) {
+        memcpy(buf, out->data, n);
+        kd_buf_consume(out, n);
+        *last_write_ms = kd_mono_ms();
+    }
+    return (ssize_t)n;
 }

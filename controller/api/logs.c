@@ -23,7 +23,6 @@
 #define NAME(q) ((q)->seg[5])
 /* A stream's pending output, at most. */
 #define STREAM_BUF (8u << 20)
-#define KEEPALIVE_MS 15000
 
 void api_logs_wake(struct kd_api *a)
 {
@@ -430,21 +429,10 @@ static ssize_t lstream_fill(void *p, char *buf, size_t max)
         if (s->ended)
             return -1;
         lstream_poll(s);
-        if (s->out.len == 0) {
+        if (s->out.len == 0)
             wait_batch(s);
-            if (kd_mono_ms() - s->last_write_ms > KEEPALIVE_MS) {
-                int rc = kd_buf_puts(&s->out, ": keepalive\n\n");
-                (void)rc;
-            }
-        }
     }
-    size_t n = s->out.len < max ? s->out.len : max;
-    if (n > 0) {
-        memcpy(buf, s->out.data, n);
-        kd_buf_consume(&s->out, n);
-        s->last_write_ms = kd_mono_ms();
-    }
-    return (ssize_t)n;
+    return api_sse_take(&s->out, &s->last_write_ms, buf, max);
 }
 
 void api_user_logs_stream(struct api_rq *q)

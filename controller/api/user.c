@@ -721,18 +721,8 @@ static ssize_t stream_fill(void *p, char *buf, size_t max)
             }
         }
         pthread_mutex_unlock(&h->mu);
-        if (s->out.len == 0 && kd_mono_ms() - s->last_write_ms > 15000) {
-            int rc = kd_buf_puts(&s->out, ": keepalive\n\n");
-            (void)rc;
-        }
     }
-    size_t n = s->out.len < max ? s->out.len : max;
-    if (n > 0) {
-        memcpy(buf, s->out.data, n);
-        kd_buf_consume(&s->out, n);
-        s->last_write_ms = kd_mono_ms();
-    }
-    return (ssize_t)n;
+    return api_sse_take(&s->out, &s->last_write_ms, buf, max);
 }
 
 void api_user_stream(struct api_rq *q)
