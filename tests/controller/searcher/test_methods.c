@@ -863,6 +863,20 @@ static void test_determinism(void **state)
         free(b);
         free(c);
     }
+    /* PBT: its exploit/explore choices come from the seed too */
+    const char *pbt = "{\"hyperparameters\": {\"x\": {\"type\": \"double\", \"minval\": -5, "
+                      "\"maxval\": 10}, \"y\": {\"type\": \"double\", \"minval\": 0, "
+                      "\"maxval\": 15}}, \"searcher\": {\"name\": \"pbt\", \"metric\": "
+                      "\"loss\", \"population_size\": 8, \"num_rounds\": 4, "
+                      "\"length_per_round\": {\"batches\": 4}, \"replace_function\": "
+                      "{\"truncate_fraction\": 0.25}, \"explore_function\": "
+                      "{\"resample_probability\": 0.3, \"perturb_factor\": 0.2}}}";
+    char *a = run_log(pbt, 1), *b = run_log(pbt, 1), *c = run_log(pbt, 2);
+    assert_string_equal(a, b);
+    assert_string_not_equal(a, c);
+    free(a);
+    free(b);
+    free(c);
 }
 
 static void bad_config(const char *searcher, const char *want)
