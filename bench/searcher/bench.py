@@ -4,7 +4,10 @@
    and a mixed int + log + categorical space; our random and TPE vs Optuna's RandomSampler and
    TPESampler (defaults, ask/tell).
 2. multi-fidelity: simulated learning curves; adaptive_asha vs random at equal total compute.
-3. speed: time per suggestion after 100, 1,000 and 10,000 completed trials, ours vs Optuna TPE.
+3. parallel: kdet TPE with 8 trials at once (each suggestion made while 7 earlier trials have
+   not reported) against itself one at a time, median best over 10 seeds at 100 trials on
+   Branin, next to Optuna's sequential TPE; the goal is parallel/sequential within 1.05.
+4. speed: time per suggestion after 100, 1,000 and 10,000 completed trials, ours vs Optuna TPE.
 Every comparison prints ours/anchor as a ratio (below 1 is better for regret and time).
 """
 import json
@@ -17,7 +20,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kdsearch import KdSearch, run_search  # noqa: E402
+from kdsearch import KdSearch, run_concurrent, run_search  # noqa: E402
 
 import optuna  # noqa: E402
 
@@ -198,6 +201,40 @@ def multifidelity():
     return ma, mr
 
 
+# ---- parallel ------------------------------------------------------------------------------
+PAR_SEEDS, PAR_TRIALS, PAR_CONC = 10, 100, 8
+
+
+def ours_concurrent(conc, seed):
+    f, _, space = FUNCS["branin"]
+    cfg = write_cfg("par-%d" % conc, space, {
+        "name": "bayesian", "metric": "loss", "max_trials": PAR_TRIALS,
+        "max_concurrent_trials": conc, "max_length": {"batches": 1}})
+    vals = run_concurrent(BIN, cfg, seed, lambda h, length: f(h))
+    assert len(vals) == PAR_TRIALS, len(vals)
+    return min(vals)
+
+
+def parallel():
+    fstar = FUNCS["branin"][1]
+    print("## parallel: Branin, %d trials, median best over %d seeds (optimum %.6f)" % (
+        PAR_TRIALS, PAR_SEEDS, fstar))
+    seq = statistics.median(ours_concurrent(1, s) for s in range(PAR_SEEDS))
+    par = statistics.median(ours_concurrent(PAR_CONC, s) for s in range(PAR_SEEDS))
+    opt = statistics.median(theirs("tpe", "branin", s, PAR_TRIALS)[-1] for s in range(PAR_SEEDS))
+    print("%-34s %12s %12s" % ("", "median best", "regret"))
+    for name, v in (("kdet TPE, 1 at a time", seq), ("kdet TPE, %d at a time" % PAR_CONC, par),
+                    ("optuna TPE, 1 at a time", opt)):
+        print("%-34s %12.4f %12.4f" % (name, v, v - fstar))
+    ratio = par / seq
+    print("kdet parallel/sequential (median best): %.3f (goal <= 1.05: %s)" % (
+        ratio, "met" if ratio <= 1.05 else "NOT met"))
+    print("kdet parallel/sequential (median regret): %.3f" % ((par - fstar) / (seq - fstar)))
+    print("kdet parallel/optuna sequential (median best): %.3f" % (par / opt))
+    sys.stdout.flush()
+    return seq, par, opt
+
+
 # ---- speed ----------------------------------------------------------------------------------
 POINTS = (100, 1000, 10000)
 
@@ -272,11 +309,13 @@ def speed():
 
 if __name__ == "__main__":
     t0 = time.time()
-    parts = sys.argv[2:] or ["quality", "multifidelity", "speed"]
+    parts = sys.argv[2:] or ["quality", "multifidelity", "parallel", "speed"]
     if "quality" in parts:
         quality()
     if "multifidelity" in parts:
         multifidelity()
+    if "parallel" in parts:
+        parallel()
     if "speed" in parts:
         speed()
     for f in os.listdir(TMP):

@@ -68,3 +68,36 @@ def run_search(binary, config, seed, objective, on_event=None):
         queue.extend(s.send(ev))
     s.close()
     return vals, sum(trained.values())
+
+
+def run_concurrent(binary, config, seed, objective):
+    """Answer like a controller whose trials all take the same time: every Create is started at
+    once, and only the oldest running trial reports (its validation, then trial_closed) before
+    the searcher proposes its replacement. With max_concurrent_trials C, every proposal after the
+    first C is made while C - 1 earlier trials have not reported.
+
+    objective(hparams, length) -> metric. Returns the metrics in the order the trials reported.
+    """
+    s = KdSearch(binary, config, seed)
+    queue = list(s.ops)
+    hp, running, order = {}, [], []
+    while True:
+        while queue:
+            op = queue.pop(0)
+            rid = op.get("request_id")
+            if op["op"] == "create":
+                hp[rid] = op["hparams"]
+                queue.extend(s.send({"event": "trial_created", "request_id": rid}))
+            elif op["op"] == "validate_after":
+                running.append((rid, op["length"]))
+            elif op["op"] == "close":
+                queue.extend(s.send({"event": "trial_closed", "request_id": rid}))
+        if not running:
+            break
+        rid, n = running.pop(0)
+        m = objective(hp[rid], n)
+        order.append(m)
+        queue.extend(s.send({"event": "validation_completed", "request_id": rid, "metric": m,
+                             "length": n}))
+    s.close()
+    return order

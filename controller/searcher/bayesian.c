@@ -7,8 +7,11 @@
  * per-dimension bandwidths) times categorical kernels, plus a uniform
  * prior component. Candidates are drawn from the
  * good mixture and the one maximizing l(x)/g(x) is proposed. Trials still
- * running join the "rest" group (a constant liar), so parallel suggestions
- * spread out instead of piling onto one point.
+ * running (pending) are ranked with a believed loss, that of their nearest
+ * finished trial (a "believer" in the spirit of Ginsbourger et al.'s kriging
+ * believer, with a nearest-neighbour prediction): a pending trial in a bad
+ * region repels the next suggestions, one in a good region keeps the search
+ * there instead of pushing it away as a constant worst-value liar does.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -17,7 +20,8 @@
 #include "core/alloc.h"
 #include "searcher/searcher_int.h"
 
-#define TPE_STARTUP 10       /* random trials before the model is used */
+#define TPE_STARTUP 10       /* random trials (finished or pending) before the model is used */
+#define TPE_MIN_OBS 2        /* ... and reported trials it needs */
 #define TPE_CANDIDATES 24    /* candidates drawn from l(x) per suggestion */
 #define TPE_GAMMA 0.15       /* fraction of finished trials in the good group ... */
 #define TPE_GAMMA_MAX 25     /* ... capped at this many */
@@ -254,6 +258,65 @@ static void mixture_sample(const struct kd_searcher *s, struct kd_rng *r, const 
     }
 }
 
+void kd__tpe_believe(const bool *cat, size_t dim, const double *ox, const double *oloss, size_t n,
+                     const double *px, size_t np, double *out)
+{
+    for (size_t i = 0; i < np; i++) {
+        const double *p = &px[i * dim];
+        double bd = INFINITY;
+        out[i] = INFINITY;
+        for (size_t k = 0; k < n; k++) {
+            const double *o = &ox[k * dim];
+            double d2 = 0;
+            for (size_t d = 0; d < dim; d++) {
+                double z = cat[d] ? (double)(p[d] != o[d]) : p[d] - o[d];
+                d2 += z * z;
+            }
+            if (d2 < bd) {
+                bd = d2;
+                out[i] = oloss[k];
+            }
+        }
+    }
+}
+
+/*
+ * The believer over the trial table: pend[0..np) take the loss of their
+ * nearest observation in ob[0..n) (both in trial order), in normalized
+ * coordinates.
+ */
+static void believe(const struct kd_searcher *s, const struct tpe *tp, const struct obs *ob,
+                    size_t n, struct obs *pend, size_t np)
+{
+    size_t dim = tp->nd + tp->nc;
+    bool *cat = kd_xcalloc(dim + 1, sizeof(bool));
+    double *ox = kd_xcalloc(n * dim + 1, sizeof(double));
+    double *ol = kd_xcalloc(n + 1, sizeof(double));
+    double *px = kd_xcalloc(np * dim + 1, sizeof(double));
+    double *pl = kd_xcalloc(np + 1, sizeof(double));
+    for (size_t j = 0; j < tp->nc; j++)
+        cat[tp->nd + j] = true;
+    for (size_t k = 0; k < n + np; k++) {
+        const struct obs *e = k < n ? &ob[k] : &pend[k - n];
+        const double *x = s->trials[e->trial].x;
+        double *row = k < n ? &ox[k * dim] : &px[(k - n) * dim];
+        for (size_t d = 0; d < tp->nd; d++)
+            row[d] = to_unit(&s->sp->params[tp->num[d]], x[tp->num[d]]);
+        for (size_t j = 0; j < tp->nc; j++)
+            row[tp->nd + j] = x[tp->catd[j]];
+        if (k < n)
+            ol[k] = e->loss;
+    }
+    kd__tpe_believe(cat, dim, ox, ol, n, px, np, pl);
+    for (size_t i = 0; i < np; i++)
+        pend[i].loss = pl[i];
+    free(cat);
+    free(ox);
+    free(ol);
+    free(px);
+    free(pl);
+}
+
 static void propose(struct kd_searcher *s, int64_t idx, double *x)
 {
     struct tpe *tp = s->mstate;
@@ -263,7 +326,8 @@ static void propose(struct kd_searcher *s, int64_t idx, double *x)
     (void)idx;
     for (size_t i = 0; i < s->ntrials; i++) {
         const struct kd__trial *t = &s->trials[i];
-        if (t->finished && t->nhist > 0)
+        /* a trial validated at max_length is closing: its loss is final before trial_closed */
+        if ((t->finished || t->closing) && t->nhist > 0)
             ob[n++] = (struct obs){(int64_t)i, t->best};
         else if (t->finished && t->exited && t->exit_reason == KD_SEARCH_EXIT_INVALID_HP)
             ob[n++] = (struct obs){(int64_t)i, KD__WORST};
@@ -271,8 +335,9 @@ static void propose(struct kd_searcher *s, int64_t idx, double *x)
             pend[np++] = (struct obs){(int64_t)i, INFINITY};
     }
     kd_hp_sample(s->sp, &s->rng, x); /* consts, and the answer during start-up */
-    if (n >= TPE_STARTUP && tp->nd + tp->nc > 0) {
-        size_t nb = (size_t)ceil(TPE_GAMMA * (double)n);
+    /* start-up counts pending trials, so running 8 at once does not add 7 random trials */
+    if (n >= TPE_MIN_OBS && n + np >= TPE_STARTUP && tp->nd + tp->nc > 0) {
+        size_t nall = n + np, nb = (size_t)ceil(TPE_GAMMA * (double)nall);
         struct mixture lo = {0}, hi = {0};
         double *u = kd_xcalloc(tp->nd + 1, sizeof(double));
         double *bu = kd_xcalloc(tp->nd + 1, sizeof(double));
@@ -283,13 +348,12 @@ static void propose(struct kd_searcher *s, int64_t idx, double *x)
             nb = TPE_GAMMA_MAX;
         if (nb < 1)
             nb = 1;
-        qsort(ob, n, sizeof(*ob), cmp_obs_loss);
-        /* the rest, plus pending trials as constant liars */
-        struct obs *rest = kd_xcalloc(n - nb + np + 1, sizeof(*rest));
-        memcpy(rest, ob + nb, (n - nb) * sizeof(*rest));
-        memcpy(rest + (n - nb), pend, np * sizeof(*rest));
+        /* pending trials join the ranking with their believed loss */
+        believe(s, tp, ob, n, pend, np);
+        memcpy(ob + n, pend, np * sizeof(*ob));
+        qsort(ob, nall, sizeof(*ob), cmp_obs_loss);
         mixture_build(s, tp, ob, nb, &lo);
-        mixture_build(s, tp, rest, n - nb + np, &hi);
+        mixture_build(s, tp, ob + nb, nall - nb, &hi);
         for (int i = 0; i < TPE_CANDIDATES; i++) {
             mixture_sample(s, &s->rng, tp, &lo, u, c);
             double score = mixture_logpdf(s, tp, &lo, u, c) - mixture_logpdf(s, tp, &hi, u, c);
@@ -305,7 +369,6 @@ static void propose(struct kd_searcher *s, int64_t idx, double *x)
             x[tp->catd[j]] = bc[j];
         mixture_free(&lo);
         mixture_free(&hi);
-        free(rest);
         free(u);
         free(bu);
         free(c);

@@ -151,6 +151,16 @@ struct kd__simple {
     int64_t drawn;
     bool redraw_invalid; /* random, bayesian: replace invalid_hp trials */
 };
+/**
+ * The bayesian searcher's belief about pending trials (bayesian.c): each of
+ * the np points px (rows of `dim` coordinates) gets, in out[i], the loss of
+ * its nearest observation among the n points ox with losses oloss (the
+ * earliest row on a tie; +inf when n is 0). Numeric coordinates are
+ * normalized to [0,1] and compared by squared distance; a coordinate with
+ * cat[d] set is a category index, and a mismatch counts 1. Pure.
+ */
+void kd__tpe_believe(const bool *cat, size_t dim, const double *ox, const double *oloss, size_t n,
+                     const double *px, size_t np, double *out);
 /** Parse {batches|records|epochs: N} at `path`. */
 int kd__parse_length(const json_t *v, const char *path, char *unit, int64_t *len, char *err);
 /** KD_EINVAL "searcher.max_length: required by the X searcher" when it is missing. */

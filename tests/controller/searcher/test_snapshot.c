@@ -123,6 +123,15 @@ static void test_bayesian(void **state)
                             4, 0.05);
 }
 
+/* Eight at once: most suggestions are made with pending trials ranked by their believed loss. */
+static void test_bayesian_parallel(void **state)
+{
+    (void)state;
+    (void)check_equivalence("{\"name\": \"bayesian\", \"metric\": \"l\", \"max_trials\": 40,"
+                            " \"max_concurrent_trials\": 8, \"max_length\": {\"batches\": 4}}",
+                            9, 0.05);
+}
+
 static void test_asha(void **state)
 {
     (void)state;
@@ -216,6 +225,7 @@ int main(void)
         cmocka_unit_test(test_grid),
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_bayesian),
+        cmocka_unit_test(test_bayesian_parallel),
         cmocka_unit_test(test_asha),
         cmocka_unit_test(test_asha_time),
         cmocka_unit_test(test_pbt),
