@@ -80,6 +80,7 @@ int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const 
     struct kd_event ev;
     const char *kind = strcmp(gvr->resource, "trials") == 0        ? "Trial"
                        : strcmp(gvr->resource, "experiments") == 0 ? "Experiment"
+                       : strcmp(gvr->resource, "tasks") == 0       ? "Task"
                                                                    : NULL;
     char apiv[128];
     snprintf(apiv, sizeof(apiv), "%s/%s", gvr->group, gvr->version);

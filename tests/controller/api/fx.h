@@ -57,6 +57,11 @@ json_t *fx_get_trial(const char *name);
  */
 int fx_http(const char *method, const char *path, const char *token, const char *body,
             json_t **out);
+/** Create Task `name` of kind with spec.config (JSON text; NULL: {}), owner alice; uid (may be
+ * NULL) gets its uid. */
+void fx_task(const char *name, const char *kind, const char *config, char *uid, size_t uidlen);
+/** The task token of Task name/uid in namespace default. */
+void fx_task_token(const char *name, const char *uid, char *tok, size_t len);
 /** The value of `header` of the last fx_http answer ("" when absent). */
 const char *fx_last_header(const char *header);
 
