@@ -6,7 +6,7 @@ trap 'finish; exit $?' EXIT
 start_local 4 || exit 1
 start_ctrl
 
-experiment life '  entrypoint: sh -c "sleep 600"
+experiment life '  entrypoint: sh -c "sleep 617"
   hyperparameters:
     x: {type: int, minval: 1, maxval: 2, count: 2}
   searcher: {name: grid, metric: loss, max_length: {batches: 10}}
@@ -35,4 +35,5 @@ check "experiment CANCELED" wait_for 40 exp_state_is life CANCELED
 check "trials CANCELED" test "$(kubectl get trial -l kdet.io/experiment=life \
     -o 'jsonpath={range .items[*]}{.status.state}{"\n"}{end}' | grep -c '^CANCELED$')" = 2
 check "no pods left" no_pods kdet.io/experiment=life
-check "no worker processes left" test -z "$(pgrep -f 'sleep 600' | head -1)"
+# (617 s: a duration no other test uses, for tests run side by side)
+check "no worker processes left" test -z "$(pgrep -f 'sleep 617' | head -1)"
