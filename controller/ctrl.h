@@ -233,5 +233,13 @@ int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const 
  * status is unchanged). */
 void kd_ctrl_set_condition(json_t *status, const json_t *old_status, const char *type, bool ok,
                            const char *reason, const char *message, int64_t generation);
+/** Whether condition `type` is True in status (a Trial's or Task's). Pure. */
+bool kd_ctrl_condition_true(const json_t *status, const char *type);
+/**
+ * How many pods of obj's namespace carry label=obj's name, asked of the API server (not the
+ * cache, which may lag behind a create). 0 or a KD_E* with err set. Blocks.
+ */
+int kd_ctrl_api_pod_count(struct kd_ctrl *c, const json_t *obj, const char *label, size_t *n,
+                          char *err) KD_WUR;
 
 #endif

@@ -141,6 +141,32 @@ static const json_t *exp_facts(struct pass *ps, const char *ekey)
 
 static struct kd_sched_trial *pass_entry(struct pass *ps);
 
+/*
+ * What a trial or task holds: the places of its live pods, else those of its pending admission
+ * (ad may be NULL). Sets t's state RUNNING and its places and returns true when it holds any.
+ */
+static bool held_places(struct pass *ps, struct kd_sched_trial *t, const json_t *live,
+                        const struct kd_handoff_admit *ad)
+{
+    size_t k;
+    json_t *p;
+    if (json_array_size(live) == 0 && ad == NULL)
+        return false;
+    t->state = KD_SCHED_RUNNING;
+    json_array_foreach(live, k, p)
+    {
+        int ni = node_index(ps->nodes, ps->nn, pod_node(p));
+        if (ni >= 0 && t->nplace < KD_SCHED_MAX_PODS)
+            t->place[t->nplace++] = (struct kd_sched_place){ni, pod_slots(p)};
+    }
+    for (int i = 0; json_array_size(live) == 0 && i < ad->nplace; i++) {
+        int ni = node_index(ps->nodes, ps->nn, ad->nodes[i]);
+        if (ni >= 0 && t->nplace < KD_SCHED_MAX_PODS)
+            t->place[t->nplace++] = (struct kd_sched_place){ni, ad->gpus};
+    }
+    return true;
+}
+
 /* kd_k8s_cache_each_if callback: add the trial to the pass when it runs, is admitted or waits. */
 static int gather_trial(json_t *o, void *ud)
 {
@@ -191,27 +217,10 @@ static int gather_trial(json_t *o, void *ud)
     /* Holding capacity: live pods, else a pending admission. */
     struct kd_handoff_admit held;
     const struct kd_handoff_admit *ad = kd_handoff_holds(c->handoff, key, &held) ? &held : NULL;
-    if (json_array_size(live) > 0) {
-        t->state = KD_SCHED_RUNNING;
-        size_t k;
-        json_t *p;
-        json_array_foreach(live, k, p)
-        {
-            int ni = node_index(ps->nodes, ps->nn, pod_node(p));
-            if (ni < 0 || t->nplace >= KD_SCHED_MAX_PODS)
-                continue;
-            t->place[t->nplace++] = (struct kd_sched_place){ni, pod_slots(p)};
-        }
-        t->stopping = paused || exp_stopping || st != KD_TRIAL_ACTIVE ||
-                      kd_handoff_preempting(c->handoff, key);
-    } else if (ad != NULL) {
-        t->state = KD_SCHED_RUNNING;
-        for (int k = 0; k < ad->nplace; k++) {
-            int ni = node_index(ps->nodes, ps->nn, ad->nodes[k]);
-            if (ni >= 0)
-                t->place[t->nplace++] = (struct kd_sched_place){ni, ad->gpus};
-        }
-        t->stopping = true; /* not started yet: never a victim */
+    if (held_places(ps, t, live, ad)) {
+        /* An admission without pods has not started yet: never a victim. */
+        t->stopping = json_array_size(live) == 0 || paused || exp_stopping ||
+                      st != KD_TRIAL_ACTIVE || kd_handoff_preempting(c->handoff, key);
     } else if (st == KD_TRIAL_QUEUED && !paused && !exp_stopping) {
         t->state = KD_SCHED_WAITING;
     } else {
@@ -285,25 +294,9 @@ static int gather_task(json_t *o, void *ud)
                     : 1.0;
     t->position = kd_queue_position(o, job_lookup, c);
     t->no_preempt = true;
-    if (json_array_size(live) > 0) {
-        t->state = KD_SCHED_RUNNING;
-        size_t k;
-        json_t *p;
-        json_array_foreach(live, k, p)
-        {
-            int ni = node_index(ps->nodes, ps->nn, pod_node(p));
-            if (ni >= 0 && t->nplace < KD_SCHED_MAX_PODS)
-                t->place[t->nplace++] = (struct kd_sched_place){ni, pod_slots(p)};
-        }
-        t->stopping = killed || st == KD_TASK_TERMINATING || st == KD_TASK_TERMINATED;
-    } else if (ad != NULL) {
-        t->state = KD_SCHED_RUNNING;
-        for (int k = 0; k < ad->nplace; k++) {
-            int ni = node_index(ps->nodes, ps->nn, ad->nodes[k]);
-            if (ni >= 0)
-                t->place[t->nplace++] = (struct kd_sched_place){ni, ad->gpus};
-        }
-        t->stopping = true;
+    if (held_places(ps, t, live, ad)) {
+        t->stopping = json_array_size(live) == 0 || killed || st == KD_TASK_TERMINATING ||
+                      st == KD_TASK_TERMINATED;
     } else if (st == KD_TASK_QUEUED && !killed) {
         t->state = KD_SCHED_WAITING;
     } else {

@@ -46,18 +46,6 @@ struct gathered {
     struct kd_task_facts f;
 };
 
-static bool condition_true(const json_t *status, const char *type)
-{
-    size_t i;
-    json_t *c;
-    json_array_foreach(json_object_get(status, "conditions"), i, c)
-    {
-        if (strcmp(json_string_value(json_object_get(c, "type")) ?: "", type) == 0)
-            return strcmp(json_string_value(json_object_get(c, "status")) ?: "", "True") == 0;
-    }
-    return false;
-}
-
 static json_t *pods_of(struct kd_ctrl *c, const json_t *task)
 {
     json_t *all = kd_k8s_cache_by_label(kd_k8s_informer_cache(c->taskpods), KD_POD_LABEL_TASK,
@@ -311,19 +299,6 @@ static int delete_pods(struct kd_ctrl *c, const json_t *pods, bool now)
 }
 
 /* The task's pods on the API server (the cache may lag behind a create). */
-static int api_pod_count(struct kd_ctrl *c, const json_t *task, size_t *n, char *err)
-{
-    char sel[320];
-    json_t *list = NULL;
-    snprintf(sel, sizeof(sel), "%s=%s", KD_POD_LABEL_TASK, kd_k8s_meta_str(task, "name"));
-    struct kd_k8s_query q = {.label_selector = sel};
-    int rc = kd_k8s_list(c->client, &KD_K8S_PODS, kd_k8s_meta_str(task, "namespace"), &q, &list,
-                         NULL, err);
-    *n = json_array_size(json_object_get(list, "items"));
-    json_decref(list);
-    return rc;
-}
-
 static void new_run_id(char *buf, size_t len)
 {
     uint64_t r = 0;
@@ -442,7 +417,8 @@ static int apply(struct kd_ctrl *c, struct gathered *g, const struct kd_task_act
         kd_handoff_drop_admission(c->handoff, g->hkey); /* the pod holds the slots now */
     if (a->requeue_ms != 0)
         *requeue_after_ms = a->requeue_ms;
-    if (a->confirm_no_pods && ((rc = api_pod_count(c, g->task, &n, err)) != 0 || n > 0)) {
+    if (a->confirm_no_pods &&
+        ((rc = kd_ctrl_api_pod_count(c, g->task, KD_POD_LABEL_TASK, &n, err)) != 0 || n > 0)) {
         if (n > 0)
             *requeue_after_ms = 500; /* pods just created: the cache lags behind */
         goto out;
@@ -476,10 +452,10 @@ static int apply(struct kd_ctrl *c, struct gathered *g, const struct kd_task_act
             json_object_set_new(status, "startTime",
                                 json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
         }
-        if (!condition_true(g->tstatus, "Scheduled"))
+        if (!kd_ctrl_condition_true(g->tstatus, "Scheduled"))
             kd_ctrl_set_condition(status, g->tstatus, "Scheduled", true, "Admitted",
                                   "admitted by the kdet scheduler", g->gen);
-        if (a->state == KD_TASK_RUNNING && !condition_true(g->tstatus, "Ready"))
+        if (a->state == KD_TASK_RUNNING && !kd_ctrl_condition_true(g->tstatus, "Ready"))
             kd_ctrl_set_condition(status, g->tstatus, "Ready", true, "Running",
                                   g->f.service ? "the task's service listens" : "the task runs",
                                   g->gen);
@@ -502,7 +478,7 @@ static int apply(struct kd_ctrl *c, struct gathered *g, const struct kd_task_act
         if (a->exit_code >= 0)
             json_object_set_new(status, "exitCode", json_integer(a->exit_code));
         json_object_set_new(status, "pods", pods_status(g->pods));
-        if (condition_true(g->tstatus, "Ready"))
+        if (kd_ctrl_condition_true(g->tstatus, "Ready"))
             kd_ctrl_set_condition(status, g->tstatus, "Ready", false, "Terminated",
                                   "the task ended", g->gen);
         if ((rc = set_status(c, g->task, status, err)) == 0)

@@ -25,7 +25,7 @@
 
 /* ---- tokens ----------------------------------------------------------------------------- */
 
-static void b64url(const unsigned char *in, size_t n, char *out)
+void api_b64url(const unsigned char *in, size_t n, char *out)
 {
     static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     size_t o = 0;
@@ -65,7 +65,7 @@ static int object_token(const char *what, const unsigned char *key, size_t keyle
         rc = KD_EINTERNAL;
         goto out;
     }
-    b64url(mac, maclen, out);
+    api_b64url(mac, maclen, out);
 out:
     free(msg);
     return rc;

@@ -123,6 +123,8 @@ struct api_route {
 const struct api_route *api_routes(size_t *n);
 
 /* ---- responses (api.c) ---- */
+/* in[0..n) as unpadded base64url into out (4 * ceil(n / 3) + 1 bytes at most). */
+void api_b64url(const unsigned char *in, size_t n, char *out);
 void api_json(struct api_rq *q, int status, json_t *j); /* steals j */
 int api_error(struct api_rq *q, int status, const char *field, const char *fmt, ...)
     KD_PRINTF(4, 5);

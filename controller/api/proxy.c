@@ -62,26 +62,6 @@ struct proxied {
 
 /* ---- tickets and sessions --------------------------------------------------------------- */
 
-static void b64url(const unsigned char *in, size_t n, char *out)
-{
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        if (i + 1 < n)
-            v |= (uint32_t)in[i + 1] << 8;
-        if (i + 2 < n)
-            v |= in[i + 2];
-        out[o++] = tab[(v >> 18) & 63];
-        out[o++] = tab[(v >> 12) & 63];
-        if (i + 1 < n)
-            out[o++] = tab[(v >> 6) & 63];
-        if (i + 2 < n)
-            out[o++] = tab[v & 63];
-    }
-    out[o] = '\0';
-}
-
 /* HMAC of a ticket or session: what it is for, the task (namespace, name, uid), the token that
  * made it and its user, and until when. */
 static void sign(const struct kd_api *a, const char *kind, const char *ns, const char *name,
@@ -92,7 +72,7 @@ static void sign(const struct kd_api *a, const char *kind, const char *ns, const
     char *msg = kd_xasprintf("kdet-proxy/v1\n%s\n%s\n%s\n%s\n%lld\n%lld\n%lld", kind, ns, name, uid,
                              (long long)token_id, (long long)user_id, (long long)until);
     HMAC(EVP_sha256(), a->key, (int)a->keylen, (const unsigned char *)msg, strlen(msg), mac, &n);
-    b64url(mac, n, out);
+    api_b64url(mac, n, out);
     OPENSSL_cleanse(mac, sizeof(mac));
     free(msg);
 }

@@ -51,14 +51,8 @@ chmod +x "$T/bin/tensorboard"
 start_pg || exit 1
 export PATH=$T/bin:$PATH
 start_local 1 || exit 1
-printf 'e2e-user-token-0123456789abcdef\n' >"$T/user-token"
-start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default \
-    --user-token-file "$T/user-token"
-check "API serving" wait_for 20 grep -q 'msg="API serving"' "$T/ctrl.log"
-URL=$(sed -n 's/.*msg="trials reach the API" controller_url=\([^ ]*\).*/\1/p' "$T/ctrl.log" | tail -1 | tr -d '"')
-export KDET_API_URL=$URL KDET_API_TOKEN=e2e-user-token-0123456789abcdef
+start_ctrl_api
 DET=$KD_BUILD/bin/det
-task_state_is() { [ "$(field task "$1" '{.status.state}')" = "$2" ]; }
 
 # ---- a shell
 printf 'resources: {slots: 0}\n' >"$T/sh.yaml"

@@ -445,6 +445,19 @@ static int want_mount_path(struct kd_config_vctx *c, const json_t *e, const char
  * "/data/" and "/data" are one) and clear of kdet's own mounts (the
  * container's root, KD_MOUNT_RESERVED).
  */
+int kd_config__check_shm_size(struct kd_config_vctx *c, const json_t *r)
+{
+    char d[96];
+    json_t *shm = kd_config__field(r, "shm_size");
+    if (shm && !(json_is_integer(shm) && json_integer_value(shm) >= 0) &&
+        !(json_is_string(shm) && kd_config__is_mem_size(json_string_value(shm))))
+        return BAD(c, shm, "resources.shm_size",
+                   "expected a size in bytes or a string such as \"4Gi\" or \"512M\", got %s",
+                   kd_config__desc(shm, d, sizeof(d)));
+    c->shm_set = shm && !(json_is_integer(shm) && json_integer_value(shm) == 0);
+    return 0;
+}
+
 int kd_config__check_mounts(struct kd_config_vctx *c, const json_t *list, const char *path,
                             bool devices)
 {

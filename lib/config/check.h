@@ -107,6 +107,8 @@ bool kd_config__is_mem_size(const char *s);
  * The pod-shaped sections.
  */
 
+/** resources.shm_size of the resources section r: bytes or a size string; sets c->shm_set. */
+int kd_config__check_shm_size(struct kd_config_vctx *c, const json_t *r);
 /** bind_mounts (devices false) or resources.devices: entries, absolute paths, unique
  * container paths clear of kdet's own mounts. */
 int kd_config__check_mounts(struct kd_config_vctx *c, const json_t *list, const char *path,

@@ -810,7 +810,6 @@ static int check_resources(struct kd_config_vctx *c, const json_t *cfg)
         {"slots", "is not a field of resources; did you mean `slots_per_trial`?"},
         {NULL, NULL}};
     const char *rp = "resources";
-    char d[96];
     json_t *r = kd_config__field(cfg, "resources");
     c->slots_per_trial = 1;
     if (!r)
@@ -824,13 +823,8 @@ static int check_resources(struct kd_config_vctx *c, const json_t *cfg)
         kd_config__want_str(c, r, rp, "resource_pool", false, NULL) ||
         kd_config__want_bool(c, r, rp, "is_single_node"))
         return c->rc;
-    json_t *shm = kd_config__field(r, "shm_size");
-    if (shm && !(json_is_integer(shm) && json_integer_value(shm) >= 0) &&
-        !(json_is_string(shm) && kd_config__is_mem_size(json_string_value(shm))))
-        return BAD(c, shm, "resources.shm_size",
-                   "expected a size in bytes or a string such as \"4Gi\" or \"512M\", got %s",
-                   kd_config__desc(shm, d, sizeof(d)));
-    c->shm_set = shm && !(json_is_integer(shm) && json_integer_value(shm) == 0);
+    if (kd_config__check_shm_size(c, r))
+        return c->rc;
     int64_t max_slots = 0;
     if (kd_config__want_int(c, r, rp, "max_slots", false, 1, INT64_MAX, &max_slots))
         return c->rc;
