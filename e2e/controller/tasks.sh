@@ -36,6 +36,21 @@ timeout 60 "$DET" cmd run sh -c 'exit 7' >"$T/seven.out" 2>&1
 check "several words are the command's argv (exit 7)" test $? = 7
 check "its pods are gone" wait_for 20 no_pods kdet.io/task
 
+# ---- --context DIR: the files, .detignore honoured, in a ConfigMap owned by the Task
+mkdir -p "$T/ctx/sub"
+echo "from the context" >"$T/ctx/sub/data.txt"
+echo "not uploaded" >"$T/ctx/secret.key"
+printf '*.key\n' >"$T/ctx/.detignore"
+timeout 60 "$DET" cmd run --context "$T/ctx" sh -c 'cat sub/data.txt; ls' >"$T/ctx.out" 2>"$T/ctx.err"
+rc=$?
+C2=$(first "$T/ctx.out")
+sed 's/^/#   /' "$T/ctx.out" "$T/ctx.err"
+check "det cmd run --context: exit 0 ($rc)" test "$rc" = 0
+check "the command ran among the context's files" grep -qx "from the context" "$T/ctx.out"
+check ".detignore was honoured" eval '! grep -q "secret.key" "$T/ctx.out"'
+check "the context's ConfigMap is owned by the Task" test \
+    "$(kubectl get configmap "$C2-context" -o jsonpath='{.metadata.ownerReferences[0].name}')" = "$C2"
+
 "$DET" cmd logs "$C1" >"$T/logs.out" 2>&1
 check "det cmd logs: the lines, from the store after the pod is gone" eval 'grep -qx "hello from the cluster" "$T/logs.out" && grep -qx "to stderr" "$T/logs.out"'
 "$DET" cmd logs "$C1" --tail 1 >"$T/tail.out" 2>&1
