@@ -3,6 +3,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,4 +301,39 @@ long long fx_sql_int(const char *sql)
     PQclear(r);
     PQfinish(c);
     return v;
+}
+
+static size_t sse_body(char *p, size_t sz, size_t n, void *ud)
+{
+    struct fx_sse *s = ud;
+    if (kd_buf_append(&s->got, p, sz * n) != 0)
+        return 0;
+    if (strstr(kd_buf_str(&s->got), ": connected") != NULL)
+        atomic_store(&s->connected, 1);
+    return sz * n;
+}
+
+void *fx_sse_thread(void *p)
+{
+    struct fx_sse *s = p;
+    char url[512], lei[64];
+    long code = 0;
+    snprintf(url, sizeof(url), "%s%s", fx.url, s->path);
+    CURL *h = curl_easy_init();
+    struct curl_slist *hd = curl_slist_append(NULL, "Authorization: Bearer " FX_USER_TOKEN);
+    if (s->last_event_id != NULL) {
+        snprintf(lei, sizeof(lei), "Last-Event-ID: %s", s->last_event_id);
+        hd = curl_slist_append(hd, lei);
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+    curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    s->code = (int)code;
+    curl_slist_free_all(hd);
+    curl_easy_cleanup(h);
+    return NULL;
 }

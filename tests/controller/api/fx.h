@@ -8,9 +8,11 @@
 #define KD_TESTS_API_FX_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "api/api.h"
+#include "core/buf.h"
 #include "k8s/client.h"
 #include "store/store.h"
 
@@ -67,5 +69,19 @@ const char *fx_last_header(const char *header);
 
 /** Count rows in the store (SQL on a direct connection). */
 long long fx_sql_int(const char *sql);
+
+/* A follower of a server-sent event stream (the logs' -f). */
+struct fx_sse {
+    const char *path;
+    const char *last_event_id; /* NULL: none */
+    struct kd_buf got;
+    atomic_int connected;
+    int code;
+};
+
+/** GET path with the bootstrap token (and Last-Event-ID when set), appending the body to got
+ * and setting connected once the stream says so; code: the answer's status. A pthread start
+ * routine; returns NULL when the stream ends (30 s at most). */
+void *fx_sse_thread(void *p);
 
 #endif

@@ -111,40 +111,6 @@ static void test_address(void **state)
 
 /* ---- logs and their end ------------------------------------------------------------------- */
 
-struct sse {
-    const char *path;
-    struct kd_buf got;
-    atomic_int connected;
-};
-
-static size_t sse_body(char *p, size_t sz, size_t n, void *ud)
-{
-    struct sse *s = ud;
-    if (kd_buf_append(&s->got, p, sz * n) != 0)
-        return 0;
-    if (strstr(kd_buf_str(&s->got), ": connected") != NULL)
-        atomic_store(&s->connected, 1);
-    return sz * n;
-}
-
-static void *sse_thread(void *p)
-{
-    struct sse *s = p;
-    char url[512];
-    snprintf(url, sizeof(url), "%s%s", fx.url, s->path);
-    CURL *h = curl_easy_init();
-    struct curl_slist *hd = curl_slist_append(NULL, "Authorization: Bearer " FX_USER_TOKEN);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
-    curl_easy_perform(h);
-    curl_slist_free_all(hd);
-    curl_easy_cleanup(h);
-    return NULL;
-}
-
 static void test_logs(void **state)
 {
     (void)state;
@@ -179,10 +145,10 @@ static void test_logs(void **state)
     assert_int_equal(json_array_size(json_object_get(ans, "logs")), 1);
     json_decref(ans);
     /* follow: the lines, then the end with the exit code once the task is TERMINATED */
-    struct sse s = {.path = NSP "tasks/cmd-logs/logs/stream"};
+    struct fx_sse s = {.path = NSP "tasks/cmd-logs/logs/stream"};
     kd_buf_init(&s.got, 1 << 20);
     pthread_t th;
-    pthread_create(&th, NULL, sse_thread, &s);
+    pthread_create(&th, NULL, fx_sse_thread, &s);
     for (int i = 0; i < 100 && !atomic_load(&s.connected); i++)
         kd_sleep_ms(50);
     fx_patch("tasks", "cmd-logs", "status",
