@@ -45,6 +45,9 @@ static const struct opt opts[] = {
     {"--user", NULL, true},
     {"--workspace", NULL, true},
     {"--project", NULL, true},
+    {"--config-file", NULL, true},
+    {"--kube-context", NULL, true},
+    {"--detach", "-d", false},
     {"--admin", NULL, false},
     {"--no-admin", NULL, false},
     {"--plain-http", NULL, false},
@@ -129,6 +132,12 @@ static void set(struct det_args *a, const char *name, const char *v)
         a->workspace = v;
     else if (strcmp(name, "--project") == 0)
         a->project = v;
+    else if (strcmp(name, "--config-file") == 0)
+        a->config_file = v;
+    else if (strcmp(name, "--kube-context") == 0)
+        a->kube_context = v;
+    else if (strcmp(name, "--detach") == 0)
+        a->detach = true;
     else if (strcmp(name, "--admin") == 0)
         a->admin = true;
     else if (strcmp(name, "--no-admin") == 0)

@@ -53,6 +53,8 @@ struct det_args {
     const char *best;                                                       /* --best N */
     const char *namespaces, *description, *token_file, *user; /* det user, det token */
     const char *workspace, *project;                          /* experiment list filters */
+    const char *config_file, *kube_context; /* tasks (their --context is the directory) */
+    bool detach;                            /* tasks: -d, do not follow or open */
     bool admin, no_admin;
     bool plain_http; /* det deploy local up */
     bool all, yes, follow, dry_run;
@@ -345,6 +347,14 @@ int det_api_logs(struct det_api *api, bool experiment, const char *name, bool fo
  */
 int det_logs_api_or_pods(struct det_verb *v, bool experiment, const struct kd_k8s_gvr *gvr,
                          long tail, bool *done);
+/**
+ * det_api_logs for task `name`: its lines as its process wrote them; with
+ * follow, until it ends, and then *exit_code (may be NULL) is its process's
+ * exit code (-1 when unknown). Returns an exit code (errors printed).
+ * Blocks.
+ */
+int det_api_task_logs(struct det_api *api, const char *name, bool follow, long tail,
+                      const char *grep, size_t *printed, int *exit_code);
 /** One stored line as det prints it, with a newline, appended to out. 0 or KD_ETOOBIG. Pure. */
 int det_logs_format(const json_t *line, bool with_trial, struct kd_buf *out);
 
@@ -387,6 +397,18 @@ int det_cmd_trial(int argc, char **argv);
 int det_cmd_template(int argc, char **argv);
 /** `det checkpoint ...`. */
 int det_cmd_checkpoint(int argc, char **argv);
+/** `det cmd|notebook|shell|tensorboard|task ...` (task.c): argv[0] is the noun. */
+int det_cmd_task(int argc, char **argv);
+/**
+ * ssh into shell task `name` (its Task object `task`, RUNNING) through the
+ * controller API's proxy, with the key and host key of its Secret
+ * <name>-ssh; cmd (ncmd words, may be 0) runs one command instead of a
+ * session. Returns ssh's exit code (the command's), or a det exit code when
+ * ssh could not start. Blocks (shell.c).
+ */
+int det_shell_ssh(struct det_kube *k, const char *name, const json_t *task, char **cmd, int ncmd);
+/** `det shell tunnel ID`: ssh's ProxyCommand; copies stdin/stdout to the proxied sshd. */
+int det_shell_tunnel(int argc, char **argv);
 /** `det job ...`. */
 int det_cmd_job(int argc, char **argv);
 /** `det trial metrics` (trial_metrics.c). */
@@ -465,11 +487,13 @@ int det_template_fetch(struct det_kube *k, const char *name, char **yaml);
 #define DET_TEMPLATE_KEY "template.yaml"
 #define DET_KILL_ANNOTATION "kdet.io/kill"
 
-/** The CRD YAML built in from crds/ (experiments.yaml, trials.yaml). */
+/** The CRD YAML built in from crds/ (experiments.yaml, trials.yaml, tasks.yaml). */
 extern const unsigned char det_crd_experiments[];
 extern const size_t det_crd_experiments_len;
 extern const unsigned char det_crd_trials[];
 extern const size_t det_crd_trials_len;
+extern const unsigned char det_crd_tasks[];
+extern const size_t det_crd_tasks_len;
 /** manifests/priorityclasses.yaml built in (a multi-document stream). */
 extern const unsigned char det_priorityclasses[];
 extern const size_t det_priorityclasses_len;

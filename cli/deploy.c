@@ -1012,6 +1012,9 @@ static int up_crds(const struct deploy *d)
         rc = apply_builtin(&k, &crd_gvr, "CRD", "crds/trials.yaml", det_crd_trials,
                            det_crd_trials_len);
     if (rc == 0)
+        rc =
+            apply_builtin(&k, &crd_gvr, "CRD", "crds/tasks.yaml", det_crd_tasks, det_crd_tasks_len);
+    if (rc == 0)
         rc = apply_builtin(&k, &pc_gvr, "PriorityClass", "manifests/priorityclasses.yaml",
                            det_priorityclasses, det_priorityclasses_len);
     if (rc != 0)

@@ -16,10 +16,12 @@
 #include "core/buf.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "config/task.h"
 #include "k8s/position.h"
 
 static const struct kd_k8s_gvr exp_gvr = KD_K8S_EXPERIMENTS;
 static const struct kd_k8s_gvr trial_gvr = KD_K8S_TRIALS;
+static const struct kd_k8s_gvr task_gvr = KD_K8S_TASKS;
 
 /* Shared with kdet-controller's scheduler (controller/ctrl.h). */
 #define AHEAD_OF KD_ANN_AHEAD_OF
@@ -40,9 +42,11 @@ static const char job_usage[] =
     "  update-batch [FILE]                one 'JOB --option value' per line (FILE or stdin;\n"
     "                                     '#' comments)\n"
     "\n"
-    "A job is an experiment; JOB is its ID (the resource name or a unique prefix).\n"
+    "A job is an experiment or a task (notebook, command, shell, TensorBoard); JOB is its ID\n"
+    "(the resource name or a unique prefix of an experiment's, a task's name).\n"
     "The queue is ordered by priority (1-99, smaller first; 42 when unset), then by\n"
-    "submission, which --ahead-of and --behind-of change. Updates patch the Experiment:\n"
+    "submission, which --ahead-of and --behind-of change. Updates patch the Experiment (a\n"
+    "task's: spec.config.resources and the same annotations on the Task):\n"
     "  --priority N          spec.resources.priority\n"
     "  --ahead-of JOB        annotation kdet.io/ahead-of=JOB (and JOB's priority)\n"
     "  --behind-of JOB       annotation kdet.io/behind-of=JOB (and JOB's priority)\n"
@@ -83,7 +87,9 @@ static const char *annotation(const json_t *obj, const char *key)
 /* The experiment's priority: spec.resources.priority, else its trials', else 42. */
 static json_int_t priority_of(const json_t *exp, const json_t *trials)
 {
-    json_t *p = det_get(exp, "spec.resources.priority");
+    json_t *p = det_get(exp, strcmp(det_get_str(exp, "kind", ""), "Task") == 0
+                                 ? "spec.config.resources.priority"
+                                 : "spec.resources.priority");
     if (json_is_integer(p) && json_integer_value(p) >= 1 && json_integer_value(p) <= 99)
         return json_integer_value(p);
     size_t i;
@@ -118,7 +124,8 @@ static json_t *lookup_listed(const char *ns, const char *name, void *ud)
 }
 
 struct job {
-    json_t *exp, *trials;
+    json_t *exp, *trials; /* exp: an Experiment, or a Task (trials NULL) */
+    bool task;
     json_int_t priority;
     double position;
 };
@@ -137,7 +144,7 @@ static int by_queue(const void *pa, const void *pb)
 static int queue(struct det_kube *k, json_t **out)
 {
     struct kd_k8s_status st = {0};
-    json_t *exps = NULL, *trials = NULL;
+    json_t *exps = NULL, *trials = NULL, *tasks = NULL, *named = NULL;
     struct job *jobs = NULL;
     char err[KD_ERRLEN] = "";
     size_t n = 0, i, j;
@@ -154,8 +161,15 @@ static int queue(struct det_kube *k, json_t **out)
         rc = det_kube_fail(k, r, &st, err, "list", &trial_gvr, "trial", NULL);
         goto out;
     }
+    /* Tasks, where the Task resource is installed. */
+    if (kd_k8s_list_all(k->c, &task_gvr, k->ns, NULL, &tasks, NULL, NULL) != 0)
+        tasks = NULL;
     json_t *items = json_object_get(exps, "items");
-    jobs = kd_xcalloc(json_array_size(items) + 1, sizeof(*jobs));
+    json_t *titems = json_object_get(tasks, "items");
+    /* What ahead-of and behind-of may name: experiments, then tasks. */
+    named = json_deep_copy(items);
+    json_array_extend(named, titems != NULL ? titems : json_array());
+    jobs = kd_xcalloc(json_array_size(items) + json_array_size(titems) + 1, sizeof(*jobs));
     json_array_foreach(items, i, e)
     {
         if (terminal(det_get_str(e, "status.state", NULL)))
@@ -169,10 +183,39 @@ static int queue(struct det_kube *k, json_t **out)
                 json_array_append(jb->trials, t);
         }
         jb->priority = priority_of(e, jb->trials);
-        jb->position = kd_queue_position(e, lookup_listed, (void *)items);
+        jb->position = kd_queue_position(e, lookup_listed, named);
+    }
+    json_array_foreach(titems, i, e)
+    {
+        if (strcmp(det_get_str(e, "status.state", ""), "TERMINATED") == 0)
+            continue;
+        struct job *jb = &jobs[n++];
+        jb->exp = e;
+        jb->task = true;
+        jb->priority = priority_of(e, NULL);
+        jb->position = kd_queue_position(e, lookup_listed, named);
     }
     qsort(jobs, n, sizeof(*jobs), by_queue);
     for (i = 0; i < n; i++) {
+        if (jobs[i].task) {
+            json_t *tc = det_get(jobs[i].exp, "spec.config");
+            const char *kind = det_get_str(jobs[i].exp, "spec.kind", "");
+            enum kd_task_kind tk = KD_TASK_COMMAND;
+            int slots = kd_task_kind_parse(kind, &tk) == 0 ? kd_task_config_slots(tk, tc) : 0;
+            const char *ts = det_get_str(jobs[i].exp, "status.state", "QUEUED");
+            bool live = strcmp(ts, "QUEUED") != 0;
+            json_t *row = json_pack(
+                "{s:I,s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:s?,s:s?}", "position", (json_int_t)i + 1,
+                "task", kd_k8s_meta_str(jobs[i].exp, "name"), "kind", kind, "name",
+                det_get_str(jobs[i].exp, "spec.config.description", kind), "state", ts, "priority",
+                jobs[i].priority, "slots", (json_int_t)(live ? slots : 0), "resource_pool",
+                det_get_str(jobs[i].exp, "spec.config.resources.resource_pool", "default"),
+                "ahead_of", annotation(jobs[i].exp, AHEAD_OF), "behind_of",
+                annotation(jobs[i].exp, BEHIND_OF));
+            json_object_set_new(row, "slots_requested", json_integer(slots));
+            json_array_append_new(*out, row);
+            continue;
+        }
         json_int_t active = 0, total = (json_int_t)json_array_size(jobs[i].trials), slots = 0;
         const char *pool = det_get_str(jobs[i].exp, "spec.resources.resource_pool", NULL);
         json_array_foreach(jobs[i].trials, j, t)
@@ -203,6 +246,8 @@ out:
     free(jobs);
     json_decref(exps);
     json_decref(trials);
+    json_decref(tasks);
+    json_decref(named);
     kd_k8s_status_free(&st);
     return rc;
 }
@@ -233,7 +278,8 @@ static int cmd_list(int argc, char **argv)
         goto out;
     }
     if (json_array_size(jobs) == 0) {
-        fprintf(stderr, "det: no jobs in namespace \"%s\": every experiment has ended\n", v.k.ns);
+        fprintf(stderr, "det: no jobs in namespace \"%s\": every experiment and task has ended\n",
+                v.k.ns);
         goto out;
     }
     t = det_table_new((const char *const[]){"POSITION", "ID", "NAME", "STATE", "PRIORITY", "TRIALS",
@@ -247,14 +293,22 @@ static int cmd_list(int argc, char **argv)
                  (long long)json_integer_value(json_object_get(j, "position")));
         snprintf(prio, sizeof(prio), "%lld",
                  (long long)json_integer_value(json_object_get(j, "priority")));
-        snprintf(trials, sizeof(trials), "%lld/%lld active",
-                 (long long)json_integer_value(det_get(j, "trials.active")),
-                 (long long)json_integer_value(det_get(j, "trials.total")));
-        snprintf(slots, sizeof(slots), "%lld (%lld per trial)",
-                 (long long)json_integer_value(json_object_get(j, "slots")),
-                 (long long)json_integer_value(json_object_get(j, "slots_per_trial")));
+        bool task = json_object_get(j, "task") != NULL;
+        if (task) {
+            snprintf(trials, sizeof(trials), "- (%s)", det_get_str(j, "kind", ""));
+            snprintf(slots, sizeof(slots), "%lld (of %lld)",
+                     (long long)json_integer_value(json_object_get(j, "slots")),
+                     (long long)json_integer_value(json_object_get(j, "slots_requested")));
+        } else {
+            snprintf(trials, sizeof(trials), "%lld/%lld active",
+                     (long long)json_integer_value(det_get(j, "trials.active")),
+                     (long long)json_integer_value(det_get(j, "trials.total")));
+            snprintf(slots, sizeof(slots), "%lld (%lld per trial)",
+                     (long long)json_integer_value(json_object_get(j, "slots")),
+                     (long long)json_integer_value(json_object_get(j, "slots_per_trial")));
+        }
         const char *row[] = {p,
-                             det_get_str(j, "experiment", ""),
+                             det_get_str(j, task ? "task" : "experiment", ""),
                              det_get_str(j, "name", ""),
                              det_get_str(j, "state", ""),
                              prio,
@@ -269,6 +323,22 @@ out:
     json_decref(jobs);
     det_verb_end(&v);
     return rc;
+}
+
+/*
+ * The job `id` names: a Task of exactly that name, else an Experiment (its
+ * name or a unique prefix, as det_resolve). *name and *obj are the caller's;
+ * *rc an exit code (errors printed). Returns whether it is a task.
+ */
+static bool job_resolve(struct det_kube *k, const char *id, char **name, json_t **obj, int *rc)
+{
+    *rc = 0;
+    if (kd_k8s_get(k->c, &task_gvr, k->ns, id, obj, NULL, NULL) == 0) {
+        *name = kd_xstrdup(id);
+        return true;
+    }
+    *rc = det_resolve(k, &exp_gvr, "experiment", id, name, obj);
+    return false;
 }
 
 /* A DNS-1123 label (a resource pool name is a node label value: keep it simple). */
@@ -322,7 +392,7 @@ static int update_one(struct det_kube *k, const char *id, const struct det_args 
         rc = DET_EXIT_USAGE;
         goto out;
     }
-    rc = det_resolve(k, &exp_gvr, "experiment", id, &name, &exp);
+    bool task = job_resolve(k, id, &name, &exp, &rc);
     if (rc != 0)
         goto out;
     json_t *spec = json_object(), *res_p = json_object();
@@ -337,7 +407,7 @@ static int update_one(struct det_kube *k, const char *id, const struct det_args 
     }
     const char *rel = u->ahead_of ? u->ahead_of : u->behind_of;
     if (rel != NULL) {
-        rc = det_resolve(k, &exp_gvr, "experiment", rel, &oname, &other);
+        (void)job_resolve(k, rel, &oname, &other, &rc);
         if (rc != 0)
             goto out;
         if (strcmp(oname, name) == 0) {
@@ -359,15 +429,18 @@ static int update_one(struct det_kube *k, const char *id, const struct det_args 
             say(said, sizeof(said), " (priority %lld, as %s's)", (long long)theirs, oname);
         }
     }
-    if (json_object_size(res_p) > 0)
+    if (json_object_size(res_p) > 0 && task) /* a task's resources are in its config */
+        json_object_set_new(spec, "config", json_pack("{s:o}", "resources", res_p));
+    else if (json_object_size(res_p) > 0)
         json_object_set_new(spec, "resources", res_p);
     else
         json_decref(res_p);
     if (json_object_size(spec) == 0)
         json_object_del(patch, "spec");
-    r = kd_k8s_patch(k->c, &exp_gvr, k->ns, name, NULL, KD_K8S_PATCH_MERGE, patch, &res, &st, err);
+    const struct kd_k8s_gvr *g = task ? &task_gvr : &exp_gvr;
+    r = kd_k8s_patch(k->c, g, k->ns, name, NULL, KD_K8S_PATCH_MERGE, patch, &res, &st, err);
     if (r != 0) {
-        rc = det_kube_fail(k, r, &st, err, "patch", &exp_gvr, "experiment", name);
+        rc = det_kube_fail(k, r, &st, err, "patch", g, task ? "task" : "experiment", name);
         goto out;
     }
     printf("job %s: %s\n", name, said);

@@ -42,7 +42,14 @@ out:
     return rc;
 }
 
-static void print_lines(const json_t *lines, bool with_trial)
+/* What logs are read: an experiment's (lines prefixed with their trial), a trial's or a task's
+ * (lines as the process wrote them). */
+enum what { W_TRIAL, W_EXPERIMENT, W_TASK };
+
+static const char *const what_coll[] = {"/trials/", "/experiments/", "/tasks/"};
+static const char *const what_name[] = {"trial", "experiment", "task"};
+
+static void print_lines(const json_t *lines, enum what w)
 {
     struct kd_buf b = KD_BUF_INIT(EVENT_MAX);
     size_t i;
@@ -50,21 +57,26 @@ static void print_lines(const json_t *lines, bool with_trial)
     json_array_foreach(lines, i, l)
     {
         kd_buf_reset(&b);
-        if (det_logs_format(l, with_trial, &b) == 0)
+        if (w == W_TASK) {
+            const char *text = json_string_value(json_object_get(l, "line")) ?: "";
+            if (kd_buf_puts(&b, text) == 0 && kd_buf_putc(&b, '\n') == 0)
+                fwrite(b.data, 1, b.len, stdout);
+        } else if (det_logs_format(l, w == W_EXPERIMENT, &b) == 0) {
             fwrite(b.data, 1, b.len, stdout);
+        }
     }
     fflush(stdout);
     kd_buf_free(&b);
 }
 
 /* ".../namespaces/NS/trials/NAME/logs" (or experiments), then "?" */
-static int base_path(struct kd_buf *p, const struct det_api *api, bool experiment, const char *name,
+static int base_path(struct kd_buf *p, const struct det_api *api, enum what w, const char *name,
                      const char *suffix)
 {
     int rc = 0;
     if (kd_buf_puts(p, "/api/v1/namespaces/") != 0 || det_urlencode(p, api->ns) != 0 ||
-        kd_buf_puts(p, experiment ? "/experiments/" : "/trials/") != 0 ||
-        det_urlencode(p, name) != 0 || kd_buf_printf(p, "/logs%s?", suffix) != 0)
+        kd_buf_puts(p, what_coll[w]) != 0 || det_urlencode(p, name) != 0 ||
+        kd_buf_printf(p, "/logs%s?", suffix) != 0)
         rc = KD_ETOOBIG;
     return rc;
 }
@@ -101,7 +113,7 @@ out:
 }
 
 /* The whole log, page after page; *n gets the lines printed, *last the last id. */
-static int print_all(struct det_api *api, bool experiment, const char *name, const char *grep,
+static int print_all(struct det_api *api, enum what w, const char *name, const char *grep,
                      size_t *n, int64_t *last)
 {
     int rc = DET_EXIT_OK;
@@ -110,16 +122,16 @@ static int print_all(struct det_api *api, bool experiment, const char *name, con
     *n = 0;
     for (;;) {
         kd_buf_reset(&p);
-        if (base_path(&p, api, experiment, name, "") != 0 ||
+        if (base_path(&p, api, w, name, "") != 0 ||
             kd_buf_printf(&p, "limit=%d&after=%lld", PAGE, (long long)*last) != 0 ||
             add_grep(&p, grep) != 0) {
-            det_err("%s name or --grep too long", experiment ? "experiment" : "trial");
+            det_err("%s name or --grep too long", what_name[w]);
             rc = DET_EXIT_USAGE;
             goto out;
         }
         if ((rc = get_page(api, kd_buf_str(&p), &lines, last)) != 0)
             goto out;
-        print_lines(lines, experiment);
+        print_lines(lines, w);
         size_t got = json_array_size(lines);
         *n += got;
         json_decref(lines);
@@ -134,7 +146,7 @@ out:
 }
 
 /* The last `tail` lines, fetched backwards a page at a time, printed oldest first. */
-static int print_tail(struct det_api *api, bool experiment, const char *name, const char *grep,
+static int print_tail(struct det_api *api, enum what w, const char *name, const char *grep,
                       long tail, size_t *n, int64_t *last)
 {
     int rc = DET_EXIT_OK;
@@ -147,10 +159,10 @@ static int print_tail(struct det_api *api, bool experiment, const char *name, co
         if (want > PAGE)
             want = PAGE;
         kd_buf_reset(&p);
-        if (base_path(&p, api, experiment, name, "") != 0 ||
+        if (base_path(&p, api, w, name, "") != 0 ||
             kd_buf_printf(&p, "tail=%ld&before=%lld", want, (long long)before) != 0 ||
             add_grep(&p, grep) != 0) {
-            det_err("%s name or --grep too long", experiment ? "experiment" : "trial");
+            det_err("%s name or --grep too long", what_name[w]);
             rc = DET_EXIT_USAGE;
             goto out;
         }
@@ -172,7 +184,7 @@ static int print_tail(struct det_api *api, bool experiment, const char *name, co
         if ((long)got < want)
             break;
     }
-    print_lines(all, experiment);
+    print_lines(all, w);
     *n = json_array_size(all);
 out:
     json_decref(all);
@@ -263,9 +275,10 @@ int det_sse_feed(struct det_sse *s, const char *p, size_t n)
 }
 
 struct follow {
-    bool experiment;
+    enum what w;
     bool ended;
     char state[32];
+    int exit_code; /* a task's, from the end event; -1: none */
     long http;
     struct kd_buf errbody;
     struct det_sse sse;
@@ -277,9 +290,11 @@ static int on_event(const char *event, const char *data, void *ud)
     struct follow *f = ud;
     json_t *j = json_loads(data, 0, NULL);
     if (strcmp(event, "logs") == 0) {
-        print_lines(json_object_get(j, "logs"), f->experiment);
+        print_lines(json_object_get(j, "logs"), f->w);
     } else if (strcmp(event, "end") == 0) {
         f->ended = true;
+        if (json_is_integer(json_object_get(j, "exit_code")))
+            f->exit_code = (int)json_integer_value(json_object_get(j, "exit_code"));
         kd_strlcpy(f->state, json_string_value(json_object_get(j, "state")) ?: "",
                    sizeof(f->state));
     } else if (strcmp(event, "error") == 0) {
@@ -313,19 +328,19 @@ static size_t on_head(char *p, size_t size, size_t n, void *ud)
 }
 
 /* Follow the stream after line `after` until the end event; reconnects when it breaks. */
-static int follow(struct det_api *api, bool experiment, const char *name, const char *grep,
-                  int64_t after)
+static int follow(struct det_api *api, enum what w, const char *name, const char *grep,
+                  int64_t after, int *exit_code)
 {
     int rc = DET_EXIT_OK, fails = 0;
     struct kd_buf p = KD_BUF_INIT(8192);
-    struct follow f = {.experiment = experiment};
+    struct follow f = {.w = w, .exit_code = -1};
     char *auth = kd_xasprintf("Authorization: Bearer %s", api->token), *url = NULL;
     char lei[64], cerr[CURL_ERROR_SIZE];
     kd_buf_init(&f.errbody, 64 * 1024);
     det_sse_init(&f.sse, on_event, &f);
     f.sse.last_id = after;
-    if (base_path(&p, api, experiment, name, "/stream") != 0 || add_grep(&p, grep) != 0) {
-        det_err("%s name or --grep too long", experiment ? "experiment" : "trial");
+    if (base_path(&p, api, w, name, "/stream") != 0 || add_grep(&p, grep) != 0) {
+        det_err("%s name or --grep too long", what_name[w]);
         rc = DET_EXIT_USAGE;
         goto out;
     }
@@ -386,6 +401,8 @@ static int follow(struct det_api *api, bool experiment, const char *name, const 
             fails = 0;
     }
 out:
+    if (exit_code != NULL)
+        *exit_code = f.exit_code;
     det_sse_free(&f.sse);
     kd_buf_free(&f.errbody);
     kd_buf_free(&p);
@@ -397,21 +414,35 @@ out:
     return rc;
 }
 
-int det_api_logs(struct det_api *api, bool experiment, const char *name, bool follow_, long tail,
-                 const char *grep, size_t *printed)
+static int logs(struct det_api *api, enum what w, const char *name, bool follow_, long tail,
+                const char *grep, size_t *printed, int *exit_code)
 {
     int rc = DET_EXIT_OK;
     size_t n = 0;
     int64_t last = 0;
+    if (exit_code != NULL)
+        *exit_code = -1;
     if (tail >= 0)
-        rc = print_tail(api, experiment, name, grep, tail, &n, &last);
+        rc = print_tail(api, w, name, grep, tail, &n, &last);
     else if (!follow_)
-        rc = print_all(api, experiment, name, grep, &n, &last);
+        rc = print_all(api, w, name, grep, &n, &last);
     if (rc == DET_EXIT_OK && follow_)
-        rc = follow(api, experiment, name, grep, last);
+        rc = follow(api, w, name, grep, last, exit_code);
     if (printed != NULL)
         *printed = n;
     return rc;
+}
+
+int det_api_logs(struct det_api *api, bool experiment, const char *name, bool follow_, long tail,
+                 const char *grep, size_t *printed)
+{
+    return logs(api, experiment ? W_EXPERIMENT : W_TRIAL, name, follow_, tail, grep, printed, NULL);
+}
+
+int det_api_task_logs(struct det_api *api, const char *name, bool follow_, long tail,
+                      const char *grep, size_t *printed, int *exit_code)
+{
+    return logs(api, W_TASK, name, follow_, tail, grep, printed, exit_code);
 }
 
 int det_logs_api_or_pods(struct det_verb *v, bool experiment, const struct kd_k8s_gvr *gvr,

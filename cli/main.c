@@ -40,6 +40,12 @@ static const char usage[] =
     "  user            det user create NAME [--namespaces NS,...] [--admin] | list |\n"
     "                           update NAME | whoami | login | logout\n"
     "  token           det token create [--user NAME] | list | revoke ID\n"
+    "  cmd             det cmd run [--config-file F] [--context DIR] COMMAND... | list | kill |\n"
+    "                          logs: a command on the cluster, its output and exit code\n"
+    "  notebook        det notebook start | open | list | kill | logs: Jupyter notebooks\n"
+    "  shell           det shell start | open ID [-- CMD] | list | kill: SSH shells\n"
+    "  tensorboard     det tensorboard start EXPERIMENT... | open | list | kill\n"
+    "  task            det task list [-a] | kill | logs: every kind of task\n"
     "\n"
     "det talks to the Kubernetes API through kubeconfig ($KUBECONFIG, ~/.kube/config,\n"
     "--kubeconfig, --context, -n/--namespace), like kubectl; trial metrics and checkpoint\n"
@@ -81,9 +87,9 @@ void det_usage_suggest(const char *what, const char *word, const char *const *ca
 
 int main(int argc, char **argv)
 {
-    static const char *const nouns[] = {"experiment", "trial",  "template", "checkpoint",
-                                        "job",        "deploy", "agent",    "slot",
-                                        "user",       "token",  NULL};
+    static const char *const nouns[] = {
+        "experiment", "trial", "template", "checkpoint", "job",   "deploy",      "agent", "slot",
+        "user",       "token", "cmd",      "notebook",   "shell", "tensorboard", "task",  NULL};
     int rc = DET_EXIT_USAGE;
     /* the client library's retry warnings are noise in a CLI: errors only, unless asked */
     kd_log_init("det", getenv("KDET_LOG_LEVEL") ? -1 : KD_LOG_ERROR, -1);
@@ -118,6 +124,10 @@ int main(int argc, char **argv)
         rc = det_cmd_user(argc - 1, argv + 1);
     } else if (strcmp(cmd, "token") == 0) {
         rc = det_cmd_token(argc - 1, argv + 1);
+    } else if (strcmp(cmd, "cmd") == 0 || strcmp(cmd, "command") == 0 ||
+               strcmp(cmd, "notebook") == 0 || strcmp(cmd, "shell") == 0 ||
+               strcmp(cmd, "tensorboard") == 0 || strcmp(cmd, "task") == 0) {
+        rc = det_cmd_task(argc - 1, argv + 1);
     } else if (cmd[0] == '-') {
         det_err("unknown option \"%s\" (see 'det --help')", cmd);
     } else {

@@ -80,6 +80,7 @@ int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const 
     struct kd_event ev;
     const char *kind = strcmp(gvr->resource, "trials") == 0        ? "Trial"
                        : strcmp(gvr->resource, "experiments") == 0 ? "Experiment"
+                       : strcmp(gvr->resource, "tasks") == 0       ? "Task"
                                                                    : NULL;
     char apiv[128];
     snprintf(apiv, sizeof(apiv), "%s/%s", gvr->group, gvr->version);
@@ -183,4 +184,30 @@ bool kd_ctrl_log_cancel(const json_t *tstatus, char *buf, size_t len)
         return true;
     }
     return false;
+}
+
+bool kd_ctrl_condition_true(const json_t *status, const char *type)
+{
+    size_t i;
+    json_t *cnd;
+    json_array_foreach(json_object_get(status, "conditions"), i, cnd)
+    {
+        if (strcmp(json_string_value(json_object_get(cnd, "type")) ?: "", type) == 0)
+            return strcmp(json_string_value(json_object_get(cnd, "status")) ?: "", "True") == 0;
+    }
+    return false;
+}
+
+int kd_ctrl_api_pod_count(struct kd_ctrl *c, const json_t *obj, const char *label, size_t *n,
+                          char *err)
+{
+    char sel[320];
+    json_t *list = NULL;
+    snprintf(sel, sizeof(sel), "%s=%s", label, kd_k8s_meta_str(obj, "name"));
+    struct kd_k8s_query q = {.label_selector = sel};
+    int rc = kd_k8s_list(c->client, &KD_K8S_PODS, kd_k8s_meta_str(obj, "namespace"), &q, &list,
+                         NULL, err);
+    *n = json_array_size(json_object_get(list, "items"));
+    json_decref(list);
+    return rc;
 }

@@ -95,9 +95,11 @@ struct kd_ctrl {
     struct kd_ctrl_opts o;
     struct kd_k8s_client *client;
     struct kd_k8s_informer *exps, *trials, *pods, *nodes;
+    /* Tasks (notebooks, commands, shells, TensorBoards) and their pods (label kdet.io/task). */
+    struct kd_k8s_informer *tasks, *taskpods;
     /* Pods without the trial label, for what they request of the nodes (schedloop.c). */
     struct kd_k8s_informer *others;
-    struct kd_k8s_queue *expq, *trialq;
+    struct kd_k8s_queue *expq, *trialq, *taskq;
     struct kd_k8s_leader *leader;
     struct kd_store *store; /* NULL: API off */
     struct kd_api *api;     /* NULL: API off */
@@ -113,6 +115,8 @@ struct kd_ctrl {
      * NULL: off. */
     struct kd_events *events;
     struct kd_k8s_client *events_client;
+    /* What the API asks for an experiment's checkpoint storage (main.c: kd_ctrl_storage_of). */
+    int (*storage_of)(void *ud, const json_t *exp, json_t **out);
     /* Process metrics (metrics.c): made at start, served at GET /metrics by the API. */
     struct kd_metrics *metrics;
     struct {
@@ -193,6 +197,32 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
 /** Reconcile one Trial ("ns/name"); kd_k8s_reconcile_fn. */
 int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud);
 
+/*
+ * Tasks share the scheduler and its handoff with trials: their handoff
+ * keys are KD_CTRL_TASK_KEY + "ns/name", so that a Task and a Trial of the
+ * same name never meet there.
+ */
+#define KD_CTRL_TASK_KEY "task:"
+
+/**
+ * Where the trials of experiment ns/name write their TensorBoard event
+ * files (tensorboard.c: under its checkpoint storage), into dir. 0, or
+ * KD_ENOTFOUND / KD_EINVALID with the cause in err. Thread-safe.
+ */
+int kd_ctrl_tensorboard_dir(struct kd_ctrl *c, const char *ns, const char *name, char *dir,
+                            size_t len, char *err) KD_WUR;
+
+/**
+ * The checkpoint storage of Experiment exp as its trials get it (its
+ * configuration's, over the controller's default): *out a new reference or
+ * NULL (tensorboard.c). The API's storage_of (ud: the struct kd_ctrl),
+ * where it writes TensorBoard event files. Thread-safe.
+ */
+int kd_ctrl_storage_of(void *ud, const json_t *exp, json_t **out);
+
+/** Reconcile one Task ("ns/name"; task.c); kd_k8s_reconcile_fn. */
+int kd_ctrl_reconcile_task(const char *key, long *requeue_after_ms, void *ud);
+
 /** One scheduler pass over the caches: admissions, preemptions, reasons. */
 void kd_ctrl_schedule(struct kd_ctrl *c);
 
@@ -203,5 +233,13 @@ int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const 
  * status is unchanged). */
 void kd_ctrl_set_condition(json_t *status, const json_t *old_status, const char *type, bool ok,
                            const char *reason, const char *message, int64_t generation);
+/** Whether condition `type` is True in status (a Trial's or Task's). Pure. */
+bool kd_ctrl_condition_true(const json_t *status, const char *type);
+/**
+ * How many pods of obj's namespace carry label=obj's name, asked of the API server (not the
+ * cache, which may lag behind a create). 0 or a KD_E* with err set. Blocks.
+ */
+int kd_ctrl_api_pod_count(struct kd_ctrl *c, const json_t *obj, const char *label, size_t *n,
+                          char *err) KD_WUR;
 
 #endif

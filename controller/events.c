@@ -1,5 +1,5 @@
 /*
- * Events about Experiments and Trials: the decision (kd_event_for_change),
+ * Events about Experiments, Trials and Tasks: the decision (kd_event_for_change),
  * the object (kd_event_object), and the sender thread with its bounded
  * queue.
  */
@@ -32,6 +32,17 @@ static const struct state_event state_events[] = {
     {"COMPLETED", "Normal", "Completed"},
     {"CANCELED", "Normal", "Canceled"},
     {"ERROR", "Warning", "Failed"},
+    /* Tasks (TERMINATED: by its end reason, below) */
+    {"STARTING", "Normal", "Starting"},
+    {"RUNNING", "Normal", "Running"},
+    {"TERMINATING", "Normal", "Terminating"},
+};
+
+/* A Task's end, by status.endReason: idle and killed tasks say so in the reason. */
+static const struct state_event task_ends[] = {
+    {"Completed", "Normal", "Completed"}, {"Failed", "Warning", "Failed"},
+    {"Killed", "Normal", "Killed"},       {"IdleTimeout", "Normal", "IdleTimeout"},
+    {"Error", "Warning", "Failed"},
 };
 
 static const char *str(const json_t *o, const char *k)
@@ -58,6 +69,19 @@ bool kd_event_for_change(const char *kind, const json_t *old_status, const json_
     }
     if (now == NULL || (was != NULL && strcmp(was, now) == 0))
         return false;
+    const char *why = str(new_status, "endReason");
+    for (size_t i = 0; strcmp(now, "TERMINATED") == 0 && why != NULL &&
+                       i < sizeof(task_ends) / sizeof(task_ends[0]);
+         i++) {
+        if (strcmp(task_ends[i].state, why) != 0)
+            continue;
+        out->type = task_ends[i].type;
+        out->reason = task_ends[i].reason;
+        snprintf(out->message, sizeof(out->message), "%s %s -> TERMINATED (%s)%s%s", kind,
+                 was != NULL ? was : "(new)", why, msg != NULL && msg[0] ? ": " : "",
+                 msg != NULL ? msg : "");
+        return true;
+    }
     for (size_t i = 0; i < sizeof(state_events) / sizeof(state_events[0]); i++) {
         if (strcmp(state_events[i].state, now) != 0)
             continue;

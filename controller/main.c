@@ -69,6 +69,8 @@ static void usage(FILE *f)
         "  --lease-namespace NS     its namespace (default: $POD_NAMESPACE or the client's)\n"
         "  --image IMAGE            trial image when the config names none\n"
         "  --launcher PROG          the launcher in the trial image (default kdet-launch)\n"
+        "  --tensorboard-image IMAGE  TensorBoard tasks' image when their config names none\n"
+        "                           (default kdet/tensorboard:latest)\n"
         "  --trial-run-as-user UID  run trial pods as this non-root uid unless their pod_spec\n"
         "                           names a user (default: the image's user)\n"
         "  --default-checkpoint-storage FILE  checkpoint_storage (JSON) of experiments that set\n"
@@ -124,6 +126,7 @@ static const char *const flag_names[] = {
     "--lease-namespace",
     "--image",
     "--launcher",
+    "--tensorboard-image",
     "--trial-run-as-user",
     "--default-checkpoint-storage",
     "--controller-url",
@@ -398,6 +401,8 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
             o->pod.image = v;
         else if (strcmp(name, "--launcher") == 0)
             o->pod.launcher = v;
+        else if (strcmp(name, "--tensorboard-image") == 0)
+            o->pod.tensorboard_image = v;
         else if (strcmp(name, "--trial-run-as-user") == 0) {
             if (kd_parse_int(v, &n) != 0 || n < 1)
                 rc = kd_seterr(err, KD_EINVAL,
@@ -521,7 +526,9 @@ static void *sched_main(void *arg)
             break;
         if (kd_ctrl_acting(c) && kd_k8s_informer_has_synced(c->nodes) &&
             kd_k8s_informer_has_synced(c->trials) && kd_k8s_informer_has_synced(c->pods) &&
-            kd_k8s_informer_has_synced(c->exps) && kd_k8s_informer_has_synced(c->others))
+            kd_k8s_informer_has_synced(c->exps) && kd_k8s_informer_has_synced(c->others) &&
+            (c->tasks == NULL ||
+             (kd_k8s_informer_has_synced(c->tasks) && kd_k8s_informer_has_synced(c->taskpods))))
             kd_ctrl_schedule(c);
         /* Passes, relists and reconciles decode cached objects into short-lived trees (about
          * eight times their text); glibc keeps the freed pages, so the resident set would stay
@@ -560,8 +567,29 @@ static void on_started(void *ud)
 static const char *const no_labels[] = {NULL};
 static const char *const pod_labels[] = {KD_POD_LABEL_TRIAL, KD_POD_LABEL_EXPERIMENT, NULL};
 
-/* Pods that are not trial pods: what they request is room trials cannot have (schedloop.c). */
-#define OTHERS_SELECTOR "!" KD_POD_LABEL_TRIAL
+/* Pods that are neither trial nor task pods: what they request is room trials and tasks cannot
+ * have (schedloop.c). */
+#define OTHERS_SELECTOR "!" KD_POD_LABEL_TRIAL ",!" KD_POD_LABEL_TASK
+static const char *const task_pod_labels[] = {KD_POD_LABEL_TASK, NULL};
+
+/*
+ * Whether the Task resource is installed: an older install without
+ * crds/tasks.yaml still runs experiments (tasks off, said once). Other
+ * errors leave it to the informer, which retries.
+ */
+static bool tasks_served(struct kd_ctrl *c)
+{
+    struct kd_k8s_query q = {.limit = 1};
+    json_t *page = NULL;
+    char err[KD_ERRLEN] = "";
+    int rc = kd_k8s_list(c->client, &KD_K8S_TASKS, c->o.ns, &q, &page, NULL, err);
+    json_decref(page);
+    if (rc == KD_ENOTFOUND)
+        KD_WARN("the Task resource is not installed: notebooks, commands, shells and TensorBoards "
+                "are off (kubectl apply -f crds/tasks.yaml, then restart)",
+                "detail=%s", kd_logq(err));
+    return rc != KD_ENOTFOUND;
+}
 
 /*
  * The namespace the informer of other pods watches: all of them (NULL),
@@ -651,6 +679,7 @@ int main(int argc, char **argv)
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.kick, NULL);
     c.handoff = kd_handoff_new();
+    c.storage_of = kd_ctrl_storage_of;
     c.cfgs = json_object();
     c.o.gang = &kd_gang_builtin;
     if ((rc = parse_args(argc, argv, &c.o, &kube, &level, err)) != 0) {
@@ -727,6 +756,7 @@ int main(int argc, char **argv)
 
     c.expq = kd_k8s_queue_new(NULL);
     c.trialq = kd_k8s_queue_new(NULL);
+    c.taskq = kd_k8s_queue_new(NULL);
     if ((rc = new_informer(&c, KD_K8S_EXPERIMENTS, c.o.ns, NULL, no_labels, &c.exps, err)) != 0 ||
         (rc = new_informer(&c, KD_K8S_TRIALS, c.o.ns, NULL, no_labels, &c.trials, err)) != 0 ||
         (rc = new_informer(&c, KD_K8S_PODS, c.o.ns, KD_POD_LABEL_TRIAL, pod_labels, &c.pods,
@@ -734,6 +764,14 @@ int main(int argc, char **argv)
         (rc = new_informer(&c, KD_K8S_NODES, NULL, NULL, NULL, &c.nodes, err)) != 0 ||
         (rc = new_informer(&c, KD_K8S_PODS, others_namespace(&c), OTHERS_SELECTOR, no_labels,
                            &c.others, err)) != 0) {
+        KD_ERROR("cannot create informers", "err=%s detail=%s", kd_err_name(rc), kd_logq(err));
+        rc = 1;
+        goto out;
+    }
+    if (tasks_served(&c) &&
+        ((rc = new_informer(&c, KD_K8S_TASKS, c.o.ns, NULL, no_labels, &c.tasks, err)) != 0 ||
+         (rc = new_informer(&c, KD_K8S_PODS, c.o.ns, KD_POD_LABEL_TASK, task_pod_labels,
+                            &c.taskpods, err)) != 0)) {
         KD_ERROR("cannot create informers", "err=%s detail=%s", kd_err_name(rc), kd_logq(err));
         rc = 1;
         goto out;
@@ -748,6 +786,9 @@ int main(int argc, char **argv)
         .on_add = kick_add, .on_update = kick_update, .on_delete = kick_add, .ud = &c};
     struct kd_k8s_handlers h_others = {
         .on_update = others_update, .on_delete = others_delete, .ud = &c};
+    struct kd_k8s_handlers h_task = kd_k8s_handlers_enqueue(c.taskq);
+    struct kd_k8s_owner_enqueue own_task = {.queue = c.taskq, .owner_kind = "Task"};
+    struct kd_k8s_handlers h_taskpod_owner = kd_k8s_handlers_enqueue_owner(&own_task);
     if ((rc = kd_k8s_informer_add_handlers(c.exps, &h_exp)) != 0 ||
         (rc = kd_k8s_informer_add_handlers(c.trials, &h_trial)) != 0 ||
         (rc = kd_k8s_informer_add_handlers(c.trials, &h_trial_owner)) != 0 ||
@@ -755,6 +796,14 @@ int main(int argc, char **argv)
         (rc = kd_k8s_informer_add_handlers(c.pods, &h_kick)) != 0 ||
         (rc = kd_k8s_informer_add_handlers(c.nodes, &h_kick)) != 0 ||
         (rc = kd_k8s_informer_add_handlers(c.others, &h_others)) != 0)
+        goto out;
+    if (c.tasks != NULL &&
+        ((rc = kd_k8s_informer_add_handlers(c.tasks, &h_task)) != 0 ||
+         (rc = kd_k8s_informer_add_handlers(c.tasks, &h_kick)) != 0 ||
+         (rc = kd_k8s_informer_add_handlers(c.taskpods, &h_taskpod_owner)) != 0 ||
+         (rc = kd_k8s_informer_add_handlers(c.taskpods, &h_kick)) != 0 ||
+         (rc = kd_k8s_informer_start(c.tasks)) != 0 ||
+         (rc = kd_k8s_informer_start(c.taskpods)) != 0))
         goto out;
     if ((rc = kd_k8s_informer_start(c.exps)) != 0 || (rc = kd_k8s_informer_start(c.trials)) != 0 ||
         (rc = kd_k8s_informer_start(c.pods)) != 0 || (rc = kd_k8s_informer_start(c.nodes)) != 0 ||
@@ -765,7 +814,9 @@ int main(int argc, char **argv)
             kd_k8s_informer_wait_synced(c.trials, 1000) != 0 ||
             kd_k8s_informer_wait_synced(c.pods, 1000) != 0 ||
             kd_k8s_informer_wait_synced(c.nodes, 1000) != 0 ||
-            kd_k8s_informer_wait_synced(c.others, 1000) != 0)) {
+            kd_k8s_informer_wait_synced(c.others, 1000) != 0 ||
+            (c.tasks != NULL && (kd_k8s_informer_wait_synced(c.tasks, 1000) != 0 ||
+                                 kd_k8s_informer_wait_synced(c.taskpods, 1000) != 0)))) {
         unsigned char b;
         if (read(sig_pipe[0], &b, 1) == 1)
             goto shutdown;
@@ -826,7 +877,9 @@ int main(int argc, char **argv)
     if ((rc = kd_k8s_queue_start_workers(c.expq, c.o.workers, kd_ctrl_reconcile_experiment_timed,
                                          &c)) != 0 ||
         (rc = kd_k8s_queue_start_workers(c.trialq, c.o.workers, kd_ctrl_reconcile_trial_timed,
-                                         &c)) != 0)
+                                         &c)) != 0 ||
+        (c.tasks != NULL && (rc = kd_k8s_queue_start_workers(
+                                 c.taskq, c.o.workers, kd_ctrl_reconcile_task_timed, &c)) != 0))
         goto shutdown;
     if (pthread_create(&sched_thread, NULL, sched_main, &c) == 0)
         sched_started = true;
@@ -849,10 +902,12 @@ shutdown:
         pthread_join(sched_thread, NULL);
     kd_k8s_queue_shutdown(c.expq, false);
     kd_k8s_queue_shutdown(c.trialq, false);
+    kd_k8s_queue_shutdown(c.taskq, false);
     /* Join the workers (they read the informers' caches), but free the queues only once the
      * informers have stopped: until then a watch event still calls their add. */
     kd_k8s_queue_shutdown(c.expq, true);
     kd_k8s_queue_shutdown(c.trialq, true);
+    kd_k8s_queue_shutdown(c.taskq, true);
     kd_ctrl_wire_stop(&c);
     kd_k8s_leader_stop(c.leader);
     c.leader = NULL;
@@ -861,9 +916,12 @@ shutdown:
     kd_k8s_informer_free(c.pods);
     kd_k8s_informer_free(c.nodes);
     kd_k8s_informer_free(c.others);
+    kd_k8s_informer_free(c.tasks);
+    kd_k8s_informer_free(c.taskpods);
     kd_k8s_queue_free(c.expq);
     kd_k8s_queue_free(c.trialq);
-    c.expq = c.trialq = NULL;
+    kd_k8s_queue_free(c.taskq);
+    c.expq = c.trialq = c.taskq = NULL;
     struct kd_k8s_client_stats cs;
     kd_k8s_client_stats(c.client, &cs);
     KD_INFO("stopped",
@@ -878,6 +936,7 @@ shutdown:
 out:
     kd_k8s_queue_free(c.expq);
     kd_k8s_queue_free(c.trialq);
+    kd_k8s_queue_free(c.taskq);
     kd_ctrl_wire_stop(&c);
     kd_events_stop(c.events, 2000);
     kd_k8s_client_free(c.events_client);

@@ -54,6 +54,8 @@ static void on_render(void *ud)
                   c->expq != NULL ? (double)kd_k8s_queue_len(c->expq) : 0);
     kd_metric_set(c->m.queue_depth, (const char *[]){"trials"},
                   c->trialq != NULL ? (double)kd_k8s_queue_len(c->trialq) : 0);
+    kd_metric_set(c->m.queue_depth, (const char *[]){"tasks"},
+                  c->taskq != NULL ? (double)kd_k8s_queue_len(c->taskq) : 0);
     by_state(c->exps, c->m.experiments, 1);
     by_state(c->trials, c->m.trials, 0);
     kd_metric_set(c->m.leader, NULL,
@@ -67,7 +69,7 @@ void kd_ctrl_metrics_init(struct kd_ctrl *c)
     struct kd_metrics *m = kd_metrics_new();
     c->metrics = m;
     c->m.reconciles = kd_metrics_counter(m, "kdet_reconciles_total",
-                                         "Reconciles by kind (experiment, trial) and result "
+                                         "Reconciles by kind (experiment, trial, task) and result "
                                          "(ok, requeue, error).",
                                          "kind,result");
     c->m.reconcile_seconds = kd_metrics_histogram(
@@ -116,4 +118,9 @@ int kd_ctrl_reconcile_experiment_timed(const char *key, long *requeue_after_ms, 
 int kd_ctrl_reconcile_trial_timed(const char *key, long *requeue_after_ms, void *ud)
 {
     return timed(ud, "trial", kd_ctrl_reconcile_trial, key, requeue_after_ms);
+}
+
+int kd_ctrl_reconcile_task_timed(const char *key, long *requeue_after_ms, void *ud)
+{
+    return timed(ud, "task", kd_ctrl_reconcile_task, key, requeue_after_ms);
 }

@@ -23,5 +23,6 @@ void kd_ctrl_metrics_free(struct kd_ctrl *c);
 /** kd_ctrl_reconcile_experiment and _trial, counted and timed (ud: the kd_ctrl). */
 int kd_ctrl_reconcile_experiment_timed(const char *key, long *requeue_after_ms, void *ud);
 int kd_ctrl_reconcile_trial_timed(const char *key, long *requeue_after_ms, void *ud);
+int kd_ctrl_reconcile_task_timed(const char *key, long *requeue_after_ms, void *ud);
 
 #endif

@@ -213,8 +213,9 @@ static char *shm_quantity(const json_t *cfg)
     return q;
 }
 
-/* Find (or append) the container named name (or determined-container) in containers. */
-static json_t *our_container(json_t *containers)
+/* Find (or append) kdet's container (named trial or determined-container in the user's pod_spec)
+ * in containers, and name it `name`. */
+static json_t *our_container(json_t *containers, const char *name)
 {
     size_t i;
     json_t *c, *found = NULL;
@@ -229,7 +230,7 @@ static json_t *our_container(json_t *containers)
         found = json_object();
         json_array_insert_new(containers, 0, found);
     }
-    json_object_set_new(found, "name", json_string(KD_POD_CONTAINER));
+    json_object_set_new(found, "name", json_string(name));
     return found;
 }
 
@@ -754,6 +755,74 @@ static void same_node(json_t *ps, const char *trial, const char *run_id)
                                          "topologyKey", "kubernetes.io/hostname"));
 }
 
+/* Priority class, restart policy, grace period, the node the scheduler chose and the resource
+ * pool's selector and toleration. */
+static void placement(json_t *ps, const json_t *cfg, const char *node, const struct kd_pod_opts *o)
+{
+    const char *pool = json_string_value(get_path(cfg, "resources", "resource_pool"));
+    int priority = (int)json_integer_value(get_path(cfg, "resources", "priority"));
+    json_object_set_new(ps, "restartPolicy", json_string("Never"));
+    json_object_set_new(ps, "terminationGracePeriodSeconds",
+                        json_integer(o->grace_period_s > 0 ? o->grace_period_s : 30));
+    if (o->priority_classes)
+        json_object_set_new(ps, "priorityClassName", json_string(kd_pod_priority_class(priority)));
+    json_t *sel = child(ps, "nodeSelector", false);
+    if (node != NULL)
+        json_object_set_new(sel, "kubernetes.io/hostname", json_string(node));
+    if (pool != NULL && pool[0] != '\0' && strcmp(pool, "default") != 0) {
+        json_object_set_new(sel, KD_POD_LABEL_POOL, json_string(pool));
+        json_array_append_new(child(ps, "tolerations", true),
+                              json_pack("{s:s,s:s,s:s,s:s}", "key", KD_POD_LABEL_POOL, "operator",
+                                        "Equal", "value", pool, "effect", "NoSchedule"));
+    }
+    if (json_object_size(sel) == 0)
+        json_object_del(ps, "nodeSelector");
+}
+
+/* The container's pull policy, capabilities, ports, termination message and user. */
+static int container_common(json_t *ps, json_t *c, const json_t *cfg, const struct kd_pod_opts *o,
+                            char *err)
+{
+    int rc = 0;
+    if (json_is_true(get_path(cfg, "environment", "force_pull_image")))
+        json_object_set_new(c, "imagePullPolicy", json_string("Always"));
+    add_caps(c, get_path(cfg, "environment", "add_capabilities"), "add");
+    add_caps(c, get_path(cfg, "environment", "drop_capabilities"), "drop");
+    if ((rc = container_ports(c, cfg, o, err)) != 0)
+        goto out;
+    /* A failure's reason is at the end of the output: the kubelet puts the last lines in
+     * state.terminated.message, which outlives the pod (unless the template chose). */
+    if (json_object_get(c, "terminationMessagePolicy") == NULL)
+        json_object_set_new(c, "terminationMessagePolicy", json_string("FallbackToLogsOnError"));
+    run_as(ps, c, o->run_as_user);
+out:
+    return rc;
+}
+
+/* `slots` GPUs (limits) or CPU slots (requests and limits, annotated), and /dev/shm. */
+static void slots_and_shm(json_t *ps, json_t *md, json_t *c, int slots, const char *shm,
+                          const struct kd_pod_opts *o)
+{
+    char buf[32];
+    if (slots > 0 && o->cpu_slots) {
+        slot_resources(c, slots, o);
+        snprintf(buf, sizeof(buf), "%d", slots);
+        json_object_set_new(child(md, "annotations", false), KD_POD_ANN_CPU_SLOTS,
+                            json_string(buf));
+    } else if (slots > 0) {
+        json_t *res = child(c, "resources", false);
+        snprintf(buf, sizeof(buf), "%d", slots);
+        json_object_set_new(child(res, "limits", false), "nvidia.com/gpu", json_string(buf));
+    }
+    if (shm != NULL) {
+        json_array_append_new(child(ps, "volumes", true),
+                              json_pack("{s:s,s:{s:s,s:s}}", "name", "kdet-shm", "emptyDir",
+                                        "medium", "Memory", "sizeLimit", shm));
+        json_array_append_new(child(c, "volumeMounts", true),
+                              json_pack("{s:s,s:s}", "name", "kdet-shm", "mountPath", "/dev/shm"));
+    }
+}
+
 int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                  const char *const *nodes, int gpus, int npods, const struct kd_pod_opts *o,
                  json_t **out, char *err)
@@ -790,9 +859,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
         kd_strlcpy(chief, "127.0.0.1", sizeof(chief));
     else
         snprintf(chief, sizeof(chief), "node0.%s.%s.svc", svc, ns);
-    const char *pool = json_string_value(get_path(cfg, "resources", "resource_pool"));
     bool single = json_is_true(get_path(cfg, "resources", "is_single_node"));
-    int priority = (int)json_integer_value(get_path(cfg, "resources", "priority"));
     for (int r = 0; r < npods; r++) {
         json_t *pod = json_deep_copy(base);
         json_object_set_new(pod, "apiVersion", json_string("v1"));
@@ -826,24 +893,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
         json_object_set_new(md, "ownerReferences", owners);
 
         json_t *ps = child(pod, "spec", false);
-        json_object_set_new(ps, "restartPolicy", json_string("Never"));
-        json_object_set_new(ps, "terminationGracePeriodSeconds",
-                            json_integer(o->grace_period_s > 0 ? o->grace_period_s : 30));
-        if (o->priority_classes)
-            json_object_set_new(ps, "priorityClassName",
-                                json_string(kd_pod_priority_class(priority)));
-        json_t *sel = child(ps, "nodeSelector", false);
-        if (nodes != NULL && nodes[r] != NULL)
-            json_object_set_new(sel, "kubernetes.io/hostname", json_string(nodes[r]));
-        if (pool != NULL && pool[0] != '\0' && strcmp(pool, "default") != 0) {
-            json_object_set_new(sel, KD_POD_LABEL_POOL, json_string(pool));
-            json_array_append_new(child(ps, "tolerations", true),
-                                  json_pack("{s:s,s:s,s:s,s:s}", "key", KD_POD_LABEL_POOL,
-                                            "operator", "Equal", "value", pool, "effect",
-                                            "NoSchedule"));
-        }
-        if (json_object_size(sel) == 0)
-            json_object_del(ps, "nodeSelector");
+        placement(ps, cfg, nodes != NULL ? nodes[r] : NULL, o);
         if (o->nexclude > 0)
             exclude_nodes(ps, o->exclude_nodes, o->nexclude);
         if (npods > 1 && single && (nodes == NULL || nodes[r] == NULL))
@@ -854,7 +904,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
             json_object_set_new(ps, "subdomain", json_string(svc));
         }
 
-        json_t *c = our_container(child(ps, "containers", true));
+        json_t *c = our_container(child(ps, "containers", true), KD_POD_CONTAINER);
         if (json_object_get(c, "image") == NULL || image != NULL)
             json_object_set_new(c, "image",
                                 json_string(image != NULL      ? image
@@ -869,20 +919,10 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
             json_array_append_new(cmd, json_string(argv[i]));
         json_object_set_new(c, "command", cmd);
         json_object_del(c, "args");
-        if (json_is_true(get_path(cfg, "environment", "force_pull_image")))
-            json_object_set_new(c, "imagePullPolicy", json_string("Always"));
-        add_caps(c, get_path(cfg, "environment", "add_capabilities"), "add");
-        add_caps(c, get_path(cfg, "environment", "drop_capabilities"), "drop");
-        if ((rc = container_ports(c, cfg, o, err)) != 0) {
+        if ((rc = container_common(ps, c, cfg, o, err)) != 0) {
             json_decref(pod);
             goto out;
         }
-        /* A failure's reason is at the end of the output: the kubelet puts the last lines in
-         * state.terminated.message, which outlives the pod (unless the template chose). */
-        if (json_object_get(c, "terminationMessagePolicy") == NULL)
-            json_object_set_new(c, "terminationMessagePolicy",
-                                json_string("FallbackToLogsOnError"));
-        run_as(ps, c, o->run_as_user);
 
         json_t *env = child(c, "env", true);
         if ((rc = user_env(env, cfg, ngpus, err)) != 0) {
@@ -940,24 +980,7 @@ int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
         }
         s3_creds_env(env, cfg);
 
-        if (gpus > 0 && o->cpu_slots) {
-            slot_resources(c, gpus, o);
-            snprintf(buf, sizeof(buf), "%d", gpus);
-            json_object_set_new(child(md, "annotations", false), KD_POD_ANN_CPU_SLOTS,
-                                json_string(buf));
-        } else if (gpus > 0) {
-            json_t *res = child(c, "resources", false);
-            snprintf(buf, sizeof(buf), "%d", gpus);
-            json_object_set_new(child(res, "limits", false), "nvidia.com/gpu", json_string(buf));
-        }
-        if (shm != NULL) {
-            json_array_append_new(child(ps, "volumes", true),
-                                  json_pack("{s:s,s:{s:s,s:s}}", "name", "kdet-shm", "emptyDir",
-                                            "medium", "Memory", "sizeLimit", shm));
-            json_array_append_new(
-                child(c, "volumeMounts", true),
-                json_pack("{s:s,s:s}", "name", "kdet-shm", "mountPath", "/dev/shm"));
-        }
+        slots_and_shm(ps, md, c, gpus, shm, o);
         ckpt_volume(ps, c, cfg);
         if ((rc = host_mounts(ps, c, cfg, o, err)) != 0) {
             json_decref(pod);
@@ -975,5 +998,203 @@ out:
     json_decref(base);
     free(shm);
     free(hp);
+    return rc;
+}
+
+/*
+ * What a task's process is, after `kdet-launch --nproc 1 --`. The services
+ * listen on KDET_TASK_PORT, which kdet-launch picks and reports to the
+ * controller before it starts them (KDET_TASK_SERVICE). Shell words, so
+ * that one image-independent line finds the program in the image's PATH.
+ */
+/* Jupyter: the classic notebook server when the image has it (a UI), else jupyter-server; the
+ * token comes from JUPYTER_TOKEN, the base URL is the controller's proxy path. */
+static const char notebook_sh[] =
+    "if command -v jupyter-notebook >/dev/null 2>&1; then app=NotebookApp; "
+    "prog=jupyter-notebook; else app=ServerApp; prog=jupyter-server; fi; "
+    "exec \"$prog\" --ip=0.0.0.0 --port=\"$KDET_TASK_PORT\" --port-retries=0 --no-browser "
+    "--allow-root --$app.base_url=\"" KD_POD_TASK_PROXY "$KDET_TASK_ID/\" "
+    "--$app.allow_remote_access=True --$app.allow_origin='*'";
+/* sshd on the Secret's host key, accepting the Secret's client key only, for the pod's user. */
+static const char shell_sh[] =
+    "set -e; d=\"${TMPDIR:-/tmp}/kdet-sshd-$KDET_RUN_ID\"; mkdir -p \"$d\"; chmod 700 \"$d\"; "
+    "cp \"$KDET_SSH_DIR/host_key\" \"$d/host_key\"; cp \"$KDET_SSH_DIR/authorized_keys\" "
+    "\"$d/authorized_keys\"; chmod 600 \"$d/host_key\" \"$d/authorized_keys\"; "
+    "if [ \"$(id -u)\" = 0 ]; then mkdir -p /run/sshd; chmod 755 /run/sshd; fi; "
+    "sshd=$(command -v sshd || echo /usr/sbin/sshd); "
+    "exec \"$sshd\" -D -e -f /dev/null -p \"$KDET_TASK_PORT\" -h \"$d/host_key\" "
+    "-o AuthorizedKeysFile=\"$d/authorized_keys\" -o StrictModes=no "
+    "-o PasswordAuthentication=no -o KbdInteractiveAuthentication=no "
+    "-o PermitRootLogin=prohibit-password -o PidFile=none -o PrintMotd=no";
+static const char tensorboard_sh[] =
+    "exec tensorboard --logdir_spec \"$KDET_TENSORBOARD_LOGDIR\" --port \"$KDET_TASK_PORT\" "
+    "--bind_all --path_prefix \"" KD_POD_TASK_PROXY "$KDET_TASK_ID\"";
+
+/* The environment a task's launcher and process need; the token from the Secret <task>-token. */
+static void task_env(json_t *env, const json_t *task, const char *kind, const char *run_id,
+                     const struct kd_pod_opts *o, bool service)
+{
+    char secret[300];
+    snprintf(secret, sizeof(secret), "%s-token", meta(task, "name"));
+    env_set(env, "KDET_TASK_ID", meta(task, "name"));
+    env_set(env, "KDET_TASK_KIND", kind);
+    env_set(env, "KDET_NAMESPACE", meta(task, "namespace"));
+    env_set(env, "KDET_RUN_ID", run_id);
+    if (o->controller_url != NULL && o->controller_url[0] != '\0')
+        env_set(env, "KDET_CONTROLLER_URL", o->controller_url);
+    if (service)
+        env_set(env, "KDET_TASK_SERVICE", "1");
+    if (!o->api)
+        return;
+    /* Secrets by reference only, replacing what the user's environment says of them. */
+    static const char *const refs[] = {"KDET_TOKEN", "KDET_CONTROLLER_CA", "JUPYTER_TOKEN",
+                                       "KDET_POD_IP"};
+    for (size_t r = 0; r < sizeof(refs) / sizeof(refs[0]); r++) {
+        size_t k;
+        json_t *x;
+        json_array_foreach(env, k, x)
+        {
+            if (strcmp(json_string_value(json_object_get(x, "name")) ?: "", refs[r]) == 0) {
+                json_array_remove(env, k);
+                break;
+            }
+        }
+    }
+    json_array_append_new(env, json_pack("{s:s,s:{s:{s:s,s:s}}}", "name", "KDET_TOKEN", "valueFrom",
+                                         "secretKeyRef", "name", secret, "key", "token"));
+    if (o->controller_ca)
+        json_array_append_new(env, json_pack("{s:s,s:{s:{s:s,s:s,s:b}}}", "name",
+                                             "KDET_CONTROLLER_CA", "valueFrom", "secretKeyRef",
+                                             "name", secret, "key", "ca.crt", "optional", 1));
+    if (strcmp(kind, "notebook") == 0)
+        json_array_append_new(env, json_pack("{s:s,s:{s:{s:s,s:s}}}", "name", "JUPYTER_TOKEN",
+                                             "valueFrom", "secretKeyRef", "name", secret, "key",
+                                             "token"));
+    if (service)
+        json_array_append_new(env, json_pack("{s:s,s:{s:{s:s}}}", "name", "KDET_POD_IP",
+                                             "valueFrom", "fieldRef", "fieldPath", "status.podIP"));
+}
+
+int kd_pod_build_task(const json_t *task, const json_t *cfg, const char *run_id, const char *node,
+                      int slots, const struct kd_pod_opts *o, json_t **out, char *err)
+{
+    int rc = 0, argc = 0;
+    char **argv = NULL, *shm = NULL;
+    json_t *pod = NULL;
+    const json_t *spec = json_object_get(task, "spec");
+    const char *tname = meta(task, "name"), *ns = meta(task, "namespace");
+    const char *kind = json_string_value(json_object_get(spec, "kind")) ?: "";
+    int ngpus = o->cpu_slots ? 0 : slots;
+    const char *image = json_string_value(flavor(get_path(cfg, "environment", "image"), ngpus));
+    const char *launcher = o->launcher != NULL ? o->launcher : "kdet-launch";
+    const char *script = NULL;
+    char pname[256];
+    *out = NULL;
+    if (slots < 0) {
+        rc = kd_seterr(err, KD_EINVAL, "resources.slots: %d is not a number of slots", slots);
+        goto out;
+    }
+    if (strcmp(kind, "command") == 0) {
+        if ((rc = kd_config_launch_argv(json_object_get(cfg, "entrypoint"), &argv, &argc, err)) !=
+            0)
+            goto out;
+    } else if (strcmp(kind, "notebook") == 0) {
+        script = notebook_sh;
+    } else if (strcmp(kind, "shell") == 0) {
+        script = shell_sh;
+    } else if (strcmp(kind, "tensorboard") == 0) {
+        script = tensorboard_sh;
+        if (image == NULL)
+            image = o->tensorboard_image;
+    } else {
+        rc = kd_seterr(err, KD_EINVALID, "spec.kind: %s is not a kind of task", kind);
+        goto out;
+    }
+    if ((rc = kd_pod_name(tname, 0, pname, sizeof(pname))) != 0) {
+        kd_seterr(err, rc, "metadata.name: task name %s is too long for its pod's name", tname);
+        goto out;
+    }
+    if ((rc = user_pod(cfg, &pod, err)) != 0)
+        goto out;
+    shm = shm_quantity(cfg);
+    json_object_set_new(pod, "apiVersion", json_string("v1"));
+    json_object_set_new(pod, "kind", json_string("Pod"));
+    json_t *md = child(pod, "metadata", false);
+    json_object_set_new(md, "name", json_string(pname));
+    json_object_set_new(md, "namespace", json_string(ns));
+    json_t *labels = child(md, "labels", false);
+    json_object_set_new(labels, KD_POD_LABEL_TASK, json_string(tname));
+    json_object_set_new(labels, KD_POD_LABEL_TASK_KIND, json_string(kind));
+    json_object_set_new(labels, KD_POD_LABEL_RUN, json_string(run_id));
+    kd_pod_scope_labels(labels, cfg);
+    json_object_set_new(md, "ownerReferences",
+                        json_pack("[{s:s,s:s,s:s,s:s,s:b,s:b}]", "apiVersion", "kdet.io/v1alpha1",
+                                  "kind", "Task", "name", tname, "uid", meta(task, "uid"),
+                                  "controller", 1, "blockOwnerDeletion", 1));
+    json_t *ps = child(pod, "spec", false);
+    placement(ps, cfg, node, o);
+    json_t *c = our_container(child(ps, "containers", true), KD_POD_TASK_CONTAINER);
+    if (json_object_get(c, "image") == NULL || image != NULL)
+        json_object_set_new(c, "image",
+                            json_string(image != NULL      ? image
+                                        : o->image != NULL ? o->image
+                                                           : "kdet/trial:latest"));
+    json_t *cmd = json_pack("[s,s,s]", launcher, "--nproc", "1");
+    if (script != NULL) {
+        json_array_append_new(cmd, json_string("--"));
+        json_array_append_new(cmd, json_string("sh"));
+        json_array_append_new(cmd, json_string("-c"));
+        json_array_append_new(cmd, json_string(script));
+    }
+    for (int i = 0; i < argc; i++)
+        json_array_append_new(cmd, json_string(argv[i]));
+    json_object_set_new(c, "command", cmd);
+    json_object_del(c, "args");
+    if ((rc = container_common(ps, c, cfg, o, err)) != 0)
+        goto out;
+    json_t *env = child(c, "env", true);
+    if ((rc = user_env(env, cfg, ngpus, err)) != 0)
+        goto out;
+    task_env(env, task, kind, run_id, o, script != NULL);
+    if (strcmp(kind, "tensorboard") == 0)
+        env_set(env, "KDET_TENSORBOARD_LOGDIR",
+                o->tensorboard_logdir != NULL ? o->tensorboard_logdir : "");
+    s3_creds_env(env, cfg);
+    slots_and_shm(ps, md, c, slots, shm, o);
+    if ((rc = host_mounts(ps, c, cfg, o, err)) != 0)
+        goto out;
+    const char *wd = json_string_value(json_object_get(cfg, "work_dir"));
+    const json_t *ctx = json_object_get(spec, "context");
+    if (ctx != NULL)
+        context_env(ps, c, env, ctx, cfg, run_id, 0);
+    if (wd != NULL && wd[0] == '/') {
+        /* The context is unpacked there, and kept: the directory persists with the node's
+         * file system or the volume mounted at it (docs/tasks.md). */
+        if (ctx != NULL && json_object_get(ctx, "path") == NULL)
+            env_set(env, "KDET_CONTEXT_DIR", wd);
+        json_object_set_new(c, "workingDir", json_string(wd));
+    }
+    if (strcmp(kind, "shell") == 0) {
+        char *mount = kd_xasprintf("%s/%s", KD_POD_SSH_MOUNT, run_id);
+        char *secret = kd_xasprintf("%s%s", tname, KD_POD_SSH_SUFFIX);
+        json_array_append_new(child(ps, "volumes", true),
+                              json_pack("{s:s,s:{s:s,s:i,s:[{s:s,s:s},{s:s,s:s}]}}", "name",
+                                        KD_POD_SSH_VOLUME, "secret", "secretName", secret,
+                                        "defaultMode", 0600, "items", "key", "ssh_host_key", "path",
+                                        "host_key", "key", "authorized_keys", "path",
+                                        "authorized_keys"));
+        json_array_append_new(child(c, "volumeMounts", true),
+                              json_pack("{s:s,s:s,s:b}", "name", KD_POD_SSH_VOLUME, "mountPath",
+                                        mount, "readOnly", 1));
+        env_set(env, "KDET_SSH_DIR", mount);
+        free(mount);
+        free(secret);
+    }
+    *out = pod;
+    pod = NULL;
+out:
+    kd_config_argv_free(argv);
+    json_decref(pod);
+    free(shm);
     return rc;
 }

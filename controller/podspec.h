@@ -39,6 +39,15 @@
  */
 #define KD_POD_CONTEXT_MOUNT "/run/kdet/context"
 
+/* Tasks (docs/tasks.md): a task's one pod, its container and labels. */
+#define KD_POD_TASK_CONTAINER "task"
+#define KD_POD_LABEL_TASK "kdet.io/task"
+#define KD_POD_LABEL_TASK_KIND "kdet.io/task-kind"
+#define KD_POD_SSH_VOLUME "kdet-ssh"     /* a shell's key Secret <task>-ssh */
+#define KD_POD_SSH_MOUNT "/run/kdet/ssh" /* ... mounted at KD_POD_SSH_MOUNT/<run id> */
+#define KD_POD_SSH_SUFFIX "-ssh"         /* the Secret's name: <task>-ssh */
+#define KD_POD_TASK_PROXY "/proxy/"      /* the controller API serves a task at /proxy/TASK/ */
+
 struct kd_pod_opts {
     const char *image;          /* image when environment.image is unset ["kdet/trial:latest"] */
     const char *launcher;       /* the launcher program in the image ["kdet-launch"] */
@@ -96,6 +105,9 @@ struct kd_pod_opts {
      * left to the device plugin.
      */
     bool allow_host_devices;
+    /* Tasks (kd_pod_build_task). */
+    const char *tensorboard_image;  /* a TensorBoard's image when its config names none */
+    const char *tensorboard_logdir; /* its --logdir_spec (NAME:DIR,...; borrowed; NULL: none) */
 };
 
 /**
@@ -157,5 +169,28 @@ int kd_pod_check(const json_t *cfg, const struct kd_pod_opts *o, char *err) KD_W
 int kd_pod_build(const json_t *trial, const json_t *cfg, const char *run_id,
                  const char *const *nodes, int gpus, int npods, const struct kd_pod_opts *o,
                  json_t **out, char *err) KD_WUR;
+
+/**
+ * The pod of one run of a Task (notebook, command, shell or TensorBoard),
+ * named "<task>-0": `task` is the Task (metadata.name/namespace/uid,
+ * spec.kind, spec.context), `cfg` its config with defaults applied,
+ * `run_id` the run's KDET_RUN_ID, `node` the node the scheduler chose
+ * (NULL: no pin), `slots` its GPUs (or CPU slots with o->cpu_slots). Built
+ * like a trial's pod (kd_pod_build): image, environment variables, GPU or
+ * CPU-slot resources, shared memory, bind mounts, devices, ports,
+ * capabilities, priority class, resource pool, the user's pod_spec, the
+ * context (unpacked into work_dir when the config sets one). The container
+ * `task` runs `kdet-launch --nproc 1 -- ...`: the entrypoint for a
+ * command; for a notebook Jupyter (jupyter-notebook, else jupyter-server,
+ * from the image's PATH) with base URL /proxy/TASK/ and its token from the
+ * task's token Secret; for a shell sshd with the host key and authorized
+ * key of the Secret <task>-ssh; for a TensorBoard `tensorboard` over
+ * o->tensorboard_logdir. A service (all but commands) reports the port
+ * kdet-launch picked for it (KDET_TASK_SERVICE). *out is a new Pod
+ * object. 0 or KD_EINVALID with the field in err. Aborts on out-of-memory.
+ * Pure; thread-safe.
+ */
+int kd_pod_build_task(const json_t *task, const json_t *cfg, const char *run_id, const char *node,
+                      int slots, const struct kd_pod_opts *o, json_t **out, char *err) KD_WUR;
 
 #endif

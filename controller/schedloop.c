@@ -16,9 +16,11 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "capacity.h"
+#include "config/task.h"
 #include "ctrl.h"
 #include "k8s/position.h"
 #include "states.h"
+#include "taskstate.h"
 
 #define ADMIT_TTL_MS 120000 /* an admission not turned into pods by then is dropped */
 
@@ -99,6 +101,19 @@ static bool want_trial(const char *key, bool marked, void *ud)
     return !marked || json_object_get(ps->by_trial, key) != NULL;
 }
 
+/*
+ * The job an ahead-of or behind-of annotation names: an Experiment, else a
+ * Task (kd_exp_lookup_fn; ud: the controller).
+ */
+static json_t *job_lookup(const char *ns, const char *name, void *ud)
+{
+    struct kd_ctrl *c = ud;
+    json_t *o = kd_exp_from_cache(ns, name, kd_k8s_informer_cache(c->exps));
+    if (o == NULL && c->tasks != NULL)
+        o = kd_exp_from_cache(ns, name, kd_k8s_informer_cache(c->tasks));
+    return o;
+}
+
 /* What a pass needs of experiment ekey, decoded once per pass (borrowed; NULL: not cached). */
 static const json_t *exp_facts(struct pass *ps, const char *ekey)
 {
@@ -111,8 +126,7 @@ static const json_t *exp_facts(struct pass *ps, const char *ekey)
     }
     const json_t *spec = json_object_get(exp, "spec");
     const char *estate = kd_ctrl_str(exp, "status", "state", NULL) ?: "";
-    f = json_pack("{s:f,s:I,s:b,s:b}", "position",
-                  kd_queue_position(exp, kd_exp_from_cache, kd_k8s_informer_cache(ps->c->exps)),
+    f = json_pack("{s:f,s:I,s:b,s:b}", "position", kd_queue_position(exp, job_lookup, ps->c),
                   "max_slots",
                   (json_int_t)json_integer_value(
                       json_object_get(json_object_get(spec, "resources"), "max_slots")),
@@ -123,6 +137,34 @@ static const json_t *exp_facts(struct pass *ps, const char *ekey)
     json_object_set_new(ps->exps, ekey, f);
     json_decref(exp);
     return f;
+}
+
+static struct kd_sched_trial *pass_entry(struct pass *ps);
+
+/*
+ * What a trial or task holds: the places of its live pods, else those of its pending admission
+ * (ad may be NULL). Sets t's state RUNNING and its places and returns true when it holds any.
+ */
+static bool held_places(struct pass *ps, struct kd_sched_trial *t, const json_t *live,
+                        const struct kd_handoff_admit *ad)
+{
+    size_t k;
+    json_t *p;
+    if (json_array_size(live) == 0 && ad == NULL)
+        return false;
+    t->state = KD_SCHED_RUNNING;
+    json_array_foreach(live, k, p)
+    {
+        int ni = node_index(ps->nodes, ps->nn, pod_node(p));
+        if (ni >= 0 && t->nplace < KD_SCHED_MAX_PODS)
+            t->place[t->nplace++] = (struct kd_sched_place){ni, pod_slots(p)};
+    }
+    for (int i = 0; json_array_size(live) == 0 && i < ad->nplace; i++) {
+        int ni = node_index(ps->nodes, ps->nn, ad->nodes[i]);
+        if (ni >= 0 && t->nplace < KD_SCHED_MAX_PODS)
+            t->place[t->nplace++] = (struct kd_sched_place){ni, ad->gpus};
+    }
+    return true;
 }
 
 /* kd_k8s_cache_each_if callback: add the trial to the pass when it runs, is admitted or waits. */
@@ -144,14 +186,7 @@ static int gather_trial(json_t *o, void *ud)
     const json_t *exp = exp_facts(ps, ekey);
     if (exp == NULL)
         return 0;
-    if (ps->n == ps->cap) {
-        ps->cap = ps->cap != 0 ? 2 * ps->cap : 64;
-        ps->ts = kd_xrealloc(ps->ts, ps->cap * sizeof(*ps->ts));
-        ps->keys = kd_xrealloc(ps->keys, ps->cap * sizeof(*ps->keys));
-        ps->groups = kd_xrealloc(ps->groups, ps->cap * sizeof(*ps->groups));
-    }
-    struct kd_sched_trial *t = &ps->ts[ps->n];
-    memset(t, 0, sizeof(*t));
+    struct kd_sched_trial *t = pass_entry(ps);
     const json_t *res = json_object_get(json_object_get(o, "spec"), "resources");
     kd_strlcpy(t->pool, json_string_value(json_object_get(res, "resourcePool")) ?: "default",
                sizeof(t->pool));
@@ -182,27 +217,10 @@ static int gather_trial(json_t *o, void *ud)
     /* Holding capacity: live pods, else a pending admission. */
     struct kd_handoff_admit held;
     const struct kd_handoff_admit *ad = kd_handoff_holds(c->handoff, key, &held) ? &held : NULL;
-    if (json_array_size(live) > 0) {
-        t->state = KD_SCHED_RUNNING;
-        size_t k;
-        json_t *p;
-        json_array_foreach(live, k, p)
-        {
-            int ni = node_index(ps->nodes, ps->nn, pod_node(p));
-            if (ni < 0 || t->nplace >= KD_SCHED_MAX_PODS)
-                continue;
-            t->place[t->nplace++] = (struct kd_sched_place){ni, pod_slots(p)};
-        }
-        t->stopping = paused || exp_stopping || st != KD_TRIAL_ACTIVE ||
-                      kd_handoff_preempting(c->handoff, key);
-    } else if (ad != NULL) {
-        t->state = KD_SCHED_RUNNING;
-        for (int k = 0; k < ad->nplace; k++) {
-            int ni = node_index(ps->nodes, ps->nn, ad->nodes[k]);
-            if (ni >= 0)
-                t->place[t->nplace++] = (struct kd_sched_place){ni, ad->gpus};
-        }
-        t->stopping = true; /* not started yet: never a victim */
+    if (held_places(ps, t, live, ad)) {
+        /* An admission without pods has not started yet: never a victim. */
+        t->stopping = json_array_size(live) == 0 || paused || exp_stopping ||
+                      st != KD_TRIAL_ACTIVE || kd_handoff_preempting(c->handoff, key);
     } else if (st == KD_TRIAL_QUEUED && !paused && !exp_stopping) {
         t->state = KD_SCHED_WAITING;
     } else {
@@ -211,6 +229,100 @@ static int gather_trial(json_t *o, void *ud)
     ps->keys[ps->n] = kd_xstrdup(key);
     ps->groups[ps->n] = kd_xstrdup(ekey);
     ps->n++;
+    return 0;
+}
+
+/* Room for one more entry of the pass. */
+static struct kd_sched_trial *pass_entry(struct pass *ps)
+{
+    if (ps->n == ps->cap) {
+        ps->cap = ps->cap != 0 ? 2 * ps->cap : 64;
+        ps->ts = kd_xrealloc(ps->ts, ps->cap * sizeof(*ps->ts));
+        ps->keys = kd_xrealloc(ps->keys, ps->cap * sizeof(*ps->keys));
+        ps->groups = kd_xrealloc(ps->groups, ps->cap * sizeof(*ps->groups));
+    }
+    struct kd_sched_trial *t = &ps->ts[ps->n];
+    memset(t, 0, sizeof(*t));
+    return t;
+}
+
+/* Ended tasks without live pods are marked in the cache and not decoded again. */
+static bool want_task(const char *key, bool marked, void *ud)
+{
+    struct pass *ps = ud;
+    char hk[600];
+    snprintf(hk, sizeof(hk), "%s%s", KD_CTRL_TASK_KEY, key);
+    return !marked || json_object_get(ps->by_trial, hk) != NULL;
+}
+
+/*
+ * kd_k8s_cache_each_if callback: a task is scheduled as a trial of its own
+ * group, never a preemption victim (docs/tasks.md, "Preemption").
+ */
+static int gather_task(json_t *o, void *ud)
+{
+    struct pass *ps = ud;
+    struct kd_ctrl *c = ps->c;
+    enum kd_task_state st;
+    enum kd_task_kind kind;
+    char key[600], hk[620];
+    if (!kd_task_state_parse(kd_ctrl_str(o, "status", "state", NULL), &st))
+        st = KD_TASK_QUEUED;
+    if (kd_k8s_obj_key(o, key, sizeof(key)) != 0)
+        return 0;
+    snprintf(hk, sizeof(hk), "%s%s", KD_CTRL_TASK_KEY, key);
+    json_t *live = json_object_get(ps->by_trial, hk);
+    if (st == KD_TASK_TERMINATED && json_array_size(live) == 0)
+        return KD_K8S_EACH_MARK;
+    const json_t *spec = json_object_get(o, "spec");
+    const json_t *cfg = json_object_get(spec, "config");
+    const json_t *res = json_object_get(cfg, "resources");
+    if (kd_task_kind_parse(json_string_value(json_object_get(spec, "kind")), &kind) != 0)
+        return 0;
+    struct kd_handoff_admit held;
+    const struct kd_handoff_admit *ad = kd_handoff_holds(c->handoff, hk, &held) ? &held : NULL;
+    bool killed = json_is_true(json_object_get(spec, "killed"));
+    struct kd_sched_trial *t = pass_entry(ps);
+    const char *pool = json_string_value(json_object_get(res, "resource_pool"));
+    kd_strlcpy(t->pool, pool != NULL && pool[0] ? pool : "default", sizeof(t->pool));
+    t->slots = kd_task_config_slots(kind, cfg);
+    t->priority = (int)json_integer_value(json_object_get(res, "priority"));
+    if (t->priority < 1 || t->priority > 99)
+        t->priority = 42;
+    t->weight = json_is_number(json_object_get(res, "weight"))
+                    ? json_number_value(json_object_get(res, "weight"))
+                    : 1.0;
+    t->position = kd_queue_position(o, job_lookup, c);
+    t->no_preempt = true;
+    if (held_places(ps, t, live, ad)) {
+        t->stopping = json_array_size(live) == 0 || killed || st == KD_TASK_TERMINATING ||
+                      st == KD_TASK_TERMINATED;
+    } else if (st == KD_TASK_QUEUED && !killed) {
+        t->state = KD_SCHED_WAITING;
+    } else {
+        return 0;
+    }
+    ps->keys[ps->n] = kd_xstrdup(hk);
+    ps->groups[ps->n] = kd_xstrdup(hk);
+    ps->n++;
+    return 0;
+}
+
+/* kd_k8s_cache_each_if callback: file a live task pod under its task's handoff key. */
+static int gather_task_pod(json_t *o, void *ud)
+{
+    json_t *by_trial = ud;
+    const char *t = kd_ctrl_str(o, "metadata", "labels", KD_POD_LABEL_TASK);
+    if (t == NULL || !pod_live(o))
+        return KD_K8S_EACH_MARK;
+    char k[700];
+    snprintf(k, sizeof(k), "%s%s/%s", KD_CTRL_TASK_KEY, kd_k8s_meta_str(o, "namespace"), t);
+    json_t *arr = json_object_get(by_trial, k);
+    if (arr == NULL) {
+        arr = json_array();
+        json_object_set_new(by_trial, k, arr);
+    }
+    json_array_append(arr, o);
     return 0;
 }
 
@@ -311,8 +423,14 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
                                    &ot);
     (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->pods), c->o.ns, want_pod, gather_pod,
                                by_trial);
+    if (c->taskpods != NULL)
+        (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->taskpods), c->o.ns, want_pod,
+                                   gather_task_pod, by_trial);
     (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->trials), c->o.ns, want_trial, gather_trial,
                                &ps);
+    if (c->tasks != NULL)
+        (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->tasks), c->o.ns, want_task, gather_task,
+                                   &ps);
     ts = ps.ts;
     n = ps.n;
     for (size_t k = 0; k < n; k++) {
@@ -362,6 +480,10 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     }
     for (size_t k = 0; k < n; k++) {
         struct kd_sched_trial *t = &ts[k];
+        /* A task's key names its reconciler's queue and, after the prefix, its object. */
+        bool task = strncmp(t->key, KD_CTRL_TASK_KEY, strlen(KD_CTRL_TASK_KEY)) == 0;
+        const char *qkey = task ? t->key + strlen(KD_CTRL_TASK_KEY) : t->key;
+        struct kd_k8s_queue *q = task ? c->taskq : c->trialq;
         if (t->decision == KD_SCHED_ADMIT) {
             const char *pin[KD_SCHED_MAX_PODS] = {NULL};
             /* Delegated: no node pin, the batch scheduler places the pods. */
@@ -369,16 +491,17 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
                 pin[p] = nodes[t->place[p].node].name;
             kd_handoff_admit(c->handoff, t->key, t->nplace, pin,
                              t->nplace > 0 ? t->place[0].gpus : 0, t->cpu, now);
-            KD_INFO("trial admitted", "trial=%s slots=%d slot_type=%s pods=%d node=%s",
-                    kd_logq(t->key), t->slots, t->cpu ? "cpu" : "gpu", t->nplace,
+            KD_INFO(task ? "task admitted" : "trial admitted",
+                    "%s=%s slots=%d slot_type=%s pods=%d node=%s", task ? "task" : "trial",
+                    kd_logq(qkey), t->slots, t->cpu ? "cpu" : "gpu", t->nplace,
                     pin[0] != NULL ? kd_logq(pin[0]) : "");
-            kd_k8s_queue_add(c->trialq, t->key);
+            kd_k8s_queue_add(q, qkey);
         } else if (t->decision == KD_SCHED_PREEMPT) {
             if (kd_handoff_preempt(c->handoff, t->key, t->reason))
-                kd_k8s_queue_add(c->trialq, t->key);
+                kd_k8s_queue_add(q, qkey);
         } else if (t->decision == KD_SCHED_WAIT || t->decision == KD_SCHED_NEVER) {
             if (kd_handoff_say(c->handoff, t->key, kd_sched_decision_name(t->decision), t->reason))
-                kd_k8s_queue_add(c->trialq, t->key);
+                kd_k8s_queue_add(q, qkey);
         }
     }
 out:

@@ -517,8 +517,8 @@ static bool under_cap(struct kd_sched_trial *t, struct kd_sched_trial *trials, s
  */
 static bool victim_ok(const struct kd_sched_trial *v, const struct kd_sched_trial *w)
 {
-    return v->decision == KD_SCHED_KEEP && !v->stopping && v->priority > w->priority &&
-           strcmp(v->pool, w->pool) == 0;
+    return v->decision == KD_SCHED_KEEP && !v->stopping && !v->no_preempt &&
+           v->priority > w->priority && strcmp(v->pool, w->pool) == 0;
 }
 
 static bool preempt_for(struct kd_sched_trial *w, const struct ctx *x, int *avail,

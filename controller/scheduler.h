@@ -121,8 +121,9 @@ struct kd_sched_trial {
     double position;     /* queue order within a priority, smaller first (e.g. creation ms) */
     int64_t index;       /* tie-break after position (the trial's number) */
     enum kd_sched_state state;
-    bool stopping; /* RUNNING but already being stopped: never chosen as a victim */
-    int nplace;    /* RUNNING: its placement */
+    bool stopping;   /* RUNNING but already being stopped: never chosen as a victim */
+    bool no_preempt; /* never chosen as a victim (a task: docs/tasks.md, "Preemption") */
+    int nplace;      /* RUNNING: its placement */
     struct kd_sched_place place[KD_SCHED_MAX_PODS];
     /* Nodes (indices into the node array) it is never placed on: exclude_node log policies. */
     int exclude[KD_SCHED_MAX_EXCLUDE];

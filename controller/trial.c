@@ -247,21 +247,6 @@ static json_t *pods_of(struct kd_ctrl *c, const json_t *trial)
     return out;
 }
 
-/* Whether condition `type` is True in a Trial's status. */
-static bool condition_true(const json_t *tstatus, const char *type)
-{
-    bool yes = false;
-    size_t i;
-    json_t *cnd;
-    json_array_foreach(json_object_get(tstatus, "conditions"), i, cnd)
-    {
-        if (strcmp(json_string_value(json_object_get(cnd, "type")) ?: "", type) == 0 &&
-            strcmp(json_string_value(json_object_get(cnd, "status")) ?: "", "True") == 0)
-            yes = true;
-    }
-    return yes;
-}
-
 /* The reason of condition `type` in a Trial's status, "" when it has none, NULL when absent. */
 static const char *condition_reason(const json_t *tstatus, const char *type)
 {
@@ -297,14 +282,14 @@ static void end_conditions(const struct kd_ctrl *c, const json_t *trial, json_t 
     /* With a batch scheduler, pods exist (and startTime is set) while it has not admitted them:
      * Scheduled=False with its reason. A trial that ended then was never admitted (and once
      * that says TrialEnded, the repair of an ended trial's conditions keeps it). */
-    bool batch_waiting = delegated(c) && why != NULL && !condition_true(cur, "Scheduled") &&
+    bool batch_waiting = delegated(c) && why != NULL && !kd_ctrl_condition_true(cur, "Scheduled") &&
                          json_object_get(tstatus, "latestValidation") == NULL;
     bool ran = !batch_waiting && (json_object_get(tstatus, "startTime") != NULL ||
                                   json_object_get(status, "startTime") != NULL ||
                                   json_object_get(tstatus, "latestValidation") != NULL ||
-                                  condition_true(cur, "Scheduled"));
+                                  kd_ctrl_condition_true(cur, "Scheduled"));
     const char *by = delegated(c) ? c->o.gang->name : "the kdet scheduler";
-    if (ran && !condition_true(cur, "Scheduled")) {
+    if (ran && !kd_ctrl_condition_true(cur, "Scheduled")) {
         snprintf(msg, sizeof(msg), "admitted by %s", by);
         kd_ctrl_set_condition(status, cur, "Scheduled", true, "Admitted", msg, gen);
     } else if (!ran && strcmp(why ?: "", "TrialEnded") != 0) {
@@ -312,7 +297,7 @@ static void end_conditions(const struct kd_ctrl *c, const json_t *trial, json_t 
         kd_ctrl_set_condition(status, cur, "Scheduled", false, "TrialEnded", msg, gen);
     }
     cur = json_object_get(status, "conditions") != NULL ? status : tstatus;
-    if (condition_true(cur, KD_TRIAL_COND_IDLE))
+    if (kd_ctrl_condition_true(cur, KD_TRIAL_COND_IDLE))
         kd_ctrl_set_condition(status, cur, KD_TRIAL_COND_IDLE, false, "TrialEnded",
                               "the trial ended", gen);
 }
@@ -430,7 +415,7 @@ static json_t *idle_status(const json_t *trial, const json_t *tstatus, json_int_
 static void clear_idle(json_t *st, const json_t *tstatus, const char *reason, const char *msg,
                        json_int_t gen)
 {
-    if (condition_true(tstatus, KD_TRIAL_COND_IDLE))
+    if (kd_ctrl_condition_true(tstatus, KD_TRIAL_COND_IDLE))
         kd_ctrl_set_condition(st, tstatus, KD_TRIAL_COND_IDLE, false, reason, msg, gen);
 }
 
@@ -580,20 +565,6 @@ static json_t *pods_status(json_t *pods)
     return arr;
 }
 
-/* Pods of the trial according to the API server (not the cache). */
-static int api_pod_count(struct kd_ctrl *c, const json_t *trial, size_t *n, char *err)
-{
-    char sel[320];
-    json_t *list = NULL;
-    snprintf(sel, sizeof(sel), "%s=%s", KD_POD_LABEL_TRIAL, kd_k8s_meta_str(trial, "name"));
-    struct kd_k8s_query q = {.label_selector = sel};
-    int rc = kd_k8s_list(c->client, &KD_K8S_PODS, kd_k8s_meta_str(trial, "namespace"), &q, &list,
-                         NULL, err);
-    *n = json_array_size(json_object_get(list, "items"));
-    json_decref(list);
-    return rc;
-}
-
 /* What the reconciler read of a trial before deciding: the objects it holds and the facts. */
 struct gathered {
     const char *key;
@@ -692,7 +663,7 @@ static void gather(struct kd_ctrl *c, struct gathered *g)
     const char *vt = json_string_value(json_object_get(lv, "time"));
     if (vt == NULL || kd_time_parse_rfc3339(vt, &f->validated_ms) != 0)
         f->validated_ms = 0;
-    f->idle = condition_true(g->tstatus, KD_TRIAL_COND_IDLE);
+    f->idle = kd_ctrl_condition_true(g->tstatus, KD_TRIAL_COND_IDLE);
     f->restarts = (int)json_integer_value(json_object_get(g->tstatus, "restarts"));
     f->api_on = kd_ctrl_api_on(c);
     /* With the API, a worker may report an early exit (condition EarlyExit). The condition may
@@ -823,7 +794,7 @@ static int apply_run(struct kd_ctrl *c, struct gathered *g, const struct kd_tria
     if (gw.waiting) {
         kd_ctrl_set_condition(status, g->tstatus, "Scheduled", false, gw.reason, gw.message,
                               g->gen);
-    } else if (delegated(c) && !condition_true(g->tstatus, "Scheduled") &&
+    } else if (delegated(c) && !kd_ctrl_condition_true(g->tstatus, "Scheduled") &&
                kd_gang_all_bound(g->pods)) {
         /* Admitted once every pod is bound (not when the group went away with a cancel). */
         char msg[128];
@@ -921,7 +892,8 @@ static int apply(struct kd_ctrl *c, struct gathered *g, const struct kd_trial_ac
     if (act->requeue_ms != 0)
         *requeue_after_ms = act->requeue_ms;
     note(g, act);
-    if (act->confirm_no_pods && ((rc = api_pod_count(c, g->trial, &n, err)) != 0 || n > 0)) {
+    if (act->confirm_no_pods &&
+        ((rc = kd_ctrl_api_pod_count(c, g->trial, KD_POD_LABEL_TRIAL, &n, err)) != 0 || n > 0)) {
         if (n > 0 || act->what == KD_TRIAL_DO_START)
             *requeue_after_ms = 500; /* pods just created: the cache lags behind */
         goto out;

@@ -22,6 +22,7 @@
 #include "ctrl.h"
 #include "gc.h"
 #include "k8s/config.h"
+#include "sshkeys.h"
 #include "states.h"
 #include "wire.h"
 
@@ -210,6 +211,9 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
         .cpu_per_slot_milli = c->o.pod.cpu_per_slot_milli,
         .memory_per_slot = c->o.pod.memory_per_slot,
         .max_slots_per_pod = c->o.max_slots_per_pod,
+        .tasks = c->tasks != NULL,
+        .storage_of = c->storage_of,
+        .storage_ud = c,
     };
     if ((rc = kd_api_start(&ao, &c->api, err)) != 0)
         goto out;
@@ -448,4 +452,124 @@ out:
     if (rc != 0)
         KD_WARN("cannot record searcher decisions", "experiment=%s err=%s detail=%s",
                 kd_logq(kd_k8s_meta_str(exp, "name")), kd_err_name(rc), kd_logq(err));
+}
+
+/* ---- tasks ---------------------------------------------------------------------------------- */
+
+/* Create Secret `name` owned by the Task with stringData `data` (stolen); an existing one is
+ * kept. */
+static int task_secret(struct kd_ctrl *c, const json_t *task, const char *name, json_t *data,
+                       char *err)
+{
+    const char *ns = kd_k8s_meta_str(task, "namespace"), *tn = kd_k8s_meta_str(task, "name");
+    json_t *s = json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s},s:[{s:s,s:s,s:s,s:s?,s:b,s:b}]},s:s,s:o}",
+                          "apiVersion", "v1", "kind", "Secret", "metadata", "name", name,
+                          "namespace", ns, "labels", KD_POD_LABEL_TASK, tn, "ownerReferences",
+                          "apiVersion", "kdet.io/v1alpha1", "kind", "Task", "name", tn, "uid",
+                          kd_k8s_meta_str(task, "uid"), "controller", 1, "blockOwnerDeletion", 1,
+                          "type", "Opaque", "stringData", data);
+    int rc = kd_k8s_create(c->client, &SECRETS, ns, s, NULL, NULL, err);
+    if (rc == KD_EEXIST)
+        rc = 0;
+    json_decref(s);
+    return rc;
+}
+
+int kd_ctrl_task_secrets(struct kd_ctrl *c, const json_t *task, bool shell, char *err)
+{
+    int rc = 0;
+    char tok[KD_API_TOKEN_LEN + 8], name[300];
+    const char *ns = kd_k8s_meta_str(task, "namespace"), *tn = kd_k8s_meta_str(task, "name");
+    struct kd_sshkey client = {0}, host = {0};
+    if (snprintf(name, sizeof(name), "%s%s", tn, KD_CTRL_TOKEN_SUFFIX) >= 254) {
+        rc = kd_seterr(err, KD_ETOOBIG, "task %s: token Secret name too long", tn);
+        goto out;
+    }
+    if ((rc = kd_api_task_token(c->key, c->keylen, ns, tn, kd_k8s_meta_str(task, "uid"), tok,
+                                sizeof(tok))) != 0) {
+        kd_seterr(err, rc, "task %s: cannot derive its token", tn);
+        goto out;
+    }
+    if ((rc = task_secret(c, task, name, json_pack("{s:s,s:s?}", "token", tok, "ca.crt", c->tls_ca),
+                          err)) != 0)
+        goto out;
+    if (!shell)
+        goto out;
+    /* The shell's keys: the pod's sshd holds the host key and accepts the client key, which
+     * det reads from this Secret (docs/tasks.md, "Shells"). Made once: a Secret that exists
+     * (a retried start) keeps its keys. */
+    snprintf(name, sizeof(name), "%s%s", tn, KD_POD_SSH_SUFFIX);
+    json_t *have = NULL;
+    if (kd_k8s_get(c->client, &SECRETS, ns, name, &have, NULL, NULL) == 0) {
+        json_decref(have);
+        goto out;
+    }
+    if ((rc = kd_sshkey_make(tn, &client, err)) != 0 || (rc = kd_sshkey_make(tn, &host, err)) != 0)
+        goto out;
+    char *known = kd_xasprintf("%s %s\n", tn, host.public_line);
+    char *auth = kd_xasprintf("%s\n", client.public_line);
+    rc = task_secret(c, task, name,
+                     json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "id", client.private_pem, "id.pub",
+                               client.public_line, "ssh_host_key", host.private_pem,
+                               "ssh_host_key.pub", host.public_line, "authorized_keys", auth,
+                               "known_hosts", known),
+                     err);
+    free(known);
+    free(auth);
+    if (rc == 0)
+        KD_INFO("shell keys made", "task=%s/%s secret=%s", kd_logq(ns), kd_logq(tn), kd_logq(name));
+out:
+    explicit_bzero(tok, sizeof(tok));
+    kd_sshkey_free(&client);
+    kd_sshkey_free(&host);
+    return rc;
+}
+
+int kd_ctrl_wire_task(struct kd_ctrl *c, const json_t *task, const json_t *cfg, int64_t *id,
+                      char *err)
+{
+    int rc = 0;
+    const json_t *spec = json_object_get(task, "spec");
+    const char *kind = json_string_value(json_object_get(spec, "kind")) ?: "";
+    *id = 0;
+    if ((rc = kd_ctrl_task_secrets(c, task, strcmp(kind, "shell") == 0, err)) != 0)
+        goto out;
+    if (c->store == NULL)
+        goto out;
+    struct kd_store_task st = {
+        .uid = kd_k8s_meta_str(task, "uid"),
+        .namespace_ = kd_k8s_meta_str(task, "namespace"),
+        .name = kd_k8s_meta_str(task, "name"),
+        .kind = kind,
+        .owner = json_string_value(json_object_get(spec, "owner")),
+        .config = (json_t *)cfg,
+        .state = "STARTING",
+    };
+    rc = kd_store_task_upsert(c->store, &st, id, err);
+out:
+    return rc;
+}
+
+void kd_ctrl_wire_task_state(struct kd_ctrl *c, const json_t *task, const char *state,
+                             int exit_code, const char *end_reason)
+{
+    int64_t id = 0;
+    char err[KD_ERRLEN] = "";
+    if (c->store == NULL)
+        return;
+    int rc = kd_store_task_id(c->store, kd_k8s_meta_str(task, "uid"), &id, err);
+    if (rc == 0)
+        rc = kd_store_task_set_state(c->store, id, state, exit_code, end_reason, err);
+    if (rc != 0 && rc != KD_ENOTFOUND)
+        KD_WARN("task state not stored", "task=%s/%s state=%s err=%s detail=%s",
+                kd_logq(kd_k8s_meta_str(task, "namespace")), kd_logq(kd_k8s_meta_str(task, "name")),
+                state, kd_err_name(rc), kd_logq(err));
+}
+
+int kd_ctrl_task_token(struct kd_ctrl *c, const json_t *task, char *out, size_t len)
+{
+    if (c->key == NULL)
+        return KD_EINVAL;
+    return kd_api_task_token(c->key, c->keylen, kd_k8s_meta_str(task, "namespace"),
+                             kd_k8s_meta_str(task, "name"), kd_k8s_meta_str(task, "uid"), out, len);
 }

@@ -78,4 +78,30 @@ int kd_ctrl_wire_deleted(struct kd_ctrl *c, const json_t *exp, char *err) KD_WUR
 void kd_ctrl_wire_decisions(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
                             const json_t *decisions);
 
+/**
+ * A task's Secrets, owned by the Task: `<task>-token` (key `token`, the
+ * task token of kd_api_task_token, and `ca.crt`), and for a shell
+ * `<task>-ssh` (a new client key pair and host key pair: `id`, `id.pub`,
+ * `ssh_host_key`, `ssh_host_key.pub`, `authorized_keys`, `known_hosts`).
+ * Existing ones are kept. 0 or KD_E* with the cause in err (never a key).
+ * Blocks. Thread-safe.
+ */
+int kd_ctrl_task_secrets(struct kd_ctrl *c, const json_t *task, bool shell, char *err) KD_WUR;
+
+/**
+ * Before a task's pod is created (API on): its Secrets and its row in the
+ * store (state STARTING); *id its store id (0 without a store). 0 or KD_E*
+ * with the cause in err. Blocks. Thread-safe.
+ */
+int kd_ctrl_wire_task(struct kd_ctrl *c, const json_t *task, const json_t *cfg, int64_t *id,
+                      char *err) KD_WUR;
+
+/** Record a task's state (and its end) in the store; best effort, logged. Blocks. */
+void kd_ctrl_wire_task_state(struct kd_ctrl *c, const json_t *task, const char *state,
+                             int exit_code, const char *end_reason);
+
+/** The task's token (kd_api_task_token with the controller's key) into out. 0 or KD_EINVAL
+ * (no key: the API is off). */
+int kd_ctrl_task_token(struct kd_ctrl *c, const json_t *task, char *out, size_t len) KD_WUR;
+
 #endif

@@ -16,8 +16,6 @@
 #define KD_CHIEF_DEFAULT_TIMEOUT_MS 300000
 /** Longest wait of one long-poll for the chief's address, in seconds. */
 #define KD_CHIEF_POLL_S 20
-/** Cap on the controller's answers. */
-#define KD_CHIEF_MAX_ANSWER 4096
 
 /**
  * Whether the chief is found through the controller: several nodes,

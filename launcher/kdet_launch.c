@@ -23,6 +23,7 @@
 #include "chief.h"
 #include "env.h"
 #include "logship.h"
+#include "service.h"
 #include "supervise.h"
 
 #define EXIT_USAGE 2
@@ -53,7 +54,9 @@ static const char usage[] =
     "KDET_RUN_ID, KDET_TRIAL_ID, KDET_EXPERIMENT, KDET_CONTROLLER_URL, KDET_TOKEN, KDET_HPARAMS,\n"
     "KDET_TRIAL_SEED, KDET_GRACE_PERIOD, KDET_PYTHON, KDET_NODE_ADDRS (horovod), "
     "KDET_CONTEXT_ARCHIVE,\n"
-    "KDET_CONTEXT_SHA256, KDET_CONTEXT_URL (file://), KDET_CONTEXT_DIR, KDET_KEEP_CONTEXT.\n"
+    "KDET_CONTEXT_SHA256, KDET_CONTEXT_URL (file://), KDET_CONTEXT_DIR, KDET_KEEP_CONTEXT;\n"
+    "tasks: KDET_TASK_ID (logs go to the task), KDET_TASK_SERVICE=1 (pick a port, report it,\n"
+    "export it as KDET_TASK_PORT).\n"
     "See docs/launcher.md.\n";
 
 /* Two pipes per worker: make sure the open-files limit allows them. */
@@ -367,6 +370,18 @@ int main(int argc, char **argv)
         KD_ERROR("cannot set up the context", "error=%s", kd_logq(err));
         code = 1;
         goto out;
+    }
+    if (kd_service_wanted()) {
+        /* A task's service: its port, known to the controller before the service starts. */
+        int port = 0;
+        if (kd_service_report(&e, KD_SERVICE_REPORT_MS, &port, err) < 0) {
+            KD_ERROR("cannot report the task's port", "task=%s error=%s",
+                     kd_logq(getenv("KDET_TASK_ID")), kd_logq(err));
+            code = 1;
+            goto out;
+        }
+        KD_INFO("task port reported", "task=%s port=%d run_id=%s", kd_logq(getenv("KDET_TASK_ID")),
+                port, e.run_id);
     }
     const char *src = NULL;
     int nproc = kd_launch_slots(a.nproc, &src);

@@ -59,6 +59,7 @@ bool kd_logship_from_env(struct kd_logship_opts *o, const char *run_id, int node
 {
     static char ns[256];
     const char *trial = env("KDET_TRIAL_ID"), *v = env("KDET_LOG_SHIPPING");
+    const char *task = env("KDET_TASK_ID");
     memset(o, 0, sizeof(*o));
     o->url = env("KDET_CONTROLLER_URL");
     o->token = env("KDET_TOKEN");
@@ -76,6 +77,10 @@ bool kd_logship_from_env(struct kd_logship_opts *o, const char *run_id, int node
         trial += n + 1;
     }
     o->trial = trial != NULL && trial[0] != '\0' ? trial : NULL;
+    if (o->trial == NULL && task != NULL) { /* a task's pod: its lines go to the task */
+        o->trial = task;
+        o->task = true;
+    }
     return o->url != NULL && o->token != NULL && o->ns != NULL && o->trial != NULL &&
            (v == NULL || strcmp(v, "0") != 0);
 }
@@ -242,8 +247,8 @@ int kd_logship_start(const struct kd_logship_opts *o, struct kd_logship **out, c
     size_t bl = strlen(o->url);
     while (bl > 0 && o->url[bl - 1] == '/')
         bl--;
-    s->url =
-        kd_xasprintf("%.*s/api/v1/namespaces/%s/trials/%s/logs", (int)bl, o->url, o->ns, o->trial);
+    s->url = kd_xasprintf("%.*s/api/v1/namespaces/%s/%s/%s/logs", (int)bl, o->url, o->ns,
+                          o->task ? "tasks" : "trials", o->trial);
     s->auth = kd_xasprintf("Authorization: Bearer %s", o->token);
     s->run_id = kd_xstrdup(o->run_id != NULL ? o->run_id : "");
     s->node_rank = o->node_rank;

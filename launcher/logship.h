@@ -26,7 +26,8 @@ struct kd_logship;
 struct kd_logship_opts {
     const char *url;    /* the API's base URL (KDET_CONTROLLER_URL); copied */
     const char *ns;     /* the trial's namespace; copied */
-    const char *trial;  /* the Trial's name; copied */
+    const char *trial;  /* the Trial's (or, with task, the Task's) name; copied */
+    bool task;          /* the lines are a task's (KDET_TASK_ID) */
     const char *token;  /* the trial token; copied, never logged */
     const char *run_id; /* the attempt (KDET_RUN_ID); copied */
     int node_rank;      /* names the sender in batch keys */
@@ -45,8 +46,8 @@ struct kd_logship_stats {
 
 /**
  * Whether the environment asks for shipping: KDET_CONTROLLER_URL,
- * KDET_TOKEN, KDET_TRIAL_ID and KDET_NAMESPACE are set (KDET_TRIAL_ID may
- * be "namespace/name") and KDET_LOG_SHIPPING is not "0". Fills o from the
+ * KDET_TOKEN, KDET_TRIAL_ID (or KDET_TASK_ID: a task's lines) and KDET_NAMESPACE are set
+ * (KDET_TRIAL_ID may be "namespace/name") and KDET_LOG_SHIPPING is not "0". Fills o from the
  * environment (the strings point into it) with run_id and node_rank given.
  */
 bool kd_logship_from_env(struct kd_logship_opts *o, const char *run_id, int node_rank);

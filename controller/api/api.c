@@ -26,7 +26,7 @@
 
 /* ---- tokens ----------------------------------------------------------------------------- */
 
-static void b64url(const unsigned char *in, size_t n, char *out)
+void api_b64url(const unsigned char *in, size_t n, char *out)
 {
     static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     size_t o = 0;
@@ -46,8 +46,9 @@ static void b64url(const unsigned char *in, size_t n, char *out)
     out[o] = '\0';
 }
 
-int kd_api_trial_token(const unsigned char *key, size_t keylen, const char *ns, const char *name,
-                       const char *uid, char *out, size_t outlen)
+/* HMAC-SHA256(key, "kdet-<what>-token/v1\n" ns "\n" name "\n" uid), base64url. */
+static int object_token(const char *what, const unsigned char *key, size_t keylen, const char *ns,
+                        const char *name, const char *uid, char *out, size_t outlen)
 {
     int rc = 0;
     unsigned char mac[EVP_MAX_MD_SIZE];
@@ -58,17 +59,29 @@ int kd_api_trial_token(const unsigned char *key, size_t keylen, const char *ns, 
         rc = KD_EINVAL;
         goto out;
     }
-    msg = kd_xasprintf("kdet-trial-token/v1\n%s\n%s\n%s", ns, name, uid);
+    msg = kd_xasprintf("kdet-%s-token/v1\n%s\n%s\n%s", what, ns, name, uid);
     if (HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)msg, strlen(msg), mac,
              &maclen) == NULL ||
         maclen != 32) {
         rc = KD_EINTERNAL;
         goto out;
     }
-    b64url(mac, maclen, out);
+    api_b64url(mac, maclen, out);
 out:
     free(msg);
     return rc;
+}
+
+int kd_api_trial_token(const unsigned char *key, size_t keylen, const char *ns, const char *name,
+                       const char *uid, char *out, size_t outlen)
+{
+    return object_token("trial", key, keylen, ns, name, uid, out, outlen);
+}
+
+int kd_api_task_token(const unsigned char *key, size_t keylen, const char *ns, const char *name,
+                      const char *uid, char *out, size_t outlen)
+{
+    return object_token("task", key, keylen, ns, name, uid, out, outlen);
 }
 
 /* ---- responses ---------------------------------------------------------------------------- */
@@ -332,15 +345,21 @@ out:
 int api_status_update(struct kd_api *a, const char *ns, const char *name, const char *uid,
                       api_status_fn fn, void *ctx, char *err)
 {
+    return api_status_update_gvr(a, &KD_K8S_TRIALS, ns, name, uid, fn, ctx, err);
+}
+
+int api_status_update_gvr(struct kd_api *a, const struct kd_k8s_gvr *gvr, const char *ns,
+                          const char *name, const char *uid, api_status_fn fn, void *ctx, char *err)
+{
     int rc = 0;
     json_t *obj = NULL;
     for (int attempt = 0; attempt < 8; attempt++) {
         json_decref(obj);
         obj = NULL;
-        if ((rc = kd_k8s_get(a->o.k8s, &KD_K8S_TRIALS, ns, name, &obj, NULL, err)) != 0)
+        if ((rc = kd_k8s_get(a->o.k8s, gvr, ns, name, &obj, NULL, err)) != 0)
             goto out;
         if (uid != NULL && strcmp(kd_k8s_meta_str(obj, "uid") ?: "", uid) != 0) {
-            rc = kd_seterr(err, KD_ENOTFOUND, "trial %s/%s was replaced", ns, name);
+            rc = kd_seterr(err, KD_ENOTFOUND, "%s %s/%s was replaced", gvr->resource, ns, name);
             goto out;
         }
         json_t *status = json_object_get(obj, "status");
@@ -357,8 +376,8 @@ int api_status_update(struct kd_api *a, const char *ns, const char *name, const 
          * needs only `patch` on trials/status. */
         json_t *patch = json_pack("{s:{s:s},s:O}", "metadata", "resourceVersion",
                                   kd_k8s_meta_str(obj, "resourceVersion") ?: "", "status", status);
-        rc = kd_k8s_patch(a->o.k8s, &KD_K8S_TRIALS, ns, name, "status", KD_K8S_PATCH_MERGE, patch,
-                          NULL, NULL, err);
+        rc = kd_k8s_patch(a->o.k8s, gvr, ns, name, "status", KD_K8S_PATCH_MERGE, patch, NULL, NULL,
+                          err);
         json_decref(patch);
         if (rc != KD_ECONFLICT)
             goto out;
@@ -535,6 +554,13 @@ static void authorize(struct kd_http_req *r, void *ud)
     struct api_rq q = {.api = ud, .r = r};
     int64_t t0 = kd_mono_ns();
     char allow[64];
+    if (api_proxy_path(kd_http_path(r))) {
+        /* /proxy/TASK/...: not a route; the proxy decides (proxy.c). */
+        api_proxy_authorize(&q);
+        if (q.status != 0)
+            access_log(&q, t0);
+        return;
+    }
     const struct api_route *hit = find_route(&q, allow, sizeof(allow));
     const struct api_principal *who = NULL;
     json_t *trial = NULL;
@@ -551,6 +577,8 @@ static void authorize(struct kd_http_req *r, void *ud)
         /* answered 401 or 403 (503 when the store cannot check the token) */
     } else if (hit->auth == AUTH_TRIAL && api_auth_trial(&q, q.seg[3], q.seg[5], &trial) != 0) {
         /* answered 401 (or 503 when the Trial cannot be read) */
+    } else if (hit->auth == AUTH_TASK && api_auth_task(&q, q.seg[3], q.seg[5], &trial) != 0) {
+        /* answered 401 (or 503 when the Task cannot be read) */
     } else if (api_body_cap(hit, kd_http_method(r), kd_http_path(r),
                             kd_http_header(r, "Content-Length"), &len, &e) != 0) {
         api_refuse(&q, &e);
@@ -574,6 +602,11 @@ static void dispatch(struct kd_http_req *r, void *ud)
     int64_t t0 = kd_mono_ns();
     const struct api_grant *g = kd_http_ctx(r);
     char allow[64];
+    if (api_proxy_path(kd_http_path(r)) && g != NULL) {
+        api_proxy(&q); /* g is the proxy's decision (api_proxy_authorize) */
+        access_log(&q, t0);
+        return;
+    }
     if (g == NULL || find_route(&q, allow, sizeof(allow)) != g->route) {
         api_error(&q, 500, NULL, "the request was not authorized before its body");
     } else {
@@ -663,6 +696,7 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
                                              err)) != 0)
             goto out;
     }
+    a->tls = opts->tls_cert_pem != NULL;
     a->o.tls_cert_pem = a->o.tls_key_pem = NULL;
     a->ns = opts->ns ? kd_xstrdup(opts->ns) : NULL;
     a->o.user_token = NULL;
@@ -670,6 +704,7 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
     a->o.ns = a->ns;
     a->ids = json_object();
     a->progress = json_object();
+    a->activity = json_object();
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->changed, NULL);
     api_hub_init(&a->hub);
@@ -689,6 +724,8 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
     if ((rc = start_informer(a, &KD_K8S_TRIALS, &a->trials, err)) != 0)
         goto out;
     if ((rc = start_informer(a, &KD_K8S_EXPERIMENTS, &a->exps, err)) != 0)
+        goto out;
+    if (opts->tasks && (rc = start_informer(a, &KD_K8S_TASKS, &a->tasks, err)) != 0)
         goto out;
     struct kd_http_opts ho = {.bind_addr = opts->listen_addr,
                               .port = opts->port,
@@ -729,11 +766,13 @@ void kd_api_stop(struct kd_api *a)
     }
     kd_k8s_informer_free(a->trials);
     kd_k8s_informer_free(a->exps);
+    kd_k8s_informer_free(a->tasks);
     api_hub_destroy(&a->hub);
     pthread_mutex_destroy(&a->logs_mu);
     pthread_cond_destroy(&a->logs_cond);
     json_decref(a->ids);
     json_decref(a->progress);
+    json_decref(a->activity);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->changed);
     OPENSSL_cleanse(a->key, sizeof(a->key));

@@ -88,6 +88,16 @@ struct kd_api_opts {
     int64_t cpu_per_slot_milli;
     uint64_t memory_per_slot;
     int max_slots_per_pod;
+    /** Serve Tasks (the Task resource is installed): their routes, logs and proxy. */
+    bool tasks;
+    /**
+     * The checkpoint storage an Experiment's trials use (its configuration's
+     * checkpoint_storage with the controller's default): *out a new reference, or NULL when
+     * it has none; 0 or KD_E*. The API writes each trial's metrics as TensorBoard event files
+     * there (NULL: it writes none). Called on request threads: thread-safe.
+     */
+    int (*storage_of)(void *ud, const json_t *exp, json_t **out);
+    void *storage_ud;
 };
 
 /**
@@ -119,5 +129,25 @@ void kd_api_stop(struct kd_api *api);
  */
 int kd_api_trial_token(const unsigned char *key, size_t keylen, const char *ns, const char *name,
                        const char *uid, char *out, size_t outlen) KD_WUR;
+
+/**
+ * The token of one task (notebook, command, shell, TensorBoard): as
+ * kd_api_trial_token over "kdet-task-token/v1\n" ns "\n" name "\n" uid, so
+ * a trial's token is never a task's. Its pod ships logs and reports its
+ * service's port with it; a notebook's Jupyter takes it as its own token,
+ * which the proxy adds to the requests it forwards. Pure and thread-safe.
+ * 0 or KD_EINVAL.
+ */
+int kd_api_task_token(const unsigned char *key, size_t keylen, const char *ns, const char *name,
+                      const char *uid, char *out, size_t outlen) KD_WUR;
+
+/**
+ * What the proxy saw of task ns/name: *open the streams (WebSocket,
+ * tunnel) open now, *last_ms the wall time of its latest proxied traffic.
+ * False (and zeros) when it saw nothing since the API started. NULL-safe on
+ * api. Thread-safe.
+ */
+bool kd_api_task_activity(struct kd_api *api, const char *ns, const char *name, int *open,
+                          int64_t *last_ms);
 
 #endif

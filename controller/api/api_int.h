@@ -57,13 +57,16 @@ struct kd_api {
     int64_t admin_id;        /* the bootstrap administrator's user row; 0 without a user token */
     char *ns;
     struct kd_http_server *http;
+    bool tls; /* served over HTTPS (the proxy's session cookie is Secure) */
     struct kd_k8s_informer *trials, *exps;
+    struct kd_k8s_informer *tasks; /* NULL: tasks are off (opts.tasks) */
 
     pthread_mutex_t mu; /* guards changes and ids */
     pthread_cond_t changed;
     uint64_t changes; /* bumped on every informer event */
     json_t *ids;      /* trial uid -> [experiment_id, trial_id] */
     json_t *progress; /* trial uid -> [mono ms of the last batchesTrained write, batches] */
+    json_t *activity; /* "ns/task" -> [wall ms of the last proxied byte, open proxied streams] */
 
     struct api_hub hub;
     /* Log streams wait here for stored batches (they poll the store at least once a second). */
@@ -102,6 +105,8 @@ struct api_rq {
 const struct api_route *api_routes(size_t *n);
 
 /* ---- responses (api.c) ---- */
+/* in[0..n) as unpadded base64url into out (4 * ceil(n / 3) + 1 bytes at most). */
+void api_b64url(const unsigned char *in, size_t n, char *out);
 void api_json(struct api_rq *q, int status, json_t *j); /* steals j */
 int api_error(struct api_rq *q, int status, const char *field, const char *fmt, ...)
     KD_PRINTF(4, 5);
@@ -136,6 +141,10 @@ int api_exp_row(struct kd_api *a, const json_t *exp, bool create, int64_t *id, c
 typedef bool (*api_status_fn)(json_t *status, void *ctx);
 int api_status_update(struct kd_api *a, const char *ns, const char *name, const char *uid,
                       api_status_fn fn, void *ctx, char *err);
+/** api_status_update on another resource (gvr: Trials, Tasks). */
+int api_status_update_gvr(struct kd_api *a, const struct kd_k8s_gvr *gvr, const char *ns,
+                          const char *name, const char *uid, api_status_fn fn, void *ctx,
+                          char *err);
 /** Wait for an informer change after *seen (or timeout_ms); updates *seen. */
 void api_wait_change(struct kd_api *a, uint64_t *seen, long timeout_ms);
 
@@ -190,6 +199,15 @@ void api_user_trial_profiler(struct api_rq *q);
  * when the store cannot say) and the code returned.
  */
 int api_auth_user(struct api_rq *q, const struct api_principal **who);
+/**
+ * The caller of a proxy session (proxy.c) that was opened with user token
+ * token_id (0: the bootstrap token) of user user_id, as it is now: 0 with
+ * *who; KD_EUNAUTHORIZED when the token was revoked or is another user's
+ * (or the bootstrap token is no longer configured); KD_EAGAIN when the store
+ * cannot say. Answers nothing.
+ */
+int api_auth_session(struct api_rq *q, int64_t token_id, int64_t user_id,
+                     const struct api_principal **who);
 /** Whether p may use namespace ns: an administrator, "*" or ns in its list. Pure. */
 bool api_ns_allowed(const struct api_principal *p, const char *ns);
 
@@ -230,6 +248,53 @@ int api_log_policies_apply(struct kd_api *a, const json_t *trial, const char *ru
 
 /** Preemption state of a trial from the caches: true with a reason. */
 bool api_should_preempt(const json_t *trial, const json_t *exp, const char **reason);
+
+/* ---- tasks.c: notebooks, commands, shells, TensorBoards ---- */
+/* Where the proxy serves a task: API_PROXY_PREFIX + task name + "/" (docs/tasks.md). */
+#define API_PROXY_PREFIX "/proxy/"
+/** The Task ns/name (informer cache, else a GET); KD_ENOTFOUND also when tasks are off. */
+int api_get_task(struct kd_api *a, const char *ns, const char *name, json_t **out, char *err);
+/** Authenticate the task's token; answers 401 itself. *task: the Task (caller frees). */
+int api_auth_task(struct api_rq *q, const char *ns, const char *name, json_t **task);
+/** The store id of a Task's row (made when `create` and the controller has not). */
+int api_task_row(struct kd_api *a, const json_t *task, bool create, int64_t *id, char *err);
+void api_worker_task_address(struct api_rq *q);
+void api_user_tasks(struct api_rq *q);
+void api_user_task(struct api_rq *q);
+void api_user_task_kill(struct api_rq *q);
+/**
+ * The live tasks (not TERMINATED) of namespace ns (NULL: all) as job
+ * rows {namespace, task, kind, state, priority, slots, resource_pool,
+ * message, submitted, position_key}. New reference.
+ */
+json_t *api_task_jobs(struct kd_api *a, const char *ns);
+/** A job named by kdet.io/ahead-of or behind-of, an Experiment or else a Task
+ * (kd_exp_lookup_fn; ud: the struct kd_api). */
+json_t *api_job_lookup(const char *ns, const char *name, void *ud);
+/* ---- proxy.c: /proxy/TASK/ ---- */
+/* Body caps of proxied requests and answers. */
+#define API_PROXY_MAX_BODY (32u << 20)
+#define API_PROXY_MAX_ANSWER (64u << 20)
+/** Whether path is under API_PROXY_PREFIX: the proxy answers it, not the routes. */
+bool api_proxy_path(const char *path);
+/** The pre-body decision on a proxied request: the task, the caller (a user token, a sign-in
+ * ticket or the session cookie), the body cap; answers the refusals itself. */
+void api_proxy_authorize(struct api_rq *q);
+/** Forward a proxied request (HTTP, WebSocket, or a shell's tunnel). */
+void api_proxy(struct api_rq *q);
+/** POST .../tasks/{t}/proxy-ticket: a one-minute sign-in link to the task's proxy path. */
+void api_user_task_ticket(struct api_rq *q);
+/** Note proxied traffic of a task now; open_delta +1/-1 when a stream opens or closes. */
+void api_task_activity_note(struct kd_api *a, const char *ns, const char *name, int open_delta);
+/* ---- tfwrite.c ---- */
+/**
+ * Write a stored batch of `group` ("training", "validation") metrics of
+ * trial (the Trial's name) of Experiment exp as a TensorBoard event file
+ * under its checkpoint storage (named by the batch's key). Best effort:
+ * failures are logged. Blocks on storage.
+ */
+void api_tfevents_write(struct kd_api *a, const json_t *exp, const char *trial, const char *group,
+                        const char *key, const struct kd_metric_row *rows, size_t n);
 
 /* ---- hub.c ---- */
 void api_hub_init(struct api_hub *h);

@@ -102,3 +102,46 @@ out:
     json_decref(row);
     return rc;
 }
+
+int api_auth_session(struct api_rq *q, int64_t token_id, int64_t user_id,
+                     const struct api_principal **who)
+{
+    struct kd_api *a = q->api;
+    char err[KD_ERRLEN] = "";
+    json_t *row = NULL;
+    int rc = KD_EUNAUTHORIZED;
+    *who = NULL;
+    if (token_id == 0) {
+        /* The bootstrap token's session: while that token is configured. */
+        if (a->user_token_sha[0] != '\0' && user_id == a->admin_id) {
+            struct api_principal *p = kd_http_alloc(q->r, sizeof(*p));
+            memset(p, 0, sizeof(*p));
+            p->user_id = a->admin_id;
+            p->name = API_BOOTSTRAP_ADMIN;
+            p->admin = true;
+            *who = p;
+            rc = 0;
+        }
+        goto out;
+    }
+    rc = kd_store_token_get(a->o.store, token_id, &row, err);
+    if (rc == KD_ENOTFOUND) {
+        rc = KD_EUNAUTHORIZED;
+        goto out;
+    }
+    if (rc != 0) {
+        rc = KD_EAGAIN;
+        goto out;
+    }
+    const json_t *u = json_object_get(row, "user");
+    if (json_is_true(json_object_get(row, "revoked")) ||
+        json_integer_value(json_object_get(u, "id")) != user_id) {
+        rc = KD_EUNAUTHORIZED;
+        goto out;
+    }
+    *who = from_row(q, row);
+    rc = 0;
+out:
+    json_decref(row);
+    return rc;
+}

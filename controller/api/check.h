@@ -34,6 +34,7 @@ enum api_auth {
     AUTH_USER,  /* a user token; routes under api/v1/namespaces/<ns>/ also need <ns> allowed */
     AUTH_TRIAL, /* the trial's token */
     AUTH_ADMIN, /* a user token of an administrator */
+    AUTH_TASK,  /* the task's token (its pod) */
 };
 
 struct api_route {

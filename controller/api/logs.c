@@ -1,7 +1,8 @@
 /*
- * Trial logs over the API: kdet-launch POSTs batches of its workers' lines
- * with the trial token (stored under the trial's byte cap, idempotent by
- * key); users read a trial's or an experiment's lines (the last N, after or
+ * Trial and task logs over the API: kdet-launch POSTs batches of its
+ * workers' lines with the trial's (or task's) token (stored under the
+ * trial's byte cap, idempotent by key); users read a trial's, a task's or
+ * an experiment's lines (the last N, after or
  * before a line, filtered by a regular expression or a substring) and
  * follow them as server-sent events. Streams read the store, not memory:
  * a stream resumes exactly from its Last-Event-ID (a line id), and lines
@@ -41,9 +42,11 @@ void api_worker_logs(struct api_rq *q)
     char err[KD_ERRLEN] = "";
     struct api_logs_req lr = {0};
     struct api_verr e;
-    int64_t exp_id, trial_id;
+    int64_t exp_id = 0, trial_id = 0, task_id = 0;
     int rc;
-    if (api_auth_trial(q, NS(q), NAME(q), &trial) != 0)
+    bool task = strcmp(q->seg[4], "tasks") == 0;
+    if ((task ? api_auth_task(q, NS(q), NAME(q), &trial)
+              : api_auth_trial(q, NS(q), NAME(q), &trial)) != 0)
         goto out;
     if (api_body(q, KD_API_MAX_LOGS_BODY, &body) != 0)
         goto out;
@@ -54,11 +57,17 @@ void api_worker_logs(struct api_rq *q)
     const char *key = lr.key, *run = lr.run_id;
     const struct kd_log_line *lines = lr.lines;
     size_t n = lr.n;
-    if ((rc = api_store_ids(a, trial, true, &exp_id, &trial_id, err)) != 0) {
+    if ((rc = task ? api_task_row(a, trial, true, &task_id, err)
+                   : api_store_ids(a, trial, true, &exp_id, &trial_id, err)) != 0) {
         api_fail(q, rc, NULL, err);
         goto out;
     }
-    struct kd_log_batch b = {trial_id, run, key, lines, n};
+    struct kd_log_batch b = {.trial_id = trial_id,
+                             .task_id = task_id,
+                             .run_id = run,
+                             .key = key,
+                             .lines = lines,
+                             .n = n};
     struct kd_log_put_result res;
     if ((rc = kd_store_logs_put(a->o.store, &b, a->o.log_max_bytes, &res, err)) != 0) {
         if (rc == KD_EINVAL) {
@@ -77,7 +86,7 @@ void api_worker_logs(struct api_rq *q)
     }
     /* Also for a batch sent again: its first try may have stored the lines and then failed to
      * record a match; recording is idempotent. */
-    if ((rc = api_log_policies_apply(a, trial, run, lr.node_rank, lines, n, err)) != 0) {
+    if (!task && (rc = api_log_policies_apply(a, trial, run, lr.node_rank, lines, n, err)) != 0) {
         api_error(q, 503, NULL,
                   "the lines are stored but a log policy match could not be recorded (%s); retry "
                   "with the same key",
@@ -85,8 +94,8 @@ void api_worker_logs(struct api_rq *q)
         goto out;
     }
     if (res.capped)
-        KD_WARN("trial logs reached their limit; later lines are dropped",
-                "trial=%s/%s limit_bytes=%lld", NS(q), NAME(q), (long long)a->o.log_max_bytes);
+        KD_WARN("logs reached their limit; later lines are dropped", "%s=%s/%s limit_bytes=%lld",
+                task ? "task" : "trial", NS(q), NAME(q), (long long)a->o.log_max_bytes);
     if (res.stored > 0 || res.capped)
         api_logs_wake(a);
     api_json(q, 200,
@@ -162,12 +171,14 @@ static void name_lines(json_t *lines, const json_t *names)
 /* What a request asks for: the object, its store ids, the query. */
 struct target {
     bool experiment;
-    json_t *obj;    /* the Experiment or Trial */
+    bool task;      /* a Task's lines (task_id) */
+    json_t *obj;    /* the Experiment, Trial or Task */
     char ns[256];   /* its namespace */
     char name[256]; /* its name */
     char exp[256];  /* the experiment's name */
     int64_t exp_id; /* 0: no stored data yet */
     int64_t trial_id;
+    int64_t task_id;
     json_t *names; /* trial id -> name */
 };
 
@@ -181,12 +192,13 @@ static void target_free(struct target *t)
 static int target_ids(struct kd_api *a, struct target *t, char *err)
 {
     int rc = 0;
-    if (t->trial_id > 0 || (t->experiment && t->exp_id > 0))
+    if (t->trial_id > 0 || t->task_id > 0 || (t->experiment && t->exp_id > 0))
         goto out;
-    rc = t->experiment ? api_exp_row(a, t->obj, false, &t->exp_id, err)
-                       : api_store_ids(a, t->obj, false, &t->exp_id, &t->trial_id, err);
+    rc = t->task         ? api_task_row(a, t->obj, false, &t->task_id, err)
+         : t->experiment ? api_exp_row(a, t->obj, false, &t->exp_id, err)
+                         : api_store_ids(a, t->obj, false, &t->exp_id, &t->trial_id, err);
     if (rc == KD_ENOTFOUND) {
-        t->exp_id = t->trial_id = 0;
+        t->exp_id = t->trial_id = t->task_id = 0;
         rc = 0;
     }
 out:
@@ -200,7 +212,9 @@ static int target_of(struct api_rq *q, struct target *t)
     int rc;
     memset(t, 0, sizeof(*t));
     t->experiment = strcmp(q->seg[4], "experiments") == 0;
-    if ((rc = api_user_get(q, !t->experiment, &t->obj, err)) != 0 ||
+    t->task = strcmp(q->seg[4], "tasks") == 0;
+    if ((rc = t->task ? api_get_task(q->api, NS(q), NAME(q), &t->obj, err)
+                      : api_user_get(q, !t->experiment, &t->obj, err)) != 0 ||
         (rc = target_ids(q->api, t, err)) != 0) {
         api_fail(q, rc, NULL, err);
         goto out;
@@ -208,9 +222,10 @@ static int target_of(struct api_rq *q, struct target *t)
     kd_strlcpy(t->ns, NS(q), sizeof(t->ns));
     kd_strlcpy(t->name, kd_k8s_meta_str(t->obj, "name") ?: "", sizeof(t->name));
     kd_strlcpy(t->exp,
-               t->experiment ? t->name
-                             : json_string_value(json_object_get(
-                                   json_object_get(t->obj, "spec"), "experiment")) ?: "",
+               t->experiment || t->task
+                   ? t->name
+                   : json_string_value(json_object_get(json_object_get(t->obj, "spec"),
+                                                       "experiment")) ?: "",
                sizeof(t->exp));
 out:
     return rc;
@@ -252,6 +267,16 @@ static int read_lines(struct kd_api *a, struct target *t, struct kd_log_query *l
     *out = NULL;
     if ((rc = target_ids(a, t, err)) != 0)
         goto out;
+    if (t->task) {
+        if (t->task_id == 0) {
+            *out = json_array();
+            goto out;
+        }
+        lq->experiment_id = lq->trial_id = 0;
+        lq->task_id = t->task_id;
+        rc = kd_store_logs_query(a->o.store, lq, out, err);
+        goto out;
+    }
     if (t->exp_id == 0 || (!t->experiment && t->trial_id == 0)) {
         *out = json_array();
         goto out;
@@ -296,8 +321,11 @@ void api_user_logs(struct api_rq *q)
     }
     json_t *last = json_array_get(lines, json_array_size(lines) - 1);
     api_json(q, 200,
-             json_pack("{s:s,s:s,s:o,s:I}", t.experiment ? "experiment" : "trial", t.name,
-                       "namespace", t.ns, "logs", lines, "last_id",
+             json_pack("{s:s,s:s,s:o,s:I}",
+                       t.task         ? "task"
+                       : t.experiment ? "experiment"
+                                      : "trial",
+                       t.name, "namespace", t.ns, "logs", lines, "last_id",
                        (json_int_t)(last != NULL ? json_integer_value(json_object_get(last, "id"))
                                                  : lq.after_id)));
     lines = NULL;
@@ -316,7 +344,8 @@ struct lstream {
     struct kd_buf out;
     uint64_t gen;
     int64_t last_write_ms;
-    bool ending; /* the object was seen ended: one more read, then "end" */
+    bool ending;   /* the object was seen ended: one more read, then "end" */
+    int exit_code; /* a task's, once ended; -1: none */
     bool ended;
 };
 
@@ -333,7 +362,7 @@ static void lstream_free(void *p)
 static bool terminal(const char *state)
 {
     return state != NULL && (strcmp(state, "COMPLETED") == 0 || strcmp(state, "CANCELED") == 0 ||
-                             strcmp(state, "ERROR") == 0);
+                             strcmp(state, "ERROR") == 0 || strcmp(state, "TERMINATED") == 0);
 }
 
 /* The object's state now (informer cache); gone counts as ended. */
@@ -341,8 +370,9 @@ static bool object_ended(struct lstream *s, const char **state)
 {
     json_t *o = NULL;
     char err[KD_ERRLEN];
-    int rc = s->t.experiment ? api_get_experiment(s->api, s->t.ns, s->t.name, &o, err)
-                             : api_get_trial(s->api, s->t.ns, s->t.name, &o, err);
+    int rc = s->t.task         ? api_get_task(s->api, s->t.ns, s->t.name, &o, err)
+             : s->t.experiment ? api_get_experiment(s->api, s->t.ns, s->t.name, &o, err)
+                               : api_get_trial(s->api, s->t.ns, s->t.name, &o, err);
     static const char gone[] = "DELETED";
     bool ended;
     if (rc != 0 ||
@@ -350,12 +380,16 @@ static bool object_ended(struct lstream *s, const char **state)
         *state = gone;
         ended = rc == KD_ENOTFOUND || rc == 0;
     } else {
-        const char *st = json_string_value(json_object_get(json_object_get(o, "status"), "state"));
+        const json_t *ost = json_object_get(o, "status");
+        const char *st = json_string_value(json_object_get(ost, "state"));
         ended = terminal(st);
-        *state = ended ? (strcmp(st, "COMPLETED") == 0  ? "COMPLETED"
-                          : strcmp(st, "CANCELED") == 0 ? "CANCELED"
-                                                        : "ERROR")
+        *state = ended ? (strcmp(st, "COMPLETED") == 0    ? "COMPLETED"
+                          : strcmp(st, "CANCELED") == 0   ? "CANCELED"
+                          : strcmp(st, "TERMINATED") == 0 ? "TERMINATED"
+                                                          : "ERROR")
                        : "";
+        json_t *code = json_object_get(ost, "exitCode");
+        s->exit_code = ended && json_is_integer(code) ? (int)json_integer_value(code) : -1;
     }
     json_decref(o);
     return ended;
@@ -412,7 +446,14 @@ static void lstream_poll(struct lstream *s)
     }
     s->lq.tail = false;
     s->lq.limit = KD_STORE_LOG_MAX_QUERY;
-    if (was_ended) {
+    if (was_ended && s->exit_code >= 0) {
+        int w = kd_buf_printf(&s->out,
+                              "event: end\ndata: {\"state\":\"%s\",\"last_id\":%lld,"
+                              "\"exit_code\":%d}\n\n",
+                              state, (long long)s->lq.after_id, s->exit_code);
+        (void)w;
+        s->ended = true;
+    } else if (was_ended) {
         int w = kd_buf_printf(&s->out, "event: end\ndata: {\"state\":\"%s\",\"last_id\":%lld}\n\n",
                               state, (long long)s->lq.after_id);
         (void)w;
@@ -439,6 +480,7 @@ void api_user_logs_stream(struct api_rq *q)
 {
     struct lstream *s = kd_xcalloc(1, sizeof(*s));
     s->api = q->api;
+    s->exit_code = -1;
     if (target_of(q, &s->t) != 0 || parse_query(q, &s->lq, KD_STORE_LOG_MAX_QUERY) != 0)
         goto fail;
     /* Last-Event-ID (a reconnecting client): resume after that line. */

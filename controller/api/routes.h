@@ -28,6 +28,8 @@
     X("PUT", API_NSP "trials/*/rendezvous", AUTH_TRIAL, KD_API_MAX_RENDEZVOUS_BODY, api_worker_rendezvous_put) \
     X("GET", API_NSP "trials/*/rendezvous", AUTH_TRIAL, 0, api_worker_rendezvous_get) \
     X("POST", API_NSP "trials/*/logs", AUTH_TRIAL, KD_API_MAX_LOGS_BODY, api_worker_logs) \
+    X("POST", API_NSP "tasks/*/logs", AUTH_TASK, KD_API_MAX_LOGS_BODY, api_worker_logs) \
+    X("PUT", API_NSP "tasks/*/address", AUTH_TASK, KD_API_MAX_RENDEZVOUS_BODY, api_worker_task_address) \
     X("GET", API_NSP "experiments", AUTH_USER, 0, api_user_experiments) \
     X("GET", API_NSP "experiments/*", AUTH_USER, 0, api_user_experiment) \
     X("GET", API_NSP "experiments/*/trials", AUTH_USER, 0, api_user_experiment_trials) \
@@ -50,6 +52,12 @@
     X("GET", API_NSP "trials/*/logs", AUTH_USER, 0, api_user_logs) \
     X("GET", API_NSP "trials/*/logs/stream", AUTH_USER, 0, api_user_logs_stream) \
     X("GET", API_NSP "checkpoints/*", AUTH_USER, 0, api_user_checkpoint) \
+    X("GET", API_NSP "tasks", AUTH_USER, 0, api_user_tasks) \
+    X("GET", API_NSP "tasks/*", AUTH_USER, 0, api_user_task) \
+    X("POST", API_NSP "tasks/*/kill", AUTH_USER, API_SMALL, api_user_task_kill) \
+    X("POST", API_NSP "tasks/*/proxy-ticket", AUTH_USER, API_SMALL, api_user_task_ticket) \
+    X("GET", API_NSP "tasks/*/logs", AUTH_USER, 0, api_user_logs) \
+    X("GET", API_NSP "tasks/*/logs/stream", AUTH_USER, 0, api_user_logs_stream) \
     X("GET", "api/v1/jobs", AUTH_USER, 0, api_user_jobs) \
     X("GET", "api/v1/info", AUTH_USER, 0, api_user_info) \
     X("GET", "api/v1/me", AUTH_USER, 0, api_me) \

@@ -1,4 +1,4 @@
 # controller/api: the controller's HTTP API (libkd_api); link with
-# api http store k8s storage yaml core and -lmicrohttpd -lpq -lcurl -lcrypto -ljansson -lyaml -lm.
+# api http store k8s tfevents storage yaml core and -lmicrohttpd -lpq -lcurl -lcrypto -ljansson -lyaml -lm.
 $(eval $(call kd_lib,api,$(wildcard controller/api/*.c)))
 DEB_PACKAGES += libmicrohttpd-dev libssl-dev libpq-dev libcurl4-openssl-dev libjansson-dev

@@ -584,7 +584,8 @@ static json_int_t prio(const json_t *t)
 }
 
 struct job {
-    json_t *t;
+    json_t *t;   /* a Trial... */
+    json_t *row; /* ...or a task's job row (api_task_jobs) */
     int rank;
     json_int_t prio;
     double pos;
@@ -599,8 +600,11 @@ static int by_queue(const void *pa, const void *pb)
         c = a->prio < b->prio ? -1 : 1;
     if (c == 0 && a->pos != b->pos)
         c = a->pos < b->pos ? -1 : 1;
-    if (c == 0)
+    if (c == 0 && a->t != NULL && b->t != NULL)
         c = by_created(&a->t, &b->t);
+    else if (c == 0)
+        c = strcmp(json_string_value(json_object_get(a->row ? a->row : a->t, "submitted")) ?: "",
+                   json_string_value(json_object_get(b->row ? b->row : b->t, "submitted")) ?: "");
     return c;
 }
 
@@ -612,11 +616,18 @@ static int pick_job(json_t *t, void *ud)
     return 0;
 }
 
+/* A task's rank in the queue: running first, then queued. */
+static int task_rank(const json_t *row)
+{
+    const char *st = json_string_value(json_object_get(row, "state"));
+    return st == NULL || strcmp(st, "QUEUED") == 0 ? 1 : 0;
+}
+
 void api_user_jobs(struct api_rq *q)
 {
     struct kd_api *a = q->api;
     const char *ns = kd_http_query(q->r, "namespace");
-    json_t *all = json_array();
+    json_t *all = json_array(), *tasks = NULL;
     if (ns != NULL && !api_ns_allowed(q->who, ns)) {
         json_decref(all);
         api_error(q, 403, "namespace", "user %s may not use namespace %s", kd_logq(q->who->name),
@@ -628,8 +639,13 @@ void api_user_jobs(struct api_rq *q)
     for (size_t i = json_array_size(all); i-- > 0;)
         if (!api_ns_allowed(q->who, kd_k8s_meta_str(json_array_get(all, i), "namespace")))
             json_array_remove(all, i);
-    size_t n = json_array_size(all), m = 0;
-    struct job *v = kd_xcalloc(n ? n : 1, sizeof(*v));
+    tasks = api_task_jobs(a, ns);
+    for (size_t i = json_array_size(tasks); i-- > 0;)
+        if (!api_ns_allowed(
+                q->who, json_string_value(json_object_get(json_array_get(tasks, i), "namespace"))))
+            json_array_remove(tasks, i);
+    size_t n = json_array_size(all), nt = json_array_size(tasks), m = 0;
+    struct job *v = kd_xcalloc(n + nt + 1, sizeof(*v));
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(all, i), *exp = NULL;
         int rank = job_rank(t);
@@ -637,34 +653,48 @@ void api_user_jobs(struct api_rq *q)
         snprintf(key, sizeof(key), "%s/%s", kd_k8s_meta_str(t, "namespace") ?: "",
                  json_string_value(json_object_get(json_object_get(t, "spec"), "experiment"))
                      ?: "");
-        v[m] = (struct job){t, rank, prio(t), 0};
+        v[m] = (struct job){t, NULL, rank, prio(t), 0};
         if (kd_k8s_cache_get(kd_k8s_informer_cache(a->exps), key, &exp) == 0) {
-            v[m].pos = kd_queue_position(exp, kd_exp_from_cache, kd_k8s_informer_cache(a->exps));
+            v[m].pos = kd_queue_position(exp, api_job_lookup, a);
             json_decref(exp);
         }
         m++;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        json_t *row = json_array_get(tasks, i);
+        v[m++] = (struct job){NULL, row, task_rank(row),
+                              json_integer_value(json_object_get(row, "priority")),
+                              json_real_value(json_object_get(row, "position_key"))};
     }
     qsort(v, m, sizeof(*v), by_queue);
     json_t *jobs = json_array();
     int queued = 0;
     for (size_t i = 0; i < m; i++) {
-        json_t *t = v[i].t, *st = json_object_get(t, "status");
-        json_t *res = json_object_get(json_object_get(t, "spec"), "resources");
-        json_t *j = json_pack(
-            "{s:s?,s:s?,s:s?,s:s,s:I,s:I,s:s,s:s,s:s?}", "namespace",
-            kd_k8s_meta_str(t, "namespace"), "trial", kd_k8s_meta_str(t, "name"), "experiment",
-            json_string_value(json_object_get(json_object_get(t, "spec"), "experiment")), "state",
-            json_string_value(json_object_get(st, "state")) ?: "QUEUED", "priority", v[i].prio,
-            "slots", json_integer_value(json_object_get(res, "slots")), "resource_pool",
-            json_string_value(json_object_get(res, "resourcePool")) ?: "default", "message",
-            json_string_value(json_object_get(st, "message")) ?: "", "submitted",
-            kd_k8s_meta_str(t, "creationTimestamp"));
+        json_t *j;
+        if (v[i].row != NULL) {
+            j = json_deep_copy(v[i].row);
+            json_object_del(j, "position_key");
+        } else {
+            json_t *t = v[i].t, *st = json_object_get(t, "status");
+            json_t *res = json_object_get(json_object_get(t, "spec"), "resources");
+            j = json_pack(
+                "{s:s?,s:s?,s:s?,s:s,s:I,s:I,s:s,s:s,s:s?}", "namespace",
+                kd_k8s_meta_str(t, "namespace"), "trial", kd_k8s_meta_str(t, "name"), "experiment",
+                json_string_value(json_object_get(json_object_get(t, "spec"), "experiment")),
+                "state", json_string_value(json_object_get(st, "state")) ?: "QUEUED", "priority",
+                v[i].prio, "slots", json_integer_value(json_object_get(res, "slots")),
+                "resource_pool",
+                json_string_value(json_object_get(res, "resourcePool")) ?: "default", "message",
+                json_string_value(json_object_get(st, "message")) ?: "", "submitted",
+                kd_k8s_meta_str(t, "creationTimestamp"));
+        }
         if (v[i].rank == 1)
             json_object_set_new(j, "queue_position", json_integer(++queued));
         json_array_append_new(jobs, j);
     }
     free(v);
     json_decref(all);
+    json_decref(tasks);
     api_json(q, 200, json_pack("{s:o}", "jobs", jobs));
 }
 

@@ -227,6 +227,8 @@ void api_worker_metrics(struct api_rq *q)
             goto out;
         }
     }
+    if (kind != KD_METRIC_PROFILING)
+        api_tfevents_write(a, exp, TRIAL(q), ks, key, rows, n);
     if (kind == KD_METRIC_TRAINING) {
         int64_t most = 0;
         for (size_t i = 0; i < n; i++)

@@ -1,14 +1,17 @@
 /*
- * Trial logs: the lines kdet-launch ships, stored per trial in batches with
- * idempotency keys, under a per-trial cap on their bytes; read back as a
- * tail, after a line (to follow), or filtered by a regular expression or a
- * substring; removed with their experiment.
+ * Trial and task logs: the lines kdet-launch ships, stored per trial (or
+ * task) in batches with idempotency keys, under a per-trial cap on their
+ * bytes; read back as a tail, after a line (to follow), or filtered by a
+ * regular expression or a substring; removed with their experiment.
  *
- * A batch is one transaction: an advisory lock per experiment, so that the
- * experiment's batches commit one at a time and line ids grow in commit
- * order (a follower that saw id N never misses a line committed later with
- * a smaller id); the batch key; the trial's byte count; the lines and the
- * new count. The retention decision between them is a pure function.
+ * A batch is one transaction: an advisory lock per experiment (per task),
+ * so that the experiment's batches commit one at a time and line ids grow
+ * in commit order (a follower that saw id N never misses a line committed
+ * later with a smaller id); the batch key; the trial's byte count; the
+ * lines and the new count. The retention decision between them is a pure
+ * function. Trials and tasks have tables of the same shape (trial_logs,
+ * task_logs): each statement below exists once per owner, as two fixed
+ * strings, and is chosen, never spliced.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,8 @@
 #define TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 /* pg_advisory_xact_lock(LOCK_CLASS, experiment): the first key names the use ("kdeu"). */
 #define LOCK_CLASS "1801741685"
+/* The same per task ("kdet"). */
+#define TASK_LOCK_CLASS "1801741684"
 #define MAX_RUN_ID 128
 #define DELETE_CHUNK "20000"
 
@@ -46,8 +51,12 @@ void kd_store_logs_retain(int64_t used, bool capped, int64_t cap, const size_t *
 static int check_batch(const struct kd_log_batch *b, char *err)
 {
     int rc = 0;
-    if (b->trial_id <= 0) {
+    if (b->trial_id <= 0 && b->task_id <= 0) {
         rc = kd_seterr(err, KD_EINVAL, "trial_id: %lld is not an id", (long long)b->trial_id);
+        goto out;
+    }
+    if (b->trial_id > 0 && b->task_id > 0) {
+        rc = kd_seterr(err, KD_EINVAL, "task_id: a batch is a trial's or a task's, not both");
         goto out;
     }
     size_t kl = b->key ? strlen(b->key) : 0;
@@ -87,6 +96,22 @@ out:
     return rc;
 }
 
+/* The batch key and the owner's byte count (T: "trial" or "task"). */
+#define BATCH_SQL(T)                                                                               \
+    "WITH nb AS (INSERT INTO " T "_log_batches (" T "_id, batch_key, nlines)"                      \
+    " VALUES ($1::bigint, $2, $3::int) ON CONFLICT DO NOTHING RETURNING 1)"                        \
+    " SELECT log_bytes, log_capped, (SELECT count(*) FROM nb)"                                     \
+    " FROM " T "s WHERE id = $1::bigint"
+/* The lines and the new byte count. */
+#define INSERT_SQL(T)                                                                              \
+    "WITH ins AS (INSERT INTO " T "_logs (" T "_id, run_id, rank, stream, ts, line)"               \
+    " SELECT $1::bigint, $3, (e.v->>0)::int, e.v->>1,"                                             \
+    "  to_timestamp((e.v->>2)::double precision / 1000.0), e.v->>3"                                \
+    " FROM jsonb_array_elements($2::jsonb) WITH ORDINALITY AS e(v, i) ORDER BY e.i"                \
+    " RETURNING 1)"                                                                                \
+    " UPDATE " T "s SET log_bytes = log_bytes + $4::bigint, log_capped = log_capped OR"            \
+    " $5::boolean WHERE id = $1::bigint"
+
 struct put_ctx {
     const struct kd_log_batch *b;
     int64_t max_bytes;
@@ -118,9 +143,9 @@ static char *lines_param(const struct kd_log_batch *b, size_t keep, bool marker,
     if (marker) {
         const struct kd_log_line *first = &b->lines[keep];
         snprintf(mark, sizeof(mark),
-                 "kdet-controller: this trial's logs reached the limit of %lld bytes "
+                 "kdet-controller: this %s's logs reached the limit of %lld bytes "
                  "(--log-max-bytes-per-trial); later lines are not kept",
-                 (long long)cap);
+                 b->task_id > 0 ? "task" : "trial", (long long)cap);
         json_array_append_new(a,
                               json_pack("[i,s,I,s]", -1, "stderr", (json_int_t)first->ts_ms, mark));
     }
@@ -146,33 +171,33 @@ static int put_tx(struct kd_store *s, PGconn *c, void *arg, char *err)
     char *param = NULL;
     size_t *lens = NULL;
     int rc;
-    snprintf(tb, sizeof(tb), "%lld", (long long)b->trial_id);
+    bool task = b->task_id > 0;
+    const char *owner = task ? "task" : "trial";
+    int64_t oid = task ? b->task_id : b->trial_id;
+    snprintf(tb, sizeof(tb), "%lld", (long long)oid);
     snprintf(nb, sizeof(nb), "%zu", b->n);
     const char *p1[1] = {tb};
     rc = kd_store__conn_exec(s, c, "lock the experiment's logs",
-                             "SELECT pg_advisory_xact_lock(" LOCK_CLASS
-                             ", (experiment_id % 2147483647)::int) FROM trials"
-                             " WHERE id = $1::bigint",
+                             task ? "SELECT pg_advisory_xact_lock(" TASK_LOCK_CLASS
+                                    ", (id % 2147483647)::int) FROM tasks WHERE id = $1::bigint"
+                                  : "SELECT pg_advisory_xact_lock(" LOCK_CLASS
+                                    ", (experiment_id % 2147483647)::int) FROM trials"
+                                    " WHERE id = $1::bigint",
                              1, p1, &r, err);
     if (rc == 0 && PQntuples(r) != 1)
-        rc = kd_seterr(err, KD_ENOTFOUND, "trial %lld has no row", (long long)b->trial_id);
+        rc = kd_seterr(err, KD_ENOTFOUND, "%s %lld has no row", owner, (long long)oid);
     PQclear(r);
     r = NULL;
     if (rc != 0)
         goto out;
     /* A new snapshot, after the lock: the count the previous batch committed. */
     const char *p2[3] = {tb, b->key, nb};
-    rc = kd_store__conn_exec(
-        s, c, "log batch key",
-        "WITH nb AS (INSERT INTO trial_log_batches (trial_id, batch_key, nlines)"
-        " VALUES ($1::bigint, $2, $3::int) ON CONFLICT DO NOTHING RETURNING 1)"
-        " SELECT log_bytes, log_capped, (SELECT count(*) FROM nb)"
-        " FROM trials WHERE id = $1::bigint",
-        3, p2, &r, err);
+    rc = kd_store__conn_exec(s, c, "log batch key", task ? BATCH_SQL("task") : BATCH_SQL("trial"),
+                             3, p2, &r, err);
     if (rc != 0)
         goto out;
     if (PQntuples(r) != 1) {
-        rc = kd_seterr(err, KD_ENOTFOUND, "trial %lld has no row", (long long)b->trial_id);
+        rc = kd_seterr(err, KD_ENOTFOUND, "%s %lld has no row", owner, (long long)oid);
         goto out;
     }
     int64_t used = 0;
@@ -201,16 +226,8 @@ static int put_tx(struct kd_store *s, PGconn *c, void *arg, char *err)
     const char *p3[5] = {tb, param, b->run_id ? b->run_id : "", bb, cb};
     PQclear(r);
     r = NULL;
-    rc = kd_store__conn_exec(
-        s, c, "store log lines",
-        "WITH ins AS (INSERT INTO trial_logs (trial_id, run_id, rank, stream, ts, line)"
-        " SELECT $1::bigint, $3, (e.v->>0)::int, e.v->>1,"
-        "  to_timestamp((e.v->>2)::double precision / 1000.0), e.v->>3"
-        " FROM jsonb_array_elements($2::jsonb) WITH ORDINALITY AS e(v, i) ORDER BY e.i"
-        " RETURNING 1)"
-        " UPDATE trials SET log_bytes = log_bytes + $4::bigint, log_capped = log_capped OR"
-        " $5::boolean WHERE id = $1::bigint",
-        5, p3, NULL, err);
+    rc = kd_store__conn_exec(s, c, "store log lines",
+                             task ? INSERT_SQL("task") : INSERT_SQL("trial"), 5, p3, NULL, err);
 out:
     PQclear(r);
     free(param);
@@ -246,13 +263,24 @@ int kd_store_logs_put(struct kd_store *s, const struct kd_log_batch *b, int64_t 
                 " OR ($1::bigint <= 0 AND t.id = $2::bigint)"                                      \
                 " ORDER BY l.id " dir " LIMIT $7::bigint) x"
 
+/* A task's lines: the same filters, one table. */
+#define TASK_QUERY_SQL(dir)                                                                        \
+    "SELECT coalesce(json_agg(x ORDER BY x.id), '[]') FROM ("                                      \
+    " SELECT l.id, l.task_id, l.run_id, l.rank, l.stream, " TS(                                    \
+        "l.ts") " AS \"timestamp\", l.line"                                                        \
+                " FROM task_logs l WHERE l.task_id = $1::bigint AND l.id > $2::bigint"             \
+                " AND ($3::bigint <= 0 OR l.id < $3::bigint)"                                      \
+                " AND ($4::text IS NULL OR l.line ~ $4::text)"                                     \
+                " AND ($5::text IS NULL OR strpos(l.line, $5::text) > 0)"                          \
+                " ORDER BY l.id " dir " LIMIT $6::bigint) x"
+
 int kd_store_logs_query(struct kd_store *s, const struct kd_log_query *q, json_t **out, char *err)
 {
     char eb[24], tb[24], ab[24], bb[24], lb[24];
     int rc = 0;
     *out = NULL;
-    if (q->experiment_id <= 0 && q->trial_id <= 0) {
-        rc = kd_seterr(err, KD_EINVAL, "logs: give an experiment id or a trial id");
+    if (q->experiment_id <= 0 && q->trial_id <= 0 && q->task_id <= 0) {
+        rc = kd_seterr(err, KD_EINVAL, "logs: give an experiment id, a trial id or a task id");
         goto out;
     }
     if (q->limit <= 0 || q->limit > KD_STORE_LOG_MAX_QUERY) {
@@ -278,6 +306,15 @@ int kd_store_logs_query(struct kd_store *s, const struct kd_log_query *q, json_t
     snprintf(ab, sizeof(ab), "%lld", (long long)(q->after_id > 0 ? q->after_id : 0));
     snprintf(bb, sizeof(bb), "%lld", (long long)(q->before_id > 0 ? q->before_id : 0));
     snprintf(lb, sizeof(lb), "%d", q->limit);
+    if (q->experiment_id <= 0 && q->trial_id <= 0) {
+        char kb[24];
+        snprintf(kb, sizeof(kb), "%lld", (long long)q->task_id);
+        const char *pk[6] = {kb, ab, bb, q->regex, q->contains, lb};
+        rc =
+            kd_store__json(s, "task logs", q->tail ? TASK_QUERY_SQL("DESC") : TASK_QUERY_SQL("ASC"),
+                           6, pk, out, err);
+        goto out;
+    }
     const char *p[7] = {eb, tb, ab, bb, q->regex, q->contains, lb};
     /* The direction picks one of two fixed statements: it is never spliced in. */
     rc = kd_store__json(s, "trial logs", q->tail ? QUERY_SQL("DESC") : QUERY_SQL("ASC"), 7, p, out,

@@ -387,12 +387,13 @@ struct kd_log_line {
 };
 
 struct kd_log_batch {
-    int64_t trial_id;
+    int64_t trial_id;   /* the trial's lines (> 0), or (0) the task's of task_id */
     const char *run_id; /* the attempt's KDET_RUN_ID; "" when unknown */
     /** Idempotency key, 1-128 printable ASCII bytes, reused when the sender retries. */
     const char *key;
     const struct kd_log_line *lines;
-    size_t n; /* 1..KD_STORE_LOG_MAX_LINES */
+    size_t n;        /* 1..KD_STORE_LOG_MAX_LINES */
+    int64_t task_id; /* > 0: a task's lines (trial_id 0) */
 };
 
 struct kd_log_put_result {
@@ -444,12 +445,14 @@ struct kd_log_query {
     int limit;             /* 1..KD_STORE_LOG_MAX_QUERY */
     const char *regex;     /* PostgreSQL's POSIX regular expression on the text (NULL: all) */
     const char *contains;  /* a substring of the text (NULL: all) */
+    int64_t task_id;       /* experiment_id and trial_id 0: the lines of this task (> 0) */
 };
 
 /**
  * A trial's or an experiment's log lines, oldest first:
  * [{"id","trial_id","run_id","rank","stream","timestamp","line"}] (ids grow
- * with the order lines were stored). An invalid regex is KD_EINVAL with
+ * with the order lines were stored); a task's with "task_id" instead of
+ * "trial_id". An invalid regex is KD_EINVAL with
  * PostgreSQL's reason. Thread-safe; blocks.
  */
 int kd_store_logs_query(struct kd_store *s, const struct kd_log_query *q, json_t **out,
@@ -463,6 +466,34 @@ int kd_store_logs_query(struct kd_store *s, const struct kd_log_query *q, json_t
  */
 int kd_store_logs_delete(struct kd_store *s, int64_t experiment_id, int64_t *lines,
                          char *err) KD_WUR;
+
+/* ---- tasks (notebooks, commands, shells, TensorBoards) ------------------- */
+
+struct kd_store_task {
+    const char *uid; /* the Task resource's metadata.uid */
+    const char *namespace_;
+    const char *name;
+    const char *kind;  /* notebook | command | shell | tensorboard */
+    const char *owner; /* spec.owner; NULL: "" */
+    json_t *config;    /* borrowed; NULL: {} */
+    const char *state;
+};
+
+/** Insert or update (config, state) a task by uid; *id gets its numeric id. Thread-safe. */
+int kd_store_task_upsert(struct kd_store *s, const struct kd_store_task *t, int64_t *id,
+                         char *err) KD_WUR;
+/**
+ * Record a task's state (QUEUED ... TERMINATED); with TERMINATED also its
+ * exit code (exit_code < 0: none) and end reason (NULL: none), and ended_at.
+ * KD_ENOTFOUND when it has no row. Thread-safe.
+ */
+int kd_store_task_set_state(struct kd_store *s, int64_t id, const char *state, int exit_code,
+                            const char *end_reason, char *err) KD_WUR;
+/** The task's id by the Task's uid (KD_ENOTFOUND when it has no row). Thread-safe. */
+int kd_store_task_id(struct kd_store *s, const char *uid, int64_t *id, char *err) KD_WUR;
+/** {"id","uid","namespace","name","kind","owner","state","exit_code","end_reason",
+ * "created_at","ended_at"} of task id. KD_ENOTFOUND. Thread-safe. */
+int kd_store_task_get(struct kd_store *s, int64_t id, json_t **out, char *err) KD_WUR;
 
 /* ---- templates ---------------------------------------------------------- */
 

@@ -79,7 +79,7 @@ expected_best() {
         join metrics m on m.trial_id = c.trial_id and m.kind = 'validation' and m.step = c.steps_completed
         where x.name = '$1' order by (m.metrics->>'validation_loss')::float8, c.steps_completed, c.uuid limit 1"
 }
-on_disk() { (cd "$T/ckpt-$1" && ls -d */ 2>/dev/null | tr -d / | grep -v kdtmp | sort | tr '\n' ' ' | sed 's/ $//'); }
+on_disk() { (cd "$T/ckpt-$1" && ls -d */ 2>/dev/null | tr -d / | grep -v kdtmp | grep -vx tensorboard | sort | tr '\n' ' ' | sed 's/ $//'); }
 
 spec calm
 log "undisturbed run"

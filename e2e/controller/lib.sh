@@ -77,6 +77,17 @@ start_ctrl() {
     CTRL_PID=$!
 }
 
+# start_ctrl_api [ARGS...]: start_ctrl with the API on PostgreSQL and a user token; sets URL
+# and exports KDET_API_URL and KDET_API_TOKEN for det.
+start_ctrl_api() {
+    printf 'e2e-user-token-0123456789abcdef\n' >"$T/user-token"
+    start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default \
+        --user-token-file "$T/user-token" "$@"
+    check "API serving" wait_for 20 grep -q 'msg="API serving"' "$T/ctrl.log"
+    URL=$(sed -n 's/.*msg="trials reach the API" controller_url=\([^ ]*\).*/\1/p' "$T/ctrl.log" | tail -1 | tr -d '"')
+    export KDET_API_URL=$URL KDET_API_TOKEN=e2e-user-token-0123456789abcdef
+}
+
 stop_ctrl() {
     if [ -n "$CTRL_PID" ]; then
         kill -TERM "$CTRL_PID" 2>/dev/null
@@ -91,6 +102,7 @@ stop_ctrl() {
 field() { kubectl get "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
 exp_state_is() { [ "$(field exp "$1" '{.status.state}')" = "$2" ]; }
 trial_state_is() { [ "$(field trial "$1" '{.status.state}')" = "$2" ]; }
+task_state_is() { [ "$(field task "$1" '{.status.state}')" = "$2" ]; }
 # live_pods [SELECTOR]: trial pods not yet Succeeded/Failed
 live_pods() {
     kubectl get pods -l "${1:-kdet.io/trial}" -o \

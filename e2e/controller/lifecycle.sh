@@ -6,7 +6,7 @@ trap 'finish; exit $?' EXIT
 start_local 4 || exit 1
 start_ctrl
 
-experiment life '  entrypoint: sh -c "sleep 600"
+experiment life '  entrypoint: sh -c "sleep 617"
   hyperparameters:
     x: {type: int, minval: 1, maxval: 2, count: 2}
   searcher: {name: grid, metric: loss, max_length: {batches: 10}}

@@ -6,6 +6,7 @@
  * "did you mean") are the point, and a generic schema engine gives neither.
  */
 #include "config/config.h"
+#include "config/check.h"
 #include "config/k8smap.h"
 
 #include <inttypes.h>
@@ -23,8 +24,6 @@
 #include "core/time.h"
 #include "yaml/yaml.h"
 
-#define PATHLEN 512
-
 /* Caps shared with lib/hparams (KD_HP_MAX_*). */
 #define HP_MAX_PARAMS 1024
 #define HP_MAX_DEPTH 16
@@ -32,415 +31,24 @@
 #define HP_MAX_CATEGORIES 10000
 #define ENTRY_MAX_TOKENS 4096
 
-struct vctx {
-    char *err;
-    const struct kd_yaml_doc *docs[2]; /* the config, then the template; may be NULL */
-    int rc;
-    bool cr; /* checking an Experiment resource's spec: kdet's own fields are allowed */
-    const char *searcher; /* searcher.name when it is a known method, else NULL */
-    int64_t records_per_epoch;
-    int64_t slots_per_trial;
-    size_t hp_leaves;
-    bool shm_set; /* resources.shm_size is set: kdet mounts /dev/shm */
-};
-
-/* ---- messages ------------------------------------------------------------- */
-
-/* A short rendering of a value for "got ..." (strings quoted, long ones cut). */
-static const char *desc(const json_t *v, char *buf, size_t n)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "a mapping";
-    case JSON_ARRAY: return "a list";
-    case JSON_STRING: {
-        const char *s = json_string_value(v);
-        size_t len = strlen(s);
-        if (len > 40)
-            snprintf(buf, n, "\"%.40s...\"", s);
-        else
-            snprintf(buf, n, "\"%s\"", s);
-        return buf;
-    }
-    case JSON_INTEGER: snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); return buf;
-    case JSON_REAL: {
-        double d = json_real_value(v);
-        int start = fabs(d) >= 1 && fabs(d) < 1e16 ? (int)floor(log10(fabs(d))) + 1 : 1;
-        for (int prec = start; prec <= 17; prec++) { /* the shortest text that reads back */
-            snprintf(buf, n, "%.*g", prec, d);
-            if (strtod(buf, NULL) == d)
-                break;
-        }
-        if (!strpbrk(buf, ".e"))
-            kd_strlcpy(buf + strlen(buf), ".0", n - strlen(buf));
-        return buf;
-    }
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
-
-static bool locate(struct vctx *c, const json_t *node, const char *locpath, bool at_key,
-                   const char **name, int *line, int *col)
-{
-    for (int i = 0; i < 2; i++) {
-        if (!c->docs[i] || !node)
-            continue;
-        int rc = at_key ? kd_yaml_where_node_key(c->docs[i], node, line, col)
-                        : kd_yaml_where_node(c->docs[i], node, line, col);
-        if (rc == 0) {
-            *name = kd_yaml_name(c->docs[i]);
-            return true;
-        }
-    }
-    for (int i = 0; i < 2; i++) {
-        if (!c->docs[i] || !locpath)
-            continue;
-        int rc = at_key ? kd_yaml_where_key(c->docs[i], locpath, line, col)
-                        : kd_yaml_where(c->docs[i], locpath, line, col);
-        if (rc == 0) {
-            *name = kd_yaml_name(c->docs[i]);
-            return true;
-        }
-    }
-    return false;
-}
-
-/*
- * Record the first error: "FILE:LINE:COL: PATH: message" (no position when
- * the config came from JSON). `node`/`locpath`/`at_key` say where to point.
- */
-static int fail_at(struct vctx *c, const json_t *node, const char *locpath, bool at_key,
-                   const char *path, const char *fmt, ...) KD_PRINTF(6, 7);
-static int fail_at(struct vctx *c, const json_t *node, const char *locpath, bool at_key,
-                   const char *path, const char *fmt, ...)
-{
-    char msg[KD_ERRLEN];
-    const char *name = NULL;
-    int line = 0, col = 0;
-    va_list ap;
-
-    if (c->rc)
-        return c->rc;
-    c->rc = KD_EINVALID;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (!path || !*path)
-        path = "(top level)";
-    if (locate(c, node, locpath, at_key, &name, &line, &col))
-        kd_seterr(c->err, c->rc, "%s:%d:%d: %s: %s", name, line, col, path, msg);
-    else if (c->docs[0])
-        kd_seterr(c->err, c->rc, "%s: %s: %s", kd_yaml_name(c->docs[0]), path, msg);
-    else
-        kd_seterr(c->err, c->rc, "%s: %s", path, msg);
-    return c->rc;
-}
-
-#define BAD(c, node, path, ...) fail_at((c), (node), (path), false, (path), __VA_ARGS__)
-#define BADKEY(c, node, path, ...) fail_at((c), (node), (path), true, (path), __VA_ARGS__)
-
-/* out = base.key (or key at the top), cut to PATHLEN - 1 bytes. */
-static void join(char *out, const char *base, const char *key)
-{
-    size_t n = 0;
-    if (base && *base) {
-        n = kd_strlcpy(out, base, PATHLEN);
-        if (n < PATHLEN - 1)
-            out[n++] = '.';
-        if (n >= PATHLEN)
-            n = PATHLEN - 1;
-        out[n] = '\0';
-    }
-    kd_strlcpy(out + n, key, PATHLEN - n);
-}
-
-/* out = base[i]. */
-static void joinidx(char *out, const char *base, size_t i)
-{
-    char idx[32];
-    size_t n = kd_strlcpy(out, base, PATHLEN);
-    if (n >= PATHLEN)
-        n = PATHLEN - 1;
-    if (snprintf(idx, sizeof(idx), "[%zu]", i) > 0)
-        kd_strlcpy(out + n, idx, PATHLEN - n);
-}
-
-/* A field's value; NULL when absent or null (null means "use the default"). */
-static json_t *field(const json_t *obj, const char *key)
-{
-    json_t *v = json_object_get(obj, key);
-    return json_is_null(v) ? NULL : v;
-}
-
-static bool in_list(const char *s, const char *const *list)
-{
-    for (size_t i = 0; list[i]; i++)
-        if (!strcmp(s, list[i]))
-            return true;
-    return false;
-}
-
-static void list_text(const char *const *list, char *buf, size_t n)
-{
-    buf[0] = '\0';
-    for (size_t i = 0; list[i]; i++) {
-        size_t l = strlen(buf);
-        snprintf(buf + l, n - l, "%s%s", i ? ", " : "", list[i]);
-    }
-}
-
-/*
- * The closest plausible candidate: kd_suggest's edit distance, else one that
- * extends or is extended by `word` ("grace" -> "grace_period",
- * "searcher_name" -> "searcher").
- */
-static const char *suggest(const char *word, const char *const *cands)
-{
-    const char *s = kd_suggest(word, cands);
-    size_t wl = strlen(word), best = 0;
-    if (s || wl < 3)
-        return s;
-    for (size_t i = 0; cands[i]; i++) {
-        size_t cl = strlen(cands[i]);
-        if (cl < 3)
-            continue;
-        bool ext = cl > wl ? !strncmp(cands[i], word, wl) : !strncmp(word, cands[i], cl);
-        if (ext && cl > best) {
-            best = cl;
-            s = cands[i];
-        }
-    }
-    return s;
-}
-
-/* ---- generic checks -------------------------------------------------------------- */
-
-struct unsupported {
-    const char *key;
-    const char *why;
-};
-
-/*
- * Every key of obj must be in `allowed`; `unsup` (may be NULL) names keys
- * that Determined knows but kdet does not support, with the reason.
- */
-static int check_keys(struct vctx *c, const json_t *obj, const char *path,
-                      const char *const *allowed, const struct unsupported *unsup,
-                      const char *owner)
-{
-    const char *k;
-    json_t *v;
-    char p[PATHLEN];
-    json_object_foreach((json_t *)obj, k, v)
-    {
-        if (in_list(k, allowed))
-            continue;
-        join(p, path, k);
-        for (size_t i = 0; unsup && unsup[i].key; i++)
-            if (!strcmp(unsup[i].key, k))
-                return BADKEY(c, v, p, "%s", unsup[i].why);
-        const char *s = suggest(k, allowed);
-        char all[768];
-        list_text(allowed, all, sizeof(all));
-        if (s)
-            return BADKEY(c, v, p, "unknown field%s%s; did you mean `%s`?", owner ? " of " : "",
-                          owner ? owner : "", s);
-        return BADKEY(c, v, p, "unknown field%s%s (known fields: %s)", owner ? " of " : "",
-                      owner ? owner : "", all);
-    }
-    return 0;
-}
-
-static int want_object(struct vctx *c, const json_t *v, const char *path)
-{
-    char d[96];
-    if (!json_is_object(v))
-        return BAD(c, v, path, "expected a mapping of fields, got %s", desc(v, d, sizeof(d)));
-    return 0;
-}
-
-static int need(struct vctx *c, const json_t *obj, const char *opath, const char *key,
-                const char *why)
-{
-    char p[PATHLEN];
-    if (field(obj, key))
-        return 0;
-    join(p, opath, key);
-    return fail_at(c, obj, opath, false, p, "required field is missing%s%s", why ? " " : "",
-                   why ? why : "");
-}
-
-static void int_phrase(int64_t min, int64_t max, char *buf, size_t n)
-{
-    if (min == INT64_MIN && max == INT64_MAX)
-        snprintf(buf, n, "an integer");
-    else if (min == 1 && max == INT64_MAX)
-        snprintf(buf, n, "a positive integer");
-    else if (min == 0 && max == INT64_MAX)
-        snprintf(buf, n, "a non-negative integer");
-    else if (max == INT64_MAX)
-        snprintf(buf, n, "an integer >= %" PRId64, min);
-    else
-        snprintf(buf, n, "an integer from %" PRId64 " to %" PRId64, min, max);
-}
-
-/* An optional (or required) integer field in [min, max]. *out untouched when absent. */
-static int want_int(struct vctx *c, const json_t *obj, const char *opath, const char *key,
-                    bool required, int64_t min, int64_t max, int64_t *out)
-{
-    char p[PATHLEN], d[96], what[96];
-    json_t *v = field(obj, key);
-    if (!v)
-        return required ? need(c, obj, opath, key, NULL) : 0;
-    join(p, opath, key);
-    int_phrase(min, max, what, sizeof(what));
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-        return BAD(c, v, p, "expected %s, got %s", what, desc(v, d, sizeof(d)));
-    if (out)
-        *out = json_integer_value(v);
-    return 0;
-}
-
-/* A number (integer or real) within bounds; `what` describes the accepted range. */
-static int want_num(struct vctx *c, const json_t *obj, const char *opath, const char *key,
-                    bool required, double lo, bool lo_excl, double hi, bool hi_excl,
-                    const char *what, double *out)
-{
-    char p[PATHLEN], d[96];
-    json_t *v = field(obj, key);
-    if (!v)
-        return required ? need(c, obj, opath, key, NULL) : 0;
-    join(p, opath, key);
-    if (!json_is_number(v))
-        return BAD(c, v, p, "expected %s, got %s", what, desc(v, d, sizeof(d)));
-    double x = json_number_value(v);
-    if (x < lo || (lo_excl && x == lo) || x > hi || (hi_excl && x == hi))
-        return BAD(c, v, p, "expected %s, got %s", what, desc(v, d, sizeof(d)));
-    if (out)
-        *out = x;
-    return 0;
-}
-
-static int want_bool(struct vctx *c, const json_t *obj, const char *opath, const char *key)
-{
-    char p[PATHLEN], d[96];
-    json_t *v = field(obj, key);
-    if (!v || json_is_boolean(v))
-        return 0;
-    join(p, opath, key);
-    if (json_is_string(v)) {
-        static const char *const yaml11[] = {"yes", "no", "on", "off", "Yes", "No", "On", "Off",
-                                             "YES", "NO", "ON", "OFF", "y",   "n",  NULL};
-        if (in_list(json_string_value(v), yaml11))
-            return BAD(c, v, p,
-                       "expected true or false, got %s (YAML 1.2 reads yes/no/on/off as "
-                       "strings)",
-                       desc(v, d, sizeof(d)));
-    }
-    return BAD(c, v, p, "expected true or false, got %s", desc(v, d, sizeof(d)));
-}
-
-static int want_str(struct vctx *c, const json_t *obj, const char *opath, const char *key,
-                    bool required, const char **out)
-{
-    char p[PATHLEN], d[96];
-    json_t *v = field(obj, key);
-    if (!v)
-        return required ? need(c, obj, opath, key, NULL) : 0;
-    join(p, opath, key);
-    if (!json_is_string(v))
-        return BAD(c, v, p, "expected a string, got %s", desc(v, d, sizeof(d)));
-    if (required && !*json_string_value(v))
-        return BAD(c, v, p, "must not be empty");
-    if (out)
-        *out = json_string_value(v);
-    return 0;
-}
-
-static int want_enum(struct vctx *c, const json_t *obj, const char *opath, const char *key,
-                     bool required, const char *const *vals, const char **out)
-{
-    char p[PATHLEN], d[96], all[256];
-    const char *s = NULL;
-    if (want_str(c, obj, opath, key, required, &s) || !s)
-        return c->rc;
-    if (in_list(s, vals)) {
-        if (out)
-            *out = s;
-        return 0;
-    }
-    join(p, opath, key);
-    list_text(vals, all, sizeof(all));
-    const char *sug = suggest(s, vals);
-    json_t *v = field(obj, key);
-    if (sug)
-        return BAD(c, v, p, "expected one of %s, got %s; did you mean `%s`?", all,
-                   desc(v, d, sizeof(d)), sug);
-    return BAD(c, v, p, "expected one of %s, got %s", all, desc(v, d, sizeof(d)));
-}
-
-static int want_str_list(struct vctx *c, const json_t *obj, const char *opath, const char *key)
-{
-    char p[PATHLEN], q[PATHLEN], d[96];
-    json_t *v = field(obj, key);
-    size_t i;
-    json_t *e;
-    if (!v)
-        return 0;
-    join(p, opath, key);
-    if (!json_is_array(v))
-        return BAD(c, v, p, "expected a list of strings, got %s", desc(v, d, sizeof(d)));
-    json_array_foreach(v, i, e)
-    {
-        if (!json_is_string(e)) {
-            joinidx(q, p, i);
-            return BAD(c, e, q, "expected a string, got %s", desc(e, d, sizeof(d)));
-        }
-    }
-    return 0;
-}
-
-static bool is_abs_path(const char *s)
-{
-    return s && s[0] == '/';
-}
-
-static int want_abs_path(struct vctx *c, const json_t *obj, const char *opath, const char *key,
-                         bool required)
-{
-    const char *s = NULL;
-    char p[PATHLEN], d[96];
-    if (want_str(c, obj, opath, key, required, &s) || !s)
-        return c->rc;
-    if (!is_abs_path(s)) {
-        join(p, opath, key);
-        json_t *v = field(obj, key);
-        return BAD(c, v, p, "expected an absolute path (starting with /), got %s",
-                   desc(v, d, sizeof(d)));
-    }
-    return 0;
-}
-
 /*
  * A training length {batches|records|epochs: N}. `bare_int`: a plain
  * integer is accepted too (Determined's unitless Core API length; kdet
  * counts it in batches). min is 1 for lengths that must be positive.
  */
-static int want_length(struct vctx *c, const json_t *obj, const char *opath, const char *key,
-                       bool required, bool bare_int, int64_t min)
+static int want_length(struct kd_config_vctx *c, const json_t *obj, const char *opath,
+                       const char *key, bool required, bool bare_int, int64_t min)
 {
     static const char *const units[] = {"batches", "records", "epochs", NULL};
     char p[PATHLEN], q[PATHLEN], d[96], what[96];
-    json_t *v = field(obj, key);
+    json_t *v = kd_config__field(obj, key);
     if (!v)
-        return required ? need(c, obj, opath, key, NULL) : 0;
-    join(p, opath, key);
-    int_phrase(min, INT64_MAX, what, sizeof(what));
+        return required ? kd_config__need(c, obj, opath, key, NULL) : 0;
+    kd_config__join(p, opath, key);
+    kd_config__int_phrase(min, INT64_MAX, what, sizeof(what));
     if (bare_int && json_is_integer(v)) {
         if (json_integer_value(v) < min)
-            return BAD(c, v, p, "expected %s, got %s", what, desc(v, d, sizeof(d)));
+            return BAD(c, v, p, "expected %s, got %s", what, kd_config__desc(v, d, sizeof(d)));
         return 0;
     }
     if (!json_is_object(v) || json_object_size(v) != 1)
@@ -448,18 +56,18 @@ static int want_length(struct vctx *c, const json_t *obj, const char *opath, con
                    "expected one of batches, records or epochs with a count, e.g. "
                    "{batches: 1000}, got %s",
                    json_is_object(v) && json_object_size(v) > 1 ? "several units"
-                                                                : desc(v, d, sizeof(d)));
+                                                                : kd_config__desc(v, d, sizeof(d)));
     const char *unit = json_object_iter_key(json_object_iter((json_t *)v));
     json_t *n = json_object_get(v, unit);
-    join(q, p, unit);
-    if (!in_list(unit, units)) {
-        const char *s = suggest(unit, units);
+    kd_config__join(q, p, unit);
+    if (!kd_config__in_list(unit, units)) {
+        const char *s = kd_config__suggest(unit, units);
         if (s)
             return BADKEY(c, n, q, "unknown unit; did you mean `%s`?", s);
         return BADKEY(c, n, q, "unknown unit (expected batches, records or epochs)");
     }
     if (!json_is_integer(n) || json_integer_value(n) < min)
-        return BAD(c, n, q, "expected %s, got %s", what, desc(n, d, sizeof(d)));
+        return BAD(c, n, q, "expected %s, got %s", what, kd_config__desc(n, d, sizeof(d)));
     if (!strcmp(unit, "epochs") && c->records_per_epoch <= 0)
         return BAD(c, n, q,
                    "a length in epochs needs records_per_epoch (the number of records in one "
@@ -586,11 +194,12 @@ static const char *const launchers[] = {"torch_distributed", "deepspeed", "horov
  * Check an entrypoint given as words. `node_of(i)` is the JSON node to
  * point at for word i (the string itself for the string form).
  */
-static int check_entry_words(struct vctx *c, char **w, size_t n, const json_t *ep, bool is_list)
+static int check_entry_words(struct kd_config_vctx *c, char **w, size_t n, const json_t *ep,
+                             bool is_list)
 {
     char p[PATHLEN];
 #define AT(i) (is_list ? json_array_get(ep, (i)) : ep)
-#define PATH_OF(i) (is_list ? (joinidx(p, "entrypoint", (i)), p) : "entrypoint")
+#define PATH_OF(i) (is_list ? (kd_config__joinidx(p, "entrypoint", (i)), p) : "entrypoint")
     if (n == 0)
         return BAD(c, ep, "entrypoint", "must not be empty");
     if (n == 1 && is_trial_ref(w[0]))
@@ -603,8 +212,8 @@ static int check_entry_words(struct vctx *c, char **w, size_t n, const json_t *e
         else if (kd_str_has_prefix(mod, "determined.launch."))
             name = mod + strlen("determined.launch.");
         if (name) {
-            if (!in_list(name, launchers)) {
-                const char *s = suggest(name, launchers);
+            if (!kd_config__in_list(name, launchers)) {
+                const char *s = kd_config__suggest(name, launchers);
                 return BAD(
                     c, AT(2), PATH_OF(2),
                     "launcher `%s` is not supported (kdet has kdet.launch.torch_distributed, "
@@ -647,17 +256,18 @@ static int check_entry_words(struct vctx *c, char **w, size_t n, const json_t *e
 #undef PATH_OF
 }
 
-static int check_entrypoint(struct vctx *c, const json_t *cfg)
+static int check_entrypoint(struct kd_config_vctx *c, const json_t *cfg)
 {
     char d[96], p[PATHLEN];
-    json_t *ep = field(cfg, "entrypoint");
+    json_t *ep = kd_config__field(cfg, "entrypoint");
     char **w = NULL;
     size_t n = 0;
     int rc = 0;
 
     if (!ep)
-        return need(c, cfg, "", "entrypoint",
-                    "(the command to run, e.g. \"python3 train.py\", or model_def:TrialClass)");
+        return kd_config__need(
+            c, cfg, "", "entrypoint",
+            "(the command to run, e.g. \"python3 train.py\", or model_def:TrialClass)");
     if (json_is_string(ep)) {
         rc = split_words(json_string_value(ep), &w, &n);
         if (rc == KD_EPARSE) {
@@ -681,8 +291,8 @@ static int check_entrypoint(struct vctx *c, const json_t *cfg)
         json_array_foreach(ep, i, e)
         {
             if (!json_is_string(e)) {
-                joinidx(p, "entrypoint", i);
-                rc = BAD(c, e, p, "expected a string, got %s", desc(e, d, sizeof(d)));
+                kd_config__joinidx(p, "entrypoint", i);
+                rc = BAD(c, e, p, "expected a string, got %s", kd_config__desc(e, d, sizeof(d)));
                 n = i;
                 goto out;
             }
@@ -691,7 +301,7 @@ static int check_entrypoint(struct vctx *c, const json_t *cfg)
         rc = check_entry_words(c, w, n, ep, true);
     } else {
         rc = BAD(c, ep, "entrypoint", "expected a string or a list of strings, got %s",
-                 desc(ep, d, sizeof(d)));
+                 kd_config__desc(ep, d, sizeof(d)));
     }
 out:
     for (size_t i = 0; i < n; i++)
@@ -744,11 +354,11 @@ static bool gbs_min(const json_t *v, int64_t *min)
     return false;
 }
 
-static int check_hparam(struct vctx *c, const json_t *v, const char *path, int depth,
+static int check_hparam(struct kd_config_vctx *c, const json_t *v, const char *path, int depth,
                         uint64_t *grid);
 
-static int check_hparams_obj(struct vctx *c, const json_t *obj, const char *path, int depth,
-                             uint64_t *grid)
+static int check_hparams_obj(struct kd_config_vctx *c, const json_t *obj, const char *path,
+                             int depth, uint64_t *grid)
 {
     const char *k;
     json_t *v;
@@ -757,7 +367,7 @@ static int check_hparams_obj(struct vctx *c, const json_t *obj, const char *path
         return BAD(c, obj, path, "hyperparameters nested deeper than %d levels", HP_MAX_DEPTH);
     json_object_foreach((json_t *)obj, k, v)
     {
-        join(p, path, k);
+        kd_config__join(p, path, k);
         if (check_hparam(c, v, p, depth, grid))
             return c->rc;
     }
@@ -775,7 +385,7 @@ static void grid_mul(uint64_t *grid, uint64_t n)
         *grid = HP_MAX_GRID + 1ULL;
 }
 
-static int check_hparam(struct vctx *c, const json_t *v, const char *path, int depth,
+static int check_hparam(struct kd_config_vctx *c, const json_t *v, const char *path, int depth,
                         uint64_t *grid)
 {
     char p[PATHLEN], d[96], d2[96];
@@ -791,27 +401,27 @@ static int check_hparam(struct vctx *c, const json_t *v, const char *path, int d
     if (++c->hp_leaves > HP_MAX_PARAMS)
         return BAD(c, v, path, "more than %d hyperparameters", HP_MAX_PARAMS);
     const char *type = NULL;
-    if (want_enum(c, v, path, "type", true, hp_types, &type))
+    if (kd_config__want_enum(c, v, path, "type", true, hp_types, &type))
         return c->rc;
     if (!strcmp(type, "const")) {
         static const char *const keys[] = {"type", "val", NULL};
-        if (check_keys(c, v, path, keys, NULL, "a const hyperparameter"))
+        if (kd_config__check_keys(c, v, path, keys, NULL, "a const hyperparameter"))
             return c->rc;
         if (!json_object_get(v, "val"))
-            return need(c, v, path, "val", NULL);
+            return kd_config__need(c, v, path, "val", NULL);
         return 0;
     }
     if (!strcmp(type, "categorical")) {
         static const char *const keys[] = {"type", "vals", NULL};
-        if (check_keys(c, v, path, keys, NULL, "a categorical hyperparameter"))
+        if (kd_config__check_keys(c, v, path, keys, NULL, "a categorical hyperparameter"))
             return c->rc;
-        json_t *vals = field(v, "vals");
-        join(p, path, "vals");
+        json_t *vals = kd_config__field(v, "vals");
+        kd_config__join(p, path, "vals");
         if (!vals)
-            return need(c, v, path, "vals", NULL);
+            return kd_config__need(c, v, path, "vals", NULL);
         if (!json_is_array(vals) || json_array_size(vals) == 0)
             return BAD(c, vals, p, "expected a non-empty list of choices, got %s",
-                       json_is_array(vals) ? "an empty list" : desc(vals, d, sizeof(d)));
+                       json_is_array(vals) ? "an empty list" : kd_config__desc(vals, d, sizeof(d)));
         if (json_array_size(vals) > HP_MAX_CATEGORIES)
             return BAD(c, vals, p, "more than %d choices", HP_MAX_CATEGORIES);
         grid_mul(grid, json_array_size(vals));
@@ -823,45 +433,49 @@ static int check_hparam(struct vctx *c, const json_t *v, const char *path, int d
     bool is_int = !strcmp(type, "int"), is_log = !strcmp(type, "log");
     char owner[64];
     snprintf(owner, sizeof(owner), "a%s %s hyperparameter", is_int ? "n" : "", type);
-    if (check_keys(c, v, path, is_log ? keys_log : keys_num, NULL, owner))
+    if (kd_config__check_keys(c, v, path, is_log ? keys_log : keys_num, NULL, owner))
         return c->rc;
     int64_t imin = 0, imax = 0, count = 0;
     double dmin = 0, dmax = 0;
     if (is_int) {
-        if (want_int(c, v, path, "minval", true, INT64_MIN, INT64_MAX, &imin) ||
-            want_int(c, v, path, "maxval", true, INT64_MIN, INT64_MAX, &imax))
+        if (kd_config__want_int(c, v, path, "minval", true, INT64_MIN, INT64_MAX, &imin) ||
+            kd_config__want_int(c, v, path, "maxval", true, INT64_MIN, INT64_MAX, &imax))
             return c->rc;
         dmin = (double)imin;
         dmax = (double)imax;
     } else {
         const char *what = is_log ? "a number (an exponent of base)" : "a number";
-        if (want_num(c, v, path, "minval", true, -HUGE_VAL, false, HUGE_VAL, false, what, &dmin) ||
-            want_num(c, v, path, "maxval", true, -HUGE_VAL, false, HUGE_VAL, false, what, &dmax))
+        if (kd_config__want_num(c, v, path, "minval", true, -HUGE_VAL, false, HUGE_VAL, false, what,
+                                &dmin) ||
+            kd_config__want_num(c, v, path, "maxval", true, -HUGE_VAL, false, HUGE_VAL, false, what,
+                                &dmax))
             return c->rc;
     }
     if (dmin >= dmax) {
-        join(p, path, "maxval");
+        kd_config__join(p, path, "maxval");
         json_t *mx = json_object_get(v, "maxval");
         return BAD(c, mx, p, "must be greater than minval (%s), got %s",
-                   desc(json_object_get(v, "minval"), d2, sizeof(d2)), desc(mx, d, sizeof(d)));
+                   kd_config__desc(json_object_get(v, "minval"), d2, sizeof(d2)),
+                   kd_config__desc(mx, d, sizeof(d)));
     }
     if (is_log) {
         double base = 10;
-        if (want_num(c, v, path, "base", false, 0, true, HUGE_VAL, false,
-                     "a number greater than 0 (and not 1)", &base))
+        if (kd_config__want_num(c, v, path, "base", false, 0, true, HUGE_VAL, false,
+                                "a number greater than 0 (and not 1)", &base))
             return c->rc;
         if (base == 1) {
-            join(p, path, "base");
+            kd_config__join(p, path, "base");
             return BAD(c, json_object_get(v, "base"), p,
                        "expected a number greater than 0 (and not 1), got 1");
         }
     }
-    if (want_int(c, v, path, "count", false, 1, INT64_MAX, &count))
+    if (kd_config__want_int(c, v, path, "count", false, 1, INT64_MAX, &count))
         return c->rc;
-    if (is_grid && !field(v, "count"))
-        return need(c, v, path, "count",
-                    "(the number of grid points; the grid searcher needs it on int, double and "
-                    "log hyperparameters)");
+    if (is_grid && !kd_config__field(v, "count"))
+        return kd_config__need(
+            c, v, path, "count",
+            "(the number of grid points; the grid searcher needs it on int, double and "
+            "log hyperparameters)");
     /* An int range has at most maxval - minval + 1 grid points (computed without overflow). */
     uint64_t span = (uint64_t)imax - (uint64_t)imin;
     if (is_int && count > 0 && (uint64_t)count - 1 > span)
@@ -871,14 +485,14 @@ static int check_hparam(struct vctx *c, const json_t *v, const char *path, int d
     return 0;
 }
 
-static int check_hyperparameters(struct vctx *c, const json_t *cfg)
+static int check_hyperparameters(struct kd_config_vctx *c, const json_t *cfg)
 {
     char d[96], what[64];
-    json_t *hp = field(cfg, "hyperparameters");
+    json_t *hp = kd_config__field(cfg, "hyperparameters");
     uint64_t grid = 1;
     if (!hp)
         return 0;
-    if (want_object(c, hp, "hyperparameters"))
+    if (kd_config__want_object(c, hp, "hyperparameters"))
         return c->rc;
     if (check_hparams_obj(c, hp, "hyperparameters", 1, &grid))
         return c->rc;
@@ -886,7 +500,7 @@ static int check_hyperparameters(struct vctx *c, const json_t *cfg)
         return BAD(c, hp, "hyperparameters",
                    "the grid has more than %d points (one trial each); lower the counts",
                    HP_MAX_GRID);
-    json_t *gbs = field(hp, "global_batch_size");
+    json_t *gbs = kd_config__field(hp, "global_batch_size");
     if (gbs) {
         int64_t min = 0;
         const char *p = "hyperparameters.global_batch_size";
@@ -895,7 +509,7 @@ static int check_hyperparameters(struct vctx *c, const json_t *cfg)
                        "expected a positive integer (or an int, const or categorical "
                        "hyperparameter of positive integers), got %s",
                        json_is_object(gbs) ? "a value that is not a positive integer"
-                                           : desc(gbs, d, sizeof(d)));
+                                           : kd_config__desc(gbs, d, sizeof(d)));
         if (min < c->slots_per_trial) {
             snprintf(what, sizeof(what), "%" PRId64, min);
             return BAD(c, gbs, p,
@@ -912,52 +526,55 @@ static int check_hyperparameters(struct vctx *c, const json_t *cfg)
 static const char *const methods[] = {"single",   "grid", "random", "adaptive_asha",
                                       "bayesian", "pbt",  NULL};
 
-static int check_early_stopping(struct vctx *c, const json_t *s)
+static int check_early_stopping(struct kd_config_vctx *c, const json_t *s)
 {
     static const char *const types[] = {"patience", "threshold", "median", NULL};
     static const char *const k_pat[] = {"type", "patience", "min_delta", NULL};
     static const char *const k_thr[] = {"type", "threshold", "end_experiment", NULL};
     static const char *const k_med[] = {"type", "grace_period", "min_trials", NULL};
     char p[PATHLEN], d[96];
-    json_t *es = field(s, "early_stopping");
+    json_t *es = kd_config__field(s, "early_stopping");
     size_t i;
     json_t *r;
     const char *base = "searcher.early_stopping";
     if (!es)
         return 0;
     if (!json_is_array(es))
-        return BAD(c, es, base, "expected a list of rules, got %s", desc(es, d, sizeof(d)));
-    if (json_array_size(es) > 0 && !field(s, "metric"))
-        return need(c, s, "searcher", "metric", "(early_stopping rules compare this metric)");
+        return BAD(c, es, base, "expected a list of rules, got %s",
+                   kd_config__desc(es, d, sizeof(d)));
+    if (json_array_size(es) > 0 && !kd_config__field(s, "metric"))
+        return kd_config__need(c, s, "searcher", "metric",
+                               "(early_stopping rules compare this metric)");
     json_array_foreach(es, i, r)
     {
         const char *t = NULL;
-        joinidx(p, base, i);
-        if (want_object(c, r, p) || want_enum(c, r, p, "type", true, types, &t))
+        kd_config__joinidx(p, base, i);
+        if (kd_config__want_object(c, r, p) ||
+            kd_config__want_enum(c, r, p, "type", true, types, &t))
             return c->rc;
         if (!strcmp(t, "patience")) {
-            if (check_keys(c, r, p, k_pat, NULL, "a patience rule") ||
-                want_int(c, r, p, "patience", true, 1, INT64_MAX, NULL) ||
-                want_num(c, r, p, "min_delta", false, 0, false, HUGE_VAL, false, "a number >= 0",
-                         NULL))
+            if (kd_config__check_keys(c, r, p, k_pat, NULL, "a patience rule") ||
+                kd_config__want_int(c, r, p, "patience", true, 1, INT64_MAX, NULL) ||
+                kd_config__want_num(c, r, p, "min_delta", false, 0, false, HUGE_VAL, false,
+                                    "a number >= 0", NULL))
                 return c->rc;
         } else if (!strcmp(t, "threshold")) {
-            if (check_keys(c, r, p, k_thr, NULL, "a threshold rule") ||
-                want_num(c, r, p, "threshold", true, -HUGE_VAL, false, HUGE_VAL, false, "a number",
-                         NULL) ||
-                want_bool(c, r, p, "end_experiment"))
+            if (kd_config__check_keys(c, r, p, k_thr, NULL, "a threshold rule") ||
+                kd_config__want_num(c, r, p, "threshold", true, -HUGE_VAL, false, HUGE_VAL, false,
+                                    "a number", NULL) ||
+                kd_config__want_bool(c, r, p, "end_experiment"))
                 return c->rc;
         } else {
-            if (check_keys(c, r, p, k_med, NULL, "a median rule") ||
-                want_int(c, r, p, "grace_period", false, 0, INT64_MAX, NULL) ||
-                want_int(c, r, p, "min_trials", false, 1, INT64_MAX, NULL))
+            if (kd_config__check_keys(c, r, p, k_med, NULL, "a median rule") ||
+                kd_config__want_int(c, r, p, "grace_period", false, 0, INT64_MAX, NULL) ||
+                kd_config__want_int(c, r, p, "min_trials", false, 1, INT64_MAX, NULL))
                 return c->rc;
         }
     }
     return 0;
 }
 
-static int check_searcher(struct vctx *c, const json_t *cfg)
+static int check_searcher(struct kd_config_vctx *c, const json_t *cfg)
 {
     static const char *const k_single[] = {"name",
                                            "metric",
@@ -1029,16 +646,17 @@ static int check_searcher(struct vctx *c, const json_t *cfg)
     static const char *const modes[] = {"aggressive", "standard", "conservative", NULL};
     char p[PATHLEN], d[96];
     const char *sp = "searcher";
-    json_t *s = field(cfg, "searcher");
+    json_t *s = kd_config__field(cfg, "searcher");
     const char *name = NULL;
 
     if (!s)
-        return need(c, cfg, "", "searcher",
-                    "(e.g. searcher: {name: single, metric: validation_loss, max_length: "
-                    "{batches: 1000}})");
-    if (want_object(c, s, sp) || want_str(c, s, sp, "name", true, &name))
+        return kd_config__need(
+            c, cfg, "", "searcher",
+            "(e.g. searcher: {name: single, metric: validation_loss, max_length: "
+            "{batches: 1000}})");
+    if (kd_config__want_object(c, s, sp) || kd_config__want_str(c, s, sp, "name", true, &name))
         return c->rc;
-    json_t *nv = field(s, "name");
+    json_t *nv = kd_config__field(s, "name");
     if (!strcmp(name, "custom"))
         return BAD(c, nv, "searcher.name",
                    "the custom searcher (driven by user code through Determined's SearchRunner) "
@@ -1050,15 +668,15 @@ static int check_searcher(struct vctx *c, const json_t *cfg)
                    "the %s searcher was removed from Determined and is not supported; use "
                    "adaptive_asha",
                    name);
-    if (!in_list(name, methods)) {
-        const char *sug = suggest(name, methods);
+    if (!kd_config__in_list(name, methods)) {
+        const char *sug = kd_config__suggest(name, methods);
         if (sug)
             return BAD(c, nv, "searcher.name", "unknown searcher %s; did you mean `%s`?",
-                       desc(nv, d, sizeof(d)), sug);
+                       kd_config__desc(nv, d, sizeof(d)), sug);
         return BAD(c, nv, "searcher.name",
                    "unknown searcher %s (expected one of single, grid, random, adaptive_asha, "
                    "bayesian, pbt)",
-                   desc(nv, d, sizeof(d)));
+                   kd_config__desc(nv, d, sizeof(d)));
     }
     const char *const *keys = !strcmp(name, "single")          ? k_single
                               : !strcmp(name, "grid")          ? k_grid
@@ -1068,103 +686,110 @@ static int check_searcher(struct vctx *c, const json_t *cfg)
                                                                : k_pbt;
     char owner[64];
     snprintf(owner, sizeof(owner), "the %s searcher", name);
-    if (check_keys(c, s, sp, keys, NULL, owner))
+    if (kd_config__check_keys(c, s, sp, keys, NULL, owner))
         return c->rc;
 
     bool needs_metric =
         !strcmp(name, "adaptive_asha") || !strcmp(name, "bayesian") || !strcmp(name, "pbt");
-    if (want_str(c, s, sp, "metric", needs_metric, NULL) ||
-        want_bool(c, s, sp, "smaller_is_better") ||
-        want_int(c, s, sp, "source_trial_id", false, 1, INT64_MAX, NULL) ||
-        want_str(c, s, sp, "source_checkpoint_uuid", false, NULL))
+    if (kd_config__want_str(c, s, sp, "metric", needs_metric, NULL) ||
+        kd_config__want_bool(c, s, sp, "smaller_is_better") ||
+        kd_config__want_int(c, s, sp, "source_trial_id", false, 1, INT64_MAX, NULL) ||
+        kd_config__want_str(c, s, sp, "source_checkpoint_uuid", false, NULL))
         return c->rc;
 
     if (!strcmp(name, "pbt")) {
-        if (want_int(c, s, sp, "population_size", true, 1, INT64_MAX, NULL) ||
-            want_int(c, s, sp, "num_rounds", true, 1, INT64_MAX, NULL) ||
+        if (kd_config__want_int(c, s, sp, "population_size", true, 1, INT64_MAX, NULL) ||
+            kd_config__want_int(c, s, sp, "num_rounds", true, 1, INT64_MAX, NULL) ||
             want_length(c, s, sp, "length_per_round", true, false, 1))
             return c->rc;
-        json_t *rf = field(s, "replace_function");
-        json_t *ef = field(s, "explore_function");
+        json_t *rf = kd_config__field(s, "replace_function");
+        json_t *ef = kd_config__field(s, "explore_function");
         static const char *const k_rf[] = {"truncate_fraction", NULL};
         static const char *const k_ef[] = {"resample_probability", "perturb_factor", NULL};
         if (!rf)
-            return need(c, s, sp, "replace_function", "(e.g. {truncate_fraction: 0.2})");
-        if (want_object(c, rf, "searcher.replace_function") ||
-            check_keys(c, rf, "searcher.replace_function", k_rf, NULL, "replace_function") ||
-            want_num(c, rf, "searcher.replace_function", "truncate_fraction", true, 0, false, 0.5,
-                     false, "a number from 0 to 0.5", NULL))
+            return kd_config__need(c, s, sp, "replace_function", "(e.g. {truncate_fraction: 0.2})");
+        if (kd_config__want_object(c, rf, "searcher.replace_function") ||
+            kd_config__check_keys(c, rf, "searcher.replace_function", k_rf, NULL,
+                                  "replace_function") ||
+            kd_config__want_num(c, rf, "searcher.replace_function", "truncate_fraction", true, 0,
+                                false, 0.5, false, "a number from 0 to 0.5", NULL))
             return c->rc;
         if (!ef)
-            return need(c, s, sp, "explore_function",
-                        "(e.g. {resample_probability: 0.2, perturb_factor: 0.2})");
-        if (want_object(c, ef, "searcher.explore_function") ||
-            check_keys(c, ef, "searcher.explore_function", k_ef, NULL, "explore_function") ||
-            want_num(c, ef, "searcher.explore_function", "resample_probability", true, 0, false, 1,
-                     false, "a number from 0 to 1", NULL) ||
-            want_num(c, ef, "searcher.explore_function", "perturb_factor", true, 0, false, 1, false,
-                     "a number from 0 to 1", NULL))
+            return kd_config__need(c, s, sp, "explore_function",
+                                   "(e.g. {resample_probability: 0.2, perturb_factor: 0.2})");
+        if (kd_config__want_object(c, ef, "searcher.explore_function") ||
+            kd_config__check_keys(c, ef, "searcher.explore_function", k_ef, NULL,
+                                  "explore_function") ||
+            kd_config__want_num(c, ef, "searcher.explore_function", "resample_probability", true, 0,
+                                false, 1, false, "a number from 0 to 1", NULL) ||
+            kd_config__want_num(c, ef, "searcher.explore_function", "perturb_factor", true, 0,
+                                false, 1, false, "a number from 0 to 1", NULL))
             return c->rc;
     } else {
         bool needs_trials = strcmp(name, "single") && strcmp(name, "grid");
         bool is_asha = !strcmp(name, "adaptive_asha");
         /* single, grid, random: no max_length means the training code decides the length
          * (Trainer.fit(max_length=...) or its own loop), as Determined 0.38 writes them. */
-        bool needs_length = !strcmp(name, "bayesian") || (is_asha && !field(s, "max_time"));
+        bool needs_length =
+            !strcmp(name, "bayesian") || (is_asha && !kd_config__field(s, "max_time"));
         int64_t max_trials = 0;
-        if (want_int(c, s, sp, "max_trials", needs_trials, 1, INT64_MAX, &max_trials))
+        if (kd_config__want_int(c, s, sp, "max_trials", needs_trials, 1, INT64_MAX, &max_trials))
             return c->rc;
-        if (is_asha && !field(s, "max_length") && !field(s, "max_time"))
-            return need(c, s, sp, "max_length",
-                        "(or max_time with time_metric: the adaptive_asha searcher needs the "
-                        "length of its longest rung)");
+        if (is_asha && !kd_config__field(s, "max_length") && !kd_config__field(s, "max_time"))
+            return kd_config__need(
+                c, s, sp, "max_length",
+                "(or max_time with time_metric: the adaptive_asha searcher needs the "
+                "length of its longest rung)");
         if (want_length(c, s, sp, "max_length", needs_length, true, 1) ||
-            want_int(c, s, sp, "max_concurrent_trials", false, 0, INT64_MAX, NULL))
+            kd_config__want_int(c, s, sp, "max_concurrent_trials", false, 0, INT64_MAX, NULL))
             return c->rc;
         if (is_asha) {
-            if (want_str(c, s, sp, "time_metric", false, NULL) ||
-                want_int(c, s, sp, "max_time", false, 1, INT64_MAX, NULL))
+            if (kd_config__want_str(c, s, sp, "time_metric", false, NULL) ||
+                kd_config__want_int(c, s, sp, "max_time", false, 1, INT64_MAX, NULL))
                 return c->rc;
-            if (field(s, "max_time") && !field(s, "time_metric"))
-                return need(c, s, sp, "time_metric",
-                            "(max_time is counted in the reported values of time_metric, e.g. "
-                            "time_metric: batches)");
-            if (field(s, "time_metric") && !field(s, "max_time"))
-                return need(c, s, sp, "max_time",
-                            "(the largest value of time_metric a trial trains to)");
-            if (field(s, "time_metric") && !*json_string_value(field(s, "time_metric")))
-                return BAD(c, field(s, "time_metric"), "searcher.time_metric", "must not be empty");
-            if (want_enum(c, s, sp, "mode", false, modes, NULL) ||
-                want_num(c, s, sp, "divisor", false, 1, true, HUGE_VAL, false,
-                         "a number greater than 1", NULL) ||
-                want_int(c, s, sp, "max_rungs", false, 1, INT64_MAX, NULL) ||
-                want_bool(c, s, sp, "stop_once"))
+            if (kd_config__field(s, "max_time") && !kd_config__field(s, "time_metric"))
+                return kd_config__need(
+                    c, s, sp, "time_metric",
+                    "(max_time is counted in the reported values of time_metric, e.g. "
+                    "time_metric: batches)");
+            if (kd_config__field(s, "time_metric") && !kd_config__field(s, "max_time"))
+                return kd_config__need(c, s, sp, "max_time",
+                                       "(the largest value of time_metric a trial trains to)");
+            if (kd_config__field(s, "time_metric") &&
+                !*json_string_value(kd_config__field(s, "time_metric")))
+                return BAD(c, kd_config__field(s, "time_metric"), "searcher.time_metric",
+                           "must not be empty");
+            if (kd_config__want_enum(c, s, sp, "mode", false, modes, NULL) ||
+                kd_config__want_num(c, s, sp, "divisor", false, 1, true, HUGE_VAL, false,
+                                    "a number greater than 1", NULL) ||
+                kd_config__want_int(c, s, sp, "max_rungs", false, 1, INT64_MAX, NULL) ||
+                kd_config__want_bool(c, s, sp, "stop_once"))
                 return c->rc;
-            json_t *br = field(s, "bracket_rungs");
+            json_t *br = kd_config__field(s, "bracket_rungs");
             if (br) {
                 size_t i;
                 json_t *e;
                 if (!json_is_array(br))
                     return BAD(c, br, "searcher.bracket_rungs",
                                "expected a list of positive integers, got %s",
-                               desc(br, d, sizeof(d)));
+                               kd_config__desc(br, d, sizeof(d)));
                 json_array_foreach(br, i, e)
                 {
-                    joinidx(p, "searcher.bracket_rungs", i);
+                    kd_config__joinidx(p, "searcher.bracket_rungs", i);
                     if (!json_is_integer(e) || json_integer_value(e) < 1)
                         return BAD(c, e, p, "expected a positive integer, got %s",
-                                   desc(e, d, sizeof(d)));
+                                   kd_config__desc(e, d, sizeof(d)));
                 }
             }
         }
         if (!strcmp(name, "bayesian")) {
             int64_t st = 0;
-            if (want_int(c, s, sp, "num_startup_trials", false, 1, INT64_MAX, &st))
+            if (kd_config__want_int(c, s, sp, "num_startup_trials", false, 1, INT64_MAX, &st))
                 return c->rc;
             if (st > max_trials)
-                return BAD(c, field(s, "num_startup_trials"), "searcher.num_startup_trials",
-                           "must not exceed max_trials (%" PRId64 "), got %" PRId64, max_trials,
-                           st);
+                return BAD(
+                    c, kd_config__field(s, "num_startup_trials"), "searcher.num_startup_trials",
+                    "must not exceed max_trials (%" PRId64 "), got %" PRId64, max_trials, st);
         }
     }
     return check_early_stopping(c, s);
@@ -1173,311 +798,42 @@ static int check_searcher(struct vctx *c, const json_t *cfg)
 /* ---- resources, storage, environment --------------------------------------------------- */
 
 /* Determined's memory size syntax: 4096, "4Gi", "512M", "1.5 GB", "100k". */
-static bool is_mem_size(const char *s)
-{
-    size_t i = 0;
-    bool digits = false;
-    while (s[i] >= '0' && s[i] <= '9')
-        i++, digits = true;
-    if (s[i] == '.') {
-        i++;
-        digits = false;
-        while (s[i] >= '0' && s[i] <= '9')
-            i++, digits = true;
-    }
-    if (!digits)
-        return false;
-    if (s[i] == ' ')
-        i++;
-    if (s[i] && strchr("kmgtpKMGTP", s[i])) {
-        i++;
-        if (s[i] == 'i' || s[i] == 'I')
-            i++;
-        if (s[i] == 'b' || s[i] == 'B')
-            i++;
-    } else if (s[i] == 'b' || s[i] == 'B') {
-        i++;
-    }
-    return s[i] == '\0';
-}
-
-/*
- * A mount's path in the field `key` of e: absolute, no ".." component (the
- * API server refuses those in hostPath and mountPath), cleaned into out.
- * `hint` (may be NULL) follows the "absolute path" error.
- */
-static int want_mount_path(struct vctx *c, const json_t *e, const char *p, const char *key,
-                           const char *hint, char *out, size_t len)
-{
-    char q[PATHLEN], d[96];
-    const char *s = NULL;
-    if (want_str(c, e, p, key, true, &s))
-        return c->rc;
-    json_t *v = field(e, key);
-    join(q, p, key);
-    if (!is_abs_path(s))
-        return BAD(c, v, q, "expected an absolute path (starting with /), got %s%s",
-                   desc(v, d, sizeof(d)), hint ? hint : "");
-    if (kd_path_clean(s, out, len))
-        return BAD(c, v, q, "must not contain a .. component (Kubernetes refuses it), got %s",
-                   desc(v, d, sizeof(d)));
-    return 0;
-}
-
-/*
- * bind_mounts or resources.devices: the shape of each entry, absolute
- * paths, and container paths unique within the list (compared cleaned, so
- * "/data/" and "/data" are one) and clear of kdet's own mounts (the
- * container's root, KD_MOUNT_RESERVED).
- */
-static int check_mounts(struct vctx *c, const json_t *list, const char *path, bool devices)
-{
-    static const char *const k_bm[] = {"host_path", "container_path", "read_only", "propagation",
-                                       NULL};
-    static const char *const k_dev[] = {"host_path", "container_path", "mode", NULL};
-    static const char *const props[] = {"rprivate", "private", "rshared", "shared",
-                                        "rslave",   "slave",   NULL};
-    char p[PATHLEN], q[PATHLEN], d[96], hp[PATHLEN], cp[PATHLEN];
-    size_t i;
-    json_t *e;
-    json_t *seen = NULL;
-    int rc = 0;
-    if (!list)
-        return 0;
-    if (!json_is_array(list))
-        return BAD(c, list, path, "expected a list of %s, got %s",
-                   devices ? "devices" : "bind mounts", desc(list, d, sizeof(d)));
-    seen = json_object();
-    if (!seen)
-        kd_oom(64);
-    json_array_foreach(list, i, e)
-    {
-        joinidx(p, path, i);
-        if (want_object(c, e, p) ||
-            check_keys(c, e, p, devices ? k_dev : k_bm, NULL,
-                       devices ? "a device" : "a bind mount") ||
-            want_mount_path(c, e, p, "host_path", NULL, hp, sizeof(hp))) {
-            rc = c->rc;
-            goto out;
-        }
-        if (devices) {
-            const char *mode = NULL;
-            if (want_mount_path(c, e, p, "container_path", NULL, cp, sizeof(cp)) ||
-                want_str(c, e, p, "mode", false, &mode)) {
-                rc = c->rc;
-                goto out;
-            }
-            if (mode && (!*mode || strspn(mode, "rwm") != strlen(mode))) {
-                join(q, p, "mode");
-                rc = BAD(c, field(e, "mode"), q,
-                         "expected cgroup permissions made of r, w and m (e.g. \"mrw\"), got %s",
-                         desc(field(e, "mode"), d, sizeof(d)));
-                goto out;
-            }
-        } else if (want_mount_path(c, e, p, "container_path",
-                                   "; the working directory is the unpacked model context, a new "
-                                   "directory for each attempt",
-                                   cp, sizeof(cp)) ||
-                   want_bool(c, e, p, "read_only") ||
-                   want_enum(c, e, p, "propagation", false, props, NULL)) {
-            rc = c->rc;
-            goto out;
-        }
-        json_t *cpv = field(e, "container_path");
-        join(q, p, "container_path");
-        if (!strcmp(cp, "/")) {
-            rc = BAD(c, cpv, q, "must not be / (the root of the container)");
-            goto out;
-        }
-        if (kd_path_within(cp, KD_MOUNT_RESERVED)) {
-            rc = BAD(c, cpv, q,
-                     "%s is under " KD_MOUNT_RESERVED
-                     ", where kdet mounts the model context; choose another path",
-                     desc(cpv, d, sizeof(d)));
-            goto out;
-        }
-        /* A set of the container paths seen so far: duplicates found in O(1) each. */
-        json_t *first = json_object_get(seen, cp);
-        if (first) {
-            rc = BAD(c, cpv, q, "container_path %s is already used by %s[%" JSON_INTEGER_FORMAT "]",
-                     desc(cpv, d, sizeof(d)), path, json_integer_value(first));
-            goto out;
-        }
-        if (json_object_set_new(seen, cp, json_integer((json_int_t)i)))
-            kd_oom(64);
-    }
-out:
-    json_decref(seen);
-    return rc;
-}
-
-/* The trial container of environment.pod_spec (named trial or determined-container), or NULL. */
-static const json_t *pod_spec_container(const json_t *cfg)
-{
-    const json_t *ps =
-        json_object_get(json_object_get(field(cfg, "environment"), "pod_spec"), "spec");
-    size_t i;
-    const json_t *ct;
-    json_array_foreach(json_object_get(ps, "containers"), i, ct)
-    {
-        const char *n = json_string_value(json_object_get(ct, "name"));
-        if (n && (!strcmp(n, "trial") || !strcmp(n, "determined-container")))
-            return ct;
-    }
-    return NULL;
-}
-
-/*
- * Whether the trial container will be privileged: the pod_spec says so, or
- * a host device other than a GPU is passed (kdet-controller does that with
- * a privileged container, where the cluster allows it).
- */
-static bool privileged(const json_t *cfg)
-{
-    const json_t *ct = pod_spec_container(cfg);
-    size_t i;
-    const json_t *dv;
-    if (json_is_true(json_object_get(json_object_get(ct, "securityContext"), "privileged")))
-        return true;
-    json_array_foreach(field(field(cfg, "resources"), "devices"), i, dv)
-    {
-        if (!kd_device_is_gpu(json_string_value(json_object_get(dv, "host_path"))))
-            return true;
-    }
-    return false;
-}
-
-/* Index of the entry of `list` whose cleaned `key` is the clean path cp; -1 when none. */
-static int find_path(const json_t *list, const char *key, const char *cp)
-{
-    char x[PATHLEN];
-    size_t i;
-    const json_t *e;
-    json_array_foreach(list, i, e)
-    {
-        const char *s = json_string_value(json_object_get(e, key));
-        if (s) {
-            kd_path_clean(s, x, sizeof(x));
-            if (!strcmp(x, cp))
-                return (int)i;
-        }
-    }
-    return -1;
-}
-
-/*
- * Where bind_mounts (and devices) meet the rest of the pod: /dev/shm when
- * resources.shm_size mounts it, the shared_fs checkpoint directory (a bind
- * mount of the same host_path there is the same mount and allowed), the
- * volumeMounts of the pod_spec's trial container, each other, and
- * Bidirectional propagation, which the API server allows only in a
- * privileged container.
- */
-static int check_mount_clashes(struct vctx *c, const json_t *cfg)
-{
-    char p[PATHLEN], q[PATHLEN], cp[PATHLEN], hp[PATHLEN], ck[PATHLEN] = "", d[96];
-    const json_t *bm = field(cfg, "bind_mounts"), *dev = field(field(cfg, "resources"), "devices");
-    const json_t *cs = field(cfg, "checkpoint_storage");
-    const json_t *ct = pod_spec_container(cfg);
-    const char *csh = json_string_value(json_object_get(cs, "host_path"));
-    const char *cst = json_string_value(json_object_get(cs, "type"));
-    bool priv = privileged(cfg);
-    size_t i;
-    const json_t *e;
-    if (csh && (!cst || !strcmp(cst, "shared_fs")))
-        kd_path_clean(csh, ck, sizeof(ck));
-    json_array_foreach(dev, i, e)
-    {
-        joinidx(p, "resources.devices", i);
-        join(q, p, "container_path");
-        kd_path_clean(json_string_value(json_object_get(e, "container_path")), cp, sizeof(cp));
-        int k = find_path(json_object_get(ct, "volumeMounts"), "mountPath", cp);
-        if (k >= 0)
-            return BAD(c, field(e, "container_path"), q,
-                       "%s is also a volumeMount of environment.pod_spec's trial container "
-                       "(volumeMounts[%d]); keep one of them",
-                       cp, k);
-    }
-    json_array_foreach(bm, i, e)
-    {
-        joinidx(p, "bind_mounts", i);
-        join(q, p, "container_path");
-        json_t *cpv = field(e, "container_path");
-        kd_path_clean(json_string_value(cpv), cp, sizeof(cp));
-        kd_path_clean(json_string_value(json_object_get(e, "host_path")), hp, sizeof(hp));
-        if (c->shm_set && !strcmp(cp, "/dev/shm"))
-            return BAD(c, cpv, q,
-                       "/dev/shm is where kdet mounts the shared memory of resources.shm_size; "
-                       "set one of them");
-        if (ck[0] && !strcmp(cp, ck) && strcmp(hp, ck) != 0)
-            return BAD(c, cpv, q,
-                       "%s is where kdet mounts the shared_fs checkpoint storage "
-                       "(checkpoint_storage.host_path); mount %s elsewhere",
-                       cp, desc(json_object_get(e, "host_path"), d, sizeof(d)));
-        int k = find_path(json_object_get(ct, "volumeMounts"), "mountPath", cp);
-        if (k >= 0)
-            return BAD(c, cpv, q,
-                       "%s is also a volumeMount of environment.pod_spec's trial container "
-                       "(volumeMounts[%d]); keep one of them",
-                       cp, k);
-        k = find_path(dev, "container_path", cp);
-        if (k >= 0)
-            return BAD(c, cpv, q, "%s is also resources.devices[%d].container_path", cp, k);
-        const char *prop = json_string_value(field(e, "propagation"));
-        const char *kp = kd_mount_propagation(prop);
-        if (kp && !strcmp(kp, "Bidirectional") && !priv) {
-            join(q, p, "propagation");
-            return BAD(c, field(e, "propagation"), q,
-                       "%s is Kubernetes' Bidirectional mount propagation, which only a "
-                       "privileged container may use; use rslave (HostToContainer), or make the "
-                       "trial container privileged in environment.pod_spec",
-                       prop);
-        }
-    }
-    return 0;
-}
-
-static int check_resources(struct vctx *c, const json_t *cfg)
+static int check_resources(struct kd_config_vctx *c, const json_t *cfg)
 {
     static const char *const keys[] = {"slots_per_trial", "max_slots",      "weight",
                                        "priority",        "resource_pool",  "shm_size",
                                        "devices",         "is_single_node", NULL};
-    static const struct unsupported unsup[] = {
+    static const struct kd_config_unsupported unsup[] = {
         {"agent_label", "was removed from Determined (0.20) and is not supported; use "
                         "resource_pool"},
         {"native_parallel", "is not supported (it was removed from Determined)"},
         {"slots", "is not a field of resources; did you mean `slots_per_trial`?"},
         {NULL, NULL}};
     const char *rp = "resources";
-    char d[96];
-    json_t *r = field(cfg, "resources");
+    json_t *r = kd_config__field(cfg, "resources");
     c->slots_per_trial = 1;
     if (!r)
         return 0;
-    if (want_object(c, r, rp) || check_keys(c, r, rp, keys, unsup, NULL) ||
-        want_int(c, r, rp, "slots_per_trial", false, 0, 1 << 20, &c->slots_per_trial) ||
-        want_int(c, r, rp, "max_slots", false, 1, INT64_MAX, NULL) ||
-        want_num(c, r, rp, "weight", false, 0, true, HUGE_VAL, false, "a number greater than 0",
-                 NULL) ||
-        want_int(c, r, rp, "priority", false, 1, 99, NULL) ||
-        want_str(c, r, rp, "resource_pool", false, NULL) || want_bool(c, r, rp, "is_single_node"))
+    if (kd_config__want_object(c, r, rp) || kd_config__check_keys(c, r, rp, keys, unsup, NULL) ||
+        kd_config__want_int(c, r, rp, "slots_per_trial", false, 0, 1 << 20, &c->slots_per_trial) ||
+        kd_config__want_int(c, r, rp, "max_slots", false, 1, INT64_MAX, NULL) ||
+        kd_config__want_num(c, r, rp, "weight", false, 0, true, HUGE_VAL, false,
+                            "a number greater than 0", NULL) ||
+        kd_config__want_int(c, r, rp, "priority", false, 1, 99, NULL) ||
+        kd_config__want_str(c, r, rp, "resource_pool", false, NULL) ||
+        kd_config__want_bool(c, r, rp, "is_single_node"))
         return c->rc;
-    json_t *shm = field(r, "shm_size");
-    if (shm && !(json_is_integer(shm) && json_integer_value(shm) >= 0) &&
-        !(json_is_string(shm) && is_mem_size(json_string_value(shm))))
-        return BAD(c, shm, "resources.shm_size",
-                   "expected a size in bytes or a string such as \"4Gi\" or \"512M\", got %s",
-                   desc(shm, d, sizeof(d)));
-    c->shm_set = shm && !(json_is_integer(shm) && json_integer_value(shm) == 0);
+    if (kd_config__check_shm_size(c, r))
+        return c->rc;
     int64_t max_slots = 0;
-    if (want_int(c, r, rp, "max_slots", false, 1, INT64_MAX, &max_slots))
+    if (kd_config__want_int(c, r, rp, "max_slots", false, 1, INT64_MAX, &max_slots))
         return c->rc;
     if (max_slots && max_slots < c->slots_per_trial)
-        return BAD(c, field(r, "max_slots"), "resources.max_slots",
+        return BAD(c, kd_config__field(r, "max_slots"), "resources.max_slots",
                    "must be at least slots_per_trial (%" PRId64
                    ") or no trial could run, got %" PRId64,
                    c->slots_per_trial, max_slots);
-    return check_mounts(c, field(r, "devices"), "resources.devices", true);
+    return kd_config__check_mounts(c, kd_config__field(r, "devices"), "resources.devices", true);
 }
 
 static bool is_dns1123(const char *s)
@@ -1506,7 +862,7 @@ static bool is_bucket_name(const char *s)
     return s[0] != '-' && s[0] != '.' && s[n - 1] != '-' && s[n - 1] != '.';
 }
 
-static int check_storage(struct vctx *c, const json_t *cfg)
+static int check_storage(struct kd_config_vctx *c, const json_t *cfg)
 {
     static const char *const types[] = {"shared_fs", "s3", NULL};
     static const char *const k_fs[] = {"type",
@@ -1538,19 +894,19 @@ static int check_storage(struct vctx *c, const json_t *cfg)
         "generic s3-creds --from-literal=AWS_ACCESS_KEY_ID=... "
         "--from-literal=AWS_SECRET_ACCESS_KEY=...) and reference it with `credentials_secret: "
         "s3-creds`";
-    const struct unsupported unsup[] = {{"secret_key", secret_msg},
-                                        {"access_key", secret_msg},
-                                        {"session_token", secret_msg},
-                                        {NULL, NULL}};
+    const struct kd_config_unsupported unsup[] = {{"secret_key", secret_msg},
+                                                  {"access_key", secret_msg},
+                                                  {"session_token", secret_msg},
+                                                  {NULL, NULL}};
     const char *sp = "checkpoint_storage";
     char d[96];
-    json_t *s = field(cfg, "checkpoint_storage");
+    json_t *s = kd_config__field(cfg, "checkpoint_storage");
     const char *type = NULL;
     if (!s)
         return 0;
-    if (want_object(c, s, sp))
+    if (kd_config__want_object(c, s, sp))
         return c->rc;
-    json_t *tv = field(s, "type");
+    json_t *tv = kd_config__field(s, "type");
     if (json_is_string(tv) &&
         (!strcmp(json_string_value(tv), "gcs") || !strcmp(json_string_value(tv), "azure") ||
          !strcmp(json_string_value(tv), "hdfs") || !strcmp(json_string_value(tv), "directory")))
@@ -1558,13 +914,14 @@ static int check_storage(struct vctx *c, const json_t *cfg)
                    "%s storage is not supported by kdet (supported: shared_fs, s3; S3-compatible "
                    "stores work through endpoint_url)",
                    json_string_value(tv));
-    if (want_enum(c, s, sp, "type", false, types, &type))
+    if (kd_config__want_enum(c, s, sp, "type", false, types, &type))
         return c->rc;
     if (!type && c->cr)
         /* kdet-controller checks the spec after merging its default storage under it. */
-        return need(c, s, sp, "type",
-                    "(shared_fs or s3; the cluster has no default checkpoint storage to supply "
-                    "it)");
+        return kd_config__need(
+            c, s, sp, "type",
+            "(shared_fs or s3; the cluster has no default checkpoint storage to supply "
+            "it)");
     if (!type) {
         /* A partial override of the cluster's default storage (kdet-controller merges it over
          * --default-checkpoint-storage): which type it is for shows in its fields. Only a mix
@@ -1587,278 +944,96 @@ static int check_storage(struct vctx *c, const json_t *cfg)
                                             NULL};
         const char *fs_only = NULL, *s3_only = NULL, *k;
         json_t *v;
-        if (check_keys(c, s, sp, k_any, unsup, "checkpoint_storage"))
+        if (kd_config__check_keys(c, s, sp, k_any, unsup, "checkpoint_storage"))
             return c->rc;
         json_object_foreach((json_t *)s, k, v)
         {
-            if (!fs_only && in_list(k, k_fs) && !in_list(k, k_s3))
+            if (!fs_only && kd_config__in_list(k, k_fs) && !kd_config__in_list(k, k_s3))
                 fs_only = k;
-            if (!s3_only && in_list(k, k_s3) && !in_list(k, k_fs))
+            if (!s3_only && kd_config__in_list(k, k_s3) && !kd_config__in_list(k, k_fs))
                 s3_only = k;
         }
         if (fs_only && s3_only) {
             char q[PATHLEN];
-            join(q, sp, s3_only);
-            return BADKEY(c, field(s, s3_only), q,
+            kd_config__join(q, sp, s3_only);
+            return BADKEY(c, kd_config__field(s, s3_only), q,
                           "is a field of s3 storage but `%s` is one of shared_fs storage; set "
                           "checkpoint_storage.type",
                           fs_only);
         }
         if (!fs_only && !s3_only) /* only the save_* counts: valid over either type */
-            return want_int(c, s, sp, "save_experiment_best", false, 0, INT64_MAX, NULL) ||
-                           want_int(c, s, sp, "save_trial_best", false, 0, INT64_MAX, NULL) ||
-                           want_int(c, s, sp, "save_trial_latest", false, 0, INT64_MAX, NULL)
+            return kd_config__want_int(c, s, sp, "save_experiment_best", false, 0, INT64_MAX,
+                                       NULL) ||
+                           kd_config__want_int(c, s, sp, "save_trial_best", false, 0, INT64_MAX,
+                                               NULL) ||
+                           kd_config__want_int(c, s, sp, "save_trial_latest", false, 0, INT64_MAX,
+                                               NULL)
                        ? c->rc
                        : 0;
         type = fs_only ? "shared_fs" : "s3";
     }
-    bool partial = !field(s, "type");
+    bool partial = !kd_config__field(s, "type");
     bool s3 = !strcmp(type, "s3");
-    if (check_keys(c, s, sp, s3 ? k_s3 : k_fs, unsup, s3 ? "s3 storage" : "shared_fs storage") ||
-        want_int(c, s, sp, "save_experiment_best", false, 0, INT64_MAX, NULL) ||
-        want_int(c, s, sp, "save_trial_best", false, 0, INT64_MAX, NULL) ||
-        want_int(c, s, sp, "save_trial_latest", false, 0, INT64_MAX, NULL))
+    if (kd_config__check_keys(c, s, sp, s3 ? k_s3 : k_fs, unsup,
+                              s3 ? "s3 storage" : "shared_fs storage") ||
+        kd_config__want_int(c, s, sp, "save_experiment_best", false, 0, INT64_MAX, NULL) ||
+        kd_config__want_int(c, s, sp, "save_trial_best", false, 0, INT64_MAX, NULL) ||
+        kd_config__want_int(c, s, sp, "save_trial_latest", false, 0, INT64_MAX, NULL))
         return c->rc;
     if (!s3) {
         const char *host = NULL, *sub = NULL;
-        if (want_abs_path(c, s, sp, "host_path", !partial) ||
-            want_str(c, s, sp, "host_path", !partial, &host) ||
-            want_str(c, s, sp, "storage_path", false, &sub) ||
-            want_abs_path(c, s, sp, "container_path", false) ||
-            want_enum(c, s, sp, "propagation", false, props, NULL))
+        if (kd_config__want_abs_path(c, s, sp, "host_path", !partial) ||
+            kd_config__want_str(c, s, sp, "host_path", !partial, &host) ||
+            kd_config__want_str(c, s, sp, "storage_path", false, &sub) ||
+            kd_config__want_abs_path(c, s, sp, "container_path", false) ||
+            kd_config__want_enum(c, s, sp, "propagation", false, props, NULL))
             return c->rc;
-        if (sub && host && is_abs_path(sub)) {
+        if (sub && host && kd_config__is_abs_path(sub)) {
             size_t hl = strlen(host);
             while (hl > 1 && host[hl - 1] == '/')
                 hl--;
             if (strncmp(sub, host, hl) || (sub[hl] != '/' && sub[hl] != '\0'))
-                return BAD(c, field(s, "storage_path"), "checkpoint_storage.storage_path",
-                           "must be a relative path or a directory under host_path (%s), got %s",
-                           host, desc(field(s, "storage_path"), d, sizeof(d)));
+                return BAD(
+                    c, kd_config__field(s, "storage_path"), "checkpoint_storage.storage_path",
+                    "must be a relative path or a directory under host_path (%s), got %s", host,
+                    kd_config__desc(kd_config__field(s, "storage_path"), d, sizeof(d)));
         }
         if (sub && strstr(sub, ".."))
-            return BAD(c, field(s, "storage_path"), "checkpoint_storage.storage_path",
+            return BAD(c, kd_config__field(s, "storage_path"), "checkpoint_storage.storage_path",
                        "must not contain `..`");
         return 0;
     }
     const char *bucket = NULL, *url = NULL, *secret = NULL, *prefix = NULL;
-    if (want_str(c, s, sp, "bucket", !partial, &bucket))
+    if (kd_config__want_str(c, s, sp, "bucket", !partial, &bucket))
         return c->rc;
     if (bucket && !is_bucket_name(bucket))
-        return BAD(c, field(s, "bucket"), "checkpoint_storage.bucket",
+        return BAD(c, kd_config__field(s, "bucket"), "checkpoint_storage.bucket",
                    "expected an S3 bucket name (3-63 characters: a-z, 0-9, '-' and '.'), got %s",
-                   desc(field(s, "bucket"), d, sizeof(d)));
-    if (want_str(c, s, sp, "prefix", false, &prefix) ||
-        want_str(c, s, sp, "endpoint_url", false, &url) ||
-        want_str(c, s, sp, "region", false, NULL) || want_bool(c, s, sp, "path_style") ||
-        want_str(c, s, sp, "credentials_secret", false, &secret) ||
-        want_abs_path(c, s, sp, "credentials_dir", false))
+                   kd_config__desc(kd_config__field(s, "bucket"), d, sizeof(d)));
+    if (kd_config__want_str(c, s, sp, "prefix", false, &prefix) ||
+        kd_config__want_str(c, s, sp, "endpoint_url", false, &url) ||
+        kd_config__want_str(c, s, sp, "region", false, NULL) ||
+        kd_config__want_bool(c, s, sp, "path_style") ||
+        kd_config__want_str(c, s, sp, "credentials_secret", false, &secret) ||
+        kd_config__want_abs_path(c, s, sp, "credentials_dir", false))
         return c->rc;
     if (prefix && strstr(prefix, ".."))
-        return BAD(c, field(s, "prefix"), "checkpoint_storage.prefix", "must not contain `..`");
+        return BAD(c, kd_config__field(s, "prefix"), "checkpoint_storage.prefix",
+                   "must not contain `..`");
     if (url && !kd_str_has_prefix(url, "http://") && !kd_str_has_prefix(url, "https://"))
-        return BAD(c, field(s, "endpoint_url"), "checkpoint_storage.endpoint_url",
+        return BAD(c, kd_config__field(s, "endpoint_url"), "checkpoint_storage.endpoint_url",
                    "expected an http:// or https:// URL, got %s",
-                   desc(field(s, "endpoint_url"), d, sizeof(d)));
+                   kd_config__desc(kd_config__field(s, "endpoint_url"), d, sizeof(d)));
     if (secret && !is_dns1123(secret))
-        return BAD(c, field(s, "credentials_secret"), "checkpoint_storage.credentials_secret",
+        return BAD(c, kd_config__field(s, "credentials_secret"),
+                   "checkpoint_storage.credentials_secret",
                    "expected the name of a Kubernetes Secret (lowercase letters, digits, '-' and "
                    "'.'), got %s",
-                   desc(field(s, "credentials_secret"), d, sizeof(d)));
+                   kd_config__desc(kd_config__field(s, "credentials_secret"), d, sizeof(d)));
     return 0;
 }
 
-static int check_env_vars(struct vctx *c, const json_t *v, const char *path)
-{
-    char p[PATHLEN], d[96];
-    size_t i;
-    json_t *e;
-    if (!json_is_array(v))
-        return BAD(c, v, path, "expected a list of NAME=value strings, got %s",
-                   desc(v, d, sizeof(d)));
-    json_array_foreach(v, i, e)
-    {
-        joinidx(p, path, i);
-        const char *s = json_string_value(e);
-        const char *eq = s ? strchr(s, '=') : NULL;
-        if (!s || !eq || eq == s)
-            return BAD(c, e, p, "expected NAME=value, got %s", desc(e, d, sizeof(d)));
-        for (const char *q = s; q < eq; q++) {
-            bool ok = (*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') || *q == '_' ||
-                      (q > s && *q >= '0' && *q <= '9');
-            if (!ok)
-                return BAD(c, e, p, "invalid environment variable name in %s",
-                           desc(e, d, sizeof(d)));
-        }
-    }
-    return 0;
-}
-
-/* environment.proxy_ports: a list of {proxy_port (required, 1..65535), proxy_tcp, unauthenticated}.
- */
-static int check_proxy_ports(struct vctx *c, const json_t *pp)
-{
-    static const char *const keys[] = {"proxy_port", "proxy_tcp", "unauthenticated", NULL};
-    const char *base = "environment.proxy_ports";
-    char p[PATHLEN], d[96];
-    size_t i;
-    json_t *e;
-    if (!pp)
-        return 0;
-    if (!json_is_array(pp))
-        return BAD(c, pp, base,
-                   "expected a list of {proxy_port, proxy_tcp, unauthenticated}, got %s",
-                   desc(pp, d, sizeof(d)));
-    json_array_foreach(pp, i, e)
-    {
-        joinidx(p, base, i);
-        if (want_object(c, e, p) || check_keys(c, e, p, keys, NULL, "a proxy port") ||
-            want_int(c, e, p, "proxy_port", true, 1, 65535, NULL) ||
-            want_bool(c, e, p, "proxy_tcp") || want_bool(c, e, p, "unauthenticated"))
-            return c->rc;
-    }
-    return 0;
-}
-
-/*
- * environment.ports: names to container ports of the trial container, so a
- * name must be a Kubernetes port name and a port appear once.
- */
-static int check_ports(struct vctx *c, const json_t *ports)
-{
-    const char *k;
-    json_t *v;
-    char p[PATHLEN], d[96];
-    if (!ports)
-        return 0;
-    if (want_object(c, ports, "environment.ports"))
-        return c->rc;
-    json_object_foreach((json_t *)ports, k, v)
-    {
-        join(p, "environment.ports", k);
-        if (want_int(c, ports, "environment.ports", k, false, 1, 65535, NULL))
-            return c->rc;
-        if (!kd_port_name_valid(k))
-            return BADKEY(c, v, p,
-                          "not a Kubernetes port name: 1 to 15 characters of a-z, 0-9 and '-', "
-                          "with a letter, no '-' at either end or twice in a row (e.g. "
-                          "\"tensorboard\", \"jupyter-lab\")");
-        const char *k2;
-        json_t *v2;
-        json_object_foreach((json_t *)ports, k2, v2)
-        {
-            if (k2 == k || !json_is_integer(v2) || !strcmp(k2, k))
-                break;
-            if (json_integer_value(v2) == json_integer_value(v))
-                return BAD(c, v, p, "port %s is already environment.ports.%s",
-                           desc(v, d, sizeof(d)), k2);
-        }
-    }
-    return 0;
-}
-
-/* environment.add_capabilities / drop_capabilities: Linux capability names ("CAP_" optional). */
-static int check_capabilities(struct vctx *c, const json_t *e, const char *key)
-{
-    char p[PATHLEN], q[PATHLEN], d[96], near[32];
-    size_t i;
-    json_t *v;
-    join(p, "environment", key);
-    if (want_str_list(c, e, "environment", key))
-        return c->rc;
-    json_array_foreach(field(e, key), i, v)
-    {
-        if (kd_capability_name(json_string_value(v), near, sizeof(near)) == 0)
-            continue;
-        joinidx(q, p, i);
-        if (near[0])
-            return BAD(c, v, q, "%s is not a Linux capability; did you mean `%s`?",
-                       desc(v, d, sizeof(d)), near);
-        return BAD(c, v, q,
-                   "%s is not a Linux capability (such as SYS_PTRACE, IPC_LOCK or ALL; "
-                   "CAP_ in front is optional)",
-                   desc(v, d, sizeof(d)));
-    }
-    return 0;
-}
-
-static int check_environment(struct vctx *c, const json_t *cfg)
-{
-    static const char *const keys[] = {"image",
-                                       "environment_variables",
-                                       "pod_spec",
-                                       "force_pull_image",
-                                       "registry_auth",
-                                       "add_capabilities",
-                                       "drop_capabilities",
-                                       "ports",
-                                       "proxy_ports",
-                                       NULL};
-    static const char *const flavors[] = {"cpu", "cuda", "rocm", "gpu", NULL};
-    const char *ep = "environment";
-    char p[PATHLEN], d[96];
-    json_t *e = field(cfg, "environment");
-    if (!e)
-        return 0;
-    if (want_object(c, e, ep) || check_keys(c, e, ep, keys, NULL, NULL) ||
-        want_bool(c, e, ep, "force_pull_image"))
-        return c->rc;
-    json_t *img = field(e, "image");
-    if (img) {
-        if (json_is_object(img)) {
-            const char *k;
-            json_t *v;
-            if (check_keys(c, img, "environment.image", flavors, NULL, NULL))
-                return c->rc;
-            json_object_foreach(img, k, v)
-            {
-                if (want_str(c, img, "environment.image", k, false, NULL))
-                    return c->rc;
-            }
-        } else if (!json_is_string(img) || !*json_string_value(img)) {
-            return BAD(c, img, "environment.image",
-                       "expected an image name or {cpu: IMAGE, cuda: IMAGE}, got %s",
-                       desc(img, d, sizeof(d)));
-        }
-    }
-    json_t *ev = field(e, "environment_variables");
-    if (ev) {
-        if (json_is_object(ev)) {
-            const char *k;
-            json_t *v;
-            if (check_keys(c, ev, "environment.environment_variables", flavors, NULL, NULL))
-                return c->rc;
-            json_object_foreach(ev, k, v)
-            {
-                join(p, "environment.environment_variables", k);
-                if (!json_is_null(v) && check_env_vars(c, v, p))
-                    return c->rc;
-            }
-        } else if (check_env_vars(c, ev, "environment.environment_variables")) {
-            return c->rc;
-        }
-    }
-    json_t *ps = field(e, "pod_spec");
-    if (ps) {
-        if (want_object(c, ps, "environment.pod_spec"))
-            return c->rc;
-        json_t *md = json_object_get(ps, "metadata");
-        if (json_is_object(md) && json_object_get(md, "name"))
-            return BADKEY(c, json_object_get(md, "name"), "environment.pod_spec.metadata.name",
-                          "the pod name is set by kdet and cannot be configured");
-    }
-    json_t *ra = field(e, "registry_auth");
-    if (ra && want_object(c, ra, "environment.registry_auth"))
-        return c->rc;
-    if (check_proxy_ports(c, field(e, "proxy_ports")))
-        return c->rc;
-    if (check_capabilities(c, e, "add_capabilities") ||
-        check_capabilities(c, e, "drop_capabilities"))
-        return c->rc;
-    return check_ports(c, field(e, "ports"));
-}
-
-static int check_misc_sections(struct vctx *c, const json_t *cfg)
+static int check_misc_sections(struct kd_config_vctx *c, const json_t *cfg)
 {
     static const char *const k_opt[] = {"aggregation_frequency",    "average_aggregated_gradients",
                                         "average_training_metrics", "gradient_compression",
@@ -1870,32 +1045,35 @@ static int check_misc_sections(struct vctx *c, const json_t *cfg)
     static const char *const k_rep[] = {"experiment_seed", NULL};
     static const char *const amp[] = {"O0", "O1", "O2", "O3", NULL};
     const char *op = "optimizations", *pp = "profiling", *rp = "reproducibility";
-    json_t *o = field(cfg, "optimizations");
-    if (o && (want_object(c, o, op) || check_keys(c, o, op, k_opt, NULL, NULL) ||
-              want_int(c, o, op, "aggregation_frequency", false, 1, INT64_MAX, NULL) ||
-              want_bool(c, o, op, "average_aggregated_gradients") ||
-              want_bool(c, o, op, "average_training_metrics") ||
-              want_bool(c, o, op, "gradient_compression") ||
-              want_enum(c, o, op, "mixed_precision", false, amp, NULL) ||
-              want_int(c, o, op, "tensor_fusion_threshold", false, 0, INT64_MAX, NULL) ||
-              want_int(c, o, op, "tensor_fusion_cycle_time", false, 0, INT64_MAX, NULL) ||
-              want_bool(c, o, op, "auto_tune_tensor_fusion") ||
-              want_str(c, o, op, "grad_updates_size_file", false, NULL)))
+    json_t *o = kd_config__field(cfg, "optimizations");
+    if (o &&
+        (kd_config__want_object(c, o, op) || kd_config__check_keys(c, o, op, k_opt, NULL, NULL) ||
+         kd_config__want_int(c, o, op, "aggregation_frequency", false, 1, INT64_MAX, NULL) ||
+         kd_config__want_bool(c, o, op, "average_aggregated_gradients") ||
+         kd_config__want_bool(c, o, op, "average_training_metrics") ||
+         kd_config__want_bool(c, o, op, "gradient_compression") ||
+         kd_config__want_enum(c, o, op, "mixed_precision", false, amp, NULL) ||
+         kd_config__want_int(c, o, op, "tensor_fusion_threshold", false, 0, INT64_MAX, NULL) ||
+         kd_config__want_int(c, o, op, "tensor_fusion_cycle_time", false, 0, INT64_MAX, NULL) ||
+         kd_config__want_bool(c, o, op, "auto_tune_tensor_fusion") ||
+         kd_config__want_str(c, o, op, "grad_updates_size_file", false, NULL)))
         return c->rc;
-    json_t *p = field(cfg, "profiling");
+    json_t *p = kd_config__field(cfg, "profiling");
     int64_t begin = 0, end = -1;
-    if (p && (want_object(c, p, pp) || check_keys(c, p, pp, k_prof, NULL, NULL) ||
-              want_bool(c, p, pp, "enabled") ||
-              want_int(c, p, pp, "begin_on_batch", false, 0, INT64_MAX, &begin) ||
-              want_int(c, p, pp, "end_after_batch", false, 0, INT64_MAX, &end) ||
-              want_bool(c, p, pp, "sync_timings")))
+    if (p &&
+        (kd_config__want_object(c, p, pp) || kd_config__check_keys(c, p, pp, k_prof, NULL, NULL) ||
+         kd_config__want_bool(c, p, pp, "enabled") ||
+         kd_config__want_int(c, p, pp, "begin_on_batch", false, 0, INT64_MAX, &begin) ||
+         kd_config__want_int(c, p, pp, "end_after_batch", false, 0, INT64_MAX, &end) ||
+         kd_config__want_bool(c, p, pp, "sync_timings")))
         return c->rc;
     if (p && end >= 0 && end < begin)
-        return BAD(c, field(p, "end_after_batch"), "profiling.end_after_batch",
+        return BAD(c, kd_config__field(p, "end_after_batch"), "profiling.end_after_batch",
                    "must not be before begin_on_batch (%" PRId64 "), got %" PRId64, begin, end);
-    json_t *r = field(cfg, "reproducibility");
-    if (r && (want_object(c, r, rp) || check_keys(c, r, rp, k_rep, NULL, NULL) ||
-              want_int(c, r, rp, "experiment_seed", false, 0, INT32_MAX, NULL)))
+    json_t *r = kd_config__field(cfg, "reproducibility");
+    if (r &&
+        (kd_config__want_object(c, r, rp) || kd_config__check_keys(c, r, rp, k_rep, NULL, NULL) ||
+         kd_config__want_int(c, r, rp, "experiment_seed", false, 0, INT32_MAX, NULL)))
         return c->rc;
     return 0;
 }
@@ -1934,7 +1112,7 @@ static const char *const top_keys[] = {"name",
                                        "pbs",
                                        NULL};
 
-static const struct unsupported top_unsup[] = {
+static const struct kd_config_unsupported top_unsup[] = {
     {"internal", "is internal to Determined and not accepted by kdet"},
     {"data_layer", "was removed from Determined and is not supported"},
     {"security", "is a Determined field that kdet does not support"},
@@ -1947,7 +1125,7 @@ static const struct unsupported top_unsup[] = {
  * regular expression, compiled here so that a bad one is refused at
  * submission, not when the first line is tested against it.
  */
-static int check_log_policies(struct vctx *c, const json_t *lp)
+static int check_log_policies(struct kd_config_vctx *c, const json_t *lp)
 {
     static const char *const k_lp[] = {"name", "pattern", "action", NULL};
     static const char *const k_action[] = {"type", NULL};
@@ -1959,40 +1137,42 @@ static int check_log_policies(struct vctx *c, const json_t *lp)
         return 0;
     if (!json_is_array(lp))
         return BAD(c, lp, "log_policies", "expected a list of {name, pattern, action}, got %s",
-                   desc(lp, d, sizeof(d)));
+                   kd_config__desc(lp, d, sizeof(d)));
     json_array_foreach(lp, i, e)
     {
-        joinidx(p, "log_policies", i);
-        if (want_object(c, e, p) || check_keys(c, e, p, k_lp, NULL, "a log policy") ||
-            want_str(c, e, p, "name", false, NULL) || want_str(c, e, p, "pattern", true, &pattern))
+        kd_config__joinidx(p, "log_policies", i);
+        if (kd_config__want_object(c, e, p) ||
+            kd_config__check_keys(c, e, p, k_lp, NULL, "a log policy") ||
+            kd_config__want_str(c, e, p, "name", false, NULL) ||
+            kd_config__want_str(c, e, p, "pattern", true, &pattern))
             return c->rc;
         regex_t re;
         int rc = regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB);
         if (rc != 0) {
             char why[128];
             regerror(rc, &re, why, sizeof(why));
-            join(q, p, "pattern");
-            return BAD(c, field(e, "pattern"), q, "not a POSIX extended regular expression: %s",
-                       why);
+            kd_config__join(q, p, "pattern");
+            return BAD(c, kd_config__field(e, "pattern"), q,
+                       "not a POSIX extended regular expression: %s", why);
         }
         regfree(&re);
-        json_t *a = field(e, "action");
-        join(q, p, "action");
+        json_t *a = kd_config__field(e, "action");
+        kd_config__join(q, p, "action");
         if (!a)
-            return need(c, e, p, "action", NULL);
+            return kd_config__need(c, e, p, "action", NULL);
         if (json_is_object(a)) {
-            if (check_keys(c, a, q, k_action, NULL, "a log policy action") ||
-                want_str(c, a, q, "type", true, &type))
+            if (kd_config__check_keys(c, a, q, k_action, NULL, "a log policy action") ||
+                kd_config__want_str(c, a, q, "type", true, &type))
                 return c->rc;
-            join(t, q, "type");
+            kd_config__join(t, q, "type");
             kd_strlcpy(q, t, sizeof(q));
-            a = field(a, "type");
+            a = kd_config__field(a, "type");
         } else {
             type = json_string_value(a);
         }
         if (type == NULL || !kd_config_log_action_valid(type))
             return BAD(c, a, q, "expected cancel_retries or exclude_node, got %s",
-                       desc(a, d, sizeof(d)));
+                       kd_config__desc(a, d, sizeof(d)));
     }
     return 0;
 }
@@ -2003,34 +1183,35 @@ static int check_log_policies(struct vctx *c, const json_t *lp)
  * a typo in them is still an error, then ignored with a warning (see
  * kd_config_warnings).
  */
-static int check_foreign_sections(struct vctx *c, const json_t *cfg)
+static int check_foreign_sections(struct kd_config_vctx *c, const json_t *cfg)
 {
     static const char *const k_ret[] = {"log_retention_days", NULL};
     const char *rp = "";
-    if (want_int(c, cfg, rp, "preemption_timeout", false, 1, INT64_MAX, NULL))
+    if (kd_config__want_int(c, cfg, rp, "preemption_timeout", false, 1, INT64_MAX, NULL))
         return c->rc;
     static const char *const objs[] = {"slurm", "pbs", "integrations", NULL};
     for (size_t k = 0; objs[k]; k++) {
-        json_t *v = field(cfg, objs[k]);
-        if (v && want_object(c, v, objs[k]))
+        json_t *v = kd_config__field(cfg, objs[k]);
+        if (v && kd_config__want_object(c, v, objs[k]))
             return c->rc;
     }
-    json_t *r = field(cfg, "retention_policy");
-    if (r && (want_object(c, r, "retention_policy") ||
-              check_keys(c, r, "retention_policy", k_ret, NULL, "retention_policy") ||
-              want_int(c, r, "retention_policy", "log_retention_days", false, -1, 32767, NULL)))
+    json_t *r = kd_config__field(cfg, "retention_policy");
+    if (r && (kd_config__want_object(c, r, "retention_policy") ||
+              kd_config__check_keys(c, r, "retention_policy", k_ret, NULL, "retention_policy") ||
+              kd_config__want_int(c, r, "retention_policy", "log_retention_days", false, -1, 32767,
+                                  NULL)))
         return c->rc;
-    return check_log_policies(c, field(cfg, "log_policies"));
+    return check_log_policies(c, kd_config__field(cfg, "log_policies"));
 }
 
-static int validate(struct vctx *c, const json_t *cfg)
+static int validate(struct kd_config_vctx *c, const json_t *cfg)
 {
     static const char *const policies[] = {"best", "all", "none", NULL};
     const char *rp = "";
     char d[96];
     if (!json_is_object(cfg))
         return BAD(c, cfg, "", "the experiment config must be a mapping of fields, got %s",
-                   desc(cfg, d, sizeof(d)));
+                   kd_config__desc(cfg, d, sizeof(d)));
     if (c->cr) {
         /* The Experiment resource's spec also holds kdet's desired state and context. */
         static const char *const cr_keys[] = {"paused",   "canceled", "archived",
@@ -2042,51 +1223,56 @@ static int validate(struct vctx *c, const json_t *cfg)
         for (size_t i = 0; cr_keys[i]; i++)
             all[n++] = cr_keys[i];
         all[n] = NULL;
-        if (check_keys(c, cfg, rp, all, top_unsup, NULL) || want_bool(c, cfg, rp, "paused") ||
-            want_bool(c, cfg, rp, "canceled") || want_bool(c, cfg, rp, "archived") ||
-            want_str(c, cfg, rp, "template", false, NULL))
+        if (kd_config__check_keys(c, cfg, rp, all, top_unsup, NULL) ||
+            kd_config__want_bool(c, cfg, rp, "paused") ||
+            kd_config__want_bool(c, cfg, rp, "canceled") ||
+            kd_config__want_bool(c, cfg, rp, "archived") ||
+            kd_config__want_str(c, cfg, rp, "template", false, NULL))
             return c->rc;
-        json_t *ctx = field(cfg, "context");
-        if (ctx && want_object(c, ctx, "context"))
+        json_t *ctx = kd_config__field(cfg, "context");
+        if (ctx && kd_config__want_object(c, ctx, "context"))
             return c->rc;
-    } else if (check_keys(c, cfg, rp, top_keys, top_unsup, NULL)) {
+    } else if (kd_config__check_keys(c, cfg, rp, top_keys, top_unsup, NULL)) {
         return c->rc;
     }
     /* Facts other sections depend on come first. */
-    if (want_int(c, cfg, rp, "records_per_epoch", false, 0, INT64_MAX, &c->records_per_epoch))
+    if (kd_config__want_int(c, cfg, rp, "records_per_epoch", false, 0, INT64_MAX,
+                            &c->records_per_epoch))
         return c->rc;
     if (check_resources(c, cfg))
         return c->rc;
-    json_t *s = field(cfg, "searcher");
+    json_t *s = kd_config__field(cfg, "searcher");
     const char *sn = json_string_value(json_object_get(s, "name"));
-    c->searcher = sn && in_list(sn, methods) ? sn : NULL;
+    c->searcher = sn && kd_config__in_list(sn, methods) ? sn : NULL;
 
-    if (want_str(c, cfg, rp, "name", false, NULL) ||
-        want_str(c, cfg, rp, "description", false, NULL) || want_str_list(c, cfg, rp, "labels") ||
-        want_str(c, cfg, rp, "workspace", false, NULL) ||
-        want_str(c, cfg, rp, "project", false, NULL))
+    if (kd_config__want_str(c, cfg, rp, "name", false, NULL) ||
+        kd_config__want_str(c, cfg, rp, "description", false, NULL) ||
+        kd_config__want_str_list(c, cfg, rp, "labels") ||
+        kd_config__want_str(c, cfg, rp, "workspace", false, NULL) ||
+        kd_config__want_str(c, cfg, rp, "project", false, NULL))
         return c->rc;
     static const char *const wp[] = {"workspace", "project", NULL};
     for (size_t i = 0; wp[i]; i++) {
         char lv[KD_LABEL_VALUE_MAX + 1];
-        json_t *v = field(cfg, wp[i]);
+        json_t *v = kd_config__field(cfg, wp[i]);
         if (v && kd_label_value(json_string_value(v), lv, sizeof(lv)) != 0)
             return BAD(c, v, wp[i], "%s has no letter or digit to make the label kdet.io/%s from",
-                       desc(v, d, sizeof(d)), wp[i]);
+                       kd_config__desc(v, d, sizeof(d)), wp[i]);
     }
-    json_t *name = field(cfg, "name");
+    json_t *name = kd_config__field(cfg, "name");
     if (name && strlen(json_string_value(name)) > 255)
         return BAD(c, name, "name", "longer than 255 characters");
     if (check_entrypoint(c, cfg) || check_hyperparameters(c, cfg) || check_searcher(c, cfg) ||
         want_length(c, cfg, rp, "min_validation_period", false, false, 0) ||
         want_length(c, cfg, rp, "min_checkpoint_period", false, false, 0) ||
-        want_int(c, cfg, rp, "scheduling_unit", false, 1, INT64_MAX, NULL) ||
-        want_bool(c, cfg, rp, "perform_initial_validation") ||
-        want_enum(c, cfg, rp, "checkpoint_policy", false, policies, NULL) ||
-        check_storage(c, cfg) || want_int(c, cfg, rp, "max_restarts", false, 0, INT64_MAX, NULL) ||
-        check_misc_sections(c, cfg) || check_environment(c, cfg) ||
-        check_mounts(c, field(cfg, "bind_mounts"), "bind_mounts", false) ||
-        check_mount_clashes(c, cfg) || want_bool(c, cfg, rp, "debug") ||
+        kd_config__want_int(c, cfg, rp, "scheduling_unit", false, 1, INT64_MAX, NULL) ||
+        kd_config__want_bool(c, cfg, rp, "perform_initial_validation") ||
+        kd_config__want_enum(c, cfg, rp, "checkpoint_policy", false, policies, NULL) ||
+        check_storage(c, cfg) ||
+        kd_config__want_int(c, cfg, rp, "max_restarts", false, 0, INT64_MAX, NULL) ||
+        check_misc_sections(c, cfg) || kd_config__check_environment(c, cfg) ||
+        kd_config__check_mounts(c, kd_config__field(cfg, "bind_mounts"), "bind_mounts", false) ||
+        kd_config__check_mount_clashes(c, cfg) || kd_config__want_bool(c, cfg, rp, "debug") ||
         check_foreign_sections(c, cfg))
         return c->rc;
     return 0;
@@ -2094,7 +1280,7 @@ static int validate(struct vctx *c, const json_t *cfg)
 
 int kd_config_check(const json_t *cfg, char *err)
 {
-    struct vctx c;
+    struct kd_config_vctx c;
     memset(&c, 0, sizeof(c));
     c.err = err;
     c.cr = true;
@@ -2106,7 +1292,7 @@ int kd_config_check(const json_t *cfg, char *err)
 /* ---- warnings ------------------------------------------------------------------------------ */
 
 /* One warning per field of Determined's reference that kdet accepts and does not honour. */
-static const struct unsupported ignored_top[] = {
+static const struct kd_config_unsupported ignored_top[] = {
     {"slurm", "not applicable on kdet: trials run as Kubernetes pods, not Slurm jobs; ignored"},
     {"pbs", "not applicable on kdet: trials run as Kubernetes pods, not PBS jobs; ignored"},
     {"integrations", "not applicable on kdet (Pachyderm and webhook integrations); ignored"},
@@ -2131,18 +1317,18 @@ json_t *kd_config_warnings(const json_t *cfg)
     if (!json_is_object(cfg))
         return out;
     for (size_t i = 0; ignored_top[i].key; i++)
-        if (field(cfg, ignored_top[i].key))
+        if (kd_config__field(cfg, ignored_top[i].key))
             warn(out, ignored_top[i].key, ignored_top[i].why);
-    const json_t *env = field(cfg, "environment");
-    if (json_is_object(env) && field(env, "registry_auth"))
+    const json_t *env = kd_config__field(cfg, "environment");
+    if (json_is_object(env) && kd_config__field(env, "registry_auth"))
         warn(out, "environment.registry_auth",
              "not applicable on kdet: pods pull images with a Kubernetes image pull Secret (set "
              "imagePullSecrets in environment.pod_spec.spec); ignored");
-    if (json_is_object(env) && field(env, "proxy_ports"))
+    if (json_is_object(env) && kd_config__field(env, "proxy_ports"))
         warn(out, "environment.proxy_ports",
              "not applicable on kdet: there is no master proxy; reach a trial's ports with "
              "environment.ports and kubectl port-forward or a Service; ignored");
-    const json_t *dev = field(field(cfg, "resources"), "devices");
+    const json_t *dev = kd_config__field(kd_config__field(cfg, "resources"), "devices");
     size_t i;
     const json_t *e;
     const char *host = NULL;
@@ -2151,7 +1337,7 @@ json_t *kd_config_warnings(const json_t *cfg)
         const char *hp = json_string_value(json_object_get(e, "host_path"));
         char p[PATHLEN], why[PATHLEN + 160];
         if (kd_device_is_gpu(hp)) {
-            joinidx(p, "resources.devices", i);
+            kd_config__joinidx(p, "resources.devices", i);
             snprintf(why, sizeof(why),
                      "%s is a GPU: on Kubernetes the device plugin gives a trial its GPUs "
                      "(resources.slots_per_trial); ignored",
@@ -2166,16 +1352,16 @@ json_t *kd_config_warnings(const json_t *cfg)
              "host devices reach a trial only through a privileged container, where the cluster "
              "allows it (kdet-controller --allow-host-devices; elsewhere the experiment fails "
              "naming this field); `mode` is not enforced");
-    const json_t *cs = field(cfg, "checkpoint_storage");
-    if (json_is_object(cs) && !field(cs, "type"))
+    const json_t *cs = kd_config__field(cfg, "checkpoint_storage");
+    if (json_is_object(cs) && !kd_config__field(cs, "type"))
         warn(out, "checkpoint_storage",
              "no type: a partial override; the cluster's default checkpoint storage "
              "(kdet-controller --default-checkpoint-storage) supplies the rest, and the "
              "experiment fails if the cluster has none or the merge is invalid");
-    const json_t *s = field(cfg, "searcher");
+    const json_t *s = kd_config__field(cfg, "searcher");
     const char *sn = json_string_value(json_object_get(s, "name"));
     if (sn && (!strcmp(sn, "single") || !strcmp(sn, "random") || !strcmp(sn, "grid")) &&
-        !field(s, "max_length"))
+        !kd_config__field(s, "max_length"))
         warn(
             out, "searcher.max_length",
             "not set: each trial runs until its training code ends it (Trainer.fit(max_length=...) "
@@ -2239,7 +1425,7 @@ static json_t *merge(const json_t *t, const json_t *c, const char *path)
         {
             json_t *tv = json_object_get(t, k);
             json_t *m;
-            join(p, path, k);
+            kd_config__join(p, path, k);
             /* The entrypoint is one command, not a list to extend. */
             if (!tv || !strcmp(p, "entrypoint"))
                 m = json_incref(v);
@@ -2336,14 +1522,14 @@ static int root_mapping(const struct kd_yaml_doc *doc, const char *what, char *e
     if (kd_yaml_where(doc, "", &line, &col))
         line = col = 1;
     return kd_seterr(err, KD_EINVALID, "%s:%d:%d: the %s must be a mapping of fields, got %s",
-                     kd_yaml_name(doc), line, col, what, desc(r, d, sizeof(d)));
+                     kd_yaml_name(doc), line, col, what, kd_config__desc(r, d, sizeof(d)));
 }
 
 int kd_config_load(const char *path, const char *template_path, json_t **out, char *err)
 {
     struct kd_yaml_doc *doc = NULL, *tdoc = NULL;
     json_t *merged = NULL;
-    struct vctx c;
+    struct kd_config_vctx c;
     int rc = 0;
 
     if (!path || !out) {
@@ -2509,7 +1695,7 @@ int kd_config_apply_defaults(json_t *cfg, char *err)
     dflt(s, "begin_on_batch", json_integer(0));
     dflt(s, "sync_timings", json_true());
 
-    s = field(cfg, "checkpoint_storage");
+    s = kd_config__field(cfg, "checkpoint_storage");
     if (s) {
         if (!json_is_object(s)) {
             rc = kd_seterr(err, KD_EINVALID, "checkpoint_storage: expected a mapping of fields");
@@ -2523,7 +1709,7 @@ int kd_config_apply_defaults(json_t *cfg, char *err)
             dflt(s, "propagation", json_string("rprivate"));
     }
 
-    s = field(cfg, "searcher");
+    s = kd_config__field(cfg, "searcher");
     if (s) {
         if (!json_is_object(s)) {
             rc = kd_seterr(err, KD_EINVALID, "searcher: expected a mapping of fields");
@@ -2577,7 +1763,7 @@ void kd_config_argv_free(char **argv)
 
 int kd_config_launch_argv(const json_t *entrypoint, char ***argv, int *argc, char *err)
 {
-    struct vctx c;
+    struct kd_config_vctx c;
     char **w = NULL, **out = NULL;
     size_t n = 0, k = 0;
     int rc = 0;

@@ -13,6 +13,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,6 +39,8 @@
 /* Body bytes dropped past the cap before the connection is cut (see on_request). */
 #define DROP_SLACK (64u << 10)
 #define WHY_LEN 200
+/* The raw request target kept for kd_http_target, at most. */
+#define TARGET_MAX (16u << 10)
 
 struct kd_http_server {
     struct MHD_Daemon *mhd;
@@ -46,6 +49,10 @@ struct kd_http_server {
     struct kd_http_opts opts;
     atomic_bool stopping;
     int port;
+    /* Upgraded connections still running (kd_http_respond_upgrade): stop waits for them. */
+    pthread_mutex_t up_mu;
+    pthread_cond_t up_cond;
+    int upgrades;
 };
 
 struct arena_block {
@@ -60,6 +67,21 @@ struct arena_block {
  * a %00 has cut short). */
 struct conn_ctx {
     char bad_target[WHY_LEN]; /* "" when the current request's target is fine */
+    char *target;             /* the current request's raw target (malloc'd; NULL: too long) */
+};
+
+/* An upgrade answered (kd_http_respond_upgrade): who owns it is decided once, by the first of
+ * the upgrade handler (it ran: its thread frees) and the request's end (it never ran). */
+struct upgrade {
+    struct kd_http_server *srv;
+    kd_http_upgrade_fn fn;
+    void *ctx;
+    void (*free_fn)(void *);
+    atomic_bool claimed;
+    struct MHD_UpgradeResponseHandle *urh;
+    int fd;
+    char *extra;
+    size_t extra_len;
 };
 
 struct kd_http_req {
@@ -68,6 +90,8 @@ struct kd_http_req {
     const char *method;
     const char *path;
     struct kd_buf body;
+    const char *target;      /* the raw request target (path and query), in the arena */
+    struct upgrade *upgrade; /* an upgrade answer, until it is claimed */
     bool too_big;
     size_t dropped;  /* body bytes dropped past the cap */
     bool close;      /* answer with Connection: close */
@@ -130,10 +154,21 @@ char *kd_http_printf(struct kd_http_req *r, const char *fmt, ...)
     return p;
 }
 
+static void upgrade_free(struct upgrade *u)
+{
+    if (u->free_fn != NULL)
+        u->free_fn(u->ctx);
+    free(u->extra);
+    free(u);
+}
+
 static void req_free(struct kd_http_req *r)
 {
     if (r == NULL)
         return;
+    /* An upgrade answer whose handler never ran (the client went away first). */
+    if (r->upgrade != NULL && !atomic_exchange(&r->upgrade->claimed, true))
+        upgrade_free(r->upgrade);
     while (r->arena != NULL) {
         struct arena_block *next = r->arena->next;
         free(r->arena);
@@ -174,6 +209,31 @@ const char *kd_http_header(const struct kd_http_req *r, const char *name)
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
+const char *kd_http_target(const struct kd_http_req *r)
+{
+    return r->target;
+}
+
+struct each_header {
+    kd_http_header_fn fn;
+    void *ud;
+};
+
+static enum MHD_Result each_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    (void)kind;
+    struct each_header *e = cls;
+    e->fn(key != NULL ? key : "", value != NULL ? value : "", e->ud);
+    return MHD_YES;
+}
+
+void kd_http_each_header(const struct kd_http_req *r, kd_http_header_fn fn, void *ud)
+{
+    struct each_header e = {fn, ud};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, each_header, &e);
+}
+
 struct kd_http_server *kd_http_req_server(const struct kd_http_req *r)
 {
     return r->srv;
@@ -206,6 +266,8 @@ int kd_http_port(const struct kd_http_server *s)
 }
 
 /* ---- responses ------------------------------------------------------------- */
+
+static void respond_status(struct kd_http_req *r, int code, const char *reason, const char *msg);
 
 void kd_http_add_header(struct kd_http_req *r, const char *name, const char *value)
 {
@@ -308,6 +370,83 @@ void kd_http_respond_stream(struct kd_http_req *r, int status, const char *conte
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024,
                                                                   stream_read, st, stream_free);
     set_response(r, status, content_type, resp);
+}
+
+/* The upgraded connection's own thread: the handler, then the close, then the count. */
+static void *upgrade_main(void *p)
+{
+    struct upgrade *u = p;
+    struct kd_http_server *s = u->srv;
+    u->fn(u->ctx, u->fd, u->extra, u->extra_len, s);
+    MHD_upgrade_action(u->urh, MHD_UPGRADE_ACTION_CLOSE);
+    upgrade_free(u);
+    pthread_mutex_lock(&s->up_mu);
+    s->upgrades--;
+    pthread_cond_broadcast(&s->up_cond);
+    pthread_mutex_unlock(&s->up_mu);
+    return NULL;
+}
+
+/* libmicrohttpd's upgrade handler: it must return at once (with TLS, the connection's thread
+ * then relays between the socket pair and TLS), so the work goes to a thread of its own. */
+static void on_upgrade(void *cls, struct MHD_Connection *conn, void *req_cls, const char *extra_in,
+                       size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+    (void)conn;
+    (void)req_cls;
+    struct upgrade *u = cls;
+    pthread_t t;
+    pthread_attr_t at;
+    if (atomic_exchange(&u->claimed, true)) { /* cannot happen: the request is still live */
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        return;
+    }
+    u->urh = urh;
+    u->fd = sock;
+    if (extra_in_size > 0) {
+        u->extra = kd_xmalloc(extra_in_size);
+        memcpy(u->extra, extra_in, extra_in_size);
+        u->extra_len = extra_in_size;
+    }
+    pthread_mutex_lock(&u->srv->up_mu);
+    u->srv->upgrades++;
+    pthread_mutex_unlock(&u->srv->up_mu);
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &at, upgrade_main, u) != 0) {
+        KD_WARN("cannot start an upgraded connection's thread");
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        struct kd_http_server *s = u->srv;
+        upgrade_free(u);
+        pthread_mutex_lock(&s->up_mu);
+        s->upgrades--;
+        pthread_cond_broadcast(&s->up_cond);
+        pthread_mutex_unlock(&s->up_mu);
+    }
+    pthread_attr_destroy(&at);
+}
+
+void kd_http_respond_upgrade(struct kd_http_req *r, const char *protocol, kd_http_upgrade_fn fn,
+                             void *ctx, void (*free_fn)(void *))
+{
+    struct upgrade *u = kd_xcalloc(1, sizeof(*u));
+    u->srv = r->srv;
+    u->fn = fn;
+    u->ctx = ctx;
+    u->free_fn = free_fn;
+    u->fd = -1;
+    struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgrade, u);
+    if (resp == NULL) {
+        upgrade_free(u);
+        respond_status(r, 500, "InternalError", "this server cannot upgrade connections");
+        return;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, protocol);
+    set_response(r, 101, NULL, resp);
+    if (r->resp == resp)
+        r->upgrade = u;
+    else
+        upgrade_free(u); /* a second answer: the first one stays */
 }
 
 /* ---- request-head screening (pure) ------------------------------------------ */
@@ -552,6 +691,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         kd_buf_init(&r->body, s->opts.max_body);
         r->method = kd_http_strdup(r, method);
         r->path = kd_http_strdup(r, url);
+        struct conn_ctx *cc = conn_ctx_of(conn);
+        r->target = kd_http_strdup(r, cc != NULL && cc->target != NULL ? cc->target : url);
         *con_cls = r;
         on_head(r, version);
         ret = r->resp != NULL ? queue(r) : MHD_YES;
@@ -594,8 +735,11 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
     struct conn_ctx *cc = conn_ctx_of(conn);
-    if (cc != NULL && uri != NULL)
+    if (cc != NULL && uri != NULL) {
         (void)screen_target(uri, cc->bad_target, sizeof(cc->bad_target));
+        free(cc->target);
+        cc->target = strlen(uri) <= TARGET_MAX ? kd_xstrdup(uri) : NULL;
+    }
     return NULL;
 }
 
@@ -607,7 +751,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         *socket_context = kd_xcalloc(1, sizeof(struct conn_ctx));
         set_timeout(conn, s->opts.head_timeout_s);
     } else {
-        free(*socket_context);
+        struct conn_ctx *cc = *socket_context;
+        if (cc != NULL)
+            free(cc->target);
+        free(cc);
         *socket_context = NULL;
     }
 }
@@ -645,6 +792,8 @@ int kd_http_start(const struct kd_http_opts *opts, struct kd_http_server **out, 
     }
     s = kd_xcalloc(1, sizeof(*s));
     s->opts = *opts;
+    pthread_mutex_init(&s->up_mu, NULL);
+    pthread_cond_init(&s->up_cond, NULL);
     if (s->opts.max_body == 0)
         s->opts.max_body = DEFAULT_MAX_BODY;
     if (s->opts.max_conns == 0)
@@ -661,7 +810,7 @@ int kd_http_start(const struct kd_http_opts *opts, struct kd_http_server **out, 
     }
     /* The door owns the listening socket and hands connections over (door.h). */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_ALLOW_UPGRADE;
     bool tls = opts->tls_cert_pem != NULL && opts->tls_key_pem != NULL;
     if (tls) {
         if (!MHD_is_feature_supported(MHD_FEATURE_TLS)) {
@@ -696,6 +845,8 @@ out:
     if (s != NULL) {
         free(s->cert);
         free(s->key);
+        pthread_mutex_destroy(&s->up_mu);
+        pthread_cond_destroy(&s->up_cond);
     }
     free(s);
     return rc;
@@ -707,8 +858,16 @@ void kd_http_stop(struct kd_http_server *s)
         return;
     atomic_store(&s->stopping, true);
     kd_http__door_stop(s->door);
+    /* Upgraded connections see kd_http_stopping and end; libmicrohttpd wants them closed before
+     * it stops. */
+    pthread_mutex_lock(&s->up_mu);
+    while (s->upgrades > 0)
+        pthread_cond_wait(&s->up_cond, &s->up_mu);
+    pthread_mutex_unlock(&s->up_mu);
     if (s->mhd != NULL)
         MHD_stop_daemon(s->mhd);
+    pthread_mutex_destroy(&s->up_mu);
+    pthread_cond_destroy(&s->up_cond);
     free(s->cert);
     free(s->key);
     free(s);

@@ -5,8 +5,9 @@
  * before anything else (400/501 and close), an optional pre-body hook that
  * may answer or set the body cap from the head alone, the whole request
  * body read (under a hard cap) before the handler runs, a per-request arena freed once when the
- * request ends, JSON responses, and chunked streaming responses for
- * long-lived streams such as Kubernetes watches. Generic: kdet-local's API
+ * request ends, JSON responses, chunked streaming responses for
+ * long-lived streams such as Kubernetes watches, and upgraded connections
+ * (101 Switching Protocols: WebSocket, tunnels) on threads of their own. Generic: kdet-local's API
  * server and the controller's HTTP API both sit on it.
  */
 #ifndef KD_HTTP_HTTP_H
@@ -97,6 +98,13 @@ const char *kd_http_query(const struct kd_http_req *r, const char *key);
 /** A request header (case-insensitive name), or NULL when absent. */
 const char *kd_http_header(const struct kd_http_req *r, const char *name);
 struct kd_http_server *kd_http_req_server(const struct kd_http_req *r);
+/** The request target as received (path and query, not decoded; at most 16 KiB, else the
+ * decoded path). */
+const char *kd_http_target(const struct kd_http_req *r);
+/** Called for each request header, in the order received. */
+typedef void (*kd_http_header_fn)(const char *name, const char *value, void *ud);
+/** Walk the request's headers (fn must not keep the strings). */
+void kd_http_each_header(const struct kd_http_req *r, kd_http_header_fn fn, void *ud);
 
 /**
  * Set this request's body cap (bytes), overriding kd_http_opts.max_body.
@@ -140,5 +148,25 @@ typedef ssize_t (*kd_http_stream_fn)(void *ctx, char *buf, size_t max);
  */
 void kd_http_respond_stream(struct kd_http_req *r, int status, const char *content_type,
                             kd_http_stream_fn fn, void *ctx, void (*free_fn)(void *));
+
+/**
+ * The upgraded connection's work, on a thread of its own once the 101
+ * answer went out: fd is the client's side (with TLS, one end of a socket
+ * pair the server encrypts; read, write, shutdown, never close), extra the
+ * bytes the client sent after its request head. It should end when
+ * kd_http_stopping(srv) turns true (kd_http_stop waits for it). When it
+ * returns the connection is closed.
+ */
+typedef void (*kd_http_upgrade_fn)(void *ctx, int fd, const char *extra, size_t extra_len,
+                                   struct kd_http_server *srv);
+
+/**
+ * Answer 101 Switching Protocols with `Upgrade: protocol` and the headers
+ * added with kd_http_add_header (libmicrohttpd adds Connection: Upgrade),
+ * then run fn(ctx, ...) on a thread of its own. free_fn(ctx) runs exactly
+ * once: after fn, or when the client went away before the upgrade.
+ */
+void kd_http_respond_upgrade(struct kd_http_req *r, const char *protocol, kd_http_upgrade_fn fn,
+                             void *ctx, void (*free_fn)(void *));
 
 #endif

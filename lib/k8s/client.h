@@ -37,6 +37,7 @@ struct kd_k8s_gvr {
 #define KD_K8S_LEASES KD_K8S_GVR("coordination.k8s.io", "v1", "leases")
 #define KD_K8S_EXPERIMENTS KD_K8S_GVR("kdet.io", "v1alpha1", "experiments")
 #define KD_K8S_TRIALS KD_K8S_GVR("kdet.io", "v1alpha1", "trials")
+#define KD_K8S_TASKS KD_K8S_GVR("kdet.io", "v1alpha1", "tasks")
 
 /** Query parameters of list and watch. Unset fields (NULL, 0, false) are left out. */
 struct kd_k8s_query {

@@ -36,19 +36,24 @@ def rules(objs):
 granted = rules(docs.get("manifests/rbac.yaml", []))
 gvr = {"CONFIGMAPS": ("", "configmaps"), "PODS": ("", "pods"), "SERVICES": ("", "services"),
        "TRIALS": ("kdet.io", "trials"), "EXPERIMENTS": ("kdet.io", "experiments"),
+       "TASKS": ("kdet.io", "tasks"),
        "NODES": ("", "nodes"), "LEASES": ("coordination.k8s.io", "leases")}
 verbs = {"create": "create", "delete": "delete", "patch": "patch", "update": "update",
          "list": "list", "get": "get"}
 src = "".join(open(f).read() for f in glob.glob("controller/*.c"))
 calls = set(re.findall(r"kd_k8s_(create|delete|patch|update|list|get)\(c->client, &KD_K8S_([A-Z]+)", src))
+# The API's own calls (controller/api/*.c, on its client a->o.k8s or q->api->o.k8s)
+api_src = "".join(open(f).read() for f in glob.glob("controller/api/*.c"))
+calls |= set(re.findall(r"kd_k8s_(create|delete|patch|update|list|get)\([a-z>-]*\bo\.k8s, &KD_K8S_([A-Z]+)", api_src))
 check(len(calls) >= 8, "found the controller's API calls (%d)" % len(calls))
 for verb, res in sorted(calls):
     g, r = gvr[res]
     check((g, r, verbs[verb]) in granted, "RBAC grants %s on %s" % (verb, r))
 # status patches go through kd_ctrl_patch_status; informers list and watch
 for need in [("kdet.io", "experiments/status", "patch"), ("kdet.io", "trials/status", "patch"),
+             ("kdet.io", "tasks/status", "patch"),
              ("coordination.k8s.io", "leases", "update"), ("", "events", "create")] + \
-            [(g, r, v) for (g, r) in [("kdet.io", "experiments"), ("kdet.io", "trials"), ("", "pods"), ("", "nodes")]
+            [(g, r, v) for (g, r) in [("kdet.io", "experiments"), ("kdet.io", "trials"), ("kdet.io", "tasks"), ("", "pods"), ("", "nodes")]
              for v in ("list", "watch")]:
     check(need in granted, "RBAC grants %s on %s" % (need[2], need[1]))
 check({v for g, r, v in granted if (g, r) == ("", "secrets")} == {"get", "create", "delete"},

@@ -7,7 +7,7 @@ $(eval $(call kd_test,test_ctrl_defaults,tests/controller/test_ctrl_defaults.c,c
 $(eval $(call kd_test,test_ctrl_handoff,tests/controller/test_ctrl_handoff.c,ctrl core,-ljansson -lpthread,30))
 # The controller's rows in its store, on a private PostgreSQL (tests/support/pg.c).
 $(O)/obj/tests/controller/test_ctrl_wire_store.o: KD_CFLAGS += -Itests
-$(eval $(call kd_test,test_ctrl_wire_store,tests/controller/test_ctrl_wire_store.c tests/controller/store/fx.c tests/support/pg.c,ctrl api http store metrics storage searcher hparams config k8s yaml core,$(CTRL_LDLIBS) -lpthread,120))
+$(eval $(call kd_test,test_ctrl_wire_store,tests/controller/test_ctrl_wire_store.c tests/controller/store/fx.c tests/support/pg.c,ctrl api http store metrics tfevents storage searcher hparams config k8s yaml core,$(CTRL_LDLIBS) -lpthread,120))
 $(eval $(call kd_test,test_ctrl_events,tests/controller/test_ctrl_events.c,ctrl k8s yaml core,-ljansson -lyaml -lcurl -lcrypto -lm -lpthread,30))
 $(eval $(call kd_test,test_ctrl_gcview,tests/controller/test_ctrl_gcview.c,ctrl core,,30))
 $(eval $(call kd_test,test_ctrl_states,tests/controller/test_ctrl_states.c,$(CTRL_KD_LIBS),$(CTRL_LDLIBS),30))
@@ -31,3 +31,10 @@ $(eval $(call kd_test_script,test_ctrl_e2e_volcano,e2e/controller/volcano.sh,180
 $(eval $(call kd_test_script,test_ctrl_e2e_fmnist,e2e/controller/fmnist.sh,240,,$(CTRL_E2E_DEPS) $(O)/bin/fashion-mnist-c))
 $(eval $(call kd_test,test_ctrl_gang,tests/controller/test_ctrl_gang.c tests/support/golden.c,ctrl config yaml hparams k8s core,-ljansson -lyaml -lcurl -lcrypto -lm,30))
 $(eval $(call kd_test_script,test_ctrl_e2e_multinode,e2e/controller/multinode.sh,180,,$(CTRL_E2E_DEPS) $(O)/bin/fashion-mnist-c))
+$(eval $(call kd_test,test_ctrl_taskstate,tests/controller/test_ctrl_taskstate.c,ctrl core,,30))
+$(eval $(call kd_test_script,test_ctrl_e2e_tasks,e2e/controller/tasks.sh,240,,$(CTRL_E2E_DEPS)))
+$(eval $(call kd_test_script,test_ctrl_e2e_notebooks,e2e/controller/notebooks.sh,240,,$(CTRL_E2E_DEPS)))
+$(eval $(call kd_test_script,test_ctrl_e2e_shells,e2e/controller/shells.sh,240,,$(CTRL_E2E_DEPS)))
+# Tasks' services on kdet-local, whose kubelet runs pods as processes of this machine: Jupyter
+# (and a kernel, driven over its WebSocket by e2e/controller/nbclient.py) and sshd with ssh.
+DEB_PACKAGES += jupyter-server python3-ipykernel python3-websocket openssh-server openssh-client

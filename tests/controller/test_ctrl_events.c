@@ -44,6 +44,22 @@ static const struct row rows[] = {
     {"Experiment", "{\"state\":\"ACTIVE\"}", "{\"state\":\"STOPPING_ERROR\"}", "Warning",
      "Stopping", "Experiment ACTIVE -> STOPPING_ERROR"},
     {"Experiment", "{\"state\":\"ACTIVE\"}", "{\"state\":\"NOT_A_STATE\"}", NULL, NULL, NULL},
+    /* Tasks: an end says why in its reason. */
+    {"Task", "{\"state\":\"QUEUED\"}", "{\"state\":\"STARTING\"}", "Normal", "Starting",
+     "Task QUEUED -> STARTING"},
+    {"Task", "{\"state\":\"RUNNING\"}",
+     "{\"state\":\"TERMINATING\",\"endReason\":\"IdleTimeout\",\"message\":\"idle for 60s\"}",
+     "Normal", "Terminating", "Task RUNNING -> TERMINATING: idle for 60s"},
+    {"Task", "{\"state\":\"TERMINATING\"}",
+     "{\"state\":\"TERMINATED\",\"endReason\":\"IdleTimeout\",\"message\":\"ended by its "
+     "idle_timeout\"}",
+     "Normal", "IdleTimeout",
+     "Task TERMINATING -> TERMINATED (IdleTimeout): ended by its idle_timeout"},
+    {"Task", "{\"state\":\"RUNNING\"}",
+     "{\"state\":\"TERMINATED\",\"endReason\":\"Failed\",\"exitCode\":3}", "Warning", "Failed",
+     "Task RUNNING -> TERMINATED (Failed)"},
+    {"Task", "{\"state\":\"TERMINATED\"}", "{\"state\":\"TERMINATED\",\"endReason\":\"Killed\"}",
+     NULL, NULL, NULL},
 };
 
 static void test_table(void **s)

@@ -20,6 +20,7 @@
 #include "../support/golden.h"
 
 #include "config/config.h"
+#include "config/task.h"
 #include "core/alloc.h"
 #include "podspec.h"
 
@@ -73,6 +74,113 @@ static void golden(const char *name)
     json_decref(pods);
     json_decref(cfg);
     json_decref(in);
+}
+
+/*
+ * A task's pod (kd_pod_build_task) against NAME.pods.json: the input holds
+ * the Task ("task", its spec.config checked and defaulted here), "node",
+ * "slots", "run_id", and as for trials "api", "cpu_slots", plus
+ * "tensorboard_logdir".
+ */
+static void golden_task(const char *name)
+{
+    char path[512], err[KD_ERRLEN] = "";
+    json_error_t je;
+    enum kd_task_kind kind;
+    snprintf(path, sizeof(path), DIR "%s.input.json", name);
+    json_t *in = json_load_file(path, 0, &je);
+    if (in == NULL)
+        fail_msg("%s:%d: %s", path, je.line, je.text);
+    const json_t *task = json_object_get(in, "task");
+    const json_t *spec = json_object_get(task, "spec");
+    assert_int_equal(kd_task_kind_parse(json_string_value(json_object_get(spec, "kind")), &kind),
+                     0);
+    json_t *cfg = json_deep_copy(json_object_get(spec, "config"));
+    if (kd_task_config_check(kind, cfg, err) != 0)
+        fail_msg("%s: config: %s", name, err);
+    assert_int_equal(kd_task_config_apply_defaults(kind, cfg, err), 0);
+    struct kd_pod_opts o = {.image = "kdet/trial:test",
+                            .controller_url = "http://kdet-controller.kdet:8080",
+                            .priority_classes = true,
+                            .tensorboard_image = "kdet/tensorboard:test"};
+    const json_t *api = json_object_get(in, "api");
+    if (json_is_object(api)) {
+        o.api = true;
+        o.controller_ca = json_is_true(json_object_get(api, "controller_ca"));
+    }
+    const json_t *cs = json_object_get(in, "cpu_slots");
+    if (json_is_object(cs)) {
+        o.cpu_slots = true;
+        o.cpu_per_slot_milli = json_integer_value(json_object_get(cs, "cpu_per_slot_milli"));
+    }
+    o.tensorboard_logdir = json_string_value(json_object_get(in, "tensorboard_logdir"));
+    json_t *pod = NULL, *pods = json_array();
+    int rc =
+        kd_pod_build_task(task, cfg, json_string_value(json_object_get(in, "run_id")),
+                          json_string_value(json_object_get(in, "node")),
+                          (int)json_integer_value(json_object_get(in, "slots")), &o, &pod, err);
+    if (rc != 0)
+        fail_msg("%s: kd_pod_build_task: %s (%s)", name, kd_err_name(rc), err);
+    json_array_append_new(pods, pod);
+    snprintf(path, sizeof(path), DIR "%s.pods.json", name);
+    kd_golden_check(name, path, pods);
+    json_decref(pods);
+    json_decref(cfg);
+    json_decref(in);
+}
+
+/* A command (its entrypoint under kdet-launch), with a context unpacked into work_dir, GPUs, a
+ * resource pool, bind mounts and the user's variables (kdet's names win). */
+static void test_task_command(void **s)
+{
+    (void)s;
+    golden_task("task_command");
+}
+
+/* A notebook: Jupyter on the reported port under /proxy/TASK/, its token from the Secret (the
+ * user's JUPYTER_TOKEN is replaced), the cuda image flavour for its GPU, shared memory. */
+static void test_task_notebook(void **s)
+{
+    (void)s;
+    golden_task("task_notebook");
+}
+
+/* A shell on CPU slots: sshd with the keys of its Secret mounted per run. */
+static void test_task_shell(void **s)
+{
+    (void)s;
+    golden_task("task_shell");
+}
+
+/* A TensorBoard: no slot, the TensorBoard image, the experiments' event directories. */
+static void test_task_tensorboard(void **s)
+{
+    (void)s;
+    golden_task("task_tensorboard");
+}
+
+static void test_task_errors(void **s)
+{
+    (void)s;
+    char err[KD_ERRLEN] = "";
+    json_t *pod = NULL, *cfg = json_object();
+    struct kd_pod_opts o = {.image = "x"};
+    json_t *t = json_pack("{s:{s:s,s:s,s:s},s:{s:s}}", "metadata", "name", "t", "namespace", "d",
+                          "uid", "u", "spec", "kind", "lab");
+    assert_int_equal(kd_pod_build_task(t, cfg, "r", NULL, 1, &o, &pod, err), KD_EINVALID);
+    assert_string_equal(err, "spec.kind: lab is not a kind of task");
+    assert_null(pod);
+    json_object_set_new(json_object_get(t, "spec"), "kind", json_string("command"));
+    assert_int_equal(kd_pod_build_task(t, cfg, "r", NULL, 1, &o, &pod, err), KD_EINVALID);
+    assert_null(pod);
+    json_object_set_new(cfg, "environment",
+                        json_pack("{s:{s:{s:s}}}", "pod_spec", "metadata", "name", "mine"));
+    json_object_set_new(cfg, "entrypoint", json_string("true"));
+    assert_int_equal(kd_pod_build_task(t, cfg, "r", NULL, 1, &o, &pod, err), KD_EINVALID);
+    assert_string_equal(err,
+                        "environment.pod_spec.metadata.name: not allowed (kdet names trial pods)");
+    json_decref(t);
+    json_decref(cfg);
 }
 
 static void test_single(void **s)
@@ -481,6 +589,11 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_field_errors),
         cmocka_unit_test(test_priority_classes),
+        cmocka_unit_test(test_task_command),
+        cmocka_unit_test(test_task_notebook),
+        cmocka_unit_test(test_task_shell),
+        cmocka_unit_test(test_task_tensorboard),
+        cmocka_unit_test(test_task_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

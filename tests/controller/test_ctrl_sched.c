@@ -83,6 +83,8 @@ static void parse_trial(struct tcase *c, char *save, const char *file, int line)
             kd_strlcpy(t->pool, tok + 5, sizeof(t->pool));
         } else if (strcmp(tok, "stopping") == 0) {
             t->stopping = true;
+        } else if (strcmp(tok, "no_preempt") == 0) {
+            t->no_preempt = true;
         } else if (strcmp(tok, "single_node") == 0) {
             t->single_node = true;
         } else if (strncmp(tok, "exclude=", 8) == 0) {

@@ -35,7 +35,8 @@ static const json_t *schema_of(const json_t *crd)
         "openAPIV3Schema");
 }
 
-static void check_shape(const char *file, const char *name, const char *kind, const char *shortn)
+static void check_shape(const char *file, const char *name, const char *kind, const char *shortn,
+                        const char *const *want)
 {
     json_t *crd = load_crd(file);
     json_t *spec = json_object_get(crd, "spec");
@@ -63,8 +64,7 @@ static void check_shape(const char *file, const char *name, const char *kind, co
         fail_msg("%s: not structural: %s", file, err);
     /* each printer column names a field the schema declares */
     json_t *cols = json_object_get(ver, "additionalPrinterColumns");
-    const char *want[] = {"State", "Progress", "Best", "Age"};
-    for (size_t w = 0; w < 4; w++) {
+    for (size_t w = 0; want[w] != NULL; w++) {
         bool found = false;
         for (size_t i = 0; i < json_array_size(cols); i++)
             found |= strcmp(json_string_value(json_object_get(json_array_get(cols, i), "name")),
@@ -93,8 +93,11 @@ static void check_shape(const char *file, const char *name, const char *kind, co
 static void test_shape(void **state)
 {
     (void)state;
-    check_shape("crds/experiments.yaml", "experiments.kdet.io", "Experiment", "exp");
-    check_shape("crds/trials.yaml", "trials.kdet.io", "Trial", "trial");
+    static const char *const runs[] = {"State", "Progress", "Best", "Age", NULL};
+    static const char *const tasks[] = {"Kind", "State", "Exit", "Reason", "Age", NULL};
+    check_shape("crds/experiments.yaml", "experiments.kdet.io", "Experiment", "exp", runs);
+    check_shape("crds/trials.yaml", "trials.kdet.io", "Trial", "trial", runs);
+    check_shape("crds/tasks.yaml", "tasks.kdet.io", "Task", "tsk", tasks);
 }
 
 /* Collect the paths of schema nodes carrying x-kubernetes-preserve-unknown-fields. */
@@ -148,6 +151,15 @@ static void test_free_form_only_where_allowed(void **state)
     json_decref(got);
     json_decref(want);
     json_decref(trial);
+    /* A task's config is checked by lib/config (task.c), like an experiment's. */
+    json_t *task = load_crd("crds/tasks.yaml");
+    got = json_array();
+    preserved(schema_of(task), "", got);
+    want = json_pack("[s]", "spec.config");
+    assert_true(json_equal(got, want));
+    json_decref(got);
+    json_decref(want);
+    json_decref(task);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -156,7 +168,8 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /* Validate every sample in dir; bad ones carry "# expect: FIELD: MESSAGE". */
-static int run_samples(const char *dir, bool good, json_t *exp_schema, json_t *trial_schema)
+static int run_samples(const char *dir, bool good, json_t *exp_schema, json_t *trial_schema,
+                       json_t *task_schema)
 {
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -187,7 +200,9 @@ static int run_samples(const char *dir, bool good, json_t *exp_schema, json_t *t
             fail_msg("%s", err);
         const json_t *cr = kd_yaml_root(doc);
         const char *kind = json_string_value(json_object_get(cr, "kind"));
-        json_t *schema = strcmp(kind, "Trial") == 0 ? trial_schema : exp_schema;
+        json_t *schema = strcmp(kind, "Trial") == 0  ? trial_schema
+                         : strcmp(kind, "Task") == 0 ? task_schema
+                                                     : exp_schema;
         json_t *causes = NULL;
         int rc = kd_openapi_validate(schema, cr, "", &causes);
         char *got = kd_openapi_causes_str(causes);
@@ -210,11 +225,14 @@ static void test_samples(void **state)
     (void)state;
     json_t *exp = load_crd("crds/experiments.yaml");
     json_t *trial = load_crd("crds/trials.yaml");
+    json_t *task = load_crd("crds/tasks.yaml");
     json_t *es = (json_t *)schema_of(exp), *ts = (json_t *)schema_of(trial);
-    int failures = run_samples("tests/crds/good", true, es, ts);
-    failures += run_samples("tests/crds/bad", false, es, ts);
+    json_t *ks = (json_t *)schema_of(task);
+    int failures = run_samples("tests/crds/good", true, es, ts, ks);
+    failures += run_samples("tests/crds/bad", false, es, ts, ks);
     json_decref(exp);
     json_decref(trial);
+    json_decref(task);
     assert_int_equal(failures, 0);
 }
 

@@ -233,8 +233,8 @@ static void check_routing(const struct request *rq)
         int ns = api_route_ns_seg(hit->pattern);
         if (ns >= 0 && (ns >= nseg || strcmp(seg[ns - 1], "namespaces") != 0))
             FAIL("%s: no namespace segment", hit->pattern);
-        if (hit->auth == AUTH_TRIAL && nseg < 6)
-            FAIL("%s: a worker route without trial segments", hit->pattern);
+        if ((hit->auth == AUTH_TRIAL || hit->auth == AUTH_TASK) && nseg < 6)
+            FAIL("%s: a worker route without trial or task segments", hit->pattern);
     }
 out:
     free(path);

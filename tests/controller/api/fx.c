@@ -3,6 +3,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +55,8 @@ void fx_api_start(int port)
                             .user_token = FX_USER_TOKEN,
                             .long_poll_max_s = 30,
                             .metrics_timeout_ms = 5000,
-                            .log_max_bytes = fx_log_max_bytes};
+                            .log_max_bytes = fx_log_max_bytes,
+                            .tasks = true};
     int rc = kd_api_start(&o, &fx.api, err);
     /* A restarted API may find the port still held by closing connections for a moment. */
     for (int i = 0; rc != 0 && port != 0 && i < 50; i++) {
@@ -102,6 +104,8 @@ int fx_setup(void **state)
     snprintf(path, sizeof(path), "%s/crds/experiments.yaml", src);
     apply_crd(path);
     snprintf(path, sizeof(path), "%s/crds/trials.yaml", src);
+    apply_crd(path);
+    snprintf(path, sizeof(path), "%s/crds/tasks.yaml", src);
     apply_crd(path);
     fx_api_start(0);
     return 0;
@@ -161,6 +165,28 @@ void fx_pod(const char *trial, const char *run_id, const char *name)
     if (kd_k8s_create(fx.k8s, &pods, "default", o, NULL, NULL, err) != 0)
         fail_msg("create pod %s: %s", name, err);
     json_decref(o);
+}
+
+void fx_task(const char *name, const char *kind, const char *config, char *uid, size_t uidlen)
+{
+    char err[KD_ERRLEN] = "";
+    json_t *out = NULL;
+    json_t *cfg = json_loads(config != NULL ? config : "{}", 0, NULL);
+    assert_non_null(cfg);
+    json_t *o = json_pack("{s:s,s:s,s:{s:s},s:{s:s,s:o,s:s}}", "apiVersion", "kdet.io/v1alpha1",
+                          "kind", "Task", "metadata", "name", name, "spec", "kind", kind, "config",
+                          cfg, "owner", "alice");
+    if (kd_k8s_create(fx.k8s, &KD_K8S_TASKS, "default", o, &out, NULL, err) != 0)
+        fail_msg("create task %s: %s", name, err);
+    if (uid != NULL)
+        kd_strlcpy(uid, kd_k8s_meta_str(out, "uid"), uidlen);
+    json_decref(o);
+    json_decref(out);
+}
+
+void fx_task_token(const char *name, const char *uid, char *tok, size_t len)
+{
+    assert_int_equal(kd_api_task_token(fx_key, sizeof(fx_key), "default", name, uid, tok, len), 0);
 }
 
 void fx_token(const char *name, const char *uid, char *tok, size_t len)
@@ -275,4 +301,39 @@ long long fx_sql_int(const char *sql)
     PQclear(r);
     PQfinish(c);
     return v;
+}
+
+static size_t sse_body(char *p, size_t sz, size_t n, void *ud)
+{
+    struct fx_sse *s = ud;
+    if (kd_buf_append(&s->got, p, sz * n) != 0)
+        return 0;
+    if (strstr(kd_buf_str(&s->got), ": connected") != NULL)
+        atomic_store(&s->connected, 1);
+    return sz * n;
+}
+
+void *fx_sse_thread(void *p)
+{
+    struct fx_sse *s = p;
+    char url[512], lei[64];
+    long code = 0;
+    snprintf(url, sizeof(url), "%s%s", fx.url, s->path);
+    CURL *h = curl_easy_init();
+    struct curl_slist *hd = curl_slist_append(NULL, "Authorization: Bearer " FX_USER_TOKEN);
+    if (s->last_event_id != NULL) {
+        snprintf(lei, sizeof(lei), "Last-Event-ID: %s", s->last_event_id);
+        hd = curl_slist_append(hd, lei);
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+    curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    s->code = (int)code;
+    curl_slist_free_all(hd);
+    curl_easy_cleanup(h);
+    return NULL;
 }

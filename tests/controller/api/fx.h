@@ -8,9 +8,11 @@
 #define KD_TESTS_API_FX_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "api/api.h"
+#include "core/buf.h"
 #include "k8s/client.h"
 #include "store/store.h"
 
@@ -57,10 +59,29 @@ json_t *fx_get_trial(const char *name);
  */
 int fx_http(const char *method, const char *path, const char *token, const char *body,
             json_t **out);
+/** Create Task `name` of kind with spec.config (JSON text; NULL: {}), owner alice; uid (may be
+ * NULL) gets its uid. */
+void fx_task(const char *name, const char *kind, const char *config, char *uid, size_t uidlen);
+/** The task token of Task name/uid in namespace default. */
+void fx_task_token(const char *name, const char *uid, char *tok, size_t len);
 /** The value of `header` of the last fx_http answer ("" when absent). */
 const char *fx_last_header(const char *header);
 
 /** Count rows in the store (SQL on a direct connection). */
 long long fx_sql_int(const char *sql);
+
+/* A follower of a server-sent event stream (the logs' -f). */
+struct fx_sse {
+    const char *path;
+    const char *last_event_id; /* NULL: none */
+    struct kd_buf got;
+    atomic_int connected;
+    int code;
+};
+
+/** GET path with the bootstrap token (and Last-Event-ID when set), appending the body to got
+ * and setting connected once the stream says so; code: the answer's status. A pthread start
+ * routine; returns NULL when the stream ends (30 s at most). */
+void *fx_sse_thread(void *p);
 
 #endif

@@ -1,7 +1,7 @@
 # Controller API tests: each program starts a private PostgreSQL (tests/support/pg.c) and a
 # real kdet-local (tests/lib/k8s/kdet_local.c) with the CRDs applied, then the API.
 API_TEST_SRCS := tests/controller/api/fx.c tests/support/pg.c tests/lib/k8s/kdet_local.c
-API_TEST_KD_LIBS := api http store metrics k8s storage yaml core
+API_TEST_KD_LIBS := api http store metrics k8s tfevents storage yaml core
 API_TEST_LDLIBS := -lmicrohttpd -lpq -lcurl -lcrypto -ljansson -lyaml -lm -lpthread
 API_TEST_DEPS := $(O)/bin/kdet-local
 $(O)/obj/tests/controller/api/%.o: KD_CFLAGS += -Itests -Itests/controller/api
@@ -28,3 +28,7 @@ $(eval $(call kd_test,test_api_usertoken,tests/controller/api/test_api_usertoken
 # The API over HTTPS: trust, refusal, plain HTTP only on 127.0.0.1, libdtrain's and kdet-launch's CA.
 $(O)/obj/tests/controller/api/test_api_tls.o: KD_CFLAGS += -Ilauncher
 $(eval $(call kd_test,test_api_tls,tests/controller/api/test_api_tls.c dtrain/src/client.c launcher/cacert.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
+# Tasks: the task token, the address and logs routes, users' routes, the job queue (docs/tasks.md).
+$(eval $(call kd_test,test_api_tasks,tests/controller/api/test_api_tasks.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
+# The task proxy: who gets in, what goes upstream, WebSockets and tunnels (proxy.c).
+$(eval $(call kd_test,test_api_proxy,tests/controller/api/test_api_proxy.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))

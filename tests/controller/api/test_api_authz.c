@@ -24,6 +24,7 @@
 #define CK_UUID "0b0b0b0b-0000-4000-8000-000000000001"
 
 static char tok_alice[128], tok_alice2[128], tok_bob[128], tok_trial[64], tok_trial2[64];
+static char tok_task[64], tok_task2[64];
 static long long alice2_id;
 
 /* POST /api/v1/users as the bootstrap administrator; the new user's first token into tok. */
@@ -60,6 +61,10 @@ static int setup(void **state)
     fx_trial("z-exp", "z-exp-2", 100, uid2, sizeof(uid2));
     fx_token("z-exp-1", uid, tok_trial, sizeof(tok_trial));
     fx_token("z-exp-2", uid2, tok_trial2, sizeof(tok_trial2));
+    fx_task("z-task", "command", "{\"entrypoint\":\"true\"}", uid, sizeof(uid));
+    fx_task_token("z-task", uid, tok_task, sizeof(tok_task));
+    fx_task("z-task-2", "command", "{\"entrypoint\":\"true\"}", uid2, sizeof(uid2));
+    fx_task_token("z-task-2", uid2, tok_task2, sizeof(tok_task2));
     /* The informers see the objects before the walk. */
     for (int i = 0; i < 100; i++) {
         int code =
@@ -88,6 +93,8 @@ static void fill(const char *pattern, char *path, size_t len)
                 v = "z-exp";
             else if (strcmp(prev, "trials") == 0)
                 v = "z-exp-1";
+            else if (strcmp(prev, "tasks") == 0)
+                v = "z-task";
             else if (strcmp(prev, "checkpoints") == 0)
                 v = CK_UUID;
             else if (strcmp(prev, "users") == 0)
@@ -201,6 +208,7 @@ static void test_every_route(void **state)
 {
     (void)state;
     size_t n = 0, ns_routes = 0, admin_routes = 0, worker_routes = 0, unscoped_seen = 0;
+    size_t task_routes = 0;
     const struct api_route *rt = api_routes(&n);
     char path[512];
     assert_true(n > 20);
@@ -254,6 +262,25 @@ static void test_every_route(void **state)
             if (code != 401)
                 fail_msg("%s %s with z-exp-2's token: %d, want 401", r->method, path, code);
             break;
+        case AUTH_TASK:
+            task_routes++;
+            /* Neither a user's token nor a trial's nor another task's is this task's. */
+            code = fx_http(r->method, path, FX_USER_TOKEN, body, NULL);
+            if (code != 401)
+                fail_msg("%s %s with the bootstrap token: %d, want 401", r->method, path, code);
+            code = fx_http(r->method, path, tok_alice, body, NULL);
+            if (code != 401)
+                fail_msg("%s %s with alice's token: %d, want 401", r->method, path, code);
+            code = fx_http(r->method, path, tok_trial, body, NULL);
+            if (code != 401)
+                fail_msg("%s %s with a trial's token: %d, want 401", r->method, path, code);
+            code = fx_http(r->method, path, tok_task2, body, NULL);
+            if (code != 401)
+                fail_msg("%s %s with z-task-2's token: %d, want 401", r->method, path, code);
+            code = fx_http(r->method, path, tok_task, body, NULL);
+            if (code == 401 || code == 403)
+                fail_msg("%s %s with its own token: %d", r->method, path, code);
+            break;
         case AUTH_ADMIN:
             admin_routes++;
             code = fx_http(r->method, path, tok_alice, body, NULL);
@@ -283,6 +310,9 @@ static void test_every_route(void **state)
             code = fx_http(r->method, path, tok_trial, body, NULL);
             if (code != 401)
                 fail_msg("%s %s with a trial token: %d, want 401", r->method, path, code);
+            code = fx_http(r->method, path, tok_task, body, NULL);
+            if (code != 401)
+                fail_msg("%s %s with a task token: %d, want 401", r->method, path, code);
             if (!is_stream(r->pattern)) {
                 code = fx_http(r->method, path, tok_alice, body, NULL);
                 if (code == 401 || code == 403)
@@ -295,6 +325,7 @@ static void test_every_route(void **state)
     assert_true(ns_routes >= 15);
     assert_true(admin_routes >= 3);
     assert_true(worker_routes >= 8);
+    assert_int_equal(task_routes, 2);
 }
 
 static void test_users_and_tokens(void **state)

@@ -263,49 +263,6 @@ static void test_cap(void **state)
 
 /* ---- following ---------------------------------------------------------------------------- */
 
-struct sse {
-    const char *path;
-    const char *last_event_id; /* NULL: none */
-    struct kd_buf got;
-    atomic_int connected;
-    int code;
-};
-
-static size_t sse_body(char *p, size_t sz, size_t n, void *ud)
-{
-    struct sse *s = ud;
-    if (kd_buf_append(&s->got, p, sz * n) != 0)
-        return 0;
-    if (strstr(kd_buf_str(&s->got), ": connected") != NULL)
-        atomic_store(&s->connected, 1);
-    return sz * n;
-}
-
-static void *sse_thread(void *p)
-{
-    struct sse *s = p;
-    char url[512], lei[64];
-    long code = 0;
-    snprintf(url, sizeof(url), "%s%s", fx.url, s->path);
-    CURL *h = curl_easy_init();
-    struct curl_slist *hd = curl_slist_append(NULL, "Authorization: Bearer " FX_USER_TOKEN);
-    if (s->last_event_id != NULL) {
-        snprintf(lei, sizeof(lei), "Last-Event-ID: %s", s->last_event_id);
-        hd = curl_slist_append(hd, lei);
-    }
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
-    curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    s->code = (int)code;
-    curl_slist_free_all(hd);
-    curl_easy_cleanup(h);
-    return NULL;
-}
-
 static void test_follow(void **state)
 {
     (void)state;
@@ -316,13 +273,13 @@ static void test_follow(void **state)
     fx_patch("trials", "lf-1", "status", "{\"status\":{\"state\":\"ACTIVE\"}}");
     assert_int_equal(post_lines("lf-1", ta, "f0", "before", 0, 5, 0, NULL), 200);
     /* -f --tail 2 and a grep'd follower */
-    struct sse s1 = {.path = NSP "trials/lf-1/logs/stream?tail=2"};
-    struct sse s2 = {.path = NSP "trials/lf-1/logs/stream?grep=after%203"};
+    struct fx_sse s1 = {.path = NSP "trials/lf-1/logs/stream?tail=2"};
+    struct fx_sse s2 = {.path = NSP "trials/lf-1/logs/stream?grep=after%203"};
     kd_buf_init(&s1.got, 1 << 20);
     kd_buf_init(&s2.got, 1 << 20);
     pthread_t t1, t2;
-    pthread_create(&t1, NULL, sse_thread, &s1);
-    pthread_create(&t2, NULL, sse_thread, &s2);
+    pthread_create(&t1, NULL, fx_sse_thread, &s1);
+    pthread_create(&t2, NULL, fx_sse_thread, &s2);
     for (int i = 0; i < 200 && !(atomic_load(&s1.connected) && atomic_load(&s2.connected)); i++)
         kd_sleep_ms(25);
     assert_true(atomic_load(&s1.connected) && atomic_load(&s2.connected));
@@ -354,9 +311,9 @@ static void test_follow(void **state)
     long long id2 = fx_sql_int("SELECT id FROM trial_logs WHERE line = 'after 2'");
     char lei[32];
     snprintf(lei, sizeof(lei), "%lld", id2);
-    struct sse s3 = {.path = NSP "trials/lf-1/logs/stream", .last_event_id = lei};
+    struct fx_sse s3 = {.path = NSP "trials/lf-1/logs/stream", .last_event_id = lei};
     kd_buf_init(&s3.got, 1 << 20);
-    sse_thread(&s3);
+    fx_sse_thread(&s3);
     g = kd_buf_str(&s3.got);
     assert_null(strstr(g, "after 2\""));
     assert_non_null(strstr(g, "after 3\""));

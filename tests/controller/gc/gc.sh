@@ -83,7 +83,8 @@ names() { tr -s ' \n' '\n\n' | awk 'NR == FNR { m[$1] = $2; next } NF { print ($
 uuid_of() { awk -v n="$1" '$2 == n { print $1; exit }' "$T/names"; }
 ckpts() { psqlq "select string_agg(c.uuid, ' ' order by c.uuid) from checkpoints c join trials t on t.id = c.trial_id
     join experiments x on x.id = t.experiment_id where x.name = '$1' and c.state = '$2'" | names; }
-on_disk() { (cd "$T/ckpt-$1" && ls -d */ 2>/dev/null | tr -d / | names); }
+# (the event files of docs/tasks.md, "TensorBoards", live beside the checkpoints in tensorboard/)
+on_disk() { (cd "$T/ckpt-$1" && ls -d */ 2>/dev/null | tr -d / | grep -vx tensorboard | names); }
 gc_events() { psqlq "select count(*) from events e join experiments x on x.id = e.experiment_id
     where x.name = '$1' and e.kind = 'checkpoint_gc' and e.decision = 'delete'"; }
 

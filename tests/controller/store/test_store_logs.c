@@ -3,7 +3,8 @@
  * text included), retried batches stored once, tail / after / before / regex /
  * substring queries of a trial and of an experiment, the per-trial cap with its
  * one marker, long lines cut, bad batches named, a follower that never misses
- * a line while four writers commit at once, deletion with the experiment; the
+ * a line while four writers commit at once, deletion with the experiment; a
+ * task's rows and lines, apart from the trials'; the
  * retention decision as a table; and the cost of a line (printed).
  */
 #include <pthread.h>
@@ -54,7 +55,7 @@ static int put_lines(struct kd_store *s, int64_t tid, const char *key, const cha
         ls[i] = (struct kd_log_line){rank, i % 2 == 1, 1767225600000 + first + i, texts[i],
                                      strlen(texts[i])};
     }
-    struct kd_log_batch b = {tid, "run-1", key, ls, (size_t)n};
+    struct kd_log_batch b = {tid, "run-1", key, ls, (size_t)n, 0};
     int rc = kd_store_logs_put(s, &b, cap, res, err);
     for (int i = 0; i < n; i++)
         free(texts[i]);
@@ -123,7 +124,7 @@ static void round_trip(void **state)
     for (size_t i = 0; i < NTEXTS; i++)
         ls[i] = (struct kd_log_line){(int)i % 3 - 1, i % 2 == 1, 1767225600123 + (int64_t)i,
                                      TEXTS[i], strlen(TEXTS[i])};
-    struct kd_log_batch b = {tid, "9f2c4e1a", "n0-abc-1", ls, NTEXTS};
+    struct kd_log_batch b = {tid, "9f2c4e1a", "n0-abc-1", ls, NTEXTS, 0};
     struct kd_log_put_result res;
     assert_int_equal(kd_store_logs_put(s, &b, 0, &res, err), 0);
     assert_int_equal(res.stored, NTEXTS);
@@ -309,8 +310,8 @@ static void bad_batches(void **state)
         const struct kd_log_line *l = cases[i].which == 1   ? &nul
                                       : cases[i].which == 2 ? &rank
                                                             : &ok;
-        struct kd_log_batch b = {cases[i].trial ? cases[i].trial : tid, "", cases[i].key, l,
-                                 cases[i].n};
+        struct kd_log_batch b = {
+            cases[i].trial ? cases[i].trial : tid, "", cases[i].key, l, cases[i].n, 0};
         err[0] = '\0';
         int rc = kd_store_logs_put(s, &b, 0, NULL, err);
         if (rc != cases[i].rc || strstr(err, cases[i].field) == NULL)
@@ -328,7 +329,7 @@ static void bad_batches(void **state)
         memcpy(big + i, "\xC3\xA9", 2);
     big[n] = '\0';
     struct kd_log_line longl = {0, false, 1, big, n};
-    struct kd_log_batch b = {tid, "", "long", &longl, 1};
+    struct kd_log_batch b = {tid, "", "long", &longl, 1, 0};
     assert_int_equal(kd_store_logs_put(s, &b, 0, NULL, err), 0);
     struct kd_log_query q = {.trial_id = tid, .limit = 10};
     json_t *a = query(s, &q);
@@ -459,7 +460,7 @@ static void cost(void **state)
             ls[i] = (struct kd_log_line){i % 2, false, kd_wall_ms(), texts[i], strlen(texts[i])};
         }
         snprintf(key, sizeof(key), "c%d", k);
-        struct kd_log_batch b = {tid, "run-cost", key, ls, PER};
+        struct kd_log_batch b = {tid, "run-cost", key, ls, PER, 0};
         assert_int_equal(kd_store_logs_put(s, &b, 0, NULL, err), 0);
     }
     double secs = (double)(kd_mono_ns() - t0) / 1e9;
@@ -475,6 +476,103 @@ static void cost(void **state)
     kd_store_close(s);
 }
 
+/* A task's row and its logs: a table of their own, the same queries, the same cap; a trial's
+ * lines never mix with a task's. */
+static void task_logs(void **state)
+{
+    (void)state;
+    char ci[512], err[KD_ERRLEN] = "";
+    struct kd_store *s = fx_store(NULL, ci, sizeof(ci));
+    int64_t eid = 0, tid = fx_trial(s, "beside", &eid), kid = 0, kid2 = 0;
+    json_t *cfg = json_pack("{s:s}", "entrypoint", "python3 prep.py");
+    struct kd_store_task t = {.uid = "task-uid-1",
+                              .namespace_ = "default",
+                              .name = "cmd-1",
+                              .kind = "command",
+                              .owner = "alice",
+                              .config = cfg,
+                              .state = "STARTING"};
+    assert_int_equal(kd_store_task_upsert(s, &t, &kid, err), 0);
+    assert_true(kid > 0);
+    assert_int_equal(kd_store_task_upsert(s, &t, &kid2, err), 0);
+    assert_int_equal(kid2, kid); /* by uid: the same row */
+    int64_t found = 0;
+    assert_int_equal(kd_store_task_id(s, "task-uid-1", &found, err), 0);
+    assert_int_equal(found, kid);
+    assert_int_equal(kd_store_task_id(s, "no-such-uid", &found, err), KD_ENOTFOUND);
+    struct kd_store_task bad = t;
+    bad.kind = "lab";
+    bad.uid = "task-uid-2";
+    assert_int_not_equal(kd_store_task_upsert(s, &bad, &kid2, err), 0); /* the kind is checked */
+    struct kd_log_line ls[3];
+    for (int i = 0; i < 3; i++)
+        ls[i] = (struct kd_log_line){i == 2 ? -1 : 0, i == 1, 1767225600000 + i, TEXTS[i + 1],
+                                     strlen(TEXTS[i + 1])};
+    struct kd_log_batch b = {
+        .run_id = "r1", .key = "n0-task-1", .lines = ls, .n = 3, .task_id = kid};
+    struct kd_log_put_result res;
+    assert_int_equal(kd_store_logs_put(s, &b, 0, &res, err), 0);
+    assert_int_equal(res.stored, 3);
+    assert_int_equal(kd_store_logs_put(s, &b, 0, &res, err), 0);
+    assert_true(res.duplicate);
+    /* a trial's batch with the same key is the trial's, not a duplicate */
+    struct kd_log_batch tb = {tid, "r1", "n0-task-1", ls, 1, 0};
+    assert_int_equal(kd_store_logs_put(s, &tb, 0, &res, err), 0);
+    assert_false(res.duplicate);
+    struct kd_log_query q = {.limit = 1000, .task_id = kid};
+    json_t *got = query(s, &q);
+    assert_int_equal(json_array_size(got), 3);
+    assert_string_equal(line_at(got, 0), TEXTS[1]);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(got, 0), "task_id")), kid);
+    assert_null(json_object_get(json_array_get(got, 0), "trial_id"));
+    json_decref(got);
+    q = (struct kd_log_query){.limit = 1, .tail = true, .task_id = kid};
+    got = query(s, &q);
+    assert_int_equal(json_array_size(got), 1);
+    assert_string_equal(line_at(got, 0), TEXTS[3]);
+    json_decref(got);
+    q = (struct kd_log_query){.limit = 10, .regex = "^Zero", .task_id = kid};
+    got = query(s, &q);
+    assert_int_equal(json_array_size(got), 1);
+    json_decref(got);
+    q = (struct kd_log_query){.limit = 1000, .trial_id = tid};
+    got = query(s, &q);
+    assert_int_equal(json_array_size(got), 1); /* the trial's line only */
+    json_decref(got);
+    /* both ids in one batch, or neither: refused, naming the field */
+    struct kd_log_batch both = b;
+    both.trial_id = tid;
+    assert_int_equal(kd_store_logs_put(s, &both, 0, &res, err), KD_EINVAL);
+    assert_true(strstr(err, "task_id") != NULL);
+    /* the task's cap and marker name the task */
+    t.uid = "task-uid-3";
+    t.name = "cmd-3";
+    int64_t k3 = 0;
+    assert_int_equal(kd_store_task_upsert(s, &t, &k3, err), 0);
+    struct kd_log_batch capped = {.key = "k3", .lines = ls, .n = 3, .task_id = k3};
+    assert_int_equal(kd_store_logs_put(s, &capped, 40, &res, err), 0);
+    assert_true(res.capped);
+    /* states: TERMINATED records the exit code, the reason and the end */
+    assert_int_equal(kd_store_task_set_state(s, kid, "RUNNING", -1, NULL, err), 0);
+    assert_int_equal(kd_store_task_set_state(s, kid, "TERMINATED", 3, "Failed", err), 0);
+    json_t *row = NULL;
+    assert_int_equal(kd_store_task_get(s, kid, &row, err), 0);
+    assert_string_equal(json_string_value(json_object_get(row, "state")), "TERMINATED");
+    assert_int_equal(json_integer_value(json_object_get(row, "exit_code")), 3);
+    assert_string_equal(json_string_value(json_object_get(row, "end_reason")), "Failed");
+    assert_string_equal(json_string_value(json_object_get(row, "owner")), "alice");
+    assert_true(json_is_string(json_object_get(row, "ended_at")));
+    json_decref(row);
+    assert_int_equal(kd_store_task_set_state(s, 999999, "RUNNING", -1, NULL, err), KD_ENOTFOUND);
+    PGconn *c = fx_conn(ci);
+    assert_int_equal(fx_int(c, "SELECT count(*) FROM task_logs WHERE line LIKE '%this task''s "
+                               "logs reached the limit%'"),
+                     1);
+    PQfinish(c);
+    json_decref(cfg);
+    kd_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -486,6 +584,7 @@ int main(void)
         cmocka_unit_test(follow_while_writing),
         cmocka_unit_test(delete_with_experiment),
         cmocka_unit_test(cost),
+        cmocka_unit_test(task_logs),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }

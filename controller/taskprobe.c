@@ -1,0 +1,173 @@
+/*
+ * Asking a notebook's Jupyter whether it is in use (see taskprobe.h). Two
+ * plain GETs with libcurl, answers capped, then a pure reading.
+ */
+#include "taskprobe.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "core/buf.h"
+#include "core/str.h"
+#include "core/time.h"
+
+static void later(int64_t *acc, const json_t *v)
+{
+    int64_t ms = 0;
+    const char *s = json_string_value(v);
+    if (s != NULL && kd_time_parse_rfc3339(s, &ms) == 0 && ms > *acc)
+        *acc = ms;
+}
+
+bool kd_taskprobe_listens(const char *host, int port, int timeout_ms)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    char ps[16];
+    bool ok = false;
+    snprintf(ps, sizeof(ps), "%d", port);
+    if (host == NULL || port <= 0 || getaddrinfo(host, ps, &hints, &res) != 0)
+        return false;
+    for (struct addrinfo *ai = res; ai != NULL && !ok; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+            continue;
+        int r = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (r == 0) {
+            ok = true;
+        } else if (errno == EINPROGRESS) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int soerr = 0;
+            socklen_t sl = sizeof(soerr);
+            ok = poll(&p, 1, timeout_ms) == 1 &&
+                 getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0;
+        }
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return ok;
+}
+
+int kd_taskprobe_read(const json_t *status, const json_t *kernels, const char *idle_type,
+                      struct kd_taskprobe *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!json_is_object(status))
+        return KD_EPROTO;
+    const char *t = idle_type != NULL ? idle_type : "kernels_or_terminals";
+    out->connections = (int)json_integer_value(json_object_get(status, "connections"));
+    out->kernels = (int)json_integer_value(json_object_get(status, "kernels"));
+    later(&out->last_ms, json_object_get(status, "last_activity"));
+    size_t i;
+    const json_t *k;
+    int kconn = 0;
+    json_array_foreach(kernels, i, k)
+    {
+        const char *st = json_string_value(json_object_get(k, "execution_state"));
+        if (st != NULL && strcmp(st, "busy") == 0)
+            out->busy_kernels++;
+        kconn += (int)json_integer_value(json_object_get(k, "connections"));
+        later(&out->last_ms, json_object_get(k, "last_activity"));
+    }
+    if (kconn > out->connections)
+        out->connections = kconn;
+    if (strcmp(t, "kernel_connections") == 0)
+        out->busy = out->connections > 0;
+    else if (strcmp(t, "activity") == 0)
+        out->busy = out->busy_kernels > 0;
+    else
+        out->busy = out->busy_kernels > 0 || out->connections > 0;
+    return 0;
+}
+
+static size_t on_body(char *p, size_t sz, size_t n, void *ud)
+{
+    return kd_buf_append(ud, p, sz * n) == 0 ? sz * n : 0;
+}
+
+/* GET url with the token; *out the JSON answer of a 200. */
+static int get(const char *url, const char *token, json_t **out, char *err)
+{
+    int rc = 0;
+    long status = 0;
+    char cerr[CURL_ERROR_SIZE] = "";
+    struct kd_buf ans = KD_BUF_INIT(KD_TASKPROBE_MAX_ANSWER);
+    struct curl_slist *h = NULL;
+    char *auth = NULL;
+    CURL *c = curl_easy_init();
+    *out = NULL;
+    if (c == NULL) {
+        rc = kd_seterr(err, KD_ENOMEM, "cannot make an HTTP client");
+        goto out;
+    }
+    size_t alen = strlen(token) + 32;
+    auth = malloc(alen);
+    if (auth == NULL) {
+        rc = kd_seterr(err, KD_ENOMEM, "out of memory");
+        goto out;
+    }
+    snprintf(auth, alen, "Authorization: token %s", token);
+    h = curl_slist_append(h, auth);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &ans);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 3000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+    CURLcode cc = curl_easy_perform(c);
+    if (cc != CURLE_OK) {
+        rc = kd_seterr(err, KD_ECONNECT, "%s", cerr[0] ? cerr : curl_easy_strerror(cc));
+        goto out;
+    }
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    if (status != 200) {
+        rc = kd_seterr(err, KD_EPROTO, "HTTP %ld", status);
+        goto out;
+    }
+    *out = json_loadb(ans.data != NULL ? ans.data : "", ans.len, 0, NULL);
+    if (*out == NULL)
+        rc = kd_seterr(err, KD_EPROTO, "the answer is not JSON");
+out:
+    if (auth != NULL) {
+        explicit_bzero(auth, strlen(auth));
+        free(auth);
+    }
+    curl_slist_free_all(h);
+    if (c != NULL)
+        curl_easy_cleanup(c);
+    kd_buf_free(&ans);
+    return rc;
+}
+
+int kd_taskprobe_notebook(const char *host, int port, const char *base_path, const char *token,
+                          const char *idle_type, struct kd_taskprobe *out, char *err)
+{
+    char url[600];
+    json_t *status = NULL, *kernels = NULL;
+    bool v6 = strchr(host, ':') != NULL;
+    int rc = 0;
+    memset(out, 0, sizeof(*out));
+    snprintf(url, sizeof(url), "http://%s%s%s:%d%sapi/status?no_track_activity=1", v6 ? "[" : "",
+             host, v6 ? "]" : "", port, base_path);
+    if ((rc = get(url, token, &status, err)) != 0)
+        goto out;
+    snprintf(url, sizeof(url), "http://%s%s%s:%d%sapi/kernels?no_track_activity=1", v6 ? "[" : "",
+             host, v6 ? "]" : "", port, base_path);
+    if ((rc = get(url, token, &kernels, err)) != 0)
+        goto out;
+    if ((rc = kd_taskprobe_read(status, kernels, idle_type, out)) != 0)
+        kd_seterr(err, rc, "api/status is not an object");
+out:
+    json_decref(status);
+    json_decref(kernels);
+    return rc;
+}
