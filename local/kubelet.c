@@ -10,6 +10,7 @@
 #include "runas.h"
 #include "validate.h"
 #include "logstream.h"
+#include "proctree.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -1108,7 +1109,7 @@ static int spawn_as(pid_t *pid_out, char **argv, char **envp, const char *logpat
         sigaction(SIGPIPE, &dfl, NULL);
         sigaction(SIGTERM, &dfl, NULL);
         sigaction(SIGINT, &dfl, NULL);
-        setpgid(0, 0);
+        setsid(); /* a session of its own: proctree.h finds its workers by it */
         int in = open("/dev/null", O_RDONLY);
         int out = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) {
@@ -1335,20 +1336,28 @@ static void reap(struct kd_kubelet *k)
             for (size_t i = 0; i < p->nc; i++) {
                 if (p->c[i].pid == pid) {
                     on_exit_status(k, p, &p->c[i], status);
-                    /* Its process group may outlive it: end the stragglers. */
-                    kill(-pid, SIGKILL);
+                    /* Its session may outlive it (workers in groups of their own): end the
+                     * stragglers. */
+                    kd_proc_kill_family(pid);
                 }
             }
         }
     }
 }
 
-/* SIGTERM goes to each container's first process (as a runtime signals PID 1), SIGKILL to all. */
+/*
+ * SIGTERM goes to each container's first process (as a runtime signals PID 1), SIGKILL to all
+ * of its processes (its session and their descendants, as a runtime's cgroup holds them).
+ */
 static void signal_all(struct podrt *p, int sig)
 {
     for (size_t i = 0; i < p->nc; i++) {
-        if (p->c[i].pid > 0)
-            kill(sig == SIGKILL ? -p->c[i].pid : p->c[i].pid, sig);
+        if (p->c[i].pid <= 0)
+            continue;
+        if (sig == SIGKILL)
+            kd_proc_kill_family(p->c[i].pid);
+        else
+            kill(p->c[i].pid, sig);
     }
 }
 
@@ -2045,7 +2054,7 @@ static void kill_leftovers(const char *state_dir)
             unsigned long long start;
             while (f != NULL && fscanf(f, "%d %llu", &pid, &start) == 2) {
                 if (pid > 1 && start != 0 && proc_starttime(pid) == start &&
-                    kill(-pid, SIGKILL) == 0)
+                    kd_proc_kill_family(pid) > 0)
                     KD_INFO("killed a container left by a previous run", "pgid=%d", pid);
             }
             if (f != NULL)
@@ -2181,6 +2190,7 @@ void kd_kubelet_stop(struct kd_kubelet *k)
             break;
         if (kd_mono_ms() >= deadline) {
             HASH_ITER(hh, k->pods, p, tmp) signal_all(p, SIGKILL);
+            deadline = kd_mono_ms() + 500; /* again, if something is still there then */
         }
         kd_sleep_ms(20);
     }
