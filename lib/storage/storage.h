@@ -136,7 +136,7 @@ struct kd_storage_put {
     const char *key;
     const char *path;
     uint64_t size;    /* the file's size, as stat'ed by the caller */
-    char *sha256_out; /* 65 bytes, or NULL: a backend that reads the file in order fills it */
+    char *sha256_out; /* 65 bytes, or NULL: filled by a backend that hashes what it sends */
     int hashed;       /* out: sha256_out holds the hex sha256 of the bytes stored */
     int result;       /* out: 0 or a negative code */
 };

@@ -6,6 +6,8 @@ $(eval $(call kd_test,test_storage_s3,tests/lib/storage/test_s3.c tests/lib/stor
 $(eval $(call kd_test,test_storage_s3xml,tests/lib/storage/test_s3xml.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
 $(eval $(call kd_test,test_storage_gc,tests/lib/storage/test_gc.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
 $(eval $(call kd_test,test_storage_sigv4,tests/lib/storage/test_sigv4.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
+# Which files go up in one PUT and which in parts (lib/storage/s3.c).
+$(eval $(call kd_test,test_storage_s3plan,tests/lib/storage/test_s3plan.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
 $(eval $(call kd_test,test_storage_fs,tests/lib/storage/test_fs.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),60))
 $(eval $(call kd_test,test_storage_async,tests/lib/storage/test_async.c tests/lib/storage/s3srv.c dtrain/src/checkpoint.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),120))
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
 
 #include "core/log.h"
 #include "core/time.h"
@@ -244,6 +245,72 @@ static void test_checkpoint_roundtrip(void **state)
     kd_storage_close(st);
 }
 
+/* The hex sha256 of a file, computed here rather than by lib/storage. */
+static void file_sha256(const char *path, char out[65])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char buf[65536], md[32];
+    unsigned int mdlen = 0;
+    size_t n;
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_non_null(ctx);
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+        EVP_DigestUpdate(ctx, buf, n);
+    fclose(f);
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    EVP_MD_CTX_free(ctx);
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+/*
+ * A multipart upload hashes the file in order while its parts go, parts
+ * sent ahead of the cursor included, so the caller needs no second pass:
+ * one connection (every part in order), three (parts finishing out of
+ * order) and the default sixteen (all parts at once).
+ */
+static void test_multipart_hashed_on_the_way(void **state)
+{
+    (void)state;
+    const int pars[] = {1, 3, 0};
+    const size_t size = 7 * (5u << 20) + 4321; /* 8 parts, the last one short */
+    char dir[PATH_MAX], path[2 * PATH_MAX], want[65], got[65], err[KD_ERRLEN] = "";
+
+    make_tmpdir(dir, sizeof(dir), "mph");
+    assert_int_equal(write_pattern(dir, "w.bin", size, 11), 0);
+    snprintf(path, sizeof(path), "%s/w.bin", dir);
+    file_sha256(path, want);
+    for (size_t i = 0; i < sizeof(pars) / sizeof(pars[0]); i++) {
+        struct kd_storage_config cfg;
+        struct kd_storage *st = NULL;
+        struct kd_storage_put p = {"w.bin", path, size, got, 0, 0};
+        struct kd_storage_get g = {"w.bin", NULL, size, want, 0, 0};
+        char back[2 * PATH_MAX + 8];
+        s3srv_config(&srv, "mph", &cfg);
+        cfg.part_size = 5u << 20;
+        cfg.parallel = pars[i];
+        if (kd_storage_open(&cfg, &st, err) != 0)
+            fail_msg("open: %s", err);
+        memset(got, 0, sizeof(got));
+        assert_int_equal(kd_storage_put_files(st, &p, 1, NULL, NULL, err), 0);
+        assert_int_equal(p.result, 0);
+        if (!p.hashed)
+            fail_msg("parallel %d: the multipart upload did not hash the file", pars[i]);
+        assert_string_equal(got, want);
+        /* and the object holds those bytes */
+        snprintf(back, sizeof(back), "%s/back", dir);
+        g.path = back;
+        assert_int_equal(kd_storage_get_files(st, &g, 1, NULL, NULL, err), 0);
+        assert_true(g.verified);
+        assert_int_equal(same_file(path, back), 0);
+        unlink(back);
+        kd_storage_close(st);
+    }
+    s3srv_rm_tree(dir);
+}
+
 static void test_incomplete_never_usable(void **state)
 {
     (void)state;
@@ -409,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_wrong_access_key),
         cmocka_unit_test(test_no_credentials),
         cmocka_unit_test(test_checkpoint_roundtrip),
+        cmocka_unit_test(test_multipart_hashed_on_the_way),
         cmocka_unit_test(test_incomplete_never_usable),
         cmocka_unit_test(test_corruption_detected),
         cmocka_unit_test(test_many_small_files),
