@@ -58,7 +58,7 @@ static bool read_stat(const char *pid, struct kd_proc_ent *e)
     char state;
     if (p == NULL || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &sid) != 4)
         return false;
-    e->pid = (pid_t)atoi(pid);
+    e->pid = (pid_t)strtol(pid, NULL, 10);
     e->ppid = (pid_t)ppid;
     e->sid = (pid_t)sid;
     return true;

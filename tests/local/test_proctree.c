@@ -26,15 +26,15 @@ static void test_family_table(void **state)
     (void)state;
     /* pid, ppid, sid. 100 leads a session (a container); 1 is init, 50 the kubelet. */
     static const struct kd_proc_ent snap[] = {
-        {1, 0, 1},     {50, 1, 50},    {100, 50, 100}, /* the leader */
-        {101, 100, 100},                               /* a worker, group of its own */
-        {102, 101, 100},                               /* its child */
-        {103, 1, 100},                                 /* an orphan of the session */
-        {104, 100, 104},                               /* called setsid (sshd) */
-        {105, 104, 104},                               /* its child */
-        {106, 1, 106},                                 /* an orphan that called setsid */
-        {200, 50, 200}, {201, 200, 200},               /* another container */
-        {300, 1, 300},                                 /* unrelated */
+        {1, 0, 1},       {50, 1, 50},     {100, 50, 100}, /* the leader */
+        {101, 100, 100},                                  /* a worker, group of its own */
+        {102, 101, 100},                                  /* its child */
+        {103, 1, 100},                                    /* an orphan of the session */
+        {104, 100, 104},                                  /* called setsid (sshd) */
+        {105, 104, 104},                                  /* its child */
+        {106, 1, 106},                                    /* an orphan that called setsid */
+        {200, 50, 200},  {201, 200, 200},                 /* another container */
+        {300, 1, 300},                                    /* unrelated */
     };
     static const struct {
         pid_t leader;
@@ -60,8 +60,8 @@ static void test_family_table(void **state)
             assert_int_equal(out[i], rows[r].want[i]);
     }
     /* A descendant listed before its parent is still found (a chain in reverse order). */
-    static const struct kd_proc_ent chain[] = {{14, 13, 14}, {13, 12, 13}, {12, 11, 12},
-                                               {11, 10, 11}, {10, 1, 10}};
+    static const struct kd_proc_ent chain[] = {
+        {14, 13, 14}, {13, 12, 13}, {12, 11, 12}, {11, 10, 11}, {10, 1, 10}};
     pid_t out[5];
     assert_int_equal(kd_proc_family(chain, 5, 10, out), 5);
 }
