@@ -22,6 +22,7 @@
 
 #include "cli.h"
 #include "core/alloc.h"
+#include "core/fs.h"
 #include "core/buf.h"
 #include "core/str.h"
 
@@ -234,20 +235,6 @@ static int send_all(CURL *h, curl_socket_t fd, const char *buf, size_t len)
     return 0;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 int det_shell_tunnel(int argc, char **argv)
 {
     static const char *const flags[] = {"--namespace", "--kubeconfig", "--kube-context", NULL};
@@ -333,7 +320,7 @@ int det_shell_tunnel(int argc, char **argv)
                                                      : DET_EXIT_ERROR;
         goto out;
     }
-    if (head.len > hlen && write_all(1, head.data + hlen, head.len - hlen) != 0)
+    if (head.len > hlen && kd_write_all(1, head.data + hlen, head.len - hlen) != 0)
         goto out;
     /* Copy both ways until either side ends. */
     for (;;) {
@@ -349,7 +336,7 @@ int det_shell_tunnel(int argc, char **argv)
             cc = curl_easy_recv(h, buf, sizeof(buf), &got);
             if (cc == CURLE_AGAIN)
                 continue;
-            if (cc != CURLE_OK || got == 0 || write_all(1, buf, got) != 0)
+            if (cc != CURLE_OK || got == 0 || kd_write_all(1, buf, got) != 0)
                 break;
         }
         if (p[1].revents != 0) {

@@ -34,34 +34,6 @@ void kd_lines_free(struct kd_lines *l)
     kd_buf_free(&l->out);
 }
 
-int kd_write_all(int fd, const void *p, size_t n)
-{
-    const char *s = p;
-    int rc = 0;
-    while (n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w >= 0) {
-            s += w;
-            n -= (size_t)w;
-            continue;
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            if (poll(&pfd, 1, -1) < 0 && errno != EINTR) {
-                rc = -errno;
-                goto out;
-            }
-            continue;
-        }
-        rc = -errno;
-        goto out;
-    }
-out:
-    return rc;
-}
-
 static int flush_out(struct kd_lines *l)
 {
     if (l->out.len > 0 && l->werr == 0)

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "core/buf.h"
+#include "core/fs.h" /* kd_write_all */
 #include "core/err.h"
 
 /**
@@ -71,12 +72,5 @@ int kd_lines_finish(struct kd_lines *l) KD_WUR;
 
 /** Free the buffers (NULL-safe); does not close fd. */
 void kd_lines_free(struct kd_lines *l);
-
-/**
- * Write all n bytes to fd with as few write(2) calls as the kernel allows,
- * retrying after EINTR and waiting in poll(2) when fd is non-blocking and
- * full. Returns 0 or -errno.
- */
-int kd_write_all(int fd, const void *p, size_t n) KD_WUR;
 
 #endif

@@ -18,6 +18,7 @@
 #include <uthash.h>
 
 #include "core/alloc.h"
+#include "core/fs.h"
 #include "core/buf.h"
 #include "core/log.h"
 
@@ -114,21 +115,6 @@ static void set_rv(json_t *obj, uint64_t rv)
 
 /* ---- journal ----------------------------------------------------------------------- */
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static char *record(char type, uint64_t rv, const char *gr, const char *ns, const char *name,
                     const json_t *obj)
 {
@@ -152,7 +138,7 @@ static int journal_write(struct kd_store *st, char *line)
     if (st->jfd < 0)
         goto out;
     size_t n = strlen(line);
-    rc = write_all(st->jfd, line, n);
+    rc = kd_write_all(st->jfd, line, n);
     if (rc == 0 && fdatasync(st->jfd) < 0)
         rc = -errno;
     if (rc == 0 && st->compacting && kd_buf_append(&st->tail, line, n) != 0) {
@@ -198,7 +184,7 @@ int kd_store_compact(struct kd_store *st)
     uint64_t bytes = 0;
     /* A header record keeps the resourceVersion counter across compactions. */
     char *line = record('h', st->rv, "", "", "", NULL);
-    rc = write_all(fd, line, strlen(line));
+    rc = kd_write_all(fd, line, strlen(line));
     bytes += strlen(line);
     free(line);
     struct table *t, *ttmp;
@@ -216,7 +202,7 @@ int kd_store_compact(struct kd_store *st)
             uint64_t orv = rvs != NULL ? strtoull(rvs, NULL, 10) : 0;
             line = record('s', orv, t->gr, ns, slash + 1, e->obj);
             free(ns);
-            rc = write_all(fd, line, strlen(line));
+            rc = kd_write_all(fd, line, strlen(line));
             bytes += strlen(line);
             free(line);
         }
@@ -309,14 +295,14 @@ static void *compactor_main(void *arg)
             rc = -errno;
         char *line = record('h', head_rv, "", "", "", NULL);
         if (rc == 0)
-            rc = write_all(fd, line, strlen(line));
+            rc = kd_write_all(fd, line, strlen(line));
         bytes += strlen(line);
         free(line);
         for (size_t i = 0; i < n; i++) {
             if (rc == 0) {
                 line =
                     record('s', items[i].rv, items[i].gr, items[i].ns, items[i].name, items[i].obj);
-                rc = write_all(fd, line, strlen(line));
+                rc = kd_write_all(fd, line, strlen(line));
                 bytes += strlen(line);
                 free(line);
             }
@@ -333,7 +319,7 @@ static void *compactor_main(void *arg)
         if (rc == 0 && !st->compacting)
             rc = KD_ETOOBIG;
         if (rc == 0 && st->tail.len > 0) {
-            rc = write_all(fd, st->tail.data, st->tail.len);
+            rc = kd_write_all(fd, st->tail.data, st->tail.len);
             if (rc == 0 && fdatasync(fd) < 0)
                 rc = -errno;
         }

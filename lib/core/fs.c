@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -69,4 +70,25 @@ int kd_mkdir_p(const char *path, mode_t mode)
     if (rc == 0 && mkdir(buf, mode) != 0 && errno != EEXIST)
         rc = -errno;
     return rc;
+}
+
+int kd_write_all(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n > 0) {
+        ssize_t w = write(fd, b, n);
+        if (w > 0) {
+            b += w;
+            n -= (size_t)w;
+        } else if (w == 0) {
+            return -EIO;
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+                return -errno;
+        } else if (errno != EINTR) {
+            return -errno;
+        }
+    }
+    return 0;
 }

@@ -5,7 +5,10 @@
 #ifndef KD_CORE_FS_H
 #define KD_CORE_FS_H
 
+#include <stddef.h>
 #include <sys/types.h>
+
+#include "core/err.h"
 
 /**
  * Remove `path` and, when it is a directory, everything below it. Symbolic
@@ -23,5 +26,12 @@ int kd_rm_tree(const char *path);
  * -ENAMETOOLONG, or the -errno of the component that could not be made.
  */
 int kd_mkdir_p(const char *path, mode_t mode);
+
+/**
+ * Write all n bytes to fd with as few write(2) calls as the kernel allows,
+ * retrying after EINTR and waiting in poll(2) when fd is non-blocking and
+ * full. Returns 0 or -errno (-EIO when a write wrote nothing).
+ */
+int kd_write_all(int fd, const void *p, size_t n) KD_WUR;
 
 #endif
