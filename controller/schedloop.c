@@ -84,6 +84,7 @@ struct pass {
     size_t nn;
     json_t *by_trial; /* "ns/trial" -> [live pods] */
     json_t *exps;     /* "ns/experiment" -> what the pass needs of it, or null when not cached */
+    json_t *task_pos; /* [[entry index, Task]]: positions to work out once the walk is over */
     struct kd_sched_trial *ts;
     char **keys, **groups; /* owned; ts[i].key/group point at them once the walk is over */
     size_t n, cap;
@@ -292,7 +293,9 @@ static int gather_task(json_t *o, void *ud)
     t->weight = json_is_number(json_object_get(res, "weight"))
                     ? json_number_value(json_object_get(res, "weight"))
                     : 1.0;
-    t->position = kd_queue_position(o, job_lookup, c);
+    /* Not here: an ahead-of names another job, looked up in this same cache, whose lock the walk
+     * holds (a second read lock waits behind a waiting writer: a deadlock). */
+    t->position = 0;
     t->no_preempt = true;
     if (held_places(ps, t, live, ad)) {
         t->stopping = json_array_size(live) == 0 || killed || st == KD_TASK_TERMINATING ||
@@ -304,6 +307,7 @@ static int gather_task(json_t *o, void *ud)
     }
     ps->keys[ps->n] = kd_xstrdup(hk);
     ps->groups[ps->n] = kd_xstrdup(hk);
+    json_array_append_new(ps->task_pos, json_pack("[I,O]", (json_int_t)ps->n, o));
     ps->n++;
     return 0;
 }
@@ -394,8 +398,12 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     size_t nn = json_array_size(nodes_j);
     struct kd_sched_node *nodes = kd_xcalloc(nn + 1, sizeof(*nodes));
     json_t *by_trial = json_object(); /* trial name@ns -> [live pods] */
-    struct pass ps = {
-        .c = c, .nodes = nodes, .nn = nn, .by_trial = by_trial, .exps = json_object()};
+    struct pass ps = {.c = c,
+                      .nodes = nodes,
+                      .nn = nn,
+                      .by_trial = by_trial,
+                      .exps = json_object(),
+                      .task_pos = json_array()};
     struct others ot = {.nodes = nodes, .index = json_object()};
     struct kd_sched_trial *ts = NULL;
     size_t n = 0, i;
@@ -431,6 +439,13 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
     if (c->tasks != NULL)
         (void)kd_k8s_cache_each_if(kd_k8s_informer_cache(c->tasks), c->o.ns, want_task, gather_task,
                                    &ps);
+    size_t pi;
+    json_t *pe;
+    json_array_foreach(ps.task_pos, pi, pe)
+    {
+        ps.ts[json_integer_value(json_array_get(pe, 0))].position =
+            kd_queue_position(json_array_get(pe, 1), job_lookup, c);
+    }
     ts = ps.ts;
     n = ps.n;
     for (size_t k = 0; k < n; k++) {
@@ -508,6 +523,7 @@ out:
     json_decref(nodes_j);
     json_decref(ot.index);
     json_decref(ps.exps);
+    json_decref(ps.task_pos);
     json_decref(by_trial);
     free(nodes);
     for (size_t k = 0; k < n; k++) {

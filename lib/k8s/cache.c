@@ -80,6 +80,35 @@ struct kd_k8s_cache {
     size_t dictlen;
 };
 
+/*
+ * The cache a walk (kd_k8s_cache_each*) of this thread is in. Its lock prefers writers, so a
+ * callback that locks the same cache again waits behind a waiting writer that waits for the
+ * walk: a deadlock that only shows under load. Locking the walked cache from its own walk is a
+ * bug, and it stops the process at once, naming it, instead.
+ */
+static _Thread_local const struct kd_k8s_cache *walking;
+
+static void lock_check(const struct kd_k8s_cache *c, const char *what)
+{
+    if (walking == c) {
+        KD_ERROR("cache locked again from a walk of the same cache (a deadlock under load)",
+                 "op=%s", what);
+        abort();
+    }
+}
+
+static void rd_lock(struct kd_k8s_cache *c)
+{
+    lock_check(c, "read");
+    pthread_rwlock_rdlock(&c->lock);
+}
+
+static void wr_lock(struct kd_k8s_cache *c)
+{
+    lock_check(c, "write");
+    pthread_rwlock_wrlock(&c->lock);
+}
+
 struct kd_k8s_cache *kd_k8s_cache_new(void)
 {
     struct kd_k8s_cache *c = kd_xcalloc(1, sizeof(*c));
@@ -279,7 +308,7 @@ void kd_k8s_cache_index_labels(struct kd_k8s_cache *c, const char *const *keys)
     size_t n = 0;
     while (keys[n] != NULL)
         n++;
-    pthread_rwlock_wrlock(&c->lock);
+    wr_lock(c);
     c->ixlabels = kd_xcalloc(n + 1, sizeof(*c->ixlabels));
     for (size_t i = 0; i < n; i++)
         c->ixlabels[i] = kd_xstrdup(keys[i]);
@@ -291,7 +320,7 @@ int kd_k8s_cache_get(struct kd_k8s_cache *c, const char *key, json_t **obj)
 {
     struct entry *e = NULL;
     int rc = 0;
-    pthread_rwlock_rdlock(&c->lock);
+    rd_lock(c);
     HASH_FIND_STR(c->entries, key, e);
     if (e != NULL)
         *obj = decode(c, e);
@@ -303,7 +332,7 @@ int kd_k8s_cache_get(struct kd_k8s_cache *c, const char *key, json_t **obj)
 
 size_t kd_k8s_cache_len(struct kd_k8s_cache *c)
 {
-    pthread_rwlock_rdlock(&c->lock);
+    rd_lock(c);
     size_t n = c->n;
     pthread_rwlock_unlock(&c->lock);
     return n;
@@ -313,7 +342,7 @@ size_t kd_k8s_cache_bytes(struct kd_k8s_cache *c, size_t *text)
 {
     size_t n = 0, t = 0;
     struct entry *e, *tmp;
-    pthread_rwlock_rdlock(&c->lock);
+    rd_lock(c);
     HASH_ITER(hh, c->entries, e, tmp)
     {
         n += e->len;
@@ -330,7 +359,7 @@ static json_t *by_index(struct kd_k8s_cache *c, const char *ixkey)
 {
     json_t *arr = json_array();
     struct ixval *v = NULL;
-    pthread_rwlock_rdlock(&c->lock);
+    rd_lock(c);
     HASH_FIND_STR(c->index, ixkey, v);
     for (size_t i = 0; v != NULL && i < v->n; i++)
         json_array_append_new(arr, decode(c, v->items[i]));
@@ -348,7 +377,7 @@ json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns)
     }
     json_t *arr = json_array();
     struct entry *e, *tmp;
-    pthread_rwlock_rdlock(&c->lock);
+    rd_lock(c);
     HASH_ITER(hh, c->entries, e, tmp)
     {
         json_array_append_new(arr, decode(c, e));
@@ -381,7 +410,9 @@ static int each_index(struct kd_k8s_cache *c, const char *ixkey, bool marking,
                       int (*fn)(json_t *obj, void *ud), void *ud)
 {
     int rc = 0;
-    pthread_rwlock_rdlock(&c->lock);
+    rd_lock(c);
+    const struct kd_k8s_cache *outer = walking;
+    walking = c;
     if (ixkey != NULL) {
         struct ixval *v = NULL;
         HASH_FIND_STR(c->index, ixkey, v);
@@ -396,6 +427,7 @@ static int each_index(struct kd_k8s_cache *c, const char *ixkey, bool marking,
                 break;
         }
     }
+    walking = outer;
     pthread_rwlock_unlock(&c->lock);
     return rc;
 }
@@ -570,7 +602,7 @@ int kd_k8s_cache_put(struct kd_k8s_cache *c, json_t *obj, json_t **old)
     if (rc < 0)
         return KD_EINVAL;
     encode(c, obj, &x);
-    pthread_rwlock_wrlock(&c->lock);
+    wr_lock(c);
     prev = put_locked(c, key, obj, &x);
     pthread_rwlock_unlock(&c->lock);
     if (old != NULL)
@@ -583,7 +615,7 @@ int kd_k8s_cache_put(struct kd_k8s_cache *c, json_t *obj, json_t **old)
 int kd_k8s_cache_delete(struct kd_k8s_cache *c, const char *key, json_t **old)
 {
     json_t *prev;
-    pthread_rwlock_wrlock(&c->lock);
+    wr_lock(c);
     prev = delete_locked(c, key);
     pthread_rwlock_unlock(&c->lock);
     if (prev == NULL)
@@ -605,7 +637,7 @@ static int same_version(const struct entry *e, const json_t *obj)
 
 void kd_k8s_cache_replace_begin(struct kd_k8s_cache *c)
 {
-    pthread_rwlock_wrlock(&c->lock);
+    wr_lock(c);
     c->gen++;
     pthread_rwlock_unlock(&c->lock);
 }
@@ -639,7 +671,7 @@ int kd_k8s_cache_replace_page(struct kd_k8s_cache *c, json_t *items, kd_k8s_diff
             goto out;
         }
     }
-    pthread_rwlock_wrlock(&c->lock);
+    wr_lock(c);
     json_array_foreach(items, i, item)
     {
         struct entry *cur = NULL;
@@ -667,7 +699,7 @@ void kd_k8s_cache_replace_end(struct kd_k8s_cache *c, kd_k8s_diff_fn fn, void *u
 {
     json_t *changes = json_array();
     struct entry *e, *etmp;
-    pthread_rwlock_wrlock(&c->lock);
+    wr_lock(c);
     HASH_ITER(hh, c->entries, e, etmp)
     {
         if (e->gen == c->gen)

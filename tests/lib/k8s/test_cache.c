@@ -4,12 +4,15 @@
  * informer does it after a 410.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -205,6 +208,61 @@ static void test_each(void **state)
 
 /* Index slots: removing from the middle of an index moves the last object into the hole, and
  * the moved object still leaves cleanly afterwards. */
+/* A walk's callback that reads another cache (allowed) and then the walked one (a bug). */
+struct nested {
+    struct kd_k8s_cache *walked, *other;
+    int got_other;
+};
+
+static int nested_fn(json_t *o, void *ud)
+{
+    struct nested *n = ud;
+    json_t *x = NULL;
+    (void)o;
+    if (kd_k8s_cache_get(n->other, "ns1/b", &x) == 0)
+        n->got_other++;
+    json_decref(x);
+    if (n->walked != NULL) {
+        if (kd_k8s_cache_get(n->walked, "ns1/a", &x) == 0) /* must not return */
+            json_decref(x);
+    }
+    return 0;
+}
+
+/* Locking the walked cache again from its walk deadlocks once a writer waits (the lock prefers
+ * writers): it stops the process at once instead, every time. Another cache is fine. */
+static void test_walk_relock(void **state)
+{
+    (void)state;
+    struct kd_k8s_cache *c = kd_k8s_cache_new(), *d = kd_k8s_cache_new();
+    json_t *a = obj("ns1", "a", "1", NULL, NULL), *b = obj("ns1", "b", "1", NULL, NULL);
+    assert_int_equal(kd_k8s_cache_put(c, a, NULL), 0);
+    assert_int_equal(kd_k8s_cache_put(d, b, NULL), 0);
+    struct nested n = {.walked = NULL, .other = d};
+    assert_int_equal(kd_k8s_cache_each(c, NULL, nested_fn, &n), 0);
+    assert_int_equal(n.got_other, 1);
+    /* After the walk the same thread may lock c again. */
+    json_t *x = NULL;
+    assert_int_equal(kd_k8s_cache_get(c, "ns1/a", &x), 0);
+    json_decref(x);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        n.walked = c;
+        (void)kd_k8s_cache_each(c, NULL, nested_fn, &n);
+        _exit(0); /* reached only if the relock went through */
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st));
+    assert_int_equal(WTERMSIG(st), SIGABRT);
+    json_decref(a);
+    json_decref(b);
+    kd_k8s_cache_free(c);
+    kd_k8s_cache_free(d);
+}
+
 static void test_index_slots(void **state)
 {
     (void)state;
@@ -568,6 +626,7 @@ int main(void)
         cmocka_unit_test(test_put_get_delete_indexes),
         cmocka_unit_test(test_relist_diff),
         cmocka_unit_test(test_each),
+        cmocka_unit_test(test_walk_relock),
         cmocka_unit_test(test_relist_pages),
         cmocka_unit_test(test_index_slots),
         cmocka_unit_test(test_index_labels),
