@@ -312,15 +312,18 @@ static int gather_task(json_t *o, void *ud)
     return 0;
 }
 
-/* kd_k8s_cache_each_if callback: file a live task pod under its task's handoff key. */
-static int gather_task_pod(json_t *o, void *ud)
+/*
+ * File a live pod under its owner's key in by_trial: prefix + "ns/" + the value of its label
+ * (a trial's "ns/trial", a task's handoff key). A pod without the label, or no longer live, is
+ * marked so that the walk skips it until it changes.
+ */
+static int file_pod(json_t *by_trial, json_t *o, const char *label, const char *prefix)
 {
-    json_t *by_trial = ud;
-    const char *t = kd_ctrl_str(o, "metadata", "labels", KD_POD_LABEL_TASK);
+    const char *t = kd_ctrl_str(o, "metadata", "labels", label);
     if (t == NULL || !pod_live(o))
         return KD_K8S_EACH_MARK;
     char k[700];
-    snprintf(k, sizeof(k), "%s%s/%s", KD_CTRL_TASK_KEY, kd_k8s_meta_str(o, "namespace"), t);
+    snprintf(k, sizeof(k), "%s%s/%s", prefix, kd_k8s_meta_str(o, "namespace"), t);
     json_t *arr = json_object_get(by_trial, k);
     if (arr == NULL) {
         arr = json_array();
@@ -328,6 +331,12 @@ static int gather_task_pod(json_t *o, void *ud)
     }
     json_array_append(arr, o);
     return 0;
+}
+
+/* kd_k8s_cache_each_if callback: file a live task pod under its task's handoff key. */
+static int gather_task_pod(json_t *o, void *ud)
+{
+    return file_pod(ud, o, KD_POD_LABEL_TASK, KD_CTRL_TASK_KEY);
 }
 
 /* Pods that ended (Succeeded, Failed) are marked and not decoded again until they change. */
@@ -341,19 +350,7 @@ static bool want_pod(const char *key, bool marked, void *ud)
 /* kd_k8s_cache_each_if callback: file a live trial pod under its trial's key. */
 static int gather_pod(json_t *o, void *ud)
 {
-    json_t *by_trial = ud;
-    const char *t = kd_ctrl_str(o, "metadata", "labels", KD_POD_LABEL_TRIAL);
-    if (t == NULL || !pod_live(o))
-        return KD_K8S_EACH_MARK;
-    char k[600];
-    snprintf(k, sizeof(k), "%s/%s", kd_k8s_meta_str(o, "namespace"), t);
-    json_t *arr = json_object_get(by_trial, k);
-    if (arr == NULL) {
-        arr = json_array();
-        json_object_set_new(by_trial, k, arr);
-    }
-    json_array_append(arr, o);
-    return 0;
+    return file_pod(ud, o, KD_POD_LABEL_TRIAL, "");
 }
 
 /* What the walk over other pods adds to: the nodes, and their names' indexes. */
