@@ -23,18 +23,12 @@ size_t kd_proc_family(const struct kd_proc_ent *ps, size_t n, pid_t leader, pid_
             out[k++] = ps[i].pid;
         }
     }
-    /* Descendants of members, to a fixed point (a chain of n needs n passes at the most). */
-    for (bool grew = true; grew;) {
-        grew = false;
+    /* out is also the queue: the children of each member join it, once (O(n) per member). */
+    for (size_t m = 0; m < k; m++) {
         for (size_t i = 0; i < n; i++) {
-            if (in[i] || ps[i].pid <= 1)
-                continue;
-            for (size_t j = 0; j < n; j++) {
-                if (in[j] && ps[j].pid == ps[i].ppid) {
-                    in[i] = grew = true;
-                    out[k++] = ps[i].pid;
-                    break;
-                }
+            if (!in[i] && ps[i].pid > 1 && ps[i].ppid == out[m]) {
+                in[i] = true;
+                out[k++] = ps[i].pid;
             }
         }
     }
