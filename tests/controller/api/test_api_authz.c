@@ -204,6 +204,14 @@ static const struct {
 
 static const char *const public_routes[] = {"healthz", "readyz", "metrics", NULL};
 
+/* One request of route r to path with token tok (named who in the failure), which must get 401. */
+static void want_401(const struct api_route *r, const char *path, const char *tok, const char *who,
+                     const char *body)
+{
+    int code = fx_http(r->method, path, tok, body, NULL);
+    if (code != 401)
+        fail_msg("%s %s with %s: %d, want 401", r->method, path, who, code);
+}
 static void test_every_route(void **state)
 {
     (void)state;
@@ -251,32 +259,18 @@ static void test_every_route(void **state)
         case AUTH_TRIAL:
             worker_routes++;
             /* A user token, even the administrator's, is not a trial token. */
-            code = fx_http(r->method, path, FX_USER_TOKEN, body, NULL);
-            if (code != 401)
-                fail_msg("%s %s with the bootstrap token: %d, want 401", r->method, path, code);
-            code = fx_http(r->method, path, tok_alice, body, NULL);
-            if (code != 401)
-                fail_msg("%s %s with alice's token: %d, want 401", r->method, path, code);
+            want_401(r, path, FX_USER_TOKEN, "the bootstrap token", body);
+            want_401(r, path, tok_alice, "alice's token", body);
             /* Another trial's token. */
-            code = fx_http(r->method, path, tok_trial2, body, NULL);
-            if (code != 401)
-                fail_msg("%s %s with z-exp-2's token: %d, want 401", r->method, path, code);
+            want_401(r, path, tok_trial2, "z-exp-2's token", body);
             break;
         case AUTH_TASK:
             task_routes++;
             /* Neither a user's token nor a trial's nor another task's is this task's. */
-            code = fx_http(r->method, path, FX_USER_TOKEN, body, NULL);
-            if (code != 401)
-                fail_msg("%s %s with the bootstrap token: %d, want 401", r->method, path, code);
-            code = fx_http(r->method, path, tok_alice, body, NULL);
-            if (code != 401)
-                fail_msg("%s %s with alice's token: %d, want 401", r->method, path, code);
-            code = fx_http(r->method, path, tok_trial, body, NULL);
-            if (code != 401)
-                fail_msg("%s %s with a trial's token: %d, want 401", r->method, path, code);
-            code = fx_http(r->method, path, tok_task2, body, NULL);
-            if (code != 401)
-                fail_msg("%s %s with z-task-2's token: %d, want 401", r->method, path, code);
+            want_401(r, path, FX_USER_TOKEN, "the bootstrap token", body);
+            want_401(r, path, tok_alice, "alice's token", body);
+            want_401(r, path, tok_trial, "a trial's token", body);
+            want_401(r, path, tok_task2, "z-task-2's token", body);
             code = fx_http(r->method, path, tok_task, body, NULL);
             if (code == 401 || code == 403)
                 fail_msg("%s %s with its own token: %d", r->method, path, code);
@@ -307,12 +301,8 @@ static void test_every_route(void **state)
             code = fx_http(r->method, path, NULL, body, NULL);
             if (code != 401)
                 fail_msg("%s %s without a token: %d, want 401", r->method, path, code);
-            code = fx_http(r->method, path, tok_trial, body, NULL);
-            if (code != 401)
-                fail_msg("%s %s with a trial token: %d, want 401", r->method, path, code);
-            code = fx_http(r->method, path, tok_task, body, NULL);
-            if (code != 401)
-                fail_msg("%s %s with a task token: %d, want 401", r->method, path, code);
+            want_401(r, path, tok_trial, "a trial token", body);
+            want_401(r, path, tok_task, "a task token", body);
             if (!is_stream(r->pattern)) {
                 code = fx_http(r->method, path, tok_alice, body, NULL);
                 if (code == 401 || code == 403)
