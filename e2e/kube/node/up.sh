@@ -81,7 +81,8 @@ done
 # mounts and iptables rules behind with none of its processes alive: reclaim
 # those with node/down.sh of the dir that recorded them. A run whose kubelet
 # or containerd still lives is left alone (and refused below).
-for owner in "${TMPDIR:-/tmp}"/kdet-kube.*/realnode /tmp/kdet-kube.*/realnode; do
+# ($TMPDIR and /tmp, each once.)
+for owner in $(printf '%s\n' "${TMPDIR:-/tmp}"/kdet-kube.*/realnode /tmp/kdet-kube.*/realnode | sort -u); do
 	[[ -f "$owner/bridges" && "$owner" != "$dir/realnode" ]] || continue
 	odir="${owner%/realnode}"
 	live=""
