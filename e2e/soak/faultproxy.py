@@ -84,11 +84,15 @@ class FaultProxy:
             c.reset()
 
     def _connect_upstream(self):
+        # One start per connection, then each upstream in turn from there:
+        # connections that connect at once must not take each other's turns
+        # (two of them could otherwise both land on a dead upstream).
         n = len(self.upstreams)
-        for _ in range(n):
-            with self.lock:
-                up = self.upstreams[self.rr % n]
-                self.rr += 1
+        with self.lock:
+            start = self.rr
+            self.rr += 1
+        for i in range(n):
+            up = self.upstreams[(start + i) % n]
             try:
                 if up[0] == "unix":
                     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

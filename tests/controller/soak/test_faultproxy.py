@@ -124,6 +124,25 @@ def main():
     p.set_mode("pass")
     _, got = talk(p.port, b"end")
     check("back to pass", got == b"a:end")
+
+    # Connections that connect at the same time each try every upstream:
+    # none is refused because others took the live upstream's turn.
+    p.set_mode("blackhole")
+    socks = [socket.create_connection(("127.0.0.1", p.port), timeout=5) for _ in range(12)]
+    for i, c in enumerate(socks):
+        c.sendall(b"%d" % i)
+    time.sleep(0.3)
+    p.set_mode("pass")
+    answers = []
+    for i, c in enumerate(socks):
+        c.settimeout(5)
+        try:
+            answers.append(c.recv(100) == b"a:%d" % i)
+        except OSError:
+            answers.append(False)
+        c.close()
+    check(f"12 connections at once, a dead upstream first: {sum(answers)} answered",
+          all(answers))
     try:
         p.set_mode("bogus")
         check("an unknown mode is refused", False)
