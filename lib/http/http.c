@@ -38,6 +38,13 @@
 #define ARENA_BLOCK 4096u
 /* Body bytes dropped past the cap before the connection is cut (see on_request). */
 #define DROP_SLACK (64u << 10)
+/* A refusal decided from the head (401, 403, 413...) of a request whose body is at
+ * most this long is sent after the body has been read and dropped: closing with
+ * unread bytes makes the kernel reset the connection, and a client still sending
+ * would get the reset instead of the answer. Longer bodies, chunked ones (of unknown
+ * length) and clients that sent Expect: 100-continue (they wait for the answer) get it
+ * at once. */
+#define DRAIN_MAX (1u << 20)
 #define WHY_LEN 200
 /* The raw request target kept for kd_http_target, at most. */
 #define TARGET_MAX (16u << 10)
@@ -93,6 +100,7 @@ struct kd_http_req {
     const char *target;      /* the raw request target (path and query), in the arena */
     struct upgrade *upgrade; /* an upgrade answer, until it is claimed */
     bool too_big;
+    bool deferred;   /* r->resp is the answer, sent once the body has been dropped */
     size_t dropped;  /* body bytes dropped past the cap */
     bool close;      /* answer with Connection: close */
     const void *ctx; /* from the authorize hook */
@@ -652,19 +660,29 @@ static void on_head(struct kd_http_req *r, const char *version)
     }
     if (s->opts.authorize != NULL)
         s->opts.authorize(r, s->opts.ud);
-    /* libmicrohttpd closes after any answer queued before the body stage (the body is
-     * never read); say so in the answer. */
-    if (r->resp != NULL) {
-        r->close = true;
-        return;
-    }
     const char *cl = kd_http_header(r, "Content-Length");
     unsigned long long len = cl != NULL ? strtoull(cl, NULL, 10) : 0;
-    if (len > r->body.max) {
+    if (r->resp == NULL && len > r->body.max) {
         snprintf(why, sizeof(why), "the request body is larger than %zu bytes", r->body.max);
-        r->close = true;
         respond_status(r, 413, reason_of(413), why);
     }
+    if (r->resp == NULL)
+        return;
+    /* The connection is closed after an answer decided before the body stage; a short
+     * body is read and dropped first (DRAIN_MAX). */
+    r->close = true;
+    const char *expect = kd_http_header(r, "Expect");
+    if (len > 0 && len <= DRAIN_MAX && (expect == NULL || strcasecmp(expect, "100-continue") != 0)) {
+        r->deferred = true;
+        r->too_big = true; /* drop what comes */
+        kd_buf_free(&r->body);
+    }
+}
+
+/* Whether a request whose body is being dropped has sent more than it may. */
+static bool dropped_too_much(const struct kd_http_req *r)
+{
+    return r->deferred ? r->dropped > DRAIN_MAX : r->dropped > r->body.max + DROP_SLACK;
 }
 
 static enum MHD_Result queue(struct kd_http_req *r)
@@ -695,7 +713,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->target = kd_http_strdup(r, cc != NULL && cc->target != NULL ? cc->target : url);
         *con_cls = r;
         on_head(r, version);
-        ret = r->resp != NULL ? queue(r) : MHD_YES;
+        ret = r->resp != NULL && !r->deferred ? queue(r) : MHD_YES;
         goto out;
     }
     if (*upload_size > 0) {
@@ -710,14 +728,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* A chunked body past the cap is dropped so a slightly long one still gets its 413;
          * one that goes on past another cap's worth (and DROP_SLACK) is cut off: libmicrohttpd
          * cannot answer in the middle of a body, so the connection is closed unanswered. */
-        if (r->dropped > r->body.max + DROP_SLACK) {
+        if (dropped_too_much(r)) {
             KD_INFO("http request body cut off", "method=%s path=%s cap=%zu", kd_logq(r->method),
                     kd_logq(r->path), r->body.max);
             ret = MHD_NO;
         }
         goto out;
     }
-    if (r->too_big) {
+    if (r->deferred) {
+        /* the answer decided from the head */
+    } else if (r->too_big) {
         char msg[WHY_LEN];
         snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes", r->body.max);
         respond_status(r, 413, reason_of(413), msg);

@@ -49,9 +49,12 @@ typedef void (*kd_http_authorize_fn)(struct kd_http_req *req, void *ud);
 struct kd_http_opts {
     const char *bind_addr; /* numeric IPv4 address; NULL means 127.0.0.1 */
     int port;              /* 0 picks a free port (see kd_http_port) */
-    /* Request body cap in bytes; 0 means 3 MiB. A Content-Length over it gets 413 before the
-     * body is read; a chunked body past it is dropped and gets 413, or, past twice the cap
-     * plus 64 KiB, the connection is closed unanswered. */
+    /* Request body cap in bytes; 0 means 3 MiB. A Content-Length over it gets 413 without the
+     * body being kept: a body of at most 1 MiB is read and dropped first, so that the client
+     * reads the answer instead of a reset (the same for the authorize hook's answers); a
+     * longer one, or one announced with Expect: 100-continue, gets it at once. A chunked body
+     * past the cap is dropped and gets 413, or, past twice the cap plus 64 KiB, the
+     * connection is closed unanswered. */
     size_t max_body;
     unsigned max_conns;   /* 0 means 1024 */
     unsigned max_headers; /* request header lines; more get 431; 0 means 100 */

@@ -269,9 +269,10 @@ int fx_http(const char *method, const char *path, const char *token, const char 
     }
     hd = curl_slist_append(hd, "Content-Type: application/json");
     /* A body over a route's cap is refused from the head (413) and the connection closed; a
-     * client still sending then gets a reset and may never read the answer. Large bodies ask
-     * first, as HTTP clients do (curl on its own only above 1 MiB), and wait for the answer. */
-    if (body != NULL && strlen(body) > (64u << 10)) {
+     * body of at most 1 MiB is read and dropped first, so the client reads the answer. A
+     * larger one asks first (Expect: 100-continue, as curl does on its own above 1 MiB) and
+     * waits for the answer instead of being reset while it sends. */
+    if (body != NULL && strlen(body) > (1u << 20)) {
         hd = curl_slist_append(hd, "Expect: 100-continue");
         curl_easy_setopt(h, CURLOPT_EXPECT_100_TIMEOUT_MS, 30000L);
     }

@@ -1,7 +1,7 @@
 /*
  * The API's decisions from the request head alone, against a real private
  * PostgreSQL and kdet-local: clients send only the head (announcing a body
- * they never send) and still get their answer, so routing (404/405), the
+ * they never send, with Expect: 100-continue) and still get their answer, so routing (404/405), the
  * per-route body caps (413 naming the cap) and the tokens (401) are decided
  * before any body byte is read; and a %00 in a name is refused (400), not
  * answered for the name it would cut down to.
@@ -54,14 +54,16 @@ static void head_only(const char *head, struct kd_buf *out)
         fail_msg("the API did not answer and close without the body; got:\n%s", kd_buf_str(out));
 }
 
-/* `method path` with Content-Length `len` and an optional bearer token; answer in out. */
+/* `method path` with Content-Length `len`, Expect: 100-continue (so the answer comes before
+ * any body byte; without it, a body of at most 1 MiB is read and dropped first) and an
+ * optional bearer token; answer in out. */
 static void announce(const char *method, const char *path, const char *token, size_t len,
                      struct kd_buf *out)
 {
     char head[1024];
     snprintf(head, sizeof(head),
              "%s %s HTTP/1.1\r\nHost: x\r\n%s%s%sContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\n\r\n",
+             "Content-Length: %zu\r\nExpect: 100-continue\r\n\r\n",
              method, path, token ? "Authorization: Bearer " : "", token ? token : "",
              token ? "\r\n" : "", len);
     head_only(head, out);

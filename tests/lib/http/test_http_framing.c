@@ -94,6 +94,16 @@ static void send_all(int fd, const void *p, size_t n)
     }
 }
 
+/* A connection whose send buffer is small: a long body is still being sent when the server
+ * decides its answer. */
+static int dial_small(int port)
+{
+    int fd = dial(port);
+    int sz = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    return fd;
+}
+
 /* Everything the server sends until it closes (true) or WAIT_S of silence (false). */
 static bool read_to_close(int fd, struct kd_buf *out)
 {
@@ -463,12 +473,47 @@ static void test_authorize_before_body(void **state)
     assert_true(exchange(port, deny_get, sizeof(deny_get) - 1, &b));
     assert_int_equal(count(kd_buf_str(&b), "HTTP/1.1 "), 1);
     assert_int_equal(atomic_load(&smuggled), 0);
-    /* The hook's cap: 17 announced bytes get 413 before any is sent. */
-    static const char big[] = "POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n";
+    /* The hook's cap: 17 announced bytes with Expect: 100-continue get 413 before any is
+     * sent. */
+    static const char big[] = "POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n"
+                              "Expect: 100-continue\r\n\r\n";
     assert_true(exchange(port, big, sizeof(big) - 1, &b));
     assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 413 ", 13), 0);
     assert_non_null(strstr(kd_buf_str(&b), "larger than 16 bytes"));
     assert_non_null(strstr(kd_buf_str(&b), "Connection: close"));
+    /* Without Expect, a body of at most 1 MiB is read and dropped, then answered: a client
+     * that sends it all (through a small send buffer, so it is still sending when the
+     * answer is decided) sends it without a reset and reads the 413 (10 times in a row). */
+    size_t blen = 1u << 20;
+    char *body = kd_xmalloc(blen);
+    memset(body, 'b', blen);
+    for (int i = 0; i < 10; i++) {
+        int bfd = dial_small(port);
+        char head[128];
+        int hn = snprintf(head, sizeof(head),
+                          "POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", blen);
+        send_all(bfd, head, (size_t)hn);
+        send_all(bfd, body, blen);
+        kd_buf_reset(&b);
+        assert_true(read_to_close(bfd, &b));
+        close(bfd);
+        assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 413 ", 13), 0);
+        assert_non_null(strstr(kd_buf_str(&b), "larger than 16 bytes"));
+    }
+    /* The same for the hook's 401. */
+    for (int i = 0; i < 10; i++) {
+        int bfd = dial_small(port);
+        char head[128];
+        int hn = snprintf(head, sizeof(head),
+                          "POST /deny HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", blen);
+        send_all(bfd, head, (size_t)hn);
+        send_all(bfd, body, blen);
+        kd_buf_reset(&b);
+        assert_true(read_to_close(bfd, &b));
+        close(bfd);
+        assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 401 ", 13), 0);
+    }
+    free(body);
     /* Chunked past the cap: 413 too (the rest is read and dropped, not kept). */
     static const char big_te[] = "POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
                                  "Connection: close\r\n\r\n"
