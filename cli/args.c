@@ -47,6 +47,14 @@ static const struct opt opts[] = {
     {"--project", NULL, true},
     {"--config-file", NULL, true},
     {"--kube-context", NULL, true},
+    {"--label", NULL, true},
+    {"--add-label", NULL, true},
+    {"--remove-label", NULL, true},
+    {"--name", NULL, true},
+    {"--comment", NULL, true},
+    {"--metadata", NULL, true},
+    {"--order", NULL, true},
+    {"--json", NULL, false},
     {"--detach", "-d", false},
     {"--admin", NULL, false},
     {"--no-admin", NULL, false},
@@ -136,6 +144,22 @@ static void set(struct det_args *a, const char *name, const char *v)
         a->config_file = v;
     else if (strcmp(name, "--kube-context") == 0)
         a->kube_context = v;
+    else if (strcmp(name, "--label") == 0)
+        a->label = v;
+    else if (strcmp(name, "--add-label") == 0)
+        a->add_label = v;
+    else if (strcmp(name, "--remove-label") == 0)
+        a->remove_label = v;
+    else if (strcmp(name, "--name") == 0)
+        a->name = v;
+    else if (strcmp(name, "--comment") == 0)
+        a->comment = v;
+    else if (strcmp(name, "--metadata") == 0)
+        a->metadata = v;
+    else if (strcmp(name, "--order") == 0)
+        a->order = v;
+    else if (strcmp(name, "--json") == 0)
+        a->json = true;
     else if (strcmp(name, "--detach") == 0)
         a->detach = true;
     else if (strcmp(name, "--admin") == 0)

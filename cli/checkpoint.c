@@ -383,29 +383,17 @@ out:
     return rc;
 }
 
-static int cmd_download(int argc, char **argv)
+int det_checkpoint_download(struct det_api *api, const char *id, const char *outdir)
 {
-    static const char *const flags[] = {"--output", NS_FLAGS, NULL};
-    static const char *const pos[] = {"UUID", NULL};
-    static const struct det_verb_spec spec = {.cmd = "det checkpoint download",
-                                              .usage = ckpt_usage,
-                                              .flags = flags,
-                                              .pos = pos,
-                                              .minpos = 1,
-                                              .api = true};
-    struct det_verb v = {0};
     struct kd_storage_config cfg;
     struct kd_storage *st = NULL;
     json_t *ck = NULL, *exp = NULL;
     char err[KD_ERRLEN] = "", what[4200] = "";
-    int rc = det_verb_begin(&v, argc, argv, &spec), r;
-    if (rc >= 0)
-        goto out;
-    rc = find_ckpt(&v.api, v.a.pos[0], &ck, &exp);
+    int rc = find_ckpt(api, id, &ck, &exp), r;
     if (rc != 0)
         goto out;
     const char *uuid = det_get_str(ck, "uuid", "");
-    const char *dir = v.a.output ? v.a.output : uuid;
+    const char *dir = outdir ? outdir : uuid;
     if (strcmp(det_get_str(ck, "state", ""), "DELETED") == 0) {
         char when[64];
         det_fmt_time(det_get_str(ck, "deleted_at", NULL), when, sizeof(when));
@@ -465,6 +453,23 @@ out:
     kd_storage_close(st);
     json_decref(ck);
     json_decref(exp);
+    return rc;
+}
+
+static int cmd_download(int argc, char **argv)
+{
+    static const char *const flags[] = {"--output", NS_FLAGS, NULL};
+    static const char *const pos[] = {"UUID", NULL};
+    static const struct det_verb_spec spec = {.cmd = "det checkpoint download",
+                                              .usage = ckpt_usage,
+                                              .flags = flags,
+                                              .pos = pos,
+                                              .minpos = 1,
+                                              .api = true};
+    struct det_verb v = {0};
+    int rc = det_verb_begin(&v, argc, argv, &spec);
+    if (rc < 0)
+        rc = det_checkpoint_download(&v.api, v.a.pos[0], v.a.output);
     det_verb_end(&v);
     return rc;
 }

@@ -59,6 +59,10 @@ struct det_args {
     bool plain_http; /* det deploy local up */
     bool all, yes, follow, dry_run;
     bool paused, test, local; /* experiment create */
+    /* det model: --label, --add-label, --remove-label (comma-separated lists), --name,
+     * --comment, --metadata JSON, --order asc|desc, --json */
+    const char *label, *add_label, *remove_label, *name, *comment, *metadata, *order;
+    bool json;
 };
 
 /**
@@ -397,6 +401,16 @@ int det_cmd_trial(int argc, char **argv);
 int det_cmd_template(int argc, char **argv);
 /** `det checkpoint ...`. */
 int det_cmd_checkpoint(int argc, char **argv);
+/**
+ * Restore checkpoint id (a uuid, or a unique prefix of one) of api's
+ * namespace into outdir (NULL: ./UUID) from its experiment's
+ * checkpoint_storage, every file's size and sha256 checked, as `det
+ * checkpoint download` does; prints the directory on stdout. Exit code
+ * (errors printed). Blocks.
+ */
+int det_checkpoint_download(struct det_api *api, const char *id, const char *outdir);
+/** `det model ...` (model.c): the model registry. */
+int det_cmd_model(int argc, char **argv);
 /** `det cmd|notebook|shell|tensorboard|task ...` (task.c): argv[0] is the noun. */
 int det_cmd_task(int argc, char **argv);
 /**

@@ -31,6 +31,10 @@ static const char usage[] =
     "                            kill TRIAL\n"
     "  checkpoint (c)  det checkpoint list EXPERIMENT|--trial T | describe UUID |\n"
     "                                 download UUID [-o DIR]\n"
+    "  model (m)       det model create NAME | list | describe NAME [--best METRIC] |\n"
+    "                            register-version NAME CHECKPOINT_UUID | update | delete |\n"
+    "                            list-versions | update-version | delete-version |\n"
+    "                            download NAME[:VERSION] [-o DIR]\n"
     "  job (j)         det job list | update JOB --priority N|--ahead-of J|--behind-of J|\n"
     "                                 --resource-pool P | update-batch [FILE]\n"
     "  template        det template set NAME FILE | list | describe NAME | rm NAME\n"
@@ -88,8 +92,9 @@ void det_usage_suggest(const char *what, const char *word, const char *const *ca
 int main(int argc, char **argv)
 {
     static const char *const nouns[] = {
-        "experiment", "trial", "template", "checkpoint", "job",   "deploy",      "agent", "slot",
-        "user",       "token", "cmd",      "notebook",   "shell", "tensorboard", "task",  NULL};
+        "experiment", "trial",       "template", "checkpoint", "job", "deploy",
+        "agent",      "slot",        "user",     "token",      "cmd", "notebook",
+        "shell",      "tensorboard", "task",     "model",      NULL};
     int rc = DET_EXIT_USAGE;
     /* the client library's retry warnings are noise in a CLI: errors only, unless asked */
     kd_log_init("det", getenv("KDET_LOG_LEVEL") ? -1 : KD_LOG_ERROR, -1);
@@ -112,6 +117,8 @@ int main(int argc, char **argv)
         rc = det_cmd_template(argc - 1, argv + 1);
     } else if (strcmp(cmd, "checkpoint") == 0 || strcmp(cmd, "c") == 0) {
         rc = det_cmd_checkpoint(argc - 1, argv + 1);
+    } else if (strcmp(cmd, "model") == 0 || strcmp(cmd, "m") == 0) {
+        rc = det_cmd_model(argc - 1, argv + 1);
     } else if (strcmp(cmd, "job") == 0 || strcmp(cmd, "j") == 0) {
         rc = det_cmd_job(argc - 1, argv + 1);
     } else if (strcmp(cmd, "deploy") == 0) {

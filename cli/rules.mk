@@ -23,7 +23,7 @@ $(eval $(call det_embed,priorityclasses,manifests/priorityclasses.yaml))
 
 DET_SRCS := cli/main.c cli/args.c cli/output.c cli/kube.c cli/experiment.c \
             cli/experiment_ops.c cli/trial.c cli/template.c cli/deploy.c \
-            cli/verb.c cli/api.c cli/ids.c cli/best.c cli/metrics.c cli/profiler.c cli/slots.c cli/checkpoint.c cli/job.c cli/logs.c cli/user.c cli/task.c cli/shell.c \
+            cli/verb.c cli/api.c cli/ids.c cli/best.c cli/metrics.c cli/profiler.c cli/slots.c cli/checkpoint.c cli/job.c cli/logs.c cli/user.c cli/task.c cli/shell.c cli/model.c \
             $(O)/gen/cli/crd_experiments.c $(O)/gen/cli/crd_trials.c $(O)/gen/cli/crd_tasks.c \
             $(O)/gen/cli/priorityclasses.c
 DET_KD_LIBS := config hparams storage k8s yaml openapi context http core

@@ -74,6 +74,23 @@ static void memo_set(struct kd_ctrl *c, const char *uid, json_int_t sig)
     pthread_mutex_unlock(&c->mu);
 }
 
+void kd_ctrl_gc_unprotected(void *ud, const char *ns, const char *name, const char *uid)
+{
+    struct kd_ctrl *c = ud;
+    char key[600];
+    pthread_mutex_lock(&c->mu);
+    if (c->gcmemo != NULL)
+        (void)json_object_del(c->gcmemo, uid);
+    if (c->endmemo != NULL)
+        (void)json_object_del(c->endmemo, uid);
+    pthread_mutex_unlock(&c->mu);
+    snprintf(key, sizeof(key), "%s/%s", ns, name);
+    if (c->expq != NULL)
+        kd_k8s_queue_add(c->expq, key);
+    KD_INFO("checkpoint GC due again: a model version no longer protects a checkpoint",
+            "experiment=%s", kd_logq(key));
+}
+
 void kd_ctrl_gc_forget(struct kd_ctrl *c)
 {
     pthread_mutex_lock(&c->mu);
@@ -336,7 +353,9 @@ static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
         in[i].has_metric = m != NULL;
         in[i].metric = m != NULL ? json_number_value(m) : NAN;
         in[i].trial_active = !kd_gc_trial_ended(t);
-        in[i].protected_ = t != NULL && kd_gc_parent_start(parents, nparents, t, in[i].uuid);
+        /* A live child's start, or a model version (docs/models.md): kept whatever the policy. */
+        in[i].protected_ = (t != NULL && kd_gc_parent_start(parents, nparents, t, in[i].uuid)) ||
+                           json_is_true(json_object_get(ck, "protected"));
     }
     struct kd_gc_policy p;
     kd_gc_policy_default(&p);
@@ -373,8 +392,18 @@ static int collect(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
     for (size_t i = 0; i < n; i++) {
         char why[160];
         bool marked = false;
+        bool prot = false;
         if (keep[i] != 0 || in[i].trial_active)
             continue;
+        /* Registered as a model version since the plan was read: keep it. (A registration
+         * between this look and the deletion below can still lose; the window is one query.) */
+        if ((rc = kd_store_checkpoint_protected(c->store, in[i].uuid, &prot, err)) != 0)
+            goto out;
+        if (prot) {
+            KD_INFO("checkpoint kept: a model version was registered from it",
+                    "experiment=%s uuid=%s", kd_logq(name), kd_logq(in[i].uuid));
+            continue;
+        }
         if ((rc = kd_ckpt_delete(st, in[i].uuid, err)) != 0)
             goto out;
         snprintf(why, sizeof(why),

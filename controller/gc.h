@@ -36,6 +36,15 @@ int kd_ctrl_gc_experiment(struct kd_ctrl *c, const json_t *exp, const json_t *cf
                           struct kd_gc_trial *trials, size_t n, const char *state,
                           char *err) KD_WUR;
 
+/**
+ * The API's hook after a model version or model was deleted (struct
+ * kd_api_opts.unprotected; ud is the struct kd_ctrl): forget that
+ * experiment ns/name (uid) was collected and queue it, so that its GC runs
+ * again and may now delete the checkpoint no version protects. Thread-safe;
+ * does not block.
+ */
+void kd_ctrl_gc_unprotected(void *ud, const char *ns, const char *name, const char *uid);
+
 /** Forget the memo of GC runs (frees c->gcmemo). */
 void kd_ctrl_gc_forget(struct kd_ctrl *c);
 

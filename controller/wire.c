@@ -214,6 +214,8 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
         .tasks = c->tasks != NULL,
         .storage_of = c->storage_of,
         .storage_ud = c,
+        .unprotected = kd_ctrl_gc_unprotected,
+        .unprotected_ud = c,
     };
     if ((rc = kd_api_start(&ao, &c->api, err)) != 0)
         goto out;

@@ -98,6 +98,15 @@ struct kd_api_opts {
      */
     int (*storage_of)(void *ud, const json_t *exp, json_t **out);
     void *storage_ud;
+    /**
+     * Called after a model version, or a model with its versions, was deleted, once per
+     * Experiment (namespace, name and metadata.uid) whose checkpoints may have lost their
+     * protection from checkpoint GC, so that the controller runs its GC of that experiment again
+     * (NULL: nothing is told). Called on request threads: thread-safe, must not block long.
+     */
+    void (*unprotected)(void *ud, const char *ns, const char *experiment,
+                        const char *experiment_uid);
+    void *unprotected_ud;
 };
 
 /**

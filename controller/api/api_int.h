@@ -187,6 +187,19 @@ void api_user_stream(struct api_rq *q);
  */
 int api_user_get(struct api_rq *q, bool trial, json_t **obj, char *err);
 
+/* ---- models.c: the model registry ---- */
+void api_user_models(struct api_rq *q);
+void api_user_model_create(struct api_rq *q);
+void api_user_model(struct api_rq *q);
+void api_user_model_update(struct api_rq *q);
+void api_user_model_delete(struct api_rq *q);
+void api_user_model_best(struct api_rq *q);
+void api_user_model_versions(struct api_rq *q);
+void api_user_model_version_create(struct api_rq *q);
+void api_user_model_version(struct api_rq *q);
+void api_user_model_version_update(struct api_rq *q);
+void api_user_model_version_delete(struct api_rq *q);
+
 /* ---- profiler.c ---- */
 void api_user_trial_profiler(struct api_rq *q);
 /* ---- auth.c: users, namespaces, the bootstrap administrator ---- */

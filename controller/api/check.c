@@ -558,3 +558,131 @@ int api_check_token(const json_t *body, const char **user, const char **descript
     *description = json_string_value(desc);
     return 0;
 }
+
+/* ---- the model registry ------------------------------------------------------------------ */
+
+/* body[k]: absent, or a string of at most max bytes (empty allowed) without NUL. */
+static int want_text(const json_t *body, const char *k, size_t max, const char **out,
+                     struct api_verr *e)
+{
+    json_t *v = json_object_get(body, k);
+    *out = json_string_value(v);
+    if (v != NULL && (!json_is_string(v) || json_string_length(v) > max ||
+                      strlen(json_string_value(v)) != json_string_length(v)))
+        return refuse(e, 400, k, "%s: must be a string of at most %zu bytes without NUL", k, max);
+    return 0;
+}
+
+/* body[k]: absent, or labels as kd_store_model_labels_check takes them. */
+static int want_labels(const json_t *body, const char *k, const json_t **out, struct api_verr *e)
+{
+    char err[KD_ERRLEN] = "";
+    *out = json_object_get(body, k);
+    if (*out != NULL && kd_store_model_labels_check(*out, k, err) != 0) {
+        char field[64];
+        const char *br = strchr(err, ':');
+        snprintf(field, sizeof(field), "%.*s", br != NULL ? (int)(br - err) : 0, err);
+        return refuse(e, 400, field[0] ? field : k, "%s", err);
+    }
+    return 0;
+}
+
+static int want_metadata(const json_t *body, const json_t **out, struct api_verr *e)
+{
+    *out = json_object_get(body, "metadata");
+    if (*out == NULL)
+        return 0;
+    if (!json_is_object(*out))
+        return refuse(e, 400, "metadata", "metadata: must be a JSON object");
+    size_t n = json_dumpb(*out, NULL, 0, JSON_COMPACT);
+    if (n == 0 || n > KD_STORE_MODEL_MAX_METADATA)
+        return refuse(e, 400, "metadata", "metadata: %zu bytes of JSON, at most %u", n,
+                      KD_STORE_MODEL_MAX_METADATA);
+    return 0;
+}
+
+int api_check_model(const json_t *body, bool create, struct api_model_req *out, struct api_verr *e)
+{
+    static const char *const create_keys[] = {"name", "description", "labels", "metadata", NULL};
+    static const char *const update_keys[] = {
+        "description", "labels", "add_labels", "remove_labels", "metadata", "archived", NULL};
+    int rc;
+    memset(out, 0, sizeof(*out));
+    out->archived = -1;
+    if ((rc = api_check_keys(body, "", create ? create_keys : update_keys, e)) != 0)
+        return rc;
+    if (create) {
+        json_t *n = json_object_get(body, "name");
+        out->name = json_string_value(n);
+        if (!kd_store_model_name_ok(out->name) || strlen(out->name) != json_string_length(n))
+            return refuse(e, 400, "name",
+                          "name: required, 1 to %d of A-Z a-z 0-9 . _ -, starting with a letter "
+                          "or digit",
+                          KD_STORE_MODEL_MAX_NAME);
+    }
+    if ((rc = want_text(body, "description", KD_STORE_MODEL_MAX_TEXT, &out->description, e)) != 0 ||
+        (rc = want_labels(body, "labels", &out->labels, e)) != 0 ||
+        (rc = want_metadata(body, &out->metadata, e)) != 0)
+        return rc;
+    if (create)
+        return 0;
+    if ((rc = want_labels(body, "add_labels", &out->add_labels, e)) != 0 ||
+        (rc = want_labels(body, "remove_labels", &out->remove_labels, e)) != 0)
+        return rc;
+    json_t *ar = json_object_get(body, "archived");
+    if (ar != NULL && !json_is_boolean(ar))
+        return refuse(e, 400, "archived", "archived: must be true or false");
+    if (ar != NULL)
+        out->archived = json_is_true(ar);
+    return 0;
+}
+
+int api_check_model_version(const json_t *body, bool create, struct api_version_req *out,
+                            struct api_verr *e)
+{
+    static const char *const create_keys[] = {"checkpoint_uuid", "name",     "comment",
+                                              "labels",          "metadata", NULL};
+    static const char *const update_keys[] = {"name",          "comment",  "labels", "add_labels",
+                                              "remove_labels", "metadata", NULL};
+    int rc;
+    char why[KD_ERRLEN];
+    memset(out, 0, sizeof(*out));
+    if ((rc = api_check_keys(body, "", create ? create_keys : update_keys, e)) != 0)
+        return rc;
+    if (create) {
+        json_t *u = json_object_get(body, "checkpoint_uuid");
+        out->checkpoint_uuid = json_string_value(u);
+        if (out->checkpoint_uuid == NULL)
+            return refuse(e, 400, "checkpoint_uuid",
+                          "checkpoint_uuid: required (the uuid of a registered checkpoint)");
+        if (strlen(out->checkpoint_uuid) != json_string_length(u) ||
+            kd_ckpt_check_uuid(out->checkpoint_uuid, why) != 0)
+            return refuse(e, 400, "checkpoint_uuid",
+                          "checkpoint_uuid: not a checkpoint uuid (1 to 127 of A-Z a-z 0-9 . _ -)");
+    }
+    if ((rc = want_text(body, "name", KD_STORE_MODEL_MAX_VNAME, &out->name, e)) != 0 ||
+        (rc = want_text(body, "comment", KD_STORE_MODEL_MAX_TEXT, &out->comment, e)) != 0 ||
+        (rc = want_labels(body, "labels", &out->labels, e)) != 0 ||
+        (rc = want_metadata(body, &out->metadata, e)) != 0)
+        return rc;
+    if (create)
+        return 0;
+    if ((rc = want_labels(body, "add_labels", &out->add_labels, e)) != 0 ||
+        (rc = want_labels(body, "remove_labels", &out->remove_labels, e)) != 0)
+        return rc;
+    return 0;
+}
+
+int64_t api_model_version_arg(const char *s)
+{
+    int64_t v = 0;
+    size_t n = s != NULL ? strlen(s) : 0;
+    if (n == 0 || n > 9)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}

@@ -177,4 +177,43 @@ int api_check_user(const json_t *body, bool create, struct api_user_req *out,
 int api_check_token(const json_t *body, const char **user, const char **description,
                     struct api_verr *e) KD_WUR;
 
+/* ---- the model registry's routes ---- */
+
+/* Body cap of the model registry's POST and PATCH routes (metadata may be up to 64 KiB). */
+#define KD_API_MAX_MODEL_BODY (128u << 10)
+
+struct api_model_req {
+    const char *name;                                  /* create only */
+    const char *description;                           /* NULL when absent */
+    const json_t *labels, *add_labels, *remove_labels; /* update: add/remove; NULL when absent */
+    const json_t *metadata;                            /* an object, or NULL */
+    int archived;                                      /* update: 1, 0, or -1 when absent */
+};
+
+/**
+ * POST .../models {name, description?, labels?, metadata?} (create) or
+ * PATCH .../models/{m} {description?, labels?, add_labels?, remove_labels?,
+ * metadata?, archived?}: 0 with *out (borrowed from body), or 400 naming
+ * the field.
+ */
+int api_check_model(const json_t *body, bool create, struct api_model_req *out,
+                    struct api_verr *e) KD_WUR;
+
+struct api_version_req {
+    const char *checkpoint_uuid; /* create only */
+    const char *name, *comment;  /* NULL when absent */
+    const json_t *labels, *add_labels, *remove_labels, *metadata;
+};
+
+/**
+ * POST .../models/{m}/versions {checkpoint_uuid, name?, comment?, labels?,
+ * metadata?} (create) or PATCH .../versions/{v} {name?, comment?, labels?,
+ * add_labels?, remove_labels?, metadata?}: 0 with *out, or 400 naming the field.
+ */
+int api_check_model_version(const json_t *body, bool create, struct api_version_req *out,
+                            struct api_verr *e) KD_WUR;
+
+/** A version number in a path: 1 to 9 digits, > 0 (0 when it is not one). Pure. */
+int64_t api_model_version_arg(const char *s);
+
 #endif

@@ -14,6 +14,7 @@
 
 #define API_NSP "api/v1/namespaces/*/"
 #define API_SMALL KD_API_MAX_SMALL_BODY
+#define API_MODEL KD_API_MAX_MODEL_BODY
 
 /* clang-format off */
 #define API_ROUTES(X) \
@@ -58,6 +59,17 @@
     X("POST", API_NSP "tasks/*/proxy-ticket", AUTH_USER, API_SMALL, api_user_task_ticket) \
     X("GET", API_NSP "tasks/*/logs", AUTH_USER, 0, api_user_logs) \
     X("GET", API_NSP "tasks/*/logs/stream", AUTH_USER, 0, api_user_logs_stream) \
+    X("GET", API_NSP "models", AUTH_USER, 0, api_user_models) \
+    X("POST", API_NSP "models", AUTH_USER, API_MODEL, api_user_model_create) \
+    X("GET", API_NSP "models/*", AUTH_USER, 0, api_user_model) \
+    X("PATCH", API_NSP "models/*", AUTH_USER, API_MODEL, api_user_model_update) \
+    X("DELETE", API_NSP "models/*", AUTH_USER, 0, api_user_model_delete) \
+    X("GET", API_NSP "models/*/best", AUTH_USER, 0, api_user_model_best) \
+    X("GET", API_NSP "models/*/versions", AUTH_USER, 0, api_user_model_versions) \
+    X("POST", API_NSP "models/*/versions", AUTH_USER, API_MODEL, api_user_model_version_create) \
+    X("GET", API_NSP "models/*/versions/*", AUTH_USER, 0, api_user_model_version) \
+    X("PATCH", API_NSP "models/*/versions/*", AUTH_USER, API_MODEL, api_user_model_version_update) \
+    X("DELETE", API_NSP "models/*/versions/*", AUTH_USER, 0, api_user_model_version_delete) \
     X("GET", "api/v1/jobs", AUTH_USER, 0, api_user_jobs) \
     X("GET", "api/v1/info", AUTH_USER, 0, api_user_info) \
     X("GET", "api/v1/me", AUTH_USER, 0, api_me) \

@@ -389,7 +389,9 @@ int kd_store_checkpoints_list(struct kd_store *s, int64_t experiment_id, int64_t
         "SELECT coalesce(json_agg(x ORDER BY x.steps_completed, x.reported_at, x.uuid), '[]')"
         " FROM (SELECT c.uuid, c.trial_id, t.experiment_id, c.steps_completed, c.storage_path,"
         " c.size_bytes, c.metadata, c.state, " TS("c.reported_at") " AS reported_at, " TS(
-            "c.deleted_at") " AS deleted_at"
+            "c.deleted_at") " AS deleted_at,"
+                            " EXISTS (SELECT 1 FROM model_versions v"
+                            " WHERE v.checkpoint_uuid = c.uuid) AS protected"
                             " FROM checkpoints c JOIN trials t ON t.id = c.trial_id"
                             " WHERE ($1::bigint = 0 OR t.experiment_id = $1::bigint)"
                             " AND ($2::bigint = 0 OR c.trial_id = $2::bigint)"

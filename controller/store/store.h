@@ -310,7 +310,8 @@ int kd_store_checkpoint_gc(struct kd_store *s, const char *uuid, const char *rea
  * Checkpoints of a trial (trial_id > 0) or of a whole experiment
  * (experiment_id > 0), by steps then time; with include_deleted false only
  * ACTIVE ones. Each element: uuid, trial_id, experiment_id,
- * steps_completed, storage_path, size_bytes, metadata, state, reported_at.
+ * steps_completed, storage_path, size_bytes, metadata, state, reported_at,
+ * deleted_at, protected (a model version references it: GC keeps it).
  */
 int kd_store_checkpoints_list(struct kd_store *s, int64_t experiment_id, int64_t trial_id,
                               bool include_deleted, json_t **out, char *err) KD_WUR;
@@ -559,5 +560,180 @@ int kd_store_token_get(struct kd_store *s, int64_t id, json_t **out, char *err) 
 int kd_store_tokens_list(struct kd_store *s, const char *user, json_t **out, char *err) KD_WUR;
 /** Revoke a token (again: no change). KD_ENOTFOUND when there is no such token. */
 int kd_store_token_revoke(struct kd_store *s, int64_t id, char *err) KD_WUR;
+
+/* ---- the model registry (models.c) ---------------------------------------- */
+
+/* A model's name: 1 to KD_STORE_MODEL_MAX_NAME of [A-Za-z0-9._-], starting with a letter or digit.
+ */
+#define KD_STORE_MODEL_MAX_NAME 128
+/* A description or a version's comment, at most. */
+#define KD_STORE_MODEL_MAX_TEXT 4096
+/* A version's name, at most. */
+#define KD_STORE_MODEL_MAX_VNAME 256
+/* Labels of one model or version, at most, and the bytes of one (no control characters). */
+#define KD_STORE_MODEL_MAX_LABELS 64
+#define KD_STORE_MODEL_MAX_LABEL 128
+/* metadata as compact JSON text, at most. */
+#define KD_STORE_MODEL_MAX_METADATA (64u << 10)
+/* Models one list returns, at most. */
+#define KD_STORE_MODEL_MAX_LIST 1000
+
+/** Whether s is a model name (see KD_STORE_MODEL_MAX_NAME). Pure. */
+bool kd_store_model_name_ok(const char *s);
+
+/**
+ * Check labels (NULL: none): an array of at most KD_STORE_MODEL_MAX_LABELS
+ * strings of 1 to KD_STORE_MODEL_MAX_LABEL bytes without control
+ * characters. 0, or KD_EINVAL naming field ("labels[2]") in err. Pure.
+ */
+int kd_store_model_labels_check(const json_t *labels, const char *field, char *err) KD_WUR;
+
+/** How a list of models is ordered. */
+enum kd_model_sort {
+    KD_MODEL_SORT_NAME = 0,
+    KD_MODEL_SORT_CREATED,
+    KD_MODEL_SORT_UPDATED,
+    KD_MODEL_SORT_VERSIONS, /* by how many versions it has */
+};
+
+/**
+ * sort ("name", "created", "updated", "versions"; NULL: "name") and order
+ * ("asc", "desc"; NULL: asc for names, desc otherwise) into *sort and *desc.
+ * KD_EINVAL naming "sort" or "order" in err. Pure.
+ */
+int kd_store_model_sort_parse(const char *sort, const char *order, enum kd_model_sort *out,
+                              bool *desc, char *err) KD_WUR;
+
+struct kd_store_model {
+    const char *namespace_;
+    const char *name;        /* kd_store_model_name_ok */
+    const char *description; /* NULL: "" */
+    const char *owner;       /* the user who made it; NULL: "" */
+    const json_t *labels;    /* an array of strings; NULL: none */
+    const json_t *metadata;  /* an object; NULL: {} */
+};
+
+/**
+ * Make a model. *out (may be NULL) gets it as kd_store_model_get's "model".
+ * KD_EEXIST when the namespace has a model of that name; KD_EINVAL naming
+ * the field. Thread-safe; blocks.
+ */
+int kd_store_model_create(struct kd_store *s, const struct kd_store_model *m, json_t **out,
+                          char *err) KD_WUR;
+
+/**
+ * A model with its versions: {"model": {id, namespace, name, description,
+ * labels, metadata, owner, archived, versions (how many), latest_version
+ * (0: none), created_at, updated_at}, "versions": [...]} with versions as
+ * kd_store_model_versions_list gives them. KD_ENOTFOUND. Thread-safe.
+ */
+int kd_store_model_get(struct kd_store *s, const char *namespace_, const char *name, json_t **out,
+                       char *err) KD_WUR;
+
+struct kd_store_model_query {
+    const char *namespace_;
+    const char *name_contains; /* a substring of the name, any case (NULL: all) */
+    const char *label;         /* only models with this label (NULL: all) */
+    int archived;              /* 0: not archived, 1: archived only, -1: both */
+    enum kd_model_sort sort;
+    bool desc;
+    int limit; /* 1..KD_STORE_MODEL_MAX_LIST */
+    int offset;
+};
+
+/** The models of a namespace as kd_store_model_get's "model", filtered and ordered (ties by id). */
+int kd_store_models_list(struct kd_store *s, const struct kd_store_model_query *q, json_t **out,
+                         char *err) KD_WUR;
+
+/** A change to a model or a version; a NULL (or, for archived, negative) field is left as it is. */
+struct kd_store_model_patch {
+    const char *description;     /* models */
+    int archived;                /* models: 1 or 0; -1 unchanged */
+    const char *name;            /* versions: its name */
+    const char *comment;         /* versions */
+    const json_t *labels;        /* replaces the labels */
+    const json_t *add_labels;    /* then these are added (once each)... */
+    const json_t *remove_labels; /* ...and these removed */
+    const json_t *metadata;      /* replaces the metadata (an object) */
+};
+
+/** Change model ns/name; *out (may be NULL) gets it as kd_store_model_get's "model". KD_ENOTFOUND.
+ */
+int kd_store_model_update(struct kd_store *s, const char *namespace_, const char *name,
+                          const struct kd_store_model_patch *p, json_t **out, char *err) KD_WUR;
+
+/**
+ * Delete model ns/name and its versions. *unprotected (may be NULL) gets
+ * the experiments of the versions' checkpoints, each once, as
+ * [{"experiment": name, "experiment_uid": uid}] (their GC may now collect
+ * them). KD_ENOTFOUND. Thread-safe.
+ */
+int kd_store_model_delete(struct kd_store *s, const char *namespace_, const char *name,
+                          json_t **unprotected, char *err) KD_WUR;
+
+struct kd_store_version_reg {
+    const char *namespace_;
+    const char *model;
+    const char *checkpoint_uuid;
+    const char *name;    /* NULL: "" */
+    const char *comment; /* NULL: "" */
+    const char *owner;   /* NULL: "" */
+    const json_t *labels;
+    const json_t *metadata;
+};
+
+/**
+ * Register checkpoint checkpoint_uuid as the next version (1, 2, ...; never
+ * reused after a deletion) of the model, capturing what the store knows of
+ * it now: experiment (id, name, uid), trial (id, uid), steps completed, the
+ * trial's hyperparameters, the validation metrics reported at the
+ * checkpoint's steps (the newest row; {} when none), and the experiment's
+ * config. The checkpoint must be ACTIVE in the checkpoint registry and of an
+ * experiment of the same namespace. *out (may be NULL) gets the version as
+ * kd_store_model_version_get gives it. KD_ENOTFOUND naming "model" or
+ * "checkpoint_uuid"; KD_ECONFLICT when the checkpoint is DELETED. One
+ * statement: concurrent registrations get distinct numbers. Thread-safe.
+ */
+int kd_store_model_version_add(struct kd_store *s, const struct kd_store_version_reg *r,
+                               json_t **out, char *err) KD_WUR;
+
+/**
+ * One version: {model, version, name, comment, labels, metadata, owner,
+ * checkpoint_uuid, checkpoint_state (ACTIVE, DELETED, or null when the row
+ * is gone), storage_path, size_bytes, experiment_id, experiment,
+ * experiment_uid, trial_id, trial_uid, steps_completed, hparams, metrics,
+ * config, created_at, updated_at}. KD_ENOTFOUND. Thread-safe.
+ */
+int kd_store_model_version_get(struct kd_store *s, const char *namespace_, const char *model,
+                               int64_t version, json_t **out, char *err) KD_WUR;
+
+/** The versions of a model, by number, as kd_store_model_version_get without "config". */
+int kd_store_model_versions_list(struct kd_store *s, const char *namespace_, const char *model,
+                                 json_t **out, char *err) KD_WUR;
+
+/** Change a version (name, comment, labels, metadata); *out (may be NULL) the version. */
+int kd_store_model_version_update(struct kd_store *s, const char *namespace_, const char *model,
+                                  int64_t version, const struct kd_store_model_patch *p,
+                                  json_t **out, char *err) KD_WUR;
+
+/**
+ * Delete a version; *out (may be NULL) gets it as it was (its
+ * experiment_uid: whose GC may now collect its checkpoint). KD_ENOTFOUND.
+ */
+int kd_store_model_version_delete(struct kd_store *s, const char *namespace_, const char *model,
+                                  int64_t version, json_t **out, char *err) KD_WUR;
+
+/**
+ * The version of the model whose captured validation metric `metric` is
+ * best (smallest when smaller_is_better; ties: the lower version), as
+ * kd_store_model_versions_list gives it plus "value". KD_ENOTFOUND naming
+ * "metric" when no version has that metric as a number (or no model).
+ */
+int kd_store_model_best(struct kd_store *s, const char *namespace_, const char *model,
+                        const char *metric, bool smaller_is_better, json_t **out, char *err) KD_WUR;
+
+/** Whether a model version references checkpoint uuid (checkpoint GC must keep it). */
+int kd_store_checkpoint_protected(struct kd_store *s, const char *uuid, bool *out,
+                                  char *err) KD_WUR;
 
 #endif

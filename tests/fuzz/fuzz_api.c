@@ -28,6 +28,7 @@
 #include "api/routes.h"
 #include "api/usertoken.h"
 #include "core/log.h"
+#include "storage/checkpoint.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -447,6 +448,30 @@ static void check_bodies(const json_t *body, char *digest, size_t dlen)
     else if (desc != NULL && strlen(desc) > 256)
         FAIL("a token accepted with a description of %zu bytes", strlen(desc));
     NOTE("token", rc);
+
+    for (int create = 0; create < 2; create++) {
+        struct api_model_req mr;
+        struct api_version_req vr;
+        char why[KD_ERRLEN];
+        rc = api_check_model(body, create, &mr, &e);
+        if (rc != 0)
+            check_refusal("model", rc, &e);
+        else if ((create && !kd_store_model_name_ok(mr.name)) ||
+                 kd_store_model_labels_check(mr.labels, "labels", why) != 0 ||
+                 (mr.metadata != NULL && !json_is_object(mr.metadata)) ||
+                 (mr.description != NULL && strlen(mr.description) > KD_STORE_MODEL_MAX_TEXT))
+            FAIL("a model accepted with name \"%s\" or bad labels/metadata", mr.name);
+        NOTE("model", rc);
+        rc = api_check_model_version(body, create, &vr, &e);
+        if (rc != 0)
+            check_refusal("model version", rc, &e);
+        else if ((create && kd_ckpt_check_uuid(vr.checkpoint_uuid, why) != 0) ||
+                 kd_store_model_labels_check(vr.add_labels, "add_labels", why) != 0 ||
+                 (vr.comment != NULL && strlen(vr.comment) > KD_STORE_MODEL_MAX_TEXT))
+            FAIL("a model version accepted with checkpoint \"%s\" or bad fields",
+                 vr.checkpoint_uuid);
+        NOTE("model version", rc);
+    }
 #undef NOTE
 }
 

@@ -97,6 +97,10 @@ static void fill(const char *pattern, char *path, size_t len)
                 v = "z-task";
             else if (strcmp(prev, "checkpoints") == 0)
                 v = CK_UUID;
+            else if (strcmp(prev, "models") == 0)
+                v = "z-model";
+            else if (strcmp(prev, "versions") == 0)
+                v = "1";
             else if (strcmp(prev, "users") == 0)
                 v = "alice";
             else if (strcmp(prev, "tokens") == 0) {

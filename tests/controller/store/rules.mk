@@ -9,5 +9,7 @@ $(eval $(call kd_test,test_store_pool,tests/controller/store/test_store_pool.c $
 $(eval $(call kd_test,test_store_registry,tests/controller/store/test_store_registry.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
 # Random kills of the server while four workers stream (bounded, about a minute).
 $(eval $(call kd_test,test_store_soak,tests/controller/store/test_store_soak.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),240,slow))
+# The model registry: models, versions, what they capture and protect (tests/controller/store/test_store_models.c).
+$(eval $(call kd_test,test_store_models,tests/controller/store/test_store_models.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
 $(eval $(call kd_test,test_store_logs,tests/controller/store/test_store_logs.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
 $(eval $(call kd_test,test_store_users,tests/controller/store/test_store_users.c $(STORE_TEST_SRCS),store metrics core,$(STORE_TEST_LIBS),120))
