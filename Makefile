@@ -123,7 +123,7 @@ DEPS_EXTRA :=
 # ---- modules --------------------------------------------------------------
 .DEFAULT_GOAL := all
 RULES := $(sort $(wildcard lib/*/rules.mk controller/rules.mk controller/*/rules.mk \
-           launcher/rules.mk dtrain/rules.mk cli/rules.mk local/rules.mk helm/rules.mk images/rules.mk \
+           launcher/rules.mk dtrain/rules.mk cli/rules.mk local/rules.mk helm/rules.mk images/rules.mk ui/rules.mk \
            examples/*/rules.mk bench/*/rules.mk fuzz/rules.mk \
            tests/rules.mk tests/*/rules.mk tests/*/*/rules.mk tests/*/*/*/rules.mk))
 include mk/deps.mk

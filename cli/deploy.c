@@ -1242,6 +1242,7 @@ static bool status_api(const struct deploy *d)
     up = healthz(d, url);
     printf("  %-16s %-9s %s, user token in %s/user-token\n", "controller-api",
            up ? "healthy" : "down", url, d->dir);
+    printf("  %-16s %-9s %s/\n", "web-ui", up ? "serving" : "down", url);
     return up;
 }
 
@@ -1258,6 +1259,21 @@ static void print_api_env(const struct deploy *d)
                    url, d->dir, d->dir);
         else
             printf("export KDET_API_URL=%s KDET_API_TOKEN_FILE=%s/user-token\n", url, d->dir);
+    }
+}
+
+/* The web UI's address: the controller serves it on the API's listener (docs/ui.md). */
+static void print_ui_url(const struct deploy *d)
+{
+    char url[128] = "", path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/controller-url", d->dir);
+    if (read_small(path, url, sizeof(url)) == 0) {
+        url[strcspn(url, "\r\n")] = '\0';
+        fprintf(stderr, "det: web UI at %s/ (log in with the token in %s/user-token%s)\n", url,
+                d->dir,
+                kd_str_has_prefix(url, "https://")
+                    ? "; the certificate is self-signed: trust controller.crt there"
+                    : "");
     }
 }
 
@@ -1308,6 +1324,8 @@ static int cmd_up(const struct det_args *a)
             "dbname=kdet\"%s\n",
             (double)(kd_mono_ms() - t0) / 1000, d.port, d.pgsock,
             ctl ? "" : " (no kdet-controller: experiments are stored but not run)");
+    if (ctl)
+        print_ui_url(&d);
     printf("export KUBECONFIG=%s\n", d.kubeconfig);
     if (ctl)
         print_api_env(&d);

@@ -503,8 +503,8 @@ static void access_log(struct api_rq *q, int64_t t0)
     const char *method = q->route != NULL ? kd_http_method(q->r) : "other";
     char code[8];
     snprintf(code, sizeof(code), "%d", q->status);
-    kd_metric_inc(q->api->m_requests,
-                  (const char *[]){method, q->route != NULL ? q->route : "unmatched", code});
+    const char *route = q->route == NULL ? "unmatched" : q->route[0] == '\0' ? "/" : q->route;
+    kd_metric_inc(q->api->m_requests, (const char *[]){method, route, code});
     kd_metric_observe(q->api->m_seconds, (const char *[]){method}, ms / 1000);
     KD_INFO("http request", "method=%s path=%s status=%d latency_ms=%.1f bytes_in=%zu user=%s",
             kd_http_method(q->r), kd_logq(kd_http_path(q->r)), q->status, ms, blen,

@@ -180,6 +180,8 @@ void api_user_jobs(struct api_rq *q);
 /** GET /api/v1/info: the controller's settings that det needs (slots). */
 void api_user_info(struct api_rq *q);
 void api_user_stream(struct api_rq *q);
+/* GET / and GET /ui/NAME: the web UI's embedded assets (ui.c). */
+void api_ui_serve(struct api_rq *q);
 /**
  * The Experiment (trial false) or Trial that seg[5] names in namespace
  * seg[3]: a name, or else (1 to 18 digits) the store id of one (docs/api.md

@@ -3,8 +3,8 @@
  * max_body, handler) per route. api.c expands it into the table it serves
  * with; the fuzz target of the request checks (tests/fuzz/fuzz_api.c)
  * expands the same list without the handlers, so both see every route.
- * Patterns are segments, "*" matching one; max_body is enforced from the
- * request head, before the body is read (0: no body).
+ * Patterns are segments, "*" matching one ("" is the root, GET /); max_body
+ * is enforced from the request head, before the body is read (0: no body).
  */
 #ifndef KD_CONTROLLER_API_ROUTES_H
 #define KD_CONTROLLER_API_ROUTES_H
@@ -21,6 +21,8 @@
     X("GET", "healthz", AUTH_NONE, 0, h_health) \
     X("GET", "readyz", AUTH_NONE, 0, h_ready) \
     X("GET", "metrics", AUTH_NONE, 0, h_metrics) \
+    X("GET", "", AUTH_NONE, 0, api_ui_serve) \
+    X("GET", "ui/*", AUTH_NONE, 0, api_ui_serve) \
     X("POST", API_NSP "trials/*/metrics", AUTH_TRIAL, KD_API_MAX_METRICS_BODY, api_worker_metrics) \
     X("GET", API_NSP "trials/*/searcher/operation", AUTH_TRIAL, 0, api_worker_searcher) \
     X("GET", API_NSP "trials/*/preemption", AUTH_TRIAL, 0, api_worker_preemption) \

@@ -70,6 +70,12 @@ for _ in $(seq 150); do kcurl -sf "$KDET_API_URL/healthz" > /dev/null && break; 
 "$det" deploy local status --data-dir "$dd" > "$tmp/out" 2>&1 &&
     grep -qE "^  controller-api +healthy +$KDET_API_URL, user token in $dd/user-token$" "$tmp/out" &&
     ok "status: the controller API healthy, its URL and the token file" || bad "status controller-api" "$tmp/out"
+grep -qE "^  web-ui +serving +$KDET_API_URL/$" "$tmp/out" && ok "status: the web UI's URL" || bad "status web-ui" "$tmp/out"
+grep -qF "det: web UI at $KDET_API_URL/ (log in with the token in $dd/user-token" "$tmp/up.err" &&
+    ok "up prints the web UI's URL and where the token is" || bad "up: the web UI's URL" "$tmp/up.err"
+code=$(kcurl -s -o "$tmp/ui.html" -w '%{http_code}' "$KDET_API_URL/")
+[ "$code" = 200 ] && grep -q 'src="ui/app.js"' "$tmp/ui.html" && ok "the printed URL serves the web UI" ||
+    bad "the web UI's URL answered $code" "$tmp/ui.html"
 code=$(kcurl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "$KDET_API_URL/api/v1/jobs")
 [ "$code" = 200 ] && ok "the controller serves the user API with that token" || bad "user API answered $code"
 

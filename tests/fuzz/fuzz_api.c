@@ -143,6 +143,8 @@ static bool takes(const char *pattern, const char *const *seg, int n)
 {
     char buf[256];
     int i = 0;
+    if (pattern[0] == '\0') /* the root: no segment */
+        return n == 0;
     snprintf(buf, sizeof(buf), "%s", pattern);
     for (char *s = buf, *slash; s != NULL; s = slash != NULL ? slash + 1 : NULL, i++) {
         slash = strchr(s, '/');

@@ -103,6 +103,8 @@ static void fill(const char *pattern, char *path, size_t len)
                 v = "1";
             else if (strcmp(prev, "users") == 0)
                 v = "alice";
+            else if (strcmp(prev, "ui") == 0)
+                v = "app.js";
             else if (strcmp(prev, "tokens") == 0) {
                 snprintf(idbuf, sizeof(idbuf), "%lld", alice2_id);
                 v = idbuf;
@@ -113,6 +115,8 @@ static void fill(const char *pattern, char *path, size_t len)
         o += (size_t)snprintf(path + o, len - o, "/%s", v);
         snprintf(prev, sizeof(prev), "%s", s);
     }
+    if (o == 0) /* the root route, "" */
+        snprintf(path, len, "/");
 }
 
 static const char *body_of(const struct api_route *r)
@@ -206,7 +210,8 @@ static const struct {
     {"POST", "api/v1/tokens/*/revoke", cross_user_tokens_revoke},
 };
 
-static const char *const public_routes[] = {"healthz", "readyz", "metrics", NULL};
+/* The web UI's page and assets ("" is GET /) hold no data: the page reads it with a token. */
+static const char *const public_routes[] = {"healthz", "readyz", "metrics", "", "ui/*", NULL};
 
 /* One request of route r to path with token tok (named who in the failure), which must get 401. */
 static void want_401(const struct api_route *r, const char *path, const char *tok, const char *who,

@@ -1,0 +1,153 @@
+// The web UI's pages in headless Chromium (puppeteer-core from ui/node_modules), against the
+// controller that tests/ui/browser.sh started with experiment ui-exp running. Prints
+// "ok - ..." / "FAIL - ..." per check and "# browser done" at the end.
+// Usage: node browser.mjs URL TOKEN ARTIFACT_DIR CHROMIUM
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const [url, token, art, chromium] = process.argv.slice(2);
+const here = path.dirname(fileURLToPath(import.meta.url));
+const require = createRequire(path.join(here, '../../ui/package.json'));
+const puppeteer = require('puppeteer-core');
+
+let failed = 0;
+function check(what, cond, detail) {
+  if (cond) console.log('ok - ' + what);
+  else {
+    failed++;
+    console.log('FAIL - ' + what + (detail !== undefined ? ': ' + detail : ''));
+  }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+async function waitTrue(page, fn, timeout, ...args) {
+  try {
+    await page.waitForFunction(fn, { timeout, polling: 200 }, ...args);
+    return true;
+  } catch (e) {
+    return false;
+  }
+}
+
+const browser = await puppeteer.launch({
+  executablePath: chromium,
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
+  defaultViewport: { width: 1280, height: 900 },
+});
+try {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push('pageerror: ' + e.message));
+  page.on('console', (m) => {
+    // A refused request (the 401s this test provokes) is logged by Chromium; anything else is a bug.
+    if (m.type() === 'error' && !/status of 401|Failed to load resource/.test(m.text())) errors.push(m.text());
+  });
+
+  // ---- no token: the login page, and the API refuses
+  await page.goto(url + '/', { waitUntil: 'load' });
+  check('no token: the login page', await waitTrue(page, () => document.querySelector('main[data-page=login] #token'), 10000));
+  const me401 = await page.evaluate(async () => (await fetch('api/v1/me')).status);
+  check('no token: the API answers 401 (' + me401 + ')', me401 === 401);
+  check('the token input has a label', await page.evaluate(() => {
+    const l = document.querySelector('label[for=token]');
+    return !!l && l.textContent.trim().length > 0;
+  }));
+  check('the login page has a heading', await page.evaluate(() => !!document.querySelector('h1')));
+  await page.screenshot({ path: path.join(art, 'login.png') });
+
+  // ---- keyboard: Tab focuses the input first, Enter submits; a wrong token is refused
+  await page.keyboard.press('Tab');
+  check('Tab focuses the token input first', await page.evaluate(() => document.activeElement && document.activeElement.id === 'token'),
+    await page.evaluate(() => document.activeElement && document.activeElement.outerHTML.slice(0, 80)));
+  await page.keyboard.type('kdet_1_not-a-real-token');
+  await page.keyboard.press('Enter');
+  check('a wrong token: an error message naming the 401', await waitTrue(page,
+    () => /401/.test(document.getElementById('login-error')?.textContent || ''), 10000),
+  await page.evaluate(() => document.getElementById('login-error')?.textContent));
+  check('a wrong token is not kept', await page.evaluate(() => sessionStorage.getItem('kdet.token') === null));
+  check('still on the login page', await page.evaluate(() => document.querySelector('main').dataset.page === 'login'));
+
+  // ---- the right token, typed and submitted with the keyboard
+  await page.evaluate(() => { document.getElementById('token').value = ''; });
+  await page.focus('#token');
+  await page.keyboard.type(token);
+  await page.keyboard.press('Enter');
+  check('a valid token: the experiments list', await waitTrue(page, () => document.querySelector('main[data-page=experiments] table'), 15000));
+  check('the token is kept in sessionStorage', await page.evaluate((t) => sessionStorage.getItem('kdet.token') === t, token));
+  check('the experiment is listed', await waitTrue(page, () => [...document.querySelectorAll('tbody a')].some((a) => a.textContent.startsWith('ui-exp')), 10000));
+  const heads = await page.evaluate(() => [...document.querySelectorAll('thead th')].map((t) => t.textContent.replace(/[▲▼]/g, '').trim()));
+  check('the columns: ' + heads.join(', '), ['ID', 'Name', 'State', 'Progress', 'Best metric', 'Searcher', 'Owner', 'Labels'].every((c) => heads.includes(c)));
+  const row = await page.evaluate(() => [...document.querySelector('tbody tr').children].map((td) => td.textContent));
+  check('its row shows the searcher and the labels (' + row.join(' | ') + ')', row.includes('grid') && row.some((c) => c.includes('ui-test') && c.includes('browser')));
+  check('its state is ACTIVE', row.includes('ACTIVE'));
+  await page.type('#filter', 'no-such-experiment');
+  check('the filter hides what does not match', await waitTrue(page, () => document.querySelectorAll('tbody tr').length === 0, 3000));
+  await page.evaluate(() => { const f = document.getElementById('filter'); f.value = ''; f.dispatchEvent(new Event('input')); });
+  await page.type('#filter', 'ui-test');
+  check('the filter finds it by label', await waitTrue(page, () => document.querySelectorAll('tbody tr').length === 1, 3000));
+  await page.click('button.sort[data-key=name]');
+  check('a column header sorts (aria-sort)', await page.evaluate(() =>
+    document.querySelector('button.sort[data-key=name]').closest('th').getAttribute('aria-sort') !== 'none'));
+  await page.screenshot({ path: path.join(art, 'experiments.png'), fullPage: true });
+
+  // ---- the experiment page: trials and live curves
+  await page.click('#experiments tbody a');
+  check('the experiment page', await waitTrue(page, () => document.querySelector('main[data-page=experiment]'), 10000));
+  check('its trials table lists both trials', await waitTrue(page, () => document.querySelectorAll('#trials tbody tr').length === 2, 15000));
+  check('trial rows show hyperparameters', await page.evaluate(() => /lr=/.test(document.querySelector('#trials tbody').textContent)));
+  const sel = '.chart[data-kind=training][data-metric=loss]';
+  check('a learning curve of loss is drawn', await waitTrue(page, (s) => {
+    const c = document.querySelector(s);
+    return c && c.querySelector('canvas') && Number(c.dataset.points) > 2 && Number(c.dataset.series) === 2;
+  }, 20000, sel));
+  check('a curve of validation_loss too', await waitTrue(page, () => document.querySelector('.chart[data-metric=validation_loss] canvas'), 10000));
+  check('the stream is live', await waitTrue(page, () => /live/.test(document.querySelector('.live').textContent), 10000));
+  await page.evaluate(() => { window.kdNoReload = 1; });
+  const before = await page.$eval(sel, (c) => Number(c.dataset.points));
+  const grew = await waitTrue(page, (s, n) => Number(document.querySelector(s).dataset.points) > n, 20000, sel, before);
+  const after = await page.$eval(sel, (c) => Number(c.dataset.points));
+  check('new points appear without a reload (' + before + ' -> ' + after + ')', grew && after > before);
+  check('... the page was not reloaded', await page.evaluate(() => window.kdNoReload === 1));
+  await page.click('#logscale');
+  check('log scale: the curves are redrawn', await waitTrue(page, (s) => document.querySelector(s + ' canvas') && Number(document.querySelector(s).dataset.points) > 0, 5000, sel));
+  await page.click('#logscale');
+  await sleep(300);
+  await page.screenshot({ path: path.join(art, 'experiment.png'), fullPage: true });
+
+  // ---- a trial page: metrics and live logs
+  await page.click('#trials tbody a');
+  check('the trial page', await waitTrue(page, () => document.querySelector('main[data-page=trial]'), 10000));
+  check('its metrics chart', await waitTrue(page, () => {
+    const c = document.querySelector('.chart[data-metric=loss]');
+    return c && Number(c.dataset.points) > 2;
+  }, 15000));
+  check('its logs are shown', await waitTrue(page, () => /step \d+ loss/.test(document.getElementById('logs').textContent), 20000));
+  const n0 = await page.$eval('#logs', (p) => Number(p.dataset.lines));
+  check('new log lines arrive while the page is open', await waitTrue(page, (n) => Number(document.getElementById('logs').dataset.lines) > n, 15000, n0));
+  await page.type('#log-search', 'step 20 loss');
+  check('the search box keeps the matching lines only', await waitTrue(page, () => {
+    const t = document.getElementById('logs').textContent;
+    return t.length > 0 && t.split('\n').every((l) => l.includes('step 20 loss'));
+  }, 5000), await page.$eval('#logs', (p) => p.textContent.slice(0, 200)));
+  await page.evaluate(() => { const f = document.getElementById('log-search'); f.value = ''; f.dispatchEvent(new Event('input')); });
+  check('follow is on', await page.$eval('#log-follow', (c) => c.checked));
+  check('the search box has a label', await page.evaluate(() => !!document.querySelector('label[for=log-search]')));
+  await sleep(500);
+  await page.screenshot({ path: path.join(art, 'trial.png'), fullPage: true });
+
+  // ---- a token refused later (revoked while the page is open): the page's next request
+  // gets 401 and the login page comes back, saying why
+  await page.evaluate(() => sessionStorage.setItem('kdet.token', 'kdet_9_revoked-token'));
+  check('a refused token: back to the login page', await waitTrue(page, () => document.querySelector('main[data-page=login]'), 15000));
+  check('... with a message naming the 401', await waitTrue(page, () => /401/.test(document.getElementById('login-error')?.textContent || ''), 5000),
+    await page.evaluate(() => document.getElementById('login-error')?.textContent));
+  check('... and the refused token is dropped', await page.evaluate(() => sessionStorage.getItem('kdet.token') === null));
+
+  check('no script errors in the page', errors.length === 0, errors.join(' | '));
+} catch (e) {
+  check('the browser script', false, e.stack);
+} finally {
+  await browser.close();
+}
+console.log('# browser done, ' + failed + ' failed');

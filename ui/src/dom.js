@@ -1,0 +1,99 @@
+// A few DOM helpers: elements are built with h(), text always goes in as text nodes
+// (never innerHTML), so names and log lines from the API cannot inject markup.
+
+export function h(tag, attrs, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else if (k === 'dataset') Object.assign(el.dataset, v);
+    else if (k === 'value' || k === 'checked') el[k] = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  append(el, kids);
+  return el;
+}
+
+function append(el, kids) {
+  for (const k of kids) {
+    if (k === null || k === undefined || k === false) continue;
+    if (Array.isArray(k)) append(el, k);
+    else el.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  }
+}
+
+export function clear(el) {
+  while (el.firstChild) el.removeChild(el.firstChild);
+  return el;
+}
+
+export function get(obj, path) {
+  let o = obj;
+  for (const p of path.split('.')) {
+    if (o === null || o === undefined) return undefined;
+    o = o[p];
+  }
+  return o;
+}
+
+export function fmtNumber(v) {
+  if (typeof v !== 'number' || !isFinite(v)) return '—';
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(3);
+  return String(Number(v.toPrecision(4)));
+}
+
+export function fmtProgress(p) {
+  return typeof p === 'number' && isFinite(p) ? Math.round(p * 100) + '%' : '—';
+}
+
+export function stateBadge(state) {
+  const s = state || 'UNKNOWN';
+  return h('span', { class: 'state state-' + s.toLowerCase() }, s);
+}
+
+export function progressBar(p) {
+  if (typeof p !== 'number' || !isFinite(p)) return '—';
+  const pct = Math.max(0, Math.min(1, p));
+  return h('span', { class: 'progress' },
+    h('progress', { max: '100', value: String(Math.round(pct * 100)), 'aria-hidden': 'true' }),
+    ' ', fmtProgress(pct));
+}
+
+export function hparamsText(hp) {
+  if (!hp || typeof hp !== 'object') return '';
+  return Object.entries(hp).map(([k, v]) =>
+    k + '=' + (typeof v === 'number' ? fmtNumber(v) : typeof v === 'object' ? JSON.stringify(v) : v)).join(' ');
+}
+
+// A table with sortable columns: cols = [{key, label, value(row) for sorting, cell(row)}].
+// Sorting is by a button in each header (keyboard-usable), shown with aria-sort.
+export function sortableTable(caption, cols, rows, state, rerender) {
+  const sorted = rows.slice();
+  const col = cols.find((c) => c.key === state.sort);
+  if (col) {
+    const dir = state.dir === 'desc' ? -1 : 1;
+    sorted.sort((a, b) => {
+      const x = col.value(a), y = col.value(b);
+      if (x === y) return 0;
+      if (x === undefined || x === null || x === '') return 1;
+      if (y === undefined || y === null || y === '') return -1;
+      return (typeof x === 'number' && typeof y === 'number' ? x - y : String(x).localeCompare(String(y))) * dir;
+    });
+  }
+  const head = h('tr', {}, cols.map((c) => {
+    const on = c.key === state.sort;
+    return h('th', { scope: 'col', 'aria-sort': on ? (state.dir === 'desc' ? 'descending' : 'ascending') : 'none' },
+      h('button', { type: 'button', class: 'sort', dataset: { key: c.key },
+        onclick: () => {
+          state.dir = on && state.dir !== 'desc' ? 'desc' : 'asc';
+          state.sort = c.key;
+          rerender();
+        } }, c.label, h('span', { class: 'arrow', 'aria-hidden': 'true' }, on ? (state.dir === 'desc' ? ' ▼' : ' ▲') : '')));
+  }));
+  return h('table', {},
+    h('caption', { class: 'visually-hidden' }, caption),
+    h('thead', {}, head),
+    h('tbody', {}, sorted.map((r) => h('tr', {}, cols.map((c) => h('td', { class: 'col-' + c.key }, c.cell(r)))))));
+}

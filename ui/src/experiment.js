@@ -1,0 +1,113 @@
+// One experiment: its summary, the trials table (state, hyperparameters, best metric,
+// steps) and the learning curves of every trial, one chart per metric. The history comes
+// from GET .../trials/{t}/metrics; new batches from the experiment's metrics stream, drawn
+// as they arrive, without a reload. The summary and the table are refreshed every 5 s.
+import { api, follow, ns as nsPath } from './api.js';
+import { h, clear, get, fmtNumber, fmtProgress, stateBadge, progressBar, hparamsText, sortableTable } from './dom.js';
+import { ChartSet, colorOf } from './chart.js';
+
+const MAX_POINTS = 1000;
+
+export function experimentPage(ctx, ns, name) {
+  const ac = new AbortController();
+  const base = nsPath(ns);
+  const tstate = { sort: 'name', dir: 'asc' };
+  const summary = h('dl', { class: 'summary' });
+  const trialsBox = h('div', { class: 'table-box', id: 'trials' });
+  const chartsBox = h('div', { class: 'charts', id: 'charts' });
+  const live = h('span', { class: 'live muted', role: 'status' }, 'connecting…');
+  const logToggle = h('input', { id: 'logscale', type: 'checkbox', onchange: () => charts.setLog(logToggle.checked) });
+  const title = h('h1', {}, 'Experiment ', name);
+  clear(ctx.main).append(
+    h('p', { class: 'crumbs' }, h('a', { href: '#/ns/' + encodeURIComponent(ns) }, 'Experiments'), ' / ', name),
+    title, summary,
+    h('h2', {}, 'Trials'), trialsBox,
+    h('h2', {}, 'Learning curves ', live),
+    h('div', { class: 'toolbar' }, h('label', { class: 'check' }, logToggle, ' Log scale (y)'),
+      h('span', { class: 'muted' }, 'Drag across a chart to zoom; double-click to zoom out.')),
+    chartsBox);
+  ctx.main.dataset.page = 'experiment';
+  const charts = new ChartSet(chartsBox);
+  const loaded = new Set(); // trials whose history was read
+  let trials = [];
+  let seen = '';
+
+  const cols = [
+    { key: 'name', label: 'Trial', value: (t) => t.id ?? t.name,
+      cell: (t) => h('a', { href: '#/ns/' + encodeURIComponent(ns) + '/trials/' + encodeURIComponent(t.name) },
+        h('span', { class: 'swatch', style: 'background:' + colorOf(charts.index(t.name)), 'aria-hidden': 'true' }),
+        t.name, t.id !== undefined ? h('span', { class: 'muted' }, ' #' + t.id) : null) },
+    { key: 'state', label: 'State', value: (t) => get(t, 'status.state') || '', cell: (t) => stateBadge(get(t, 'status.state')) },
+    { key: 'hparams', label: 'Hyperparameters', value: (t) => hparamsText(get(t, 'spec.hparams')),
+      cell: (t) => h('code', {}, hparamsText(get(t, 'spec.hparams'))) },
+    { key: 'best', label: 'Best metric', value: (t) => get(t, 'status.bestValidation.value'),
+      cell: (t) => fmtNumber(get(t, 'status.bestValidation.value')) },
+    { key: 'steps', label: 'Steps (batches)', value: (t) => get(t, 'status.batchesTrained') ?? 0,
+      cell: (t) => String(get(t, 'status.batchesTrained') ?? 0) },
+    { key: 'progress', label: 'Progress', value: (t) => get(t, 'status.progress'), cell: (t) => progressBar(get(t, 'status.progress')) },
+    { key: 'restarts', label: 'Restarts', value: (t) => get(t, 'status.restarts') ?? 0, cell: (t) => String(get(t, 'status.restarts') ?? 0) },
+  ];
+
+  function drawSummary(e) {
+    const b = get(e, 'status.bestValidation');
+    const items = [
+      ['State', stateBadge(get(e, 'status.state'))],
+      ['Progress', fmtProgress(get(e, 'status.progress'))],
+      ['Searcher', (get(e, 'spec.searcher.name') || '—') + (get(e, 'spec.searcher.metric') ? ' on ' + get(e, 'spec.searcher.metric') : '')],
+      ['Best', b && typeof b.value === 'number' ? fmtNumber(b.value) + ' (' + (b.trial || '') + ', ' + (b.batches ?? '?') + ' batches)' : '—'],
+      ['Trials', String(get(e, 'status.trials.total') ?? trials.length)],
+      ['Message', get(e, 'status.message') || ''],
+    ];
+    clear(summary).append(...items.filter(([, v]) => v !== '').map(([k, v]) => h('div', {}, h('dt', {}, k), h('dd', {}, v))));
+    if (e.id !== undefined) title.textContent = 'Experiment ' + name + ' #' + e.id;
+  }
+
+  function drawTrials() {
+    clear(trialsBox).append(trials.length
+      ? sortableTable('Trials of experiment ' + name, cols, trials, tstate, drawTrials)
+      : h('p', { class: 'muted' }, 'No trials yet.'));
+  }
+
+  async function history(t) {
+    loaded.add(t);
+    for (const kind of ['validation', 'training']) {
+      const j = await api(base + 'trials/' + encodeURIComponent(t) + '/metrics?kind=' + kind + '&max_points=' + MAX_POINTS,
+        { signal: ac.signal }).catch((e) => (e.status === 404 ? { metrics: [] } : Promise.reject(e)));
+      charts.addRows(t, kind, j.metrics);
+    }
+  }
+
+  async function load() {
+    const j = await api(base + 'experiments/' + encodeURIComponent(name), { signal: ac.signal });
+    trials = j.trials || [];
+    const text = JSON.stringify(j);
+    if (text !== seen) {
+      seen = text;
+      drawSummary(j.experiment || {});
+      drawTrials();
+    }
+    await Promise.all(trials.filter((t) => !loaded.has(t.name)).map((t) => history(t.name)));
+    charts.schedule();
+  }
+
+  function onEvent(ev, data) {
+    if (ev !== 'metrics') return;
+    const b = JSON.parse(data);
+    if (!loaded.has(b.trial)) return load().catch(ctx.fail); /* a new trial: its history too */
+    charts.addRows(b.trial, b.kind, b.rows);
+    return undefined;
+  }
+
+  // The stream first, so that no batch falls between the history and the stream.
+  follow(base + 'experiments/' + encodeURIComponent(name) + '/metrics/stream', onEvent, {
+    signal: ac.signal,
+    onStatus: (s) => { live.textContent = s === 'live' ? '● live' : 'reconnecting…'; },
+  }).catch((e) => { if (!ac.signal.aborted) ctx.fail(e); });
+  load().catch((e) => { if (!ac.signal.aborted) ctx.fail(e); });
+  const timer = setInterval(() => load().catch((e) => { if (!ac.signal.aborted) ctx.fail(e); }), 5000);
+  return () => {
+    clearInterval(timer);
+    ac.abort();
+    charts.destroy();
+  };
+}

@@ -1,0 +1,118 @@
+// One trial: its summary, its metrics (one chart per metric, live over the trial's metrics
+// stream) and its logs, followed over the logs stream (the last 500 lines, then each new
+// one) with a search box that filters the lines shown and a "Follow" switch that keeps the
+// newest line in view.
+import { api, follow, ns as nsPath } from './api.js';
+import { h, clear, get, fmtNumber, stateBadge, progressBar, hparamsText } from './dom.js';
+import { ChartSet } from './chart.js';
+
+const KEEP_LINES = 20000;
+
+export function trialPage(ctx, ns, name) {
+  const ac = new AbortController();
+  const base = nsPath(ns) + 'trials/' + encodeURIComponent(name);
+  const summary = h('dl', { class: 'summary' });
+  const crumbs = h('p', { class: 'crumbs' }, h('a', { href: '#/ns/' + encodeURIComponent(ns) }, 'Experiments'), ' / ');
+  const chartsBox = h('div', { class: 'charts', id: 'charts' });
+  const logToggle = h('input', { id: 'logscale', type: 'checkbox', onchange: () => charts.setLog(logToggle.checked) });
+  const search = h('input', { id: 'log-search', type: 'search', placeholder: 'text in a line', oninput: () => redraw() });
+  const followBox = h('input', { id: 'log-follow', type: 'checkbox', checked: true, onchange: () => { if (followBox.checked) scroll(); } });
+  const logs = h('pre', { id: 'logs', class: 'logs', tabindex: '0', 'aria-label': 'trial logs', dataset: { lines: '0' } });
+  const logStatus = h('span', { class: 'muted', role: 'status' }, 'connecting…');
+  const live = h('span', { class: 'live muted' }, '');
+  clear(ctx.main).append(crumbs, h('h1', {}, 'Trial ', name), summary,
+    h('h2', {}, 'Metrics ', live),
+    h('div', { class: 'toolbar' }, h('label', { class: 'check' }, logToggle, ' Log scale (y)')),
+    chartsBox,
+    h('h2', {}, 'Logs ', logStatus),
+    h('div', { class: 'toolbar' },
+      h('label', { for: 'log-search' }, 'Search'), search,
+      h('label', { class: 'check' }, followBox, ' Follow')),
+    logs);
+  ctx.main.dataset.page = 'trial';
+  const charts = new ChartSet(chartsBox);
+  const lines = [];
+
+  function fmtLine(l) {
+    return (l.rank >= 0 ? '[rank=' + l.rank + '] ' : '') + l.line;
+  }
+  function shown(l) {
+    const q = search.value.trim().toLowerCase();
+    return !q || l.toLowerCase().includes(q);
+  }
+  function scroll() {
+    logs.scrollTop = logs.scrollHeight;
+  }
+  function redraw() {
+    logs.textContent = lines.filter(shown).join('\n');
+    logs.dataset.lines = String(lines.length);
+    if (followBox.checked) scroll();
+  }
+  function addLines(batch) {
+    const add = batch.map(fmtLine);
+    lines.push(...add);
+    if (lines.length > KEEP_LINES) {
+      lines.splice(0, lines.length - KEEP_LINES);
+      redraw();
+      return;
+    }
+    const text = add.filter(shown).join('\n');
+    if (text) logs.append((logs.textContent ? '\n' : '') + text);
+    logs.dataset.lines = String(lines.length);
+    if (followBox.checked) scroll();
+  }
+
+  function drawSummary(t) {
+    const exp = get(t, 'spec.experiment');
+    if (exp && crumbs.childNodes.length === 2)
+      crumbs.append(h('a', { href: '#/ns/' + encodeURIComponent(ns) + '/experiments/' + encodeURIComponent(exp) }, exp), ' / ', name);
+    const items = [
+      ['State', stateBadge(get(t, 'status.state'))],
+      ['Experiment', exp || '—'],
+      ['Hyperparameters', h('code', {}, hparamsText(get(t, 'spec.hparams')))],
+      ['Steps (batches)', String(get(t, 'status.batchesTrained') ?? 0)],
+      ['Progress', progressBar(get(t, 'status.progress'))],
+      ['Best', fmtNumber(get(t, 'status.bestValidation.value'))],
+      ['Restarts', String(get(t, 'status.restarts') ?? 0)],
+      ['Message', get(t, 'status.message') || ''],
+    ];
+    clear(summary).append(...items.filter(([, v]) => v !== '').map(([k, v]) => h('div', {}, h('dt', {}, k), h('dd', {}, v))));
+  }
+
+  const failed = (e) => { if (!ac.signal.aborted) ctx.fail(e); };
+  let seen = '';
+  async function load() {
+    const j = await api(base, { signal: ac.signal });
+    const text = JSON.stringify(j.trial);
+    if (text !== seen) {
+      seen = text;
+      drawSummary(j.trial || {});
+    }
+  }
+
+  follow(base + '/metrics/stream', (ev, data) => {
+    if (ev === 'metrics') {
+      const b = JSON.parse(data);
+      charts.addRows(name, b.kind, b.rows);
+    }
+  }, { signal: ac.signal, onStatus: (s) => { live.textContent = s === 'live' ? '● live' : 'reconnecting…'; } }).catch(failed);
+  Promise.all(['validation', 'training'].map((kind) =>
+    api(base + '/metrics?kind=' + kind + '&max_points=2000', { signal: ac.signal })
+      .then((j) => charts.addRows(name, kind, j.metrics))
+      .catch((e) => (e.status === 404 ? charts.schedule() : Promise.reject(e))))).catch(failed);
+  follow(base + '/logs/stream?tail=500', (ev, data) => {
+    if (ev === 'logs') addLines(JSON.parse(data).logs || []);
+    if (ev === 'end') {
+      logStatus.textContent = 'the trial ended (' + (JSON.parse(data).state || '') + ')';
+      return false;
+    }
+    return undefined;
+  }, { signal: ac.signal, onStatus: (s) => { logStatus.textContent = s === 'live' ? '● following' : 'reconnecting…'; } }).catch(failed);
+  load().catch(failed);
+  const timer = setInterval(() => load().catch(failed), 5000);
+  return () => {
+    clearInterval(timer);
+    ac.abort();
+    charts.destroy();
+  };
+}
