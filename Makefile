@@ -119,6 +119,9 @@ endef
 
 DEB_PACKAGES :=
 DEPS_EXTRA :=
+# What the controller's end-to-end scenarios run (a private kdet-local, the controller, the
+# launcher in pods, det); set before the modules' rules, which name it in their tests' deps.
+CTRL_E2E_DEPS := $(O)/bin/kdet-controller $(O)/bin/kdet-local $(O)/bin/kdet-launch $(O)/bin/det
 
 # ---- modules --------------------------------------------------------------
 .DEFAULT_GOAL := all
