@@ -146,7 +146,7 @@ $(O)/obj/%.o: %.c
 -include $(shell find $(O)/obj -name '*.d' 2>/dev/null)
 
 # ---- top-level targets ----------------------------------------------------
-.PHONY: all check check-quick check-run deps lint format clean bench demo e2e e2e-real fuzz help soak
+.PHONY: all check check-quick check-build check-run deps lint format clean bench demo e2e e2e-real fuzz help soak
 
 all: $(ALL_PROGS) $(ALL_LIBS)
 
@@ -155,18 +155,25 @@ SELECTED_TESTS := $(if $(ONLY),$(filter $(ONLY),$(ALL_TESTS)),$(ALL_TESTS))
 # Build and run the selected tests in $(O); results go to $(O)/tests/results.
 # With ONLY set, only the selected tests and their declared deps are built,
 # so one module's tests run while another module is mid-edit.
-check-run: $(foreach t,$(SELECTED_TESTS),$(TEST_DEPS_$(t))) $(if $(ONLY),,$(ALL_PROGS) $(ALL_LIBS))
+check-build: $(foreach t,$(SELECTED_TESTS),$(TEST_DEPS_$(t))) $(if $(ONLY),,$(ALL_PROGS) $(ALL_LIBS))
+
+check-run: check-build
 	@mkdir -p $(O)/tests
 	@printf '%s\n' $(filter $(addsuffix :%,$(SELECTED_TESTS)),$(TEST_META)) > $(O)/tests/list
 	@tests/run $(O) $(O)/tests/list $(JOBS)
 
 # All tests, then the same tests but `slow` ones under ASan+UBSan, then one
-# total line.
+# total line. The sanitizer build is made while the first pass runs (one job,
+# niced: the end-to-end tests mostly wait), its output in $(ASAN_O)/build.log.
 # The soak test runs 2 minutes in make check (about a dozen faults), 5 in make e2e.
 check: export KD_SOAK_DURATION ?= 2m
 check:
-	@rm -f $(O)/tests/results $(ASAN_O)/tests/results; \
+	@rm -f $(O)/tests/results $(ASAN_O)/tests/results; mkdir -p $(ASAN_O); \
+	 nice -n 10 $(MAKE) --no-print-directory -j1 check-build O=$(ASAN_O) SANITIZE=1 ONLY='$(ONLY)' \
+	   > $(ASAN_O)/build.log 2>&1 & asan_build=$$!; \
 	 $(MAKE) --no-print-directory -j$(JOBS) check-run O=$(O) ONLY='$(ONLY)'; \
+	 if ! wait $$asan_build; then \
+	   echo "the sanitizer build failed ($(ASAN_O)/build.log):"; tail -n 40 $(ASAN_O)/build.log; fi; \
 	 KD_TEST_SKIP_TAGS="slow $$KD_TEST_SKIP_TAGS" $(MAKE) --no-print-directory -j$(JOBS) check-run O=$(ASAN_O) SANITIZE=1 ONLY='$(ONLY)'; \
 	 tests/total $(O)/tests/results $(ASAN_O)/tests/results
 
