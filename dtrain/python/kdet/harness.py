@@ -55,24 +55,50 @@ def load_trial_class(spec):
     return obj
 
 
+LOCAL_REPORT_EVERY = 10
+
+
+def report_period(config, env):
+    """Batches between training metric reports: $KDET_REPORT_EVERY when set, else
+    the experiment config's scheduling_unit (as in Determined, whose harness
+    reports training metrics once per scheduling unit; its default is 100),
+    else LOCAL_REPORT_EVERY (a local run without a config)."""
+    v = env.get("KDET_REPORT_EVERY", "")
+    if v:
+        try:
+            n = int(v)
+        except ValueError:
+            raise ValueError(f"KDET_REPORT_EVERY={v!r}: not a whole number of batches")
+        if n < 1:
+            raise ValueError(f"KDET_REPORT_EVERY={v!r}: must be at least 1")
+        return n
+    su = (config or {}).get("scheduling_unit")
+    if isinstance(su, int) and not isinstance(su, bool) and su >= 1:
+        return su
+    return LOCAL_REPORT_EVERY
+
+
 class Harness:
     """A trial class run by the Trainer's loop (kdet.pytorch.Trainer) with
-    the harness's settings: training reports every report_every batches,
+    the harness's settings: training reports every report_every batches
+    (default: report_period of the experiment config),
     preemption checks every preempt_every, validation and a checkpoint at
     the end of each searcher operation, and from the experiment config (as
     Determined's harness does) a validation before the first batch with
     perform_initial_validation, validations every min_validation_period and
     checkpoints every min_checkpoint_period."""
 
-    def __init__(self, trial_cls, core, report_every=10, preempt_every=10):
+    def __init__(self, trial_cls, core, report_every=None, preempt_every=10):
         self.core = core
         self.dist = core.distributed
-        self.report_every = max(1, report_every)
         self.preempt_every = max(1, preempt_every)
         if self.dist.size > 1:
             self.dist._group()
         seed_everything(core.trial_seed)
         self.context = PyTorchTrialContext(core)
+        if report_every is None:
+            report_every = report_period(self.context.get_experiment_config(), os.environ)
+        self.report_every = max(1, report_every)
         self.trial = trial_cls(self.context)
         self.trainer = Trainer(self.trial, self.context)
 
@@ -107,9 +133,10 @@ def main(argv=None):
     ap.add_argument("--max-length", type=int, default=None,
                     help="local mode: batches of the single operation "
                          "(default $KDET_MAX_LENGTH, else 100)")
-    ap.add_argument("--report-every", type=int,
-                    default=int(os.environ.get("KDET_REPORT_EVERY", "10")),
-                    help="batches between training metric reports (default 10)")
+    ap.add_argument("--report-every", type=int, default=None,
+                    help="batches between training metric reports (default "
+                         "$KDET_REPORT_EVERY, else the experiment config's "
+                         f"scheduling_unit, else {LOCAL_REPORT_EVERY})")
     ap.add_argument("--preempt-every", type=int,
                     default=int(os.environ.get("KDET_PREEMPT_EVERY", "10")),
                     help="batches between preemption checks (default 10)")

@@ -87,6 +87,44 @@ def test_harness_config_periods():
     check(rc == 0 and [s for s, _ in metrics(out, "validation")] == [40], out)
 
 
+@case
+def test_report_period():
+    """Training metrics are reported once per scheduling_unit of the experiment config (as
+    Determined's harness does), unless KDET_REPORT_EVERY or --report-every says otherwise."""
+    from kdet.harness import report_period
+    table = [
+        ({}, {}, 10),
+        (None, {}, 10),
+        ({"scheduling_unit": 100}, {}, 100),
+        ({"scheduling_unit": 15}, {"KDET_REPORT_EVERY": "7"}, 7),
+        ({"scheduling_unit": True}, {}, 10),
+        ({"scheduling_unit": 0}, {}, 10),
+        ({"scheduling_unit": "5"}, {}, 10),
+        ({}, {"KDET_REPORT_EVERY": ""}, 10),
+    ]
+    for conf, env, want in table:
+        got = report_period(conf, env)
+        check(got == want, f"report_period({conf}, {env}) = {got}, want {want}")
+    for bad in ("x", "0", "-3"):
+        try:
+            report_period({}, {"KDET_REPORT_EVERY": bad})
+            check(False, f"KDET_REPORT_EVERY={bad!r} accepted")
+        except ValueError as e:
+            check("KDET_REPORT_EVERY" in str(e), str(e))
+    conf = {"scheduling_unit": 15}
+    rc, out = harness(["--trial", tk.EXAMPLE + ":FashionMNISTTrial", "--max-length", "40"],
+                      KDET_CHECKPOINT_DIR=tk.tmpdir(), KDET_EXPERIMENT_CONFIG=json.dumps(conf),
+                      KDET_TRIAL_ID="su-1")
+    tr = [s for s, _ in metrics(out, "training")]
+    check(rc == 0 and tr == [15, 30, 40], f"training rows {tr}\n{out}")
+    rc, out = harness(["--trial", tk.EXAMPLE + ":FashionMNISTTrial", "--max-length", "40",
+                       "--report-every", "20"],
+                      KDET_CHECKPOINT_DIR=tk.tmpdir(), KDET_EXPERIMENT_CONFIG=json.dumps(conf),
+                      KDET_TRIAL_ID="su-1")
+    tr = [s for s, _ in metrics(out, "training")]
+    check(rc == 0 and tr == [20, 40], f"training rows with --report-every 20: {tr}\n{out}")
+
+
 def _state_equal(a, b, path="state"):
     import torch
     if isinstance(a, torch.Tensor):
