@@ -672,7 +672,8 @@ static void on_head(struct kd_http_req *r, const char *version)
      * body is read and dropped first (DRAIN_MAX). */
     r->close = true;
     const char *expect = kd_http_header(r, "Expect");
-    if (len > 0 && len <= DRAIN_MAX && (expect == NULL || strcasecmp(expect, "100-continue") != 0)) {
+    if (len > 0 && len <= DRAIN_MAX &&
+        (expect == NULL || strcasecmp(expect, "100-continue") != 0)) {
         r->deferred = true;
         r->too_big = true; /* drop what comes */
         kd_buf_free(&r->body);
