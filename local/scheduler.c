@@ -459,10 +459,10 @@ char *kd_sched_class_key(const json_t *pod)
     const json_t *spec = json_object_get(pod, "spec");
     struct kd_res r;
     kd_sched_pod_requests(pod, &r);
-    char *sel = json_dumps(json_object_get(spec, "nodeSelector"), JSON_COMPACT | JSON_SORT_KEYS |
-                                                                      JSON_ENCODE_ANY);
-    char *tol = json_dumps(json_object_get(spec, "tolerations"), JSON_COMPACT | JSON_SORT_KEYS |
-                                                                     JSON_ENCODE_ANY);
+    char *sel = json_dumps(json_object_get(spec, "nodeSelector"),
+                           JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    char *tol = json_dumps(json_object_get(spec, "tolerations"),
+                           JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
     char *key = kd_xasprintf("%lld|%lld|%lld|%lld|%lld|%s|%s",
                              (long long)json_integer_value(json_object_get(spec, "priority")),
                              (long long)r.cpu, (long long)r.memory, (long long)r.gpu,
@@ -532,8 +532,8 @@ static void observe(struct kd_sched *s, const char *ns, const char *name, const 
     }
     const json_t *md = json_object_get(pod, "metadata");
     p->prio = json_integer_value(json_object_get(json_object_get(pod, "spec"), "priority"));
-    p->created = kd_xstrdup(kd_jstr(md, "creationTimestamp") ? kd_jstr(md, "creationTimestamp")
-                                                             : "");
+    p->created =
+        kd_xstrdup(kd_jstr(md, "creationTimestamp") ? kd_jstr(md, "creationTimestamp") : "");
     const char *shown = unschedulable_shown(pod);
     p->shown = shown != NULL ? kd_xstrdup(shown) : NULL;
     char *ck = kd_sched_class_key(pod);
@@ -614,9 +614,9 @@ static int write_verdict(struct kd_store *st, const json_t *pod, const struct no
     int rc = kd_store_put(st, "/pods", ns, name, next, NULL);
     if (rc == 0) {
         /* next is the stored pod now (valid while the lock is held). */
-        char *m = msg != NULL ? kd_xstrdup(msg)
-                              : kd_xasprintf("Successfully assigned %s/%s to %s", ns, name,
-                                             node_name);
+        char *m = msg != NULL
+                      ? kd_xstrdup(msg)
+                      : kd_xasprintf("Successfully assigned %s/%s to %s", ns, name, node_name);
         if (kd_events_record(st, next, "Pod", "v1", chosen ? "Normal" : "Warning",
                              chosen ? "Scheduled" : "FailedScheduling", m, "default-scheduler",
                              chosen ? node_name : own_node) != 0)
@@ -690,8 +690,7 @@ int kd_sched_pass(struct kd_sched *s, struct kd_store *st, const char *own_node)
                     chosen = &nv[j];
                 if (!fits) {
                     const char *w = kd_buf_str(&why);
-                    for (const char *nl; w != NULL && (nl = strchr(w, '\n')) != NULL;
-                         w = nl + 1) {
+                    for (const char *nl; w != NULL && (nl = strchr(w, '\n')) != NULL; w = nl + 1) {
                         char *one = kd_xstrndup(w, (size_t)(nl - w));
                         count(reasons, one);
                         free(one);
