@@ -81,6 +81,8 @@ struct ctr {
 
 struct podrt {
     UT_hash_handle hh;
+    UT_hash_handle hl; /* in kd_kubelet.live while it runs or has more to do */
+    bool in_live;
     char *uid, *ns, *name;
     char *dir;
     int gpus[MAX_GPUS];
@@ -128,7 +130,18 @@ struct kd_kubelet {
     pthread_mutex_t wake_mu;
     pthread_cond_t wake_cv;
     bool dirty; /* the informer saw a change since the last pass */
+    /*
+     * Local mode: the runtimes still running or with more to do (by uid), and the store's
+     * resourceVersion up to which pod changes were seen. A pass visits these and the pods
+     * that changed since, not every pod: a finished pod costs nothing until it changes.
+     */
+    struct podrt *live;
+    struct kd_sched *sched;
+    uint64_t cursor;
+    int64_t next_full_ms; /* a pass over every pod, as a safety net, at most this often */
 };
+
+#define FULL_PASS_MS 10000
 
 static void now3339(char *buf, size_t len)
 {
@@ -1331,7 +1344,8 @@ static void reap(struct kd_kubelet *k)
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
         struct podrt *p, *tmp;
-        HASH_ITER(hh, k->pods, p, tmp)
+        /* A runtime with a process is live (set_live), so only those are searched. */
+        HASH_ITER(hl, k->live, p, tmp)
         {
             for (size_t i = 0; i < p->nc; i++) {
                 if (p->c[i].pid == pid) {
@@ -1782,9 +1796,116 @@ static void wait_change(struct kd_kubelet *k)
     pthread_mutex_unlock(&k->wake_mu);
 }
 
+/* Keep p in k->live exactly while it has a process or is not finished. */
+static void set_live(struct kd_kubelet *k, struct podrt *p)
+{
+    bool live = !p->done || any_running(p);
+    if (live && !p->in_live) {
+        HASH_ADD_KEYPTR(hl, k->live, p->uid, strlen(p->uid), p);
+        p->in_live = true;
+    } else if (!live && p->in_live) {
+        HASH_DELETE(hl, k->live, p);
+        p->in_live = false;
+    }
+}
+
+static void drop_runtime(struct kd_kubelet *k, struct podrt *p)
+{
+    if (p->in_live)
+        HASH_DELETE(hl, k->live, p);
+    p->in_live = false;
+    HASH_DEL(k->pods, p);
+}
+
+/* A runtime whose pod is gone: kill what is left (reaped next round), else clean up. */
+static void pod_gone(struct kd_kubelet *k, struct podrt *p)
+{
+    if (any_running(p)) {
+        signal_all(p, SIGKILL);
+        return;
+    }
+    drop_runtime(k, p);
+    kd_rm_tree(p->dir);
+    podrt_free(k, p);
+}
+
+static int cmp_pod_key(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/*
+ * Local mode, store lock held: the pods this pass must visit, as borrowed pointers in
+ * *pods (sorted by namespace and name): those changed since k->cursor and bound to this
+ * node, and those of live runtimes. Every runtime that may have lost its pod goes into
+ * check (uid -> true). False when the changes are no longer in the store's history (then
+ * the caller makes a full pass).
+ */
+static bool changed_pods(struct kd_kubelet *k, json_t *check, json_t ***pods, size_t *n)
+{
+    json_t *keys = json_object();
+    bool ok = true;
+    for (;;) {
+        const struct kd_event *ev = NULL;
+        uint64_t oldest = 0;
+        int rc = kd_store_next_event(k->st, k->cursor, &ev, &oldest);
+        if (rc == KD_EAGAIN)
+            break;
+        if (rc != 0) {
+            ok = false;
+            break;
+        }
+        k->cursor = ev->rv;
+        if (strcmp(ev->gr, "/pods") != 0)
+            continue;
+        const json_t *md = json_object_get(ev->obj, "metadata");
+        const char *uid = kd_jstr(md, "uid"), *ns = kd_jstr(md, "namespace"),
+                   *name = kd_jstr(md, "name");
+        if (ev->type == KD_EV_DELETED) {
+            if (uid != NULL)
+                json_object_set_new(check, uid, json_true());
+            continue;
+        }
+        const char *nn = kd_jstr(json_object_get(ev->obj, "spec"), "nodeName");
+        if (name == NULL || nn == NULL || strcmp(nn, k->node) != 0)
+            continue;
+        char *key = kd_xasprintf("%s/%s", ns != NULL ? ns : "", name);
+        json_object_set_new(keys, key, json_true());
+        free(key);
+    }
+    struct podrt *p, *tmp;
+    HASH_ITER(hl, k->live, p, tmp)
+    {
+        char *key = kd_xasprintf("%s/%s", p->ns != NULL ? p->ns : "", p->name);
+        json_object_set_new(keys, key, json_true());
+        json_object_set_new(check, p->uid, json_true());
+        free(key);
+    }
+    size_t nk = json_object_size(keys), i = 0;
+    const char **sorted = kd_xcalloc(nk + 1, sizeof(*sorted));
+    const char *key;
+    json_t *v;
+    json_object_foreach(keys, key, v) sorted[i++] = key;
+    qsort(sorted, nk, sizeof(*sorted), cmp_pod_key);
+    *pods = kd_xcalloc(nk + 1, sizeof(**pods));
+    *n = 0;
+    for (i = 0; i < nk; i++) {
+        const char *slash = strchr(sorted[i], '/');
+        char *ns = kd_xstrndup(sorted[i], (size_t)(slash - sorted[i]));
+        json_t *pod = kd_store_get(k->st, "/pods", ns, slash + 1);
+        free(ns);
+        if (pod != NULL)
+            (*pods)[(*n)++] = pod;
+    }
+    free(sorted);
+    json_decref(keys);
+    return ok;
+}
+
 static void loop_once(struct kd_kubelet *k)
 {
     json_t **pods = NULL, *list = NULL;
+    json_t *check = NULL; /* NULL: every runtime may have lost its pod */
     size_t n = 0;
     bool listed = true;
     pthread_mutex_lock(&k->mu);
@@ -1796,9 +1917,19 @@ static void loop_once(struct kd_kubelet *k)
             renew_lease(k);
             k->next_lease_ms = now + LEASE_PERIOD_MS;
         }
-        if (kd_sched_pass(k->st, k->node) < 0)
+        if (kd_sched_pass(k->sched, k->st, k->node) < 0)
             KD_WARN("scheduling pass failed", "node=%s", kd_logq(k->node));
-        n = kd_store_list(k->st, "/pods", NULL, &pods);
+        check = json_object();
+        if (now < k->next_full_ms && changed_pods(k, check, &pods, &n)) {
+            /* pods: what changed and what is live */
+        } else {
+            free(pods);
+            json_decref(check);
+            check = NULL;
+            k->cursor = kd_store_rv(k->st);
+            k->next_full_ms = now + FULL_PASS_MS;
+            n = kd_store_list(k->st, "/pods", NULL, &pods);
+        }
     } else {
         if (now >= k->next_lease_ms) {
             renew_lease(k);
@@ -1839,6 +1970,7 @@ static void loop_once(struct kd_kubelet *k)
             HASH_ADD_KEYPTR(hh, k->pods, p->uid, strlen(p->uid), p);
         }
         drive(k, p, pod);
+        set_live(k, p);
         if (p->done && !any_running(p) && p->ngpus > 0) {
             /* A finished pod's GPUs go back to the pool (its status keeps showing them). */
             release_gpus(k, p);
@@ -1872,19 +2004,24 @@ static void loop_once(struct kd_kubelet *k)
     json_decref(list);
     /* Runtimes whose pod is gone: kill what is left and clean up. */
     struct podrt *p, *tmp;
-    HASH_ITER(hh, k->pods, p, tmp)
-    {
-        if (!listed || json_object_get(seen, p->uid) != NULL)
-            continue;
-        if (any_running(p)) {
-            signal_all(p, SIGKILL);
-            continue; /* reaped next round */
+    if (check == NULL) {
+        HASH_ITER(hh, k->pods, p, tmp)
+        {
+            if (listed && json_object_get(seen, p->uid) == NULL)
+                pod_gone(k, p);
         }
-        HASH_DEL(k->pods, p);
-        kd_rm_tree(p->dir);
-        podrt_free(k, p);
+    } else {
+        const char *uid;
+        json_t *v;
+        json_object_foreach(check, uid, v)
+        {
+            HASH_FIND_STR(k->pods, uid, p);
+            if (p != NULL && json_object_get(seen, uid) == NULL)
+                pod_gone(k, p);
+        }
     }
     json_decref(seen);
+    json_decref(check);
     if (k->kc == NULL) {
         kd_store_wait(k->st, 100);
         kd_store_unlock(k->st);
@@ -2076,6 +2213,7 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
     k->st = st;
     k->kc = opts->client;
     k->max_pods = opts->max_pods > 0 ? opts->max_pods : 110;
+    k->sched = kd_sched_new();
     pthread_mutex_init(&k->mu, NULL);
     pthread_mutex_init(&k->wake_mu, NULL);
     pthread_cond_init(&k->wake_cv, NULL);
@@ -2196,12 +2334,13 @@ void kd_kubelet_stop(struct kd_kubelet *k)
     }
     HASH_ITER(hh, k->pods, p, tmp)
     {
-        HASH_DEL(k->pods, p);
+        drop_runtime(k, p);
         char *pids = kd_xasprintf("%s/pids", p->dir);
         unlink(pids);
         free(pids);
         podrt_free(k, p);
     }
+    kd_sched_free(k->sched);
     free(k->node);
     free(k->state_dir);
     free(k->kubeconfig);

@@ -96,10 +96,14 @@ static size_t family_now(pid_t leader, pid_t **out)
 size_t kd_proc_kill_family(pid_t leader)
 {
     pid_t *a = NULL, *b = NULL;
-    size_t na = family_now(leader, &a);
+    size_t na = family_now(leader, &a), nb = 0;
     for (size_t i = 0; i < na; i++)
         kill(a[i], SIGSTOP);
-    size_t nb = family_now(leader, &b);
+    /* The second look is for what forked before the stop; with nothing found, nothing was
+     * stopped either (the common case, a container that left nothing behind: each look reads
+     * every process's stat, most of kdet-local's CPU per short pod). */
+    if (na > 0)
+        nb = family_now(leader, &b);
     for (size_t i = 0; i < nb; i++)
         kill(b[i], SIGKILL);
     for (size_t i = 0; i < na; i++)

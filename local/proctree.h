@@ -34,7 +34,8 @@ size_t kd_proc_snapshot(struct kd_proc_ent **out);
 /**
  * SIGKILLs the family of leader: the processes of one snapshot are stopped
  * first (SIGSTOP, so that none forks away meanwhile), a second snapshot
- * finds what forked before that, then all are killed. Returns how many
+ * finds what forked before that (none is taken when the first found
+ * nothing), then all are killed. Returns how many
  * processes were signalled.
  */
 size_t kd_proc_kill_family(pid_t leader);

@@ -9,6 +9,7 @@
 #include "scheduler.h"
 
 #include <stdio.h>
+#include <uthash.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,22 +102,6 @@ static bool terminal(const json_t *pod)
 {
     const char *phase = kd_jstr(json_object_get(pod, "status"), "phase");
     return phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
-}
-
-struct cand {
-    json_t *pod;
-    int64_t prio;
-    const char *created;
-    const char *key;
-};
-
-static int cmp_cand(const void *a, const void *b)
-{
-    const struct cand *x = a, *y = b;
-    if (x->prio != y->prio)
-        return x->prio > y->prio ? -1 : 1;
-    int c = strcmp(x->created ? x->created : "", y->created ? y->created : "");
-    return c != 0 ? c : strcmp(x->key, y->key);
 }
 
 /* Whether the pod's PodScheduled condition already has this status and message. */
@@ -369,13 +354,297 @@ static void take(struct kd_res *avail, const struct kd_res *r)
     avail->pods -= r->pods;
 }
 
-int kd_sched_pass(struct kd_store *st, const char *own_node)
+/* ---- the state kept between passes --------------------------------------------------- */
+
+/* Pods that the filters cannot tell apart (kd_sched_class_key). */
+struct sclass {
+    UT_hash_handle hh;
+    char *key;
+    int refs;
+    uint64_t failed_pass; /* the pass in which a pod of the class failed, with msg */
+    char *msg;
+};
+
+/* A pod the scheduler keeps: pending (in priority order) or bound (for its node's sums). */
+struct spod {
+    UT_hash_handle hh;
+    char *key; /* "ns/name" */
+    char *ns, *name;
+    bool bound;
+    char *node; /* bound: the node */
+    struct kd_res r;
+    int64_t prio;
+    char *created;
+    struct sclass *cls; /* pending: its class */
+    char *shown;        /* pending: the Unschedulable message it carries, or NULL */
+};
+
+struct kd_sched {
+    struct spod *pending, *bound;
+    struct sclass *classes;
+    uint64_t cursor, pass;
+    bool synced, dirty;
+    int64_t next_ms; /* pass at least this often: node heartbeats age */
+};
+
+#define SCHED_PERIOD_MS 1000
+
+struct kd_sched *kd_sched_new(void)
+{
+    return kd_xcalloc(1, sizeof(struct kd_sched));
+}
+
+static void class_put(struct kd_sched *s, struct sclass *c)
+{
+    if (c == NULL || --c->refs > 0)
+        return;
+    HASH_DEL(s->classes, c);
+    free(c->key);
+    free(c->msg);
+    free(c);
+}
+
+static void spod_free(struct kd_sched *s, struct spod *p)
+{
+    class_put(s, p->cls);
+    free(p->key);
+    free(p->ns);
+    free(p->name);
+    free(p->node);
+    free(p->created);
+    free(p->shown);
+    free(p);
+}
+
+static void forget_all(struct kd_sched *s)
+{
+    struct spod *p, *tmp;
+    HASH_ITER(hh, s->pending, p, tmp)
+    {
+        HASH_DEL(s->pending, p);
+        spod_free(s, p);
+    }
+    HASH_ITER(hh, s->bound, p, tmp)
+    {
+        HASH_DEL(s->bound, p);
+        spod_free(s, p);
+    }
+}
+
+void kd_sched_free(struct kd_sched *s)
+{
+    if (s == NULL)
+        return;
+    forget_all(s);
+    free(s);
+}
+
+enum kd_sched_track kd_sched_track(const json_t *pod)
+{
+    const json_t *spec = json_object_get(pod, "spec");
+    const char *node = kd_jstr(spec, "nodeName");
+    if (terminal(pod))
+        return KD_SCHED_NONE;
+    if (node != NULL && node[0] != '\0')
+        return KD_SCHED_BOUND;
+    const char *sn = kd_jstr(spec, "schedulerName");
+    if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL ||
+        (sn != NULL && strcmp(sn, "default-scheduler") != 0))
+        return KD_SCHED_NONE;
+    return KD_SCHED_PENDING;
+}
+
+char *kd_sched_class_key(const json_t *pod)
+{
+    const json_t *spec = json_object_get(pod, "spec");
+    struct kd_res r;
+    kd_sched_pod_requests(pod, &r);
+    char *sel = json_dumps(json_object_get(spec, "nodeSelector"),
+                           JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    char *tol = json_dumps(json_object_get(spec, "tolerations"),
+                           JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    char *key = kd_xasprintf("%lld|%lld|%lld|%lld|%lld|%s|%s",
+                             (long long)json_integer_value(json_object_get(spec, "priority")),
+                             (long long)r.cpu, (long long)r.memory, (long long)r.gpu,
+                             (long long)r.pods, sel ? sel : "", tol ? tol : "");
+    free(sel);
+    free(tol);
+    return key;
+}
+
+/* Priority order: higher spec.priority first, then older, then by name. */
+static int cmp_spod(const struct spod *x, const struct spod *y)
+{
+    if (x->prio != y->prio)
+        return x->prio > y->prio ? -1 : 1;
+    int c = strcmp(x->created, y->created);
+    if (c == 0)
+        c = strcmp(x->name, y->name);
+    return c != 0 ? c : strcmp(x->ns, y->ns);
+}
+
+/* The message of the pod's PodScheduled=False condition, or NULL. */
+static const char *unschedulable_shown(const json_t *pod)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(json_object_get(pod, "status"), "conditions"), i, c)
+    {
+        if (strcmp(kd_jstr(c, "type") ? kd_jstr(c, "type") : "", "PodScheduled") != 0)
+            continue;
+        if (strcmp(kd_jstr(c, "status") ? kd_jstr(c, "status") : "", "False") != 0)
+            return NULL;
+        return kd_jstr(c, "message") ? kd_jstr(c, "message") : "";
+    }
+    return NULL;
+}
+
+/* Take in the pod's current state (NULL: deleted) under ns/name. */
+static void observe(struct kd_sched *s, const char *ns, const char *name, const json_t *pod)
+{
+    char *key = kd_xasprintf("%s/%s", ns != NULL ? ns : "", name);
+    struct spod *p = NULL;
+    HASH_FIND_STR(s->pending, key, p);
+    if (p != NULL) {
+        HASH_DEL(s->pending, p);
+    } else {
+        HASH_FIND_STR(s->bound, key, p);
+        if (p != NULL)
+            HASH_DEL(s->bound, p);
+    }
+    if (p != NULL)
+        spod_free(s, p);
+    enum kd_sched_track t = pod != NULL ? kd_sched_track(pod) : KD_SCHED_NONE;
+    if (t == KD_SCHED_NONE) {
+        free(key);
+        return;
+    }
+    p = kd_xcalloc(1, sizeof(*p));
+    p->key = key;
+    p->ns = kd_xstrdup(ns != NULL ? ns : "");
+    p->name = kd_xstrdup(name);
+    kd_sched_pod_requests(pod, &p->r);
+    if (t == KD_SCHED_BOUND) {
+        p->bound = true;
+        p->node = kd_xstrdup(kd_jstr(json_object_get(pod, "spec"), "nodeName"));
+        HASH_ADD_KEYPTR(hh, s->bound, p->key, strlen(p->key), p);
+        return;
+    }
+    const json_t *md = json_object_get(pod, "metadata");
+    p->prio = json_integer_value(json_object_get(json_object_get(pod, "spec"), "priority"));
+    p->created =
+        kd_xstrdup(kd_jstr(md, "creationTimestamp") ? kd_jstr(md, "creationTimestamp") : "");
+    const char *shown = unschedulable_shown(pod);
+    p->shown = shown != NULL ? kd_xstrdup(shown) : NULL;
+    char *ck = kd_sched_class_key(pod);
+    struct sclass *c = NULL;
+    HASH_FIND_STR(s->classes, ck, c);
+    if (c == NULL) {
+        c = kd_xcalloc(1, sizeof(*c));
+        c->key = ck;
+        HASH_ADD_KEYPTR(hh, s->classes, c->key, strlen(c->key), c);
+    } else {
+        free(ck);
+    }
+    c->refs++;
+    p->cls = c;
+    HASH_ADD_KEYPTR_INORDER(hh, s->pending, p->key, strlen(p->key), p, cmp_spod);
+}
+
+/* Read the store's changes since the last pass; a full read when they are no longer kept. */
+static void catch_up(struct kd_sched *s, struct kd_store *st)
+{
+    for (;;) {
+        const struct kd_event *ev = NULL;
+        uint64_t oldest = 0;
+        int rc = s->synced ? kd_store_next_event(st, s->cursor, &ev, &oldest) : KD_EGONE;
+        if (rc == KD_EAGAIN)
+            return;
+        if (rc != 0) {
+            forget_all(s);
+            json_t **pods = NULL;
+            s->cursor = kd_store_rv(st);
+            size_t n = kd_store_list(st, "/pods", NULL, &pods);
+            for (size_t i = 0; i < n; i++) {
+                const json_t *md = json_object_get(pods[i], "metadata");
+                if (kd_jstr(md, "name") != NULL)
+                    observe(s, kd_jstr(md, "namespace"), kd_jstr(md, "name"), pods[i]);
+            }
+            free(pods);
+            s->synced = true;
+            s->dirty = true;
+            return;
+        }
+        s->cursor = ev->rv;
+        if (strcmp(ev->gr, "/nodes") == 0) {
+            s->dirty = true;
+        } else if (strcmp(ev->gr, "/pods") == 0) {
+            const json_t *md = json_object_get(ev->obj, "metadata");
+            if (kd_jstr(md, "name") != NULL)
+                observe(s, kd_jstr(md, "namespace"), kd_jstr(md, "name"),
+                        ev->type == KD_EV_DELETED ? NULL : ev->obj);
+            s->dirty = true;
+        }
+    }
+}
+
+/* Bind the pod to chosen, or mark it Unschedulable with msg; records the Event. */
+static int write_verdict(struct kd_store *st, const json_t *pod, const struct node_view *chosen,
+                         const char *msg, const char *own_node, bool *bound)
+{
+    *bound = false;
+    json_t *next = json_deep_copy(pod);
+    bool write;
+    if (chosen != NULL) {
+        json_object_set_new(json_object_get(next, "spec"), "nodeName", json_string(chosen->name));
+        set_scheduled(next, "True", NULL, NULL);
+        write = true;
+    } else {
+        write = set_scheduled(next, "False", "Unschedulable", msg);
+    }
+    if (!write) {
+        json_decref(next);
+        return 0;
+    }
+    const json_t *md = json_object_get(pod, "metadata");
+    /* The put frees the old pod, and md with it: copy the names first. */
+    char *ns = kd_xstrdup(kd_jstr(md, "namespace") ? kd_jstr(md, "namespace") : "");
+    char *name = kd_xstrdup(kd_jstr(md, "name") ? kd_jstr(md, "name") : "");
+    const char *node_name = chosen != NULL ? chosen->name : "";
+    int rc = kd_store_put(st, "/pods", ns, name, next, NULL);
+    if (rc == 0) {
+        /* next is the stored pod now (valid while the lock is held). */
+        char *m = msg != NULL
+                      ? kd_xstrdup(msg)
+                      : kd_xasprintf("Successfully assigned %s/%s to %s", ns, name, node_name);
+        if (kd_events_record(st, next, "Pod", "v1", chosen ? "Normal" : "Warning",
+                             chosen ? "Scheduled" : "FailedScheduling", m, "default-scheduler",
+                             chosen ? node_name : own_node) != 0)
+            KD_WARN("event not recorded", "pod=%s", kd_logq(name));
+        free(m);
+        if (chosen != NULL) {
+            *bound = true;
+            KD_INFO("pod bound", "namespace=%s pod=%s node=%s", kd_logq(ns), kd_logq(name),
+                    kd_logq(node_name));
+        }
+    }
+    free(ns);
+    free(name);
+    return rc;
+}
+
+int kd_sched_pass(struct kd_sched *s, struct kd_store *st, const char *own_node)
 {
     int bound = 0;
-    json_t **pods = NULL, **nodes = NULL;
-    struct cand *cands = NULL;
+    json_t **nodes = NULL;
     struct node_view *nv = NULL;
-    int64_t now = kd_wall_ms();
+    int64_t now = kd_wall_ms(), mono = kd_mono_ms();
+    catch_up(s, st);
+    if (!s->dirty && mono < s->next_ms)
+        return 0;
+    s->dirty = false;
+    s->next_ms = mono + SCHED_PERIOD_MS;
+    s->pass++;
     size_t nn = kd_store_list(st, "/nodes", NULL, &nodes);
     if (nn == 0)
         goto out;
@@ -391,118 +660,76 @@ int kd_sched_pass(struct kd_store *st, const char *own_node)
         nv[i].down_taint = down_taint(nodes[i], strcmp(nv[i].name, own_node) == 0, now);
     }
     qsort(nv, nn, sizeof(*nv), cmp_node);
-    size_t n = kd_store_list(st, "/pods", NULL, &pods);
-    cands = kd_xcalloc(n + 1, sizeof(*cands));
-    size_t nc = 0;
-    for (size_t i = 0; i < n; i++) {
-        const json_t *spec = json_object_get(pods[i], "spec");
-        const char *bound_to = kd_jstr(spec, "nodeName");
-        if (bound_to != NULL && bound_to[0] != '\0') {
-            if (terminal(pods[i]))
-                continue;
-            struct node_view key = {.name = bound_to};
-            struct node_view *hit = bsearch(&key, nv, nn, sizeof(*nv), cmp_node);
-            if (hit != NULL) {
-                struct kd_res r;
-                kd_sched_pod_requests(pods[i], &r);
-                take(&hit->avail, &r);
-            }
-            continue;
-        }
-        const json_t *md = json_object_get(pods[i], "metadata");
-        const char *sn = kd_jstr(spec, "schedulerName");
-        if (json_object_get(md, "deletionTimestamp") != NULL || terminal(pods[i]) ||
-            (sn != NULL && strcmp(sn, "default-scheduler") != 0))
-            continue;
-        cands[nc].pod = pods[i];
-        cands[nc].prio = json_integer_value(json_object_get(spec, "priority"));
-        cands[nc].created = kd_jstr(md, "creationTimestamp");
-        cands[nc].key = kd_jstr(md, "name");
-        nc++;
+    struct spod *p, *tmp;
+    HASH_ITER(hh, s->bound, p, tmp)
+    {
+        struct node_view key = {.name = p->node};
+        struct node_view *hit = bsearch(&key, nv, nn, sizeof(*nv), cmp_node);
+        if (hit != NULL)
+            take(&hit->avail, &p->r);
     }
-    qsort(cands, nc, sizeof(*cands), cmp_cand);
-    for (size_t i = 0; i < nc; i++) {
-        json_t *pod = cands[i].pod;
-        struct kd_res r;
-        kd_sched_pod_requests(pod, &r);
+    HASH_ITER(hh, s->pending, p, tmp)
+    {
+        struct sclass *c = p->cls;
+        if (c->failed_pass == s->pass && p->shown != NULL && strcmp(p->shown, c->msg) == 0)
+            continue; /* fails as the earlier pod of its class did, and already says so */
+        json_t *pod = kd_store_get(st, "/pods", p->ns, p->name);
+        if (pod == NULL)
+            continue; /* its DELETED event comes next pass */
         struct node_view *chosen = NULL;
-        json_t *reasons = json_object(), *preempt = json_object();
-        for (size_t j = 0; j < nn; j++) {
-            struct kd_buf why = KD_BUF_INIT(1024);
-            bool fits, helps;
-            filter(pod, &r, &nv[j], &why, &fits, &helps);
-            if (fits && chosen == NULL)
-                chosen = &nv[j];
-            if (!fits) {
-                const char *s = kd_buf_str(&why);
-                for (const char *nl; s != NULL && (nl = strchr(s, '\n')) != NULL; s = nl + 1) {
-                    char *one = kd_xstrndup(s, (size_t)(nl - s));
-                    count(reasons, one);
-                    free(one);
+        char *event_msg = NULL;
+        if (c->failed_pass == s->pass) {
+            event_msg = kd_xstrdup(c->msg);
+        } else {
+            json_t *reasons = json_object(), *preempt = json_object();
+            for (size_t j = 0; j < nn; j++) {
+                struct kd_buf why = KD_BUF_INIT(1024);
+                bool fits, helps;
+                filter(pod, &p->r, &nv[j], &why, &fits, &helps);
+                if (fits && chosen == NULL)
+                    chosen = &nv[j];
+                if (!fits) {
+                    const char *w = kd_buf_str(&why);
+                    for (const char *nl; w != NULL && (nl = strchr(w, '\n')) != NULL; w = nl + 1) {
+                        char *one = kd_xstrndup(w, (size_t)(nl - w));
+                        count(reasons, one);
+                        free(one);
+                    }
+                    count(preempt, helps ? "No preemption victims found for incoming pod"
+                                         : "Preemption is not helpful for scheduling");
                 }
-                count(preempt, helps ? "No preemption victims found for incoming pod"
-                                     : "Preemption is not helpful for scheduling");
+                kd_buf_free(&why);
             }
-            kd_buf_free(&why);
+            if (chosen == NULL) {
+                event_msg = unschedulable_msg(nn, reasons, preempt);
+                c->failed_pass = s->pass;
+                free(c->msg);
+                c->msg = kd_xstrdup(event_msg);
+            }
+            json_decref(reasons);
+            json_decref(preempt);
         }
-        const json_t *md = json_object_get(pod, "metadata");
-        char *event_msg = chosen == NULL ? unschedulable_msg(nn, reasons, preempt) : NULL;
-        json_decref(reasons);
-        json_decref(preempt);
         if (chosen == NULL && scheduled_is(pod, "False", event_msg)) {
             /* Still unschedulable for the same reasons: nothing to write (and no copy). */
-            free(event_msg);
+            free(p->shown);
+            p->shown = event_msg;
             continue;
         }
-        json_t *next = json_deep_copy(pod);
-        bool write;
-        if (chosen != NULL) {
-            json_object_set_new(json_object_get(next, "spec"), "nodeName",
-                                json_string(chosen->name));
-            set_scheduled(next, "True", NULL, NULL);
-            write = true;
-            take(&chosen->avail, &r);
-        } else {
-            write = set_scheduled(next, "False", "Unschedulable", event_msg);
-        }
-        if (!write) {
-            json_decref(next);
-            free(event_msg);
-            continue;
-        }
-        /* The put frees the old pod, and md with it: copy the names first. */
-        char *ns = kd_xstrdup(kd_jstr(md, "namespace") ? kd_jstr(md, "namespace") : "");
-        char *name = kd_xstrdup(kd_jstr(md, "name") ? kd_jstr(md, "name") : "");
-        const char *node_name = chosen != NULL ? chosen->name : "";
-        int rc = kd_store_put(st, "/pods", ns, name, next, NULL);
-        if (rc == 0) {
-            /* next is the stored pod now (valid while the lock is held). */
-            char *m = event_msg != NULL
-                          ? kd_xstrdup(event_msg)
-                          : kd_xasprintf("Successfully assigned %s/%s to %s", ns, name, node_name);
-            if (kd_events_record(st, next, "Pod", "v1", chosen ? "Normal" : "Warning",
-                                 chosen ? "Scheduled" : "FailedScheduling", m, "default-scheduler",
-                                 chosen ? node_name : own_node) != 0)
-                KD_WARN("event not recorded", "pod=%s", kd_logq(name));
-            free(m);
-        }
+        bool did_bind = false;
+        int rc = write_verdict(st, pod, chosen, event_msg, own_node, &did_bind);
         free(event_msg);
-        if (rc == 0 && chosen != NULL) {
-            bound++;
-            KD_INFO("pod bound", "namespace=%s pod=%s node=%s", kd_logq(ns), kd_logq(name),
-                    kd_logq(node_name));
-        }
-        free(ns);
-        free(name);
         if (rc != 0) {
             bound = rc;
             goto out;
         }
+        if (did_bind) {
+            take(&chosen->avail, &p->r);
+            bound++;
+        }
+        /* The write's event updates p (or moves it to the bound) at the next catch_up. */
     }
 out:
     free(nv);
-    free(cands);
-    free(pods);
     free(nodes);
     return bound;
 }

@@ -1,7 +1,9 @@
 /*
  * Load generator for bench/local: concurrent creates (kdet-local objects or,
  * as the anchor, etcd puts through its JSON gateway), watch delivery
- * latency with N watchers, and pod start latency (create -> Running).
+ * latency with N watchers, pod start latency (create -> Running), and many
+ * short pods (create N one-container pods that exit at once, wait until all
+ * have Succeeded: kdet-local's CPU per pod is measured around it by run.sh).
  * Every run is bounded in count and time.
  */
 #include <curl/curl.h>
@@ -22,6 +24,7 @@
 
 static const char *base;
 static int mode_etcd;
+static int mode_pods; /* creates are short pods (sh -c "exit 0") named mp-I */
 static int total, conc;
 static int next_index;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -71,6 +74,15 @@ static char *create_body(int i, const char *prefix, char **url)
     char pad[1001];
     memset(pad, 'x', 1000);
     pad[1000] = '\0';
+    if (mode_pods) {
+        *url = kd_xasprintf("%s/api/v1/namespaces/default/pods", base);
+        return kd_xasprintf(
+            "{\"metadata\":{\"name\":\"mp-%d\",\"labels\":{\"bench\":\"manypods\"}},"
+            "\"spec\":{\"restartPolicy\":\"Never\",\"terminationGracePeriodSeconds\":1,"
+            "\"containers\":[{\"name\":\"m\",\"image\":\"busybox\",\"command\":[\"sh\",\"-c\","
+            "\"exit 0\"],\"resources\":{\"requests\":{\"cpu\":\"10m\"}}}]}}",
+            i);
+    }
     char *obj = kd_xasprintf("{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":"
                              "\"%s-%d\",\"labels\":{\"bench\":\"yes\"}},\"data\":{\"pad\":\"%s\"}}",
                              prefix, i, pad);
@@ -229,6 +241,7 @@ static void percentiles(int64_t *v, size_t n, double *p50, double *p99)
 
 static int64_t *pod_lat;
 static int pods_seen;
+static const char *pod_prefix = "sp-", *pod_phase = "Running";
 
 static size_t on_pod_data(char *p, size_t s, size_t n, void *ud)
 {
@@ -247,10 +260,11 @@ static size_t on_pod_data(char *p, size_t s, size_t n, void *ud)
         const char *phase =
             json_string_value(json_object_get(json_object_get(obj, "status"), "phase"));
         int idx;
-        if (name != NULL && phase != NULL && strcmp(phase, "Running") == 0 &&
-            kd_str_has_prefix(name, "sp-") && kd_parse_int(name + 3, &idx) == 0 && idx >= 0 &&
-            idx < total && pod_lat[idx] == 0) {
-            pod_lat[idx] = now - sent_ns[idx];
+        if (name != NULL && phase != NULL && strcmp(phase, pod_phase) == 0 &&
+            kd_str_has_prefix(name, pod_prefix) &&
+            kd_parse_int(name + strlen(pod_prefix), &idx) == 0 && idx >= 0 && idx < total &&
+            pod_lat[idx] == 0) {
+            pod_lat[idx] = now - sent_ns[idx] > 0 ? now - sent_ns[idx] : 1;
             pods_seen++;
         }
         json_decref(ev);
@@ -274,7 +288,7 @@ static void *pod_watch(void *arg)
     (void)arg;
     struct kd_buf line = KD_BUF_INIT(1 << 20);
     CURL *c = handle();
-    char *url = kd_xasprintf("%s/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=300", base);
+    char *url = kd_xasprintf("%s/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=3600", base);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_pod_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &line);
@@ -291,7 +305,8 @@ static int usage(void)
 {
     fprintf(stderr, "usage: kdet-local-bench creates URL N CONC [etcd]\n"
                     "       kdet-local-bench watch URL N WATCHERS\n"
-                    "       kdet-local-bench pods URL N\n");
+                    "       kdet-local-bench pods URL N\n"
+                    "       kdet-local-bench manypods URL N CONC\n");
     return 2;
 }
 
@@ -399,6 +414,32 @@ int main(int argc, char **argv)
                failures);
         rc = n == (size_t)total ? 0 : 1;
         free(v);
+        free(pod_lat);
+        free(sent_ns);
+    } else if (strcmp(argv[1], "manypods") == 0 && argc >= 5) {
+        /* N short pods from CONC clients; done when every one has Succeeded (1 hour at most). */
+        if (kd_parse_int(argv[4], &conc) < 0 || conc < 1 || conc > MAX_THREADS)
+            return usage();
+        mode_pods = 1;
+        pod_prefix = "mp-";
+        pod_phase = "Succeeded";
+        sent_ns = kd_xcalloc((size_t)total, sizeof(int64_t));
+        pod_lat = kd_xcalloc((size_t)total, sizeof(int64_t));
+        deadline_ms = kd_mono_ms() + 3600000;
+        pthread_t wt, th[MAX_THREADS];
+        pthread_create(&wt, NULL, pod_watch, NULL);
+        kd_sleep_ms(300);
+        int64_t t0 = kd_mono_ns();
+        for (int i = 0; i < conc; i++)
+            pthread_create(&th[i], NULL, creator, NULL);
+        for (int i = 0; i < conc; i++)
+            pthread_join(th[i], NULL);
+        double created_s = (double)(kd_mono_ns() - t0) / 1e9;
+        pthread_join(wt, NULL);
+        double done_s = (double)(kd_mono_ns() - t0) / 1e9;
+        printf("pods=%d succeeded=%d created_s=%.1f done_s=%.1f failures=%d\n", total, pods_seen,
+               created_s, done_s, failures);
+        rc = pods_seen == total ? 0 : 1;
         free(pod_lat);
         free(sent_ns);
     } else {

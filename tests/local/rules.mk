@@ -6,6 +6,8 @@ $(eval $(call kd_test,test_local_store,tests/local/test_store.c,local core,-ljan
 $(eval $(call kd_test,test_local_http,tests/local/test_http.c,http core,-lmicrohttpd -ljansson -lcurl,60))
 $(eval $(call kd_test_script,test_local_durability,tests/local/durability.sh,180,slow,$(O)/bin/kdet-local))
 $(eval $(call kd_test,test_local_table,tests/local/test_table.c,local core,-ljansson -lm,30))
+# The scheduler's pure decisions (which pods count as bound or pending, which share a class), as tables.
+$(eval $(call kd_test,test_local_scheduler,tests/local/test_scheduler.c,local core,-ljansson -lm,30))
 $(eval $(call kd_test,test_local_proctree,tests/local/test_proctree.c,local core,,30))
 $(eval $(call kd_test,test_local_proto,tests/local/test_proto.c,local core,-ljansson -lcrypto,30))
 $(eval $(call kd_test_script,test_local_auth,tests/local/auth.sh,60,,$(O)/bin/kdet-local))
