@@ -1,0 +1,201 @@
+/*
+ * Metric ingest through the controller's API against a raw COPY: a private
+ * PostgreSQL, kdet-local and the real API (tests/controller/api/fx.c), 100
+ * trials reporting at once over keep-alive HTTP (each batch acknowledged
+ * durable), then the same rows COPYed by libpq into a table with the
+ * metrics table's indexes. Prints rows/s of both and their ratio.
+ */
+#include <curl/curl.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/buf.h"
+#include "core/time.h"
+#include "fx.h"
+
+#define ROWS 100 /* rows per batch */
+
+static int trials = 100, batches = 20;
+
+struct rep {
+    int idx;
+    char trial[32];
+    char tok[64];
+    int failures;
+    char err[256];
+};
+
+static size_t sink(char *p, size_t sz, size_t n, void *u)
+{
+    (void)p;
+    (void)u;
+    return sz * n;
+}
+
+/* The metrics of row r of batch b (the same text for the API and the anchor). */
+static int row_metrics(char *out, size_t cap, int b, int r)
+{
+    return snprintf(out, cap, "{\"loss\":%.6f,\"acc\":%.6f,\"lr\":0.01,\"gnorm\":%.3f}",
+                    1.0 / (b * ROWS + r + 1), r / 100.0, r * 0.5);
+}
+
+static void *reporter(void *p)
+{
+    struct rep *rp = p;
+    char url[256], auth[128], m[160];
+    size_t cap = ROWS * 128 + 256;
+    char *body = malloc(cap);
+    CURL *c = curl_easy_init();
+    struct curl_slist *h = NULL;
+    snprintf(url, sizeof(url), "%s/api/v1/namespaces/default/trials/%s/metrics", fx.url,
+             rp->trial);
+    snprintf(auth, sizeof(auth), "Authorization: Bearer %s", rp->tok);
+    h = curl_slist_append(h, auth);
+    h = curl_slist_append(h, "Content-Type: application/json");
+    h = curl_slist_append(h, "Expect:");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    for (int b = 0; b < batches; b++) {
+        int n = snprintf(body, cap, "{\"kind\":\"training\",\"key\":\"b%d\",\"rows\":[", b);
+        for (int r = 0; r < ROWS; r++) {
+            row_metrics(m, sizeof(m), b, r);
+            n += snprintf(body + n, cap - (size_t)n, "%s{\"batches\":%d,\"metrics\":%s}",
+                          r ? "," : "", b * ROWS + r, m);
+        }
+        snprintf(body + n, cap - (size_t)n, "]}");
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        long code = 0;
+        CURLcode cc = curl_easy_perform(c);
+        if (cc == CURLE_OK)
+            curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+        if (code != 200) {
+            /* Not acknowledged: retry with the same key, as a worker does. */
+            if (++rp->failures > 100) {
+                snprintf(rp->err, sizeof(rp->err), "batch %d: curl %d, HTTP %ld", b, (int)cc, code);
+                break;
+            }
+            b--;
+        }
+    }
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    free(body);
+    return NULL;
+}
+
+static void exec_ok(PGconn *pc, const char *sql)
+{
+    PGresult *r = PQexec(pc, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        fail_msg("%s: %s", sql, PQerrorMessage(pc));
+    PQclear(r);
+}
+
+/* The anchor: one COPY of the same rows into a table indexed as `metrics` is. */
+static double copy_anchor(void)
+{
+    PGconn *pc = PQconnectdb(fx.conninfo);
+    assert_int_equal(PQstatus(pc), CONNECTION_OK);
+    exec_ok(pc, "CREATE TABLE anchor_metrics (id bigserial PRIMARY KEY, trial_id bigint NOT NULL,"
+                " kind text NOT NULL, step bigint NOT NULL, metrics jsonb NOT NULL,"
+                " reported_at timestamptz NOT NULL, batch_key text NOT NULL);"
+                "CREATE INDEX anchor_trial_kind_step ON anchor_metrics (trial_id, kind, step)");
+    struct kd_buf line = KD_BUF_INIT(1 << 20);
+    char m[160];
+    int64_t t0 = kd_mono_ns();
+    exec_ok(pc, "BEGIN");
+    PGresult *r = PQexec(pc, "COPY anchor_metrics (trial_id, kind, step, metrics, reported_at,"
+                             " batch_key) FROM STDIN");
+    assert_int_equal(PQresultStatus(r), PGRES_COPY_IN);
+    PQclear(r);
+    for (int t = 0; t < trials; t++) {
+        for (int b = 0; b < batches; b++) {
+            for (int i = 0; i < ROWS; i++) {
+                char tmp[320];
+                row_metrics(m, sizeof(m), b, i);
+                int n = snprintf(tmp, sizeof(tmp),
+                                 "%d\ttraining\t%d\t%s\t2026-11-27 00:00:00+00\tb%d\n", t + 1,
+                                 b * ROWS + i, m, b);
+                assert_int_equal(kd_buf_append(&line, tmp, (size_t)n), 0);
+            }
+            if (line.len > (512u << 10)) {
+                assert_int_equal(PQputCopyData(pc, line.data, (int)line.len), 1);
+                line.len = 0;
+            }
+        }
+    }
+    if (line.len > 0)
+        assert_int_equal(PQputCopyData(pc, line.data, (int)line.len), 1);
+    assert_int_equal(PQputCopyEnd(pc, NULL), 1);
+    r = PQgetResult(pc);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        fail_msg("COPY: %s", PQerrorMessage(pc));
+    PQclear(r);
+    while ((r = PQgetResult(pc)) != NULL)
+        PQclear(r);
+    exec_ok(pc, "COMMIT");
+    int64_t ns = kd_mono_ns() - t0;
+    kd_buf_free(&line);
+    PQfinish(pc);
+    return (double)trials * batches * ROWS / ((double)ns / 1e9);
+}
+
+static void bench_ingest(void **state)
+{
+    (void)state;
+    struct rep *reps = calloc((size_t)trials, sizeof(*reps));
+    pthread_t *th = calloc((size_t)trials, sizeof(*th));
+    char uid[64];
+    fx_experiment("ingest", "validation_loss");
+    for (int i = 0; i < trials; i++) {
+        reps[i].idx = i;
+        snprintf(reps[i].trial, sizeof(reps[i].trial), "ingest-%d", i);
+        fx_trial("ingest", reps[i].trial, 100, uid, sizeof(uid));
+        fx_token(reps[i].trial, uid, reps[i].tok, sizeof(reps[i].tok));
+    }
+    int64_t t0 = kd_mono_ns();
+    for (int i = 0; i < trials; i++)
+        pthread_create(&th[i], NULL, reporter, &reps[i]);
+    int retried = 0;
+    for (int i = 0; i < trials; i++) {
+        pthread_join(th[i], NULL);
+        if (reps[i].err[0])
+            fail_msg("%s: %s", reps[i].trial, reps[i].err);
+        retried += reps[i].failures;
+    }
+    int64_t ns = kd_mono_ns() - t0;
+    long long total = (long long)trials * batches * ROWS;
+    double api = (double)total / ((double)ns / 1e9);
+    /* Every acknowledged row is stored once. */
+    assert_int_equal(fx_sql_int("SELECT count(*) FROM metrics"), total);
+    assert_int_equal(fx_sql_int("SELECT count(*) FROM metric_batches"), (long long)trials * batches);
+    double anchor = copy_anchor();
+    printf("ingest: %d trials x %d batches x %d rows, each batch acknowledged durable "
+           "(%d retried)\n",
+           trials, batches, ROWS, retried);
+    printf("  API (HTTP -> durable in PostgreSQL): %8.0f rows/s\n", api);
+    printf("  raw COPY, same rows and indexes:      %8.0f rows/s\n", anchor);
+    printf("  ratio API / COPY:                     %8.2fx (goal >= 0.50x)\n", api / anchor);
+    free(reps);
+    free(th);
+}
+
+int main(void)
+{
+    if (getenv("KD_BENCH_INGEST_TRIALS"))
+        trials = (int)strtol(getenv("KD_BENCH_INGEST_TRIALS"), NULL, 10);
+    if (getenv("KD_BENCH_INGEST_BATCHES"))
+        batches = (int)strtol(getenv("KD_BENCH_INGEST_BATCHES"), NULL, 10);
+    const struct CMUnitTest t[] = {cmocka_unit_test(bench_ingest)};
+    return cmocka_run_group_tests(t, fx_setup, fx_teardown);
+}
