@@ -14,6 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -93,6 +96,47 @@ static void *reporter(void *p)
     return NULL;
 }
 
+/* CPU seconds of this process (the API and the clients). */
+static double self_cpu(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
+/* CPU seconds of the postmaster `pm` and its children that are alive now (from /proc). */
+static double pg_cpu(long pm)
+{
+    double sum = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    long tck = sysconf(_SC_CLK_TCK);
+    while (d && (e = readdir(d)) != NULL) {
+        char path[300], buf[1024];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        char *p = strrchr(buf, ')');
+        long pid = strtol(e->d_name, NULL, 10), ppid = 0;
+        unsigned long ut = 0, st = 0;
+        if (!p || sscanf(p + 2, "%*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ppid, &ut,
+                         &st) != 3)
+            continue;
+        if (pid == pm || ppid == pm)
+            sum += (double)(ut + st) / (double)tck;
+    }
+    if (d)
+        closedir(d);
+    return sum;
+}
+
 static void exec_ok(PGconn *pc, const char *sql)
 {
     PGresult *r = PQexec(pc, sql);
@@ -163,6 +207,22 @@ static void bench_ingest(void **state)
         fx_trial("ingest", reps[i].trial, 100, uid, sizeof(uid));
         fx_token(reps[i].trial, uid, reps[i].tok, sizeof(reps[i].tok));
     }
+    long pm = 0;
+    {
+        PGconn *pc = PQconnectdb(fx.conninfo);
+        PGresult *r = PQexec(pc, "SELECT pg_backend_pid()");
+        char path[64], line[256];
+        snprintf(path, sizeof(path), "/proc/%s/status", PQgetvalue(r, 0, 0));
+        FILE *f = fopen(path, "r");
+        while (f && fgets(line, sizeof(line), f))
+            if (strncmp(line, "PPid:", 5) == 0)
+                pm = strtol(line + 5, NULL, 10);
+        if (f)
+            fclose(f);
+        PQclear(r);
+        PQfinish(pc);
+    }
+    double cpu0 = self_cpu(), pg0 = pg_cpu(pm);
     int64_t t0 = kd_mono_ns();
     for (int i = 0; i < trials; i++)
         pthread_create(&th[i], NULL, reporter, &reps[i]);
@@ -174,6 +234,7 @@ static void bench_ingest(void **state)
         retried += reps[i].failures;
     }
     int64_t ns = kd_mono_ns() - t0;
+    double cpu = self_cpu() - cpu0, pgc = pg_cpu(pm) - pg0;
     long long total = (long long)trials * batches * ROWS;
     double api = (double)total / ((double)ns / 1e9);
     /* Every acknowledged row is stored once. */
@@ -184,6 +245,8 @@ static void bench_ingest(void **state)
            "(%d retried)\n",
            trials, batches, ROWS, retried);
     printf("  API (HTTP -> durable in PostgreSQL): %8.0f rows/s\n", api);
+    printf("  CPU per 1,000 rows: API and clients %.1f ms, PostgreSQL %.1f ms\n",
+           cpu * 1e6 / (double)total, pgc * 1e6 / (double)total);
     printf("  raw COPY, same rows and indexes:      %8.0f rows/s\n", anchor);
     printf("  ratio API / COPY:                     %8.2fx (goal >= 0.50x)\n", api / anchor);
     free(reps);

@@ -1,6 +1,7 @@
 /*
- * PostgreSQL's COPY text format for the metrics writer: escaping a field,
- * a timestamp from epoch milliseconds, one batch's rows as COPY lines, and
+ * A checked batch encoded for the metrics writer, once, in the caller's
+ * thread: its rows in PostgreSQL's COPY text format (escaping, timestamps
+ * from epoch milliseconds) and its spool line (JSON); and
  * sending COPY data with a client-side deadline (as kd_pg_exec does for
  * statements), so a hung server cannot block the writer for ever.
  */
@@ -52,38 +53,72 @@ int kd_copy__time(int64_t ms, char *out, size_t len)
     return n > 0 && (size_t)n < len ? 0 : KD_ETOOBIG;
 }
 
-int kd_copy__batch(struct kd_buf *b, const struct kd_metric_batch *mb, int64_t now_ms)
+/* A key (printable ASCII, checked) as a JSON string's contents. */
+static int json_key(struct kd_buf *b, const char *key)
 {
     int rc = 0;
-    char head[64], mid[96];
+    for (const char *p = key; *p && rc == 0; p++) {
+        if (*p == '"' || *p == '\\')
+            rc = kd_buf_putc(b, '\\');
+        if (rc == 0)
+            rc = kd_buf_putc(b, *p);
+    }
+    return rc;
+}
+
+int kd_copy__encode(const struct kd_metric_batch *mb, int64_t now_ms, struct kd_buf *copy,
+                    struct kd_buf *line)
+{
+    int rc = 0;
+    char head[64], num[64];
     const char *kind = kd_metric_kind_name(mb->kind);
     int hn = snprintf(head, sizeof(head), "%lld\t%s\t", (long long)mb->trial_id, kind);
+    /* "n" first: the spool reader takes the row count from the line's start. */
+    rc = kd_buf_printf(line, "{\"n\":%zu,\"t\":%lld,\"k\":\"%s\",\"key\":\"", mb->n,
+                       (long long)mb->trial_id, kind);
+    if (rc == 0)
+        rc = json_key(line, mb->key);
+    if (rc == 0)
+        rc = kd_buf_puts(line, "\",\"r\":[");
     for (size_t i = 0; i < mb->n && rc == 0; i++) {
         const struct kd_metric_row *r = &mb->rows[i];
+        int64_t ms = r->reported_ms ? r->reported_ms : now_ms;
         char ts[48];
+        /* One text of the row's metrics serves both encodings. */
         char *m = json_dumps(r->metrics, JSON_COMPACT);
         if (m == NULL)
             return KD_ENOMEM;
-        rc = kd_copy__time(r->reported_ms ? r->reported_ms : now_ms, ts, sizeof(ts));
-        int mn = snprintf(mid, sizeof(mid), "%lld\t", (long long)r->step);
+        size_t mlen = strlen(m);
+        rc = kd_copy__time(ms, ts, sizeof(ts));
+        int nn = snprintf(num, sizeof(num), "%s[%lld,%lld,", i ? "," : "", (long long)r->step,
+                          (long long)ms);
         if (rc == 0)
-            rc = kd_buf_append(b, head, (size_t)hn);
+            rc = kd_buf_append(line, num, (size_t)nn);
         if (rc == 0)
-            rc = kd_buf_append(b, mid, (size_t)mn);
+            rc = kd_buf_append(line, m, mlen);
         if (rc == 0)
-            rc = kd_copy__escape(b, m, strlen(m));
+            rc = kd_buf_putc(line, ']');
+        nn = snprintf(num, sizeof(num), "%lld\t", (long long)r->step);
         if (rc == 0)
-            rc = kd_buf_putc(b, '\t');
+            rc = kd_buf_append(copy, head, (size_t)hn);
         if (rc == 0)
-            rc = kd_buf_append(b, ts, strlen(ts));
+            rc = kd_buf_append(copy, num, (size_t)nn);
         if (rc == 0)
-            rc = kd_buf_putc(b, '\t');
+            rc = kd_copy__escape(copy, m, mlen);
         if (rc == 0)
-            rc = kd_copy__escape(b, mb->key, strlen(mb->key));
+            rc = kd_buf_putc(copy, '\t');
         if (rc == 0)
-            rc = kd_buf_putc(b, '\n');
+            rc = kd_buf_append(copy, ts, strlen(ts));
+        if (rc == 0)
+            rc = kd_buf_putc(copy, '\t');
+        if (rc == 0)
+            rc = kd_copy__escape(copy, mb->key, strlen(mb->key));
+        if (rc == 0)
+            rc = kd_buf_putc(copy, '\n');
         free(m);
     }
+    if (rc == 0)
+        rc = kd_buf_puts(line, "]}\n");
     return rc;
 }
 

@@ -70,11 +70,14 @@ int kd_copy__escape(struct kd_buf *b, const char *s, size_t len) KD_WUR;
 int kd_copy__time(int64_t ms, char *out, size_t len) KD_WUR;
 
 /**
- * Append a checked batch's rows as COPY text lines for
- * metrics (trial_id, kind, step, metrics, reported_at, batch_key); a row
- * without reported_ms gets now_ms.
+ * Encode a checked batch (a row without reported_ms gets now_ms) both ways
+ * in one pass, appending to two buffers: `copy` gets COPY text lines for
+ * metrics (trial_id, kind, step, metrics, reported_at, batch_key), `line`
+ * the spool line {"n":rows,"t":trial,"k":"kind","key":"...",
+ * "r":[[step,ms,{...}],...]} and '\n'. 0, KD_ENOMEM or a buffer's KD_ETOOBIG.
  */
-int kd_copy__batch(struct kd_buf *b, const struct kd_metric_batch *mb, int64_t now_ms) KD_WUR;
+int kd_copy__encode(const struct kd_metric_batch *mb, int64_t now_ms, struct kd_buf *copy,
+                    struct kd_buf *line) KD_WUR;
 
 /**
  * Run `sql` (a COPY ... FROM STDIN) and send data (len bytes) with a

@@ -251,49 +251,6 @@ static int check_batch(const struct kd_metric_batch *b, char *err)
     return 0;
 }
 
-/* {"n":rows,"t":trial,"k":"kind","key":"...","r":[[step,ms,{...}],...]}\n */
-static int serialise(const struct kd_metric_batch *b, int64_t now, char **line, size_t *len,
-                     char *err)
-{
-    int rc = 0;
-    json_t *rows = json_array(), *o = NULL;
-    char *text = NULL;
-    for (size_t i = 0; i < b->n; i++) {
-        const struct kd_metric_row *r = &b->rows[i];
-        json_array_append_new(rows, json_pack("[IIO]", (json_int_t)r->step,
-                                              (json_int_t)(r->reported_ms ? r->reported_ms : now),
-                                              r->metrics));
-    }
-    /* "n" first: the spool reader takes the row count from the line's start. */
-    o = json_pack("{sIsIsssssO}", "n", (json_int_t)b->n, "t", (json_int_t)b->trial_id, "k",
-                  kd_metric_kind_name(b->kind), "key", b->key, "r", rows);
-    if (!o) {
-        rc = kd_seterr(err, KD_ENOMEM, "metrics: cannot build the batch");
-        goto out;
-    }
-    text = json_dumps(o, JSON_COMPACT);
-    if (!text) {
-        rc = kd_seterr(err, KD_ENOMEM, "metrics: cannot serialise the batch");
-        goto out;
-    }
-    size_t n = strlen(text);
-    if (n > KD_STORE_MAX_BATCH_BYTES) {
-        rc = kd_seterr(err, KD_ETOOBIG, "batch: %zu bytes of JSON, at most %u", n,
-                       KD_STORE_MAX_BATCH_BYTES);
-        goto out;
-    }
-    *line = kd_xmalloc(n + 2);
-    memcpy(*line, text, n);
-    (*line)[n] = '\n';
-    (*line)[n + 1] = '\0';
-    *len = n + 1;
-out:
-    free(text);
-    json_decref(o);
-    json_decref(rows);
-    return rc;
-}
-
 /* ---- the database side --------------------------------------------------- */
 
 static void mark_down(struct kd_writer *w, const char *why)
@@ -990,31 +947,34 @@ int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, in
     int rc = 0;
     struct kd_writer *w = s->writer;
     struct qitem *q = NULL;
-    char *line = NULL;
     size_t len = 0;
     rc = check_batch(b, err);
     if (rc != 0)
         goto out;
-    int64_t now = kd_wall_ms();
-    rc = serialise(b, now, &line, &len, err);
-    if (rc != 0)
+    /* Encoded here, in the caller's thread, so that the one writer thread only sends. */
+    struct kd_buf cb = KD_BUF_INIT(4 * (size_t)KD_STORE_MAX_BATCH_BYTES);
+    struct kd_buf lb = KD_BUF_INIT(2 * (size_t)KD_STORE_MAX_BATCH_BYTES);
+    rc = kd_copy__encode(b, kd_wall_ms(), &cb, &lb);
+    if (rc == 0 && lb.len - 1 > KD_STORE_MAX_BATCH_BYTES)
+        rc = KD_ETOOBIG;
+    if (rc != 0) {
+        if (rc == KD_ETOOBIG)
+            rc = kd_seterr(err, KD_ETOOBIG, "batch: %zu bytes of JSON or more, at most %u",
+                           lb.len ? lb.len - 1 : lb.len, KD_STORE_MAX_BATCH_BYTES);
+        else
+            rc = kd_seterr(err, rc, "metrics: cannot encode the batch");
+        kd_buf_free(&cb);
+        kd_buf_free(&lb);
         goto out;
+    }
+    len = lb.len;
     q = kd_xcalloc(1, sizeof(*q));
-    q->line = line;
-    q->len = len;
+    q->line = lb.data;
+    q->len = lb.len;
     q->nrows = b->n;
     q->trial_id = b->trial_id;
     q->kind = b->kind;
     q->key = kd_xstrdup(b->key);
-    line = NULL;
-    /* Built here, in the caller's thread, so that the one writer thread only sends. */
-    struct kd_buf cb = KD_BUF_INIT(4 * (size_t)KD_STORE_MAX_BATCH_BYTES);
-    rc = kd_copy__batch(&cb, b, now);
-    if (rc != 0) {
-        kd_buf_free(&cb);
-        rc = kd_seterr(err, rc, "metrics: cannot encode the batch");
-        goto out;
-    }
     q->copy = cb.data;
     q->copy_len = cb.len;
     pthread_mutex_lock(&w->mu);
@@ -1069,7 +1029,6 @@ int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, in
     }
     pthread_mutex_unlock(&w->mu);
 out:
-    free(line);
     qitem_free(q);
     return rc;
 }

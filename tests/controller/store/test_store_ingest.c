@@ -61,6 +61,36 @@ static void time_table(void **state)
     assert_int_equal(kd_copy__time(0, out, 10), KD_ETOOBIG);
 }
 
+static void encode_batch(void **state)
+{
+    (void)state;
+    json_t *m = json_pack("{ss}", "x", "t\tq");
+    struct kd_metric_row rows[2] = {{3, 1000, m}, {4, 0, m}};
+    struct kd_metric_batch b = {7, KD_METRIC_VALIDATION, "a\"b\\c", rows, 2};
+    struct kd_buf copy = KD_BUF_INIT(4096), line = KD_BUF_INIT(4096);
+    assert_int_equal(kd_copy__encode(&b, 2000, &copy, &line), 0);
+    assert_string_equal(kd_buf_str(&line),
+                        "{\"n\":2,\"t\":7,\"k\":\"validation\",\"key\":\"a\\\"b\\\\c\","
+                        "\"r\":[[3,1000,{\"x\":\"t\\tq\"}],[4,2000,{\"x\":\"t\\tq\"}]]}\n");
+    assert_string_equal(kd_buf_str(&copy),
+                        "7\tvalidation\t3\t{\"x\":\"t\\\\tq\"}\t1970-01-01 00:00:01.000+00\t"
+                        "a\"b\\\\c\n"
+                        "7\tvalidation\t4\t{\"x\":\"t\\\\tq\"}\t1970-01-01 00:00:02.000+00\t"
+                        "a\"b\\\\c\n");
+    /* The spool line is JSON whose key reads back as sent. */
+    json_t *o = json_loads(kd_buf_str(&line), 0, NULL);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "key")), "a\"b\\c");
+    json_decref(o);
+    /* A full buffer is reported, not overrun. */
+    struct kd_buf small = KD_BUF_INIT(16);
+    kd_buf_free(&line);
+    assert_int_equal(kd_copy__encode(&b, 2000, &copy, &small), KD_ETOOBIG);
+    kd_buf_free(&small);
+    kd_buf_free(&copy);
+    json_decref(m);
+}
+
 static void take_table(void **state)
 {
     (void)state;
@@ -154,6 +184,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(escape_table),
         cmocka_unit_test(time_table),
+        cmocka_unit_test(encode_batch),
         cmocka_unit_test(take_table),
         cmocka_unit_test(one_group),
     };
