@@ -58,8 +58,7 @@ static void *reporter(void *p)
     char *body = malloc(cap);
     CURL *c = curl_easy_init();
     struct curl_slist *h = NULL;
-    snprintf(url, sizeof(url), "%s/api/v1/namespaces/default/trials/%s/metrics", fx.url,
-             rp->trial);
+    snprintf(url, sizeof(url), "%s/api/v1/namespaces/default/trials/%s/metrics", fx.url, rp->trial);
     snprintf(auth, sizeof(auth), "Authorization: Bearer %s", rp->tok);
     h = curl_slist_append(h, auth);
     h = curl_slist_append(h, "Content-Type: application/json");
@@ -244,7 +243,8 @@ static void bench_ingest(void **state)
     double api = (double)total / ((double)ns / 1e9);
     /* Every acknowledged row is stored once. */
     assert_int_equal(fx_sql_int("SELECT count(*) FROM metrics"), total);
-    assert_int_equal(fx_sql_int("SELECT count(*) FROM metric_batches"), (long long)trials * batches);
+    assert_int_equal(fx_sql_int("SELECT count(*) FROM metric_batches"),
+                     (long long)trials * batches);
     double acpu = 0, acpu2 = 0;
     double anchor2 = copy_anchor(pm, &acpu2);
     anchor = (anchor + anchor2) / 2;
@@ -255,8 +255,9 @@ static void bench_ingest(void **state)
     printf("  API (HTTP -> durable in PostgreSQL): %8.0f rows/s\n", api);
     printf("  CPU per 1,000 rows: API and clients %.1f ms, PostgreSQL %.1f ms\n",
            cpu * 1e6 / (double)total, pgc * 1e6 / (double)total);
-    printf("  raw COPY, same rows and indexes:      %8.0f rows/s (before the API %.0f, after %.0f)\n",
-           anchor, 2 * anchor - anchor2, anchor2);
+    printf(
+        "  raw COPY, same rows and indexes:      %8.0f rows/s (before the API %.0f, after %.0f)\n",
+        anchor, 2 * anchor - anchor2, anchor2);
     printf("  CPU per 1,000 rows: COPY client and PostgreSQL %.1f ms\n", acpu * 1e6);
     printf("  ratio API / COPY:                     %8.2fx (goal >= 0.50x)\n", api / anchor);
     printf("  ratio of CPU per row, COPY / API:     %8.2fx\n",

@@ -48,8 +48,7 @@ int kd_copy__time(int64_t ms, char *out, size_t len)
     if (ms < 0 || gmtime_r(&sec, &tm) == NULL)
         return KD_EINVAL;
     int n = snprintf(out, len, "%04d-%02d-%02d %02d:%02d:%02d.%03d+00", tm.tm_year + 1900,
-                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                     (int)(ms % 1000));
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
     return n > 0 && (size_t)n < len ? 0 : KD_ETOOBIG;
 }
 

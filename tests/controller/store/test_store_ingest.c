@@ -106,7 +106,7 @@ static void take_table(void **state)
         {3, 91, 100, 10, 10, 100, 1024, false, 0},       /* one row over */
         {3, 10, 1000, 10, 24, 100, 1024, false, 1},      /* exactly max_bytes */
         {3, 10, 1000, 10, 25, 100, 1024, false, 0},      /* one byte over */
-        {99, 99, 99, 1, 1, 5000, 1u << 24, false, 1},   /* many small ones share a write */
+        {99, 99, 99, 1, 1, 5000, 1u << 24, false, 1},    /* many small ones share a write */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         assert_int_equal(kd_writer__take(cases[i].taken, cases[i].rows, cases[i].bytes,
@@ -182,10 +182,8 @@ static void one_group(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(escape_table),
-        cmocka_unit_test(time_table),
-        cmocka_unit_test(encode_batch),
-        cmocka_unit_test(take_table),
+        cmocka_unit_test(escape_table), cmocka_unit_test(time_table),
+        cmocka_unit_test(encode_batch), cmocka_unit_test(take_table),
         cmocka_unit_test(one_group),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
