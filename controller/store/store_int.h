@@ -12,6 +12,7 @@
 
 #include <libpq-fe.h>
 
+#include "core/buf.h"
 #include "store/store.h"
 
 /* ---- pool.c ------------------------------------------------------------- */
@@ -60,6 +61,33 @@ PGresult *kd_pg_exec(PGconn *c, const char *sql, int n, const char *const *param
 /** Map a failed result (or connection) to a KD_E* code and a message in err. */
 int kd_pg_error(PGconn *c, const PGresult *r, const char *what, char *err);
 
+/* ---- copy.c --------------------------------------------------------------- */
+
+/** Append s (len bytes) to b escaped for COPY's text format. 0 or KD_ENOMEM. */
+int kd_copy__escape(struct kd_buf *b, const char *s, size_t len) KD_WUR;
+
+/** "YYYY-MM-DD HH:MM:SS.mmm+00" for epoch milliseconds ms (>= 0) into out. */
+int kd_copy__time(int64_t ms, char *out, size_t len) KD_WUR;
+
+/**
+ * Encode a checked batch (a row without reported_ms gets now_ms) both ways
+ * in one pass, appending to two buffers: `copy` gets COPY text lines for
+ * metrics (trial_id, kind, step, metrics, reported_at, batch_key), `line`
+ * the spool line {"n":rows,"t":trial,"k":"kind","key":"...",
+ * "r":[[step,ms,{...}],...]} and '\n'. 0, KD_ENOMEM or a buffer's KD_ETOOBIG.
+ */
+int kd_copy__encode(const struct kd_metric_batch *mb, int64_t now_ms, struct kd_buf *copy,
+                    struct kd_buf *line) KD_WUR;
+
+/**
+ * Run `sql` (a COPY ... FROM STDIN) and send data (len bytes) with a
+ * client-side deadline as kd_pg_exec: on timeout the connection is shut
+ * down, *timed_out set and NULL returned. Otherwise the final result
+ * (caller PQclear()s; NULL when the connection broke). Blocks.
+ */
+PGresult *kd_pg_copy_in(PGconn *c, const char *sql, const char *data, size_t len, int timeout_ms,
+                        bool *timed_out);
+
 /* ---- migrate.c ---------------------------------------------------------- */
 
 struct kd_migration {
@@ -85,6 +113,16 @@ struct kd_writer;
 
 int kd_writer__start(struct kd_store *s, struct kd_writer **out, char *err) KD_WUR;
 void kd_writer__stop(struct kd_writer *w);
+
+/**
+ * The batching policy of one write: whether the next queued batch
+ * (item_rows rows, item_bytes bytes) joins a chunk that already holds
+ * `taken` batches of `rows` rows and `bytes` bytes. The first batch always
+ * joins; after a refused chunk (`solo`) batches go one by one; otherwise
+ * up to flush_rows rows and max_bytes bytes. Pure: 1 (take) or 0.
+ */
+int kd_writer__take(size_t taken, size_t rows, size_t bytes, size_t item_rows, size_t item_bytes,
+                    size_t flush_rows, size_t max_bytes, bool solo);
 
 /* ---- store.c ------------------------------------------------------------- */
 

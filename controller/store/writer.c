@@ -37,6 +37,12 @@ struct qitem {
     size_t nrows;
     size_t len; /* bytes of line, including the trailing '\n' */
     char *line; /* one JSON object and '\n' */
+    /* The same rows as COPY text lines, for writing from memory. */
+    int64_t trial_id;
+    enum kd_metric_kind kind;
+    char *key;
+    char *copy;
+    size_t copy_len;
 };
 
 struct kd_writer {
@@ -71,6 +77,16 @@ struct kd_writer {
     PGconn *conn;
 };
 
+static void qitem_free(struct qitem *q)
+{
+    if (!q)
+        return;
+    free(q->line);
+    free(q->key);
+    free(q->copy);
+    free(q);
+}
+
 /* One multi-batch INSERT: the batches travel as one JSON array parameter. */
 static const char *const INSERT_SQL =
     "WITH b AS ("
@@ -91,6 +107,42 @@ static const char *const INSERT_SQL =
     " SELECT (SELECT count(*) FROM b), (SELECT count(*) FROM f),"
     " (SELECT count(*) FROM f JOIN trials t ON t.id = f.trial_id),"
     " (SELECT count(*) FROM nb), (SELECT count(*) FROM ins)";
+
+/*
+ * Writing from memory: one statement records the chunk's batch keys
+ * (ON CONFLICT DO NOTHING) and answers, for each distinct (trial, key) in
+ * order, whether its trial exists and whether the key is new; then the
+ * rows of the new batches alone are COPYed into metrics in the same
+ * transaction. A key that is not new is never copied, and a concurrent
+ * writer of the same key waits on the key's index entry until this
+ * transaction ends, so no row is stored twice.
+ */
+static const char *const KEYS_SQL =
+    "WITH b AS ("
+    " SELECT (x->>0)::bigint AS trial_id, x->>1 AS batch_key, x->>2 AS kind,"
+    "  (x->>3)::integer AS nrows, ord"
+    " FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS a(x, ord)),"
+    " f AS (SELECT DISTINCT ON (trial_id, batch_key) * FROM b ORDER BY trial_id, batch_key, ord),"
+    " nb AS (INSERT INTO metric_batches (trial_id, batch_key, kind, nrows)"
+    "  SELECT f.trial_id, f.batch_key, f.kind, f.nrows"
+    "  FROM f JOIN trials t ON t.id = f.trial_id ORDER BY f.ord"
+    "  ON CONFLICT DO NOTHING RETURNING trial_id, batch_key)"
+    " SELECT f.ord, EXISTS (SELECT 1 FROM trials t WHERE t.id = f.trial_id),"
+    "  nb.batch_key IS NOT NULL"
+    " FROM f LEFT JOIN nb USING (trial_id, batch_key) ORDER BY f.ord";
+
+static const char *const COPY_SQL =
+    "COPY metrics (trial_id, kind, step, metrics, reported_at, batch_key) FROM STDIN";
+
+int kd_writer__take(size_t taken, size_t rows, size_t bytes, size_t item_rows, size_t item_bytes,
+                    size_t flush_rows, size_t max_bytes, bool solo)
+{
+    if (taken == 0)
+        return 1; /* the first batch always goes, whatever its size */
+    if (solo)
+        return 0;
+    return rows + item_rows <= flush_rows && bytes + item_bytes <= max_bytes;
+}
 
 int kd_metric_kind_parse(const char *s, enum kd_metric_kind *out)
 {
@@ -157,6 +209,34 @@ static int check_value(const json_t *v, char *path, size_t plen, size_t used, in
     return 0;
 }
 
+/* Whether check_value would pass v, without building paths (the common case, once per row). */
+static bool clean(const json_t *v, int depth)
+{
+    if (depth > MAX_DEPTH)
+        return false;
+    if (json_is_string(v))
+        return memchr(json_string_value(v), '\0', json_string_length(v)) == NULL;
+    if (json_is_object(v)) {
+        const char *key;
+        size_t klen;
+        json_t *x;
+        json_object_keylen_foreach((json_t *)v, key, klen, x)
+        {
+            if (memchr(key, '\0', klen) || !clean(x, depth + 1))
+                return false;
+        }
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x)
+        {
+            if (!clean(x, depth + 1))
+                return false;
+        }
+    }
+    return true;
+}
+
 static int check_batch(const struct kd_metric_batch *b, char *err)
 {
     char path[256];
@@ -191,55 +271,15 @@ static int check_batch(const struct kd_metric_batch *b, char *err)
             return kd_seterr(err, KD_EINVAL, "rows[%zu].reported_at: before 1970", i);
         if (!json_is_object(r->metrics))
             return kd_seterr(err, KD_EINVAL, "rows[%zu].metrics: not a JSON object", i);
+        if (clean(r->metrics, 0))
+            continue;
+        /* Something is wrong: walk again, naming the field. */
         snprintf(path, sizeof(path), "rows[%zu].metrics", i);
         int rc = check_value(r->metrics, path, sizeof(path), strlen(path), 0, err);
         if (rc != 0)
             return rc;
     }
     return 0;
-}
-
-/* {"n":rows,"t":trial,"k":"kind","key":"...","r":[[step,ms,{...}],...]}\n */
-static int serialise(const struct kd_metric_batch *b, char **line, size_t *len, char *err)
-{
-    int rc = 0;
-    int64_t now = kd_wall_ms();
-    json_t *rows = json_array(), *o = NULL;
-    char *text = NULL;
-    for (size_t i = 0; i < b->n; i++) {
-        const struct kd_metric_row *r = &b->rows[i];
-        json_array_append_new(rows, json_pack("[IIO]", (json_int_t)r->step,
-                                              (json_int_t)(r->reported_ms ? r->reported_ms : now),
-                                              r->metrics));
-    }
-    /* "n" first: the spool reader takes the row count from the line's start. */
-    o = json_pack("{sIsIsssssO}", "n", (json_int_t)b->n, "t", (json_int_t)b->trial_id, "k",
-                  kd_metric_kind_name(b->kind), "key", b->key, "r", rows);
-    if (!o) {
-        rc = kd_seterr(err, KD_ENOMEM, "metrics: cannot build the batch");
-        goto out;
-    }
-    text = json_dumps(o, JSON_COMPACT);
-    if (!text) {
-        rc = kd_seterr(err, KD_ENOMEM, "metrics: cannot serialise the batch");
-        goto out;
-    }
-    size_t n = strlen(text);
-    if (n > KD_STORE_MAX_BATCH_BYTES) {
-        rc = kd_seterr(err, KD_ETOOBIG, "batch: %zu bytes of JSON, at most %u", n,
-                       KD_STORE_MAX_BATCH_BYTES);
-        goto out;
-    }
-    *line = kd_xmalloc(n + 2);
-    memcpy(*line, text, n);
-    (*line)[n] = '\n';
-    (*line)[n + 1] = '\0';
-    *len = n + 1;
-out:
-    free(text);
-    json_decref(o);
-    json_decref(rows);
-    return rc;
 }
 
 /* ---- the database side --------------------------------------------------- */
@@ -326,6 +366,114 @@ out:
     return rc;
 }
 
+/* One statement of the transaction; 0 or an error in err (the connection is dropped then). */
+static int tx_step(struct kd_writer *w, PGresult *r, bool hung, ExecStatusType want, int limit,
+                   const char *what, char *err)
+{
+    int rc = 0;
+    if (hung)
+        rc = kd_seterr(err, KD_ETIMEDOUT, "%s: no answer from the database in %d ms", what, limit);
+    else if (PQresultStatus(r) != want)
+        rc = kd_pg_error(w->conn, r, what, err);
+    return rc;
+}
+
+/*
+ * Write the n batches of `list` from memory in one transaction: their keys
+ * first, then the rows of the new ones by COPY. Same results as
+ * write_batches.
+ */
+static int write_copy(struct kd_writer *w, struct qitem *list, size_t n, struct counts *k,
+                      char *err)
+{
+    int rc = 0;
+    PGresult *r = NULL;
+    json_t *keys = json_array();
+    char *kt = NULL;
+    bool *fresh = kd_xcalloc(n ? n : 1, sizeof(*fresh));
+    struct kd_buf data = KD_BUF_INIT(4 * ((size_t)CHUNK_BYTES + KD_STORE_MAX_BATCH_BYTES));
+    uint64_t distinct = 0, with_trial = 0, nfresh = 0, nrows = 0;
+    bool hung = false;
+    int limit = w->s->opts.statement_timeout_ms;
+    limit = limit > 0 ? limit + KD_STORE_CLIENT_GRACE_MS : 0;
+    int64_t t0 = kd_mono_ns();
+    rc = ensure_conn(w, err);
+    if (rc != 0)
+        goto out;
+    size_t i = 0;
+    for (struct qitem *q = list; q && i < n; q = q->next, i++)
+        json_array_append_new(keys, json_pack("[IssI]", (json_int_t)q->trial_id, q->key,
+                                              kd_metric_kind_name(q->kind), (json_int_t)q->nrows));
+    kt = json_dumps(keys, JSON_COMPACT);
+    if (!kt) {
+        rc = kd_seterr(err, KD_ENOMEM, "write metrics: cannot serialise the keys");
+        goto out;
+    }
+    r = kd_pg_exec(w->conn, "BEGIN", 0, NULL, limit, &hung);
+    if ((rc = tx_step(w, r, hung, PGRES_COMMAND_OK, limit, "write metrics: begin", err)) != 0)
+        goto out;
+    PQclear(r);
+    const char *params[1] = {kt};
+    r = kd_pg_exec(w->conn, KEYS_SQL, 1, params, limit, &hung);
+    if ((rc = tx_step(w, r, hung, PGRES_TUPLES_OK, limit, "write metrics: keys", err)) != 0)
+        goto out;
+    for (int row = 0; row < PQntuples(r); row++) {
+        uint64_t ord = 0;
+        if (kd_parse_u64(PQgetvalue(r, row, 0), &ord) != 0 || ord < 1 || ord > n) {
+            rc = kd_seterr(err, KD_EPROTO, "write metrics: unexpected batch number");
+            goto out;
+        }
+        distinct++;
+        if (PQgetvalue(r, row, 1)[0] == 't')
+            with_trial++;
+        if (PQgetvalue(r, row, 2)[0] == 't')
+            fresh[ord - 1] = true;
+    }
+    PQclear(r);
+    r = NULL;
+    i = 0;
+    for (struct qitem *q = list; q && i < n && rc == 0; q = q->next, i++) {
+        if (fresh[i]) {
+            nfresh++;
+            nrows += q->nrows;
+            rc = kd_buf_append(&data, q->copy, q->copy_len);
+        }
+    }
+    if (rc != 0) {
+        rc = kd_seterr(err, rc, "write metrics: cannot build the COPY data");
+        goto out;
+    }
+    if (data.len > 0) {
+        r = kd_pg_copy_in(w->conn, COPY_SQL, data.data, data.len, limit, &hung);
+        if ((rc = tx_step(w, r, hung, PGRES_COMMAND_OK, limit, "write metrics: copy", err)) != 0)
+            goto out;
+        PQclear(r);
+    }
+    r = kd_pg_exec(w->conn, "COMMIT", 0, NULL, limit, &hung);
+    if ((rc = tx_step(w, r, hung, PGRES_COMMAND_OK, limit, "write metrics: commit", err)) != 0)
+        goto out;
+    k->fresh = nfresh;
+    k->orph = distinct - with_trial;
+    k->dups = n - nfresh - k->orph;
+    k->rows = nrows;
+    kd_metric_add(w->s->opts.rows_written, NULL, (double)nrows);
+out:
+    kd_metric_observe(w->s->opts.db_seconds, (const char *[]){"metrics_write"},
+                      (double)(kd_mono_ns() - t0) / 1e9);
+    if (rc != 0 && w->conn) {
+        /* The transaction failed somewhere: a fresh connection starts clean. The keys make a
+         * retry safe even if the commit happened and only its answer was lost. */
+        PQfinish(w->conn);
+        w->conn = NULL;
+    }
+    PQclear(r);
+    kd_buf_free(&data);
+    free(fresh);
+    free(kt);
+    json_decref(keys);
+    return rc;
+}
+
 static bool transient(int rc)
 {
     return rc == KD_ECONNECT || rc == KD_EAGAIN || rc == KD_ETIMEDOUT;
@@ -401,8 +549,7 @@ static void spill(struct kd_writer *w)
         w->durable_seq = last->seq;
     while (list) {
         struct qitem *nx = list->next;
-        free(list->line);
-        free(list);
+        qitem_free(list);
         list = nx;
     }
     pthread_cond_broadcast(&w->done);
@@ -587,32 +734,22 @@ static void replay_step(struct kd_writer *w)
 static void write_step(struct kd_writer *w)
 {
     char err[KD_ERRLEN];
-    struct kd_buf chunk = KD_BUF_INIT(CHUNK_BYTES + KD_STORE_MAX_BATCH_BYTES + 16);
     struct qitem *list = w->head, *last = NULL;
     uint64_t n = 0;
     struct counts k = {0};
     size_t bytes = 0, nrows = 0;
-    int rc = kd_buf_putc(&chunk, '[');
-    for (struct qitem *q = w->head; q && rc == 0; q = q->next) {
-        if (n > 0 && (nrows + q->nrows > (size_t)w->s->opts.flush_rows ||
-                      chunk.len + q->len > CHUNK_BYTES || w->solo_left > 0))
+    int rc = 0;
+    for (struct qitem *q = w->head; q; q = q->next) {
+        if (!kd_writer__take(n, nrows, bytes, q->nrows, q->len, (size_t)w->s->opts.flush_rows,
+                             CHUNK_BYTES, w->solo_left > 0))
             break;
-        if (n > 0)
-            rc = kd_buf_putc(&chunk, ',');
-        if (rc == 0)
-            rc = kd_buf_append(&chunk, q->line, q->len - 1);
         last = q;
         n++;
         nrows += q->nrows;
         bytes += q->len;
     }
-    if (rc == 0)
-        rc = kd_buf_putc(&chunk, ']');
-    if (rc != 0 || !last) {
-        KD_ERROR("metrics writer: cannot build a chunk", "err=%s", kd_strerror(rc));
-        kd_buf_free(&chunk);
+    if (!last)
         return;
-    }
     /* Detach the chunk: only this thread removes items, puts only append. */
     w->head = last->next;
     if (!w->head)
@@ -621,9 +758,8 @@ static void write_step(struct kd_writer *w)
     w->qbatches -= n;
     w->qbytes -= bytes;
     pthread_mutex_unlock(&w->mu);
-    rc = write_batches(w, kd_buf_str(&chunk), &k, err);
+    rc = write_copy(w, list, n, &k, err);
     pthread_mutex_lock(&w->mu);
-    kd_buf_free(&chunk);
     bool drop = false;
     if (rc != 0 && !transient(rc)) {
         if (n > 1) {
@@ -650,8 +786,7 @@ static void write_step(struct kd_writer *w)
             w->committed_seq = last->seq;
         while (list) {
             struct qitem *nx = list->next;
-            free(list->line);
-            free(list);
+            qitem_free(list);
             list = nx;
         }
         pthread_cond_broadcast(&w->done);
@@ -796,8 +931,7 @@ void kd_writer__stop(struct kd_writer *w)
     pthread_join(w->th, NULL);
     while (w->head) {
         struct qitem *nx = w->head->next;
-        free(w->head->line);
-        free(w->head);
+        qitem_free(w->head);
         w->head = nx;
     }
     if (w->conn)
@@ -844,19 +978,36 @@ int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, in
     int rc = 0;
     struct kd_writer *w = s->writer;
     struct qitem *q = NULL;
-    char *line = NULL;
     size_t len = 0;
     rc = check_batch(b, err);
     if (rc != 0)
         goto out;
-    rc = serialise(b, &line, &len, err);
-    if (rc != 0)
+    /* Encoded here, in the caller's thread, so that the one writer thread only sends. */
+    struct kd_buf cb = KD_BUF_INIT(4 * (size_t)KD_STORE_MAX_BATCH_BYTES);
+    struct kd_buf lb = KD_BUF_INIT(2 * (size_t)KD_STORE_MAX_BATCH_BYTES);
+    rc = kd_copy__encode(b, kd_wall_ms(), &cb, &lb);
+    if (rc == 0 && lb.len - 1 > KD_STORE_MAX_BATCH_BYTES)
+        rc = KD_ETOOBIG;
+    if (rc != 0) {
+        if (rc == KD_ETOOBIG)
+            rc = kd_seterr(err, KD_ETOOBIG, "batch: %zu bytes of JSON or more, at most %u",
+                           lb.len ? lb.len - 1 : lb.len, KD_STORE_MAX_BATCH_BYTES);
+        else
+            rc = kd_seterr(err, rc, "metrics: cannot encode the batch");
+        kd_buf_free(&cb);
+        kd_buf_free(&lb);
         goto out;
+    }
+    len = lb.len;
     q = kd_xcalloc(1, sizeof(*q));
-    q->line = line;
-    q->len = len;
+    q->line = lb.data;
+    q->len = lb.len;
     q->nrows = b->n;
-    line = NULL;
+    q->trial_id = b->trial_id;
+    q->kind = b->kind;
+    q->key = kd_xstrdup(b->key);
+    q->copy = cb.data;
+    q->copy_len = cb.len;
     pthread_mutex_lock(&w->mu);
     if (w->stop) {
         pthread_mutex_unlock(&w->mu);
@@ -909,11 +1060,7 @@ int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, in
     }
     pthread_mutex_unlock(&w->mu);
 out:
-    free(line);
-    if (q) {
-        free(q->line);
-        free(q);
-    }
+    qitem_free(q);
     return rc;
 }
 

@@ -369,8 +369,9 @@ static void hung_writer(void **state)
     int64_t t = fx_trial(s, "hang", NULL);
     assert_int_equal(put_batch(s, t, "h", 0, 5000, err), 0);
     PGconn *c = fx_conn(ci);
-    long long pid = fx_int(c, "SELECT pid FROM pg_stat_activity WHERE application_name ="
-                              " 'kdwhang' AND query LIKE 'WITH b AS%' LIMIT 1");
+    long long pid =
+        fx_int(c, "SELECT pid FROM pg_stat_activity WHERE application_name ="
+                  " 'kdwhang' AND (query LIKE 'WITH b AS%' OR query = 'COMMIT') LIMIT 1");
     assert_true(pid > 0);
     assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
     int64_t t0 = kd_mono_ms();
