@@ -38,6 +38,7 @@
     X("GET", API_NSP "experiments/*/trials", AUTH_USER, 0, api_user_experiment_trials) \
     X("GET", API_NSP "experiments/*/checkpoints", AUTH_USER, 0, api_user_experiment_checkpoints) \
     X("GET", API_NSP "experiments/*/events", AUTH_USER, 0, api_user_experiment_events) \
+    X("GET", API_NSP "experiments/*/metrics", AUTH_USER, 0, api_user_experiment_metrics) \
     X("GET", API_NSP "experiments/*/metrics/stream", AUTH_USER, 0, api_user_stream) \
     X("GET", API_NSP "experiments/*/logs", AUTH_USER, 0, api_user_logs) \
     X("GET", API_NSP "experiments/*/logs/stream", AUTH_USER, 0, api_user_logs_stream) \

@@ -487,6 +487,39 @@ out:
     return;
 }
 
+/*
+ * GET .../experiments/{e}/metrics?kind=K&max_points=N: every trial's series
+ * of one kind in one answer, each downsampled to N points (default 200), so
+ * a page with 1,000 trials makes one request instead of one per trial.
+ */
+void api_user_experiment_metrics(struct api_rq *q)
+{
+    int64_t id;
+    long maxp;
+    json_t *out = NULL;
+    char err[KD_ERRLEN] = "";
+    enum kd_metric_kind kind = KD_METRIC_TRAINING;
+    const char *ks = kd_http_query(q->r, "kind");
+    if (ks != NULL && kd_metric_kind_parse(ks, &kind) != 0) {
+        api_error(q, 400, "kind",
+                  "query parameter kind=%s: must be training, validation or profiling",
+                  kd_logq(ks));
+        goto out;
+    }
+    if (api_query_int(q, "max_points", 1, 10000, 200, &maxp) != 0 || exp_id_of(q, &id) != 0)
+        goto out;
+    int rc =
+        id == 0 ? 0 : kd_store_metrics_series_all(q->api->o.store, id, kind, (int)maxp, &out, err);
+    if (rc != 0)
+        api_fail(q, rc, NULL, err);
+    else
+        api_json(q, 200,
+                 json_pack("{s:s,s:I,s:o}", "kind", kd_metric_kind_name(kind), "max_points",
+                           (json_int_t)maxp, "trials", out ? out : json_array()));
+out:
+    return;
+}
+
 void api_user_trial_checkpoints(struct api_rq *q)
 {
     int64_t id;

@@ -32,6 +32,7 @@ static void test_routes(void **state)
         {"GET", "//api//v1///jobs/", "api/v1/jobs", ""},
         {"DELETE", "/api/v1/namespaces/ns/trials/t/metrics", NULL, "POST, GET"},
         {"POST", "/api/v1/users/alice", NULL, "PATCH"},
+        {"GET", "/api/v1/namespaces/ns/experiments/e/metrics", API_NSP "experiments/*/metrics", ""},
         {"GET", "/api/v1/nothing", NULL, ""},
         {"GET", "/a/b/c/d/e/f/g/h/i/j/k/l/m", NULL, ""},
     };
