@@ -74,6 +74,7 @@
     X("PATCH", API_NSP "models/*/versions/*", AUTH_USER, API_MODEL, api_user_model_version_update) \
     X("DELETE", API_NSP "models/*/versions/*", AUTH_USER, 0, api_user_model_version_delete) \
     X("GET", "api/v1/jobs", AUTH_USER, 0, api_user_jobs) \
+    X("PATCH", API_NSP "jobs/*", AUTH_USER, API_SMALL, api_user_job_update) \
     X("GET", "api/v1/info", AUTH_USER, 0, api_user_info) \
     X("GET", "api/v1/me", AUTH_USER, 0, api_me) \
     X("GET", "api/v1/users", AUTH_ADMIN, 0, api_users_list) \

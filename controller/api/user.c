@@ -15,7 +15,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
-#include "k8s/position.h"
+#include "k8s/jobupdate.h"
 
 #define NS(q) ((q)->seg[3])
 #define NAME(q) ((q)->seg[5])
@@ -298,6 +298,66 @@ void api_user_experiment_action(struct api_rq *q)
     api_json(q, 200, json_pack("{s:o}", "experiment", summary(obj)));
 out:
     json_decref(exp);
+    json_decref(patch);
+    json_decref(obj);
+}
+
+/*
+ * PATCH .../jobs/{j}: move experiment {j} in the queue (priority, ahead of or
+ * behind another experiment of the namespace, resource pool) with the same
+ * merge patch `det job update` makes (kd_queue_update_patch).
+ */
+void api_user_job_update(struct api_rq *q)
+{
+    struct kd_api *a = q->api;
+    json_t *body = NULL, *exp = NULL, *other = NULL, *patch = NULL, *obj = NULL;
+    struct kd_queue_update u;
+    struct api_verr e;
+    char err[KD_ERRLEN] = "", said[512] = "";
+    int rc;
+    if (api_body(q, KD_API_MAX_SMALL_BODY, &body) != 0)
+        goto out;
+    if (api_check_job_update(body, &u, &e) != 0) {
+        api_refuse(q, &e);
+        goto out;
+    }
+    if ((rc = api_get_experiment(a, NS(q), NAME(q), &exp, err)) != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    const char *rel = u.ahead_of ? u.ahead_of : u.behind_of;
+    if (rel != NULL) {
+        const char *field = u.ahead_of ? "ahead_of" : "behind_of";
+        if (strcmp(rel, NAME(q)) == 0) {
+            api_error(q, 400, field, "%s: job %s cannot be moved relative to itself", field,
+                      kd_logq(rel));
+            goto out;
+        }
+        if ((rc = api_get_experiment(a, NS(q), rel, &other, err)) != 0) {
+            if (rc == KD_ENOTFOUND)
+                api_error(q, 404, field, "%s: no experiment %s in namespace %s", field,
+                          kd_logq(rel), kd_logq(NS(q)));
+            else
+                api_fail(q, rc, NULL, err);
+            goto out;
+        }
+    }
+    patch = kd_queue_update_patch(exp, other, &u, said, sizeof(said));
+    rc = kd_k8s_patch(a->o.k8s, &KD_K8S_EXPERIMENTS, NS(q), NAME(q), NULL, KD_K8S_PATCH_MERGE,
+                      patch, &obj, NULL, err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    KD_INFO("job changed through the API", "experiment=%s/%s change=%s", NS(q), NAME(q),
+            kd_logq(said));
+    api_json(q, 200,
+             json_pack("{s:s,s:s,s:I}", "job", NAME(q), "change", said, "priority",
+                       (json_int_t)(kd_queue_priority(obj) ?: KD_QUEUE_DEFAULT_PRIORITY)));
+out:
+    json_decref(body);
+    json_decref(exp);
+    json_decref(other);
     json_decref(patch);
     json_decref(obj);
 }
