@@ -109,6 +109,16 @@ try {
   const after = await page.$eval(sel, (c) => Number(c.dataset.points));
   check('new points appear without a reload (' + before + ' -> ' + after + ')', grew && after > before);
   check('... the page was not reloaded', await page.evaluate(() => window.kdNoReload === 1));
+  check('the hyperparameter view: a scatter of lr against validation_loss with both trials', await waitTrue(page, () => {
+    const sc = document.querySelector('#hparams svg.scatter[data-hparam=lr]');
+    return sc && sc.querySelectorAll('circle').length === 2 && /validation_loss against lr/.test(sc.getAttribute('aria-label'));
+  }, 30000), await page.evaluate(() => document.getElementById('hparams')?.textContent.slice(0, 200)));
+  check('... and parallel coordinates, one line per trial, coloured by the metric', await page.evaluate(() => {
+    const ls = document.querySelectorAll('#parallel polyline');
+    return ls.length === 2 && ls[0].getAttribute('stroke') !== ls[1].getAttribute('stroke');
+  }));
+  check('... under a heading', await page.evaluate(() => Array.from(document.querySelectorAll('h2')).some((e) => e.textContent === 'Hyperparameters')));
+  await (await page.$('#hparams')).screenshot({ path: path.join(art, 'hparams.png') });
   await page.click('#logscale');
   check('log scale: the curves are redrawn', await waitTrue(page, (s) => document.querySelector(s + ' canvas') && Number(document.querySelector(s).dataset.points) > 0, 5000, sel));
   await page.click('#logscale');

@@ -93,7 +93,7 @@ check "the annotation kdet.io/ahead-of=jq-a on jq-b" eval '[ "$(kubectl get exp 
 check "jq-a's priority 60 set from the page" eval '[ "$(kubectl get exp jq-a -o "jsonpath={.spec.resources.priority}")" = 60 ]'
 for q in jq-a jq-b; do kubectl patch experiment $q --type merge -p '{"spec":{"canceled":true}}' >/dev/null 2>&1; done
 check "the queued experiments are canceled" wait_for 30 eval 'exp_state_is jq-a CANCELED && exp_state_is jq-b CANCELED'
-for f in login experiments experiment trial jobs; do
+for f in login experiments experiment hparams trial jobs; do
     check "screenshot $f.png saved" test -s "$ART/$f.png"
 done
 

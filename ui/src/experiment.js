@@ -8,6 +8,7 @@
 import { api, follow, ns as nsPath } from './api.js';
 import { h, clear, get, fmtNumber, fmtProgress, stateBadge, progressBar, hparamsText, virtualTable } from './dom.js';
 import { ChartSet, colorOf } from './chart.js';
+import { hparamView } from './hpviz.js';
 
 const MAX_POINTS = 1000; // per trial, with few trials
 const BUDGET = 100000; // points per kind for the whole page
@@ -19,6 +20,8 @@ export function experimentPage(ctx, ns, name) {
   const summary = h('dl', { class: 'summary' });
   const trialsBox = h('div', { class: 'table-box', id: 'trials' });
   const chartsBox = h('div', { class: 'charts', id: 'charts' });
+  const hpBox = h('div', { class: 'hparams', id: 'hparams' });
+  let exp = {};
   const live = h('span', { class: 'live muted', role: 'status' }, 'connecting…');
   const logToggle = h('input', { id: 'logscale', type: 'checkbox', onchange: () => charts.setLog(logToggle.checked) });
   const title = h('h1', {}, 'Experiment ', name);
@@ -26,6 +29,7 @@ export function experimentPage(ctx, ns, name) {
     h('p', { class: 'crumbs' }, h('a', { href: '#/ns/' + encodeURIComponent(ns) }, 'Experiments'), ' / ', name),
     title, summary,
     h('h2', {}, 'Trials'), trialsBox,
+    h('h2', {}, 'Hyperparameters'), hpBox,
     h('h2', {}, 'Learning curves ', live),
     h('div', { class: 'toolbar' }, h('label', { class: 'check' }, logToggle, ' Log scale (y)'),
       h('span', { class: 'muted' }, 'Drag across a chart to zoom; double-click to zoom out.')),
@@ -97,8 +101,11 @@ export function experimentPage(ctx, ns, name) {
     const text = JSON.stringify(j);
     if (text !== seen) {
       seen = text;
-      drawSummary(j.experiment || {});
+      exp = j.experiment || {};
+      drawSummary(exp);
       drawTrials();
+      hparamView(hpBox, trials, get(exp, 'spec.searcher.metric') || 'metric',
+        get(exp, 'spec.searcher.smaller_is_better') !== false);
       if (!marked) performance.mark('kdet:trials'); /* first render, for bench/ui */
     }
     if (trials.some((t) => !loaded.has(t.name))) histories = history();
