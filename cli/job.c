@@ -17,7 +17,7 @@
 #include "core/str.h"
 #include "core/time.h"
 #include "config/task.h"
-#include "k8s/position.h"
+#include "k8s/jobupdate.h"
 
 static const struct kd_k8s_gvr exp_gvr = KD_K8S_EXPERIMENTS;
 static const struct kd_k8s_gvr trial_gvr = KD_K8S_TRIALS;
@@ -26,7 +26,7 @@ static const struct kd_k8s_gvr task_gvr = KD_K8S_TASKS;
 /* Shared with kdet-controller's scheduler (controller/ctrl.h). */
 #define AHEAD_OF KD_ANN_AHEAD_OF
 #define BEHIND_OF KD_ANN_BEHIND_OF
-#define DEFAULT_PRIORITY 42
+#define DEFAULT_PRIORITY KD_QUEUE_DEFAULT_PRIORITY
 #define KUBE_FLAGS "--namespace", "--kubeconfig", "--context"
 /* A line of update-batch. */
 #define BATCH_LINE_MAX 4096
@@ -61,18 +61,6 @@ static const char gc_usage[] =
     "the fields of spec.checkpoint_storage of the same names. At least one is required.\n";
 
 /* Append to the summary line of an update (truncated when full). */
-static void say(char *buf, size_t len, const char *fmt, ...) KD_PRINTF(3, 4);
-static void say(char *buf, size_t len, const char *fmt, ...)
-{
-    size_t n = strlen(buf);
-    va_list ap;
-    if (n + 1 >= len)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(buf + n, len - n, fmt, ap);
-    va_end(ap);
-}
-
 static bool terminal(const char *s)
 {
     return s &&
@@ -87,20 +75,18 @@ static const char *annotation(const json_t *obj, const char *key)
 /* The experiment's priority: spec.resources.priority, else its trials', else 42. */
 static json_int_t priority_of(const json_t *exp, const json_t *trials)
 {
-    json_t *p = det_get(exp, strcmp(det_get_str(exp, "kind", ""), "Task") == 0
-                                 ? "spec.config.resources.priority"
-                                 : "spec.resources.priority");
-    if (json_is_integer(p) && json_integer_value(p) >= 1 && json_integer_value(p) <= 99)
-        return json_integer_value(p);
+    int64_t p = kd_queue_priority(exp);
     size_t i;
     json_t *t;
     json_array_foreach(trials, i, t)
     {
-        p = det_get(t, "spec.resources.priority");
-        if (json_is_integer(p) && json_integer_value(p) >= 1 && json_integer_value(p) <= 99)
-            return json_integer_value(p);
+        if (p != 0)
+            break;
+        json_t *tp = det_get(t, "spec.resources.priority");
+        if (json_is_integer(tp) && json_integer_value(tp) >= 1 && json_integer_value(tp) <= 99)
+            p = json_integer_value(tp);
     }
-    return DEFAULT_PRIORITY;
+    return p != 0 ? p : DEFAULT_PRIORITY;
 }
 
 static json_t *find_exp(const json_t *items, const char *name)
@@ -341,19 +327,6 @@ static bool job_resolve(struct det_kube *k, const char *id, char **name, json_t 
     return false;
 }
 
-/* A DNS-1123 label (a resource pool name is a node label value: keep it simple). */
-static bool is_pool(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 63)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '_' || s[i] == '.'))
-            return false;
-    return true;
-}
-
 /*
  * Apply one update (the options in u) to job `id`: one merge patch of the
  * Experiment. `where` prefixes messages ("" or "line 3: "). Exit code.
@@ -386,7 +359,7 @@ static int update_one(struct det_kube *k, const char *id, const struct det_args 
         rc = DET_EXIT_USAGE;
         goto out;
     }
-    if (u->resource_pool != NULL && !is_pool(u->resource_pool)) {
+    if (u->resource_pool != NULL && !kd_queue_pool_ok(u->resource_pool)) {
         det_err("%s--resource-pool \"%s\": expected a pool name (letters, digits, '-', '_', '.')",
                 where, u->resource_pool);
         rc = DET_EXIT_USAGE;
@@ -395,16 +368,6 @@ static int update_one(struct det_kube *k, const char *id, const struct det_args 
     bool task = job_resolve(k, id, &name, &exp, &rc);
     if (rc != 0)
         goto out;
-    json_t *spec = json_object(), *res_p = json_object();
-    json_object_set_new(patch, "spec", spec);
-    if (u->priority != NULL) {
-        json_object_set_new(res_p, "priority", json_integer(prio));
-        say(said, sizeof(said), "%spriority %lld", said[0] ? ", " : "", (long long)prio);
-    }
-    if (u->resource_pool != NULL) {
-        json_object_set_new(res_p, "resource_pool", json_string(u->resource_pool));
-        say(said, sizeof(said), "%sresource pool %s", said[0] ? ", " : "", u->resource_pool);
-    }
     const char *rel = u->ahead_of ? u->ahead_of : u->behind_of;
     if (rel != NULL) {
         (void)job_resolve(k, rel, &oname, &other, &rc);
@@ -416,27 +379,11 @@ static int update_one(struct det_kube *k, const char *id, const struct det_args 
             rc = DET_EXIT_USAGE;
             goto out;
         }
-        json_object_set_new(patch, "metadata",
-                            json_pack("{s:{s:s?,s:s?}}", "annotations", AHEAD_OF,
-                                      u->ahead_of ? oname : NULL, BEHIND_OF,
-                                      u->ahead_of ? NULL : oname));
-        say(said, sizeof(said), "%s%s %s", said[0] ? ", " : "", u->ahead_of ? "ahead of" : "behind",
-            oname);
-        /* the position counts within a priority: take the other job's */
-        json_int_t mine = priority_of(exp, NULL), theirs = priority_of(other, NULL);
-        if (u->priority == NULL && mine != theirs) {
-            json_object_set_new(res_p, "priority", json_integer(theirs));
-            say(said, sizeof(said), " (priority %lld, as %s's)", (long long)theirs, oname);
-        }
     }
-    if (json_object_size(res_p) > 0 && task) /* a task's resources are in its config */
-        json_object_set_new(spec, "config", json_pack("{s:o}", "resources", res_p));
-    else if (json_object_size(res_p) > 0)
-        json_object_set_new(spec, "resources", res_p);
-    else
-        json_decref(res_p);
-    if (json_object_size(spec) == 0)
-        json_object_del(patch, "spec");
+    struct kd_queue_update qu = {prio, u->ahead_of ? oname : NULL, u->ahead_of ? NULL : oname,
+                                 u->resource_pool};
+    json_decref(patch);
+    patch = kd_queue_update_patch(exp, other, &qu, said, sizeof(said));
     const struct kd_k8s_gvr *g = task ? &task_gvr : &exp_gvr;
     r = kd_k8s_patch(k->c, g, k->ns, name, NULL, KD_K8S_PATCH_MERGE, patch, &res, &st, err);
     if (r != 0) {

@@ -174,6 +174,8 @@ void api_user_experiment_events(struct api_rq *q);
 void api_user_trial(struct api_rq *q);
 void api_user_trial_kill(struct api_rq *q);
 void api_user_trial_metrics(struct api_rq *q);
+void api_user_experiment_metrics(struct api_rq *q);
+void api_user_job_update(struct api_rq *q);
 void api_user_trial_checkpoints(struct api_rq *q);
 void api_user_checkpoint(struct api_rq *q);
 void api_user_jobs(struct api_rq *q);

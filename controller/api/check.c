@@ -18,6 +18,7 @@
 #include "core/alloc.h"
 #include "core/str.h"
 #include "core/time.h"
+#include "k8s/jobupdate.h"
 #include "storage/checkpoint.h"
 
 /* Fill e (status, field, message) and return the status. */
@@ -685,4 +686,53 @@ int64_t api_model_version_arg(const char *s)
         v = v * 10 + (s[i] - '0');
     }
     return v;
+}
+
+/* A Kubernetes object name (DNS-1123 subdomain): 1 to 253 of a-z 0-9 . -, alphanumeric ends. */
+static bool object_name_ok(const char *s, size_t len)
+{
+    if (s == NULL || len == 0 || len > 253 || strlen(s) != len)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '.' ||
+              s[i] == '-'))
+            return false;
+    return s[0] != '-' && s[0] != '.' && s[len - 1] != '-' && s[len - 1] != '.';
+}
+
+int api_check_job_update(const json_t *body, struct kd_queue_update *out, struct api_verr *e)
+{
+    static const char *const keys[] = {"priority", "ahead_of", "behind_of", "resource_pool", NULL};
+    static const char *const rel[] = {"ahead_of", "behind_of"};
+    const char **slot[] = {&out->ahead_of, &out->behind_of};
+    int rc;
+    memset(out, 0, sizeof(*out));
+    if ((rc = api_check_keys(body, "", keys, e)) != 0)
+        return rc;
+    if (json_object_size(body) == 0)
+        return refuse(e, 400, "priority",
+                      "nothing to change: give priority, ahead_of, behind_of or resource_pool");
+    json_t *p = json_object_get(body, "priority");
+    if (p != NULL &&
+        (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 99))
+        return refuse(e, 400, "priority", "priority: a number from 1 (first) to 99 (last)");
+    out->priority = p != NULL ? json_integer_value(p) : 0;
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_object_get(body, rel[i]);
+        if (v == NULL)
+            continue;
+        if (!json_is_string(v) || !object_name_ok(json_string_value(v), json_string_length(v)))
+            return refuse(e, 400, rel[i], "%s: the name of another job (an experiment)", rel[i]);
+        *slot[i] = json_string_value(v);
+    }
+    if (out->ahead_of != NULL && out->behind_of != NULL)
+        return refuse(e, 400, "behind_of", "ahead_of and behind_of: give one of them");
+    json_t *pool = json_object_get(body, "resource_pool");
+    if (pool != NULL) {
+        out->resource_pool = json_string_value(pool);
+        if (!json_is_string(pool) || !kd_queue_pool_ok(out->resource_pool) ||
+            strlen(out->resource_pool) != json_string_length(pool))
+            return refuse(e, 400, "resource_pool", "resource_pool: 1 to 63 of A-Z a-z 0-9 - _ .");
+    }
+    return 0;
 }

@@ -213,6 +213,17 @@ struct api_version_req {
 int api_check_model_version(const json_t *body, bool create, struct api_version_req *out,
                             struct api_verr *e) KD_WUR;
 
+struct kd_queue_update;
+
+/**
+ * PATCH .../jobs/{j} {priority?, ahead_of?, behind_of?, resource_pool?}: at
+ * least one, not both ahead_of and behind_of; priority 1..99; names of 1 to
+ * 253 of a-z 0-9 . - (Kubernetes object names); a pool as kd_queue_pool_ok.
+ * 0 with *out (strings borrowed from body), or 400 naming the field.
+ */
+int api_check_job_update(const json_t *body, struct kd_queue_update *out,
+                         struct api_verr *e) KD_WUR;
+
 /** A version number in a path: 1 to 9 digits, > 0 (0 when it is not one). Pure. */
 int64_t api_model_version_arg(const char *s);
 

@@ -38,6 +38,7 @@
     X("GET", API_NSP "experiments/*/trials", AUTH_USER, 0, api_user_experiment_trials) \
     X("GET", API_NSP "experiments/*/checkpoints", AUTH_USER, 0, api_user_experiment_checkpoints) \
     X("GET", API_NSP "experiments/*/events", AUTH_USER, 0, api_user_experiment_events) \
+    X("GET", API_NSP "experiments/*/metrics", AUTH_USER, 0, api_user_experiment_metrics) \
     X("GET", API_NSP "experiments/*/metrics/stream", AUTH_USER, 0, api_user_stream) \
     X("GET", API_NSP "experiments/*/logs", AUTH_USER, 0, api_user_logs) \
     X("GET", API_NSP "experiments/*/logs/stream", AUTH_USER, 0, api_user_logs_stream) \
@@ -73,6 +74,7 @@
     X("PATCH", API_NSP "models/*/versions/*", AUTH_USER, API_MODEL, api_user_model_version_update) \
     X("DELETE", API_NSP "models/*/versions/*", AUTH_USER, 0, api_user_model_version_delete) \
     X("GET", "api/v1/jobs", AUTH_USER, 0, api_user_jobs) \
+    X("PATCH", API_NSP "jobs/*", AUTH_USER, API_SMALL, api_user_job_update) \
     X("GET", "api/v1/info", AUTH_USER, 0, api_user_info) \
     X("GET", "api/v1/me", AUTH_USER, 0, api_me) \
     X("GET", "api/v1/users", AUTH_ADMIN, 0, api_users_list) \

@@ -15,7 +15,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/time.h"
-#include "k8s/position.h"
+#include "k8s/jobupdate.h"
 
 #define NS(q) ((q)->seg[3])
 #define NAME(q) ((q)->seg[5])
@@ -302,6 +302,66 @@ out:
     json_decref(obj);
 }
 
+/*
+ * PATCH .../jobs/{j}: move experiment {j} in the queue (priority, ahead of or
+ * behind another experiment of the namespace, resource pool) with the same
+ * merge patch `det job update` makes (kd_queue_update_patch).
+ */
+void api_user_job_update(struct api_rq *q)
+{
+    struct kd_api *a = q->api;
+    json_t *body = NULL, *exp = NULL, *other = NULL, *patch = NULL, *obj = NULL;
+    struct kd_queue_update u;
+    struct api_verr e;
+    char err[KD_ERRLEN] = "", said[512] = "";
+    int rc;
+    if (api_body(q, KD_API_MAX_SMALL_BODY, &body) != 0)
+        goto out;
+    if (api_check_job_update(body, &u, &e) != 0) {
+        api_refuse(q, &e);
+        goto out;
+    }
+    if ((rc = api_get_experiment(a, NS(q), NAME(q), &exp, err)) != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    const char *rel = u.ahead_of ? u.ahead_of : u.behind_of;
+    if (rel != NULL) {
+        const char *field = u.ahead_of ? "ahead_of" : "behind_of";
+        if (strcmp(rel, NAME(q)) == 0) {
+            api_error(q, 400, field, "%s: job %s cannot be moved relative to itself", field,
+                      kd_logq(rel));
+            goto out;
+        }
+        if ((rc = api_get_experiment(a, NS(q), rel, &other, err)) != 0) {
+            if (rc == KD_ENOTFOUND)
+                api_error(q, 404, field, "%s: no experiment %s in namespace %s", field,
+                          kd_logq(rel), kd_logq(NS(q)));
+            else
+                api_fail(q, rc, NULL, err);
+            goto out;
+        }
+    }
+    patch = kd_queue_update_patch(exp, other, &u, said, sizeof(said));
+    rc = kd_k8s_patch(a->o.k8s, &KD_K8S_EXPERIMENTS, NS(q), NAME(q), NULL, KD_K8S_PATCH_MERGE,
+                      patch, &obj, NULL, err);
+    if (rc != 0) {
+        api_fail(q, rc, NULL, err);
+        goto out;
+    }
+    KD_INFO("job changed through the API", "experiment=%s/%s change=%s", NS(q), NAME(q),
+            kd_logq(said));
+    api_json(q, 200,
+             json_pack("{s:s,s:s,s:I}", "job", NAME(q), "change", said, "priority",
+                       (json_int_t)(kd_queue_priority(obj) ?: KD_QUEUE_DEFAULT_PRIORITY)));
+out:
+    json_decref(body);
+    json_decref(exp);
+    json_decref(other);
+    json_decref(patch);
+    json_decref(obj);
+}
+
 /* The store id of the experiment NAME(q); answers itself on failure. 0 with *id = 0: no data. */
 static int exp_id_of(struct api_rq *q, int64_t *id)
 {
@@ -483,6 +543,39 @@ void api_user_trial_metrics(struct api_rq *q)
         api_json(q, 200,
                  json_pack("{s:s,s:o}", "kind", kd_metric_kind_name(kind), "metrics",
                            out ? out : json_array()));
+out:
+    return;
+}
+
+/*
+ * GET .../experiments/{e}/metrics?kind=K&max_points=N: every trial's series
+ * of one kind in one answer, each downsampled to N points (default 200), so
+ * a page with 1,000 trials makes one request instead of one per trial.
+ */
+void api_user_experiment_metrics(struct api_rq *q)
+{
+    int64_t id;
+    long maxp;
+    json_t *out = NULL;
+    char err[KD_ERRLEN] = "";
+    enum kd_metric_kind kind = KD_METRIC_TRAINING;
+    const char *ks = kd_http_query(q->r, "kind");
+    if (ks != NULL && kd_metric_kind_parse(ks, &kind) != 0) {
+        api_error(q, 400, "kind",
+                  "query parameter kind=%s: must be training, validation or profiling",
+                  kd_logq(ks));
+        goto out;
+    }
+    if (api_query_int(q, "max_points", 1, 10000, 200, &maxp) != 0 || exp_id_of(q, &id) != 0)
+        goto out;
+    int rc =
+        id == 0 ? 0 : kd_store_metrics_series_all(q->api->o.store, id, kind, (int)maxp, &out, err);
+    if (rc != 0)
+        api_fail(q, rc, NULL, err);
+    else
+        api_json(q, 200,
+                 json_pack("{s:s,s:I,s:o}", "kind", kd_metric_kind_name(kind), "max_points",
+                           (json_int_t)maxp, "trials", out ? out : json_array()));
 out:
     return;
 }

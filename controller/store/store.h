@@ -176,6 +176,17 @@ int kd_store_metrics_series(struct kd_store *s, int64_t trial_id, enum kd_metric
                             int max_points, json_t **out, char *err) KD_WUR;
 
 /**
+ * The metric series of every trial of an experiment and one kind, in one
+ * query, column-wise and numeric values only:
+ * [{"trial_id":N,"series":{"loss":{"steps":[...],"values":[...]},...}},...]
+ * by trial id. Each trial is downsampled as kd_store_metrics_series does
+ * (max_points 1..10000 rows per trial, evenly spaced by position, always the
+ * first and the last). For pages that draw all trials at once.
+ */
+int kd_store_metrics_series_all(struct kd_store *s, int64_t experiment_id, enum kd_metric_kind kind,
+                                int max_points, json_t **out, char *err) KD_WUR;
+
+/**
  * Metric rows stored after row id after_id, oldest first, at most limit
  * (1..10000), of one trial (trial_id > 0) or of every trial of an
  * experiment (experiment_id > 0): [{"id","trial_id","kind","step",

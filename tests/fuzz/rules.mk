@@ -11,7 +11,7 @@ $(eval $(call kd_fuzz,fuzz_config,$(FUZZ_CONFIG_SRCS),-ljansson -lyaml -lm,$(FUZ
 $(eval $(call kd_fuzz,fuzz_utoken,tests/fuzz/fuzz_utoken.c controller/api/usertoken.c $(wildcard lib/core/*.c),-lcrypto,tests/fuzz/corpus/utoken,-iquote controller))
 # The controller API's request checks (controller/api/check.c): routes, bearer tokens, body
 # caps and the worker and user routes' JSON bodies, without a database.
-FUZZ_API_SRCS := tests/fuzz/fuzz_api.c controller/api/check.c controller/api/usertoken.c \
+FUZZ_API_SRCS := tests/fuzz/fuzz_api.c controller/api/check.c controller/api/usertoken.c lib/k8s/jobupdate.c \
                  $(wildcard controller/store/*.c lib/metrics/*.c lib/storage/*.c lib/core/*.c)
 $(eval $(call kd_fuzz,fuzz_api,$(FUZZ_API_SRCS),-lpq -lcurl -lcrypto -ljansson -lm -lpthread,tests/fuzz/corpus/api,-iquote controller))
 # lib/http's screening of a connection's bytes: the request line, the head's framing, the target.

@@ -109,6 +109,16 @@ try {
   const after = await page.$eval(sel, (c) => Number(c.dataset.points));
   check('new points appear without a reload (' + before + ' -> ' + after + ')', grew && after > before);
   check('... the page was not reloaded', await page.evaluate(() => window.kdNoReload === 1));
+  check('the hyperparameter view: a scatter of lr against validation_loss with both trials', await waitTrue(page, () => {
+    const sc = document.querySelector('#hparams svg.scatter[data-hparam=lr]');
+    return sc && sc.querySelectorAll('circle').length === 2 && /validation_loss against lr/.test(sc.getAttribute('aria-label'));
+  }, 30000), await page.evaluate(() => document.getElementById('hparams')?.textContent.slice(0, 200)));
+  check('... and parallel coordinates, one line per trial, coloured by the metric', await page.evaluate(() => {
+    const ls = document.querySelectorAll('#parallel polyline');
+    return ls.length === 2 && ls[0].getAttribute('stroke') !== ls[1].getAttribute('stroke');
+  }));
+  check('... under a heading', await page.evaluate(() => Array.from(document.querySelectorAll('h2')).some((e) => e.textContent === 'Hyperparameters')));
+  await (await page.$('#hparams')).screenshot({ path: path.join(art, 'hparams.png') });
   await page.click('#logscale');
   check('log scale: the curves are redrawn', await waitTrue(page, (s) => document.querySelector(s + ' canvas') && Number(document.querySelector(s).dataset.points) > 0, 5000, sel));
   await page.click('#logscale');
@@ -135,6 +145,35 @@ try {
   check('the search box has a label', await page.evaluate(() => !!document.querySelector('label[for=log-search]')));
   await sleep(500);
   await page.screenshot({ path: path.join(art, 'trial.png'), fullPage: true });
+
+  // ---- the job queue: reorder and priority from the page (browser.sh checks det job list after)
+  await page.evaluate(() => { location.hash = '#/ns/default/jobs'; });
+  check('the job queue page', await waitTrue(page, () => document.querySelector('main[data-page=jobs]'), 10000));
+  check('it lists the queued experiments jq-a and jq-b', await waitTrue(page,
+    () => document.querySelector('#jobs tr[data-job=jq-a]') && document.querySelector('#jobs tr[data-job=jq-b]'), 15000));
+  const order = () => page.evaluate(() => Array.from(document.querySelectorAll('#jobs tbody tr')).map((r) => r.dataset.job)
+    .filter((n) => n === 'jq-a' || n === 'jq-b').join(' '));
+  check('jq-a before jq-b (submission order)', (await order()) === 'jq-a jq-b', await order());
+  check('the running experiment shows its GPUs in use', await page.evaluate(() =>
+    /2 of 2/.test(document.querySelector('#jobs tr[data-job=ui-exp]')?.textContent || '')));
+  check('the queue has a heading and labelled priority fields', await page.evaluate(() =>
+    /Job queue/.test(document.querySelector('h1').textContent) && !!document.querySelector('input[aria-label="priority of jq-a"]')));
+  const up = 'button[data-job=jq-b][data-move=up]';
+  check('jq-b has a button to move it ahead of jq-a', await page.$eval(up, (b) => b.getAttribute('aria-label')) === 'Move jq-b ahead of jq-a');
+  await page.focus(up);
+  await page.keyboard.press('Enter');
+  check('after "Up" (keyboard), jq-b comes before jq-a', await waitTrue(page, () => {
+    const n = Array.from(document.querySelectorAll('#jobs tbody tr')).map((r) => r.dataset.job);
+    return n.indexOf('jq-b') >= 0 && n.indexOf('jq-b') < n.indexOf('jq-a');
+  }, 10000), await order());
+  check('... and the page says what changed', /ahead of jq-a/.test(await page.$eval('main [role=status]', (e) => e.textContent)));
+  await page.$eval('input[aria-label="priority of jq-a"]', (i) => { i.value = ''; });
+  await page.type('input[aria-label="priority of jq-a"]', '60');
+  await page.keyboard.press('Enter');
+  check('a priority set from the page (jq-a: 60)', await waitTrue(page,
+    () => document.querySelector('input[aria-label="priority of jq-a"]')?.value === '60' && /priority 60/.test(document.querySelector('main [role=status]').textContent), 10000));
+  await sleep(300);
+  await page.screenshot({ path: path.join(art, 'jobs.png'), fullPage: true });
 
   // ---- a token refused later (revoked while the page is open): the page's next request
   // gets 401 and the login page comes back, saying why

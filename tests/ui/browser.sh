@@ -69,13 +69,31 @@ experiment ui-exp "  entrypoint: $PY $T/worker.py $T/stop
 check "both trials ACTIVE" wait_for 90 eval 'trial_state_is ui-exp-1 ACTIVE && trial_state_is ui-exp-2 ACTIVE'
 check "the workers report metrics" wait_for 60 eval '[ "$(exp_metrics ui-exp validation)" -ge 2 ]'
 
+# Two experiments that queue behind ui-exp (which holds both GPUs), for the job queue page.
+for q in jq-a jq-b; do
+    experiment $q "  entrypoint: sleep 600
+  hyperparameters: {}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  max_restarts: 0
+  resources: {slots_per_trial: 1}"
+    sleep 1.1 # distinct creation times: the queue's order
+done
+DET=$KD_BUILD/bin/det
+det_order() { "$DET" job list -o json 2>/dev/null | python3 -c 'import json,sys; print(" ".join(x["experiment"] for x in json.load(sys.stdin)["jobs"] if x["experiment"] in ("jq-a","jq-b")))'; }
+check "jq-a and jq-b queued" wait_for 60 eval '[ "$(det_order)" = "jq-a jq-b" ]'
+
 node "$KD_SRC/tests/ui/browser.mjs" "$URL" "$KDET_API_TOKEN" "$ART" "$CHROMIUM" >"$T/browser.out" 2>&1
 rc=$?
 cat "$T/browser.out"
 PASSED=$((PASSED + $(grep -c '^ok - ' "$T/browser.out")))
 FAILED=$((FAILED + $(grep -c '^FAIL - ' "$T/browser.out")))
 check "the browser script ran to its end (exit $rc)" eval '[ $rc = 0 ] && grep -q "^# browser done" "$T/browser.out"'
-for f in login experiments experiment trial; do
+check "det job list: jq-b ahead of jq-a after the page's reorder ($(det_order))" eval '[ "$(det_order)" = "jq-b jq-a" ]'
+check "the annotation kdet.io/ahead-of=jq-a on jq-b" eval '[ "$(kubectl get exp jq-b -o "jsonpath={.metadata.annotations.kdet\.io/ahead-of}")" = jq-a ]'
+check "jq-a's priority 60 set from the page" eval '[ "$(kubectl get exp jq-a -o "jsonpath={.spec.resources.priority}")" = 60 ]'
+for q in jq-a jq-b; do kubectl patch experiment $q --type merge -p '{"spec":{"canceled":true}}' >/dev/null 2>&1; done
+check "the queued experiments are canceled" wait_for 30 eval 'exp_state_is jq-a CANCELED && exp_state_is jq-b CANCELED'
+for f in login experiments experiment hparams trial jobs; do
     check "screenshot $f.png saved" test -s "$ART/$f.png"
 done
 

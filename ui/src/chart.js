@@ -80,7 +80,7 @@ class Curve {
       scales: { x: { time: false }, y: { distr: this.set.log ? 3 : 1 } },
       axes: [{ label: 'batches' }, { size: 60 }],
       cursor: { drag: { x: true, y: false } },
-      legend: { live: true },
+      legend: { show: this.names.length <= 30, live: true }, // a legend of 1,000 rows helps nobody
       series: [{ label: 'batches' }].concat(this.names.map((n) => ({
         label: n, stroke: colorOf(this.set.index(n)), width: 1.5, spanGaps: true,
         points: { show: !many, size: 4 },
@@ -112,14 +112,15 @@ export class ChartSet {
     this.curves = new Map();
     this.log = false;
     this.order = []; // trial names in the order first seen (colours stay put)
+    this.pos = new Map(); // name -> its index in order
     this.pending = false;
     this.ro = new ResizeObserver(() => { for (const c of this.curves.values()) c.resize(); });
     this.ro.observe(root);
   }
 
   index(name) {
-    let i = this.order.indexOf(name);
-    if (i < 0) i = this.order.push(name) - 1;
+    let i = this.pos.get(name);
+    if (i === undefined) this.pos.set(name, (i = this.order.push(name) - 1));
     return i;
   }
 
@@ -140,6 +141,18 @@ export class ChartSet {
         if (!c) this.curves.set(key, (c = new Curve(this, key)));
         c.add(trial, step, v);
       }
+    }
+    this.schedule();
+  }
+
+  // One trial's series of GET .../experiments/{e}/metrics: {name: {steps: [], values: []}}.
+  addSeries(trial, kind, series) {
+    for (const [m, sv] of Object.entries(series || {})) {
+      const key = kind + ':' + m;
+      let c = this.curves.get(key);
+      if (!c) this.curves.set(key, (c = new Curve(this, key)));
+      const steps = sv.steps || [], vals = sv.values || [];
+      for (let i = 0; i < steps.length; i++) if (typeof vals[i] === 'number') c.add(trial, steps[i], vals[i]);
     }
     this.schedule();
   }

@@ -97,3 +97,51 @@ export function sortableTable(caption, cols, rows, state, rerender) {
     h('thead', {}, head),
     h('tbody', {}, sorted.map((r) => h('tr', {}, cols.map((c) => h('td', { class: 'col-' + c.key }, c.cell(r)))))));
 }
+
+// A sortable table that keeps only the rows in view (plus a margin) in the DOM, for lists of
+// 10,000: fixed row height, a scrolling box, spacer rows above and below. Sorting and the
+// header are sortableTable's. The box carries data-rows (all rows) for tests.
+export function virtualTable(caption, cols, rows, state, rerender, { rowHeight = 34, height = 420 } = {}) {
+  const sorted = sortRows(cols, rows, state);
+  const t = sortableTable(caption, cols, [], state, rerender);
+  const body = t.querySelector('tbody');
+  const box = h('div', { class: 'vscroll', tabindex: '0', role: 'region', 'aria-label': caption,
+    style: 'max-height:' + height + 'px', dataset: { rows: String(sorted.length) } }, t);
+  const span = cols.length;
+  let first = -1, last = -1;
+  function paint() {
+    const top = box.scrollTop;
+    const n = Math.ceil((box.clientHeight || height) / rowHeight);
+    const a = Math.max(0, Math.floor(top / rowHeight) - 10);
+    const b = Math.min(sorted.length, a + n + 20);
+    if (a === first && b === last) return;
+    first = a;
+    last = b;
+    const pad = (px) => (px > 0 ? [h('tr', { class: 'vpad', 'aria-hidden': 'true' }, h('td', { colspan: String(span), style: 'height:' + px + 'px;padding:0;border:0' }))] : []);
+    clear(body).append(...pad(a * rowHeight),
+      ...sorted.slice(a, b).map((r) => h('tr', { class: 'vrow', style: 'height:' + rowHeight + 'px' },
+        cols.map((c) => h('td', { class: 'col-' + c.key }, c.cell(r))))),
+      ...pad((sorted.length - b) * rowHeight));
+  }
+  box.addEventListener('scroll', () => requestAnimationFrame(paint), { passive: true });
+  requestAnimationFrame(paint);
+  paint();
+  return box;
+}
+
+function sortRows(cols, rows, state) {
+  const sorted = rows.slice();
+  const col = cols.find((c) => c.key === state.sort);
+  if (col) {
+    const dir = state.dir === 'desc' ? -1 : 1;
+    const keyed = sorted.map((r) => [col.value(r), r]);
+    keyed.sort(([x], [y]) => {
+      if (x === y) return 0;
+      if (x === undefined || x === null || x === '') return 1;
+      if (y === undefined || y === null || y === '') return -1;
+      return (typeof x === 'number' && typeof y === 'number' ? x - y : String(x).localeCompare(String(y))) * dir;
+    });
+    return keyed.map(([, r]) => r);
+  }
+  return sorted;
+}

@@ -1,12 +1,17 @@
 // One experiment: its summary, the trials table (state, hyperparameters, best metric,
-// steps) and the learning curves of every trial, one chart per metric. The history comes
-// from GET .../trials/{t}/metrics; new batches from the experiment's metrics stream, drawn
-// as they arrive, without a reload. The summary and the table are refreshed every 5 s.
+// steps; virtualised: only the rows in view are in the DOM) and the learning curves of every
+// trial, one chart per metric. The history of all trials comes in one request per kind
+// (GET .../experiments/{e}/metrics, downsampled by the store so that the page gets about
+// 100,000 points per kind however many trials there are); new batches from the experiment's
+// metrics stream, drawn as they arrive, without a reload. The summary and the table are
+// refreshed every 5 s.
 import { api, follow, ns as nsPath } from './api.js';
-import { h, clear, get, fmtNumber, fmtProgress, stateBadge, progressBar, hparamsText, sortableTable } from './dom.js';
+import { h, clear, get, fmtNumber, fmtProgress, stateBadge, progressBar, hparamsText, virtualTable } from './dom.js';
 import { ChartSet, colorOf } from './chart.js';
+import { hparamView } from './hpviz.js';
 
-const MAX_POINTS = 1000;
+const MAX_POINTS = 1000; // per trial, with few trials
+const BUDGET = 100000; // points per kind for the whole page
 
 export function experimentPage(ctx, ns, name) {
   const ac = new AbortController();
@@ -15,6 +20,8 @@ export function experimentPage(ctx, ns, name) {
   const summary = h('dl', { class: 'summary' });
   const trialsBox = h('div', { class: 'table-box', id: 'trials' });
   const chartsBox = h('div', { class: 'charts', id: 'charts' });
+  const hpBox = h('div', { class: 'hparams', id: 'hparams' });
+  let exp = {};
   const live = h('span', { class: 'live muted', role: 'status' }, 'connecting…');
   const logToggle = h('input', { id: 'logscale', type: 'checkbox', onchange: () => charts.setLog(logToggle.checked) });
   const title = h('h1', {}, 'Experiment ', name);
@@ -22,15 +29,19 @@ export function experimentPage(ctx, ns, name) {
     h('p', { class: 'crumbs' }, h('a', { href: '#/ns/' + encodeURIComponent(ns) }, 'Experiments'), ' / ', name),
     title, summary,
     h('h2', {}, 'Trials'), trialsBox,
+    h('h2', {}, 'Hyperparameters'), hpBox,
     h('h2', {}, 'Learning curves ', live),
     h('div', { class: 'toolbar' }, h('label', { class: 'check' }, logToggle, ' Log scale (y)'),
       h('span', { class: 'muted' }, 'Drag across a chart to zoom; double-click to zoom out.')),
     chartsBox);
   ctx.main.dataset.page = 'experiment';
+  delete ctx.main.dataset.ready;
   const charts = new ChartSet(chartsBox);
   const loaded = new Set(); // trials whose history was read
   let trials = [];
   let seen = '';
+  let histories = Promise.resolve(); // the latest history request (a later load waits for it)
+  let marked = false; // the first render and the first complete drawing are marked once
 
   const cols = [
     { key: 'name', label: 'Trial', value: (t) => t.id ?? t.name,
@@ -64,17 +75,24 @@ export function experimentPage(ctx, ns, name) {
 
   function drawTrials() {
     clear(trialsBox).append(trials.length
-      ? sortableTable('Trials of experiment ' + name, cols, trials, tstate, drawTrials)
+      ? virtualTable('Trials of experiment ' + name, cols, trials, tstate, drawTrials)
       : h('p', { class: 'muted' }, 'No trials yet.'));
   }
 
-  async function history(t) {
-    loaded.add(t);
-    for (const kind of ['validation', 'training']) {
-      const j = await api(base + 'trials/' + encodeURIComponent(t) + '/metrics?kind=' + kind + '&max_points=' + MAX_POINTS,
-        { signal: ac.signal }).catch((e) => (e.status === 404 ? { metrics: [] } : Promise.reject(e)));
-      charts.addRows(t, kind, j.metrics);
-    }
+  // Every trial's history in one request per kind; trials not seen before are the reason
+  // to ask again (the stream brings the rest).
+  async function history() {
+    const byId = new Map(trials.filter((t) => t.id !== undefined).map((t) => [t.id, t.name]));
+    for (const t of trials) loaded.add(t.name);
+    const per = Math.max(20, Math.min(MAX_POINTS, Math.floor(BUDGET / Math.max(1, trials.length))));
+    await Promise.all(['validation', 'training'].map(async (kind) => {
+      const j = await api(base + 'experiments/' + encodeURIComponent(name) + '/metrics?kind=' + kind + '&max_points=' + per,
+        { signal: ac.signal }).catch((e) => (e.status === 404 ? { trials: [] } : Promise.reject(e)));
+      for (const t of j.trials || []) {
+        const n = byId.get(t.trial_id);
+        if (n !== undefined) charts.addSeries(n, kind, t.series);
+      }
+    }));
   }
 
   async function load() {
@@ -83,11 +101,18 @@ export function experimentPage(ctx, ns, name) {
     const text = JSON.stringify(j);
     if (text !== seen) {
       seen = text;
-      drawSummary(j.experiment || {});
+      exp = j.experiment || {};
+      drawSummary(exp);
       drawTrials();
+      hparamView(hpBox, trials, get(exp, 'spec.searcher.metric') || 'metric',
+        get(exp, 'spec.searcher.smaller_is_better') !== false);
+      if (!marked) performance.mark('kdet:trials'); /* first render, for bench/ui */
     }
-    await Promise.all(trials.filter((t) => !loaded.has(t.name)).map((t) => history(t.name)));
+    if (trials.some((t) => !loaded.has(t.name))) histories = history();
+    await histories;
     charts.schedule();
+    if (!marked) requestAnimationFrame(() => { ctx.main.dataset.ready = '1'; performance.mark('kdet:ready'); });
+    marked = true;
   }
 
   function onEvent(ev, data) {

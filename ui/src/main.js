@@ -1,4 +1,4 @@
-// kdet's web UI: a hash router over four pages (login, experiments, experiment, trial).
+// kdet's web UI: a hash router over its pages (login, experiments, experiment, trial, jobs).
 // Each page renders into <main> and returns a cleanup that stops its streams and timers.
 // A 401 anywhere ends the session: back to the login page, saying why.
 import './app.css';
@@ -8,6 +8,7 @@ import { loginPage } from './login.js';
 import { experimentsPage } from './experiments.js';
 import { experimentPage } from './experiment.js';
 import { trialPage } from './trial.js';
+import { jobsPage } from './jobs.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -73,8 +74,10 @@ async function render() {
     }
     const ns = parts[1];
     document.getElementById('nav-experiments').setAttribute('href', '#/ns/' + encodeURIComponent(ns));
+    document.getElementById('nav-jobs').setAttribute('href', '#/ns/' + encodeURIComponent(ns) + '/jobs');
     if (parts[2] === 'experiments' && parts[3]) cleanup = experimentPage(ctx, ns, parts[3]);
     else if (parts[2] === 'trials' && parts[3]) cleanup = trialPage(ctx, ns, parts[3]);
+    else if (parts[2] === 'jobs') cleanup = jobsPage(ctx, ns);
     else cleanup = experimentsPage(ctx, ns);
   } catch (e) {
     fail(e);

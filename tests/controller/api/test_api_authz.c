@@ -89,7 +89,7 @@ static void fill(const char *pattern, char *path, size_t len)
         if (strcmp(s, "*") == 0) {
             if (strcmp(prev, "namespaces") == 0)
                 v = "default";
-            else if (strcmp(prev, "experiments") == 0)
+            else if (strcmp(prev, "experiments") == 0 || strcmp(prev, "jobs") == 0)
                 v = "z-exp";
             else if (strcmp(prev, "trials") == 0)
                 v = "z-exp-1";

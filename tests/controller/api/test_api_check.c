@@ -14,6 +14,7 @@
 
 #include "api/check.h"
 #include "api/routes.h"
+#include "k8s/jobupdate.h"
 
 #define ROUTE(method, pattern, auth, max_body, fn) {method, pattern, auth, max_body, NULL},
 static const struct api_route routes[] = {API_ROUTES(ROUTE)};
@@ -32,6 +33,9 @@ static void test_routes(void **state)
         {"GET", "//api//v1///jobs/", "api/v1/jobs", ""},
         {"DELETE", "/api/v1/namespaces/ns/trials/t/metrics", NULL, "POST, GET"},
         {"POST", "/api/v1/users/alice", NULL, "PATCH"},
+        {"GET", "/api/v1/namespaces/ns/experiments/e/metrics", API_NSP "experiments/*/metrics", ""},
+        {"PATCH", "/api/v1/namespaces/ns/jobs/e", API_NSP "jobs/*", ""},
+        {"GET", "/api/v1/namespaces/ns/jobs/e", NULL, "PATCH"},
         {"GET", "/api/v1/nothing", NULL, ""},
         {"GET", "/a/b/c/d/e/f/g/h/i/j/k/l/m", NULL, ""},
     };
@@ -188,12 +192,67 @@ static void test_rendezvous(void **state)
     run_cases(cases, sizeof(cases) / sizeof(cases[0]), rendezvous);
 }
 
+static int job_update(const json_t *body, struct api_verr *e)
+{
+    struct kd_queue_update u;
+    return api_check_job_update(body, &u, e);
+}
+
+static void test_job_update(void **state)
+{
+    (void)state;
+    static const struct body_case cases[] = {
+        {"{\"priority\":10}", 0, NULL},
+        {"{\"ahead_of\":\"exp-2\"}", 0, NULL},
+        {"{\"behind_of\":\"exp-2\",\"priority\":99,\"resource_pool\":\"gpu.a\"}", 0, NULL},
+        {"{}", 400, "priority"},
+        {"{\"priority\":0}", 400, "priority"},
+        {"{\"priority\":100}", 400, "priority"},
+        {"{\"priority\":\"1\"}", 400, "priority"},
+        {"{\"ahead_of\":\"Exp_2\"}", 400, "ahead_of"},
+        {"{\"ahead_of\":\"\"}", 400, "ahead_of"},
+        {"{\"behind_of\":7}", 400, "behind_of"},
+        {"{\"ahead_of\":\"a\",\"behind_of\":\"b\"}", 400, "behind_of"},
+        {"{\"resource_pool\":\"a b\"}", 400, "resource_pool"},
+        {"{\"position\":1}", 400, "position"},
+    };
+    run_cases(cases, sizeof(cases) / sizeof(cases[0]), job_update);
+}
+
+/* The patch det job update and the API both send (lib/k8s/position.c). */
+static void test_job_patch(void **state)
+{
+    (void)state;
+    json_t *me = json_loads("{\"kind\":\"Experiment\",\"spec\":{}}", 0, NULL);
+    json_t *it =
+        json_loads("{\"kind\":\"Experiment\",\"spec\":{\"resources\":{\"priority\":30}}}", 0, NULL);
+    char said[256];
+    struct kd_queue_update u = {0, "exp-2", NULL, NULL};
+    json_t *p = kd_queue_update_patch(me, it, &u, said, sizeof(said));
+    char *s = json_dumps(p, JSON_SORT_KEYS | JSON_COMPACT);
+    assert_string_equal(s,
+                        "{\"metadata\":{\"annotations\":{\"kdet.io/ahead-of\":\"exp-2\","
+                        "\"kdet.io/behind-of\":null}},\"spec\":{\"resources\":{\"priority\":30}}}");
+    assert_string_equal(said, "ahead of exp-2 (priority 30, as exp-2's)");
+    free(s);
+    json_decref(p);
+    struct kd_queue_update v = {5, NULL, NULL, NULL};
+    p = kd_queue_update_patch(me, NULL, &v, said, sizeof(said));
+    s = json_dumps(p, JSON_SORT_KEYS | JSON_COMPACT);
+    assert_string_equal(s, "{\"spec\":{\"resources\":{\"priority\":5}}}");
+    free(s);
+    json_decref(p);
+    json_decref(me);
+    json_decref(it);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routes),         cmocka_unit_test(test_bearer_and_cap),
         cmocka_unit_test(test_checkpoint_ids), cmocka_unit_test(test_fields_named),
-        cmocka_unit_test(test_rendezvous),
+        cmocka_unit_test(test_rendezvous),     cmocka_unit_test(test_job_update),
+        cmocka_unit_test(test_job_patch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
