@@ -503,6 +503,22 @@ static long version_arg(const char *s)
     return 0;
 }
 
+/* PATCH path with body, then show the answer's `key` object (print in table form). */
+static int patch_show(struct det_verb *v, const char *path, json_t *body, const char *key,
+                      void (*print)(const json_t *))
+{
+    json_t *ans = NULL;
+    int rc = det_api_send(&v->api, "PATCH", path, body, &ans);
+    if (rc == 0) {
+        if (v->fmt != DET_FMT_TABLE)
+            rc = det_print_obj(json_object_get(ans, key), v->fmt);
+        else
+            print(json_object_get(ans, key));
+    }
+    json_decref(ans);
+    return rc;
+}
+
 static int cmd_update(int argc, char **argv)
 {
     static const char *const flags[] = {"--description", "--add-label", "--remove-label",
@@ -511,7 +527,7 @@ static int cmd_update(int argc, char **argv)
     static const char *const pos[] = {"NAME", NULL};
     static const struct det_verb_spec spec = SPEC("det model update", flags, pos, 1, true);
     struct det_verb v = {0};
-    json_t *body = json_object(), *ans = NULL;
+    json_t *body = json_object();
     char *path = NULL;
     int rc = det_verb_begin(&v, argc, argv, &spec);
     if (rc >= 0)
@@ -529,16 +545,10 @@ static int cmd_update(int argc, char **argv)
         rc = DET_EXIT_USAGE;
         goto out;
     }
-    if ((rc = det_api_send(&v.api, "PATCH", path, body, &ans)) != 0)
-        goto out;
-    if (v.fmt != DET_FMT_TABLE)
-        rc = det_print_obj(json_object_get(ans, "model"), v.fmt);
-    else
-        print_model(json_object_get(ans, "model"));
+    rc = patch_show(&v, path, body, "model", print_model);
 out:
     free(path);
     json_decref(body);
-    json_decref(ans);
     det_verb_end(&v);
     return rc;
 }
@@ -551,7 +561,7 @@ static int cmd_update_version(int argc, char **argv)
     static const char *const pos[] = {"NAME", "VERSION", NULL};
     static const struct det_verb_spec spec = SPEC("det model update-version", flags, pos, 2, true);
     struct det_verb v = {0};
-    json_t *body = json_object(), *ans = NULL;
+    json_t *body = json_object();
     char *path = NULL, suffix[64];
     long ver;
     int rc = det_verb_begin(&v, argc, argv, &spec);
@@ -573,16 +583,10 @@ static int cmd_update_version(int argc, char **argv)
                 "--metadata");
         goto out;
     }
-    if ((rc = det_api_send(&v.api, "PATCH", path, body, &ans)) != 0)
-        goto out;
-    if (v.fmt != DET_FMT_TABLE)
-        rc = det_print_obj(json_object_get(ans, "version"), v.fmt);
-    else
-        print_version(json_object_get(ans, "version"));
+    rc = patch_show(&v, path, body, "version", print_version);
 out:
     free(path);
     json_decref(body);
-    json_decref(ans);
     det_verb_end(&v);
     return rc;
 }
