@@ -11,6 +11,9 @@ O        ?= build
 ASAN_O   ?= build-asan
 SANITIZE ?=
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+# Tests run at once: twice the cores, as most of a test's time is spent waiting on
+# the servers it starts (pods starting, timeouts, polls), not computing.
+TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
 ONLY     ?=
 
 PKG_CONFIG ?= pkg-config
@@ -160,7 +163,7 @@ check-build: $(foreach t,$(SELECTED_TESTS),$(TEST_DEPS_$(t))) $(if $(ONLY),,$(AL
 check-run: check-build
 	@mkdir -p $(O)/tests
 	@printf '%s\n' $(filter $(addsuffix :%,$(SELECTED_TESTS)),$(TEST_META)) > $(O)/tests/list
-	@tests/run $(O) $(O)/tests/list $(JOBS)
+	@tests/run $(O) $(O)/tests/list $(TEST_JOBS)
 
 # All tests, then the same tests but `slow` ones under ASan+UBSan, then one
 # total line. The sanitizer build is made while the first pass runs (one job,
