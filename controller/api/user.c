@@ -520,20 +520,29 @@ static int trial_id_of(struct api_rq *q, int64_t *id)
     return rc;
 }
 
+/* The ?kind= query parameter (training when absent); 400 naming it and -1 when bad. */
+static int metric_kind_of(struct api_rq *q, enum kd_metric_kind *kind)
+{
+    const char *ks = kd_http_query(q->r, "kind");
+    *kind = KD_METRIC_TRAINING;
+    if (ks != NULL && kd_metric_kind_parse(ks, kind) != 0) {
+        api_error(q, 400, "kind",
+                  "query parameter kind=%s: must be training, validation or profiling",
+                  kd_logq(ks));
+        return -1;
+    }
+    return 0;
+}
+
 void api_user_trial_metrics(struct api_rq *q)
 {
     int64_t id;
     long maxp;
     json_t *out = NULL;
     char err[KD_ERRLEN] = "";
-    enum kd_metric_kind kind = KD_METRIC_TRAINING;
-    const char *ks = kd_http_query(q->r, "kind");
-    if (ks != NULL && kd_metric_kind_parse(ks, &kind) != 0) {
-        api_error(q, 400, "kind",
-                  "query parameter kind=%s: must be training, validation or profiling",
-                  kd_logq(ks));
+    enum kd_metric_kind kind;
+    if (metric_kind_of(q, &kind) != 0)
         goto out;
-    }
     if (api_query_int(q, "max_points", 0, 100000, 0, &maxp) != 0 || trial_id_of(q, &id) != 0)
         goto out;
     int rc = id == 0 ? 0 : kd_store_metrics_series(q->api->o.store, id, kind, (int)maxp, &out, err);
@@ -558,14 +567,9 @@ void api_user_experiment_metrics(struct api_rq *q)
     long maxp;
     json_t *out = NULL;
     char err[KD_ERRLEN] = "";
-    enum kd_metric_kind kind = KD_METRIC_TRAINING;
-    const char *ks = kd_http_query(q->r, "kind");
-    if (ks != NULL && kd_metric_kind_parse(ks, &kind) != 0) {
-        api_error(q, 400, "kind",
-                  "query parameter kind=%s: must be training, validation or profiling",
-                  kd_logq(ks));
+    enum kd_metric_kind kind;
+    if (metric_kind_of(q, &kind) != 0)
         goto out;
-    }
     if (api_query_int(q, "max_points", 1, 10000, 200, &maxp) != 0 || exp_id_of(q, &id) != 0)
         goto out;
     int rc =

@@ -119,6 +119,22 @@ static bool read_to_close(int fd, struct kd_buf *out)
     return false;
 }
 
+/* POST path with a len-byte body through a small send buffer, all of it sent (a reset fails
+ * the send); the answer read to the close, in out. */
+static void drained_answer(int port, const char *path, const char *body, size_t len,
+                           struct kd_buf *out)
+{
+    int fd = dial_small(port);
+    char head[128];
+    int hn = snprintf(head, sizeof(head),
+                      "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", path, len);
+    send_all(fd, head, (size_t)hn);
+    send_all(fd, body, len);
+    kd_buf_reset(out);
+    assert_true(read_to_close(fd, out));
+    close(fd);
+}
+
 /* Send `req` on a fresh connection; return what came back and whether the server closed. */
 static bool exchange(int port, const char *req, size_t len, struct kd_buf *out)
 {
@@ -488,29 +504,13 @@ static void test_authorize_before_body(void **state)
     char *body = kd_xmalloc(blen);
     memset(body, 'b', blen);
     for (int i = 0; i < 10; i++) {
-        int bfd = dial_small(port);
-        char head[128];
-        int hn = snprintf(head, sizeof(head),
-                          "POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", blen);
-        send_all(bfd, head, (size_t)hn);
-        send_all(bfd, body, blen);
-        kd_buf_reset(&b);
-        assert_true(read_to_close(bfd, &b));
-        close(bfd);
+        drained_answer(port, "/small", body, blen, &b);
         assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 413 ", 13), 0);
         assert_non_null(strstr(kd_buf_str(&b), "larger than 16 bytes"));
     }
     /* The same for the hook's 401. */
     for (int i = 0; i < 10; i++) {
-        int bfd = dial_small(port);
-        char head[128];
-        int hn = snprintf(head, sizeof(head),
-                          "POST /deny HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", blen);
-        send_all(bfd, head, (size_t)hn);
-        send_all(bfd, body, blen);
-        kd_buf_reset(&b);
-        assert_true(read_to_close(bfd, &b));
-        close(bfd);
+        drained_answer(port, "/deny", body, blen, &b);
         assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 401 ", 13), 0);
     }
     free(body);
