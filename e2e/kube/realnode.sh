@@ -104,6 +104,7 @@ else
 	bad "pod: the probe image (imported, never pulled) runs to Succeeded" "$(why addr)"
 fi
 t_addr=$(secs "$t0" "$(now)")
+addr_done=$(date +%s)
 ip_addr="$(pod_ip addr)"
 if in_net "$ip_addr"; then ok "pod: status.podIP $ip_addr is in $net.0/24"; else bad "pod: status.podIP in $net.0/24" "got '$ip_addr'"; fi
 expect "pod: kubectl logs shows the pod's own eth0 address, the same as status.podIP" "^ip=$ip_addr iflink=[0-9]+" \
@@ -205,6 +206,19 @@ fi
 expect "service: and gets the API server's answer (an HTTPS server)" 'Client sent an HTTP request to an HTTPS server' "${K[@]}" logs api
 expect "service: the pod's token volume from the real kubelet" 'token' \
 	"${K[@]}" get pod api -o 'jsonpath={.spec.volumes[*].secret.secretName}'
+
+# --- logs outlive the kubelets' container GC ------------------------------------
+# Each kubelet's GC (once a minute) removes the /var/log/pods directories of
+# pods it does not know; on this machine the other node's pods, unless each
+# node has its own (node/up.sh). Wait until both GCs ran since the first
+# pods finished, then read their logs again.
+gc_wait=$((addr_done + 65 - $(date +%s)))
+((gc_wait <= 0)) || { echo "waiting ${gc_wait} s for the kubelets' container GC..."; sleep "$gc_wait"; }
+expect "logs: $node's finished pod's log is still there after both kubelets' container GC ran" "^ip=$ip_addr iflink=[0-9]+" \
+	"${K[@]}" logs addr
+if [[ -n "${KDET_REALNODE_NODE2:-}" ]]; then
+	expect "logs: and so is $KDET_REALNODE_NODE2's" "^hello from server ip=$ip_server\$" "${K[@]}" logs client2
+fi
 
 # --- deleting a pod removes its network -----------------------------------------------
 link="$("${K[@]}" exec server -- /probe addr 2>/dev/null | sed -n 's/.*iflink=\([0-9]*\).*/\1/p')"

@@ -3,9 +3,9 @@
 # their pods through the API (so that the kubelets stop them and CNI removes
 # their veths and addresses), kube-proxy (and its rules: kube-proxy
 # --cleanup), socat, the cluster DNS, the kubelets, each containerd's
-# remaining tasks, the containerds, their shims, every mount under
-# DIR/realnode (the kubelets' rshared root dirs, volumes, rootfs, shm and
-# netns mounts), the cgroup roots, the bridges and leftover veths, the KUBE-*
+# remaining tasks, the containerds, their shims, the mount namespaces of
+# nodes 2 and on (see up.sh), every mount under DIR/realnode (the kubelets'
+# rshared root dirs, volumes, rootfs, shm and netns mounts), the cgroup roots, the bridges and leftover veths, the KUBE-*
 # iptables chains and the guards, and the kernel settings back as they were.
 # e2e/kube/down.sh calls it first; idempotent.
 #
@@ -113,6 +113,8 @@ for i in $(seq 1 "$count"); do
 			runc --root "$nd/containerd/runc/k8s.io" delete -f "$(basename "$c")" >/dev/null 2>&1
 		done
 	fi
+	# Node I>1's mount namespace: its mounts go with its last process.
+	stop "mountns$sfx"
 done
 
 # 4. Mounts, cgroups, network, iptables, sysctls.

@@ -207,6 +207,35 @@ node_net() {
 }
 for i in $(seq 1 "$RN_COUNT"); do node_net "$i"; done
 
+# --- a mount namespace for each node after the first ----------------------------
+# A 1.20 kubelet keeps pod logs under the constant /var/log/pods, and its
+# container GC (once a minute) removes every pod directory there whose pod it
+# does not know, so two kubelets on one machine remove each other's: kubectl
+# logs then fails with "lstat /var/log/pods/...: no such file or directory".
+# Node I>1 runs its containerd and kubelet in a mount namespace of its own in
+# which rn_dir I/pod-logs is /var/log/pods. Its propagation is slave: the
+# host's mounts reach it, its own (volumes, rootfs, netns) stay in it and go
+# with it. Node 1 keeps the host's /var/log/pods.
+# node_mountns I: start node I's namespace holder (pid file mountns-I).
+node_mountns() {
+	local i=$1 nd sfx
+	nd="$(rn_dir "$rn" "$i")" sfx="$(rn_sfx "$i")"
+	mkdir -p "$nd/pod-logs" /var/log/pods
+	rm -f "$nd/mountns.ready"
+	# shellcheck disable=SC2016 # expanded by the inner sh
+	start "mountns$sfx" unshare --mount --propagation slave -- \
+		sh -c 'mount --bind "$1" /var/log/pods && touch "$2" && exec sleep infinity' mountns \
+		"$nd/pod-logs" "$nd/mountns.ready"
+	wait_until "mountns$sfx" "node $(rn_node "$i")'s mount namespace" test -f "$nd/mountns.ready"
+}
+# in_node I: the command prefix that runs a program in node I's namespace
+# (none for node 1), into the array in_ns.
+in_node() {
+	in_ns=()
+	(($1 == 1)) || in_ns=(nsenter -t "$(cat "$dir/pids/mountns$(rn_sfx "$1")")" -m --)
+}
+for i in $(seq 2 "$RN_COUNT"); do node_mountns "$i"; done
+
 # --- containerd, one per node ---------------------------------------------------
 snap=overlayfs
 if ! rn_overlay_ok "$rn"; then
@@ -262,7 +291,8 @@ node_containerd() {
 	TOML
 	echo "$sock" >>"$rn/containerd.socks"
 	kube_log "starting containerd$sfx ($snap snapshots, socket $sock)..."
-	start "containerd$sfx" containerd --config "$cd_dir/config.toml"
+	in_node "$i"
+	start "containerd$sfx" "${in_ns[@]}" containerd --config "$cd_dir/config.toml"
 	wait_until "containerd$sfx" "containerd$sfx's socket" ctr -a "$sock" version
 	ctr -a "$sock" -n k8s.io images import --all-platforms "$rn/images/images.oci.tar" >"$dir/logs/realnode-import$sfx.log" 2>&1 ||
 		{ cat "$dir/logs/realnode-import$sfx.log" >&2; kube_die "ctr images import failed"; }
@@ -322,7 +352,8 @@ node_kubelet() {
 		serverTLSBootstrap: false
 	YAML
 	kube_log "starting the kubelet as node $name (API on $gw:$kport, cgroup root $cg_root)..."
-	start "kubelet-real$sfx" "$nbin/kubelet" --config="$nd/kubelet.yaml" \
+	in_node "$i"
+	start "kubelet-real$sfx" "${in_ns[@]}" "$nbin/kubelet" --config="$nd/kubelet.yaml" \
 		--kubeconfig="$dir/node-$name.kubeconfig" \
 		--container-runtime=remote --container-runtime-endpoint="unix://$sock" \
 		--runtime-request-timeout=2m \
