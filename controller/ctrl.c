@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "core/time.h"
 #include "ctrl.h"
 #include "events.h"
@@ -93,6 +94,31 @@ int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const 
 bool kd_ctrl_acting(struct kd_ctrl *c)
 {
     return c->leader == NULL ? !c->o.leader_elect : kd_k8s_leader_is_leader(c->leader);
+}
+
+long kd_ctrl_retry_cap_ms(int rc)
+{
+    switch (rc) {
+    case KD_ECONNECT:
+    case KD_ETIMEDOUT:
+    case KD_EAGAIN:
+        return KD_CTRL_TRANSIENT_RETRY_MS;
+    default:
+        return 0;
+    }
+}
+
+void kd_ctrl_reconcile_end(const char *what, const char *key, int rc, const char *err,
+                           long *requeue_after_ms)
+{
+    if (rc == 0)
+        return;
+    if (rc != KD_ECONFLICT)
+        KD_WARN("reconcile failed", "%s=%s err=%s detail=%s", what, kd_logq(key),
+                kd_err_name(rc), kd_logq(err));
+    long cap = kd_ctrl_retry_cap_ms(rc);
+    if (cap > 0)
+        *requeue_after_ms = cap;
 }
 
 void kd_ctrl_kick(struct kd_ctrl *c)

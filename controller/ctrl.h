@@ -142,6 +142,26 @@ bool kd_ctrl_acting(struct kd_ctrl *c);
 /** Wake the scheduler loop for a pass now. Thread-safe. */
 void kd_ctrl_kick(struct kd_ctrl *c);
 
+/*
+ * A failure whose cause comes back on its own (the API server or the
+ * database unreachable, a timeout, "try again") is retried at most this
+ * long after the last try, however often it failed: the work queue's own
+ * backoff doubles up to minutes, and an object that no event wakes (an
+ * Experiment being deleted) would wait that long after the outage ended.
+ */
+#define KD_CTRL_TRANSIENT_RETRY_MS 2000
+
+/** The most a failure with code rc waits before its retry (0: the queue's backoff). Pure. */
+long kd_ctrl_retry_cap_ms(int rc);
+
+/**
+ * The end of a reconcile of `what` (experiment, trial, task) `key` that
+ * returns rc: a warning for a failure (a conflict is only a retry), and
+ * *requeue_after_ms set to kd_ctrl_retry_cap_ms(rc) for a transient one.
+ */
+void kd_ctrl_reconcile_end(const char *what, const char *key, int rc, const char *err,
+                           long *requeue_after_ms);
+
 /** Whether the API is on (the store is open and the API serves; wire.c starts both). */
 bool kd_ctrl_api_on(const struct kd_ctrl *c);
 

@@ -1137,9 +1137,7 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
     if (kd_ctrl_api_on(c))
         end_records(c, exp, cfg, &trials, kd_exp_state_name(next), requeue_after_ms);
 out:
-    if (rc != 0 && rc != KD_ECONFLICT)
-        KD_WARN("experiment reconcile failed", "experiment=%s err=%s detail=%s", kd_logq(key),
-                kd_err_name(rc), kd_logq(err));
+    kd_ctrl_reconcile_end("experiment", key, rc, err, requeue_after_ms);
     kd_search_ops_free(&ops);
     kd_searcher_free(s);
     json_decref(exp);

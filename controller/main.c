@@ -754,9 +754,16 @@ int main(int argc, char **argv)
             c.o.gang->name, gang_detected ? " gang_detected=true" : "",
             c.o.gang_queue != NULL ? kd_logq(c.o.gang_queue) : "(resource pool)");
 
-    c.expq = kd_k8s_queue_new(NULL);
-    c.trialq = kd_k8s_queue_new(NULL);
-    c.taskq = kd_k8s_queue_new(NULL);
+    /*
+     * A failing object is retried at 5 ms doubling up to 5 minutes, not the
+     * 1000 s of client-go: an error fixed outside the controller (RBAC, a
+     * quota) is seen within minutes. Transient ones retry within
+     * KD_CTRL_TRANSIENT_RETRY_MS (kd_ctrl_reconcile_end).
+     */
+    const struct kd_k8s_queue_opts qo = {.base_delay_ms = 5, .max_delay_ms = 300000};
+    c.expq = kd_k8s_queue_new(&qo);
+    c.trialq = kd_k8s_queue_new(&qo);
+    c.taskq = kd_k8s_queue_new(&qo);
     if ((rc = new_informer(&c, KD_K8S_EXPERIMENTS, c.o.ns, NULL, no_labels, &c.exps, err)) != 0 ||
         (rc = new_informer(&c, KD_K8S_TRIALS, c.o.ns, NULL, no_labels, &c.trials, err)) != 0 ||
         (rc = new_informer(&c, KD_K8S_PODS, c.o.ns, KD_POD_LABEL_TRIAL, pod_labels, &c.pods,

@@ -515,9 +515,7 @@ int kd_ctrl_reconcile_task(const char *key, long *requeue_after_ms, void *ud)
     struct kd_task_action act = kd_task_next(&g.f);
     rc = apply(c, &g, &act, requeue_after_ms, err);
 out:
-    if (rc != 0 && rc != KD_ECONFLICT)
-        KD_WARN("task reconcile failed", "task=%s err=%s detail=%s", kd_logq(key), kd_err_name(rc),
-                kd_logq(err));
+    kd_ctrl_reconcile_end("task", key, rc, err, requeue_after_ms);
     json_decref(g.task);
     json_decref(g.pods);
     json_decref(g.cfg);

@@ -964,9 +964,7 @@ int kd_ctrl_reconcile_trial(const char *key, long *requeue_after_ms, void *ud)
     struct kd_trial_action act = kd_trial_next(&g.f);
     rc = apply(c, &g, &act, requeue_after_ms, err);
 out:
-    if (rc != 0 && rc != KD_ECONFLICT)
-        KD_WARN("trial reconcile failed", "trial=%s err=%s detail=%s", kd_logq(key),
-                kd_err_name(rc), kd_logq(err));
+    kd_ctrl_reconcile_end("trial", key, rc, err, requeue_after_ms);
     json_decref(g.trial);
     json_decref(g.exp);
     json_decref(g.pods);

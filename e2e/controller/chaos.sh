@@ -96,10 +96,6 @@ kill_pg() {
     kill -9 "$pid" $kids 2>/dev/null
     wait_for 10 eval "! kill -0 $pid 2>/dev/null"
 }
-restart_pg() {
-    pgrun "$PGB/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w \
-        -o "-k $PGDIR -c listen_addresses='' -c fsync=off" start >/dev/null
-}
 kill_ctrl() {
     kill -9 "$CTRL_PID" 2>/dev/null
     wait "$CTRL_PID" 2>/dev/null

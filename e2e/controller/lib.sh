@@ -66,6 +66,11 @@ start_pg() {
     log "PostgreSQL up in $PGDIR"
 }
 stop_pg() { [ -d "$PGDIR/data" ] && pgrun "$PGB/pg_ctl" -D "$PGDIR/data" -m immediate -w stop >/dev/null 2>&1; }
+# restart_pg: start the stopped (or killed) PostgreSQL of start_pg again, with its data.
+restart_pg() {
+    pgrun "$PGB/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w \
+        -o "-k $PGDIR -c listen_addresses='' -c fsync=off" start >/dev/null
+}
 psqlq() { pgrun "$PGB/psql" -h "$PGDIR" -U kdet -d kdet -tAc "$1" 2>/dev/null; }
 
 # start_ctrl [ARGS...]: kdet-controller against that kdet-local (log appended to $T/ctrl.log).

@@ -158,9 +158,34 @@ check "an ended experiment keeps its outcome when deleted" eval \
     'kubectl delete exp early --wait=true --timeout=30s >/dev/null 2>&1 &&
      case "$(psqlq "select state from experiments where name = '"'"'early'"'"'")" in COMPLETED | ERROR) true ;; *) false ;; esac'
 
+experiment doomed '  entrypoint: sleep 300
+  hyperparameters: {x: 1}
+  searcher: {name: single, metric: loss, max_length: {batches: 10}}
+  resources: {slots_per_trial: 1}'
+check "another sleeping trial runs" wait_for 30 trial_state_is doomed-1 ACTIVE
+check "and is ACTIVE in the store" wait_for 10 n_is ACTIVE psqlq "select state from experiments where name = 'doomed'"
+
 # /readyz follows the database: 503 naming it while PostgreSQL is down (the pod leaves the Service).
 URL=$(sed -n 's/.*msg="trials reach the API" controller_url=\([^ ]*\).*/\1/p' "$T/ctrl.log" | tail -1 | tr -d '"')
 stop_pg
 check "/readyz answers 503 with the database down" wait_for 20 eval \
     "curl -s '$URL/readyz' | grep -q 'not ready: the database does not answer'"
 check "/healthz still answers (liveness does not restart the pod for it)" curl -sf "$URL/healthz"
+
+# An experiment deleted while the database is down keeps its finalizer (its end is not
+# recorded yet) and goes soon after the database is back: its failures are retried at
+# most 2 s apart, not after the work queue's backoff, which doubles past 20 s after a
+# 25-s outage (docs/controller.md).
+kubectl delete exp doomed --wait=false >/dev/null 2>&1
+check "deleted with the database down: its pods go" wait_for 30 eval \
+    '[ -z "$(kubectl get pods -n default -l kdet.io/experiment=doomed -o name 2>/dev/null)" ]'
+sleep 25
+check "and the experiment stays, as its end is not in the store yet" eval "kubectl get exp doomed >/dev/null 2>&1"
+restart_pg
+check "the database is back (/readyz 200)" wait_for 20 curl -sf "$URL/readyz"
+back=$(date +%s.%N)
+check "the experiment deleted during the outage is gone within 6 s" wait_for 6 eval \
+    '! kubectl get exp doomed >/dev/null 2>&1'
+echo "# gone $(awk -v a="$back" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after the database was back"
+check "and DELETED in the store, with its end" wait_for 5 n_is DELETED psqlq \
+    "select state from experiments where name = 'doomed' and ended_at is not null"

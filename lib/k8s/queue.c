@@ -220,23 +220,32 @@ out:
     pthread_mutex_unlock(&q->lock);
 }
 
-void kd_k8s_queue_add_rate_limited(struct kd_k8s_queue *q, const char *key)
+long kd_k8s_queue_backoff_ms(long base_ms, long max_ms, int failures, long cap_ms)
 {
-    long delay;
+    long limit = cap_ms > 0 && cap_ms < max_ms ? cap_ms : max_ms;
+    long delay = base_ms;
+    for (int i = 0; i < failures && delay < limit; i++)
+        delay *= 2;
+    return delay > limit ? limit : delay;
+}
+
+void kd_k8s_queue_add_rate_limited_cap(struct kd_k8s_queue *q, const char *key, long cap_ms)
+{
     pthread_mutex_lock(&q->lock);
     if (q->shutting_down) {
         pthread_mutex_unlock(&q->lock);
         return;
     }
     struct item *it = find_or_make(q, key);
-    delay = q->base_ms;
-    for (int i = 0; i < it->failures && delay < q->max_ms; i++)
-        delay *= 2;
-    if (delay > q->max_ms)
-        delay = q->max_ms;
+    long delay = kd_k8s_queue_backoff_ms(q->base_ms, q->max_ms, it->failures, cap_ms);
     it->failures++;
     pthread_mutex_unlock(&q->lock);
     kd_k8s_queue_add_after(q, key, delay);
+}
+
+void kd_k8s_queue_add_rate_limited(struct kd_k8s_queue *q, const char *key)
+{
+    kd_k8s_queue_add_rate_limited_cap(q, key, 0);
 }
 
 void kd_k8s_queue_forget(struct kd_k8s_queue *q, const char *key)
@@ -348,9 +357,9 @@ static void *worker_main(void *arg)
         long after = 0;
         int rc = q->fn(key, &after, q->ud);
         if (rc < 0) {
-            KD_DEBUG("reconcile failed, requeued with backoff", "key=%s err=%s", kd_logq(key),
-                     kd_err_name(rc));
-            kd_k8s_queue_add_rate_limited(q, key);
+            KD_DEBUG("reconcile failed, requeued with backoff", "key=%s err=%s cap_ms=%ld",
+                     kd_logq(key), kd_err_name(rc), after);
+            kd_k8s_queue_add_rate_limited_cap(q, key, after);
         } else {
             kd_k8s_queue_forget(q, key);
             if (after > 0)

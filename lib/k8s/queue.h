@@ -44,6 +44,19 @@ void kd_k8s_queue_add_after(struct kd_k8s_queue *q, const char *key, long delay_
 /** add_after with the key's next backoff delay; counts one more failure. Thread-safe. */
 void kd_k8s_queue_add_rate_limited(struct kd_k8s_queue *q, const char *key);
 
+/**
+ * add_rate_limited with the delay at most cap_ms (<= 0: the queue's own
+ * maximum): for failures whose cause comes back on its own, such as a
+ * database restart, so that the key is seen again soon after. Thread-safe.
+ */
+void kd_k8s_queue_add_rate_limited_cap(struct kd_k8s_queue *q, const char *key, long cap_ms);
+
+/**
+ * The backoff delay after `failures` earlier failures: base_ms * 2^failures,
+ * at most max_ms, and at most cap_ms when cap_ms > 0. Pure.
+ */
+long kd_k8s_queue_backoff_ms(long base_ms, long max_ms, int failures, long cap_ms);
+
 /** Reset the key's failure count (after a success). Thread-safe. */
 void kd_k8s_queue_forget(struct kd_k8s_queue *q, const char *key);
 
@@ -67,7 +80,9 @@ void kd_k8s_queue_done(struct kd_k8s_queue *q, const char *key);
 /**
  * The function a worker calls for each key. Return 0 for success (the key
  * is forgotten; set *requeue_after_ms > 0 to see it again after that
- * delay), or a negative KD_E* code to requeue it with backoff.
+ * delay), or a negative KD_E* code to requeue it with backoff; with
+ * *requeue_after_ms > 0 too, that backoff is at most *requeue_after_ms
+ * (add_rate_limited_cap).
  */
 typedef int (*kd_k8s_reconcile_fn)(const char *key, long *requeue_after_ms, void *ud);
 

@@ -524,12 +524,46 @@ static void test_number(void **s)
     json_decref(n);
 }
 
+/* Which failures are retried soon: those of a dependency that comes back on its own. */
+static void test_retry_cap(void **state)
+{
+    (void)state;
+    static const struct {
+        int rc;
+        long want;
+    } cases[] = {
+        {KD_ECONNECT, KD_CTRL_TRANSIENT_RETRY_MS}, /* the database or the API server down */
+        {KD_ETIMEDOUT, KD_CTRL_TRANSIENT_RETRY_MS},
+        {KD_EAGAIN, KD_CTRL_TRANSIENT_RETRY_MS},
+        {KD_EINVALID, 0}, /* the object's own fault: the growing backoff */
+        {KD_EFORBIDDEN, 0},
+        {KD_ECONFLICT, 0},
+        {KD_ENOMEM, 0},
+        {0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (kd_ctrl_retry_cap_ms(cases[i].rc) != cases[i].want)
+            fail_msg("%s: got %ld, want %ld", kd_err_name(cases[i].rc),
+                     kd_ctrl_retry_cap_ms(cases[i].rc), cases[i].want);
+    }
+    long after = 0;
+    kd_ctrl_reconcile_end("experiment", "ns/x", KD_ECONNECT, "database unreachable", &after);
+    assert_int_equal(after, KD_CTRL_TRANSIENT_RETRY_MS);
+    after = 0;
+    kd_ctrl_reconcile_end("experiment", "ns/x", KD_EINVALID, "bad", &after);
+    assert_int_equal(after, 0);
+    after = 700; /* a success keeps what the reconcile asked for */
+    kd_ctrl_reconcile_end("experiment", "ns/x", 0, "", &after);
+    assert_int_equal(after, 700);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_experiment),         cmocka_unit_test(test_trial),
         cmocka_unit_test(test_trial_next),         cmocka_unit_test(test_seed),
         cmocka_unit_test(test_log_policy_records), cmocka_unit_test(test_number),
+        cmocka_unit_test(test_retry_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -230,6 +230,64 @@ static void test_worker_errors_and_requeue_after(void **state)
     kd_k8s_queue_free(q);
 }
 
+static void test_backoff_table(void **state)
+{
+    (void)state;
+    static const struct {
+        long base, max;
+        int failures;
+        long cap, want;
+    } cases[] = {
+        {5, 1000000, 0, 0, 5},
+        {5, 1000000, 1, 0, 10},
+        {5, 1000000, 10, 0, 5120},
+        {5, 1000000, 20, 0, 1000000},    /* the queue's maximum */
+        {5, 1000000, 1000, 0, 1000000},  /* no overflow */
+        {5, 1000000, 20, 2000, 2000},    /* the cap */
+        {5, 1000000, 3, 2000, 40},       /* below the cap: the backoff */
+        {5, 1000, 20, 2000, 1000},       /* a cap above the maximum: the maximum */
+        {5, 1000000, 20, -1, 1000000},   /* no cap */
+        {20, 80, 2, 0, 80},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        long got = kd_k8s_queue_backoff_ms(cases[i].base, cases[i].max, cases[i].failures, cases[i].cap);
+        if (got != cases[i].want)
+            fail_msg("case %zu: base %ld max %ld failures %d cap %ld: got %ld, want %ld", i,
+                     cases[i].base, cases[i].max, cases[i].failures, cases[i].cap, got,
+                     cases[i].want);
+    }
+}
+
+/* Fails 14 times asking for retries within 20 ms: uncapped, the 14th backoff alone is 41 s. */
+static atomic_int capped_calls;
+
+static int capped_fn(const char *key, long *after, void *ud)
+{
+    (void)key;
+    (void)ud;
+    if (atomic_fetch_add(&capped_calls, 1) < 14) {
+        *after = 20;
+        return -1021; /* KD_ECONNECT */
+    }
+    return 0;
+}
+
+static void test_worker_error_with_cap(void **state)
+{
+    (void)state;
+    struct kd_k8s_queue *q = kd_k8s_queue_new(NULL); /* 5 ms doubling to 1000 s */
+    atomic_store(&capped_calls, 0);
+    assert_int_equal(kd_k8s_queue_start_workers(q, 1, capped_fn, NULL), 0);
+    int64_t t0 = kd_mono_ms();
+    kd_k8s_queue_add(q, "k");
+    for (int i = 0; i < 1000 && atomic_load(&capped_calls) < 15; i++)
+        kd_sleep_ms(10);
+    printf("15 calls in %lld ms\n", (long long)(kd_mono_ms() - t0));
+    assert_int_equal(atomic_load(&capped_calls), 15);
+    assert_int_equal(kd_k8s_queue_num_requeues(q, "k"), 0);
+    kd_k8s_queue_free(q);
+}
+
 static atomic_int drained;
 
 static int slow_fn(const char *key, long *after, void *ud)
@@ -296,6 +354,8 @@ int main(void)
         cmocka_unit_test(test_backoff_timing),
         cmocka_unit_test(test_add_after),
         cmocka_unit_test(test_worker_errors_and_requeue_after),
+        cmocka_unit_test(test_backoff_table),
+        cmocka_unit_test(test_worker_error_with_cap),
         cmocka_unit_test(test_shutdown_drains),
         cmocka_unit_test(test_shutdown_wakes_getters),
     };
