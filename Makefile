@@ -141,10 +141,21 @@ else
   Q := @
 endif
 
+# Debian's ccache, when installed, keeps compiled objects outside the tree
+# (keyed by the source, the flags and the compiler), shared by every clone and
+# by build/ and build-asan/: a fresh clone compiles only what changed. CCACHE=0
+# turns it off; KD_CACHE_ROOT moves it (with the other caches, e2e/kube).
+KD_CACHE_ROOT ?= $(or $(KDET_KUBE_CACHE),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/kdet),$(HOME)/.cache/kdet)
+CCACHE ?= $(shell command -v ccache 2>/dev/null)
+ifneq ($(filter-out 0,$(CCACHE)),)
+  KD_CC_LAUNCH := CCACHE_DIR=$(KD_CACHE_ROOT)/ccache CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1 \
+                  CCACHE_MAXSIZE=2G $(CCACHE)
+endif
+
 $(O)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $@")
-	$(Q)$(CC) $(KD_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(Q)$(KD_CC_LAUNCH) $(CC) $(KD_CFLAGS) $(CFLAGS) -c -o $@ $<
 
 -include $(shell find $(O)/obj -name '*.d' 2>/dev/null)
 

@@ -4,4 +4,4 @@
 DEB_PACKAGES += make gcc clang pkg-config git ca-certificates clang-format \
                 libcmocka-dev libjansson-dev libyaml-dev libssl-dev \
                 libcurl4-openssl-dev libmicrohttpd-dev libarchive-dev libpq-dev \
-                uthash-dev libclang-rt-14-dev postgresql jq
+                uthash-dev libclang-rt-14-dev postgresql jq ccache
