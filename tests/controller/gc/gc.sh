@@ -26,41 +26,7 @@ start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
 check "API serving" wait_for 20 grep -q 'msg="API serving"' "$T/ctrl.log"
 : >"$T/names"
 
-cat >"$T/worker.sh" <<'W'
-H="Authorization: Bearer $KDET_TOKEN"
-B="$KDET_CONTROLLER_URL/api/v1/namespaces/$KDET_NAMESPACE/trials/$KDET_TRIAL_ID"
-lr=$(echo "$KDET_HPARAMS" | sed 's/.*"lr":\([0-9.]*\).*/\1/')
-done=0
-while :; do
-    op=$(curl -sf -H "$H" "$B/searcher/operation?completed=$done&timeout=10") || exit 1
-    case "$op" in
-    *'"stop"'*) exit 0 ;;
-    *validate_after*) ;;
-    *) continue ;;
-    esac
-    len=$(echo "$op" | sed 's/.*"length": *\([0-9]*\).*/\1/')
-    for step in $((len / 3)) $((2 * len / 3)) $len; do
-        case $step in
-        $((len / 3))) loss=$(awk "BEGIN { print $lr + 0.5 }") ;;
-        $len) loss=$(awk "BEGIN { print $lr + 0.05 }") ;;
-        *) loss=$lr ;;
-        esac
-        # A canonical UUID made from the name TRIAL-STEP (the API takes no other ids); the tests
-        # read the names back through $OUTDIR/names.
-        name=$KDET_TRIAL_ID-$step
-        uuid=$(printf %s "$name" | md5sum | sed 's/^\(.\{8\}\)\(.\{4\}\).\(.\{3\}\).\(.\{3\}\)\(.\{12\}\).*/\1-\2-4\3-8\4-\5/')
-        echo "$uuid $name" >>"$OUTDIR/names"
-        mkdir -p "$OUTDIR/w/$uuid" && echo "$KDET_TRIAL_ID $step" >"$OUTDIR/w/$uuid/model.bin"
-        "$DTRAIN" ckpt upload "$OUTDIR/w/$uuid" --uuid "$uuid" --quiet >/dev/null 2>&1 || [ -f "$CKPT/$uuid/kdet-manifest.json" ] || exit 1
-        curl -sf -H "$H" -X POST -d "{\"uuid\":\"$uuid\",\"batches\":$step,\"storage_path\":\"$CKPT/$uuid\",\"size\":16}" \
-            "$B/checkpoints" >/dev/null || exit 1
-        curl -sf -H "$H" -X POST -d "{\"kind\":\"validation\",\"key\":\"v-$step\",\"rows\":[{\"batches\":$step,\"metrics\":{\"loss\":$loss}}]}" \
-            "$B/metrics" >/dev/null || exit 1
-    done
-    [ "${HOLD:-}" = "$KDET_TRIAL_ID" ] && while [ ! -f "$OUTDIR/release" ]; do sleep 0.2; done
-    done=$len
-done
-W
+cp "$KD_SRC/tests/controller/support/ckpt_worker.sh" "$T/worker.sh"
 
 # gc_exp NAME POLICY [HOLD [STORAGE [ENV]]]: a grid of three trials over shared_fs $T/ckpt-NAME
 # (or the checkpoint_storage fields STORAGE, with ENV for the workers).
