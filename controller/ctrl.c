@@ -101,10 +101,8 @@ long kd_ctrl_retry_cap_ms(int rc)
     switch (rc) {
     case KD_ECONNECT:
     case KD_ETIMEDOUT:
-    case KD_EAGAIN:
-        return KD_CTRL_TRANSIENT_RETRY_MS;
-    default:
-        return 0;
+    case KD_EAGAIN: return KD_CTRL_TRANSIENT_RETRY_MS;
+    default: return 0;
     }
 }
 
@@ -114,8 +112,8 @@ void kd_ctrl_reconcile_end(const char *what, const char *key, int rc, const char
     if (rc == 0)
         return;
     if (rc != KD_ECONFLICT)
-        KD_WARN("reconcile failed", "%s=%s err=%s detail=%s", what, kd_logq(key),
-                kd_err_name(rc), kd_logq(err));
+        KD_WARN("reconcile failed", "%s=%s err=%s detail=%s", what, kd_logq(key), kd_err_name(rc),
+                kd_logq(err));
     long cap = kd_ctrl_retry_cap_ms(rc);
     if (cap > 0)
         *requeue_after_ms = cap;

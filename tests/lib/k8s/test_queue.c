@@ -241,16 +241,17 @@ static void test_backoff_table(void **state)
         {5, 1000000, 0, 0, 5},
         {5, 1000000, 1, 0, 10},
         {5, 1000000, 10, 0, 5120},
-        {5, 1000000, 20, 0, 1000000},    /* the queue's maximum */
-        {5, 1000000, 1000, 0, 1000000},  /* no overflow */
-        {5, 1000000, 20, 2000, 2000},    /* the cap */
-        {5, 1000000, 3, 2000, 40},       /* below the cap: the backoff */
-        {5, 1000, 20, 2000, 1000},       /* a cap above the maximum: the maximum */
-        {5, 1000000, 20, -1, 1000000},   /* no cap */
+        {5, 1000000, 20, 0, 1000000},   /* the queue's maximum */
+        {5, 1000000, 1000, 0, 1000000}, /* no overflow */
+        {5, 1000000, 20, 2000, 2000},   /* the cap */
+        {5, 1000000, 3, 2000, 40},      /* below the cap: the backoff */
+        {5, 1000, 20, 2000, 1000},      /* a cap above the maximum: the maximum */
+        {5, 1000000, 20, -1, 1000000},  /* no cap */
         {20, 80, 2, 0, 80},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        long got = kd_k8s_queue_backoff_ms(cases[i].base, cases[i].max, cases[i].failures, cases[i].cap);
+        long got =
+            kd_k8s_queue_backoff_ms(cases[i].base, cases[i].max, cases[i].failures, cases[i].cap);
         if (got != cases[i].want)
             fail_msg("case %zu: base %ld max %ld failures %d cap %ld: got %ld, want %ld", i,
                      cases[i].base, cases[i].max, cases[i].failures, cases[i].cap, got,
