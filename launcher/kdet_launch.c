@@ -156,58 +156,6 @@ static void torchrun_std_workaround(const struct kd_launch_args *a)
     }
 }
 
-static int exec_upstream(const struct kd_launch_args *a, struct kd_launch_env *e, int nproc,
-                         const char *src)
-{
-    char err[KD_ERRLEN] = "";
-    char **argv = NULL;
-    char *wrap = wrap_rank_path();
-    char *line = NULL;
-    int code = 0;
-    const char *prog = kd_launch_form_program(a->form);
-    if (a->form == KD_FORM_HOROVOD && e->node_rank > 0) {
-        code = horovod_peer_wait(e);
-        goto out;
-    }
-    if (kd_launch_upstream_argv(a, e, nproc, wrap, &argv, err) < 0) {
-        KD_ERROR("invalid environment", "error=%s", kd_logq(err));
-        code = EXIT_USAGE;
-        goto out;
-    }
-    int rc = kd_sup_find_program(prog);
-    if (rc < 0) {
-        code = missing_program(prog, rc,
-                               a->form == KD_FORM_TORCH       ? "install PyTorch (python3-torch)"
-                               : a->form == KD_FORM_DEEPSPEED ? "install DeepSpeed in the image"
-                                                              : "install Horovod in the image");
-        goto out;
-    }
-    if ((rc = kd_sup_find_program(wrap)) < 0) {
-        code = missing_program(wrap, rc, "install wrap_rank next to kdet-launch or on PATH");
-        goto out;
-    }
-    if (kd_launch_env_export(e) < 0) {
-        KD_ERROR("cannot set environment", "error=%s", kd_logq(strerror(errno)));
-        code = 1;
-        goto out;
-    }
-    if (a->form == KD_FORM_TORCH)
-        torchrun_std_workaround(a);
-    line = join_argv(argv);
-    KD_INFO("exec upstream launcher",
-            "launcher=%s nproc=%d nproc_source=%s node_rank=%d "
-            "num_nodes=%d port=%d port_source=%s run_id=%s cmd=%s",
-            prog, nproc, src, e->node_rank, e->num_nodes, e->master_port, e->port_source, e->run_id,
-            kd_logq(line));
-    execvp(argv[0], argv);
-    code = missing_program(prog, -errno, strerror(errno));
-out:
-    free(line);
-    free(wrap);
-    kd_launch_argv_free(argv);
-    return code;
-}
-
 /* The supervisor's line hook: a copy of each worker line for the controller. */
 static void ship_line(const struct kd_lines *l, const char *a, size_t alen, const char *b,
                       size_t blen)
@@ -248,6 +196,133 @@ static void stop_shipping(struct kd_logship *s)
         KD_INFO("log shipping finished", "lines=%llu batches=%llu retries=%llu",
                 (unsigned long long)st.lines_sent, (unsigned long long)st.batches_sent,
                 (unsigned long long)st.retries);
+}
+
+/*
+ * The line hook for an upstream launcher's output: the worker is the
+ * "[rank=R] " wrap_rank put in the line (after the launcher's own tag, if
+ * any), which the shipped copy leaves out; a line without one is the
+ * launcher's own (rank -1).
+ */
+static void ship_upstream_line(const struct kd_lines *l, const char *a, size_t alen, const char *b,
+                               size_t blen)
+{
+    char head[KD_LINES_UPSTREAM_TAG_MAX];
+    size_t hn = alen < sizeof(head) ? alen : sizeof(head);
+    memcpy(head, a, hn);
+    if (hn < sizeof(head)) {
+        size_t more = blen < sizeof(head) - hn ? blen : sizeof(head) - hn;
+        memcpy(head + hn, b, more);
+        hn += more;
+    }
+    size_t skip = 0;
+    int rank = kd_lines_upstream_rank(head, hn, &skip);
+    if (skip <= alen) {
+        a += skip;
+        alen -= skip;
+    } else {
+        b += skip - alen;
+        blen -= skip - alen;
+        alen = 0;
+    }
+    kd_logship_line(l->hook_ud, rank, l->stream, a, alen, b, blen);
+}
+
+/*
+ * With log shipping, the upstream launcher runs as kdet-launch's one child
+ * instead of replacing it: its output passes through unchanged and a copy
+ * of each line goes to the controller; SIGTERM and SIGINT go to its process
+ * group (it and its workers), and its exit status is kdet-launch's.
+ */
+static int supervise_upstream(char **argv, const struct kd_launch_env *e, struct kd_logship *ship)
+{
+    char err[KD_ERRLEN] = "";
+    static const int forward[] = {SIGTERM, SIGINT, 0};
+    /* rank: only for the supervisor's own lines (the launcher's lines carry no prefix). */
+    struct kd_sup_worker w = {.rank = 0, .argv = argv, .envp = NULL};
+    struct kd_sup_opts o = {
+        .new_pgrp = true,
+        .no_prefix = true,
+        .grace_ms = (int64_t)(e->grace_s * 1000.0),
+        .forward = forward,
+        .line_hook = ship_upstream_line,
+        .line_ud = ship,
+    };
+    struct kd_sup_result res;
+    int rc = kd_sup_run(&w, 1, &o, &res, err);
+    stop_shipping(ship);
+    if (rc < 0) {
+        KD_ERROR("cannot start the upstream launcher", "launcher=%s error=%s", kd_logq(argv[0]),
+                 kd_logq(err));
+        return 1;
+    }
+    char sig[32];
+    if (res.signal_first)
+        KD_WARN("launch finished", "exit_code=%d reason=signal signal=%s killed=%s", res.exit_code,
+                kd_sup_signal_name(res.signal, sig, sizeof(sig)), res.killed ? "true" : "false");
+    else if (res.exit_code != 0)
+        KD_ERROR("launch finished", "exit_code=%d reason=launcher-failed launcher=%s",
+                 res.exit_code, kd_logq(argv[0]));
+    else
+        KD_INFO("launch finished", "exit_code=0 launcher=%s", kd_logq(argv[0]));
+    return res.exit_code;
+}
+
+static int exec_upstream(const struct kd_launch_args *a, struct kd_launch_env *e, int nproc,
+                         const char *src)
+{
+    char err[KD_ERRLEN] = "";
+    char **argv = NULL;
+    char *wrap = wrap_rank_path();
+    char *line = NULL;
+    int code = 0;
+    const char *prog = kd_launch_form_program(a->form);
+    if (a->form == KD_FORM_HOROVOD && e->node_rank > 0) {
+        code = horovod_peer_wait(e);
+        goto out;
+    }
+    if (kd_launch_upstream_argv(a, e, nproc, wrap, &argv, err) < 0) {
+        KD_ERROR("invalid environment", "error=%s", kd_logq(err));
+        code = EXIT_USAGE;
+        goto out;
+    }
+    int rc = kd_sup_find_program(prog);
+    if (rc < 0) {
+        code = missing_program(prog, rc,
+                               a->form == KD_FORM_TORCH       ? "install PyTorch (python3-torch)"
+                               : a->form == KD_FORM_DEEPSPEED ? "install DeepSpeed in the image"
+                                                              : "install Horovod in the image");
+        goto out;
+    }
+    if ((rc = kd_sup_find_program(wrap)) < 0) {
+        code = missing_program(wrap, rc, "install wrap_rank next to kdet-launch or on PATH");
+        goto out;
+    }
+    if (kd_launch_env_export(e) < 0) {
+        KD_ERROR("cannot set environment", "error=%s", kd_logq(strerror(errno)));
+        code = 1;
+        goto out;
+    }
+    if (a->form == KD_FORM_TORCH)
+        torchrun_std_workaround(a);
+    line = join_argv(argv);
+    struct kd_logship *ship = start_shipping(e);
+    KD_INFO(ship == NULL ? "exec upstream launcher" : "starting upstream launcher",
+            "launcher=%s nproc=%d nproc_source=%s node_rank=%d "
+            "num_nodes=%d port=%d port_source=%s run_id=%s cmd=%s",
+            prog, nproc, src, e->node_rank, e->num_nodes, e->master_port, e->port_source, e->run_id,
+            kd_logq(line));
+    if (ship == NULL) {
+        execvp(argv[0], argv);
+        code = missing_program(prog, -errno, strerror(errno));
+        goto out;
+    }
+    code = supervise_upstream(argv, e, ship);
+out:
+    free(line);
+    free(wrap);
+    kd_launch_argv_free(argv);
+    return code;
 }
 
 static int run_workers(const struct kd_launch_args *a, struct kd_launch_env *e, int nproc,

@@ -119,3 +119,31 @@ int kd_lines_finish(struct kd_lines *l)
     int frc = flush_out(l);
     return rc < 0 ? rc : frc;
 }
+
+int kd_lines_upstream_rank(const char *s, size_t n, size_t *skip)
+{
+    static const char tag[] = "[rank=";
+    const size_t tlen = sizeof(tag) - 1;
+    size_t lim = n < KD_LINES_UPSTREAM_TAG_MAX ? n : KD_LINES_UPSTREAM_TAG_MAX;
+    *skip = 0;
+    for (size_t i = 0; i + tlen < lim; i++) {
+        if (memcmp(s + i, tag, tlen) != 0)
+            continue;
+        size_t j = i + tlen;
+        long r = 0;
+        size_t digits = 0;
+        while (j < n && s[j] >= '0' && s[j] <= '9' && digits < 11) {
+            r = r * 10 + (s[j] - '0');
+            j++;
+            digits++;
+        }
+        if (digits == 0 || digits > 10 || r > (1L << 30) || j >= n || s[j] != ']')
+            continue;
+        j++;
+        if (j < n && s[j] == ' ')
+            j++;
+        *skip = j;
+        return (int)r;
+    }
+    return -1;
+}

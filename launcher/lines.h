@@ -73,4 +73,17 @@ int kd_lines_finish(struct kd_lines *l) KD_WUR;
 /** Free the buffers (NULL-safe); does not close fd. */
 void kd_lines_free(struct kd_lines *l);
 
+/* How far into an upstream launcher's line its worker's "[rank=R] " may start. */
+#define KD_LINES_UPSTREAM_TAG_MAX 96
+
+/**
+ * The worker of a line that an upstream launcher (torchrun, deepspeed,
+ * horovodrun) printed: the "[rank=R] " that wrap_rank put first, possibly
+ * after the launcher's own tag ("[default0]:", "[1,0]<stdout>:"), starting
+ * within the first KD_LINES_UPSTREAM_TAG_MAX bytes. Returns R (0 to 2^30)
+ * with *skip the bytes up to and including "] ", or -1 with *skip 0 for a
+ * line of the launcher itself. Pure.
+ */
+int kd_lines_upstream_rank(const char *s, size_t n, size_t *skip);
+
 #endif

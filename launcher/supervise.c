@@ -470,7 +470,10 @@ int kd_sup_run(const struct kd_sup_worker *workers, int n, const struct kd_sup_o
         st.ws[i].rank = workers[i].rank;
         st.ws[i].fd[0] = st.ws[i].fd[1] = -1;
         char prefix[KD_LINES_PREFIX_MAX];
-        snprintf(prefix, sizeof(prefix), "[rank=%d] ", workers[i].rank);
+        if (opts->no_prefix)
+            prefix[0] = '\0';
+        else
+            snprintf(prefix, sizeof(prefix), "[rank=%d] ", workers[i].rank);
         kd_lines_init(&st.ws[i].lines[0], STDOUT_FILENO, prefix, opts->max_line);
         kd_lines_init(&st.ws[i].lines[1], STDERR_FILENO, prefix, opts->max_line);
         for (int s = 0; s < 2; s++) {

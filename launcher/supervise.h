@@ -25,6 +25,7 @@ struct kd_sup_opts {
     bool new_pgrp;      /* each worker leads its own process group */
     bool stdin_null;    /* workers read /dev/null instead of our stdin */
     bool quiet;         /* no logfmt lines of our own (wrap_rank) */
+    bool no_prefix;     /* lines pass through as they are (an upstream launcher's) */
     bool fail_fast;     /* a failed worker stops the others */
     int64_t grace_ms;   /* SIGTERM -> SIGKILL delay; < 0: never SIGKILL */
     const int *forward; /* signals forwarded to the workers, 0-terminated */

@@ -221,6 +221,50 @@ static void test_write_all_nonblocking(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* Which worker printed a line that an upstream launcher passed on. */
+static void test_upstream_rank(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *line;
+        int rank;
+        size_t skip;
+    } cases[] = {
+        {"[rank=0] hello", 0, 9},
+        {"[rank=17] x", 17, 10},
+        {"[default0]:[rank=3] loss 0.5", 3, 20},   /* torchrun --tee */
+        {"[1,0]<stdout>:[rank=1] epoch 1", 1, 23}, /* horovodrun */
+        {"[rank=2]", 2, 8},                        /* nothing after it */
+        {"[rank=1073741824] big", 1073741824, 18}, /* 2^30, the API's most */
+        {"[rank=1073741825] too big", -1, 0},
+        {"[rank=99999999999] x", -1, 0}, /* 11 digits */
+        {"[rank=] x", -1, 0},
+        {"[rank=x] x", -1, 0},
+        {"[rank=4 x", -1, 0}, /* no bracket */
+        {"WARNING:torch.distributed.run: setting OMP_NUM_THREADS", -1, 0},
+        {"", -1, 0},
+        {"[rank=", -1, 0},
+        {"[rank=5", -1, 0},
+        {"text [rank=6] later", 6, 14}, /* within the first bytes */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t skip = 99;
+        int r = kd_lines_upstream_rank(cases[i].line, strlen(cases[i].line), &skip);
+        if (r != cases[i].rank || skip != cases[i].skip)
+            fail_msg("\"%s\": got rank %d skip %zu, want %d and %zu", cases[i].line, r, skip,
+                     cases[i].rank, cases[i].skip);
+    }
+    /* beyond the first KD_LINES_UPSTREAM_TAG_MAX bytes it is the worker's own text */
+    char far[256];
+    memset(far, 'x', sizeof(far));
+    memcpy(far + KD_LINES_UPSTREAM_TAG_MAX, "[rank=1] y", 10);
+    size_t skip = 99;
+    assert_int_equal(kd_lines_upstream_rank(far, sizeof(far), &skip), -1);
+    assert_int_equal(skip, 0);
+    /* the line need not end in NUL: only n bytes are read */
+    assert_int_equal(kd_lines_upstream_rank("[rank=12]", 8, &skip), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -231,6 +275,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_random_chunks, setup, teardown),
         cmocka_unit_test(test_write_error),
         cmocka_unit_test(test_write_all_nonblocking),
+        cmocka_unit_test(test_upstream_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

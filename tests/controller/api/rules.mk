@@ -16,7 +16,7 @@ $(eval $(call kd_test,test_api_chief,tests/controller/api/test_api_chief.c $(API
 # Routing, body caps and tokens decided from the request head before any body byte is read.
 $(eval $(call kd_test,test_api_limits,tests/controller/api/test_api_limits.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 # Trial logs: the worker and user routes, following, and kdet-launch's shipper (launcher/logship.c).
-$(eval $(call kd_test,test_api_logs,tests/controller/api/test_api_logs.c $(API_TEST_SRCS),launch $(API_TEST_KD_LIBS),$(API_TEST_LDLIBS) -ldl,120,,$(API_TEST_DEPS)))
+$(eval $(call kd_test,test_api_logs,tests/controller/api/test_api_logs.c $(API_TEST_SRCS),launch $(API_TEST_KD_LIBS),$(API_TEST_LDLIBS) -ldl,120,,$(API_TEST_DEPS) $(O)/bin/kdet-launch $(O)/bin/wrap_rank))
 # Profiler samples: kind profiling rows read back by group through GET .../trials/{t}/profiler.
 $(eval $(call kd_test,test_api_profiler,tests/controller/api/test_api_profiler.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 # Users and namespaces: every route of the route table against another user's token.

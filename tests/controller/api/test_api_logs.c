@@ -8,6 +8,7 @@
  * against the real API: every line stored once across an API restart, a
  * refused token ends shipping, the exit flush is bounded.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,11 +17,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
 
 #include "core/buf.h"
+#include "core/fs.h"
 #include "core/time.h"
 #include "api/api_int.h"
 #include "fx.h"
@@ -521,12 +526,119 @@ static void test_shipper(void **state)
     fx_api_start(port);
 }
 
+/* ---- an upstream launcher's workers, through kdet-launch ----------------------------------- */
+
+/* torchrun's stand-in: a line of its own, then two workers as torchrun runs them after
+ * --no_python (wrap_rank RANK CMD...), exiting with their worst status. */
+static const char fake_torchrun[] =
+    "#!/bin/sh\n"
+    "echo 'torchrun stand-in starting'\n"
+    "while [ $# -gt 0 ] && [ \"$1\" != --no_python ]; do shift; done\n"
+    "shift\n"
+    "RANK=0 LOCAL_RANK=0 \"$@\" & p0=$!\n"
+    "RANK=1 LOCAL_RANK=1 \"$@\" & p1=$!\n"
+    "wait $p0; a=$?; wait $p1; b=$?\n"
+    "exit $((a > b ? a : b))\n";
+
+/* A file's text (at most 1 MiB), NUL-terminated; the test fails without it. */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        fail_msg("%s: %s", path, strerror(errno));
+    char *buf = calloc(1, 1 << 20);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Run cmd with /bin/sh; its wait status. */
+static int sh(const char *cmd)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return st;
+}
+
+static void test_upstream_form(void **state)
+{
+    (void)state;
+    char ua[64], ta[64], dir[] = "/tmp/kd-upstream-XXXXXX", path[256], cmd[4096];
+    fx_experiment("up", "loss");
+    fx_trial("up", "up-1", 100, ua, sizeof(ua));
+    fx_token("up-1", ua, ta, sizeof(ta));
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/torchrun", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(fake_torchrun, f);
+    fclose(f);
+    assert_int_equal(chmod(path, 0755), 0);
+    /* Rank 1 fails after its lines; the stand-in exits with its status, and so does kdet-launch. */
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && PATH=%s:$PATH KDET_CONTROLLER_URL=%s KDET_TOKEN=%s KDET_TRIAL_ID=up-1 "
+             "KDET_NAMESPACE=default KDET_RUN_ID=run-up %s/bin/kdet-launch --nproc 2 "
+             "torch_distributed -- sh -c 'echo \"out $RANK\"; echo \"err $RANK\" >&2; "
+             "[ $RANK = 1 ] && exit 3; exit 0' >out.txt 2>err.txt",
+             dir, dir, fx.url, ta, getenv("KD_BUILD"));
+    int st = sh(cmd);
+    assert_true(WIFEXITED(st));
+    snprintf(path, sizeof(path), "%s/out.txt", dir);
+    char *out = slurp(path);
+    snprintf(path, sizeof(path), "%s/err.txt", dir);
+    char *err = slurp(path);
+    if (WEXITSTATUS(st) != 3)
+        fail_msg("kdet-launch exit %d, want 3\nstdout:\n%s\nstderr:\n%s", WEXITSTATUS(st), out,
+                 err);
+    /* the pod's log is as before: the workers' lines with wrap_rank's prefix */
+    assert_non_null(strstr(out, "[rank=0] out 0\n"));
+    assert_non_null(strstr(out, "[rank=1] out 1\n"));
+    assert_non_null(strstr(out, "torchrun stand-in starting\n"));
+    assert_non_null(strstr(err, "[rank=1] err 1\n"));
+    assert_non_null(strstr(err, "msg=\"starting upstream launcher\" launcher=torchrun"));
+    assert_non_null(strstr(err, "msg=\"log shipping finished\""));
+    /* the controller has every line, with its worker's rank and without the prefix */
+    static const struct {
+        int rank;
+        const char *stream, *line;
+    } want[] = {
+        {-1, "stdout", "torchrun stand-in starting"},
+        {0, "stdout", "out 0"},
+        {0, "stderr", "err 0"},
+        {1, "stdout", "out 1"},
+        {1, "stderr", "err 1"},
+    };
+    char sql[512];
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(*) FROM trial_logs WHERE run_id = 'run-up' AND rank = %d AND "
+                 "stream = '%s' AND line = '%s'",
+                 want[i].rank, want[i].stream, want[i].line);
+        if (fx_sql_int(sql) != 1)
+            fail_msg("not stored once: rank %d %s \"%s\"\nstderr:\n%s", want[i].rank,
+                     want[i].stream, want[i].line, err);
+    }
+    assert_int_equal(fx_sql_int("SELECT count(*) FROM trial_logs WHERE run_id = 'run-up'"), 5);
+    free(out);
+    free(err);
+    assert_int_equal(kd_rm_tree(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_worker_route), cmocka_unit_test(test_user_routes),
-        cmocka_unit_test(test_cap),          cmocka_unit_test(test_follow),
-        cmocka_unit_test(test_shipper),      cmocka_unit_test(test_log_policies),
+        cmocka_unit_test(test_worker_route),  cmocka_unit_test(test_user_routes),
+        cmocka_unit_test(test_cap),           cmocka_unit_test(test_follow),
+        cmocka_unit_test(test_shipper),       cmocka_unit_test(test_log_policies),
+        cmocka_unit_test(test_upstream_form),
     };
     return cmocka_run_group_tests(tests, fx_setup, fx_teardown);
 }
