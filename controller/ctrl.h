@@ -65,6 +65,7 @@ struct kd_ctrl_opts {
     const char *key_file;        /* token key file; NULL: the Secret kdet-controller-key */
     const char *key_ns;          /* that Secret's namespace [$POD_NAMESPACE or the client's] */
     const char *user_token_file; /* NULL: $KDET_USER_TOKEN, else no bootstrap administrator */
+    bool authz_kubernetes;       /* --authz kubernetes: SubjectAccessReview decides (security.md) */
     /* TLS of the API: certificate and key (PEM files) or plain_http (127.0.0.1 only). */
     const char *tls_cert_file, *tls_key_file;
     const char *tls_ca_file; /* the CA trials trust; NULL: tls_cert_file itself */

@@ -84,6 +84,10 @@ static void usage(FILE *f)
         "created)\n"
         "  --user-token-file FILE   the bootstrap administrator's token (default\n"
         "                           $KDET_USER_TOKEN; none: only users' tokens of the store)\n"
+        "  --authz namespaces|kubernetes  who decides what a user may do in a namespace: the\n"
+        "                           user's namespaces (default) or Kubernetes RBAC through\n"
+        "                           SubjectAccessReview (user kdet:NAME, groups kdet:users,\n"
+        "                           kdet:admins)\n"
         "  --tls-cert-file FILE     the API's certificate (PEM; with --tls-key-file): HTTPS\n"
         "  --tls-key-file FILE      its private key (PEM)\n"
         "  --tls-ca-file FILE       the CA trials trust (default: --tls-cert-file itself)\n"
@@ -134,6 +138,7 @@ static const char *const flag_names[] = {
     "--api-listen",
     "--token-key-file",
     "--user-token-file",
+    "--authz",
     "--tls-cert-file",
     "--tls-key-file",
     "--tls-ca-file",
@@ -423,7 +428,12 @@ static int parse_args(int argc, char **argv, struct kd_ctrl_opts *o,
             o->key_file = v;
         else if (strcmp(name, "--user-token-file") == 0)
             o->user_token_file = v;
-        else if (strcmp(name, "--tls-cert-file") == 0)
+        else if (strcmp(name, "--authz") == 0) {
+            if (strcmp(v, "namespaces") == 0 || strcmp(v, "kubernetes") == 0)
+                o->authz_kubernetes = strcmp(v, "kubernetes") == 0;
+            else
+                rc = kd_seterr(err, KD_EINVAL, "--authz=%s: expected namespaces or kubernetes", v);
+        } else if (strcmp(name, "--tls-cert-file") == 0)
             o->tls_cert_file = v;
         else if (strcmp(name, "--tls-key-file") == 0)
             o->tls_key_file = v;

@@ -212,6 +212,7 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
         .memory_per_slot = c->o.pod.memory_per_slot,
         .max_slots_per_pod = c->o.max_slots_per_pod,
         .tasks = c->tasks != NULL,
+        .authz = c->o.authz_kubernetes ? KD_API_AUTHZ_KUBERNETES : KD_API_AUTHZ_NAMESPACES,
         .storage_of = c->storage_of,
         .storage_ud = c,
         .unprotected = kd_ctrl_gc_unprotected,
@@ -219,9 +220,10 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
     };
     if ((rc = kd_api_start(&ao, &c->api, err)) != 0)
         goto out;
-    KD_INFO("API serving", "listen=%s:%d scheme=%s bootstrap_admin=%s",
+    KD_INFO("API serving", "listen=%s:%d scheme=%s bootstrap_admin=%s authz=%s",
             c->o.api_addr != NULL ? c->o.api_addr : "127.0.0.1", kd_api_port(c->api),
-            cert != NULL ? "https" : "http", c->user_token != NULL ? "on" : "off");
+            cert != NULL ? "https" : "http", c->user_token != NULL ? "on" : "off",
+            c->o.authz_kubernetes ? "kubernetes" : "namespaces");
 out:
     if (key != NULL)
         explicit_bzero(key, strlen(key));

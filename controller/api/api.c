@@ -518,6 +518,37 @@ struct api_grant {
 };
 
 /*
+ * Whether who may do what the route does in namespace ns: 403 saying what
+ * was refused, or 503 when the Kubernetes API could not review it.
+ */
+static int authorize_ns(struct api_rq *q, const struct api_route *hit,
+                        const struct api_principal *who, const char *ns)
+{
+    struct api_authz_attrs at;
+    char why[512];
+    bool allowed = false;
+    if (api_authz_attrs(kd_http_method(q->r), hit->pattern, q->seg, q->nseg, &at) != 0)
+        return 0; /* not a namespaced route */
+    int rc = api_may(q->api, who, ns, &at, &allowed, why, sizeof(why));
+    if (rc != 0) {
+        api_error(q, 503, NULL, "cannot check access with the Kubernetes API: %s", why);
+        return rc;
+    }
+    if (allowed)
+        return 0;
+    if (q->api->o.authz == KD_API_AUTHZ_KUBERNETES)
+        api_error(q, 403, NULL,
+                  "user %s (kdet:%s) may not %s %s%s%s in namespace %s (Kubernetes RBAC)%s%s",
+                  kd_logq(who->name), kd_logq(who->name), at.verb, at.resource,
+                  at.subresource[0] != '\0' ? "/" : "", at.subresource, kd_logq(ns),
+                  why[0] != '\0' ? ": " : "", why);
+    else
+        api_error(q, 403, NULL, "user %s may not use namespace %s", kd_logq(who->name),
+                  kd_logq(ns));
+    return KD_EFORBIDDEN;
+}
+
+/*
  * The user routes' decision on a caller: a user token (401), then the
  * namespace the route names (403 unless the user may use it) or, on
  * administrators' routes, the administrator role (403).
@@ -533,10 +564,8 @@ static int authorize_user(struct api_rq *q, const struct api_route *hit,
         api_error(q, 403, NULL, "%s %s is for administrators; user %s is not one",
                   kd_http_method(q->r), kd_http_path(q->r), kd_logq((*who)->name));
         rc = KD_EFORBIDDEN;
-    } else if (nseg >= 0 && !api_ns_allowed(*who, q->seg[nseg])) {
-        api_error(q, 403, NULL, "user %s may not use namespace %s", kd_logq((*who)->name),
-                  kd_logq(q->seg[nseg]));
-        rc = KD_EFORBIDDEN;
+    } else if (nseg >= 0) {
+        rc = authorize_ns(q, hit, *who, q->seg[nseg]);
     }
 out:
     return rc;
@@ -709,6 +738,7 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
     pthread_cond_init(&a->changed, NULL);
     api_hub_init(&a->hub);
     pthread_mutex_init(&a->logs_mu, NULL);
+    pthread_mutex_init(&a->sar_mu, NULL);
     pthread_cond_init(&a->logs_cond, NULL);
     if (a->o.log_max_bytes == 0)
         a->o.log_max_bytes = KD_STORE_LOG_DEFAULT_CAP;
@@ -769,6 +799,8 @@ void kd_api_stop(struct kd_api *a)
     kd_k8s_informer_free(a->tasks);
     api_hub_destroy(&a->hub);
     pthread_mutex_destroy(&a->logs_mu);
+    api_authz_free(a);
+    pthread_mutex_destroy(&a->sar_mu);
     pthread_cond_destroy(&a->logs_cond);
     json_decref(a->ids);
     json_decref(a->progress);

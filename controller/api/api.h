@@ -91,6 +91,14 @@ struct kd_api_opts {
     /** Serve Tasks (the Task resource is installed): their routes, logs and proxy. */
     bool tasks;
     /**
+     * Who decides what a user may do in a namespace (docs/security.md):
+     * KD_API_AUTHZ_NAMESPACES, the namespaces of the user's row; or
+     * KD_API_AUTHZ_KUBERNETES, Kubernetes RBAC through a SubjectAccessReview
+     * of the user's identity (user "kdet:NAME", groups "kdet:users" and, for
+     * administrators, "kdet:admins"), each answer kept 10 s.
+     */
+    enum kd_api_authz { KD_API_AUTHZ_NAMESPACES, KD_API_AUTHZ_KUBERNETES } authz;
+    /**
      * The checkpoint storage an Experiment's trials use (its configuration's
      * checkpoint_storage with the controller's default): *out a new reference, or NULL when
      * it has none; 0 or KD_E*. The API writes each trial's metrics as TensorBoard event files

@@ -74,6 +74,9 @@ struct kd_api {
     pthread_cond_t logs_cond;
     uint64_t logs_gen;
     struct kd_metric *m_requests, *m_seconds; /* NULL without o.metrics */
+    /* SubjectAccessReview answers (authz.c): key -> [allowed, expiry mono ms, reason]. */
+    pthread_mutex_t sar_mu;
+    json_t *sar;
 };
 
 /*
@@ -88,6 +91,22 @@ struct api_principal {
     const char **namespaces; /* "*": every namespace */
     size_t nns;
 };
+
+/* ---- who may do what in a namespace (authz.c) ---- */
+/**
+ * Whether p may do `at` in namespace ns: by p's namespaces, or by a
+ * SubjectAccessReview (o.authz KD_API_AUTHZ_KUBERNETES; answers cached).
+ * 0 with *allowed (and when refused, why: the reviewer's reason, may be
+ * ""), or a KD_E* code when the review could not be made (why says why).
+ * Thread-safe.
+ */
+int api_may(struct kd_api *a, const struct api_principal *p, const char *ns,
+            const struct api_authz_attrs *at, bool *allowed, char *why, size_t whylen);
+/** api_may as a yes or no (a review that fails is a no, logged). */
+bool api_may_do(struct kd_api *a, const struct api_principal *p, const char *ns, const char *verb,
+                const char *resource, const char *subresource, const char *name);
+/** Forget the cached reviews (kd_api_stop). */
+void api_authz_free(struct kd_api *a);
 
 /* One request as the handlers see it. */
 struct api_rq {

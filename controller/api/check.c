@@ -92,6 +92,46 @@ int api_route_ns_seg(const char *pattern)
     return strncmp(pattern, pfx, sizeof(pfx) - 1) == 0 ? 3 : -1;
 }
 
+int api_authz_attrs(const char *method, const char *pattern, const char *const *seg, int nseg,
+                    struct api_authz_attrs *out)
+{
+    static const char pfx[] = "api/v1/namespaces/*/";
+    memset(out, 0, sizeof(*out));
+    if (strncmp(pattern, pfx, sizeof(pfx) - 1) != 0)
+        return KD_EINVAL;
+    /* The pattern's parts after the namespace: resource, name, then what is below it. */
+    const char *rest = pattern + sizeof(pfx) - 1;
+    const char *slash = strchr(rest, '/');
+    size_t rlen = slash != NULL ? (size_t)(slash - rest) : strlen(rest);
+    if (rlen == 0 || rlen >= sizeof(out->resource))
+        return KD_EINVAL;
+    memcpy(out->resource, rest, rlen);
+    bool one = slash != NULL; /* "resource/<name>..." names an object */
+    const char *below = one ? strchr(slash + 1, '/') : NULL;
+    below = below != NULL ? below + 1 : NULL; /* "logs", "logs/stream", "versions", "pause" */
+    if (one && nseg > 5 && seg[5] != NULL)
+        snprintf(out->name, sizeof(out->name), "%s", seg[5]);
+    const char *verb;
+    if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
+        verb = one ? "get" : "list";
+        if (below != NULL && strncmp(below, "logs", 4) == 0)
+            snprintf(out->subresource, sizeof(out->subresource), "logs");
+    } else if (strcmp(method, "POST") == 0) {
+        if (!one)
+            verb = "create";
+        else if (below != NULL && strcmp(below, "proxy-ticket") == 0) {
+            verb = "create";
+            snprintf(out->subresource, sizeof(out->subresource), "proxy");
+        } else
+            verb = "update";
+    } else if (strcmp(method, "DELETE") == 0)
+        verb = below == NULL ? "delete" : "update";
+    else
+        verb = "update"; /* PATCH, PUT */
+    snprintf(out->verb, sizeof(out->verb), "%s", verb);
+    return 0;
+}
+
 const char *api_bearer(const char *authorization)
 {
     if (authorization == NULL || strncasecmp(authorization, "Bearer ", 7) != 0)

@@ -72,6 +72,29 @@ const struct api_route *api_route_find(const struct api_route *routes, size_t n,
 /** The index of the namespace segment of a pattern ("api/v1/namespaces/<*>/..."), or -1. */
 int api_route_ns_seg(const char *pattern);
 
+/*
+ * What a namespaced user route does, in Kubernetes RBAC's terms (group
+ * kdet.io), for the SubjectAccessReview mode (docs/security.md): GET of a
+ * collection is "list", of one object "get" (its logs: subresource "logs");
+ * POST to a collection "create", a proxy ticket "create" of "tasks/proxy",
+ * other POSTs (pause, kill, a new model version) and PATCH/PUT "update";
+ * DELETE of an object "delete", of a part of it (a model version) "update".
+ */
+struct api_authz_attrs {
+    char verb[16];
+    char resource[32];    /* experiments, trials, checkpoints, tasks, models, jobs */
+    char subresource[16]; /* "", "logs" or "proxy" */
+    char name[254];       /* the object's name, "" for a collection */
+};
+
+/**
+ * The attributes of a request of `method` on the namespaced route `pattern`
+ * with the path's segments seg[0..nseg). 0, or KD_EINVAL for a route
+ * outside "api/v1/namespaces/<*>/". Pure.
+ */
+int api_authz_attrs(const char *method, const char *pattern, const char *const *seg, int nseg,
+                    struct api_authz_attrs *out);
+
 /**
  * The token of an Authorization header value: what follows "Bearer "
  * (scheme case-insensitive), or NULL when the header is absent, names

@@ -248,7 +248,8 @@ void api_proxy_authorize(struct api_rq *q)
         size_t allowed = 0;
         for (size_t i = 0; i < n; i++) {
             const json_t *t = json_array_get(c.found, i);
-            if (api_ns_allowed(who, kd_k8s_meta_str(t, "namespace"))) {
+            if (api_may_do(q->api, who, kd_k8s_meta_str(t, "namespace"), "get", "tasks", "proxy",
+                           kd_k8s_meta_str(t, "name"))) {
                 allowed++;
                 mine = t;
             }
@@ -261,7 +262,8 @@ void api_proxy_authorize(struct api_rq *q)
         }
         task = mine;
     }
-    if (task == NULL || !api_ns_allowed(who, kd_k8s_meta_str(task, "namespace"))) {
+    if (task == NULL || !api_may_do(q->api, who, kd_k8s_meta_str(task, "namespace"), "get", "tasks",
+                                    "proxy", kd_k8s_meta_str(task, "name"))) {
         api_error(q, 404, NULL, "no task %s in the namespaces user %s may use", name,
                   kd_logq(who != NULL ? who->name : "?"));
         goto out;

@@ -725,7 +725,7 @@ void api_user_jobs(struct api_rq *q)
     struct kd_api *a = q->api;
     const char *ns = kd_http_query(q->r, "namespace");
     json_t *all = json_array(), *tasks = NULL;
-    if (ns != NULL && !api_ns_allowed(q->who, ns)) {
+    if (ns != NULL && !api_may_do(a, q->who, ns, "list", "jobs", NULL, NULL)) {
         json_decref(all);
         api_error(q, 403, "namespace", "user %s may not use namespace %s", kd_logq(q->who->name),
                   kd_logq(ns));
@@ -734,12 +734,14 @@ void api_user_jobs(struct api_rq *q)
     (void)kd_k8s_cache_each(kd_k8s_informer_cache(a->trials), ns, pick_job, all);
     /* Only the jobs of the caller's namespaces. */
     for (size_t i = json_array_size(all); i-- > 0;)
-        if (!api_ns_allowed(q->who, kd_k8s_meta_str(json_array_get(all, i), "namespace")))
+        if (!api_may_do(a, q->who, kd_k8s_meta_str(json_array_get(all, i), "namespace"), "list",
+                        "jobs", NULL, NULL))
             json_array_remove(all, i);
     tasks = api_task_jobs(a, ns);
     for (size_t i = json_array_size(tasks); i-- > 0;)
-        if (!api_ns_allowed(
-                q->who, json_string_value(json_object_get(json_array_get(tasks, i), "namespace"))))
+        if (!api_may_do(a, q->who,
+                        json_string_value(json_object_get(json_array_get(tasks, i), "namespace")),
+                        "list", "jobs", NULL, NULL))
             json_array_remove(tasks, i);
     size_t n = json_array_size(all), nt = json_array_size(tasks), m = 0;
     struct job *v = kd_xcalloc(n + nt + 1, sizeof(*v));

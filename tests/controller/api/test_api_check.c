@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -246,13 +247,73 @@ static void test_job_patch(void **state)
     json_decref(it);
 }
 
+/* What each kind of namespaced route asks Kubernetes RBAC (--authz kubernetes). */
+static void test_authz_attrs(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *method, *path, *verb, *resource, *sub, *name;
+    } cases[] = {
+        {"GET", "/api/v1/namespaces/t/experiments", "list", "experiments", "", ""},
+        {"GET", "/api/v1/namespaces/t/experiments/e1", "get", "experiments", "", "e1"},
+        {"GET", "/api/v1/namespaces/t/experiments/e1/trials", "get", "experiments", "", "e1"},
+        {"GET", "/api/v1/namespaces/t/experiments/e1/metrics", "get", "experiments", "", "e1"},
+        {"GET", "/api/v1/namespaces/t/experiments/e1/logs", "get", "experiments", "logs", "e1"},
+        {"GET", "/api/v1/namespaces/t/experiments/e1/logs/stream", "get", "experiments", "logs",
+         "e1"},
+        {"POST", "/api/v1/namespaces/t/experiments/e1/pause", "update", "experiments", "", "e1"},
+        {"POST", "/api/v1/namespaces/t/experiments/e1/cancel", "update", "experiments", "", "e1"},
+        {"GET", "/api/v1/namespaces/t/trials/r1", "get", "trials", "", "r1"},
+        {"GET", "/api/v1/namespaces/t/trials/r1/logs", "get", "trials", "logs", "r1"},
+        {"POST", "/api/v1/namespaces/t/trials/r1/kill", "update", "trials", "", "r1"},
+        {"GET", "/api/v1/namespaces/t/checkpoints/c1", "get", "checkpoints", "", "c1"},
+        {"GET", "/api/v1/namespaces/t/tasks", "list", "tasks", "", ""},
+        {"POST", "/api/v1/namespaces/t/tasks/k1/kill", "update", "tasks", "", "k1"},
+        {"POST", "/api/v1/namespaces/t/tasks/k1/proxy-ticket", "create", "tasks", "proxy", "k1"},
+        {"GET", "/api/v1/namespaces/t/models", "list", "models", "", ""},
+        {"POST", "/api/v1/namespaces/t/models", "create", "models", "", ""},
+        {"PATCH", "/api/v1/namespaces/t/models/m1", "update", "models", "", "m1"},
+        {"DELETE", "/api/v1/namespaces/t/models/m1", "delete", "models", "", "m1"},
+        {"POST", "/api/v1/namespaces/t/models/m1/versions", "update", "models", "", "m1"},
+        {"DELETE", "/api/v1/namespaces/t/models/m1/versions/2", "update", "models", "", "m1"},
+        {"GET", "/api/v1/namespaces/t/models/m1/versions/2", "get", "models", "", "m1"},
+        {"PATCH", "/api/v1/namespaces/t/jobs/j1", "update", "jobs", "", "j1"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char path[256];
+        struct api_match m;
+        struct api_authz_attrs at;
+        snprintf(path, sizeof(path), "%s", cases[i].path);
+        const struct api_route *r =
+            api_route_find(routes, sizeof(routes) / sizeof(routes[0]), cases[i].method, path, &m);
+        if (r == NULL)
+            fail_msg("%s %s: no route", cases[i].method, cases[i].path);
+        assert_int_equal(api_authz_attrs(cases[i].method, r->pattern, m.seg, m.nseg, &at), 0);
+        if (strcmp(at.verb, cases[i].verb) != 0 || strcmp(at.resource, cases[i].resource) != 0 ||
+            strcmp(at.subresource, cases[i].sub) != 0 || strcmp(at.name, cases[i].name) != 0)
+            fail_msg("%s %s: got %s %s/%s name %s, want %s %s/%s name %s", cases[i].method,
+                     cases[i].path, at.verb, at.resource, at.subresource, at.name, cases[i].verb,
+                     cases[i].resource, cases[i].sub, cases[i].name);
+    }
+    /* every namespaced route has attributes; the others have none */
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        struct api_authz_attrs at;
+        const char *seg[8] = {"api", "v1", "namespaces", "t", "x", "n"};
+        int rc = api_authz_attrs(routes[i].method, routes[i].pattern, seg, 6, &at);
+        if ((api_route_ns_seg(routes[i].pattern) >= 0) != (rc == 0))
+            fail_msg("%s %s: api_authz_attrs %d", routes[i].method, routes[i].pattern, rc);
+        if (rc == 0 && (at.verb[0] == '\0' || at.resource[0] == '\0'))
+            fail_msg("%s %s: no verb or resource", routes[i].method, routes[i].pattern);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routes),         cmocka_unit_test(test_bearer_and_cap),
         cmocka_unit_test(test_checkpoint_ids), cmocka_unit_test(test_fields_named),
         cmocka_unit_test(test_rendezvous),     cmocka_unit_test(test_job_update),
-        cmocka_unit_test(test_job_patch),
+        cmocka_unit_test(test_job_patch),      cmocka_unit_test(test_authz_attrs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
