@@ -165,9 +165,13 @@ export function modelPage(ctx, ns, name) {
     clear(summary).append(...items.filter(([, v]) => v !== '').map(([k, v]) => h('div', {}, h('dt', {}, k), h('dd', {}, v))));
   }
 
+  // Name, labels and comment are optional: a column none of the versions uses is left out.
+  const used = (c) => !['name', 'labels', 'comment'].includes(c.key) ||
+    versions.some((v) => (c.key === 'labels' ? labelsOf(v).length > 0 : !!v[c.key]));
+
   function draw() {
     clear(box).append(versions.length
-      ? sortableTable('Versions of model ' + name, cols, versions, vstate, draw, (v) => ({ dataset: { version: String(v.version) } }))
+      ? sortableTable('Versions of model ' + name, cols.filter(used), versions, vstate, draw, (v) => ({ dataset: { version: String(v.version) } }))
       : h('p', { class: 'muted empty' }, 'No versions yet: register a checkpoint from its trial\'s page.'));
   }
 
