@@ -1,12 +1,14 @@
 // The web UI's pages in headless Chromium (puppeteer-core from ui/node_modules), against the
 // controller that tests/ui/browser.sh started with experiment ui-exp running. Prints
 // "ok - ..." / "FAIL - ..." per check and "# browser done" at the end.
-// Usage: node browser.mjs URL TOKEN ARTIFACT_DIR CHROMIUM
+// Usage: node browser.mjs URL TOKEN ARTIFACT_DIR CHROMIUM CHECKPOINT_UUID TASK
+// (CHECKPOINT_UUID: the checkpoint of the finished trial ui-reg-1; TASK: a running command
+// task that serves HTTP through the proxy.)
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const [url, token, art, chromium] = process.argv.slice(2);
+const [url, token, art, chromium, ckptUuid, taskName] = process.argv.slice(2);
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(path.join(here, '../../ui/package.json'));
 const puppeteer = require('puppeteer-core');
@@ -146,6 +148,90 @@ try {
   await sleep(500);
   await page.screenshot({ path: path.join(art, 'trial.png'), fullPage: true });
 
+  // ---- the model registry: register the finished trial ui-reg-1's checkpoint from its page
+  // (browser.sh checks det model describe after), then the models list and the model's page
+  await page.evaluate(() => { location.hash = '#/ns/default/trials/ui-reg-1'; });
+  const reg = 'button[data-action=register][data-uuid="' + ckptUuid + '"]';
+  check('the finished trial\'s page lists its checkpoint with a Register button', await waitTrue(page,
+    (s) => document.querySelector('main[data-page=trial]') && document.querySelector(s), 15000, reg),
+  await page.evaluate(() => document.getElementById('checkpoints')?.textContent.slice(0, 200)));
+  check('... with its batches and state', await page.evaluate((u) => {
+    const r = document.querySelector('#checkpoints tr[data-uuid="' + u + '"]');
+    return !!r && r.children[1].textContent === '10' && r.children[2].textContent === 'ACTIVE';
+  }, ckptUuid));
+  await page.click(reg);
+  check('Register opens the form naming the checkpoint, its model field focused', await waitTrue(page, (u) =>
+    !document.getElementById('register-form').hidden && document.getElementById('register-what').textContent.includes(u) &&
+    document.activeElement && document.activeElement.id === 'register-model', 5000, ckptUuid));
+  check('the model field has a label', await page.evaluate(() => !!document.querySelector('label[for=register-model]')));
+  await page.keyboard.type('bad name!');
+  await page.keyboard.press('Enter');
+  check('an invalid model name: the API\'s refusal is shown (400, naming name)', await waitTrue(page, () => {
+    const e = document.querySelector('#register-result [role=alert]');
+    return e && /400/.test(e.textContent) && /\bname\b/.test(e.textContent);
+  }, 10000), await page.evaluate(() => document.getElementById('register-result').textContent));
+  await page.$eval('#register-model', (i) => { i.value = ''; });
+  await page.type('#register-model', 'ui-model');
+  await page.click('#register-form button[type=submit]');
+  check('a new model name: the model is made and the checkpoint is its version 1', await waitTrue(page, () =>
+    /Made model ui-model; registered checkpoint .* as version 1 of model ui-model/.test(document.getElementById('register-result').textContent), 10000),
+  await page.evaluate(() => document.getElementById('register-result').textContent));
+  check('... and the checkpoint shows as kept by a model', await waitTrue(page, (u) =>
+    /yes/.test(document.querySelector('#checkpoints tr[data-uuid="' + u + '"]')?.textContent || ''), 10000, ckptUuid));
+  await page.click(reg);
+  check('the existing model is offered in the list', await waitTrue(page, () =>
+    Array.from(document.querySelectorAll('#model-names option')).some((o) => o.value === 'ui-model'), 5000));
+  await page.$eval('#register-model', (i) => { i.value = ''; });
+  await page.type('#register-model', 'ui-model');
+  await page.keyboard.press('Enter');
+  check('an existing model: the checkpoint becomes its version 2', await waitTrue(page, () =>
+    /^Registered checkpoint .* as version 2 of model ui-model/.test(document.getElementById('register-result').textContent), 10000),
+  await page.evaluate(() => document.getElementById('register-result').textContent));
+  await (await page.$('#checkpoints-section')).screenshot({ path: path.join(art, 'checkpoints.png') });
+
+  await page.click('#register-link');
+  check('the link goes to the model\'s page', await waitTrue(page, () =>
+    document.querySelector('main[data-page=model]') && document.querySelectorAll('#versions tbody tr').length === 2, 10000));
+  const v1 = await page.evaluate(() => {
+    const r = document.querySelector('#versions tr[data-version="1"]');
+    if (!r) return null;
+    const t = r.querySelector('.col-trial a');
+    const e = r.querySelector('.col-experiment a');
+    return { uuid: r.querySelector('.col-checkpoint').textContent, trial: t && t.getAttribute('href'), exp: e && e.getAttribute('href'),
+      batches: r.querySelector('.col-batches').textContent, metrics: r.querySelector('.col-metrics').textContent,
+      dl: r.querySelector('.col-download').textContent };
+  });
+  check('version 1: its checkpoint uuid', v1 && v1.uuid.includes(ckptUuid), JSON.stringify(v1));
+  check('... the trial it came from, linked (' + (v1 && v1.trial) + ')', v1 && v1.trial === '#/ns/default/trials/ui-reg-1');
+  check('... its experiment, linked', v1 && v1.exp === '#/ns/default/experiments/ui-reg');
+  check('... batches 10 and the validation captured at registration', v1 && v1.batches === '10' && /validation_loss=0\.25/.test(v1.metrics));
+  check('... and how to download it', v1 && v1.dl === 'det model download ui-model:1');
+  check('the model\'s owner and version count', await page.evaluate(() =>
+    /Versions\s*2/.test(document.getElementById('model-summary').textContent)));
+  await page.screenshot({ path: path.join(art, 'model.png'), fullPage: true });
+  await page.click('#versions tr[data-version="1"] .col-trial a');
+  check('the version\'s trial link opens the trial\'s page', await waitTrue(page, () =>
+    document.querySelector('main[data-page=trial]') && /ui-reg-1/.test(document.querySelector('h1').textContent), 10000));
+
+  await page.click('#nav-models');
+  check('"Models" in the navigation: the models list', await waitTrue(page, () =>
+    document.querySelector('main[data-page=models]') && document.querySelector('#models tr[data-model=ui-model]'), 10000));
+  check('... marked as the current page', await page.$eval('#nav-models', (a) => a.getAttribute('aria-current') === 'page'));
+  const mrow = await page.$eval('#models tr[data-model=ui-model]', (r) => [...r.children].map((td) => td.textContent));
+  check('its row: name, 2 versions, latest 2 (' + mrow.join(' | ') + ')', mrow[0] === 'ui-model' && mrow[3] === '2' && mrow[4] === '2');
+  check('the invalid name made no model', await page.evaluate(() => document.querySelectorAll('#models tbody tr').length === 1));
+  await page.type('#model-filter', 'no-such-model');
+  check('a filter that excludes it hides it', await waitTrue(page, () => !document.querySelector('#models tr[data-model=ui-model]') &&
+    /0 of 1/.test(document.querySelector('main [role=status]').textContent), 3000));
+  await page.evaluate(() => { const f = document.getElementById('model-filter'); f.value = ''; f.dispatchEvent(new Event('input')); });
+  await page.type('#model-filter', 'UI-MOD');
+  check('a filter that matches it (any case) shows it', await waitTrue(page, () => !!document.querySelector('#models tr[data-model=ui-model]'), 3000));
+  await page.screenshot({ path: path.join(art, 'models.png'), fullPage: true });
+  await page.evaluate(() => { location.hash = '#/models/no-such-model'; });
+  check('#/models/NAME goes to the default namespace; an unknown model says so', await waitTrue(page, () =>
+    location.hash === '#/ns/default/models/no-such-model' && /404/.test(document.querySelector('#versions [role=alert]')?.textContent || ''), 10000),
+  await page.evaluate(() => location.hash + ' ' + document.getElementById('main').textContent.slice(0, 200)));
+
   // ---- the job queue: reorder and priority from the page (browser.sh checks det job list after)
   await page.evaluate(() => { location.hash = '#/ns/default/jobs'; });
   check('the job queue page', await waitTrue(page, () => document.querySelector('main[data-page=jobs]'), 10000));
@@ -174,6 +260,46 @@ try {
     () => document.querySelector('input[aria-label="priority of jq-a"]')?.value === '60' && /priority 60/.test(document.querySelector('main [role=status]').textContent), 10000));
   await sleep(300);
   await page.screenshot({ path: path.join(art, 'jobs.png'), fullPage: true });
+
+  // ---- the tasks page: the command task, "Open" through the proxy, "Kill" after a confirm()
+  // (browser.sh checks the task's end after)
+  await page.click('#nav-tasks');
+  const trow = '#tasks tr[data-task="' + taskName + '"]';
+  check('"Tasks" in the navigation: the task is listed, RUNNING', await waitTrue(page, (s) =>
+    document.querySelector('main[data-page=tasks]') && document.querySelector(s)?.dataset.state === 'RUNNING', 15000, trow),
+  await page.evaluate(() => document.getElementById('tasks')?.textContent.slice(0, 300)));
+  const tcells = await page.$eval(trow, (r) => Object.fromEntries([...r.children].map((td) => [td.className.replace('col-', ''), td.textContent])));
+  check('its kind, owner, slots and age (' + JSON.stringify(tcells) + ')', tcells.kind === 'command' && tcells.slots === '0' &&
+    /ui test server/.test(tcells.name) && /^\d+[smhd]$/.test(tcells.age) && tcells.owner !== '');
+  check('it serves HTTP: an "Open" link to its proxy path', await page.$eval(trow + ' a.open', (a) => a.getAttribute('href')) === 'proxy/' + taskName + '/');
+  const opened = new Promise((res) => browser.once('targetcreated', (t) => res(t)));
+  await page.click(trow + ' a.open');
+  let tab = null;
+  try {
+    tab = await (await Promise.race([opened, sleep(10000).then(() => null)]))?.page();
+  } catch (e) { /* checked below */ }
+  check('"Open" opens a new tab', !!tab);
+  if (tab) {
+    check('... which reaches the task through the proxy (signed in by the ticket\'s cookie)', await waitTrue(tab, (n) =>
+      location.pathname === '/proxy/' + n + '/' && !location.search && /hello from task/.test(document.body?.textContent || ''), 15000, taskName),
+    await tab.evaluate(() => location.href + ' ' + (document.body?.textContent || '').slice(0, 200)).catch((e) => e.message));
+    await tab.close();
+  }
+  await page.screenshot({ path: path.join(art, 'tasks.png'), fullPage: true });
+  page.once('dialog', (d) => d.dismiss());
+  await page.click(trow + ' button[data-action=kill]');
+  await sleep(1500);
+  check('"Kill" asks first; dismissed, the task keeps running', await page.evaluate((s) =>
+    document.querySelector(s)?.dataset.state === 'RUNNING', trow));
+  let asked = '';
+  page.once('dialog', (d) => { asked = d.message(); d.accept(); });
+  await page.click(trow + ' button[data-action=kill]');
+  check('... accepted, the task is killed and leaves the list of live ones', await waitTrue(page, (s) => !document.querySelector(s), 30000, trow),
+    await page.evaluate(() => document.querySelector('main [role=status]').textContent));
+  check('... the question named the task (' + asked + ')', asked.includes(taskName));
+  await page.click('#tasks-ended');
+  check('"Show ended tasks": it is TERMINATED, Killed', await waitTrue(page, (s) =>
+    document.querySelector(s)?.dataset.state === 'TERMINATED' && /Killed/.test(document.querySelector(s).textContent), 10000, trow));
 
   // ---- a token refused later (revoked while the page is open): the page's next request
   // gets 401 and the login page comes back, saying why

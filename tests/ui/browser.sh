@@ -2,8 +2,12 @@
 # The web UI in a real browser: Debian's chromium, headless, driven by puppeteer-core
 # (ui/node_modules, pinned by ui/package-lock.json; no browser is downloaded) against a
 # real stack: a private PostgreSQL, kdet-local and kdet-controller with the API, running an
-# experiment of two trials whose workers report a point every half second and print lines.
-# tests/ui/browser.mjs does the browser's part (login, pages, live curves, logs, keyboard)
+# experiment of two trials whose workers report a point every half second and print lines,
+# a finished experiment whose trial saved a checkpoint (registered as a model version from
+# its page), and a command task that serves HTTP through the proxy (opened and killed from
+# the tasks page).
+# tests/ui/browser.mjs does the browser's part (login, pages, live curves, logs, keyboard,
+# models, tasks)
 # and saves screenshots in $KD_BUILD/tests/artifacts/test_ui_browser.
 # Anything missing (chromium, puppeteer-core, PostgreSQL) fails the test, naming what to
 # install: `make deps` installs all of it.
@@ -59,6 +63,77 @@ while not os.path.exists(stop) and time.time() - t0 < 600:
     time.sleep(0.5)
 print("worker done at step %d" % step, flush=True)
 W
+# A trial that saves one checkpoint and ends (COMPLETED), for registering it as a model
+# version from its page: it follows the searcher (one validate_after of 10 batches, then
+# stop), reports a validation and a checkpoint at 10 batches as libdtrain would.
+cat >"$T/ckpt_worker.py" <<'W'
+import json, os, sys, urllib.request
+url = os.environ["KDET_CONTROLLER_URL"].rstrip("/")
+base = url + "/api/v1/namespaces/%s/trials/%s" % (os.environ.get("KDET_NAMESPACE", "default"),
+                                                   os.environ["KDET_TRIAL_ID"].split("/")[-1])
+def call(method, path, body=None):
+    req = urllib.request.Request(base + path, method=method, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Authorization": "Bearer " + os.environ["KDET_TOKEN"], "Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=30).read() or b"{}")
+done = 0
+while True:
+    op = call("GET", "/searcher/operation?completed=%d&timeout=10" % done)
+    if op.get("op") == "stop":
+        break
+    if op.get("op") != "validate_after":
+        continue
+    n = op["length"]
+    uuid = open("/proc/sys/kernel/random/uuid").read().strip()
+    call("POST", "/metrics", {"kind": "validation", "key": "v-%d" % n, "rows": [{"batches": n, "metrics": {"validation_loss": 0.25}}]})
+    call("POST", "/checkpoints", {"uuid": uuid, "batches": n, "storage_path": sys.argv[1] + "/" + uuid, "size": 16})
+    with open(sys.argv[2], "w") as f:
+        f.write(uuid + "\n")
+    print("checkpoint %s at %d batches" % (uuid, n), flush=True)
+    done = n
+W
+mkdir -p "$T/ckpt"
+experiment ui-reg "  entrypoint: $PY $T/ckpt_worker.py $T/ckpt $T/ckpt-uuid
+  hyperparameters: {}
+  searcher: {name: single, metric: validation_loss, max_length: {batches: 10}}
+  checkpoint_storage: {type: shared_fs, host_path: $T/ckpt}
+  max_restarts: 0
+  resources: {slots_per_trial: 1}"
+check "ui-reg saved a checkpoint and completed" wait_for 90 eval 'exp_state_is ui-reg COMPLETED && [ -s "$T/ckpt-uuid" ]'
+CKPT_UUID=$(cat "$T/ckpt-uuid" 2>/dev/null)
+echo "# checkpoint of ui-reg-1: $CKPT_UUID"
+
+# A command task that needs no GPU and serves HTTP, reporting its address as a notebook's
+# kdet-launch does (PUT .../tasks/{t}/address with the task's token), so that the tasks
+# page offers "Open" through the proxy; the page kills it.
+cat >"$T/serve.py" <<'W'
+import http.server, json, os, urllib.request
+name = os.environ["KDET_TASK_ID"]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("<!doctype html><title>%s</title><p id=hello>hello from task %s at %s</p>" % (name, name, self.path)).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+req = urllib.request.Request(
+    os.environ["KDET_CONTROLLER_URL"].rstrip("/") + "/api/v1/namespaces/%s/tasks/%s/address" % (os.environ["KDET_NAMESPACE"], name),
+    method="PUT", data=json.dumps({"run_id": os.environ["KDET_RUN_ID"], "host": "127.0.0.1", "port": srv.server_port}).encode(),
+    headers={"Authorization": "Bearer " + os.environ["KDET_TOKEN"], "Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=30).read()
+print("serving on %d" % srv.server_port, flush=True)
+srv.serve_forever()
+W
+printf 'description: ui test server\nresources: {slots: 0}\n' >"$T/task.yaml"
+"$KD_BUILD/bin/det" cmd run -d --config-file "$T/task.yaml" "$PY" "$T/serve.py" >"$T/task.out" 2>&1
+TASK=$(head -1 "$T/task.out")
+echo "# task: $TASK"
+check "the command task runs and reported its address" wait_for 60 eval \
+    'task_state_is "$TASK" RUNNING && [ -n "$(field task "$TASK" "{.status.address.port}")" ]'
+
 experiment ui-exp "  entrypoint: $PY $T/worker.py $T/stop
   labels: [ui-test, browser]
   hyperparameters:
@@ -79,10 +154,10 @@ for q in jq-a jq-b; do
     sleep 1.1 # distinct creation times: the queue's order
 done
 DET=$KD_BUILD/bin/det
-det_order() { "$DET" job list -o json 2>/dev/null | python3 -c 'import json,sys; print(" ".join(x["experiment"] for x in json.load(sys.stdin)["jobs"] if x["experiment"] in ("jq-a","jq-b")))'; }
+det_order() { "$DET" job list -o json 2>/dev/null | python3 -c 'import json,sys; print(" ".join(x["experiment"] for x in json.load(sys.stdin)["jobs"] if x.get("experiment") in ("jq-a","jq-b")))'; }
 check "jq-a and jq-b queued" wait_for 60 eval '[ "$(det_order)" = "jq-a jq-b" ]'
 
-node "$KD_SRC/tests/ui/browser.mjs" "$URL" "$KDET_API_TOKEN" "$ART" "$CHROMIUM" >"$T/browser.out" 2>&1
+node "$KD_SRC/tests/ui/browser.mjs" "$URL" "$KDET_API_TOKEN" "$ART" "$CHROMIUM" "$CKPT_UUID" "$TASK" >"$T/browser.out" 2>&1
 rc=$?
 cat "$T/browser.out"
 PASSED=$((PASSED + $(grep -c '^ok - ' "$T/browser.out")))
@@ -93,7 +168,13 @@ check "the annotation kdet.io/ahead-of=jq-a on jq-b" eval '[ "$(kubectl get exp 
 check "jq-a's priority 60 set from the page" eval '[ "$(kubectl get exp jq-a -o "jsonpath={.spec.resources.priority}")" = 60 ]'
 for q in jq-a jq-b; do kubectl patch experiment $q --type merge -p '{"spec":{"canceled":true}}' >/dev/null 2>&1; done
 check "the queued experiments are canceled" wait_for 30 eval 'exp_state_is jq-a CANCELED && exp_state_is jq-b CANCELED'
-for f in login experiments experiment hparams trial jobs; do
+check "the task killed from the page ended Killed" wait_for 30 eval \
+    'task_state_is "$TASK" TERMINATED && [ "$(field task "$TASK" "{.status.endReason}")" = Killed ]'
+"$DET" model describe ui-model --json >"$T/model.json" 2>"$T/model.err"
+check "det model describe ui-model: versions 1 and 2, both the checkpoint of ui-reg-1" eval \
+    "jq -e --arg u '$CKPT_UUID' '[.versions[] | [.version, .checkpoint_uuid, .experiment]] == [[1, \$u, \"ui-reg\"], [2, \$u, \"ui-reg\"]]' '$T/model.json' >/dev/null"
+check "the refused name made no model" eval "[ \"\$('$DET' model list --json | jq -r '[.[].name] | join(\" \")')\" = ui-model ]"
+for f in login experiments experiment hparams trial jobs checkpoints models model tasks; do
     check "screenshot $f.png saved" test -s "$ART/$f.png"
 done
 

@@ -69,7 +69,8 @@ export function hparamsText(hp) {
 
 // A table with sortable columns: cols = [{key, label, value(row) for sorting, cell(row)}].
 // Sorting is by a button in each header (keyboard-usable), shown with aria-sort.
-export function sortableTable(caption, cols, rows, state, rerender) {
+// rowAttrs(row), when given, makes each row's attributes (h()'s form: {dataset: {...}}).
+export function sortableTable(caption, cols, rows, state, rerender, rowAttrs) {
   const sorted = rows.slice();
   const col = cols.find((c) => c.key === state.sort);
   if (col) {
@@ -95,7 +96,7 @@ export function sortableTable(caption, cols, rows, state, rerender) {
   return h('table', {},
     h('caption', { class: 'visually-hidden' }, caption),
     h('thead', {}, head),
-    h('tbody', {}, sorted.map((r) => h('tr', {}, cols.map((c) => h('td', { class: 'col-' + c.key }, c.cell(r)))))));
+    h('tbody', {}, sorted.map((r) => h('tr', rowAttrs ? rowAttrs(r) : {}, cols.map((c) => h('td', { class: 'col-' + c.key }, c.cell(r)))))));
 }
 
 // A sortable table that keeps only the rows in view (plus a margin) in the DOM, for lists of
@@ -144,4 +145,34 @@ function sortRows(cols, rows, state) {
     return keyed.map(([, r]) => r);
   }
   return sorted;
+}
+
+// An RFC 3339 time of the API as "YYYY-MM-DD HH:MM:SS" (UTC, as det prints it), or '—'.
+export function fmtTime(iso) {
+  if (typeof iso !== 'string' || !iso) return '—';
+  const d = new Date(iso);
+  if (isNaN(d.getTime())) return iso;
+  return d.toISOString().slice(0, 19).replace('T', ' ');
+}
+
+// How long ago an RFC 3339 time was: "42s", "5m", "3h", "2d"; '—' when unknown.
+export function fmtAge(iso, now = Date.now()) {
+  const t = typeof iso === 'string' ? Date.parse(iso) : NaN;
+  if (isNaN(t)) return '—';
+  const s = Math.max(0, Math.floor((now - t) / 1000));
+  if (s < 120) return s + 's';
+  if (s < 7200) return Math.floor(s / 60) + 'm';
+  if (s < 172800) return Math.floor(s / 3600) + 'h';
+  return Math.floor(s / 86400) + 'd';
+}
+
+// Metrics {name: value} as "name=value name=value" (numbers shortened).
+export function metricsText(m) {
+  if (!m || typeof m !== 'object') return '';
+  return Object.entries(m).map(([k, v]) => k + '=' + (typeof v === 'number' ? fmtNumber(v) : JSON.stringify(v))).join(' ');
+}
+
+// A status line's error: role=alert, so screen readers announce it.
+export function alertText(msg) {
+  return h('span', { class: 'error', role: 'alert' }, msg);
 }

@@ -1,4 +1,5 @@
-// kdet's web UI: a hash router over its pages (login, experiments, experiment, trial, jobs).
+// kdet's web UI: a hash router over its pages (login, experiments, experiment, trial, jobs,
+// models, model, tasks).
 // Each page renders into <main> and returns a cleanup that stops its streams and timers.
 // A 401 anywhere ends the session: back to the login page, saying why.
 import './app.css';
@@ -9,6 +10,8 @@ import { experimentsPage } from './experiments.js';
 import { experimentPage } from './experiment.js';
 import { trialPage } from './trial.js';
 import { jobsPage } from './jobs.js';
+import { modelsPage, modelPage } from './models.js';
+import { tasksPage } from './tasks.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -69,15 +72,27 @@ async function render() {
     if (!me) me = (await api('api/v1/me')).user;
     document.getElementById('who').textContent = me.name + (me.admin ? ' (admin)' : '');
     if (parts[0] !== 'ns' || !parts[1]) {
-      go('#/ns/' + encodeURIComponent(await defaultNamespace()));
+      // #/models, #/models/NAME, #/tasks, #/jobs: the same page in the default namespace.
+      const rest = ['models', 'tasks', 'jobs'].includes(parts[0]) ? '/' + parts.map(encodeURIComponent).join('/') : '';
+      go('#/ns/' + encodeURIComponent(await defaultNamespace()) + rest);
       return;
     }
     const ns = parts[1];
-    document.getElementById('nav-experiments').setAttribute('href', '#/ns/' + encodeURIComponent(ns));
-    document.getElementById('nav-jobs').setAttribute('href', '#/ns/' + encodeURIComponent(ns) + '/jobs');
+    const nsHash = '#/ns/' + encodeURIComponent(ns);
+    const nav = { experiments: '', jobs: '/jobs', models: '/models', tasks: '/tasks' };
+    for (const [k, v] of Object.entries(nav)) {
+      const a = document.getElementById('nav-' + k);
+      a.setAttribute('href', nsHash + v);
+      const on = k === 'experiments' ? !['jobs', 'models', 'tasks'].includes(parts[2]) : parts[2] === k;
+      if (on) a.setAttribute('aria-current', 'page');
+      else a.removeAttribute('aria-current');
+    }
     if (parts[2] === 'experiments' && parts[3]) cleanup = experimentPage(ctx, ns, parts[3]);
     else if (parts[2] === 'trials' && parts[3]) cleanup = trialPage(ctx, ns, parts[3]);
     else if (parts[2] === 'jobs') cleanup = jobsPage(ctx, ns);
+    else if (parts[2] === 'models' && parts[3]) cleanup = modelPage(ctx, ns, parts[3]);
+    else if (parts[2] === 'models') cleanup = modelsPage(ctx, ns);
+    else if (parts[2] === 'tasks') cleanup = tasksPage(ctx, ns);
     else cleanup = experimentsPage(ctx, ns);
   } catch (e) {
     fail(e);

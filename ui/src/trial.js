@@ -1,10 +1,12 @@
 // One trial: its summary, its metrics (one chart per metric, live over the trial's metrics
 // stream) and its logs, followed over the logs stream (the last 500 lines, then each new
 // one) with a search box that filters the lines shown and a "Follow" switch that keeps the
-// newest line in view.
+// newest line in view; its checkpoints, each of which can be registered in a model
+// (checkpoints.js).
 import { api, follow, ns as nsPath } from './api.js';
 import { h, clear, get, fmtNumber, stateBadge, progressBar, hparamsText } from './dom.js';
 import { ChartSet } from './chart.js';
+import { checkpointsSection } from './checkpoints.js';
 
 const KEEP_LINES = 20000;
 
@@ -20,10 +22,12 @@ export function trialPage(ctx, ns, name) {
   const logs = h('pre', { id: 'logs', class: 'logs', tabindex: '0', 'aria-label': 'trial logs', dataset: { lines: '0' } });
   const logStatus = h('span', { class: 'muted', role: 'status' }, 'connecting…');
   const live = h('span', { class: 'live muted' }, '');
+  const ckpts = checkpointsSection(ctx, ns, name, ac.signal);
   clear(ctx.main).append(crumbs, h('h1', {}, 'Trial ', name), summary,
     h('h2', {}, 'Metrics ', live),
     h('div', { class: 'toolbar' }, h('label', { class: 'check' }, logToggle, ' Log scale (y)')),
     chartsBox,
+    ckpts.el,
     h('h2', {}, 'Logs ', logStatus),
     h('div', { class: 'toolbar' },
       h('label', { for: 'log-search' }, 'Search'), search,
@@ -87,6 +91,7 @@ export function trialPage(ctx, ns, name) {
     if (text !== seen) {
       seen = text;
       drawSummary(j.trial || {});
+      await ckpts.reload(); /* a new checkpoint changes the trial's status too */
     }
   }
 

@@ -1,0 +1,204 @@
+// The model registry (docs/models.md): the models of a namespace (GET .../models: name,
+// description, labels, versions, owner, last change; a filter box and sortable columns,
+// archived ones on request; refreshed every 10 s) and one model (GET .../models/{m}: its
+// fields and its versions, each with its checkpoint, the experiment and trial it came from
+// (linked), batches, the validation metrics captured at registration, and the det command
+// that downloads it: the API has no download route, det reads the checkpoint storage).
+import { api, ns as nsPath } from './api.js';
+import { h, clear, fmtTime, metricsText, sortableTable } from './dom.js';
+
+const LIST_LIMIT = 1000; // the API's most per request
+
+const state = { sort: 'name', dir: 'asc', filter: '' };
+const vstate = { sort: 'version', dir: 'desc' };
+
+const labelsOf = (x) => (Array.isArray(x && x.labels) ? x.labels.map(String) : []);
+const labelList = (x) => labelsOf(x).map((l) => h('span', { class: 'label' }, l));
+export const modelHash = (ns, name) => '#/ns/' + encodeURIComponent(ns) + '/models/' + encodeURIComponent(name);
+
+export function modelsPage(ctx, ns) {
+  const ac = new AbortController();
+  const filter = h('input', { id: 'model-filter', type: 'search', value: state.filter,
+    placeholder: 'name, description, label, owner…', oninput: () => { state.filter = filter.value; draw(); } });
+  const archived = h('input', { id: 'model-archived', type: 'checkbox', onchange: () => { seen = ''; load(); } });
+  const status = h('p', { class: 'muted', role: 'status', 'aria-live': 'polite' }, 'Loading…');
+  const box = h('div', { class: 'table-box', id: 'models' });
+  let rows = null;
+  let seen = '';
+  clear(ctx.main).append(
+    h('h1', {}, 'Models ', h('span', { class: 'muted' }, 'in ' + ns)),
+    h('p', { class: 'muted' }, 'Register a checkpoint from its trial\'s page (Checkpoints, "Register"), or with ',
+      h('code', {}, 'det model register-version'), '.'),
+    h('div', { class: 'toolbar' },
+      h('label', { for: 'model-filter' }, 'Filter'), filter,
+      h('label', { class: 'check' }, archived, ' Show archived')),
+    box, status);
+  ctx.main.dataset.page = 'models';
+
+  const cols = [
+    { key: 'name', label: 'Name', value: (m) => m.name,
+      cell: (m) => h('a', { href: modelHash(ns, m.name) }, m.name, m.archived ? h('span', { class: 'muted' }, ' (archived)') : null) },
+    { key: 'description', label: 'Description', value: (m) => m.description || '', cell: (m) => m.description || '' },
+    { key: 'labels', label: 'Labels', value: (m) => labelsOf(m).join(','), cell: labelList },
+    { key: 'versions', label: 'Versions', value: (m) => m.versions ?? 0, cell: (m) => String(m.versions ?? 0) },
+    { key: 'latest', label: 'Latest', value: (m) => m.latest_version ?? 0,
+      cell: (m) => (m.latest_version ? String(m.latest_version) : '—') },
+    { key: 'owner', label: 'Owner', value: (m) => m.owner || '', cell: (m) => m.owner || '—' },
+    { key: 'updated', label: 'Last updated', value: (m) => m.updated_at || '', cell: (m) => fmtTime(m.updated_at) },
+  ];
+
+  function matches(m) {
+    const f = state.filter.trim().toLowerCase();
+    if (!f) return true;
+    const text = [m.name, m.description, m.owner, ...labelsOf(m)].join(' ').toLowerCase();
+    return f.split(/\s+/).every((w) => text.includes(w));
+  }
+
+  function draw() {
+    if (rows === null) return;
+    const shown = rows.filter(matches);
+    const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.key : null;
+    clear(box).append(rows.length
+      ? sortableTable('Models of namespace ' + ns, cols, shown, state, draw, (m) => ({ dataset: { model: m.name } }))
+      : h('p', { class: 'muted empty' }, 'No models in ' + ns + ' yet.'));
+    if (focused) {
+      const b = box.querySelector('button[data-key="' + focused + '"]');
+      if (b) b.focus();
+    }
+    status.textContent = rows.length === 0 ? ''
+      : shown.length + ' of ' + rows.length + ' models shown.' + (rows.length >= LIST_LIMIT ? ' (The first ' + LIST_LIMIT + ' by name.)' : '');
+  }
+
+  async function load() {
+    try {
+      const j = await api(nsPath(ns) + 'models?limit=' + LIST_LIMIT + '&sort=name' + (archived.checked ? '&archived=all' : ''),
+        { signal: ac.signal });
+      const text = JSON.stringify(j.models || []);
+      if (text === seen) return; /* unchanged: keep the table (and the focus) as it is */
+      seen = text;
+      rows = j.models || [];
+      draw();
+    } catch (e) {
+      if (!ac.signal.aborted) ctx.fail(e);
+    }
+  }
+  load();
+  const timer = setInterval(load, 10000);
+  return () => {
+    clearInterval(timer);
+    ac.abort();
+  };
+}
+
+// experiment name -> Map(trial uid -> trial name), from GET .../experiments/{e} (its trials'
+// summaries carry their uid); an experiment that is gone maps to an empty Map.
+async function trialNames(ns, versions, signal) {
+  const out = new Map();
+  const exps = Array.from(new Set(versions.map((v) => v.experiment).filter((e) => typeof e === 'string' && e)));
+  await Promise.all(exps.map(async (e) => {
+    const m = new Map();
+    out.set(e, m);
+    try {
+      const j = await api(nsPath(ns) + 'experiments/' + encodeURIComponent(e), { signal });
+      for (const t of j.trials || []) if (t.uid && t.name) m.set(t.uid, t.name);
+    } catch (err) {
+      if (err.status !== 404) throw err; /* deleted since: no links, the captured fields stay */
+    }
+  }));
+  return out;
+}
+
+export function modelPage(ctx, ns, name) {
+  const ac = new AbortController();
+  const summary = h('dl', { class: 'summary', id: 'model-summary' });
+  const box = h('div', { class: 'table-box', id: 'versions' });
+  const status = h('p', { class: 'muted', role: 'status', 'aria-live': 'polite' }, 'Loading…');
+  const title = h('h1', {}, 'Model ', name);
+  clear(ctx.main).append(
+    h('p', { class: 'crumbs' }, h('a', { href: '#/ns/' + encodeURIComponent(ns) + '/models' }, 'Models'), ' / ', name),
+    title, summary, h('h2', {}, 'Versions'), box, status);
+  ctx.main.dataset.page = 'model';
+  let seen = '';
+  let versions = [];
+  let names = new Map();
+  const nsHash = '#/ns/' + encodeURIComponent(ns);
+
+  const cols = [
+    { key: 'version', label: 'Version', value: (v) => v.version, cell: (v) => String(v.version) },
+    { key: 'name', label: 'Name', value: (v) => v.name || '', cell: (v) => v.name || '' },
+    { key: 'checkpoint', label: 'Checkpoint', value: (v) => v.checkpoint_uuid,
+      cell: (v) => h('span', {}, h('code', { class: 'uuid' }, v.checkpoint_uuid || ''),
+        v.checkpoint_state && v.checkpoint_state !== 'ACTIVE' ? h('span', { class: 'muted' }, ' ' + v.checkpoint_state) : null,
+        v.checkpoint_state === null ? h('span', { class: 'muted' }, ' (no longer in the registry)') : null) },
+    { key: 'experiment', label: 'Experiment', value: (v) => v.experiment || '',
+      cell: (v) => (v.experiment
+        ? h('a', { href: nsHash + '/experiments/' + encodeURIComponent(v.experiment) }, v.experiment)
+        : '—') },
+    { key: 'trial', label: 'Trial', value: (v) => v.trial_id ?? '',
+      cell: (v) => {
+        const t = names.get(v.experiment) && names.get(v.experiment).get(v.trial_uid);
+        if (t) return h('a', { href: nsHash + '/trials/' + encodeURIComponent(t), class: 'trial-link' }, t);
+        return v.trial_id !== undefined && v.trial_id !== null ? '#' + v.trial_id : '—';
+      } },
+    { key: 'batches', label: 'Batches', value: (v) => v.steps_completed ?? '', cell: (v) => String(v.steps_completed ?? '—') },
+    { key: 'metrics', label: 'Metrics', value: (v) => metricsText(v.metrics), cell: (v) => h('code', {}, metricsText(v.metrics)) },
+    { key: 'labels', label: 'Labels', value: (v) => labelsOf(v).join(','), cell: labelList },
+    { key: 'comment', label: 'Comment', value: (v) => v.comment || '', cell: (v) => v.comment || '' },
+    { key: 'created', label: 'Created', value: (v) => v.created_at || '', cell: (v) => fmtTime(v.created_at) },
+    { key: 'download', label: 'Download', value: () => '',
+      cell: (v) => h('code', { class: 'cmd', title: 'det restores the checkpoint\'s files from the experiment\'s checkpoint storage' },
+        'det model download ' + name + ':' + v.version) },
+  ];
+
+  function drawSummary(m) {
+    const md = m.metadata && typeof m.metadata === 'object' && Object.keys(m.metadata).length ? JSON.stringify(m.metadata) : '';
+    const items = [
+      ['Description', m.description || ''],
+      ['Labels', labelsOf(m).length ? labelList(m) : ''],
+      ['Versions', String(m.versions ?? versions.length)],
+      ['Owner', m.owner || ''],
+      ['Archived', m.archived ? 'yes' : ''],
+      ['Created', fmtTime(m.created_at)],
+      ['Last updated', fmtTime(m.updated_at)],
+      ['Metadata', md ? h('code', {}, md) : ''],
+    ];
+    clear(summary).append(...items.filter(([, v]) => v !== '').map(([k, v]) => h('div', {}, h('dt', {}, k), h('dd', {}, v))));
+  }
+
+  // Name, labels and comment are optional: a column none of the versions uses is left out.
+  const used = (c) => !['name', 'labels', 'comment'].includes(c.key) ||
+    versions.some((v) => (c.key === 'labels' ? labelsOf(v).length > 0 : !!v[c.key]));
+
+  function draw() {
+    clear(box).append(versions.length
+      ? sortableTable('Versions of model ' + name, cols.filter(used), versions, vstate, draw, (v) => ({ dataset: { version: String(v.version) } }))
+      : h('p', { class: 'muted empty' }, 'No versions yet: register a checkpoint from its trial\'s page.'));
+  }
+
+  async function load() {
+    const j = await api(nsPath(ns) + 'models/' + encodeURIComponent(name), { signal: ac.signal });
+    const text = JSON.stringify(j);
+    if (text === seen) return;
+    seen = text;
+    versions = j.versions || [];
+    names = await trialNames(ns, versions, ac.signal);
+    drawSummary(j.model || {});
+    draw();
+    status.textContent = '';
+  }
+  load().catch((e) => {
+    if (ac.signal.aborted) return;
+    if (e.status === 404) {
+      clear(summary);
+      clear(box).append(h('p', { class: 'error', role: 'alert' }, 'No model ' + name + ' in ' + ns + ' (' + e.message + ').'));
+      status.textContent = '';
+      return;
+    }
+    ctx.fail(e);
+  });
+  const timer = setInterval(() => load().catch((e) => { if (!ac.signal.aborted && e.status !== 404) ctx.fail(e); }), 10000);
+  return () => {
+    clearInterval(timer);
+    ac.abort();
+  };
+}
