@@ -38,6 +38,7 @@ cleanup_ns() {
     KUBECONFIG=$ADMIN_KUBECONFIG kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
     KUBECONFIG=$ADMIN_KUBECONFIG kubectl delete --ignore-not-found --wait=false \
         -f "$KD_SRC/manifests/priorityclasses.yaml" -f "$KD_SRC/manifests/rbac.yaml" \
+        -f "$KD_SRC/manifests/rbac-authz-kubernetes.yaml" \
         -f "$KD_SRC/manifests/namespace.yaml" >/dev/null 2>&1
 }
 # stop_node2: stops the second process kubelet (and so its pods) and deletes its Node.
@@ -66,9 +67,9 @@ as_ctrl() { kubectl --kubeconfig "$CTRL_KC" "$@"; }
 
 check "node $NODE is Ready" test "$(kubectl get node "$NODE" \
     -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True
-check "CRDs, priority classes, namespace kdet and manifests/rbac.yaml applied" kubectl apply \
-    -f "$KD_SRC/crds/" -f "$KD_SRC/manifests/priorityclasses.yaml" \
-    -f "$KD_SRC/manifests/namespace.yaml" -f "$KD_SRC/manifests/rbac.yaml" >/dev/null
+check "CRDs, priority classes, namespace kdet and manifests/rbac.yaml applied" eval \
+    'kubectl apply -f "$KD_SRC/crds/" -f "$KD_SRC/manifests/priorityclasses.yaml" \
+        -f "$KD_SRC/manifests/namespace.yaml" -f "$KD_SRC/manifests/rbac.yaml" >/dev/null'
 check "namespace $NS created" eval 'kubectl create ns "$NS" >/dev/null'
 wait_for 30 kubectl get crd experiments.kdet.io trials.kdet.io
 wait_for 30 kubectl get exp
@@ -207,3 +208,46 @@ check "the API server rejected none of the controller's writes as invalid (422)"
 stop_ctrl
 stop_node2
 check "node $NODE2 deleted" wait_for 30 eval '! kubectl get node "$NODE2" >/dev/null 2>&1'
+
+# --authz kubernetes: Kubernetes RBAC decides what a kdet user may do, through a
+# SubjectAccessReview of the user kdet:NAME (groups kdet:users, and kdet:admins for
+# administrators), answered by this API server's RBAC authorizer.
+check "authz: manifests/rbac-authz-kubernetes.yaml applied" eval \
+    'kubectl apply -f "$KD_SRC/manifests/rbac-authz-kubernetes.yaml" >/dev/null'
+check "rbac: with it the controller may create SubjectAccessReviews" wait_for 10 \
+    can create subjectaccessreviews.authorization.k8s.io
+ADMIN_TOK=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
+KDET_USER_TOKEN=$ADMIN_TOK "$KD_BUILD/bin/kdet-controller" --kubeconfig "$CTRL_KC" --namespace "$NS" \
+    --workers 2 --database-url "$PG_URL" --api-listen 127.0.0.1:0 --plain-http --leader-elect off \
+    --authz kubernetes >>"$T/ctrl-authz.log" 2>&1 &
+CTRL_PID=$!
+check "authz: the controller serves with authz=kubernetes" wait_for 30 \
+    grep -q 'msg="API serving".*authz=kubernetes' "$T/ctrl-authz.log"
+API=$(sed -n 's/.*msg="trials reach the API" controller_url=\([^ ]*\).*/\1/p' "$T/ctrl-authz.log" | tail -1 | tr -d '"')
+# api TOKEN METHOD PATH [CURL_ARGS...]: the status code, the body in $T/body
+api() { curl -s -o "$T/body" -w '%{http_code}' -X "$2" -H "Authorization: Bearer $1" "${@:4}" "$API/$3"; }
+api "$ADMIN_TOK" POST api/v1/users -d '{"name": "alice"}' >/dev/null
+ALICE=$(jq -r '.token // empty' "$T/body" 2>/dev/null)
+check "authz: the administrator made user alice" test -n "$ALICE"
+check "authz: alice without a RoleBinding: 403 saying what Kubernetes RBAC refused" eval \
+    '[ "$(api "$ALICE" GET "api/v1/namespaces/$NS/experiments")" = 403 ] &&
+     grep -q "kdet:alice.*may not list experiments in namespace $NS (Kubernetes RBAC)" "$T/body"'
+check "authz: the administrator (group kdet:admins, bound by the manifest) lists experiments" \
+    eval '[ "$(api "$ADMIN_TOK" GET "api/v1/namespaces/$NS/experiments")" = 200 ]'
+kubectl -n "$NS" create role kdet-reader --verb=get,list --resource=experiments.kdet.io >/dev/null
+kubectl -n "$NS" create rolebinding alice-reader --role=kdet-reader --user=kdet:alice >/dev/null
+# Answers are kept 10 s: the refusal above expires within that.
+check "authz: with a RoleBinding to a reader Role, alice lists experiments" wait_for 20 eval \
+    '[ "$(api "$ALICE" GET "api/v1/namespaces/$NS/experiments")" = 200 ]'
+check "authz: but may not pause one (update)" eval \
+    '[ "$(api "$ALICE" POST "api/v1/namespaces/$NS/experiments/x/pause")" = 403 ] &&
+     grep -q "may not update experiments" "$T/body"'
+check "authz: nor read logs (experiments/logs)" eval \
+    '[ "$(api "$ALICE" GET "api/v1/namespaces/$NS/experiments/x/logs")" = 403 ] &&
+     grep -q "may not get experiments/logs" "$T/body"'
+check "authz: nor list in another namespace" eval \
+    '[ "$(api "$ALICE" GET "api/v1/namespaces/default/experiments")" = 403 ]'
+check "authz: no token is still 401" eval '[ "$(api x GET "api/v1/namespaces/$NS/experiments")" = 401 ]'
+check "authz: the reviews were made as the controller, none failed" eval \
+    '! grep -q "msg=\"access review failed\"" "$T/ctrl-authz.log"'
+stop_ctrl

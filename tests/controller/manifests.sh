@@ -74,6 +74,20 @@ check(not any(v in ("*", "deletecollection", "escalate", "bind") for _, _, v in 
 tmpl = open("helm/kdet/templates/rbac.yaml").read()
 tmpl = re.sub(r"\{\{[^}]*\}\}", "x", tmpl)
 check(rules([d for d in yaml.safe_load_all(tmpl) if d]) == granted, "chart RBAC equals manifests/rbac.yaml")
+# --authz kubernetes: the API posts SubjectAccessReviews (controller/api/authz.c); that
+# right is in its own file and chart template, applied only in that mode.
+authz = rules(docs.get("manifests/rbac-authz-kubernetes.yaml", []))
+check("authorization.k8s.io/v1/subjectaccessreviews" in api_src,
+      "the API posts SubjectAccessReviews (found in controller/api)")
+check(("authorization.k8s.io", "subjectaccessreviews", "create") in authz,
+      "rbac-authz-kubernetes.yaml grants create on subjectaccessreviews")
+check(not any(r == "subjectaccessreviews" for _, r, _ in granted),
+      "rbac.yaml does not: only the kubernetes mode needs it")
+atmpl = open("helm/kdet/templates/rbac-authz.yaml").read()
+atmpl = re.sub(r"^\s*\{\{-?[^}]*\}\}\s*\n", "", atmpl, flags=re.M)  # the if and end lines
+atmpl = re.sub(r"\{\{[^}]*\}\}", "x", atmpl)
+check(rules([d for d in yaml.safe_load_all(atmpl) if d]) == authz,
+      "chart's rbac-authz.yaml equals manifests/rbac-authz-kubernetes.yaml")
 for f in ["helm/kdet/Chart.yaml", "helm/kdet/values.yaml"]:
     try: yaml.safe_load(open(f)); check(True, f + " parses")
     except Exception as e: check(False, "%s parses: %s" % (f, e))

@@ -110,6 +110,9 @@ if tls:
 for a in ("--tls-cert-file=/etc/kdet-tls/tls.crt", "--tls-key-file=/etc/kdet-tls/tls.key", "--tls-ca-file=/etc/kdet-tls/ca.crt",
           "--controller-url=https://kdet-controller.kdet.svc:8080"):
     check(a in args, "defaults: %s" % a)
+check("--authz=namespaces" in args, "defaults: --authz=namespaces")
+check(not any(o.get("kind") == "ClusterRole" and "authz" in o["metadata"]["name"] for o in objs),
+      "defaults: no SubjectAccessReview right")
 mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
 vols = {v["name"]: v for v in pod.get("volumes", [])}
 check(mounts.get("api-tls", {}).get("mountPath") == "/etc/kdet-tls" and mounts["api-tls"].get("readOnly") is True and
@@ -159,7 +162,8 @@ want_args = ["--scheduler=fair_share", "--preemption=off", "--workers=8", "--gan
              "--namespace=ml", "--idle-release-after=60", "--resync=45", "--kube-api-qps=20",
              "--kube-api-burst=40", "--trial-run-as-user=1000", "--leader-elect=on",
              "--slot-type=cpu", "--cpu-per-slot=2500m", "--memory-per-slot=4Gi", "--max-slots-per-pod=2",
-             "--allow-host-devices=on", "--default-checkpoint-storage=/etc/kdet/checkpoint-storage.json", "--priority-classes=off"]
+             "--allow-host-devices=on", "--default-checkpoint-storage=/etc/kdet/checkpoint-storage.json", "--priority-classes=off",
+             "--authz=kubernetes"]
 for a in want_args:
     check(a in args, "full values: %s" % a)
 check(c.get("image") == "registry.example/kdet-controller:9.9.9" and c.get("imagePullPolicy") == "Always", "full values: image")
@@ -178,6 +182,12 @@ check(vols.get("api-tls", {}).get("secret", {}).get("secretName") == "my-tls" an
       {"key": "tls.crt", "path": "ca.crt"} in vols["api-tls"]["secret"].get("items", []),
       "full values: the existing TLS Secret, its CA from caKey (tls.crt)")
 check(find(objs, "PriorityClass") is None, "priorityClasses.create=false: none")
+sar = [o for o in objs if o.get("kind") == "ClusterRole" and o["metadata"]["name"].startswith("kdet-controller-authz-")]
+check(len(sar) == 1 and {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]} in sar[0]["rules"],
+      "api.authz=kubernetes: the controller may create SubjectAccessReviews")
+adm = [o for o in objs if o.get("kind") == "ClusterRoleBinding" and o["metadata"]["name"].startswith("kdet-admins-")]
+check(len(adm) == 1 and adm[0]["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "kdet:admins"}],
+      "api.authz=kubernetes: kdet:admins bound to every kdet.io resource")
 svc = find(objs, "Service", "kdet-controller")
 check(svc["spec"]["type"] == "NodePort" and svc["spec"]["ports"][0].get("nodePort") == 30090, "full values: NodePort service")
 cm = find(objs, "ConfigMap", "kdet-defaults")
