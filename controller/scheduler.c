@@ -597,8 +597,9 @@ static int decide_priority(const struct kd_sched_opts *opts, const struct ctx *x
     qsort(v, nv, sizeof(*v), cmp_victim);
     for (size_t k = 0; k < nq; k++) {
         struct kd_sched_trial *t = q[k];
+        /* A 0-slot job takes no slot, so the slot queue's order does not hold it back. */
         bool is_blocked = false;
-        for (size_t b = 0; b < nblocked; b++)
+        for (size_t b = 0; b < nblocked && t->slots > 0; b++)
             is_blocked = is_blocked || strcmp(blocked[b], t->pool) == 0;
         if (is_blocked) {
             t->decision = KD_SCHED_WAIT;
