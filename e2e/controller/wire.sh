@@ -145,12 +145,16 @@ experiment quitter '  entrypoint: sh -c "exit 0"
 check "exit 0 short of the operation: ERROR after 1 restart" wait_for 60 trial_state_is quitter-1 ERROR
 check "its message says why" eval "field trial quitter-1 '{.status.message}' | grep -q 'exited 0 before completing the searcher.s operation'"
 check "and it was restarted once, not for ever" test "$(field trial quitter-1 '{.status.restarts}')" = 1
-experiment sleeper '  entrypoint: sleep 300
+# sleeping NAME: an experiment whose one trial sleeps; checks that it runs and is ACTIVE in the store.
+sleeping() {
+    experiment "$1" '  entrypoint: sleep 300
   hyperparameters: {x: 1}
   searcher: {name: single, metric: loss, max_length: {batches: 10}}
   resources: {slots_per_trial: 1}'
-check "a sleeping trial runs" wait_for 30 trial_state_is sleeper-1 ACTIVE
-check "its experiment is ACTIVE in the store" wait_for 10 n_is ACTIVE psqlq "select state from experiments where name = 'sleeper'"
+    check "$1: a sleeping trial runs" wait_for 30 trial_state_is "$1-1" ACTIVE
+    check "$1: ACTIVE in the store" wait_for 10 n_is ACTIVE psqlq "select state from experiments where name = '$1'"
+}
+sleeping sleeper
 kubectl delete exp sleeper --wait=true --timeout=60s >/dev/null 2>&1
 check "deleted while live: DELETED in the store, with its end" wait_for 10 n_is DELETED psqlq \
     "select state from experiments where name = 'sleeper' and ended_at is not null"
@@ -158,12 +162,7 @@ check "an ended experiment keeps its outcome when deleted" eval \
     'kubectl delete exp early --wait=true --timeout=30s >/dev/null 2>&1 &&
      case "$(psqlq "select state from experiments where name = '"'"'early'"'"'")" in COMPLETED | ERROR) true ;; *) false ;; esac'
 
-experiment doomed '  entrypoint: sleep 300
-  hyperparameters: {x: 1}
-  searcher: {name: single, metric: loss, max_length: {batches: 10}}
-  resources: {slots_per_trial: 1}'
-check "another sleeping trial runs" wait_for 30 trial_state_is doomed-1 ACTIVE
-check "and is ACTIVE in the store" wait_for 10 n_is ACTIVE psqlq "select state from experiments where name = 'doomed'"
+sleeping doomed
 
 # /readyz follows the database: 503 naming it while PostgreSQL is down (the pod leaves the Service).
 URL=$(sed -n 's/.*msg="trials reach the API" controller_url=\([^ ]*\).*/\1/p' "$T/ctrl.log" | tail -1 | tr -d '"')
