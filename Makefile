@@ -36,8 +36,8 @@ endif
 # ---- macros ---------------------------------------------------------------
 kd_objs = $(patsubst %.c,$(O)/obj/%.o,$(1))
 kd_libs = $(foreach l,$(1),$(O)/lib/libkd_$(l).a)
-# System libraries that kdet's own libraries in $(1) need (lib/k8s's cache: zlib).
-kd_syslibs = $(if $(filter k8s,$(1)),-lz)
+# System libraries that kdet's own libraries in $(1) need (zlib: lib/k8s's cache, lib/http's gzip).
+kd_syslibs = $(if $(filter k8s http,$(1)),-lz)
 
 # $(call kd_lib,NAME,SRCS): static library $(O)/lib/libkd_NAME.a
 define kd_lib

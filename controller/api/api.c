@@ -89,7 +89,7 @@ int kd_api_task_token(const unsigned char *key, size_t keylen, const char *ns, c
 void api_json(struct api_rq *q, int status, json_t *j)
 {
     q->status = status;
-    kd_http_respond_json(q->r, status, j);
+    kd_http_respond_json_gz(q->r, status, j, API_GZIP_MIN);
     json_decref(j);
 }
 

@@ -124,6 +124,8 @@ struct api_rq {
 const struct api_route *api_routes(size_t *n);
 
 /* ---- responses (api.c) ---- */
+/* JSON answers of at least this many bytes go gzip-compressed to clients that take it. */
+#define API_GZIP_MIN 4096
 /* in[0..n) as unpadded base64url into out (4 * ceil(n / 3) + 1 bytes at most). */
 void api_b64url(const unsigned char *in, size_t n, char *out);
 void api_json(struct api_rq *q, int status, json_t *j); /* steals j */

@@ -48,30 +48,6 @@ static bool next_item(const char **s, char *tok, size_t toklen)
     return true;
 }
 
-int api_ui_accepts_gzip(const char *ae)
-{
-    char tok[128];
-    bool yes = false;
-    while (ae != NULL && next_item(&ae, tok, sizeof(tok))) {
-        char *semi = strchr(tok, ';');
-        bool zero = false;
-        if (semi != NULL) {
-            *semi = '\0';
-            const char *q = strstr(semi + 1, "q=");
-            /* q=0, q=0.0, q=0.000: refused; anything else is a preference, not a refusal. */
-            zero = q != NULL && q[2] == '0' && strspn(q + 3, ".0") == strlen(q + 3);
-        }
-        size_t n = strlen(tok);
-        while (n > 0 && (tok[n - 1] == ' ' || tok[n - 1] == '\t'))
-            tok[--n] = '\0';
-        if (strcasecmp(tok, "gzip") == 0 || strcasecmp(tok, "x-gzip") == 0)
-            return !zero; /* named: its own q decides */
-        if (strcmp(tok, "*") == 0)
-            yes = !zero;
-    }
-    return yes;
-}
-
 int api_ui_etag_matches(const char *inm, const char *etag)
 {
     char tok[128];
@@ -92,7 +68,7 @@ void api_ui_serve(struct api_rq *q)
         api_error(q, 404, NULL, "no such file of the web UI: /ui/%s", name);
         return;
     }
-    bool gz = a->gz_len < a->len && api_ui_accepts_gzip(kd_http_header(q->r, "Accept-Encoding"));
+    bool gz = a->gz_len < a->len && kd_http_accepts_gzip(kd_http_header(q->r, "Accept-Encoding"));
     const char *etag = gz ? a->etag_gz : a->etag;
     kd_http_add_header(q->r, "ETag", etag);
     kd_http_add_header(q->r, "Cache-Control", "no-cache");

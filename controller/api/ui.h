@@ -27,11 +27,6 @@ extern const size_t api_ui_nassets;
 /** The asset named `name` ("" or NULL: index.html), or NULL. */
 const struct api_ui_asset *api_ui_find(const char *name);
 
-/**
- * Whether an Accept-Encoding header value accepts gzip: a "gzip" or "*"
- * coding whose q is not 0. NULL accepts nothing.
- */
-int api_ui_accepts_gzip(const char *accept_encoding);
 
 /** Whether an If-None-Match header value names etag (or is "*"); weak forms match too. */
 int api_ui_etag_matches(const char *if_none_match, const char *etag);

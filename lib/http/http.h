@@ -137,6 +137,24 @@ void kd_http_respond(struct kd_http_req *r, int status, const char *content_type
 void kd_http_respond_json(struct kd_http_req *r, int status, const json_t *j);
 
 /**
+ * kd_http_respond_json, gzip-compressed (Content-Encoding: gzip) when the
+ * request's Accept-Encoding takes gzip and the text is at least min_gzip
+ * bytes; an answer that could be either says Vary: Accept-Encoding
+ * (lib/http/gzip.c). Does not steal j.
+ */
+void kd_http_respond_json_gz(struct kd_http_req *r, int status, const json_t *j, size_t min_gzip);
+
+/**
+ * Whether an Accept-Encoding value takes gzip: "gzip" or "x-gzip" named
+ * with a q other than 0 (its own q decides), else "*" with a q other than
+ * 0. NULL: no. Pure.
+ */
+bool kd_http_accepts_gzip(const char *accept_encoding);
+
+/** data[0..n) as one gzip member into *out (malloc'd), *outlen bytes: 0, KD_ENOMEM or KD_EIO. */
+int kd_gzip(const void *data, size_t n, unsigned char **out, size_t *outlen);
+
+/**
  * Fill up to `max` bytes of the next chunk into buf. Return the number of
  * bytes (> 0), 0 when there is nothing yet (the callback is called again at
  * once, so it should wait up to about a second itself), or -1 to end the

@@ -4,7 +4,8 @@
  * over is served as a second request), garbage request lines, control bytes
  * in the target, the header-count cap, the head timeout, and the pre-body
  * authorize hook (answers and body caps decided before any body byte is
- * read). Includes http.c to table-test its pure screening functions.
+ * read), and gzip-compressed JSON answers. Includes http.c to table-test
+ * its pure screening functions.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include "core/time.h"
 #define DOOR_PENDING 8 /* so that a flood of silent connections is cheap to make */
 #include "http/door.c"
+#include "http/gzip.c"
 #include "http/http.c"
 
 /* How long a client waits for bytes before it gives up (a bound, not a timing check). */
@@ -32,6 +34,14 @@ static void handler(struct kd_http_req *r, void *ud)
         atomic_fetch_add(&smuggled, 1);
     if (strcmp(path, "/slow") == 0)
         kd_sleep_ms(2500); /* longer than the test server's head timeout */
+    if (strcmp(path, "/json-big") == 0 || strcmp(path, "/json-small") == 0) {
+        json_t *j = json_array();
+        for (int i = 0; i < (path[6] == 'b' ? 2000 : 3); i++)
+            json_array_append_new(j, json_pack("{s:i,s:s}", "step", i, "state", "COMPLETED"));
+        kd_http_respond_json_gz(r, 200, j, 4096);
+        json_decref(j);
+        return;
+    }
     size_t len = 0;
     const char *body = kd_http_body(r, &len);
     const char *ctx = kd_http_ctx(r);
@@ -155,6 +165,36 @@ static int count(const char *hay, const char *needle)
 }
 
 /* ---- pure checks -------------------------------------------------------------------- */
+
+static void test_accepts_gzip_table(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *ae;
+        bool yes;
+    } cases[] = {
+        {NULL, false},
+        {"", false},
+        {"gzip", true},
+        {"GZip", true},
+        {"x-gzip", true},
+        {"gzip, deflate, br", true},
+        {"deflate, br", false},
+        {"gzip;q=0", false},
+        {"gzip; q=0.000", false},
+        {"gzip;q=0.5", true},
+        {"*", true},
+        {"*;q=0", false},
+        {"*, gzip;q=0", false}, /* named: its own q decides */
+        {"gzip;q=0, *", false},
+        {"identity", false},
+        {" , ,gzip ", true},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (kd_http_accepts_gzip(cases[i].ae) != cases[i].yes)
+            fail_msg("\"%s\": want %s", cases[i].ae ? cases[i].ae : "(null)",
+                     cases[i].yes ? "yes" : "no");
+}
 
 static void test_screen_head_table(void **state)
 {
@@ -558,6 +598,80 @@ static void test_authorize_before_body(void **state)
     kd_http_stop(s);
 }
 
+/* The body after the head of an HTTP/1.0 answer read to the close; the head into head. */
+static const char *split_answer(struct kd_buf *out, char *head, size_t headlen)
+{
+    assert_int_equal(kd_buf_append(out, "", 1), 0);
+    const char *sep = strstr(out->data, "\r\n\r\n");
+    assert_non_null(sep);
+    snprintf(head, headlen, "%.*s", (int)(sep - out->data), out->data);
+    return sep + 4;
+}
+
+/* A big JSON answer is gzip to a client that takes it, the same JSON once inflated; plain to
+ * one that does not; a small one is always plain. */
+static void test_json_gzip(void **state)
+{
+    (void)state;
+    struct kd_http_server *s = start(false);
+    struct kd_buf out = KD_BUF_INIT(1 << 20);
+    char head[2048];
+    static const char big_gz[] = "GET /json-big HTTP/1.0\r\nAccept-Encoding: gzip, br\r\n\r\n";
+    static const char big_plain[] = "GET /json-big HTTP/1.0\r\n\r\n";
+    static const char big_q0[] = "GET /json-big HTTP/1.0\r\nAccept-Encoding: gzip;q=0\r\n\r\n";
+    static const char small_gz[] = "GET /json-small HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n";
+
+    exchange(kd_http_port(s), big_plain, strlen(big_plain), &out);
+    const char *plain = split_answer(&out, head, sizeof(head));
+    size_t plain_len = strlen(plain);
+    char *want = strdup(plain);
+    assert_non_null(strstr(head, "Vary: Accept-Encoding"));
+    assert_null(strstr(head, "Content-Encoding"));
+    assert_true(plain_len > 4096 && want[plain_len - 1] == '\n');
+
+    exchange(kd_http_port(s), big_gz, strlen(big_gz), &out);
+    size_t hlen = 0;
+    {
+        char *d = out.data;
+        char *sep = memmem(d, out.len, "\r\n\r\n", 4);
+        assert_non_null(sep);
+        hlen = (size_t)(sep - d) + 4;
+        snprintf(head, sizeof(head), "%.*s", (int)(sep - d), d);
+    }
+    assert_non_null(strstr(head, "Content-Encoding: gzip"));
+    assert_non_null(strstr(head, "Vary: Accept-Encoding"));
+    size_t zlen = out.len - hlen;
+    printf("JSON of %zu bytes sent as %zu bytes of gzip\n", plain_len, zlen);
+    assert_true(zlen < plain_len / 4);
+    /* inflate it back (a gzip member: windowBits 15 + 16) */
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    assert_int_equal(inflateInit2(&z, 15 + 16), Z_OK);
+    char *back = calloc(1, plain_len + 64);
+    z.next_in = (Bytef *)out.data + hlen;
+    z.avail_in = (uInt)zlen;
+    z.next_out = (Bytef *)back;
+    z.avail_out = (uInt)(plain_len + 64);
+    assert_int_equal(inflate(&z, Z_FINISH), Z_STREAM_END);
+    assert_int_equal(z.total_out, plain_len);
+    inflateEnd(&z);
+    assert_memory_equal(back, want, plain_len);
+    free(back);
+
+    exchange(kd_http_port(s), big_q0, strlen(big_q0), &out);
+    split_answer(&out, head, sizeof(head));
+    assert_null(strstr(head, "Content-Encoding"));
+
+    exchange(kd_http_port(s), small_gz, strlen(small_gz), &out);
+    const char *small = split_answer(&out, head, sizeof(head));
+    assert_null(strstr(head, "Content-Encoding"));
+    assert_null(strstr(head, "Vary"));
+    assert_non_null(strstr(small, "\"step\":2"));
+    free(want);
+    kd_buf_free(&out);
+    kd_http_stop(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -572,6 +686,8 @@ int main(void)
         cmocka_unit_test(test_header_count_cap),
         cmocka_unit_test(test_keepalive_still_works),
         cmocka_unit_test(test_authorize_before_body),
+        cmocka_unit_test(test_accepts_gzip_table),
+        cmocka_unit_test(test_json_gzip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,113 @@
+/*
+ * gzip answers: whether a client's Accept-Encoding takes gzip, the gzip
+ * member of a buffer (zlib), and JSON answers sent compressed when that
+ * pays (the web UI's lists and series, which are mostly repeated keys).
+ */
+#include "http/http.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <zlib.h>
+
+#include "core/alloc.h"
+
+/* The next comma-separated element of *s, trimmed, into tok (cut at toklen - 1). */
+static bool next_coding(const char **s, char *tok, size_t toklen)
+{
+    const char *p = *s;
+    while (*p == ' ' || *p == '\t' || *p == ',')
+        p++;
+    if (*p == '\0')
+        return false;
+    size_t n = strcspn(p, ",");
+    *s = p + n;
+    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+        n--;
+    if (n >= toklen)
+        n = toklen - 1;
+    memcpy(tok, p, n);
+    tok[n] = '\0';
+    return true;
+}
+
+bool kd_http_accepts_gzip(const char *ae)
+{
+    char tok[128];
+    bool yes = false;
+    while (ae != NULL && next_coding(&ae, tok, sizeof(tok))) {
+        char *semi = strchr(tok, ';');
+        bool zero = false;
+        if (semi != NULL) {
+            *semi = '\0';
+            const char *q = strstr(semi + 1, "q=");
+            /* q=0, q=0.0, q=0.000: refused; anything else is a preference, not a refusal. */
+            zero = q != NULL && q[2] == '0' && strspn(q + 3, ".0") == strlen(q + 3);
+        }
+        size_t n = strlen(tok);
+        while (n > 0 && (tok[n - 1] == ' ' || tok[n - 1] == '\t'))
+            tok[--n] = '\0';
+        if (strcasecmp(tok, "gzip") == 0 || strcasecmp(tok, "x-gzip") == 0)
+            return !zero; /* named: its own q decides */
+        if (strcmp(tok, "*") == 0)
+            yes = !zero;
+    }
+    return yes;
+}
+
+int kd_gzip(const void *data, size_t n, unsigned char **out, size_t *outlen)
+{
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    *out = NULL;
+    *outlen = 0;
+    /* 15 + 16: a gzip member (header and CRC), not a raw zlib stream. Level 1: JSON shrinks
+     * about 5 times already, at a fraction of the default level's time. */
+    if (deflateInit2(&z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return KD_ENOMEM;
+    size_t cap = deflateBound(&z, (uLong)n) + 32;
+    unsigned char *buf = kd_xmalloc(cap);
+    z.next_in = (Bytef *)(uintptr_t)data;
+    z.avail_in = (uInt)n;
+    z.next_out = buf;
+    z.avail_out = (uInt)cap;
+    int zr = deflate(&z, Z_FINISH);
+    size_t got = cap - z.avail_out;
+    deflateEnd(&z);
+    if (zr != Z_STREAM_END) {
+        free(buf);
+        return KD_EIO;
+    }
+    *out = buf;
+    *outlen = got;
+    return 0;
+}
+
+void kd_http_respond_json_gz(struct kd_http_req *r, int status, const json_t *j, size_t min_gzip)
+{
+    char *s = json_dumps(j, JSON_COMPACT);
+    if (s == NULL)
+        kd_oom(0);
+    size_t n = strlen(s);
+    unsigned char *gz = NULL;
+    size_t gzlen = 0;
+    if (n + 1 < min_gzip || n > UINT32_MAX / 2) {
+        free(s);
+        kd_http_respond_json(r, status, j);
+        return;
+    }
+    /* Big enough to be either: caches must key on the request's Accept-Encoding. */
+    kd_http_add_header(r, "Vary", "Accept-Encoding");
+    s[n] = '\n'; /* the trailing newline of kd_http_respond_json, in place of the NUL */
+    if (kd_http_accepts_gzip(kd_http_header(r, "Accept-Encoding")) &&
+        kd_gzip(s, n + 1, &gz, &gzlen) == 0) {
+        kd_http_add_header(r, "Content-Encoding", "gzip");
+        kd_http_respond(r, status, "application/json", gz, gzlen);
+    } else {
+        kd_http_respond(r, status, "application/json", s, n + 1);
+    }
+    free(gz);
+    free(s);
+}
