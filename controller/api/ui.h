@@ -27,7 +27,6 @@ extern const size_t api_ui_nassets;
 /** The asset named `name` ("" or NULL: index.html), or NULL. */
 const struct api_ui_asset *api_ui_find(const char *name);
 
-
 /** Whether an If-None-Match header value names etag (or is "*"); weak forms match too. */
 int api_ui_etag_matches(const char *if_none_match, const char *etag);
 
