@@ -159,6 +159,26 @@ try {
     const r = document.querySelector('#checkpoints tr[data-uuid="' + u + '"]');
     return !!r && r.children[1].textContent === '10' && r.children[2].textContent === 'ACTIVE';
   }, ckptUuid));
+  // ---- the finished trial's history: what the store recorded about it, oldest first (the
+  // searcher's close when it reached max_length; the searcher's first decisions, made as the
+  // experiment starts, are not recorded as events)
+  const histRows = () => page.$$eval('#history tbody tr', (rs) => rs.map((r) => ({ id: Number(r.dataset.id), at: r.dataset.at,
+    kind: r.dataset.kind, decision: r.dataset.decision, reason: r.querySelector('.col-reason').textContent,
+    time: r.querySelector('.col-at').textContent })));
+  const inOrder = (hs) => hs.every((e, i) => i === 0 || (e.id > hs[i - 1].id && Date.parse(e.at) >= Date.parse(hs[i - 1].at)));
+  const timed = (hs) => hs.every((e) => /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/.test(e.time));
+  check('the finished trial\'s history lists its events', await waitTrue(page, () =>
+    Number(document.getElementById('history')?.dataset.events) >= 1, 15000),
+  await page.evaluate(() => document.getElementById('history')?.textContent.slice(0, 300)));
+  const hist = await histRows();
+  const decisions = hist.map((e) => e.kind + '/' + e.decision);
+  check('... the searcher\'s close, with its reason (' + JSON.stringify(hist) + ')',
+    hist.some((e) => e.kind === 'searcher' && e.decision === 'close' && /max_length/.test(e.reason)));
+  check('... oldest first, each with its time', inOrder(hist) && timed(hist), JSON.stringify(hist));
+  check('... and no experiment-wide shutdown', !decisions.includes('searcher/shutdown'));
+  check('the history has a heading', await page.evaluate(() => /History/.test(document.getElementById('history-title')?.textContent || '')));
+  await (await page.$('#history-section')).screenshot({ path: path.join(art, 'history.png') });
+
   await page.click(reg);
   check('Register opens the form naming the checkpoint, its model field focused', await waitTrue(page, (u) =>
     !document.getElementById('register-form').hidden && document.getElementById('register-what').textContent.includes(u) &&
@@ -232,6 +252,110 @@ try {
     location.hash === '#/ns/default/models/no-such-model' && /404/.test(document.querySelector('#versions [role=alert]')?.textContent || ''), 10000),
   await page.evaluate(() => location.hash + ' ' + document.getElementById('main').textContent.slice(0, 200)));
 
+  // ---- editing a model on its page: a second model ui-edit, made through the API with two
+  // versions of the same checkpoint (ui-model stays as it is for det model describe)
+  let asked = '';
+  const made = await page.evaluate(async (u) => {
+    const hd = { Authorization: 'Bearer ' + sessionStorage.getItem('kdet.token'), 'Content-Type': 'application/json' };
+    const post = (p, b) => fetch('api/v1/namespaces/default/' + p, { method: 'POST', headers: hd, body: JSON.stringify(b) }).then((r) => r.status);
+    return [await post('models', { name: 'ui-edit', description: 'first words' }),
+      await post('models/ui-edit/versions', { checkpoint_uuid: u }), await post('models/ui-edit/versions', { checkpoint_uuid: u })];
+  }, ckptUuid);
+  check('a model ui-edit with two versions made through the API (' + made.join(' ') + ')', made.join(' ') === '201 201 201');
+  await page.evaluate(() => { location.hash = '#/ns/default/models/ui-edit'; });
+  const descOf = () => page.evaluate(() => Array.from(document.querySelectorAll('#model-summary div'))
+    .filter((d) => d.querySelector('dt').textContent === 'Description').map((d) => d.querySelector('dd').textContent)[0] ?? '');
+  check('the model page offers its edits', await waitTrue(page, () => document.querySelector('main[data-page=model]') &&
+    !document.getElementById('model-actions').hidden && document.querySelectorAll('#versions tbody tr').length === 2, 10000));
+  check('... its description', (await descOf()) === 'first words', await descOf());
+  await page.click('#model-edit');
+  check('"Edit description": the form, holding the description, focused', await waitTrue(page, () =>
+    !document.getElementById('model-edit-form').hidden && document.activeElement?.id === 'model-desc' &&
+    document.getElementById('model-desc').value === 'first words', 3000));
+  check('... its field has a label', await page.evaluate(() => !!document.querySelector('label[for=model-desc]')));
+  await page.keyboard.type(' never saved');
+  await page.click('#model-desc-cancel');
+  await sleep(500);
+  check('Cancel: the form closes, the description unchanged', await page.evaluate(() => document.getElementById('model-edit-form').hidden) &&
+    (await descOf()) === 'first words', await descOf());
+  await page.click('#model-edit');
+  await page.$eval('#model-desc', (t) => { t.removeAttribute('maxlength'); t.value = 'x'.repeat(5000); });
+  await page.click('#model-desc-save');
+  check('a description too long: the API\'s refusal is shown (400, naming description)', await waitTrue(page, () =>
+    /400/.test(document.querySelector('#model-said [role=alert]')?.textContent || '') &&
+    /description/.test(document.querySelector('#model-said [role=alert]').textContent), 10000),
+  await page.evaluate(() => document.getElementById('model-said').textContent));
+  check('... the form stays open, the description unchanged', await page.evaluate(() => !document.getElementById('model-edit-form').hidden) &&
+    (await descOf()) === 'first words');
+  await page.$eval('#model-desc', (t) => { t.value = ''; });
+  await page.type('#model-desc', 'a <b>new</b> description');
+  await page.click('#model-desc-save');
+  check('Save: the new description is shown (as text)', await waitTrue(page, () =>
+    document.getElementById('model-edit-form').hidden && Array.from(document.querySelectorAll('#model-summary dd'))
+      .some((d) => d.textContent === 'a <b>new</b> description' && !d.querySelector('b')), 10000), await descOf());
+  await page.reload({ waitUntil: 'load' });
+  check('... and after a reload', await waitTrue(page, () => Array.from(document.querySelectorAll('#model-summary dd'))
+    .some((d) => d.textContent === 'a <b>new</b> description'), 10000), await descOf());
+  await page.waitForSelector('#model-archive');
+  await page.click('#model-archive');
+  check('"Archive": the model shows as archived, the button says "Unarchive"', await waitTrue(page, () =>
+    /Archived\s*yes/.test(document.getElementById('model-summary').textContent) &&
+    document.getElementById('model-archive').textContent === 'Unarchive', 10000));
+  await page.click('#nav-models');
+  check('an archived model is left out of the models list', await waitTrue(page, () =>
+    document.querySelector('main[data-page=models]') && document.querySelector('#models tr[data-model=ui-model]') &&
+    !document.querySelector('#models tr[data-model=ui-edit]'), 10000));
+  await page.click('#model-archived');
+  check('... and listed, marked archived, with "Show archived"', await waitTrue(page, () =>
+    /\(archived\)/.test(document.querySelector('#models tr[data-model=ui-edit]')?.textContent || ''), 10000));
+  await page.click('#models tr[data-model=ui-edit] a');
+  await page.waitForFunction(() => document.querySelector('main[data-page=model]') &&
+    document.getElementById('model-archive')?.textContent === 'Unarchive', { timeout: 10000 });
+  await page.click('#model-archive');
+  check('"Unarchive": no longer archived', await waitTrue(page, () =>
+    !/Archived/.test(document.getElementById('model-summary').textContent) &&
+    document.getElementById('model-archive').textContent === 'Archive', 10000));
+  await page.click('#nav-models');
+  check('... and in the default models list again', await waitTrue(page, () =>
+    document.querySelector('main[data-page=models]') && !document.getElementById('model-archived').checked &&
+    document.querySelector('#models tr[data-model=ui-edit]'), 10000));
+  await page.click('#models tr[data-model=ui-edit] a');
+  const delv = '#versions tr[data-version="1"] button[data-action=delete-version]';
+  await page.waitForSelector(delv, { timeout: 10000 });
+  page.once('dialog', (d) => d.dismiss());
+  await page.click(delv);
+  await sleep(1500);
+  check('"Delete" on a version asks first; dismissed, both versions stay', await page.evaluate(() =>
+    document.querySelectorAll('#versions tbody tr').length === 2));
+  asked = '';
+  page.once('dialog', (d) => { asked = d.message(); d.accept(); });
+  await page.click(delv);
+  check('... accepted, version 1 is gone and version 2 stays', await waitTrue(page, () =>
+    !document.querySelector('#versions tr[data-version="1"]') && !!document.querySelector('#versions tr[data-version="2"]'), 10000),
+  await page.evaluate(() => document.getElementById('model-said').textContent));
+  check('... the question named the version (' + asked + ')', /version 1 of model ui-edit/.test(asked));
+  const v1gone = await page.evaluate(async () => (await fetch('api/v1/namespaces/default/models/ui-edit/versions/1',
+    { headers: { Authorization: 'Bearer ' + sessionStorage.getItem('kdet.token') } })).status);
+  check('... and the API answers 404 for it (' + v1gone + ')', v1gone === 404);
+  await page.screenshot({ path: path.join(art, 'model-edit.png'), fullPage: true });
+  page.once('dialog', (d) => d.dismiss());
+  await page.click('#model-delete');
+  await sleep(1500);
+  check('"Delete model" asks first; dismissed, the page stays', await page.evaluate(() =>
+    location.hash === '#/ns/default/models/ui-edit' && document.querySelectorAll('#versions tbody tr').length === 1));
+  asked = '';
+  page.once('dialog', (d) => { asked = d.message(); d.accept(); });
+  await page.click('#model-delete');
+  check('... accepted, the models list without it', await waitTrue(page, () =>
+    location.hash === '#/ns/default/models' && document.querySelector('main[data-page=models]') &&
+    document.querySelector('#models tr[data-model=ui-model]') && !document.querySelector('#models tr[data-model=ui-edit]'), 10000),
+  await page.evaluate(() => location.hash));
+  check('... the question named the model (' + asked + ')', /model ui-edit/.test(asked));
+  await page.click('#model-archived');
+  check('... not even among the archived ones', await waitTrue(page, () => document.getElementById('model-archived').checked &&
+    document.querySelector('#models tr[data-model=ui-model]') && !document.querySelector('#models tr[data-model=ui-edit]'), 10000));
+  await page.click('#model-archived');
+
   // ---- the job queue: reorder and priority from the page (browser.sh checks det job list after)
   await page.evaluate(() => { location.hash = '#/ns/default/jobs'; });
   check('the job queue page', await waitTrue(page, () => document.querySelector('main[data-page=jobs]'), 10000));
@@ -291,7 +415,7 @@ try {
   await sleep(1500);
   check('"Kill" asks first; dismissed, the task keeps running', await page.evaluate((s) =>
     document.querySelector(s)?.dataset.state === 'RUNNING', trow));
-  let asked = '';
+  asked = '';
   page.once('dialog', (d) => { asked = d.message(); d.accept(); });
   await page.click(trow + ' button[data-action=kill]');
   check('... accepted, the task is killed and leaves the list of live ones', await waitTrue(page, (s) => !document.querySelector(s), 30000, trow),
@@ -300,6 +424,30 @@ try {
   await page.click('#tasks-ended');
   check('"Show ended tasks": it is TERMINATED, Killed', await waitTrue(page, (s) =>
     document.querySelector(s)?.dataset.state === 'TERMINATED' && /Killed/.test(document.querySelector(s).textContent), 10000, trow));
+
+  // ---- a live trial's history while its page is open: ui-exp-2 has no recorded event yet
+  // (the grid's decisions are all made at the start); killed through the API, its early_exit
+  // event (recorded with the trial's id) shows up with the reason, by the page's polling
+  await page.evaluate(() => { location.hash = '#/ns/default/trials/ui-exp-2'; });
+  check('a running trial\'s page: its history drawn', await waitTrue(page, () =>
+    document.querySelector('main[data-page=trial]') && /ui-exp-2/.test(document.querySelector('h1').textContent) &&
+    !/Loading/.test(document.getElementById('history').textContent), 15000));
+  const hBefore = await histRows();
+  check('... "No events yet" exactly when it has none (' + hBefore.length + ')', await page.evaluate((n) =>
+    (n === 0) === /No events yet/.test(document.getElementById('history').textContent), hBefore.length));
+  const killed = await page.evaluate(async () => (await fetch('api/v1/namespaces/default/trials/ui-exp-2/kill',
+    { method: 'POST', headers: { Authorization: 'Bearer ' + sessionStorage.getItem('kdet.token') } })).status);
+  check('ui-exp-2 killed through the API (' + killed + ')', killed === 200);
+  check('... its early_exit appears in the open page\'s history, with the reason', await waitTrue(page, () =>
+    Array.from(document.querySelectorAll('#history tbody tr')).some((r) => r.dataset.kind === 'trial' &&
+      r.dataset.decision === 'early_exit' && /killed by the user/.test(r.textContent)), 20000),
+  await page.evaluate(() => document.getElementById('history').textContent.slice(0, 300)));
+  await sleep(6000); /* what the searcher decides after it, if anything, by the next poll */
+  const hAfter = await histRows();
+  check('... after the events it had, oldest first (' + hAfter.map((e) => e.kind + '/' + e.decision).join(' ') + ')',
+    hAfter.length > hBefore.length && inOrder(hAfter) && timed(hAfter) &&
+    JSON.stringify(hAfter.slice(0, hBefore.length)) === JSON.stringify(hBefore), JSON.stringify(hAfter));
+  check('... each event once', new Set(hAfter.map((e) => e.id)).size === hAfter.length);
 
   // ---- a token refused later (revoked while the page is open): the page's next request
   // gets 401 and the login page comes back, saying why

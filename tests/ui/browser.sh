@@ -7,7 +7,7 @@
 # its page), and a command task that serves HTTP through the proxy (opened and killed from
 # the tasks page).
 # tests/ui/browser.mjs does the browser's part (login, pages, live curves, logs, keyboard,
-# models, tasks)
+# models: registering, editing, archiving, deleting; a trial's history; tasks)
 # and saves screenshots in $KD_BUILD/tests/artifacts/test_ui_browser.
 # Anything missing (chromium, puppeteer-core, PostgreSQL) fails the test, naming what to
 # install: `make deps` installs all of it.
@@ -174,7 +174,7 @@ check "the task killed from the page ended Killed" wait_for 30 eval \
 check "det model describe ui-model: versions 1 and 2, both the checkpoint of ui-reg-1" eval \
     "jq -e --arg u '$CKPT_UUID' '[.versions[] | [.version, .checkpoint_uuid, .experiment]] == [[1, \$u, \"ui-reg\"], [2, \$u, \"ui-reg\"]]' '$T/model.json' >/dev/null"
 check "the refused name made no model" eval "[ \"\$('$DET' model list --json | jq -r '[.[].name] | join(\" \")')\" = ui-model ]"
-for f in login experiments experiment hparams trial jobs checkpoints models model tasks; do
+for f in login experiments experiment hparams trial history jobs checkpoints models model model-edit tasks; do
     check "screenshot $f.png saved" test -s "$ART/$f.png"
 done
 

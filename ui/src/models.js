@@ -4,8 +4,12 @@
 // fields and its versions, each with its checkpoint, the experiment and trial it came from
 // (linked), batches, the validation metrics captured at registration, and the det command
 // that downloads it: the API has no download route, det reads the checkpoint storage).
+// The model's page also edits it: its description (PATCH .../models/{m} {"description"}),
+// archived or not (PATCH {"archived"}), deleting it (DELETE .../models/{m}) or one version
+// (DELETE .../models/{m}/versions/{v}), each deletion after a confirm(); a refusal is shown
+// as the API words it.
 import { api, ns as nsPath } from './api.js';
-import { h, clear, fmtTime, metricsText, sortableTable } from './dom.js';
+import { h, clear, fmtTime, metricsText, sortableTable, alertText } from './dom.js';
 
 const LIST_LIMIT = 1000; // the API's most per request
 
@@ -114,14 +118,79 @@ export function modelPage(ctx, ns, name) {
   const box = h('div', { class: 'table-box', id: 'versions' });
   const status = h('p', { class: 'muted', role: 'status', 'aria-live': 'polite' }, 'Loading…');
   const title = h('h1', {}, 'Model ', name);
+  const mpath = nsPath(ns) + 'models/' + encodeURIComponent(name);
+  const listHash = '#/ns/' + encodeURIComponent(ns) + '/models';
+  const said = h('p', { id: 'model-said', role: 'status', 'aria-live': 'polite' });
+  const desc = h('textarea', { id: 'model-desc', rows: '3', cols: '60', maxlength: '4096' });
+  const editForm = h('form', { id: 'model-edit-form', class: 'edit', hidden: true,
+    onsubmit: (ev) => { ev.preventDefault(); guarded(saveDescription()); } },
+    h('label', { for: 'model-desc' }, 'Description'), h('br'), desc, h('br'),
+    h('button', { type: 'submit', id: 'model-desc-save' }, 'Save'), ' ',
+    h('button', { type: 'button', id: 'model-desc-cancel', onclick: () => { editForm.hidden = true; editBtn.focus(); } }, 'Cancel'));
+  const editBtn = h('button', { type: 'button', id: 'model-edit', onclick: () => {
+    desc.value = model.description || '';
+    editForm.hidden = false;
+    desc.focus();
+  } }, 'Edit description');
+  const archiveBtn = h('button', { type: 'button', id: 'model-archive', onclick: () => guarded(setArchived(!model.archived)) }, 'Archive');
+  const deleteBtn = h('button', { type: 'button', id: 'model-delete', class: 'danger', onclick: () => guarded(deleteModel()) }, 'Delete model');
+  const actions = h('div', { class: 'toolbar', id: 'model-actions', hidden: true }, editBtn, archiveBtn, deleteBtn);
   clear(ctx.main).append(
-    h('p', { class: 'crumbs' }, h('a', { href: '#/ns/' + encodeURIComponent(ns) + '/models' }, 'Models'), ' / ', name),
-    title, summary, h('h2', {}, 'Versions'), box, status);
+    h('p', { class: 'crumbs' }, h('a', { href: listHash }, 'Models'), ' / ', name),
+    title, summary, actions, editForm, said, h('h2', {}, 'Versions'), box, status);
   ctx.main.dataset.page = 'model';
   let seen = '';
   let versions = [];
+  let model = {};
   let names = new Map();
   const nsHash = '#/ns/' + encodeURIComponent(ns);
+
+  function tell(msg, error) {
+    clear(said).append(error ? alertText(msg) : msg);
+  }
+  // One change through the API; true when it was made, else the refusal is shown.
+  async function change(what, method, path, body) {
+    try {
+      await api(path, { method, body, signal: ac.signal });
+      return true;
+    } catch (e) {
+      if (ac.signal.aborted) return false;
+      if (e.status === undefined) throw e; /* 401 and the like: the page's own handling */
+      tell('Cannot ' + what + ': ' + e.message, true);
+      return false;
+    }
+  }
+  async function refresh() {
+    seen = '';
+    await load();
+  }
+  async function saveDescription() {
+    if (await change('change the description of model ' + name, 'PATCH', mpath, { description: desc.value })) {
+      editForm.hidden = true;
+      tell('Saved the description of model ' + name + '.');
+      await refresh();
+    }
+  }
+  async function setArchived(on) {
+    if (await change((on ? 'archive' : 'unarchive') + ' model ' + name, 'PATCH', mpath, { archived: on })) {
+      tell((on ? 'Archived' : 'Unarchived') + ' model ' + name + '.');
+      await refresh();
+    }
+  }
+  async function deleteModel() {
+    const n = versions.length;
+    if (!window.confirm('Delete model ' + name + (n ? ' and its ' + n + ' version' + (n === 1 ? '' : 's') : '') +
+      '? Their checkpoints are no longer kept from checkpoint GC.')) return;
+    if (await change('delete model ' + name, 'DELETE', mpath)) ctx.go(listHash);
+  }
+  async function deleteVersion(v) {
+    if (!window.confirm('Delete version ' + v + ' of model ' + name + '? Its checkpoint is no longer kept from checkpoint GC by it.')) return;
+    if (await change('delete version ' + v + ' of model ' + name, 'DELETE', mpath + '/versions/' + encodeURIComponent(String(v)))) {
+      tell('Deleted version ' + v + ' of model ' + name + '.');
+      await refresh();
+    }
+  }
+  const guarded = (p) => p.catch((e) => { if (!ac.signal.aborted) ctx.fail(e); });
 
   const cols = [
     { key: 'version', label: 'Version', value: (v) => v.version, cell: (v) => String(v.version) },
@@ -148,9 +217,15 @@ export function modelPage(ctx, ns, name) {
     { key: 'download', label: 'Download', value: () => '',
       cell: (v) => h('code', { class: 'cmd', title: 'det restores the checkpoint\'s files from the experiment\'s checkpoint storage' },
         'det model download ' + name + ':' + v.version) },
+    { key: 'actions', label: 'Actions', value: () => '',
+      cell: (v) => h('button', { type: 'button', class: 'small danger', dataset: { action: 'delete-version', version: String(v.version) },
+        'aria-label': 'Delete version ' + v.version + ' of model ' + name, onclick: () => guarded(deleteVersion(v.version)) }, 'Delete') },
   ];
 
   function drawSummary(m) {
+    model = m;
+    actions.hidden = false;
+    archiveBtn.textContent = m.archived ? 'Unarchive' : 'Archive';
     const md = m.metadata && typeof m.metadata === 'object' && Object.keys(m.metadata).length ? JSON.stringify(m.metadata) : '';
     const items = [
       ['Description', m.description || ''],
@@ -176,7 +251,7 @@ export function modelPage(ctx, ns, name) {
   }
 
   async function load() {
-    const j = await api(nsPath(ns) + 'models/' + encodeURIComponent(name), { signal: ac.signal });
+    const j = await api(mpath, { signal: ac.signal });
     const text = JSON.stringify(j);
     if (text === seen) return;
     seen = text;

@@ -2,13 +2,17 @@
 // stream) and its logs, followed over the logs stream (the last 500 lines, then each new
 // one) with a search box that filters the lines shown and a "Follow" switch that keeps the
 // newest line in view; its checkpoints, each of which can be registered in a model
-// (checkpoints.js).
+// (checkpoints.js); its history: the experiment's events (GET .../experiments/{e}/events,
+// polled with after=) that concern this trial, oldest first: the searcher's decisions
+// (matched by the trial's request id, as the searcher records them without a trial id) and
+// the trial's own events (matched by its store id), each with its time, kind and reason.
 import { api, follow, ns as nsPath } from './api.js';
-import { h, clear, get, fmtNumber, stateBadge, progressBar, hparamsText } from './dom.js';
+import { h, clear, get, fmtNumber, fmtTime, stateBadge, progressBar, hparamsText } from './dom.js';
 import { ChartSet } from './chart.js';
 import { checkpointsSection } from './checkpoints.js';
 
 const KEEP_LINES = 20000;
+const EVENTS_PAGE = 1000; // the events route's most per request
 
 export function trialPage(ctx, ns, name) {
   const ac = new AbortController();
@@ -23,11 +27,17 @@ export function trialPage(ctx, ns, name) {
   const logStatus = h('span', { class: 'muted', role: 'status' }, 'connecting…');
   const live = h('span', { class: 'live muted' }, '');
   const ckpts = checkpointsSection(ctx, ns, name, ac.signal);
+  const historyBox = h('div', { class: 'table-box', id: 'history', dataset: { events: '0' } },
+    h('p', { class: 'muted empty' }, 'Loading…'));
   clear(ctx.main).append(crumbs, h('h1', {}, 'Trial ', name), summary,
     h('h2', {}, 'Metrics ', live),
     h('div', { class: 'toolbar' }, h('label', { class: 'check' }, logToggle, ' Log scale (y)')),
     chartsBox,
     ckpts.el,
+    h('section', { id: 'history-section', 'aria-labelledby': 'history-title' },
+      h('h2', { id: 'history-title' }, 'History'),
+      h('p', { class: 'muted' }, 'The searcher\'s decisions about this trial and what happened to it, oldest first.'),
+      historyBox),
     h('h2', {}, 'Logs ', logStatus),
     h('div', { class: 'toolbar' },
       h('label', { for: 'log-search' }, 'Search'), search,
@@ -83,6 +93,52 @@ export function trialPage(ctx, ns, name) {
     clear(summary).append(...items.filter(([, v]) => v !== '').map(([k, v]) => h('div', {}, h('dt', {}, k), h('dd', {}, v))));
   }
 
+  // The history: every event of the experiment after the last one seen, kept when it is
+  // about this trial. The searcher's decisions carry the trial's request id in `details`
+  // (the experiment-wide `shutdown` is left out); the trial's own (e.g. early_exit) its id.
+  const history = [];
+  let lastEvent = 0;
+  function mine(ev, t) {
+    if (ev.trial_id !== null && ev.trial_id !== undefined) return typeof t.id === 'number' && ev.trial_id === t.id;
+    const rid = get(t, 'spec.requestId');
+    return !!rid && ev.decision !== 'shutdown' && get(ev, 'details.request_id') === rid;
+  }
+  function drawHistory() {
+    historyBox.dataset.events = String(history.length);
+    clear(historyBox).append(history.length
+      ? h('table', {},
+        h('caption', { class: 'visually-hidden' }, 'History of trial ' + name),
+        h('thead', {}, h('tr', {}, ['Time', 'Kind', 'Decision', 'Reason'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, history.map((ev) => h('tr', { dataset: { id: String(ev.id), kind: ev.kind || '', decision: ev.decision || '', at: ev.at || '' } },
+          h('td', { class: 'col-at' }, fmtTime(ev.at)),
+          h('td', { class: 'col-kind' }, ev.kind || ''),
+          h('td', { class: 'col-decision' }, ev.decision || ''),
+          h('td', { class: 'col-reason' }, ev.reason || '')))))
+      : h('p', { class: 'muted empty' }, 'No events yet'));
+  }
+  async function loadHistory(t) {
+    const exp = get(t, 'spec.experiment');
+    if (!exp) {
+      drawHistory();
+      return;
+    }
+    const path = nsPath(ns) + 'experiments/' + encodeURIComponent(exp) + '/events?limit=' + EVENTS_PAGE + '&after=';
+    let added = lastEvent === 0; /* the first load draws, even when empty */
+    for (;;) {
+      const j = await api(path + lastEvent, { signal: ac.signal });
+      const evs = j.events || [];
+      for (const ev of evs) {
+        if (typeof ev.id === 'number' && ev.id > lastEvent) lastEvent = ev.id;
+        if (mine(ev, t)) {
+          history.push(ev);
+          added = true;
+        }
+      }
+      if (evs.length < EVENTS_PAGE) break;
+    }
+    if (added) drawHistory();
+  }
+
   const failed = (e) => { if (!ac.signal.aborted) ctx.fail(e); };
   let seen = '';
   async function load() {
@@ -93,6 +149,7 @@ export function trialPage(ctx, ns, name) {
       drawSummary(j.trial || {});
       await ckpts.reload(); /* a new checkpoint changes the trial's status too */
     }
+    await loadHistory(j.trial || {});
   }
 
   follow(base + '/metrics/stream', (ev, data) => {
