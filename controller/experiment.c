@@ -1041,13 +1041,15 @@ int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *
         state =
             json_pack("{s:i,s:I,s:s,s:b,s:b,s:s,s:[]}", "version", 1, "seed", (json_int_t)seed,
                       "unit", kd_searcher_unit(s), "done", 0, "failure", 0, "reason", "", "trials");
-        apply_ops(state, &ops, NULL);
+        json_t *first = json_array(); /* the first trials' create and validate_after */
+        apply_ops(state, &ops, first);
         json_object_set_new(state, "snapshot", kd_searcher_snapshot(s));
         rc = write_state(c, exp, NULL, state, &newcm, err);
-        if (rc == KD_EEXIST) {
+        if (rc == KD_EEXIST)
             rc = KD_ECONFLICT; /* another writer got there first: start over from its state */
-            goto out;
-        }
+        if (rc == 0 && kd_ctrl_api_on(c) && json_array_size(first) > 0)
+            kd_ctrl_wire_decisions(c, exp, cfg, first); /* persisted: record them too */
+        json_decref(first);
         if (rc != 0)
             goto out;
         KD_INFO("searcher started", "experiment=%s method=%s seed=%" PRIu64, kd_logq(key),

@@ -82,6 +82,9 @@ check "both trials COMPLETED" test "$(kubectl get trial -l kdet.io/experiment=wi
 check "each trial validated once at its target" test "$(cat "$T/validated-wire-1" "$T/validated-wire-2" | tr '\n' ' ')" = "20 20 "
 check "searcher decisions recorded as events" test "$(psqlq "select count(*) from events e join experiments x \
     on x.id = e.experiment_id where x.name = 'wire' and e.kind = 'searcher' and e.decision = 'close'")" = 2
+check "the searcher's first decisions too (create and validate_after of both trials)" test "$(psqlq "select \
+    count(*) from events e join experiments x on x.id = e.experiment_id where x.name = 'wire' and \
+    e.kind = 'searcher' and e.decision in ('create', 'validate_after')")" = 4
 check "validations stored" test "$(psqlq "select count(*) from metrics where kind='validation'")" = 2
 check "latestValidation value from the worker" test "$(field trial wire-2 '{.status.latestValidation.value}')" = 0.2
 check "bestValidation from the worker" test "$(field trial wire-1 '{.status.bestValidation.value}')" = 0.1

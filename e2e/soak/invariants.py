@@ -449,7 +449,8 @@ class Invariants:
             state, msg = st.get("state", ""), st.get("message", "")
             self.check("explained_end", state in TERMINAL, f"{name}: ends {state or 'unset'} "
                                                            f"({msg[:120]})")
-            # The store has an experiment once its first attempt was started (docs/store.md).
+            # The store has an experiment once its searcher started (its first decisions are
+            # recorded then) or its first attempt was started (docs/store.md).
             self.check("explained_end", store.get(name) == state or
                        (store.get(name) is None and name not in self.ran),
                        f"{name}: resource {state}, store {store.get(name)}")
