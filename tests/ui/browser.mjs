@@ -80,7 +80,8 @@ try {
   check('the experiment is listed', await waitTrue(page, () => [...document.querySelectorAll('tbody a')].some((a) => a.textContent.startsWith('ui-exp')), 10000));
   const heads = await page.evaluate(() => [...document.querySelectorAll('thead th')].map((t) => t.textContent.replace(/[▲▼]/g, '').trim()));
   check('the columns: ' + heads.join(', '), ['ID', 'Name', 'State', 'Progress', 'Best metric', 'Searcher', 'Owner', 'Labels'].every((c) => heads.includes(c)));
-  const row = await page.evaluate(() => [...document.querySelector('tbody tr').children].map((td) => td.textContent));
+  const row = await page.evaluate(() => [...[...document.querySelectorAll('tbody tr')]
+    .find((tr) => [...tr.querySelectorAll('a')].some((a) => a.textContent === 'ui-exp')).children].map((td) => td.textContent));
   check('its row shows the searcher and the labels (' + row.join(' | ') + ')', row.includes('grid') && row.some((c) => c.includes('ui-test') && c.includes('browser')));
   check('its state is ACTIVE', row.includes('ACTIVE'));
   await page.type('#filter', 'no-such-experiment');
