@@ -54,15 +54,19 @@ bool kd_taskprobe_listens(const char *host, int port, int timeout_ms)
     return ok;
 }
 
-int kd_taskprobe_read(const json_t *status, const json_t *kernels, const char *idle_type,
-                      struct kd_taskprobe *out)
+int kd_taskprobe_read(const json_t *status, const json_t *kernels, const json_t *terminals,
+                      const json_t *sessions, const char *idle_type, struct kd_taskprobe *out)
 {
     memset(out, 0, sizeof(*out));
     if (!json_is_object(status))
         return KD_EPROTO;
     const char *t = idle_type != NULL ? idle_type : "kernels_or_terminals";
     out->connections = (int)json_integer_value(json_object_get(status, "connections"));
-    out->kernels = (int)json_integer_value(json_object_get(status, "kernels"));
+    out->kernels = json_is_array(kernels)
+                       ? (int)json_array_size(kernels)
+                       : (int)json_integer_value(json_object_get(status, "kernels"));
+    out->terminals = json_is_array(terminals) ? (int)json_array_size(terminals) : 0;
+    out->sessions = json_is_array(sessions) ? (int)json_array_size(sessions) : 0;
     later(&out->last_ms, json_object_get(status, "last_activity"));
     size_t i;
     const json_t *k;
@@ -75,14 +79,20 @@ int kd_taskprobe_read(const json_t *status, const json_t *kernels, const char *i
         kconn += (int)json_integer_value(json_object_get(k, "connections"));
         later(&out->last_ms, json_object_get(k, "last_activity"));
     }
+    json_array_foreach(terminals, i, k)
+    {
+        later(&out->last_ms, json_object_get(k, "last_activity"));
+    }
     if (kconn > out->connections)
         out->connections = kconn;
+    /* Determined's rules: a kernel, terminal or session that exists; an open kernel channel;
+     * a kernel executing (idle time then counts from the last activity, terminals' too). */
     if (strcmp(t, "kernel_connections") == 0)
-        out->busy = out->connections > 0;
+        out->busy = kconn > 0;
     else if (strcmp(t, "activity") == 0)
         out->busy = out->busy_kernels > 0;
     else
-        out->busy = out->busy_kernels > 0 || out->connections > 0;
+        out->busy = out->kernels > 0 || out->terminals > 0 || out->sessions > 0;
     return 0;
 }
 
@@ -129,6 +139,10 @@ static int get(const char *url, const char *token, json_t **out, char *err)
         goto out;
     }
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    if (status == 404) {
+        rc = kd_seterr(err, KD_ENOTFOUND, "HTTP 404");
+        goto out;
+    }
     if (status != 200) {
         rc = kd_seterr(err, KD_EPROTO, "HTTP %ld", status);
         goto out;
@@ -152,7 +166,7 @@ int kd_taskprobe_notebook(const char *host, int port, const char *base_path, con
                           const char *idle_type, struct kd_taskprobe *out, char *err)
 {
     char url[600];
-    json_t *status = NULL, *kernels = NULL;
+    json_t *status = NULL, *kernels = NULL, *terminals = NULL, *sessions = NULL;
     bool v6 = strchr(host, ':') != NULL;
     int rc = 0;
     memset(out, 0, sizeof(*out));
@@ -164,10 +178,21 @@ int kd_taskprobe_notebook(const char *host, int port, const char *base_path, con
              host, v6 ? "]" : "", port, base_path);
     if ((rc = get(url, token, &kernels, err)) != 0)
         goto out;
-    if ((rc = kd_taskprobe_read(status, kernels, idle_type, out)) != 0)
+    /* Terminals are Jupyter's optional part (terminado): 404 without them. */
+    snprintf(url, sizeof(url), "http://%s%s%s:%d%sapi/terminals?no_track_activity=1", v6 ? "[" : "",
+             host, v6 ? "]" : "", port, base_path);
+    if ((rc = get(url, token, &terminals, err)) != 0 && rc != KD_ENOTFOUND)
+        goto out;
+    snprintf(url, sizeof(url), "http://%s%s%s:%d%sapi/sessions?no_track_activity=1", v6 ? "[" : "",
+             host, v6 ? "]" : "", port, base_path);
+    if ((rc = get(url, token, &sessions, err)) != 0 && rc != KD_ENOTFOUND)
+        goto out;
+    if ((rc = kd_taskprobe_read(status, kernels, terminals, sessions, idle_type, out)) != 0)
         kd_seterr(err, rc, "api/status is not an object");
 out:
     json_decref(status);
     json_decref(kernels);
+    json_decref(terminals);
+    json_decref(sessions);
     return rc;
 }

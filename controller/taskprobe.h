@@ -21,7 +21,7 @@
 struct kd_taskprobe {
     bool busy;       /* in use now, by the notebook_idle_type's rule */
     int64_t last_ms; /* its last_activity (wall ms); 0: not given */
-    int kernels, busy_kernels, connections;
+    int kernels, busy_kernels, connections, terminals, sessions;
 };
 
 /**
@@ -31,16 +31,18 @@ struct kd_taskprobe {
 bool kd_taskprobe_listens(const char *host, int port, int timeout_ms);
 
 /**
- * Read Jupyter's api/status (an object: connections, kernels,
- * last_activity) and api/kernels (an array of {execution_state,
- * connections, last_activity}) answers into *out, by idle_type:
- * "kernels_or_terminals" (the default): busy while a kernel executes or a
- * kernel channel is open; "kernel_connections": while a kernel channel is
- * open; "activity": while a kernel executes. last_ms is the latest
- * last_activity of either. 0, or KD_EPROTO when status is not an object.
- * Pure.
+ * Read Jupyter's answers into *out: api/status (an object: connections,
+ * kernels, last_activity), api/kernels (an array of {execution_state,
+ * connections, last_activity}), api/terminals (an array of
+ * {last_activity}; NULL without terminals) and api/sessions (an array;
+ * NULL: none). By idle_type, as Determined decides: "kernels_or_terminals"
+ * (the default) busy while any kernel, terminal or session exists;
+ * "kernel_connections" while a kernel channel is open; "activity" while a
+ * kernel executes. last_ms is the latest last_activity of status, kernels
+ * and terminals. 0, or KD_EPROTO when status is not an object. Pure.
  */
-int kd_taskprobe_read(const json_t *status, const json_t *kernels, const char *idle_type,
+int kd_taskprobe_read(const json_t *status, const json_t *kernels, const json_t *terminals,
+                      const json_t *sessions, const char *idle_type,
                       struct kd_taskprobe *out) KD_WUR;
 
 /**

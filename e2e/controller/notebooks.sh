@@ -6,8 +6,10 @@
 # through the controller's proxy with a user token and refuses without one;
 # det notebook open's one-minute link signs a browser in (a session cookie)
 # once; a kernel started through the proxy runs code over its WebSocket
-# channel; closed and left alone, the notebook is ended by its idle_timeout
-# and its GPU is free again; its logs are kept; nothing is left behind.
+# channel; while the kernel exists the notebook is in use (Determined's
+# kernels_or_terminals); with it shut down and left alone, the notebook is
+# ended by its idle_timeout and its GPU is free again; its logs are kept;
+# nothing is left behind.
 . "$(dirname "$0")/lib.sh"
 need_pg || exit 77
 PY=/usr/bin/python3
@@ -77,6 +79,13 @@ check "a kernel ran print(6*7) over the proxied WebSocket channel: 42" test "$rc
 check "the proxy relayed a WebSocket (101)" grep -q "path=/proxy/$NB/api/kernels/[^ ]*/channels status=101" "$T/ctrl.log"
 
 # ---- the idle timeout ends it and frees the GPU
+# notebook_idle_type kernels_or_terminals (the default), as Determined: a kernel that exists
+# is use, even idle with no channel open; once it is shut down the idle time counts.
+sleep 20
+check "with its kernel left running, the notebook is not idle past idle_timeout" task_state_is "$NB" RUNNING
+K=$(curl -s -H "Authorization: Bearer $KDET_API_TOKEN" "$URL/proxy/$NB/api/kernels" | jq -r '.[0].id // empty')
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE -H "Authorization: Bearer $KDET_API_TOKEN" "$URL/proxy/$NB/api/kernels/$K")
+check "the kernel is shut down through the proxy (204, $code)" test "$code" = 204
 t0=$(date +%s)
 check "left alone, the notebook ends by its idle_timeout" wait_for 90 task_state_is "$NB" TERMINATED
 echo "# ended $(( $(date +%s) - t0 )) s after its last use (idle_timeout 15s)"

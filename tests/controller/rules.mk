@@ -30,7 +30,7 @@ $(eval $(call kd_test_script,test_ctrl_e2e_volcano,e2e/controller/volcano.sh,180
 $(eval $(call kd_test_script,test_ctrl_e2e_fmnist,e2e/controller/fmnist.sh,240,,$(CTRL_E2E_DEPS) $(O)/bin/fashion-mnist-c))
 $(eval $(call kd_test,test_ctrl_gang,tests/controller/test_ctrl_gang.c tests/support/golden.c,ctrl config yaml hparams k8s core,-ljansson -lyaml -lcurl -lcrypto -lm,30))
 $(eval $(call kd_test_script,test_ctrl_e2e_multinode,e2e/controller/multinode.sh,180,,$(CTRL_E2E_DEPS) $(O)/bin/fashion-mnist-c))
-$(eval $(call kd_test,test_ctrl_taskstate,tests/controller/test_ctrl_taskstate.c,ctrl core,,30))
+$(eval $(call kd_test,test_ctrl_taskstate,tests/controller/test_ctrl_taskstate.c,ctrl core,-ljansson -lcurl,30))
 $(eval $(call kd_test_script,test_ctrl_e2e_tasks,e2e/controller/tasks.sh,240,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_notebooks,e2e/controller/notebooks.sh,240,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_shells,e2e/controller/shells.sh,240,,$(CTRL_E2E_DEPS)))

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "taskprobe.h"
 #include "taskstate.h"
 
 /* FACTS() and WANT() start from defaults that a row's fields override. */
@@ -251,11 +252,66 @@ static void test_names(void **s)
     assert_string_equal(kd_task_do_name(KD_TASK_DO_CLEANUP), "CLEANUP");
 }
 
+/* What Jupyter's answers mean for the idle timeout, by notebook_idle_type (Determined's rules). */
+static void test_probe_read(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name, *status, *kernels, *terminals, *sessions, *idle_type;
+        bool busy;
+        int64_t last_ms;
+    } cases[] = {
+        {"nothing: idle", "{\"connections\":0,\"kernels\":0}", "[]", "[]", "[]", NULL, false, 0},
+        {"an idle kernel exists: in use (kernels_or_terminals)", "{}",
+         "[{\"execution_state\":\"idle\",\"connections\":0}]", "[]", "[]", NULL, true, 0},
+        {"a terminal is open: in use", "{}", "[]", "[{\"name\":\"1\"}]", "[]",
+         "kernels_or_terminals", true, 0},
+        {"a session: in use", "{}", "[]", "[]", "[{\"id\":\"s\"}]", NULL, true, 0},
+        {"no terminals API (404): kernels decide", "{}", "[]", NULL, NULL, NULL, false, 0},
+        {"kernel_connections: an idle kernel without a channel is idle", "{}",
+         "[{\"execution_state\":\"idle\",\"connections\":0}]", "[{\"name\":\"1\"}]", "[]",
+         "kernel_connections", false, 0},
+        {"kernel_connections: an open channel is use", "{}",
+         "[{\"execution_state\":\"idle\",\"connections\":1}]", "[]", "[]", "kernel_connections",
+         true, 0},
+        {"activity: an idle kernel and a terminal are not use", "{}",
+         "[{\"execution_state\":\"idle\",\"connections\":1}]", "[{\"name\":\"1\"}]", "[]",
+         "activity", false, 0},
+        {"activity: an executing kernel is", "{}", "[{\"execution_state\":\"busy\"}]", "[]", "[]",
+         "activity", true, 0},
+        {"the latest last_activity, a terminal's included",
+         "{\"last_activity\":\"2026-11-27T10:00:00Z\"}",
+         "[{\"execution_state\":\"idle\",\"last_activity\":\"2026-11-27T10:00:05Z\"}]",
+         "[{\"name\":\"1\",\"last_activity\":\"2026-11-27T10:00:09Z\"}]", "[]", "activity", false,
+         1795773609000},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *st = json_loads(cases[i].status, 0, NULL);
+        json_t *k = cases[i].kernels ? json_loads(cases[i].kernels, 0, NULL) : NULL;
+        json_t *t = cases[i].terminals ? json_loads(cases[i].terminals, 0, NULL) : NULL;
+        json_t *se = cases[i].sessions ? json_loads(cases[i].sessions, 0, NULL) : NULL;
+        struct kd_taskprobe p;
+        assert_int_equal(kd_taskprobe_read(st, k, t, se, cases[i].idle_type, &p), 0);
+        if (p.busy != cases[i].busy || (cases[i].last_ms != 0 && p.last_ms != cases[i].last_ms))
+            fail_msg("%s: busy %d last_ms %lld, want %d %lld", cases[i].name, p.busy,
+                     (long long)p.last_ms, cases[i].busy, (long long)cases[i].last_ms);
+        json_decref(st);
+        json_decref(k);
+        json_decref(t);
+        json_decref(se);
+    }
+    struct kd_taskprobe p;
+    json_t *arr = json_array();
+    assert_int_equal(kd_taskprobe_read(arr, arr, NULL, NULL, NULL, &p), KD_EPROTO);
+    json_decref(arr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_next),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_probe_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
