@@ -32,26 +32,10 @@ const struct api_ui_asset *api_ui_find(const char *name)
     return NULL;
 }
 
-/* The next comma-separated element of *s, trimmed, into tok (cut at toklen - 1). */
-static bool next_item(const char **s, char *tok, size_t toklen)
-{
-    const char *p = *s;
-    while (*p == ' ' || *p == '\t' || *p == ',')
-        p++;
-    if (*p == '\0')
-        return false;
-    size_t n = strcspn(p, ",");
-    *s = p + n;
-    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
-        n--;
-    snprintf(tok, toklen, "%.*s", (int)n, p);
-    return true;
-}
-
 int api_ui_etag_matches(const char *inm, const char *etag)
 {
     char tok[128];
-    while (inm != NULL && next_item(&inm, tok, sizeof(tok))) {
+    while (inm != NULL && kd_http_next_item(&inm, tok, sizeof(tok))) {
         const char *t = strncmp(tok, "W/", 2) == 0 ? tok + 2 : tok;
         if (strcmp(t, "*") == 0 || strcmp(t, etag) == 0)
             return 1;

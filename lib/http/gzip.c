@@ -1,5 +1,6 @@
 /*
- * gzip answers: whether a client's Accept-Encoding takes gzip, the gzip
+ * gzip answers and the header lists they read: the items of a comma-separated
+ * header value, whether a client's Accept-Encoding takes gzip, the gzip
  * member of a buffer (zlib), and JSON answers sent compressed when that
  * pays (the web UI's lists and series, which are mostly repeated keys).
  */
@@ -14,8 +15,7 @@
 
 #include "core/alloc.h"
 
-/* The next comma-separated element of *s, trimmed, into tok (cut at toklen - 1). */
-static bool next_coding(const char **s, char *tok, size_t toklen)
+bool kd_http_next_item(const char **s, char *tok, size_t toklen)
 {
     const char *p = *s;
     while (*p == ' ' || *p == '\t' || *p == ',')
@@ -37,7 +37,7 @@ bool kd_http_accepts_gzip(const char *ae)
 {
     char tok[128];
     bool yes = false;
-    while (ae != NULL && next_coding(&ae, tok, sizeof(tok))) {
+    while (ae != NULL && kd_http_next_item(&ae, tok, sizeof(tok))) {
         char *semi = strchr(tok, ';');
         bool zero = false;
         if (semi != NULL) {

@@ -151,6 +151,13 @@ void kd_http_respond_json_gz(struct kd_http_req *r, int status, const json_t *j,
  */
 bool kd_http_accepts_gzip(const char *accept_encoding);
 
+/**
+ * The next element of a comma-separated header value at *s (Accept-Encoding,
+ * If-None-Match), blanks trimmed, into tok (cut at toklen - 1); *s moves
+ * past it. false when none is left. Pure.
+ */
+bool kd_http_next_item(const char **s, char *tok, size_t toklen);
+
 /** data[0..n) as one gzip member into *out (malloc'd), *outlen bytes: 0, KD_ENOMEM or KD_EIO. */
 int kd_gzip(const void *data, size_t n, unsigned char **out, size_t *outlen);
 
