@@ -450,6 +450,115 @@ try {
     JSON.stringify(hAfter.slice(0, hBefore.length)) === JSON.stringify(hBefore), JSON.stringify(hAfter));
   check('... each event once', new Set(hAfter.map((e) => e.id)).size === hAfter.length);
 
+  // ---- the profiler: ui-act-1's worker posted system samples and timings (browser.sh); the
+  // page draws one chart per group that has numbers, compared with what the API returns
+  const apiGet = (p) => page.evaluate(async (q) => {
+    const r = await fetch('api/v1/namespaces/default/' + q, { headers: { Authorization: 'Bearer ' + sessionStorage.getItem('kdet.token') } });
+    return r.json();
+  }, p);
+  const prof = (await apiGet('trials/ui-act-1/profiler')).samples || [];
+  const num = (v) => typeof v === 'number' && isFinite(v);
+  const sysS = prof.filter((x) => x.metrics.group === 'system').map((x) => x.metrics);
+  const timS = prof.filter((x) => x.metrics.group === 'timing').map((x) => x.metrics);
+  const phases = ['dataloader_next', 'to_device', 'train_batch', 'step_lr_schedulers', 'from_device', 'reduce_metrics']
+    .filter((p) => timS.some((m) => num(m[p])));
+  const want = [
+    ['cpu', sysS.some((m) => num(m.cpu_util_pct))],
+    ['memory', sysS.some((m) => num(m.memory_used_bytes) || num(m.memory_total_bytes))],
+    ['network', sysS.some((m) => num(m.net_recv_bytes_per_s) || num(m.net_sent_bytes_per_s))],
+    ['disk', sysS.some((m) => num(m.disk_read_bytes_per_s) || num(m.disk_write_bytes_per_s))],
+    ['gpu-util', sysS.some((m) => (m.gpus || []).some((g) => num(g.util_pct) || num(g.memory_util_pct)))],
+    ['gpu-memory', sysS.some((m) => (m.gpus || []).some((g) => num(g.memory_used_bytes)))],
+    ['timing', phases.length > 0],
+  ].filter(([, on]) => on).map(([g]) => g);
+  check('the API has ui-act-1\'s profiler rows (' + sysS.length + ' system, ' + timS.length + ' timing; groups ' + want.join(' ') + ')',
+    sysS.length > 0 && timS.length > 0 && want.length >= 2);
+  await page.evaluate(() => { location.hash = '#/ns/default/trials/ui-act-1'; });
+  check('the trial page draws a profiler chart per group, as many as the API\'s data has', await waitTrue(page, (n, w) => {
+    const b = document.getElementById('profiler');
+    return b && Number(b.dataset.samples) === n && b.querySelectorAll('canvas').length >= w.length &&
+      Array.from(b.querySelectorAll('.chart')).map((c) => c.dataset.group).join(' ') === w.join(' ');
+  }, 20000, prof.length, want), await page.evaluate(() => {
+    const b = document.getElementById('profiler');
+    return b && b.dataset.samples + ' samples; ' + Array.from(b.querySelectorAll('.chart')).map((c) => c.dataset.group + ':' + c.querySelectorAll('canvas').length).join(' ');
+  }));
+  const tchart = await page.evaluate(() => {
+    const c = document.querySelector('#profiler .chart[data-group=timing]');
+    return c && { series: Number(c.dataset.series), points: Number(c.dataset.points), legend: c.textContent };
+  });
+  const tpoints = timS.reduce((n, m) => n + phases.filter((p) => num(m[p])).length, 0);
+  check('... the timings: one series per phase reported (' + phases.length + '), ' + tpoints + ' points against batches',
+    !!tchart && tchart.series === phases.length && tchart.points === tpoints && phases.every((p) => tchart.legend.includes(p)) &&
+    /batches/.test(tchart.legend), JSON.stringify(tchart));
+  const cpuPts = await page.evaluate(() => Number(document.querySelector('#profiler .chart[data-group=cpu]')?.dataset.points));
+  check('... the CPU chart: one point per system sample (' + cpuPts + ')', cpuPts === sysS.filter((m) => num(m.cpu_util_pct)).length);
+  check('... no empty state', await page.evaluate(() => !/No profiler samples/.test(document.getElementById('profiler').textContent)));
+  await (await page.$('#profiler-section')).screenshot({ path: path.join(art, 'profiler.png') });
+  const none = (await apiGet('trials/ui-reg-1/profiler')).samples || [];
+  await page.evaluate(() => { location.hash = '#/ns/default/trials/ui-reg-1'; });
+  check('a trial without profiler samples (the API has ' + none.length + '): the empty state, no chart', none.length === 0 &&
+    await waitTrue(page, () => /ui-reg-1/.test(document.querySelector('h1')?.textContent || '') &&
+      /No profiler samples: set profiling\.enabled in the experiment's config/.test(document.getElementById('profiler')?.textContent || '') &&
+      !document.querySelector('#profiler canvas') && document.getElementById('profiler').dataset.charts === '0', 15000),
+  await page.evaluate(() => document.getElementById('profiler')?.textContent));
+
+  // ---- the experiment's actions on ui-act: Pause, Activate, a dismissed Cancel, Archive, Unarchive
+  const expOf = async () => (await apiGet('experiments/ui-act')).experiment || {};
+  await page.evaluate(() => { location.hash = '#/ns/default/experiments/ui-act'; });
+  check('the running experiment offers Pause, Cancel and Archive, not Activate', await waitTrue(page, () =>
+    document.querySelector('main[data-page=experiment]') && /ui-act/.test(document.querySelector('h1').textContent) &&
+    !document.getElementById('exp-pause').hidden && document.getElementById('exp-activate').hidden &&
+    !document.getElementById('exp-cancel').hidden && document.getElementById('exp-archive').textContent === 'Archive', 15000));
+  check('Pause: the buttons are disabled while the request is in flight', await page.evaluate(() => {
+    document.getElementById('exp-pause').click();
+    return ['exp-pause', 'exp-activate', 'exp-cancel', 'exp-archive'].every((id) => document.getElementById(id).disabled);
+  }));
+  check('... the page says it paused it and offers Activate', await waitTrue(page, () =>
+    /Paused experiment ui-act/.test(document.getElementById('exp-said').textContent) &&
+    !document.getElementById('exp-activate').hidden && document.getElementById('exp-pause').hidden &&
+    !document.getElementById('exp-activate').disabled, 10000), await page.evaluate(() => document.getElementById('exp-said').textContent));
+  let st = '';
+  for (let i = 0; i < 120 && st !== 'PAUSED'; i++) {
+    const e = await expOf();
+    st = (e.status && e.status.state) + '/' + (e.spec && e.spec.paused);
+    if (st === 'PAUSED/true') st = 'PAUSED';
+    else await sleep(500);
+  }
+  check('... the API: ui-act is PAUSED (' + st + ')', st === 'PAUSED');
+  check('... and so does the page, by its next poll', await waitTrue(page, () =>
+    /State\s*PAUSED/.test(document.querySelector('main .summary').textContent), 15000));
+  await page.click('#exp-activate');
+  st = '';
+  for (let i = 0; i < 120 && st !== 'ACTIVE'; i++) {
+    const e = await expOf();
+    st = (e.status && e.status.state) + '/' + (e.spec && e.spec.paused);
+    if (st === 'ACTIVE/false') st = 'ACTIVE';
+    else await sleep(500);
+  }
+  check('Activate: the API says ACTIVE again (' + st + ')', st === 'ACTIVE');
+  check('... the page too, offering Pause', await waitTrue(page, () =>
+    /State\s*ACTIVE/.test(document.querySelector('main .summary').textContent) && !document.getElementById('exp-pause').hidden &&
+    /Activated experiment ui-act/.test(document.getElementById('exp-said').textContent), 15000));
+  check('... its learning curves leave out the profiler\'s rows', await page.evaluate(() =>
+    !document.querySelector('#charts .chart[data-kind=profiling]')));
+  asked = '';
+  page.once('dialog', (d) => { asked = d.message(); d.dismiss(); });
+  await page.click('#exp-cancel');
+  await sleep(1500);
+  const afterCancel = await expOf();
+  check('Cancel asks first (' + asked + '); dismissed, nothing changes', /Cancel experiment ui-act/.test(asked) &&
+    afterCancel.spec.canceled !== true && afterCancel.status.state === 'ACTIVE' &&
+    await page.evaluate(() => !document.getElementById('exp-cancel').hidden), JSON.stringify(afterCancel.spec));
+  await page.click('#exp-archive');
+  check('Archive: the button says Unarchive', await waitTrue(page, () => document.getElementById('exp-archive').textContent === 'Unarchive' &&
+    !document.getElementById('exp-archive').disabled, 10000));
+  check('... the API: archived', (await expOf()).spec.archived === true);
+  await page.screenshot({ path: path.join(art, 'experiment-actions.png') });
+  await page.click('#exp-archive');
+  check('Unarchive: the button says Archive again', await waitTrue(page, () => document.getElementById('exp-archive').textContent === 'Archive' &&
+    !document.getElementById('exp-archive').disabled, 10000));
+  check('... the API: not archived', (await expOf()).spec.archived !== true);
+
   // ---- a token refused later (revoked while the page is open): the page's next request
   // gets 401 and the login page comes back, saying why
   await page.evaluate(() => sessionStorage.setItem('kdet.token', 'kdet_9_revoked-token'));

@@ -5,7 +5,8 @@
 # experiment of two trials whose workers report a point every half second and print lines,
 # a finished experiment whose trial saved a checkpoint (registered as a model version from
 # its page), and a command task that serves HTTP through the proxy (opened and killed from
-# the tasks page).
+# the tasks page), and a CPU-only experiment whose worker posts profiler samples (charted on
+# its trial's page; the experiment paused, activated, archived from its page).
 # tests/ui/browser.mjs does the browser's part (login, pages, live curves, logs, keyboard,
 # models: registering, editing, archiving, deleting; a trial's history; tasks)
 # and saves screenshots in $KD_BUILD/tests/artifacts/test_ui_browser.
@@ -144,6 +145,44 @@ experiment ui-exp "  entrypoint: $PY $T/worker.py $T/stop
 check "both trials ACTIVE" wait_for 90 eval 'trial_state_is ui-exp-1 ACTIVE && trial_state_is ui-exp-2 ACTIVE'
 check "the workers report metrics" wait_for 60 eval '[ "$(exp_metrics ui-exp validation)" -ge 2 ]'
 
+# A CPU-only experiment with profiling enabled whose worker posts profiler rows as the
+# Python harness does (POST .../metrics, kind "profiling": system samples five to a request,
+# the Trainer's per-phase timings), then waits; the page pauses, activates, archives and
+# unarchives it (a retried batch is stored once, so a restart after Activate adds nothing).
+cat >"$T/prof_worker.py" <<'W'
+import json, os, sys, time, urllib.request
+url = os.environ["KDET_CONTROLLER_URL"].rstrip("/")
+trial = os.environ["KDET_TRIAL_ID"].split("/")[-1]
+stop = sys.argv[1]
+def post(key, rows):
+    body = json.dumps({"kind": "profiling", "key": key, "rows": rows}).encode()
+    req = urllib.request.Request(url + "/api/v1/namespaces/%s/trials/%s/metrics" % (os.environ.get("KDET_NAMESPACE", "default"), trial),
+                                 data=body, method="POST", headers={"Authorization": "Bearer " + os.environ["KDET_TOKEN"],
+                                                                    "Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=30).read()
+t0 = 1795000000.0
+post("sys-1", [{"batches": 10 * i, "metrics": {
+    "group": "system", "node": 0, "host": "h", "time": t0 + i, "cpu_util_pct": 20.0 + i,
+    "memory_used_bytes": (2 + i) << 30, "memory_total_bytes": 16 << 30,
+    "net_recv_bytes_per_s": 1000.0 * i, "net_sent_bytes_per_s": 500.0 * i,
+    "disk_read_bytes_per_s": 4096.0 * i, "disk_write_bytes_per_s": 8192.0, "gpus": []}} for i in range(5)])
+post("tim-1", [{"batches": 10 * i, "metrics": {
+    "group": "timing", "rank": 0, "batches": 10, "time": t0 + i, "dataloader_next": 0.002 * i, "to_device": 0.0005,
+    "train_batch": 0.03 + 0.001 * i, "step_lr_schedulers": 0.0001, "from_device": 0.0002}} for i in range(1, 4)])
+print("profiler rows posted", flush=True)
+while not os.path.exists(stop):
+    time.sleep(0.5)
+W
+experiment ui-act "  entrypoint: $PY $T/prof_worker.py $T/stop
+  hyperparameters: {}
+  profiling: {enabled: true}
+  searcher: {name: single, metric: loss, max_length: {batches: 100000}}
+  max_restarts: 0
+  resources: {slots_per_trial: 0}"
+check "ui-act ACTIVE (CPU only)" wait_for 90 eval 'trial_state_is ui-act-1 ACTIVE'
+check "ui-act-1 posted its profiler rows" wait_for 60 eval \
+    '[ "$(curl -sk -H "Authorization: Bearer $KDET_API_TOKEN" "$URL/api/v1/namespaces/default/trials/ui-act-1/profiler" | jq ".samples | length")" = 8 ]'
+
 # Two experiments that queue behind ui-exp (which holds both GPUs), for the job queue page.
 for q in jq-a jq-b; do
     experiment $q "  entrypoint: sleep 600
@@ -174,10 +213,13 @@ check "the task killed from the page ended Killed" wait_for 30 eval \
 check "det model describe ui-model: versions 1 and 2, both the checkpoint of ui-reg-1" eval \
     "jq -e --arg u '$CKPT_UUID' '[.versions[] | [.version, .checkpoint_uuid, .experiment]] == [[1, \$u, \"ui-reg\"], [2, \$u, \"ui-reg\"]]' '$T/model.json' >/dev/null"
 check "the refused name made no model" eval "[ \"\$('$DET' model list --json | jq -r '[.[].name] | join(\" \")')\" = ui-model ]"
-for f in login experiments experiment hparams trial history jobs checkpoints models model model-edit tasks; do
+for f in login experiments experiment hparams trial history jobs checkpoints models model model-edit tasks profiler experiment-actions; do
     check "screenshot $f.png saved" test -s "$ART/$f.png"
 done
 
+check "ui-act: ACTIVE again and not archived after the page's actions" eval \
+    'exp_state_is ui-act ACTIVE && [ "$(field exp ui-act "{.spec.archived}")" != true ]'
 touch "$T/stop"
+kubectl patch experiment ui-act --type merge -p '{"spec":{"canceled":true}}' >/dev/null 2>&1
 kubectl patch experiment ui-exp --type merge -p '{"spec":{"canceled":true}}' >/dev/null 2>&1
 check "the workers stopped" wait_for 60 eval '[ -z "$(trial_procs)" ]'

@@ -190,3 +190,69 @@ export class ChartSet {
     for (const c of this.curves.values()) c.destroy();
   }
 }
+
+// A small chart of a few named series against one x axis, time (seconds since the epoch) or
+// batches, for the profiler. set() takes every series at once ([{label, points: [[x, y]]}]);
+// the chart is made again only when the series' names change. Its element carries
+// data-group, data-series and data-points for tests and scripts.
+export class SmallChart {
+  constructor(group, title, { time = false, fmt = String } = {}) {
+    this.time = time;
+    this.fmt = fmt;
+    this.plot = null;
+    this.shape = '';
+    this.box = h('div', { class: 'chart', role: 'img', 'aria-label': title, dataset: { group, points: '0', series: '0' } });
+    this.el = h('section', { class: 'curve small-chart' }, h('h3', {}, title), this.box);
+  }
+
+  set(series) {
+    const xs = Array.from(new Set(series.flatMap((s) => s.points.map((p) => p[0])))).sort((a, b) => a - b);
+    const at = new Map(xs.map((x, i) => [x, i]));
+    let points = 0;
+    const ys = series.map((s) => {
+      const col = new Array(xs.length).fill(null);
+      for (const [x, y] of s.points) {
+        if (typeof y === 'number' && isFinite(y)) {
+          if (col[at.get(x)] === null) points++;
+          col[at.get(x)] = y;
+        }
+      }
+      return col;
+    });
+    this.box.dataset.points = String(points);
+    this.box.dataset.series = String(series.length);
+    const data = [xs, ...ys];
+    const shape = series.map((s) => s.label).join('\u0000');
+    if (this.plot && shape === this.shape) {
+      this.plot.setData(data);
+      return;
+    }
+    if (this.plot) this.plot.destroy();
+    clear(this.box);
+    this.shape = shape;
+    const fmt = this.fmt;
+    this.plot = new uPlot({
+      width: this.width(), height: 180,
+      scales: { x: { time: this.time } },
+      axes: [{ label: this.time ? '' : 'batches' }, { size: 84, values: (u, vs) => vs.map((v) => (v === null ? '' : fmt(v))) }],
+      legend: { show: true, live: true },
+      series: [{ label: this.time ? 'time' : 'batches' }].concat(series.map((s, i) => ({
+        label: s.label, stroke: colorOf(i), width: 1.5, spanGaps: true, value: (u, v) => (v === null || v === undefined ? '—' : fmt(v)),
+        points: { show: xs.length <= 60, size: 4 },
+      }))),
+    }, data, this.box);
+  }
+
+  width() {
+    return Math.max(280, (this.box.clientWidth || 480) - 4);
+  }
+
+  resize() {
+    if (this.plot) this.plot.setSize({ width: this.width(), height: 180 });
+  }
+
+  destroy() {
+    if (this.plot) this.plot.destroy();
+    this.plot = null;
+  }
+}

@@ -4,8 +4,10 @@
 // (GET .../experiments/{e}/metrics, downsampled by the store so that the page gets about
 // 100,000 points per kind however many trials there are); new batches from the experiment's
 // metrics stream, drawn as they arrive, without a reload. The summary and the table are
-// refreshed every 5 s.
-import { api, follow, ns as nsPath } from './api.js';
+// refreshed every 5 s. Pause or Activate (whichever applies), Cancel (after a confirm())
+// and Archive or Unarchive call POST .../experiments/{e}/pause|activate|cancel|archive|unarchive;
+// the API's refusal is shown; the state follows at the next poll.
+import { api, follow, ns as nsPath, Unauthorized } from './api.js';
 import { h, clear, get, fmtNumber, fmtProgress, stateBadge, progressBar, hparamsText, virtualTable } from './dom.js';
 import { ChartSet, colorOf } from './chart.js';
 import { hparamView } from './hpviz.js';
@@ -25,9 +27,20 @@ export function experimentPage(ctx, ns, name) {
   const live = h('span', { class: 'live muted', role: 'status' }, 'connecting…');
   const logToggle = h('input', { id: 'logscale', type: 'checkbox', onchange: () => charts.setLog(logToggle.checked) });
   const title = h('h1', {}, 'Experiment ', name);
+  const act = (verb) => () => action(verb);
+  const buttons = {
+    pause: h('button', { type: 'button', id: 'exp-pause', hidden: true, onclick: act('pause') }, 'Pause'),
+    activate: h('button', { type: 'button', id: 'exp-activate', hidden: true, onclick: act('activate') }, 'Activate'),
+    cancel: h('button', { type: 'button', id: 'exp-cancel', hidden: true, onclick: act('cancel') }, 'Cancel'),
+    archive: h('button', { type: 'button', id: 'exp-archive', hidden: true,
+      onclick: () => action(get(exp, 'spec.archived') === true ? 'unarchive' : 'archive') }, 'Archive'),
+  };
+  const said = h('span', { id: 'exp-said', role: 'status' });
+  let busy = false;
   clear(ctx.main).append(
     h('p', { class: 'crumbs' }, h('a', { href: '#/ns/' + encodeURIComponent(ns) }, 'Experiments'), ' / ', name),
     title, summary,
+    h('div', { class: 'toolbar', id: 'exp-actions' }, buttons.pause, buttons.activate, buttons.cancel, buttons.archive, said),
     h('h2', {}, 'Trials'), trialsBox,
     h('h2', {}, 'Hyperparameters'), hpBox,
     h('h2', {}, 'Learning curves ', live),
@@ -73,6 +86,46 @@ export function experimentPage(ctx, ns, name) {
     if (e.id !== undefined) title.textContent = 'Experiment ' + name + ' #' + e.id;
   }
 
+  // The buttons that apply to the experiment as last read: none but Archive once it ended.
+  function drawActions(e) {
+    const state = get(e, 'status.state') || '';
+    const ended = ['COMPLETED', 'CANCELED', 'ERROR', 'DELETED'].includes(state) || state.startsWith('STOPPING_') ||
+      get(e, 'spec.canceled') === true;
+    const paused = get(e, 'spec.paused') === true;
+    buttons.pause.hidden = ended || paused;
+    buttons.activate.hidden = ended || !paused;
+    buttons.cancel.hidden = ended;
+    buttons.archive.hidden = false;
+    buttons.archive.textContent = get(e, 'spec.archived') === true ? 'Unarchive' : 'Archive';
+    for (const b of Object.values(buttons)) b.disabled = busy;
+    ctx.main.dataset.busy = busy ? '1' : '';
+  }
+
+  async function action(verb) {
+    if (busy) return;
+    if (verb === 'cancel' && !confirm('Cancel experiment ' + name + '? Its trials stop and it cannot be activated again.')) return;
+    busy = true;
+    drawActions(exp);
+    clear(said).append(h('span', { class: 'muted' }, verb + '…'));
+    try {
+      const j = await api(base + 'experiments/' + encodeURIComponent(name) + '/' + verb, { method: 'POST', signal: ac.signal });
+      const done = { pause: 'Paused', activate: 'Activated', cancel: 'Canceled', archive: 'Archived', unarchive: 'Unarchived' }[verb];
+      clear(said).append(h('span', { class: 'muted' }, done + ' experiment ' + name + '.'));
+      if (j.experiment && j.experiment.spec) exp = Object.assign({}, exp, { spec: j.experiment.spec });
+    } catch (e) {
+      if (e instanceof Unauthorized) {
+        ctx.fail(e);
+        return;
+      }
+      if (ac.signal.aborted) return;
+      clear(said).append(h('span', { class: 'error', role: 'alert' }, 'Could not ' + verb + ' experiment ' + name + ': ' + e.message));
+    } finally {
+      busy = false;
+      drawActions(exp);
+    }
+    load().catch((e) => { if (!ac.signal.aborted) ctx.fail(e); });
+  }
+
   function drawTrials() {
     clear(trialsBox).append(trials.length
       ? virtualTable('Trials of experiment ' + name, cols, trials, tstate, drawTrials)
@@ -103,6 +156,7 @@ export function experimentPage(ctx, ns, name) {
       seen = text;
       exp = j.experiment || {};
       drawSummary(exp);
+      drawActions(exp);
       drawTrials();
       hparamView(hpBox, trials, get(exp, 'spec.searcher.metric') || 'metric',
         get(exp, 'spec.searcher.smaller_is_better') !== false);
@@ -118,6 +172,7 @@ export function experimentPage(ctx, ns, name) {
   function onEvent(ev, data) {
     if (ev !== 'metrics') return;
     const b = JSON.parse(data);
+    if (b.kind !== 'training' && b.kind !== 'validation') return undefined; /* profiling rows: the trial's page */
     if (!loaded.has(b.trial)) return load().catch(ctx.fail); /* a new trial: its history too */
     charts.addRows(b.trial, b.kind, b.rows);
     return undefined;

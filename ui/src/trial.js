@@ -5,11 +5,14 @@
 // (checkpoints.js); its history: the experiment's events (GET .../experiments/{e}/events,
 // polled with after=) that concern this trial, oldest first: the searcher's decisions
 // (matched by the trial's request id, as the searcher records them without a trial id) and
-// the trial's own events (matched by its store id), each with its time, kind and reason.
+// the trial's own events (matched by its store id), each with its time, kind and reason;
+// its profiler: system metrics and per-phase timings, one small chart per group
+// (profiler.js), polled while the trial has not ended.
 import { api, follow, ns as nsPath } from './api.js';
 import { h, clear, get, fmtNumber, fmtTime, stateBadge, progressBar, hparamsText } from './dom.js';
 import { ChartSet } from './chart.js';
 import { checkpointsSection } from './checkpoints.js';
+import { profilerSection } from './profiler.js';
 
 const KEEP_LINES = 20000;
 const EVENTS_PAGE = 1000; // the events route's most per request
@@ -27,12 +30,14 @@ export function trialPage(ctx, ns, name) {
   const logStatus = h('span', { class: 'muted', role: 'status' }, 'connecting…');
   const live = h('span', { class: 'live muted' }, '');
   const ckpts = checkpointsSection(ctx, ns, name, ac.signal);
+  const prof = profilerSection(base, ac.signal);
   const historyBox = h('div', { class: 'table-box', id: 'history', dataset: { events: '0' } },
     h('p', { class: 'muted empty' }, 'Loading…'));
   clear(ctx.main).append(crumbs, h('h1', {}, 'Trial ', name), summary,
     h('h2', {}, 'Metrics ', live),
     h('div', { class: 'toolbar' }, h('label', { class: 'check' }, logToggle, ' Log scale (y)')),
     chartsBox,
+    prof.el,
     ckpts.el,
     h('section', { id: 'history-section', 'aria-labelledby': 'history-title' },
       h('h2', { id: 'history-title' }, 'History'),
@@ -149,13 +154,13 @@ export function trialPage(ctx, ns, name) {
       drawSummary(j.trial || {});
       await ckpts.reload(); /* a new checkpoint changes the trial's status too */
     }
-    await loadHistory(j.trial || {});
+    await Promise.all([loadHistory(j.trial || {}), prof.poll(get(j.trial, 'status.state'))]);
   }
 
   follow(base + '/metrics/stream', (ev, data) => {
     if (ev === 'metrics') {
       const b = JSON.parse(data);
-      charts.addRows(name, b.kind, b.rows);
+      if (b.kind === 'training' || b.kind === 'validation') charts.addRows(name, b.kind, b.rows); /* profiling: below */
     }
   }, { signal: ac.signal, onStatus: (s) => { live.textContent = s === 'live' ? '● live' : 'reconnecting…'; } }).catch(failed);
   Promise.all(['validation', 'training'].map((kind) =>
@@ -176,5 +181,6 @@ export function trialPage(ctx, ns, name) {
     clearInterval(timer);
     ac.abort();
     charts.destroy();
+    prof.destroy();
   };
 }
