@@ -93,9 +93,12 @@ void kd_api__qualified(const struct kd_restype *rt, char *buf, size_t len)
 
 json_t *kd_api__status_new(int code, const char *reason, const char *message, json_t *details)
 {
+    /* Messages quote what the request sent, which need not be UTF-8; JSON text must be. */
+    char msg[2048];
+    kd_utf8_scrub(message != NULL ? message : "", msg, sizeof(msg));
     json_t *s = json_pack("{s:s,s:s,s:{},s:s,s:s,s:s,s:i}", "kind", "Status", "apiVersion", "v1",
-                          "metadata", "status", code < 400 ? "Success" : "Failure", "message",
-                          message, "reason", reason, "code", code);
+                          "metadata", "status", code < 400 ? "Success" : "Failure", "message", msg,
+                          "reason", reason, "code", code);
     if (reason[0] == '\0')
         json_object_del(s, "reason");
     if (details != NULL)

@@ -95,11 +95,13 @@ void api_json(struct api_rq *q, int status, json_t *j)
 
 int api_error(struct api_rq *q, int status, const char *field, const char *fmt, ...)
 {
-    char msg[KD_ERRLEN];
+    char raw[KD_ERRLEN], msg[KD_ERRLEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    /* A message may quote what the request sent, which need not be UTF-8; JSON text must be. */
+    kd_utf8_scrub(raw, msg, sizeof(msg));
     json_t *j = json_pack("{s:s}", "error", msg);
     if (field != NULL && field[0] != '\0')
         json_object_set_new(j, "field", json_string(field));

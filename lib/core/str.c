@@ -125,6 +125,61 @@ size_t kd_utf8_cut(const unsigned char *s, size_t n)
     return n;
 }
 
+size_t kd_utf8_seq(const unsigned char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    unsigned char c = s[0];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range */
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0)
+            lo = 0xA0; /* no overlong forms */
+        else if (c == 0xED)
+            hi = 0x9F; /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F; /* nothing past U+10FFFF */
+    } else
+        return 0;
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+char *kd_utf8_scrub(const char *src, char *dst, size_t dstlen)
+{
+    const unsigned char *s = (const unsigned char *)src;
+    size_t n = strlen(src), o = 0;
+    if (dstlen == 0)
+        return dst;
+    for (size_t i = 0; i < n;) {
+        size_t k = kd_utf8_seq(s + i, n - i);
+        size_t w = k > 0 ? k : 1;
+        if (o + w >= dstlen)
+            break;
+        if (k > 0)
+            memcpy(dst + o, s + i, k);
+        else
+            dst[o] = '?';
+        o += w;
+        i += w;
+    }
+    dst[o] = '\0';
+    return dst;
+}
+
 size_t kd_edit_distance(const char *a, const char *b)
 {
     size_t n = strlen(a), m = strlen(b);

@@ -36,6 +36,21 @@ bool kd_str_has_suffix(const char *s, const char *suffix);
  */
 size_t kd_utf8_cut(const unsigned char *s, size_t n);
 
+/**
+ * The length of the valid UTF-8 sequence at s (at most n bytes: 1 to 4),
+ * or 0 when the bytes there are not one (a stray continuation, an overlong
+ * form, a surrogate, past U+10FFFF, cut short). Pure.
+ */
+size_t kd_utf8_seq(const unsigned char *s, size_t n);
+
+/**
+ * Copy the text src into dst (dstlen bytes, NUL-terminated, never cutting a
+ * sequence) with every byte that does not belong to a valid UTF-8 sequence
+ * replaced by '?': text from a request made safe to put into JSON. Returns
+ * dst. Pure.
+ */
+char *kd_utf8_scrub(const char *src, char *dst, size_t dstlen);
+
 /** Levenshtein distance between a and b (bytes). */
 size_t kd_edit_distance(const char *a, const char *b);
 

@@ -87,9 +87,11 @@ int kd_gzip(const void *data, size_t n, unsigned char **out, size_t *outlen)
 
 void kd_http_respond_json_gz(struct kd_http_req *r, int status, const json_t *j, size_t min_gzip)
 {
-    char *s = json_dumps(j, JSON_COMPACT);
-    if (s == NULL)
-        kd_oom(0);
+    char *s = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    if (s == NULL) {
+        kd_http_respond_json(r, status, j); /* its 500 for what cannot be encoded */
+        return;
+    }
     size_t n = strlen(s);
     unsigned char *gz = NULL;
     size_t gzlen = 0;

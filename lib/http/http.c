@@ -313,11 +313,18 @@ void kd_http_respond(struct kd_http_req *r, int status, const char *content_type
     set_response(r, status, content_type, resp);
 }
 
+/* The answer when a JSON answer cannot be encoded (NULL, or text that is not UTF-8). */
+static const char unencodable[] = "{\"error\":\"the answer could not be encoded as JSON\"}\n";
+
 void kd_http_respond_json(struct kd_http_req *r, int status, const json_t *j)
 {
-    char *s = json_dumps(j, JSON_COMPACT);
-    if (s == NULL)
-        kd_oom(0);
+    char *s = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    if (s == NULL) {
+        KD_ERROR("an answer could not be encoded as JSON; answering 500", "status=%d path=%s",
+                 status, kd_logq(kd_http_path(r)));
+        kd_http_respond(r, 500, "application/json", unencodable, sizeof(unencodable) - 1);
+        return;
+    }
     size_t n = strlen(s);
     /* A trailing newline, as the Kubernetes API server writes. */
     char *t = kd_xrealloc(s, n + 2);

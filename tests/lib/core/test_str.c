@@ -2,6 +2,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <string.h>
 #include <stdint.h>
 
 #include <cmocka.h>
@@ -90,14 +91,45 @@ static void test_prefix_suffix_strlcpy(void **state)
     assert_string_equal(b, "abcd");
 }
 
+/* Request text made valid UTF-8 for JSON: each stray byte becomes '?', whole sequences stay. */
+static void test_utf8_scrub(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"plain", "plain"},
+        {"", ""},
+        {"caf\xc3\xa9", "caf\xc3\xa9"},           /* é */
+        {"\xe2\x82\xac 1", "\xe2\x82\xac 1"},     /* € */
+        {"\xf0\x9f\x98\x80", "\xf0\x9f\x98\x80"}, /* U+1F600 */
+        {"tr\xcd\xcd\xcdue", "tr???ue"},          /* lead bytes without continuations */
+        {"\x80x", "?x"},                          /* a stray continuation */
+        {"\xc0\xaf", "??"},                       /* overlong / */
+        {"\xe0\x80\xaf", "???"},                  /* overlong, 3 bytes */
+        {"\xed\xa0\x80", "???"},                  /* a surrogate */
+        {"\xf4\x90\x80\x80", "????"},             /* past U+10FFFF */
+        {"\xff\xfe", "??"},
+        {"ab\xe2\x82", "ab??"}, /* cut short */
+    };
+    char out[64];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        kd_utf8_scrub(cases[i].in, out, sizeof(out));
+        if (strcmp(out, cases[i].want) != 0)
+            fail_msg("case %zu: got \"%s\", want \"%s\"", i, out, cases[i].want);
+    }
+    /* a small buffer: cut before a whole sequence, never inside one */
+    char small[5];
+    assert_string_equal(kd_utf8_scrub("ab\xe2\x82\xac", small, sizeof(small)), "ab");
+    assert_string_equal(kd_utf8_scrub("abcdef", small, sizeof(small)), "abcd");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_numbers),
-        cmocka_unit_test(test_parse_size),
-        cmocka_unit_test(test_suggest),
-        cmocka_unit_test(test_utf8_cut),
-        cmocka_unit_test(test_prefix_suffix_strlcpy),
+        cmocka_unit_test(test_parse_numbers), cmocka_unit_test(test_parse_size),
+        cmocka_unit_test(test_suggest),       cmocka_unit_test(test_utf8_cut),
+        cmocka_unit_test(test_utf8_scrub),    cmocka_unit_test(test_prefix_suffix_strlcpy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
