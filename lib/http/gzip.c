@@ -1,8 +1,8 @@
 /*
  * gzip answers and the header lists they read: the items of a comma-separated
- * header value, whether a client's Accept-Encoding takes gzip, the gzip
- * member of a buffer (zlib), and JSON answers sent compressed when that
- * pays (the web UI's lists and series, which are mostly repeated keys).
+ * header value, whether a client's Accept-Encoding takes gzip, and the gzip
+ * member of a buffer (zlib). kd_http_respond_json_gz (http.c) sends JSON
+ * answers compressed when that pays (the web UI's lists and series).
  */
 #include "http/http.h"
 
@@ -83,33 +83,4 @@ int kd_gzip(const void *data, size_t n, unsigned char **out, size_t *outlen)
     *out = buf;
     *outlen = got;
     return 0;
-}
-
-void kd_http_respond_json_gz(struct kd_http_req *r, int status, const json_t *j, size_t min_gzip)
-{
-    char *s = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
-    if (s == NULL) {
-        kd_http_respond_json(r, status, j); /* its 500 for what cannot be encoded */
-        return;
-    }
-    size_t n = strlen(s);
-    unsigned char *gz = NULL;
-    size_t gzlen = 0;
-    if (n + 1 < min_gzip || n > UINT32_MAX / 2) {
-        free(s);
-        kd_http_respond_json(r, status, j);
-        return;
-    }
-    /* Big enough to be either: caches must key on the request's Accept-Encoding. */
-    kd_http_add_header(r, "Vary", "Accept-Encoding");
-    s[n] = '\n'; /* the trailing newline of kd_http_respond_json, in place of the NUL */
-    if (kd_http_accepts_gzip(kd_http_header(r, "Accept-Encoding")) &&
-        kd_gzip(s, n + 1, &gz, &gzlen) == 0) {
-        kd_http_add_header(r, "Content-Encoding", "gzip");
-        kd_http_respond(r, status, "application/json", gz, gzlen);
-    } else {
-        kd_http_respond(r, status, "application/json", s, n + 1);
-    }
-    free(gz);
-    free(s);
 }

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,7 +317,12 @@ void kd_http_respond(struct kd_http_req *r, int status, const char *content_type
 /* The answer when a JSON answer cannot be encoded (NULL, or text that is not UTF-8). */
 static const char unencodable[] = "{\"error\":\"the answer could not be encoded as JSON\"}\n";
 
-void kd_http_respond_json(struct kd_http_req *r, int status, const json_t *j)
+/*
+ * The one JSON encoder of the answers: compact, with a trailing newline as
+ * the Kubernetes API server writes; gzip when the text is at least min_gzip
+ * bytes and the client takes it (lib/http/gzip.c).
+ */
+void kd_http_respond_json_gz(struct kd_http_req *r, int status, const json_t *j, size_t min_gzip)
 {
     char *s = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
     if (s == NULL) {
@@ -326,12 +332,30 @@ void kd_http_respond_json(struct kd_http_req *r, int status, const json_t *j)
         return;
     }
     size_t n = strlen(s);
-    /* A trailing newline, as the Kubernetes API server writes. */
     char *t = kd_xrealloc(s, n + 2);
-    t[n] = '\n';
-    t[n + 1] = '\0';
-    struct MHD_Response *resp = MHD_create_response_from_buffer(n + 1, t, MHD_RESPMEM_MUST_FREE);
-    set_response(r, status, "application/json", resp);
+    t[n++] = '\n';
+    t[n] = '\0';
+    if (n >= min_gzip && n <= UINT32_MAX / 2) {
+        /* Big enough to be either: caches must key on the request's Accept-Encoding. */
+        kd_http_add_header(r, "Vary", "Accept-Encoding");
+        unsigned char *gz = NULL;
+        size_t gzlen = 0;
+        if (kd_http_accepts_gzip(kd_http_header(r, "Accept-Encoding")) &&
+            kd_gzip(t, n, &gz, &gzlen) == 0) {
+            free(t);
+            kd_http_add_header(r, "Content-Encoding", "gzip");
+            set_response(r, status, "application/json",
+                         MHD_create_response_from_buffer(gzlen, gz, MHD_RESPMEM_MUST_FREE));
+            return;
+        }
+    }
+    set_response(r, status, "application/json",
+                 MHD_create_response_from_buffer(n, t, MHD_RESPMEM_MUST_FREE));
+}
+
+void kd_http_respond_json(struct kd_http_req *r, int status, const json_t *j)
+{
+    kd_http_respond_json_gz(r, status, j, SIZE_MAX);
 }
 
 static bool peer_gone(int fd)

@@ -139,8 +139,9 @@ void kd_http_respond_json(struct kd_http_req *r, int status, const json_t *j);
 /**
  * kd_http_respond_json, gzip-compressed (Content-Encoding: gzip) when the
  * request's Accept-Encoding takes gzip and the text is at least min_gzip
- * bytes; an answer that could be either says Vary: Accept-Encoding
- * (lib/http/gzip.c). Does not steal j.
+ * bytes; an answer that could be either says Vary: Accept-Encoding.
+ * kd_http_respond_json is this with no gzip. JSON that cannot be encoded
+ * (NULL, text that is not UTF-8) is a logged 500. Does not steal j.
  */
 void kd_http_respond_json_gz(struct kd_http_req *r, int status, const json_t *j, size_t min_gzip);
 

@@ -18,6 +18,7 @@
  *  - every reason given is printable ASCII (it is logged and sent back).
  */
 #include "../../lib/http/door.c"
+#include "../../lib/http/gzip.c"
 #include "../../lib/http/http.c"
 
 #include <stdint.h>

@@ -15,4 +15,4 @@ FUZZ_API_SRCS := tests/fuzz/fuzz_api.c controller/api/check.c controller/api/use
                  $(wildcard controller/store/*.c lib/metrics/*.c lib/storage/*.c lib/core/*.c)
 $(eval $(call kd_fuzz,fuzz_api,$(FUZZ_API_SRCS),-lpq -lcurl -lcrypto -ljansson -lm -lpthread,tests/fuzz/corpus/api,-iquote controller))
 # lib/http's screening of a connection's bytes: the request line, the head's framing, the target.
-$(eval $(call kd_fuzz,fuzz_http,tests/fuzz/fuzz_http.c $(wildcard lib/core/*.c),-lmicrohttpd -ljansson -lpthread,tests/fuzz/corpus/http))
+$(eval $(call kd_fuzz,fuzz_http,tests/fuzz/fuzz_http.c $(wildcard lib/core/*.c),-lmicrohttpd -ljansson -lpthread -lz,tests/fuzz/corpus/http))
