@@ -137,10 +137,14 @@ Z=$(first "$T/z.out")
 check "the later task waits behind the earlier one" wait_for 10 eval 'field task "$Z" "{.status.message}" | grep -q "queued behind\|waiting for"'
 "$DET" job update "$Z" --ahead-of "$A" >"$T/upd.out" 2>&1
 check "det job update moves the task ahead (annotation)" test "$(field task "$Z" '{.metadata.annotations.kdet\.io/ahead-of}')" = "$A"
-# The controller orders its queue from its own cache: wait until it shows the move before the
-# GPUs free up, or a loaded machine can admit A first from a queue that predates it.
 z_before_a() { "$DET" job list 2>/dev/null | awk -v a="$A" -v z="$Z" '$2 == z { zl = NR } $2 == a { al = NR } END { exit !(zl && al && zl < al) }'; }
 check "det job list shows the moved task ahead" wait_for 15 z_before_a
+# det job list reads the API server; the scheduler orders its queue from the controller's own
+# cache. Wait until the scheduler has used the move (A now waits behind Z) before the GPUs free
+# up, or a loaded machine can admit A first from a queue that predates it.
+check "the scheduler has A queued behind the moved task" wait_for 15 eval \
+    'field task "$A" "{.status.message}" | grep -q "queued behind" &&
+     field task "$Z" "{.status.message}" | grep -q "waiting for"'
 "$DET" cmd kill "$B" >/dev/null 2>&1
 check "the moved task runs first" wait_for 20 eval 'task_state_is "$Z" RUNNING || task_state_is "$Z" TERMINATED'
 check "both complete" wait_for 40 eval 'task_state_is "$A" TERMINATED && task_state_is "$Z" TERMINATED'
