@@ -6,7 +6,7 @@
 # through the controller's proxy with a user token and refuses without one;
 # det notebook open's one-minute link signs a browser in (a session cookie)
 # once; a kernel started through the proxy runs code over its WebSocket
-# channel; while the kernel exists the notebook is in use (Determined's
+# channel, and a terminal runs a shell command over its own; while the kernel exists the notebook is in use (Determined's
 # kernels_or_terminals); with it shut down and left alone, the notebook is
 # ended by its idle_timeout and its GPU is free again; its logs are kept;
 # nothing is left behind.
@@ -72,11 +72,19 @@ check "the browser's cookie opens Jupyter's API (200, $code)" test "$code" = 200
 check "a changed link is refused (401)" test "$(curl -s -o /dev/null -w '%{http_code}' "${LINK}x")" = 401
 
 # ---- a kernel over its WebSocket channel
-timeout 90 $PY "$KD_SRC/e2e/controller/nbclient.py" "$URL" "$NB" "$KDET_API_TOKEN" 'print(6*7)' 42 >"$T/kernel.out" 2>&1
+timeout 90 $PY "$KD_SRC/e2e/controller/nbclient.py" "$URL" "$NB" "$KDET_API_TOKEN" kernel 'print(6*7)' 42 >"$T/kernel.out" 2>&1
 rc=$?
 sed 's/^/#   /' "$T/kernel.out"
 check "a kernel ran print(6*7) over the proxied WebSocket channel: 42" test "$rc" = 0
 check "the proxy relayed a WebSocket (101)" grep -q "path=/proxy/$NB/api/kernels/[^ ]*/channels status=101" "$T/ctrl.log"
+
+# ---- a terminal (terminado) over its WebSocket, then deleted so it is no longer use
+timeout 90 $PY "$KD_SRC/e2e/controller/nbclient.py" "$URL" "$NB" "$KDET_API_TOKEN" terminal 'echo $((6*7))' 42 >"$T/term.out" 2>&1
+rc=$?
+sed 's/^/#   /' "$T/term.out"
+check "a Jupyter terminal ran echo \$((6*7)) over the proxied WebSocket: 42" test "$rc" = 0
+check "the proxy relayed the terminal's WebSocket (101)" grep -q "path=/proxy/$NB/terminals/websocket/[^ ]* status=101" "$T/ctrl.log"
+check "the terminal was deleted through the proxy (204)" grep -qx "terminal deleted 204" "$T/term.out"
 
 # ---- the idle timeout ends it and frees the GPU
 # notebook_idle_type kernels_or_terminals (the default), as Determined: a kernel that exists
