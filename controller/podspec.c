@@ -1175,12 +1175,14 @@ int kd_pod_build_task(const json_t *task, const json_t *cfg, const char *run_id,
         json_object_set_new(c, "workingDir", json_string(wd));
     }
     if (strcmp(kind, "shell") == 0) {
+        /* Readable by whatever user the pod runs as (the image's, often not root, and without
+         * an fsGroup): sshd starts from copies it makes 0600 in a directory of its own. */
         char *mount = kd_xasprintf("%s/%s", KD_POD_SSH_MOUNT, run_id);
         char *secret = kd_xasprintf("%s%s", tname, KD_POD_SSH_SUFFIX);
         json_array_append_new(child(ps, "volumes", true),
                               json_pack("{s:s,s:{s:s,s:i,s:[{s:s,s:s},{s:s,s:s}]}}", "name",
                                         KD_POD_SSH_VOLUME, "secret", "secretName", secret,
-                                        "defaultMode", 0600, "items", "key", "ssh_host_key", "path",
+                                        "defaultMode", 0444, "items", "key", "ssh_host_key", "path",
                                         "host_key", "key", "authorized_keys", "path",
                                         "authorized_keys"));
         json_array_append_new(child(c, "volumeMounts", true),

@@ -15,6 +15,10 @@
 #     (examples/pytorch-fashion-mnist/trainer-api, `import determined`) and a
 #     2-pod fashion-mnist-c trial whose pods run on the two nodes and meet
 #     over their pod IPs, all to COMPLETED in containers;
+#   - interactive tasks in kdet-trainer (install_tasks.sh): `det cmd run`, a
+#     notebook (Jupyter through the controller's proxy, a kernel and a
+#     terminal over WebSockets, its idle timeout) and a shell (sshd,
+#     `det shell open ID -- hostname` through the proxy's tunnel);
 #   - the leader's pod deleted, then `helm upgrade` to a new image tag, both
 #     while an experiment runs: the other replica takes over, the rollout
 #     ends, the experiment completes with every metric stored once;
@@ -399,6 +403,10 @@ ips="$(pod_field "${E[twopod]}" '[.items[].status.podIP] | sort | join(" ")')"
 expect "twopod: the chief reported its pod IP (one of the two: $ips) for the rendezvous" "^(${ips// /|}) [0-9]+\$" \
 	field trial "${E[twopod]}-1" '{.status.rendezvous.address} {.status.rendezvous.port}'
 expect "twopod: its validation stored" '^1$' exp_metrics "${E[twopod]}" validation
+
+# 3b. Interactive tasks: a command, a notebook and a shell in kdet-trainer.
+# shellcheck source=e2e/kube/install_tasks.sh
+source "$here/install_tasks.sh"
 
 # 4. The leader's pod deleted, then helm upgrade to a new tag, while an experiment runs.
 # Long enough to outlive the failover and the rollout: 512 hidden units make

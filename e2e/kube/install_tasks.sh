@@ -1,0 +1,106 @@
+# Interactive tasks on the real nodes, sourced by e2e/kube/install.sh once the
+# chart is installed (its variables and helpers: NS, work, DET, U, field,
+# within, check, expect, the pods watch in $work/pods.watch, the API's URL,
+# token and CA in KDET_API_URL, KDET_API_TOKEN and KDET_API_CA_FILE):
+#   - `det cmd run` of a 1-slot command in kdet-trainer: its output, its
+#     exit code, its logs kept in the chart's PostgreSQL after the pod went;
+#   - a notebook: Debian's Jupyter server in kdet-trainer, reached through
+#     the controller's proxy over HTTPS (401 without a token), a kernel and a
+#     terminal over their WebSockets, then ended by its idle_timeout;
+#   - a shell: the image's sshd, `det shell open ID -- hostname` through the
+#     proxy's tunnel, then `det shell kill`;
+#   - nothing of the tasks left.
+# Never run alone.
+
+PY=/usr/bin/python3
+task_state() { field task "$1" '{.status.state}'; }
+task_is() { [[ "$(task_state "$1")" == "$2" ]]; }
+# task_pod NAME JQ: JQ over the last version the pods watch saw of task NAME's pod.
+task_pod() {
+	jq -rs --arg t "$1" "[.[] | select(.metadata.labels[\"kdet.io/task\"] == \$t)] | last | $2" \
+		"$work/pods.watch" 2>/dev/null
+}
+# settled NAME: RUNNING or TERMINATED (a task that failed to start is not waited for).
+settled() { [[ "$(task_state "$1")" == RUNNING || "$(task_state "$1")" == TERMINATED ]]; }
+task_detail() {
+	echo "state $(task_state "$1"): $(field task "$1" '{.status.message}')"
+	"$DET" task logs -n "$NS" "$1" 2>&1 | tail -n 8
+}
+cat >"$work/cmd.yaml" <<EOF
+description: e2e command
+resources: {resource_pool: $KDET_REALNODE_POOL, slots: 1}
+EOF
+
+# --- det cmd run: the output and the exit code ---------------------------------------
+log "det cmd run on the real nodes"
+timeout 300 "$DET" cmd run -n "$NS" --config-file "$work/cmd.yaml" \
+	sh -c 'echo hello from $(hostname) as $(id -u); exit 3' >"$work/cmd.out" 2>"$work/cmd.err"
+rc=$?
+C1="$(head -n1 "$work/cmd.out")"
+if [[ $rc == 3 ]]; then ok "tasks: det cmd run exits with the command's exit code (3)"; else bad "tasks: det cmd run exits with the command's exit code (3)" "exit $rc" "$(tail -c 600 "$work/cmd.err")" "$(task_detail "$C1")"; fi
+expect "tasks: it printed the command's output, from its pod as uid 65532" "^hello from $C1-0 as 65532\$" \
+	sed -n 2p "$work/cmd.out"
+expect "tasks: the command ran in kdet-trainer on a real node" \
+	"^kdet-trainer:${tag[trainer]} kdet-real-node(-2)?\$" \
+	task_pod "$C1" '"\(.spec.containers[0].image) \(.spec.nodeName)"'
+expect "tasks: the task ended Failed, exit code 3" '^Failed 3$' field task "$C1" '{.status.endReason} {.status.exitCode}'
+check "tasks: its pod is gone" within 60 bash -c "[[ -z \"\$(kubectl -n $NS get pods -l kdet.io/task=$C1 -o name)\" ]]"
+expect "tasks: det cmd logs reads its output from the store" "hello from $C1-0" "$DET" cmd logs -n "$NS" "$C1"
+
+# --- a notebook and a shell, side by side --------------------------------------------
+cat >"$work/nb.yaml" <<EOF
+description: e2e notebook
+resources: {resource_pool: $KDET_REALNODE_POOL, slots: 1}
+idle_timeout: 20s
+EOF
+cat >"$work/sh.yaml" <<EOF
+description: e2e shell
+resources: {resource_pool: $KDET_REALNODE_POOL, slots: 0}
+EOF
+"$DET" notebook start -d -n "$NS" --config-file "$work/nb.yaml" >"$work/nb.out" 2>&1
+NB="$(head -n1 "$work/nb.out")"
+"$DET" shell start -d -n "$NS" --config-file "$work/sh.yaml" >"$work/sh.out" 2>&1
+SH="$(head -n1 "$work/sh.out")"
+log "notebook $NB, shell $SH"
+within 240 settled "$NB"
+if task_is "$NB" RUNNING; then ok "tasks: the notebook runs (Jupyter listening in kdet-trainer)"; else bad "tasks: the notebook runs" "$(task_detail "$NB")" "$(tail -c 600 "$work/nb.out")"; fi
+code() { command curl --cacert "$KDET_API_CA_FILE" -sS -o /dev/null -w '%{http_code}' --max-time 30 "$@"; }
+expect "tasks: Jupyter answers through the proxy over HTTPS with the user token (200)" '^200$' \
+	code -H "Authorization: Bearer $KDET_API_TOKEN" "$KDET_API_URL/proxy/$NB/api/status"
+expect "tasks: and refuses without it (401)" '^401$' code "$KDET_API_URL/proxy/$NB/api/status"
+timeout 120 "$PY" "$KD_SRC/e2e/controller/nbclient.py" "$KDET_API_URL" "$NB" "$KDET_API_TOKEN" \
+	kernel 'import os; print(6*7, os.getuid())' "42 65532" >"$work/kernel.out" 2>&1
+rc=$?
+if [[ $rc == 0 ]]; then ok "tasks: a kernel ran code over its proxied WebSocket (wss), as uid 65532"; else bad "tasks: a kernel ran code over its proxied WebSocket" "$(tail -c 800 "$work/kernel.out")"; fi
+timeout 120 "$PY" "$KD_SRC/e2e/controller/nbclient.py" "$KDET_API_URL" "$NB" "$KDET_API_TOKEN" \
+	terminal 'echo $((6*7))' 42 >"$work/term.out" 2>&1
+rc=$?
+if [[ $rc == 0 ]]; then ok "tasks: a Jupyter terminal ran a command over its proxied WebSocket"; else bad "tasks: a Jupyter terminal ran a command over its proxied WebSocket" "$(tail -c 800 "$work/term.out")"; fi
+kid="$(command curl --cacert "$KDET_API_CA_FILE" -sS --max-time 30 -H "Authorization: Bearer $KDET_API_TOKEN" \
+	"$KDET_API_URL/proxy/$NB/api/kernels" | jq -r '.[0].id // empty')"
+expect "tasks: the kernel is shut down through the proxy (204)" '^204$' \
+	code -X DELETE -H "Authorization: Bearer $KDET_API_TOKEN" "$KDET_API_URL/proxy/$NB/api/kernels/${kid:-none}"
+t_idle=$(now)
+
+within 240 settled "$SH"
+if task_is "$SH" RUNNING; then ok "tasks: the shell runs (sshd in kdet-trainer)"; else bad "tasks: the shell runs" "$(task_detail "$SH")" "$(tail -c 600 "$work/sh.out")"; fi
+timeout 120 "$DET" shell open -n "$NS" "$SH" -- hostname >"$work/ssh.out" 2>"$work/ssh.err"
+rc=$?
+if [[ $rc == 0 ]] && grep -qx "$SH-0" "$work/ssh.out"; then
+	ok "tasks: det shell open $SH -- hostname ran in its pod through the proxy's tunnel"
+else
+	bad "tasks: det shell open -- hostname" "exit $rc, stdout: $(head -c 200 "$work/ssh.out")" "$(tail -c 600 "$work/ssh.err")"
+fi
+"$DET" shell kill -n "$NS" "$SH" >"$work/shkill.out" 2>&1
+expect "tasks: det shell kill: the shell ended Killed" '^TERMINATED Killed$' field task "$SH" '{.status.state} {.status.endReason}'
+
+if within 180 task_is "$NB" TERMINATED; then
+	ok "tasks: left alone, the notebook ended $(secs "$t_idle" "$(now)") s after its kernel was shut down (idle_timeout 20s)"
+else
+	bad "tasks: the notebook ends by its idle_timeout" "$(task_detail "$NB")"
+fi
+expect "tasks: endReason IdleTimeout" '^IdleTimeout$' field task "$NB" '{.status.endReason}'
+check "tasks: no task pod is left" within 90 bash -c "[[ -z \"\$(kubectl -n $NS get pods -l kdet.io/task -o name)\" ]]"
+kubectl -n "$NS" delete tasks --all --wait=true --timeout=60s >/dev/null 2>&1
+check "tasks: deleting the Tasks removes their Secrets and ConfigMaps" within 60 bash -c \
+	"[[ -z \"\$(kubectl -n $NS get secrets,configmaps -o json | jq -r '.items[] | select(.metadata.ownerReferences[]?.kind == \"Task\") | .metadata.name')\" ]]"
