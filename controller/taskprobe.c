@@ -101,37 +101,17 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud)
     return kd_buf_append(ud, p, sz * n) == 0 ? sz * n : 0;
 }
 
-/* GET url with the token; *out the JSON answer of a 200. */
-static int get(const char *url, const char *token, json_t **out, char *err)
+/* GET path (under the server's base URL) on the probe's handle; *out the JSON answer of a 200. */
+static int get(CURL *c, const char *base, const char *path, json_t **out, char *err)
 {
     int rc = 0;
     long status = 0;
-    char cerr[CURL_ERROR_SIZE] = "";
+    char cerr[CURL_ERROR_SIZE] = "", url[700];
     struct kd_buf ans = KD_BUF_INIT(KD_TASKPROBE_MAX_ANSWER);
-    struct curl_slist *h = NULL;
-    char *auth = NULL;
-    CURL *c = curl_easy_init();
     *out = NULL;
-    if (c == NULL) {
-        rc = kd_seterr(err, KD_ENOMEM, "cannot make an HTTP client");
-        goto out;
-    }
-    size_t alen = strlen(token) + 32;
-    auth = malloc(alen);
-    if (auth == NULL) {
-        rc = kd_seterr(err, KD_ENOMEM, "out of memory");
-        goto out;
-    }
-    snprintf(auth, alen, "Authorization: token %s", token);
-    h = curl_slist_append(h, auth);
+    snprintf(url, sizeof(url), "%s%s?no_track_activity=1", base, path);
     curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &ans);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 3000L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
     CURLcode cc = curl_easy_perform(c);
     if (cc != CURLE_OK) {
@@ -151,6 +131,54 @@ static int get(const char *url, const char *token, json_t **out, char *err)
     if (*out == NULL)
         rc = kd_seterr(err, KD_EPROTO, "the answer is not JSON");
 out:
+    /* Nothing of this frame stays on the handle. */
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, NULL);
+    kd_buf_free(&ans);
+    return rc;
+}
+
+/*
+ * The four reads of one probe go over one handle, so over one kept-alive connection: a probe
+ * every few seconds per running notebook costs one connect, not four.
+ */
+int kd_taskprobe_notebook(const char *host, int port, const char *base_path, const char *token,
+                          const char *idle_type, struct kd_taskprobe *out, char *err)
+{
+    char base[600];
+    json_t *status = NULL, *kernels = NULL, *terminals = NULL, *sessions = NULL;
+    bool v6 = strchr(host, ':') != NULL;
+    struct curl_slist *h = NULL;
+    char *auth = NULL;
+    int rc = 0;
+    memset(out, 0, sizeof(*out));
+    CURL *c = curl_easy_init();
+    size_t alen = strlen(token) + 32;
+    if (c == NULL || (auth = malloc(alen)) == NULL) {
+        rc = kd_seterr(err, KD_ENOMEM, "cannot make an HTTP client");
+        goto out;
+    }
+    snprintf(auth, alen, "Authorization: token %s", token);
+    h = curl_slist_append(h, auth);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 3000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
+    snprintf(base, sizeof(base), "http://%s%s%s:%d%s", v6 ? "[" : "", host, v6 ? "]" : "", port,
+             base_path);
+    if ((rc = get(c, base, "api/status", &status, err)) != 0 ||
+        (rc = get(c, base, "api/kernels", &kernels, err)) != 0)
+        goto out;
+    /* Terminals are Jupyter's optional part (terminado): 404 without them. */
+    if ((rc = get(c, base, "api/terminals", &terminals, err)) != 0 && rc != KD_ENOTFOUND)
+        goto out;
+    if ((rc = get(c, base, "api/sessions", &sessions, err)) != 0 && rc != KD_ENOTFOUND)
+        goto out;
+    if ((rc = kd_taskprobe_read(status, kernels, terminals, sessions, idle_type, out)) != 0)
+        kd_seterr(err, rc, "api/status is not an object");
+out:
     if (auth != NULL) {
         explicit_bzero(auth, strlen(auth));
         free(auth);
@@ -158,38 +186,6 @@ out:
     curl_slist_free_all(h);
     if (c != NULL)
         curl_easy_cleanup(c);
-    kd_buf_free(&ans);
-    return rc;
-}
-
-int kd_taskprobe_notebook(const char *host, int port, const char *base_path, const char *token,
-                          const char *idle_type, struct kd_taskprobe *out, char *err)
-{
-    char url[600];
-    json_t *status = NULL, *kernels = NULL, *terminals = NULL, *sessions = NULL;
-    bool v6 = strchr(host, ':') != NULL;
-    int rc = 0;
-    memset(out, 0, sizeof(*out));
-    snprintf(url, sizeof(url), "http://%s%s%s:%d%sapi/status?no_track_activity=1", v6 ? "[" : "",
-             host, v6 ? "]" : "", port, base_path);
-    if ((rc = get(url, token, &status, err)) != 0)
-        goto out;
-    snprintf(url, sizeof(url), "http://%s%s%s:%d%sapi/kernels?no_track_activity=1", v6 ? "[" : "",
-             host, v6 ? "]" : "", port, base_path);
-    if ((rc = get(url, token, &kernels, err)) != 0)
-        goto out;
-    /* Terminals are Jupyter's optional part (terminado): 404 without them. */
-    snprintf(url, sizeof(url), "http://%s%s%s:%d%sapi/terminals?no_track_activity=1", v6 ? "[" : "",
-             host, v6 ? "]" : "", port, base_path);
-    if ((rc = get(url, token, &terminals, err)) != 0 && rc != KD_ENOTFOUND)
-        goto out;
-    snprintf(url, sizeof(url), "http://%s%s%s:%d%sapi/sessions?no_track_activity=1", v6 ? "[" : "",
-             host, v6 ? "]" : "", port, base_path);
-    if ((rc = get(url, token, &sessions, err)) != 0 && rc != KD_ENOTFOUND)
-        goto out;
-    if ((rc = kd_taskprobe_read(status, kernels, terminals, sessions, idle_type, out)) != 0)
-        kd_seterr(err, rc, "api/status is not an object");
-out:
     json_decref(status);
     json_decref(kernels);
     json_decref(terminals);
