@@ -49,8 +49,11 @@ class Invariants:
         self.vseen = set()
         self.lock = threading.Lock()
         self.stop_flag = False
-        # searcher states: configmap name -> [state dicts]; names whose history has a gap
+        # searcher states: configmap name -> [state dicts]; the indices in a history whose
+        # state may not follow the one before (a watch gap: versions may have been missed);
+        # names whose next new state comes after a gap
         self.cm_hist = collections.defaultdict(list)
+        self.cm_breaks = collections.defaultdict(set)
         self.cm_gap = set()
         # trials: name -> {"uids": set, "exp": str}; uid -> last progress (time) and metric id
         self.trial_uids = collections.defaultdict(set)
@@ -103,7 +106,7 @@ class Invariants:
                 if e.status in (410, 500) and "too old" in str(e.body) or e.status == 410:
                     self.say("searcher watch: resourceVersion too old; relisting (gap)")
                     with self.lock:
-                        self.cm_gap |= set(self.cm_hist)
+                        self.cm_gap |= set(self.cm_hist)  # the next state of each starts anew
                     rv = None
                 time.sleep(0.5)
             except Exception:
@@ -120,9 +123,11 @@ class Invariants:
         with self.lock:
             h = self.cm_hist[name]
             if h and h[-1] == st:
+                self.cm_gap.discard(name)  # nothing was missed: the states only move forward
                 return
-            if relist and h:
-                self.cm_gap.add(name)  # a relist may skip versions
+            if h and (relist or name in self.cm_gap):
+                self.cm_breaks[name].add(len(h))  # a relist may skip versions
+            self.cm_gap.discard(name)
             h.append(st)
 
     def _sampler(self):
@@ -480,22 +485,36 @@ class Invariants:
                                f"trial {t['metadata']['name']}: ERROR without a message")
 
     def final_replay(self):
-        """Replay each experiment's searcher: (checked, skipped)."""
-        n, skipped = 0, []
+        """Replay each experiment's searcher, one stretch of states without a watch gap at
+        a time (each from the state it starts with): (experiments, stretches, transitions
+        replayed, transitions across a gap left unchecked, skipped)."""
+        n = nseg = ntrans = ngap = 0
+        skipped = []
         with self.lock:
             hist = {k: list(v) for k, v in self.cm_hist.items()}
-            gaps = set(self.cm_gap)
+            breaks = {k: set(v) for k, v in self.cm_breaks.items()}
         for cm, h in sorted(hist.items()):
-            if cm in gaps:
-                skipped.append(f"{cm} (watch gap)")
-                continue
-            why = replay(self.kdet_search, h, self.cl.T)
+            segs = stretches(len(h), breaks.get(cm, set()))
+            ngap += len(segs) - 1
+            why, mine = None, 0
+            for a, b in segs:
+                if b - a < 2:
+                    continue
+                why = replay(self.kdet_search, h[a:b], self.cl.T)
+                if why is not None:
+                    why = why if why == "skip" else f"states {a}..{b - 1}: {why}"
+                    break
+                mine += 1
+                ntrans += b - a - 1
             if why == "skip":
                 skipped.append(f"{cm} (a non-finite metric)")
                 continue
+            if why is None and mine == 0:
+                continue  # no two states in a row: nothing to replay
             n += 1
+            nseg += mine
             self.check("searcher_replay", why is None, f"{cm}: {why}")
-        return n, skipped
+        return n, nseg, ntrans, ngap, skipped
 
     def final_resources(self, min_life=150):
         out = []
@@ -636,6 +655,13 @@ def replay_events(prev, cur):
                             "reason": EXIT_REASONS[cs[idx].get("exit_reason", 0)]})
             evs.append({"event": "trial_closed", "request_id": rid})
     return evs
+
+
+def stretches(n, breaks):
+    """The [start, end) index ranges of a history of n states cut before each index in
+    breaks: stretches([...5], {2, 4}) is [(0, 2), (2, 4), (4, 5)]."""
+    cuts = [0] + sorted(b for b in breaks if 0 < b < n) + [n]
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
 def _op_view(t):

@@ -152,8 +152,9 @@ def main():
                         break
         elif brk == "searcher":
             with inv.lock:
-                h = next((h for h in inv.cm_hist.values() if len(h) > 2 and h[-1]["trials"]),
-                         None)
+                # a history whose last state is replayed from the one before it
+                h = next((h for k, h in inv.cm_hist.items() if len(h) > 2 and h[-1]["trials"]
+                          and len(h) - 1 not in inv.cm_breaks[k]), None)
                 if h:
                     h[-1] = dict(h[-1], trials=[dict(t) for t in h[-1]["trials"]])
                     h[-1]["trials"][0]["seed"] = h[-1]["trials"][0].get("seed", 0) + 1
@@ -162,7 +163,7 @@ def main():
         inv.round()
         n_acked, n_stored = inv.final_metrics()
         inv.final_explained()
-        n_replayed, skipped = inv.final_replay()
+        n_replayed, n_stretches, n_trans, n_gaps, skipped = inv.final_replay()
         res = inv.final_resources()
         nsamples, gap = inv.final_sampling()
         for before, after in fl.lease_checks:
@@ -185,7 +186,7 @@ def main():
         fl = locals().get("fl")
         if fl:
             fl.stop_flag = True
-        n_acked = n_stored = n_replayed = nsamples = gap = 0
+        n_acked = n_stored = n_replayed = n_stretches = n_trans = n_gaps = nsamples = gap = 0
         skipped, res = [], []
     # ---- stop, and what was left -----------------------------------------------------------
     codes = {}
@@ -235,7 +236,8 @@ def main():
     print(f"workload: {len(wl.exps)} experiments ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "
           f"actions: {', '.join(f'{k} {v}' for k, v in sorted(wl.actions.items()))}")
     print(f"metrics: {n_acked} acknowledged rows checked, {n_stored} stored rows checked; "
-          f"searcher replays: {n_replayed} experiments"
+          f"searcher replays: {n_replayed} experiments ({n_stretches} stretches, {n_trans} "
+          f"transitions; {n_gaps} across a watch gap not checked)"
           f"{'; not replayed: ' + ', '.join(skipped) if skipped else ''}")
     print(f"invariants checked: {sum(inv.checks.values())} "
           f"({', '.join(f'{k} {v}' for k, v in sorted(inv.checks.items()))})")
