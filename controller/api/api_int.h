@@ -309,6 +309,22 @@ json_t *api_task_jobs(struct kd_api *a, const char *ns);
 /** A job named by kdet.io/ahead-of or behind-of, an Experiment or else a Task
  * (kd_exp_lookup_fn; ud: the struct kd_api). */
 json_t *api_job_lookup(const char *ns, const char *name, void *ud);
+/* ---- ticket.c: signed values that stand for a user token in a URL or a cookie ---- */
+/* What a value is for: "domain\nkind\nns\nname\nuid" is signed with the token, user, expiry. */
+struct api_ticket_for {
+    const char *domain;          /* "kdet-proxy/v1", "kdet-download/v1" */
+    const char *kind;            /* "ticket", "session", "link" */
+    const char *ns, *name, *uid; /* the object it is bound to (uid may be NULL) */
+};
+/** "TOKEN.USER.UNTIL.MAC" for f, made with token token_id of user user_id, valid until `until`
+ * (wall seconds), into out (at least 128 bytes). Pure but for the key. */
+void api_ticket_make(const struct kd_api *a, const struct api_ticket_for *f, int64_t token_id,
+                     int64_t user_id, int64_t until, char *out, size_t len);
+/** Whether value is a live value for f; *token_id and *user_id its maker (to be checked with
+ * api_auth_session). Constant-time comparison of the MAC. */
+bool api_ticket_check(const struct kd_api *a, const struct api_ticket_for *f, const char *value,
+                      int64_t *token_id, int64_t *user_id);
+
 /* ---- proxy.c: /proxy/TASK/ ---- */
 /* Body caps of proxied requests and answers. */
 #define API_PROXY_MAX_BODY (32u << 20)
