@@ -215,6 +215,8 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
         .authz = c->o.authz_kubernetes ? KD_API_AUTHZ_KUBERNETES : KD_API_AUTHZ_NAMESPACES,
         .storage_of = c->storage_of,
         .storage_ud = c,
+        .storage_open = kd_ctrl_storage_open,
+        .storage_open_ud = c,
         .unprotected = kd_ctrl_gc_unprotected,
         .unprotected_ud = c,
     };

@@ -31,6 +31,7 @@
 #define KD_API_MAX_LOGS_BODY (1u << 20)
 
 struct kd_api;
+struct kd_storage;
 
 struct kd_api_opts {
     /** The store (required, borrowed; must outlive the API). */
@@ -106,6 +107,16 @@ struct kd_api_opts {
      */
     int (*storage_of)(void *ud, const json_t *exp, json_t **out);
     void *storage_ud;
+    /**
+     * Open checkpoint storage `cs` (a checkpoint_storage object of an experiment of namespace
+     * ns) to read checkpoints (the download routes), with the credentials the controller uses
+     * for it (its credentials_secret, a Secret in ns): 0 with *out (the caller closes it), or
+     * KD_E* with err naming what failed, never a secret. NULL: the API opens cs with this
+     * process's own credentials (kd_storage_open). Called on request threads: thread-safe.
+     */
+    int (*storage_open)(void *ud, const char *ns, const json_t *cs, struct kd_storage **out,
+                        char *err);
+    void *storage_open_ud;
     /**
      * Called after a model version, or a model with its versions, was deleted, once per
      * Experiment (namespace, name and metadata.uid) whose checkpoints may have lost their

@@ -225,6 +225,19 @@ void api_user_model_version(struct api_rq *q);
 void api_user_model_version_update(struct api_rq *q);
 void api_user_model_version_delete(struct api_rq *q);
 
+/* ---- download.c: checkpoints as tar archives ---- */
+void api_user_model_download(struct api_rq *q);
+void api_user_model_download_link(struct api_rq *q);
+void api_user_checkpoint_download(struct api_rq *q);
+void api_user_checkpoint_download_link(struct api_rq *q);
+/**
+ * The caller of a download route (AUTH_LINK) that came with a link (`link`,
+ * the ?kdet_ticket= value) instead of a token: 0 with *who when the link was
+ * made for this namespace and path by a token that is still valid; else
+ * answered 401 (503 when the store cannot say) and the code returned.
+ */
+int api_download_caller(struct api_rq *q, const char *link, const struct api_principal **who);
+
 /* ---- profiler.c ---- */
 void api_user_trial_profiler(struct api_rq *q);
 /* ---- auth.c: users, namespaces, the bootstrap administrator ---- */
