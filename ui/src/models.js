@@ -2,14 +2,15 @@
 // description, labels, versions, owner, last change; a filter box and sortable columns,
 // archived ones on request; refreshed every 10 s) and one model (GET .../models/{m}: its
 // fields and its versions, each with its checkpoint, the experiment and trial it came from
-// (linked), batches, the validation metrics captured at registration, and the det command
-// that downloads it: the API has no download route, det reads the checkpoint storage).
+// (linked), batches, the validation metrics captured at registration, a "Download" button and
+// the det command that does the same).
 // The model's page also edits it: its description (PATCH .../models/{m} {"description"}),
 // archived or not (PATCH {"archived"}), deleting it (DELETE .../models/{m}) or one version
 // (DELETE .../models/{m}/versions/{v}), each deletion after a confirm(); a refusal is shown
 // as the API words it.
 import { api, ns as nsPath } from './api.js';
 import { h, clear, fmtTime, metricsText, sortableTable, alertText } from './dom.js';
+import { download } from './download.js';
 
 const LIST_LIMIT = 1000; // the API's most per request
 
@@ -190,6 +191,10 @@ export function modelPage(ctx, ns, name) {
       await refresh();
     }
   }
+  async function downloadVersion(v, btn) {
+    await download(mpath + '/versions/' + encodeURIComponent(String(v)) + '/download-link', btn, 'version ' + v + ' of model ' + name,
+      (msg, err) => tell(msg, err), ac.signal);
+  }
   const guarded = (p) => p.catch((e) => { if (!ac.signal.aborted) ctx.fail(e); });
 
   const cols = [
@@ -215,8 +220,14 @@ export function modelPage(ctx, ns, name) {
     { key: 'comment', label: 'Comment', value: (v) => v.comment || '', cell: (v) => v.comment || '' },
     { key: 'created', label: 'Created', value: (v) => v.created_at || '', cell: (v) => fmtTime(v.created_at) },
     { key: 'download', label: 'Download', value: () => '',
-      cell: (v) => h('code', { class: 'cmd', title: 'det restores the checkpoint\'s files from the experiment\'s checkpoint storage' },
-        'det model download ' + name + ':' + v.version) },
+      cell: (v) => h('span', { class: 'dl' },
+        v.checkpoint_state === 'ACTIVE'
+          ? h('button', { type: 'button', class: 'small', dataset: { action: 'download', version: String(v.version) },
+            'aria-label': 'Download version ' + v.version + ' of model ' + name + ' as a tar archive',
+            onclick: (ev) => guarded(downloadVersion(v.version, ev.currentTarget)) }, 'Download')
+          : null,
+        h('code', { class: 'cmd', title: 'the same files, restored by det from the experiment\'s checkpoint storage' },
+          'det model download ' + name + ':' + v.version)) },
     { key: 'actions', label: 'Actions', value: () => '',
       cell: (v) => h('button', { type: 'button', class: 'small danger', dataset: { action: 'delete-version', version: String(v.version) },
         'aria-label': 'Delete version ' + v.version + ' of model ' + name, onclick: () => guarded(deleteVersion(v.version)) }, 'Delete') },
