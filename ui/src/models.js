@@ -2,8 +2,8 @@
 // description, labels, versions, owner, last change; a filter box and sortable columns,
 // archived ones on request; refreshed every 10 s) and one model (GET .../models/{m}: its
 // fields and its versions, each with its checkpoint, the experiment and trial it came from
-// (linked), batches, the validation metrics captured at registration, a "Download" button and
-// the det command that does the same).
+// (linked), batches, the validation metrics captured at registration, and "Download" (the
+// det command that restores the same files is said under the table and in the button's title).
 // The model's page also edits it: its description, labels and metadata (PATCH
 // .../models/{m} with the fields changed), archived or not (PATCH {"archived"}), each
 // version's name, comment and labels (PATCH .../models/{m}/versions/{v}), deleting the model
@@ -123,6 +123,8 @@ export function modelPage(ctx, ns, name) {
   const box = h('div', { class: 'table-box', id: 'versions' });
   const status = h('p', { class: 'muted', role: 'status', 'aria-live': 'polite' }, 'Loading…');
   const title = h('h1', {}, 'Model ', name);
+  const cli = h('p', { class: 'muted', id: 'versions-cli' }, '"Download" saves a version\'s checkpoint as a tar archive; ',
+    h('code', { class: 'cmd' }, 'det model download ' + name + ':VERSION'), ' restores the same files into a directory.');
   const mpath = nsPath(ns) + 'models/' + encodeURIComponent(name);
   const listHash = '#/ns/' + encodeURIComponent(ns) + '/models';
   const said = h('p', { id: 'model-said', role: 'status', 'aria-live': 'polite' });
@@ -166,7 +168,7 @@ export function modelPage(ctx, ns, name) {
   const actions = h('div', { class: 'toolbar', id: 'model-actions', hidden: true }, editBtn, archiveBtn, deleteBtn);
   clear(ctx.main).append(
     h('p', { class: 'crumbs' }, h('a', { href: listHash }, 'Models'), ' / ', name),
-    title, summary, actions, editForm, said, h('h2', {}, 'Versions'), box, vform, status);
+    title, summary, actions, editForm, said, h('h2', {}, 'Versions'), box, cli, vform, status);
   ctx.main.dataset.page = 'model';
   let seen = '';
   let versions = [];
@@ -276,6 +278,8 @@ export function modelPage(ctx, ns, name) {
     }
   }
   const guarded = (p) => p.catch((e) => { if (!ac.signal.aborted) ctx.fail(e); });
+  /* the API's name for a version's archive (controller/api/check.c, api_download_stem) */
+  const dlName = (v) => name.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\./, '_') + '-v' + v + '.tar';
 
   const cols = [
     { key: 'version', label: 'Version', value: (v) => v.version, cell: (v) => String(v.version) },
@@ -299,17 +303,14 @@ export function modelPage(ctx, ns, name) {
     { key: 'labels', label: 'Labels', value: (v) => labelsOf(v).join(','), cell: labelList },
     { key: 'comment', label: 'Comment', value: (v) => v.comment || '', cell: (v) => v.comment || '' },
     { key: 'created', label: 'Created', value: (v) => v.created_at || '', cell: (v) => fmtTime(v.created_at) },
-    { key: 'download', label: 'Download', value: () => '',
-      cell: (v) => h('span', { class: 'dl' },
-        v.checkpoint_state === 'ACTIVE'
-          ? h('button', { type: 'button', class: 'small', dataset: { action: 'download', version: String(v.version) },
-            'aria-label': 'Download version ' + v.version + ' of model ' + name + ' as a tar archive',
-            onclick: (ev) => guarded(downloadVersion(v.version, ev.currentTarget)) }, 'Download')
-          : null,
-        h('code', { class: 'cmd', title: 'the same files, restored by det from the experiment\'s checkpoint storage' },
-          'det model download ' + name + ':' + v.version)) },
     { key: 'actions', label: 'Actions', value: () => '',
       cell: (v) => h('span', { class: 'actions' },
+        v.checkpoint_state === 'ACTIVE'
+          ? [h('button', { type: 'button', class: 'small', dataset: { action: 'download', version: String(v.version) },
+            title: 'Save ' + dlName(v.version) + '; det model download ' + name + ':' + v.version + ' restores the same files',
+            'aria-label': 'Download version ' + v.version + ' of model ' + name + ' as a tar archive',
+            onclick: (ev) => guarded(downloadVersion(v.version, ev.currentTarget)) }, 'Download'), ' ']
+          : null,
         h('button', { type: 'button', class: 'small', dataset: { action: 'edit-version', version: String(v.version) },
           'aria-label': 'Edit the name, comment and labels of version ' + v.version + ' of model ' + name, onclick: () => editVersion(v) }, 'Edit'), ' ',
         h('button', { type: 'button', class: 'small danger', dataset: { action: 'delete-version', version: String(v.version) },
