@@ -45,6 +45,7 @@
 
 static struct s3srv srv;
 static char tmp[256], logpath[300];
+static int saved_stderr = -1;
 static char tok_alice[128], tok_bob[128], tok_trial[64];
 static long long alice_token_id;
 
@@ -121,7 +122,8 @@ static int setup(void **state)
         return -1;
     snprintf(logpath, sizeof(logpath), "%s/log", tmp);
     int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || dup2(fd, 2) < 0)
+    saved_stderr = dup(2);
+    if (fd < 0 || saved_stderr < 0 || dup2(fd, 2) < 0)
         return -1;
     close(fd);
     setenv("KDET_LOG_LEVEL", "info", 1);
@@ -196,6 +198,11 @@ static int teardown(void **state)
         fputs(line, stdout);
     if (f != NULL)
         fclose(f);
+    /* cmocka's summary, after this, goes where stderr went before */
+    if (saved_stderr >= 0) {
+        dup2(saved_stderr, 2);
+        close(saved_stderr);
+    }
     s3srv_stop(&srv);
     s3srv_rm_tree(tmp);
     return rc;
