@@ -295,7 +295,7 @@ static bool hash_ok(struct kd_ckpt_tar *t, const struct kd_ckpt_file *f)
 static int data(struct kd_ckpt_tar *t)
 {
     static const char zeros[BLOCK];
-    char key[KD_STORAGE_KEYLEN], e[KD_ERRLEN] = "", msg[KD_ERRLEN];
+    char key[KD_STORAGE_KEYLEN], e[KD_ERRLEN] = "", msg[2 * KD_ERRLEN + 512];
     const struct kd_ckpt_file *f = &t->m.files[t->file];
     uint64_t left = f->size - t->off;
     size_t want = left < KD_CKPT_TAR_PIECE ? (size_t)left : KD_CKPT_TAR_PIECE;
