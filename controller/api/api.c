@@ -733,6 +733,8 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
         a->o.long_poll_max_s = 60;
     if (a->o.metrics_timeout_ms <= 0)
         a->o.metrics_timeout_ms = 10000;
+    if (a->o.max_downloads <= 0)
+        a->o.max_downloads = KD_API_DEFAULT_DOWNLOADS;
     memcpy(a->key, opts->token_key, opts->token_key_len);
     a->keylen = opts->token_key_len;
     a->user_token = opts->user_token ? kd_xstrdup(opts->user_token) : NULL;

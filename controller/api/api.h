@@ -29,6 +29,8 @@
 #define KD_API_MAX_SMALL_BODY (16u << 10)
 #define KD_API_MAX_RENDEZVOUS_BODY 4096u
 #define KD_API_MAX_LOGS_BODY (1u << 20)
+/* Checkpoint downloads streamed at once by default (each holds a 4 MiB piece). */
+#define KD_API_DEFAULT_DOWNLOADS 4
 
 struct kd_api;
 struct kd_storage;
@@ -66,6 +68,12 @@ struct kd_api_opts {
     int metrics_timeout_ms;
     /** Most simultaneous connections [256]. */
     unsigned max_conns;
+    /**
+     * Most checkpoint downloads streamed at once [KD_API_DEFAULT_DOWNLOADS]; one more is
+     * answered 503 with Retry-After. Each holds a piece of KD_CKPT_TAR_PIECE bytes and a
+     * storage handle while it runs.
+     */
+    int max_downloads;
     /**
      * Process metrics (lib/metrics; borrowed, NULL: GET /metrics answers
      * 404). The API adds kdet_api_requests_total{method,route,code} and

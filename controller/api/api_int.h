@@ -7,6 +7,7 @@
 #define KD_CONTROLLER_API_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -74,6 +75,7 @@ struct kd_api {
     pthread_cond_t logs_cond;
     uint64_t logs_gen;
     struct kd_metric *m_requests, *m_seconds; /* NULL without o.metrics */
+    atomic_int downloads;                     /* checkpoint downloads streaming now (download.c) */
     /* SubjectAccessReview answers (authz.c): key -> [allowed, expiry mono ms, reason]. */
     pthread_mutex_t sar_mu;
     json_t *sar;

@@ -33,6 +33,7 @@
 /* One download: what it is, where it comes from, how far it went. Outlives the request's
  * arena (the stream runs after the handler returned), so it owns copies. */
 struct dl {
+    struct kd_api *api; /* counted in api->downloads while set */
     struct kd_storage *st;
     struct kd_ckpt_tar *tar;
     char ns[256], uuid[KD_CKPT_UUIDLEN], stem[300], user[128];
@@ -58,6 +59,8 @@ static void dl_free(void *p)
                 (long long)(kd_mono_ms() - d->t0), kd_logq(d->user));
     kd_ckpt_tar_close(d->tar);
     kd_storage_close(d->st);
+    if (d->api != NULL)
+        atomic_fetch_sub(&d->api->downloads, 1);
     free(d);
 }
 
@@ -269,8 +272,22 @@ static ssize_t dl_read(void *ctx, char *buf, size_t max)
 static void download(struct api_rq *q, bool version)
 {
     struct dl *d = NULL;
-    if (prepare(q, version, &d) != 0)
+    /* Each download holds a piece of the archive and a storage handle while it streams: a
+     * bounded number at once, counted from here until its end (dl_free). */
+    int running = atomic_fetch_add(&q->api->downloads, 1);
+    if (running >= q->api->o.max_downloads) {
+        atomic_fetch_sub(&q->api->downloads, 1);
+        api_error(q, 503, NULL,
+                  "%d checkpoint downloads are running, the most this controller streams at "
+                  "once: try again in a moment",
+                  running);
         return;
+    }
+    if (prepare(q, version, &d) != 0) {
+        atomic_fetch_sub(&q->api->downloads, 1);
+        return;
+    }
+    d->api = q->api;
     char *cd = kd_http_printf(q->r, "attachment; filename=\"%s.tar\"", d->stem);
     kd_http_add_header(q->r, "Content-Disposition", cd);
     kd_http_add_header(q->r, "Cache-Control", "no-store");

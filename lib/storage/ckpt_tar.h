@@ -22,7 +22,7 @@
 #include "storage/storage.h"
 
 /* The most bytes read from storage at once, and so held in memory by one archive. */
-#define KD_CKPT_TAR_PIECE (8u << 20)
+#define KD_CKPT_TAR_PIECE (4u << 20)
 /* The longest member path (the top directory, '/', the file's path) the archive takes. */
 #define KD_CKPT_TAR_PATH_MAX 4096
 

@@ -10,7 +10,9 @@
  * version, 410 for a deleted checkpoint, 404 without a manifest, 502 for
  * a storage that is down or refuses the keys, without the keys); a file
  * whose bytes changed in storage cuts the transfer off short of its
- * Content-Length; and the log names every download without a secret.
+ * Content-Length; no more than max_downloads stream at once (503 for one
+ * more, served again once they end); and the log names every download
+ * without a secret.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -40,7 +42,7 @@
 #define UUID2 "d0d0d0d0-0000-4000-8000-000000000002" /* registered, never uploaded */
 #define UUID3 "d0d0d0d0-0000-4000-8000-000000000003" /* uploaded, then DELETED in the registry */
 #define UUID4 "d0d0d0d0-0000-4000-8000-000000000004" /* uploaded, then one file changed */
-#define BIG (5 * KD_CKPT_TAR_PIECE + 4321)
+#define BIG (10 * KD_CKPT_TAR_PIECE + 4321)
 #define SECRET "very-secret-key-0123456789"
 
 static struct s3srv srv;
@@ -127,6 +129,7 @@ static int setup(void **state)
         return -1;
     close(fd);
     setenv("KDET_LOG_LEVEL", "info", 1);
+    fx_max_downloads = 2;
     if (s3srv_start(&srv, "ckpt") != 0) {
         printf("FAILED: cannot start s3rver (make deps)\n");
         return -1;
@@ -558,6 +561,72 @@ static void test_links(void **state)
     assert_int_equal(g.code, 401);
 }
 
+static size_t hold(char *p, size_t sz, size_t n, void *ud)
+{
+    (void)p;
+    (void)sz;
+    (void)n;
+    (void)ud;
+    return CURL_WRITEFUNC_PAUSE;
+}
+
+/* At most max_downloads (2 here) stream at once: a third waits for its turn (503); once the
+ * two go away, downloads are served again. */
+static void test_concurrency(void **state)
+{
+    (void)state;
+    CURLM *m = curl_multi_init();
+    CURL *e[2];
+    char url[512], auth[256];
+    struct curl_slist *hd = NULL;
+    struct got g;
+    snprintf(url, sizeof(url), "%s" NSP "models/dl-model/versions/1/download", fx.url);
+    snprintf(auth, sizeof(auth), "Authorization: Bearer %s", FX_USER_TOKEN);
+    hd = curl_slist_append(hd, auth);
+    for (int i = 0; i < 2; i++) {
+        e[i] = curl_easy_init();
+        curl_easy_setopt(e[i], CURLOPT_URL, url);
+        curl_easy_setopt(e[i], CURLOPT_HTTPHEADER, hd);
+        curl_easy_setopt(e[i], CURLOPT_WRITEFUNCTION, hold); /* paused at its first bytes */
+        curl_multi_add_handle(m, e[i]);
+    }
+    long c0 = 0, c1 = 0;
+    for (int i = 0; i < 500 && (c0 != 200 || c1 != 200); i++) {
+        int running = 0;
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 20, NULL);
+        curl_easy_getinfo(e[0], CURLINFO_RESPONSE_CODE, &c0);
+        curl_easy_getinfo(e[1], CURLINFO_RESPONSE_CODE, &c1);
+    }
+    assert_int_equal(c0, 200);
+    assert_int_equal(c1, 200);
+    get(NSP "checkpoints/" UUID1 "/download", FX_USER_TOKEN, "err.json", &g);
+    printf("a third download while two stream: %ld %s\n", g.code, text_of(&g));
+    assert_int_equal(g.code, 503);
+    assert_non_null(strstr(g.headers, "Retry-After"));
+    assert_non_null(strstr(text_of(&g), "2 checkpoint downloads are running"));
+    /* a link is still made: it streams nothing */
+    json_t *out = NULL;
+    assert_int_equal(
+        fx_http("POST", NSP "checkpoints/" UUID1 "/download-link", FX_USER_TOKEN, "{}", &out), 200);
+    json_decref(out);
+    for (int i = 0; i < 2; i++) {
+        curl_multi_remove_handle(m, e[i]);
+        curl_easy_cleanup(e[i]); /* the client goes away mid-archive */
+    }
+    curl_multi_cleanup(m);
+    curl_slist_free_all(hd);
+    long code = 0;
+    for (int i = 0; i < 100 && code != 200; i++) {
+        get(NSP "checkpoints/" UUID1 "/download", FX_USER_TOKEN, "c1.tar", &g);
+        code = g.code;
+        if (code != 200)
+            kd_sleep_ms(50);
+    }
+    assert_int_equal(code, 200);
+    check_archive(g.path, UUID1);
+}
+
 /* The log: one line per download with the user and the outcome; no key, no link. */
 static void test_log(void **state)
 {
@@ -566,7 +635,7 @@ static void test_log(void **state)
     FILE *f = fopen(logpath, "r");
     assert_non_null(f);
     char line[8192];
-    int started = 0, complete = 0, cut = 0;
+    int started = 0, complete = 0, cut = 0, gone = 0;
     while (fgets(line, sizeof(line), f) != NULL) {
         if (strstr(line, SECRET) != NULL || strstr(line, "kdet_ticket=") != NULL)
             fail_msg("a secret in the log: %s", line);
@@ -575,13 +644,16 @@ static void test_log(void **state)
         if (strstr(line, "msg=\"checkpoint download ended\"") != NULL) {
             complete += strstr(line, "result=complete") != NULL;
             cut += strstr(line, "result=failed") != NULL;
+            gone += strstr(line, "result=cut-off") != NULL && strstr(line, "by=admin") != NULL;
         }
     }
     fclose(f);
-    printf("log: %d downloads started by alice, %d complete, %d failed\n", started, complete, cut);
+    printf("log: %d downloads started by alice, %d complete, %d failed, %d cut off\n", started,
+           complete, cut, gone);
     assert_true(started >= 4);
     assert_true(complete >= 5);
     assert_true(cut >= 1);
+    assert_true(gone >= 2); /* the two held downloads of test_concurrency */
 }
 
 int main(void)
@@ -592,6 +664,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_storage_failures),
         cmocka_unit_test(test_links),
+        cmocka_unit_test(test_concurrency),
         cmocka_unit_test(test_log),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
