@@ -17,6 +17,7 @@
 #include "core/time.h"
 #include "ctrl.h"
 #include "events.h"
+#include "wire.h"
 
 const char *kd_ctrl_str(const json_t *obj, const char *a, const char *b, const char *c2)
 {
@@ -88,6 +89,9 @@ int kd_ctrl_patch_status(struct kd_ctrl *c, const struct kd_k8s_gvr *gvr, const 
     if (rc == 0 && c->events != NULL && kind != NULL &&
         kd_event_for_change(kind, json_object_get(obj, "status"), status, &ev))
         kd_events_emit(c->events, obj, apiv, kind, &ev);
+    /* A trial's state changes and restarts also go into its history in the store. */
+    if (rc == 0 && kind != NULL && strcmp(kind, "Trial") == 0)
+        kd_ctrl_wire_trial_history(c, obj, json_object_get(obj, "status"), status);
     return rc;
 }
 

@@ -95,6 +95,27 @@ bool kd_event_for_change(const char *kind, const json_t *old_status, const json_
     return false;
 }
 
+bool kd_event_history(const json_t *old_status, const json_t *new_status, struct kd_history *out)
+{
+    struct kd_event ev;
+    memset(out, 0, sizeof(*out));
+    if (!kd_event_for_change("Trial", old_status, new_status, &ev))
+        return false;
+    const char *was = str(old_status, "state"), *now = str(new_status, "state");
+    const char *msg = str(new_status, "message");
+    bool restart = strcmp(ev.reason, "Restarted") == 0;
+    snprintf(out->decision, sizeof(out->decision), "%s", restart ? "restart" : now);
+    snprintf(out->reason, sizeof(out->reason), "%s", ev.message);
+    out->details = json_pack("{s:s?,s:s?}", "from", was, "to", now != NULL ? now : was);
+    if (json_object_get(out->details, "from") == NULL)
+        json_object_set_new(out->details, "from", json_null());
+    if (restart)
+        json_object_set(out->details, "restarts", json_object_get(new_status, "restarts"));
+    if (msg != NULL && msg[0] != '\0')
+        json_object_set_new(out->details, "message", json_string(msg));
+    return true;
+}
+
 static void rfc3339(int64_t ms, char *buf, size_t n)
 {
     time_t t = (time_t)(ms / 1000);

@@ -36,6 +36,30 @@ bool kd_event_for_change(const char *kind, const json_t *old_status, const json_
                          struct kd_event *out);
 
 /**
+ * A trial's history entry: the store event (kind "trial") a Trial's status
+ * change adds, so that the trial's page shows its state changes and
+ * restarts beside the searcher's decisions (docs/ui.md, "A trial's
+ * history").
+ */
+struct kd_history {
+    char decision[32]; /* the new state ("QUEUED", "ACTIVE", "COMPLETED", "ERROR", ...), or
+                          "restart" */
+    char reason[1024]; /* the Kubernetes Event's message: "Trial QUEUED -> ACTIVE", its cause */
+    json_t *details;   /* {"from", "to", "restarts"?, "message"?}; owned, the caller decrefs */
+};
+
+/**
+ * The history entry of a Trial's status change (old_status may be NULL; new
+ * holds only the fields patched): exactly the changes that make a
+ * Kubernetes Event (kd_event_for_change), a restart before a state change.
+ * "from" is the old state (null for a new trial), "to" the new one (the old
+ * one when the patch has none), "restarts" the count after a restart,
+ * "message" the status message when there is one. False, with details
+ * NULL, when the change makes no entry. Pure.
+ */
+bool kd_event_history(const json_t *old_status, const json_t *new_status, struct kd_history *out);
+
+/**
  * The core/v1 Event object for ev about obj (its metadata; api_version and
  * kind name it, as list items carry neither), at time now_ms (wall clock), from component; seq
  * makes the names of events of one millisecond distinct. New reference.

@@ -143,9 +143,9 @@ static int secret_creds(struct kd_ctrl *c, const char *ns, struct kd_storage_con
                   sc->credentials_secret, kd_err_name(rc));
         goto out;
     }
-    snprintf(dir, len, "%s/kdet-gc-creds-XXXXXX", getenv("TMPDIR") ?: "/tmp");
+    snprintf(dir, len, "%s/kdet-creds-XXXXXX", getenv("TMPDIR") ?: "/tmp");
     if (mkdtemp(dir) == NULL) {
-        rc = kd_seterr(err, -errno, "checkpoint GC: cannot make a credentials directory: %s",
+        rc = kd_seterr(err, -errno, "cannot make a directory for the storage credentials: %s",
                        strerror(errno));
         dir[0] = '\0';
         goto out;
@@ -166,7 +166,7 @@ static int secret_creds(struct kd_ctrl *c, const char *ns, struct kd_storage_con
         snprintf(path, sizeof(path), "%s/%s", dir, keys[i]);
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd < 0 || write(fd, val, n) != (ssize_t)n)
-            rc = kd_seterr(err, KD_EIO, "checkpoint GC: cannot write a credentials file");
+            rc = kd_seterr(err, KD_EIO, "cannot write a file of the storage credentials");
         if (fd >= 0)
             close(fd);
         explicit_bzero(val, n);
@@ -178,28 +178,45 @@ out:
     return rc;
 }
 
-/* Open the experiment's checkpoint storage. KD_ENOTFOUND: it has none configured. */
-static int open_storage(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
-                        struct kd_storage_config *sc, struct kd_storage **st, char *err)
+/* Open checkpoint storage cs of namespace ns (sc gets its configuration), with the keys of its
+ * credentials_secret when it names one. */
+static int open_cs(struct kd_ctrl *c, const char *ns, const json_t *cs,
+                   struct kd_storage_config *sc, struct kd_storage **st, char *err)
 {
     int rc = 0;
     char dir[KD_STORAGE_PATHLEN] = "";
-    const json_t *cs = json_object_get(cfg, "checkpoint_storage");
     *st = NULL;
     kd_storage_config_init(sc);
-    if (!json_is_object(cs))
-        return KD_ENOTFOUND;
     if ((rc = kd_storage_config_from_json(cs, sc, err)) != 0)
         goto out;
     if (sc->type == KD_STORAGE_S3 && sc->credentials_secret[0] != '\0' &&
         sc->credentials_dir[0] == '\0' &&
-        (rc = secret_creds(c, kd_k8s_meta_str(exp, "namespace"), sc, dir, sizeof(dir), err)) != 0)
+        (rc = secret_creds(c, ns, sc, dir, sizeof(dir), err)) != 0)
         goto out;
     rc = kd_storage_open(sc, st, err);
 out:
     if (dir[0] != '\0')
         (void)kd_rm_tree(dir);
     return rc;
+}
+
+/* Open the experiment's checkpoint storage. KD_ENOTFOUND: it has none configured. */
+static int open_storage(struct kd_ctrl *c, const json_t *exp, const json_t *cfg,
+                        struct kd_storage_config *sc, struct kd_storage **st, char *err)
+{
+    const json_t *cs = json_object_get(cfg, "checkpoint_storage");
+    *st = NULL;
+    kd_storage_config_init(sc);
+    if (!json_is_object(cs))
+        return KD_ENOTFOUND;
+    return open_cs(c, kd_k8s_meta_str(exp, "namespace"), cs, sc, st, err);
+}
+
+int kd_ctrl_storage_open(void *ud, const char *ns, const json_t *cs, struct kd_storage **out,
+                         char *err)
+{
+    struct kd_storage_config sc;
+    return open_cs(ud, ns, cs, &sc, out, err);
 }
 
 /* The searcher metric of trial `tid` at each validation step: {"step": value}. */

@@ -15,6 +15,8 @@
 #include "core/err.h"
 #include "gcview.h"
 
+struct kd_storage;
+
 struct kd_ctrl;
 
 /**
@@ -44,6 +46,15 @@ int kd_ctrl_gc_experiment(struct kd_ctrl *c, const json_t *exp, const json_t *cf
  * does not block.
  */
 void kd_ctrl_gc_unprotected(void *ud, const char *ns, const char *name, const char *uid);
+
+/**
+ * The API's storage_open (struct kd_api_opts; ud is the struct kd_ctrl): open checkpoint
+ * storage cs of an experiment of namespace ns as GC opens it, with the keys of its
+ * credentials_secret (a Secret in ns, written to a private directory only for the open).
+ * Blocks (the Secret's GET). Thread-safe.
+ */
+int kd_ctrl_storage_open(void *ud, const char *ns, const json_t *cs, struct kd_storage **out,
+                         char *err);
 
 /** Forget the memo of GC runs (frees c->gcmemo). */
 void kd_ctrl_gc_forget(struct kd_ctrl *c);

@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "ctrl.h"
+#include "events.h"
 #include "gc.h"
 #include "k8s/config.h"
 #include "sshkeys.h"
@@ -215,6 +216,8 @@ int kd_ctrl_wire_start(struct kd_ctrl *c, char *err)
         .authz = c->o.authz_kubernetes ? KD_API_AUTHZ_KUBERNETES : KD_API_AUTHZ_NAMESPACES,
         .storage_of = c->storage_of,
         .storage_ud = c,
+        .storage_open = kd_ctrl_storage_open,
+        .storage_open_ud = c,
         .unprotected = kd_ctrl_gc_unprotected,
         .unprotected_ud = c,
     };
@@ -456,6 +459,78 @@ out:
     if (rc != 0)
         KD_WARN("cannot record searcher decisions", "experiment=%s err=%s detail=%s",
                 kd_logq(kd_k8s_meta_str(exp, "name")), kd_err_name(rc), kd_logq(err));
+}
+
+/* The uid of the Experiment a Trial belongs to: its controller owner, else the cached
+ * Experiment its spec names. NULL when neither says. */
+static const char *experiment_uid(struct kd_ctrl *c, const json_t *trial, char *buf, size_t len)
+{
+    size_t i;
+    json_t *o;
+    json_array_foreach(json_object_get(json_object_get(trial, "metadata"), "ownerReferences"), i, o)
+    {
+        const char *kind = json_string_value(json_object_get(o, "kind"));
+        const char *uid = json_string_value(json_object_get(o, "uid"));
+        if (kind != NULL && strcmp(kind, "Experiment") == 0 && uid != NULL) {
+            kd_strlcpy(buf, uid, len);
+            return buf;
+        }
+    }
+    char key[600];
+    json_t *exp = NULL;
+    const char *uid = NULL;
+    snprintf(key, sizeof(key), "%s/%s", kd_k8s_meta_str(trial, "namespace") ?: "",
+             kd_ctrl_str(trial, "spec", "experiment", NULL) ?: "");
+    if (c->exps != NULL && kd_k8s_cache_get(kd_k8s_informer_cache(c->exps), key, &exp) == 0 &&
+        (uid = kd_k8s_meta_str(exp, "uid")) != NULL) {
+        kd_strlcpy(buf, uid, len);
+        uid = buf;
+    }
+    json_decref(exp);
+    return uid;
+}
+
+void kd_ctrl_wire_trial_history(struct kd_ctrl *c, const json_t *trial, const json_t *old_status,
+                                const json_t *new_status)
+{
+    struct kd_history h;
+    int64_t eid = 0, tid = 0;
+    char err[KD_ERRLEN] = "", ubuf[128];
+    int rc = 0;
+    if (c->store == NULL || !kd_event_history(old_status, new_status, &h))
+        return;
+    const char *euid = experiment_uid(c, trial, ubuf, sizeof(ubuf));
+    if (euid == NULL || (rc = kd_store_experiment_lookup(c->store, euid, &eid, err)) != 0) {
+        /* No row for the experiment yet: nothing to hang the entry on. */
+        if (rc != KD_ENOTFOUND && rc != 0)
+            goto out;
+        rc = 0;
+        KD_DEBUG("trial history not recorded: the experiment has no row", "trial=%s/%s",
+                 kd_logq(kd_k8s_meta_str(trial, "namespace")),
+                 kd_logq(kd_k8s_meta_str(trial, "name")));
+        goto out;
+    }
+    rc = kd_store_trial_lookup(c->store, kd_k8s_meta_str(trial, "uid") ?: "", &tid, err);
+    if (rc == KD_ENOTFOUND)
+        rc = 0; /* no attempt yet: named by details */
+    if (rc != 0)
+        goto out;
+    json_object_set_new(h.details, "trial", json_string(kd_k8s_meta_str(trial, "name") ?: ""));
+    json_object_set_new(h.details, "request_id",
+                        json_string(kd_ctrl_str(trial, "spec", "requestId", NULL) ?: ""));
+    struct kd_store_event ev = {.experiment_id = eid,
+                                .trial_id = tid,
+                                .kind = "trial",
+                                .decision = h.decision,
+                                .reason = h.reason,
+                                .details = h.details};
+    rc = kd_store_event_add(c->store, &ev, NULL, err);
+out:
+    if (rc != 0)
+        KD_WARN("cannot record a trial's state change", "trial=%s/%s decision=%s err=%s detail=%s",
+                kd_logq(kd_k8s_meta_str(trial, "namespace")),
+                kd_logq(kd_k8s_meta_str(trial, "name")), h.decision, kd_err_name(rc), kd_logq(err));
+    json_decref(h.details);
 }
 
 /* ---- tasks ---------------------------------------------------------------------------------- */

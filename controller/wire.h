@@ -79,6 +79,16 @@ void kd_ctrl_wire_decisions(struct kd_ctrl *c, const json_t *exp, const json_t *
                             const json_t *decisions);
 
 /**
+ * Record a Trial's status change in its history (c->store NULL: nothing): the entry
+ * kd_event_history decides, as an event of kind "trial" of its experiment in the store, with
+ * the trial's id once it has a row (before its first attempt it has none, and the event names
+ * it by details.trial and details.request_id, as the searcher's decisions do). Best effort:
+ * failures are logged. Blocks (the store). Thread-safe.
+ */
+void kd_ctrl_wire_trial_history(struct kd_ctrl *c, const json_t *trial, const json_t *old_status,
+                                const json_t *new_status);
+
+/**
  * A task's Secrets, owned by the Task: `<task>-token` (key `token`, the
  * task token of kd_api_task_token, and `ca.crt`), and for a shell
  * `<task>-ssh` (a new client key pair and host key pair: `id`, `id.pub`,

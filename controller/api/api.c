@@ -573,6 +573,17 @@ out:
     return rc;
 }
 
+/* A download link instead of a token: its caller (download.c), then the namespace as for a
+ * token. */
+static int authorize_link(struct api_rq *q, const struct api_route *hit, const char *link,
+                          const struct api_principal **who)
+{
+    int rc = api_download_caller(q, link, who);
+    if (rc == 0)
+        rc = authorize_ns(q, hit, *who, q->seg[api_route_ns_seg(hit->pattern)]);
+    return rc;
+}
+
 /*
  * The pre-body decision, from the request head alone: route (404/405), the
  * token and what it may reach (401/403), then the route's body cap (413 on
@@ -603,7 +614,12 @@ static void authorize(struct kd_http_req *r, void *ud)
                   kd_http_path(r), allow);
     } else if (hit == NULL) {
         api_error(&q, 404, NULL, "no such endpoint: %s %s", kd_http_method(r), kd_http_path(r));
-    } else if ((hit->auth == AUTH_USER || hit->auth == AUTH_ADMIN) &&
+    } else if (hit->auth == AUTH_LINK && kd_http_query(r, API_LINK_PARAM) != NULL &&
+               kd_http_header(r, "Authorization") == NULL &&
+               authorize_link(&q, hit, kd_http_query(r, API_LINK_PARAM), &who) != 0) {
+        /* a download link that is not (or no longer) valid: answered 401 (or 403) */
+    } else if (who == NULL &&
+               (hit->auth == AUTH_USER || hit->auth == AUTH_ADMIN || hit->auth == AUTH_LINK) &&
                authorize_user(&q, hit, &who) != 0) {
         /* answered 401 or 403 (503 when the store cannot check the token) */
     } else if (hit->auth == AUTH_TRIAL && api_auth_trial(&q, q.seg[3], q.seg[5], &trial) != 0) {
@@ -717,6 +733,8 @@ int kd_api_start(const struct kd_api_opts *opts, struct kd_api **out, char *err)
         a->o.long_poll_max_s = 60;
     if (a->o.metrics_timeout_ms <= 0)
         a->o.metrics_timeout_ms = 10000;
+    if (a->o.max_downloads <= 0)
+        a->o.max_downloads = KD_API_DEFAULT_DOWNLOADS;
     memcpy(a->key, opts->token_key, opts->token_key_len);
     a->keylen = opts->token_key_len;
     a->user_token = opts->user_token ? kd_xstrdup(opts->user_token) : NULL;

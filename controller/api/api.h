@@ -29,8 +29,11 @@
 #define KD_API_MAX_SMALL_BODY (16u << 10)
 #define KD_API_MAX_RENDEZVOUS_BODY 4096u
 #define KD_API_MAX_LOGS_BODY (1u << 20)
+/* Checkpoint downloads streamed at once by default (each holds a 4 MiB piece). */
+#define KD_API_DEFAULT_DOWNLOADS 4
 
 struct kd_api;
+struct kd_storage;
 
 struct kd_api_opts {
     /** The store (required, borrowed; must outlive the API). */
@@ -65,6 +68,12 @@ struct kd_api_opts {
     int metrics_timeout_ms;
     /** Most simultaneous connections [256]. */
     unsigned max_conns;
+    /**
+     * Most checkpoint downloads streamed at once [KD_API_DEFAULT_DOWNLOADS]; one more is
+     * answered 503 with Retry-After. Each holds a piece of KD_CKPT_TAR_PIECE bytes and a
+     * storage handle while it runs.
+     */
+    int max_downloads;
     /**
      * Process metrics (lib/metrics; borrowed, NULL: GET /metrics answers
      * 404). The API adds kdet_api_requests_total{method,route,code} and
@@ -106,6 +115,16 @@ struct kd_api_opts {
      */
     int (*storage_of)(void *ud, const json_t *exp, json_t **out);
     void *storage_ud;
+    /**
+     * Open checkpoint storage `cs` (a checkpoint_storage object of an experiment of namespace
+     * ns) to read checkpoints (the download routes), with the credentials the controller uses
+     * for it (its credentials_secret, a Secret in ns): 0 with *out (the caller closes it), or
+     * KD_E* with err naming what failed, never a secret. NULL: the API opens cs with this
+     * process's own credentials (kd_storage_open). Called on request threads: thread-safe.
+     */
+    int (*storage_open)(void *ud, const char *ns, const json_t *cs, struct kd_storage **out,
+                        char *err);
+    void *storage_open_ud;
     /**
      * Called after a model version, or a model with its versions, was deleted, once per
      * Experiment (namespace, name and metadata.uid) whose checkpoints may have lost their

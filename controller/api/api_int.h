@@ -7,6 +7,7 @@
 #define KD_CONTROLLER_API_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -74,6 +75,7 @@ struct kd_api {
     pthread_cond_t logs_cond;
     uint64_t logs_gen;
     struct kd_metric *m_requests, *m_seconds; /* NULL without o.metrics */
+    atomic_int downloads;                     /* checkpoint downloads streaming now (download.c) */
     /* SubjectAccessReview answers (authz.c): key -> [allowed, expiry mono ms, reason]. */
     pthread_mutex_t sar_mu;
     json_t *sar;
@@ -225,6 +227,19 @@ void api_user_model_version(struct api_rq *q);
 void api_user_model_version_update(struct api_rq *q);
 void api_user_model_version_delete(struct api_rq *q);
 
+/* ---- download.c: checkpoints as tar archives ---- */
+void api_user_model_download(struct api_rq *q);
+void api_user_model_download_link(struct api_rq *q);
+void api_user_checkpoint_download(struct api_rq *q);
+void api_user_checkpoint_download_link(struct api_rq *q);
+/**
+ * The caller of a download route (AUTH_LINK) that came with a link (`link`,
+ * the ?kdet_ticket= value) instead of a token: 0 with *who when the link was
+ * made for this namespace and path by a token that is still valid; else
+ * answered 401 (503 when the store cannot say) and the code returned.
+ */
+int api_download_caller(struct api_rq *q, const char *link, const struct api_principal **who);
+
 /* ---- profiler.c ---- */
 void api_user_trial_profiler(struct api_rq *q);
 /* ---- auth.c: users, namespaces, the bootstrap administrator ---- */
@@ -309,6 +324,22 @@ json_t *api_task_jobs(struct kd_api *a, const char *ns);
 /** A job named by kdet.io/ahead-of or behind-of, an Experiment or else a Task
  * (kd_exp_lookup_fn; ud: the struct kd_api). */
 json_t *api_job_lookup(const char *ns, const char *name, void *ud);
+/* ---- ticket.c: signed values that stand for a user token in a URL or a cookie ---- */
+/* What a value is for: "domain\nkind\nns\nname\nuid" is signed with the token, user, expiry. */
+struct api_ticket_for {
+    const char *domain;          /* "kdet-proxy/v1", "kdet-download/v1" */
+    const char *kind;            /* "ticket", "session", "link" */
+    const char *ns, *name, *uid; /* the object it is bound to (uid may be NULL) */
+};
+/** "TOKEN.USER.UNTIL.MAC" for f, made with token token_id of user user_id, valid until `until`
+ * (wall seconds), into out (at least 128 bytes). Pure but for the key. */
+void api_ticket_make(const struct kd_api *a, const struct api_ticket_for *f, int64_t token_id,
+                     int64_t user_id, int64_t until, char *out, size_t len);
+/** Whether value is a live value for f; *token_id and *user_id its maker (to be checked with
+ * api_auth_session). Constant-time comparison of the MAC. */
+bool api_ticket_check(const struct kd_api *a, const struct api_ticket_for *f, const char *value,
+                      int64_t *token_id, int64_t *user_id);
+
 /* ---- proxy.c: /proxy/TASK/ ---- */
 /* Body caps of proxied requests and answers. */
 #define API_PROXY_MAX_BODY (32u << 20)

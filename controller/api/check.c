@@ -92,6 +92,12 @@ int api_route_ns_seg(const char *pattern)
     return strncmp(pattern, pfx, sizeof(pfx) - 1) == 0 ? 3 : -1;
 }
 
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && strcmp(s + n - t, tail) == 0;
+}
+
 int api_authz_attrs(const char *method, const char *pattern, const char *const *seg, int nseg,
                     struct api_authz_attrs *out)
 {
@@ -116,10 +122,15 @@ int api_authz_attrs(const char *method, const char *pattern, const char *const *
         verb = one ? "get" : "list";
         if (below != NULL && strncmp(below, "logs", 4) == 0)
             snprintf(out->subresource, sizeof(out->subresource), "logs");
+        else if (ends_with(pattern, "/download"))
+            snprintf(out->subresource, sizeof(out->subresource), "download");
     } else if (strcmp(method, "POST") == 0) {
         if (!one)
             verb = "create";
-        else if (below != NULL && strcmp(below, "proxy-ticket") == 0) {
+        else if (ends_with(pattern, "/download-link")) {
+            verb = "get"; /* a link only stands for the caller in a download */
+            snprintf(out->subresource, sizeof(out->subresource), "download");
+        } else if (below != NULL && strcmp(below, "proxy-ticket") == 0) {
             verb = "create";
             snprintf(out->subresource, sizeof(out->subresource), "proxy");
         } else
@@ -726,6 +737,23 @@ int64_t api_model_version_arg(const char *s)
         v = v * 10 + (s[i] - '0');
     }
     return v;
+}
+
+void api_download_stem(const char *name, int64_t version, char *out, size_t len)
+{
+    char safe[201];
+    size_t n = 0;
+    for (const char *p = name != NULL ? name : ""; *p != '\0' && n < sizeof(safe) - 1; p++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-' || (c == '.' && n > 0);
+        safe[n++] = ok ? c : '_';
+    }
+    safe[n] = '\0';
+    if (version > 0)
+        snprintf(out, len, "%s-v%lld", n > 0 ? safe : "model", (long long)version);
+    else
+        snprintf(out, len, "%s", n > 0 ? safe : "checkpoint");
 }
 
 /* A Kubernetes object name (DNS-1123 subdomain): 1 to 253 of a-z 0-9 . -, alphanumeric ends. */

@@ -35,6 +35,7 @@ enum api_auth {
     AUTH_TRIAL, /* the trial's token */
     AUTH_ADMIN, /* a user token of an administrator */
     AUTH_TASK,  /* the task's token (its pod) */
+    AUTH_LINK,  /* as AUTH_USER, or a download link (?kdet_ticket=) signed for this path */
 };
 
 struct api_route {
@@ -77,13 +78,15 @@ int api_route_ns_seg(const char *pattern);
  * kdet.io), for the SubjectAccessReview mode (docs/security.md): GET of a
  * collection is "list", of one object "get" (its logs: subresource "logs");
  * POST to a collection "create", a proxy ticket "create" of "tasks/proxy",
+ * a download (GET .../download) and a download link (POST .../download-link)
+ * "get" of subresource "download" (models/download, checkpoints/download),
  * other POSTs (pause, kill, a new model version) and PATCH/PUT "update";
  * DELETE of an object "delete", of a part of it (a model version) "update".
  */
 struct api_authz_attrs {
     char verb[16];
     char resource[32];    /* experiments, trials, checkpoints, tasks, models, jobs */
-    char subresource[16]; /* "", "logs" or "proxy" */
+    char subresource[16]; /* "", "logs", "proxy" or "download" */
     char name[254];       /* the object's name, "" for a collection */
 };
 
@@ -249,5 +252,17 @@ int api_check_job_update(const json_t *body, struct kd_queue_update *out,
 
 /** A version number in a path: 1 to 9 digits, > 0 (0 when it is not one). Pure. */
 int64_t api_model_version_arg(const char *s);
+
+/* The query parameter of a download link (controller/api/download.c). */
+#define API_LINK_PARAM "kdet_ticket"
+
+/**
+ * The name of a download (its file, NAME.tar, and the archive's top
+ * directory) into out: `name` with every byte outside A-Z a-z 0-9 . _ -
+ * made '_', leading dots made '_', cut to 200 bytes, then "-vVERSION" when
+ * version > 0 ("checkpoint" when name is empty). Safe in a
+ * Content-Disposition's quoted filename and as a path element. Pure.
+ */
+void api_download_stem(const char *name, int64_t version, char *out, size_t len);
 
 #endif

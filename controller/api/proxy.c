@@ -62,51 +62,10 @@ struct proxied {
 
 /* ---- tickets and sessions --------------------------------------------------------------- */
 
-/* HMAC of a ticket or session: what it is for, the task (namespace, name, uid), the token that
- * made it and its user, and until when. */
-static void sign(const struct kd_api *a, const char *kind, const char *ns, const char *name,
-                 const char *uid, int64_t token_id, int64_t user_id, int64_t until, char *out)
-{
-    unsigned char mac[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    char *msg = kd_xasprintf("kdet-proxy/v1\n%s\n%s\n%s\n%s\n%lld\n%lld\n%lld", kind, ns, name, uid,
-                             (long long)token_id, (long long)user_id, (long long)until);
-    HMAC(EVP_sha256(), a->key, (int)a->keylen, (const unsigned char *)msg, strlen(msg), mac, &n);
-    api_b64url(mac, n, out);
-    OPENSSL_cleanse(mac, sizeof(mac));
-    free(msg);
-}
-
-/* "TOKEN.USER.UNTIL.MAC" for the task, into out (at least 128 bytes). */
-static void make_value(const struct kd_api *a, const char *kind, const char *ns, const char *name,
-                       const char *uid, int64_t token_id, int64_t user_id, int64_t until, char *out,
-                       size_t len)
-{
-    char mac[64];
-    sign(a, kind, ns, name, uid, token_id, user_id, until, mac);
-    snprintf(out, len, "%lld.%lld.%lld.%s", (long long)token_id, (long long)user_id,
-             (long long)until, mac);
-    OPENSSL_cleanse(mac, sizeof(mac));
-}
-
-/* Whether value is a live ticket/session of the task; *token_id and *user_id its maker. */
-static bool check_value(const struct kd_api *a, const char *kind, const char *ns, const char *name,
-                        const char *uid, const char *value, int64_t *token_id, int64_t *user_id)
-{
-    long long t, u, until;
-    char mac[128], want[64];
-    if (value == NULL || strlen(value) > 200 ||
-        sscanf(value, "%lld.%lld.%lld.%100[A-Za-z0-9_-]", &t, &u, &until, mac) != 4)
-        return false;
-    if (until < kd_wall_ms() / 1000 || t < 0 || u < 0)
-        return false;
-    sign(a, kind, ns, name, uid, t, u, until, want);
-    bool ok = strlen(mac) == strlen(want) && CRYPTO_memcmp(mac, want, strlen(want)) == 0;
-    OPENSSL_cleanse(want, sizeof(want));
-    *token_id = t;
-    *user_id = u;
-    return ok;
-}
+/* What a ticket or session of the task (namespace, name, uid) is signed for (ticket.c). */
+#define FOR_TASK(kind_, ns_, name_, uid_)                                                          \
+    (&(const struct api_ticket_for){                                                               \
+        .domain = "kdet-proxy/v1", .kind = (kind_), .ns = (ns_), .name = (name_), .uid = (uid_)})
 
 /* The value of cookie `name` in a Cookie header, into out; false when absent. */
 static bool cookie_value(const char *header, const char *name, char *out, size_t len)
@@ -224,9 +183,10 @@ void api_proxy_authorize(struct api_rq *q)
         bool have = ticket != NULL || cookie_value(cookies, COOKIE, value, sizeof(value));
         for (size_t i = 0; have && i < n && task == NULL; i++) {
             const json_t *t = json_array_get(c.found, i);
-            if (check_value(a, kind, kd_k8s_meta_str(t, "namespace") ?: "", name,
-                            kd_k8s_meta_str(t, "uid") ?: "", ticket != NULL ? ticket : value,
-                            &token_id, &user_id))
+            if (api_ticket_check(a,
+                                 FOR_TASK(kind, kd_k8s_meta_str(t, "namespace") ?: "", name,
+                                          kd_k8s_meta_str(t, "uid") ?: ""),
+                                 ticket != NULL ? ticket : value, &token_id, &user_id))
                 task = t;
         }
         int rc = task != NULL ? api_auth_session(q, token_id, user_id, &who) : KD_EUNAUTHORIZED;
@@ -274,7 +234,8 @@ void api_proxy_authorize(struct api_rq *q)
         /* Trade it for the session, then go to the same place without it. */
         char cookie[512];
         int64_t until = kd_wall_ms() / 1000 + SESSION_S;
-        make_value(a, "session", tns, name, uid, token_id, user_id, until, value, sizeof(value));
+        api_ticket_make(a, FOR_TASK("session", tns, name, uid), token_id, user_id, until, value,
+                        sizeof(value));
         snprintf(cookie, sizeof(cookie),
                  COOKIE "=%s; Path=%s%s/; Max-Age=%d; HttpOnly; SameSite=Strict%s", value,
                  API_PROXY_PREFIX, name, SESSION_S, a->tls ? "; Secure" : "");
@@ -322,8 +283,9 @@ void api_user_task_ticket(struct api_rq *q)
         goto out;
     }
     int64_t until = kd_wall_ms() / 1000 + TICKET_S;
-    make_value(q->api, "ticket", q->seg[3], q->seg[5], kd_k8s_meta_str(t, "uid") ?: "",
-               q->who->token_id, q->who->user_id, until, value, sizeof(value));
+    api_ticket_make(q->api,
+                    FOR_TASK("ticket", q->seg[3], q->seg[5], kd_k8s_meta_str(t, "uid") ?: ""),
+                    q->who->token_id, q->who->user_id, until, value, sizeof(value));
     char *url = kd_xasprintf("%s%s/?namespace=%s&" TICKET_PARAM "=%s", API_PROXY_PREFIX, q->seg[5],
                              q->seg[3], value);
     api_json(q, 200,

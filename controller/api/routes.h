@@ -56,6 +56,8 @@
     X("GET", API_NSP "trials/*/logs", AUTH_USER, 0, api_user_logs) \
     X("GET", API_NSP "trials/*/logs/stream", AUTH_USER, 0, api_user_logs_stream) \
     X("GET", API_NSP "checkpoints/*", AUTH_USER, 0, api_user_checkpoint) \
+    X("GET", API_NSP "checkpoints/*/download", AUTH_LINK, 0, api_user_checkpoint_download) \
+    X("POST", API_NSP "checkpoints/*/download-link", AUTH_USER, API_SMALL, api_user_checkpoint_download_link) \
     X("GET", API_NSP "tasks", AUTH_USER, 0, api_user_tasks) \
     X("GET", API_NSP "tasks/*", AUTH_USER, 0, api_user_task) \
     X("POST", API_NSP "tasks/*/kill", AUTH_USER, API_SMALL, api_user_task_kill) \
@@ -73,6 +75,8 @@
     X("GET", API_NSP "models/*/versions/*", AUTH_USER, 0, api_user_model_version) \
     X("PATCH", API_NSP "models/*/versions/*", AUTH_USER, API_MODEL, api_user_model_version_update) \
     X("DELETE", API_NSP "models/*/versions/*", AUTH_USER, 0, api_user_model_version_delete) \
+    X("GET", API_NSP "models/*/versions/*/download", AUTH_LINK, 0, api_user_model_download) \
+    X("POST", API_NSP "models/*/versions/*/download-link", AUTH_USER, API_SMALL, api_user_model_download_link) \
     X("GET", "api/v1/jobs", AUTH_USER, 0, api_user_jobs) \
     X("PATCH", API_NSP "jobs/*", AUTH_USER, API_SMALL, api_user_job_update) \
     X("GET", "api/v1/info", AUTH_USER, 0, api_user_info) \

@@ -211,6 +211,15 @@ out:
     return rc;
 }
 
+int kd_store_trial_lookup(struct kd_store *s, const char *uid, int64_t *id, char *err)
+{
+    int rc = check_str("uid", uid, KD_STORE_MAX_NAME, err);
+    if (rc != 0)
+        return rc;
+    const char *p[1] = {uid};
+    return exec_id(s, "trial by uid", "SELECT id FROM trials WHERE uid = $1", 1, p, true, id, err);
+}
+
 int kd_store_trial_set_state(struct kd_store *s, int64_t id, const char *state, char *err)
 {
     char b[24];

@@ -274,6 +274,8 @@ struct kd_store_trial {
 int kd_store_trial_upsert(struct kd_store *s, const struct kd_store_trial *t, int64_t *id,
                           char *err) KD_WUR;
 int kd_store_trial_set_state(struct kd_store *s, int64_t id, const char *state, char *err) KD_WUR;
+/** The id of the trial with this uid; KD_ENOTFOUND when it has no row (yet). */
+int kd_store_trial_lookup(struct kd_store *s, const char *uid, int64_t *id, char *err) KD_WUR;
 /** Raise the trial's restarts to `restarts` (the Trial's status.restarts, >= 0); a lower count
  * (a stale read) leaves the stored one. 0 or KD_E* (KD_ENOTFOUND: no such trial). */
 int kd_store_trial_set_restarts(struct kd_store *s, int64_t id, int restarts, char *err) KD_WUR;

@@ -7,7 +7,8 @@
 # in the store before the pods start. A shell worker drives the searcher
 # through the API (validations → searcher → validateAfter/closed → stop);
 # an early exit ends its trial without a restart. The store keeps a trial's
-# restarts, and an experiment deleted while it runs is DELETED there.
+# restarts, and its state changes and restarts (with their cause) as events of
+# its history; an experiment deleted while it runs is DELETED there.
 # GET /metrics passes promtool and counts what the run did; /readyz is 200.
 . "$(dirname "$0")/lib.sh"
 need_pg || exit 77
@@ -86,6 +87,16 @@ check "the searcher's first decisions too (create and validate_after of both tri
     count(*) from events e join experiments x on x.id = e.experiment_id where x.name = 'wire' and \
     e.kind = 'searcher' and e.decision in ('create', 'validate_after')")" = 4
 check "validations stored" test "$(psqlq "select count(*) from metrics where kind='validation'")" = 2
+# A trial's state changes are in its history (events of kind trial), the first before it had a row.
+history() { psqlq "select string_agg(e.decision, ' ' order by e.id) from events e join experiments x
+    on x.id = e.experiment_id where x.name = '$1' and e.kind = 'trial' and e.details->>'trial' = '$2'"; }
+check "wire-1's state changes in its history: QUEUED ACTIVE COMPLETED ($(history wire wire-1))" \
+    test "$(history wire wire-1)" = "QUEUED ACTIVE COMPLETED"
+check "... from its first attempt on with the trial's id" test "$(psqlq "select string_agg(coalesce(t.uid, '-'), ' '
+    order by e.id) from events e left join trials t on t.id = e.trial_id where e.kind = 'trial' and
+    e.details->>'trial' = 'wire-1' and e.decision <> 'QUEUED'")" = "$(field trial wire-1 '{.metadata.uid}') $(field trial wire-1 '{.metadata.uid}')"
+check "... and the states it came from" test "$(psqlq "select string_agg(coalesce(e.details->>'from', '-'), ' ' order by e.id)
+    from events e where e.kind = 'trial' and e.details->>'trial' = 'wire-1'")" = "- QUEUED ACTIVE"
 check "latestValidation value from the worker" test "$(field trial wire-2 '{.status.latestValidation.value}')" = 0.2
 check "bestValidation from the worker" test "$(field trial wire-1 '{.status.bestValidation.value}')" = 0.1
 
@@ -138,6 +149,10 @@ experiment failing '  entrypoint: sh -c "exit 3"
 check "a failing trial ends ERROR after 2 restarts" wait_for 60 trial_state_is failing-1 ERROR
 check "its 2 restarts are in the store" wait_for 10 n_is 2 psqlq \
     "select t.restarts from trials t join experiments e on e.id = t.experiment_id where e.name = 'failing'"
+check "... and in its history with their cause, then its end ($(history failing failing-1))" eval \
+    '[ "$(history failing failing-1)" = "QUEUED ACTIVE restart ACTIVE restart ACTIVE ERROR" ] &&
+     [ "$(psqlq "select count(*) from events where kind = '"'trial'"' and decision = '"'restart'"' and
+        details->>'"'trial'"' = '"'failing-1'"' and reason like '"'%exit code 3%'"'")" = 2 ]'
 # A worker that exits 0 without completing its searcher operation is not relaunched for ever:
 # each such attempt counts as a failed one, and the trial ends ERROR saying why.
 experiment quitter '  entrypoint: sh -c "exit 0"

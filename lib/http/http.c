@@ -121,6 +121,7 @@ struct stream {
     void *ctx;
     void (*free_fn)(void *);
     int fd;
+    bool sized; /* Content-Length: an early end is an error, never a short complete answer */
 };
 
 /* ---- arena ----------------------------------------------------------------- */
@@ -374,12 +375,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     struct stream *st = cls;
     for (;;) {
         if (kd_http_stopping(st->srv))
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            return st->sized ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
         ssize_t n = st->fn(st->ctx, buf, max);
         if (n > 0)
             return n;
         if (n < 0)
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            return st->sized ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
         if (peer_gone(st->fd))
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -393,10 +394,12 @@ static void stream_free(void *cls)
     free(st);
 }
 
-void kd_http_respond_stream(struct kd_http_req *r, int status, const char *content_type,
-                            kd_http_stream_fn fn, void *ctx, void (*free_fn)(void *))
+static void respond_stream(struct kd_http_req *r, int status, const char *content_type, bool sized,
+                           uint64_t length, kd_http_stream_fn fn, void *ctx,
+                           void (*free_fn)(void *))
 {
     struct stream *st = kd_xcalloc(1, sizeof(*st));
+    st->sized = sized;
     st->srv = r->srv;
     st->fn = fn;
     st->ctx = ctx;
@@ -406,9 +409,22 @@ void kd_http_respond_stream(struct kd_http_req *r, int status, const char *conte
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci != NULL)
         st->fd = ci->connect_fd;
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024,
-                                                                  stream_read, st, stream_free);
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        sized ? length : MHD_SIZE_UNKNOWN, 32 * 1024, stream_read, st, stream_free);
     set_response(r, status, content_type, resp);
+}
+
+void kd_http_respond_stream(struct kd_http_req *r, int status, const char *content_type,
+                            kd_http_stream_fn fn, void *ctx, void (*free_fn)(void *))
+{
+    respond_stream(r, status, content_type, false, 0, fn, ctx, free_fn);
+}
+
+void kd_http_respond_sized(struct kd_http_req *r, int status, const char *content_type,
+                           uint64_t length, kd_http_stream_fn fn, void *ctx,
+                           void (*free_fn)(void *))
+{
+    respond_stream(r, status, content_type, true, length, fn, ctx, free_fn);
 }
 
 /* The upgraded connection's own thread: the handler, then the close, then the count. */

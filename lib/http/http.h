@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "core/err.h"
@@ -177,6 +178,18 @@ typedef ssize_t (*kd_http_stream_fn)(void *ctx, char *buf, size_t max);
  */
 void kd_http_respond_stream(struct kd_http_req *r, int status, const char *content_type,
                             kd_http_stream_fn fn, void *ctx, void (*free_fn)(void *));
+
+/**
+ * Answer with exactly `length` bytes that fn produces (Content-Length:
+ * length; fn as for kd_http_respond_stream, called again while it gives
+ * 0). A body that cannot be whole, because fn returns -1 before `length`
+ * bytes or the server stops, is cut off and the connection closed, so the
+ * client sees a short answer, never a complete one. free_fn(ctx) runs
+ * exactly once when the answer ends, however it ends. For downloads.
+ */
+void kd_http_respond_sized(struct kd_http_req *r, int status, const char *content_type,
+                           uint64_t length, kd_http_stream_fn fn, void *ctx,
+                           void (*free_fn)(void *));
 
 /**
  * The upgraded connection's work, on a thread of its own once the 101

@@ -1173,6 +1173,32 @@ static int s3_get_mem(struct kd_storage *st, const char *key, struct kd_buf *out
     return rc;
 }
 
+/* A ranged GET into out: 206 with the range, or a 200 with the whole object when the range is
+ * all of it (a server may answer so); anything else is not the bytes asked for. */
+static int s3_get_range(struct kd_storage *st, const char *key, uint64_t off, size_t len,
+                        struct kd_buf *out, char *err)
+{
+    struct s3 *s = st->impl;
+    struct s3_req r;
+    int rc;
+    req_init(&r, "GET");
+    r.dst_buf = out;
+    snprintf(r.range, sizeof(r.range), "bytes=%llu-%llu", (unsigned long long)off,
+             (unsigned long long)(off + len - 1));
+    if ((rc = make_url(s, key, 0, NULL, &r.url)) != 0)
+        rc = kd_seterr(err, rc, "s3: URL too long for key %s", key);
+    else
+        rc = exec_one(s, &r, err);
+    if (rc == KD_ETOOBIG || (rc == 0 && r.status != 206 && !(r.status == 200 && off == 0)))
+        rc = kd_seterr(err, KD_EPROTO, "s3 GET %s: HTTP %ld to Range %s: not the bytes asked for",
+                       r.url, r.status, r.range);
+    else if (rc == KD_EPROTO && r.status == 416)
+        rc = kd_seterr(err, KD_ECORRUPT, "s3 GET %s: the object is shorter than %llu bytes", r.url,
+                       (unsigned long long)(off + len));
+    req_free(&r);
+    return rc;
+}
+
 static int s3_get_files(struct kd_storage *st, struct kd_storage_get *gets, size_t n,
                         kd_storage_progress_fn progress, void *arg, char *err)
 {
@@ -1447,6 +1473,7 @@ const struct kd_storage_ops kd_storage__s3_ops = {
     .put_mem = s3_put_mem,
     .get_files = s3_get_files,
     .get_mem = s3_get_mem,
+    .get_range = s3_get_range,
     .list = s3_list,
     .del = s3_del,
 };

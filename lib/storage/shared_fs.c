@@ -710,6 +710,44 @@ out:
     return rc;
 }
 
+static int fs_get_range(struct kd_storage *st, const char *key, uint64_t off, size_t len,
+                        struct kd_buf *out, char *err)
+{
+    char path[PATH_MAX], chunk[65536];
+    int fd = -1, rc;
+    if ((rc = fs_path(st, key, path, sizeof(path), err)) != 0)
+        goto out;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = kd_seterr(err, errno == ENOENT ? KD_ENOTFOUND : -errno, "shared_fs: open %s: %s", path,
+                       strerror(errno));
+        goto out;
+    }
+    while (out->len < len) {
+        size_t want = len - out->len < sizeof(chunk) ? len - out->len : sizeof(chunk);
+        ssize_t r = pread(fd, chunk, want, (off_t)(off + out->len));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = kd_seterr(err, -errno, "shared_fs: read %s: %s", path, strerror(errno));
+            goto out;
+        }
+        if (r == 0) {
+            rc = kd_seterr(err, KD_ECORRUPT, "shared_fs: %s is shorter than %llu bytes", path,
+                           (unsigned long long)(off + len));
+            goto out;
+        }
+        if ((rc = kd_buf_append(out, chunk, (size_t)r)) != 0) {
+            rc = kd_seterr(err, rc, "shared_fs: %s: no room for %zu bytes", path, len);
+            goto out;
+        }
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
 /* Walk dir (whose key is rel) and add every regular file. */
 static int walk(const char *dir, const char *rel, int depth, struct kd_storage_list *out, char *err)
 {
@@ -822,6 +860,7 @@ const struct kd_storage_ops kd_storage__shared_fs_ops = {
     .put_mem = fs_put_mem,
     .get_files = fs_get_files,
     .get_mem = fs_get_mem,
+    .get_range = fs_get_range,
     .list = fs_list,
     .del = fs_del,
 };

@@ -377,6 +377,25 @@ int kd_storage_get_mem(struct kd_storage *st, const char *key, struct kd_buf *ou
     return rc != 0 ? rc : st->ops->get_mem(st, key, out, err);
 }
 
+int kd_storage_get_range(struct kd_storage *st, const char *key, uint64_t off, size_t len,
+                         struct kd_buf *out, char *err)
+{
+    int rc = kd_storage__check_key(key, err);
+    if (rc != 0)
+        return rc;
+    kd_buf_reset(out);
+    if (len == 0)
+        return 0;
+    if (len > out->max)
+        return kd_seterr(err, KD_ETOOBIG, "%s: a read of %zu bytes does not fit in %zu", key, len,
+                         out->max);
+    rc = st->ops->get_range(st, key, off, len, out, err);
+    if (rc == 0 && out->len != len)
+        rc = kd_seterr(err, KD_ECORRUPT, "%s: %zu bytes at %llu read instead of %zu", key, out->len,
+                       (unsigned long long)off, len);
+    return rc;
+}
+
 int kd_storage_list(struct kd_storage *st, const char *prefix, struct kd_storage_list *out,
                     char *err)
 {

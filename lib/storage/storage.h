@@ -179,6 +179,16 @@ int kd_storage_get_files(struct kd_storage *st, struct kd_storage_get *gets, siz
 int kd_storage_get_mem(struct kd_storage *st, const char *key, struct kd_buf *out,
                        char *err) KD_WUR;
 
+/**
+ * Read len bytes of object key from byte off into out, which is reset
+ * first (out->max must allow len): one ranged GET on s3 (retried as the
+ * others), a pread on shared_fs. KD_ENOTFOUND when the object is absent,
+ * KD_ECORRUPT when it holds fewer than off + len bytes. len 0 reads
+ * nothing. Blocking.
+ */
+int kd_storage_get_range(struct kd_storage *st, const char *key, uint64_t off, size_t len,
+                         struct kd_buf *out, char *err) KD_WUR;
+
 /** One listed object. */
 struct kd_storage_obj {
     char *key; /* relative to the prefix; owned by the list */

@@ -17,6 +17,8 @@ struct kd_storage_ops {
     int (*get_files)(struct kd_storage *st, struct kd_storage_get *gets, size_t n,
                      kd_storage_progress_fn progress, void *arg, char *err);
     int (*get_mem)(struct kd_storage *st, const char *key, struct kd_buf *out, char *err);
+    int (*get_range)(struct kd_storage *st, const char *key, uint64_t off, size_t len,
+                     struct kd_buf *out, char *err);
     int (*list)(struct kd_storage *st, const char *prefix, struct kd_storage_list *out, char *err);
     int (*del)(struct kd_storage *st, const char *const *keys, size_t n, char *err);
 };

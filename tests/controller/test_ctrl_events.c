@@ -85,6 +85,64 @@ static void test_table(void **s)
     }
 }
 
+/* A trial's history entries: the same changes as its Events, with the states and the cause. */
+static const struct hrow {
+    const char *old, *patch;
+    const char *decision, *reason, *details; /* NULL decision: no entry */
+} hrows[] = {
+    {NULL, "{\"state\":\"QUEUED\",\"message\":\"waiting for 1 GPU\"}", "QUEUED",
+     "Trial (new) -> QUEUED: waiting for 1 GPU",
+     "{\"from\":null,\"to\":\"QUEUED\",\"message\":\"waiting for 1 GPU\"}"},
+    {"{\"state\":\"QUEUED\"}", "{\"state\":\"ACTIVE\",\"message\":\"\"}", "ACTIVE",
+     "Trial QUEUED -> ACTIVE", "{\"from\":\"QUEUED\",\"to\":\"ACTIVE\"}"},
+    {"{\"state\":\"ACTIVE\"}", "{\"state\":\"COMPLETED\"}", "COMPLETED",
+     "Trial ACTIVE -> COMPLETED", "{\"from\":\"ACTIVE\",\"to\":\"COMPLETED\"}"},
+    {"{\"state\":\"ACTIVE\"}", "{\"state\":\"ERROR\",\"message\":\"exit code 1: boom\"}", "ERROR",
+     "Trial ACTIVE -> ERROR: exit code 1: boom",
+     "{\"from\":\"ACTIVE\",\"to\":\"ERROR\",\"message\":\"exit code 1: boom\"}"},
+    {"{\"state\":\"ACTIVE\",\"restarts\":1}",
+     "{\"state\":\"QUEUED\",\"restarts\":2,\"message\":\"exit code 3; restart 2 of "
+     "max_restarts=5\"}",
+     "restart", "Trial restarted (restart 2): exit code 3; restart 2 of max_restarts=5",
+     "{\"from\":\"ACTIVE\",\"to\":\"QUEUED\",\"restarts\":2,\"message\":\"exit code 3; "
+     "restart 2 of max_restarts=5\"}"},
+    {"{\"state\":\"ACTIVE\",\"restarts\":0}", "{\"restarts\":1}", "restart",
+     "Trial restarted (restart 1)", "{\"from\":\"ACTIVE\",\"to\":\"ACTIVE\",\"restarts\":1}"},
+    {"{\"state\":\"ACTIVE\"}", "{\"state\":\"ACTIVE\",\"batchesTrained\":10}", NULL, NULL, NULL},
+    {"{\"state\":\"QUEUED\",\"restarts\":1}", "{\"restarts\":1}", NULL, NULL, NULL},
+    {"{\"state\":\"ACTIVE\"}", "{\"state\":\"NOT_A_STATE\"}", NULL, NULL, NULL},
+};
+
+static void test_history(void **s)
+{
+    (void)s;
+    for (size_t i = 0; i < sizeof(hrows) / sizeof(hrows[0]); i++) {
+        const struct hrow *r = &hrows[i];
+        json_t *old = r->old ? json_loads(r->old, 0, NULL) : NULL;
+        json_t *patch = json_loads(r->patch, 0, NULL);
+        struct kd_history h;
+        bool got = kd_event_history(old, patch, &h);
+        if (got != (r->decision != NULL))
+            fail_msg("row %zu (%s): entry %s, want %s", i, r->patch, got ? "made" : "none",
+                     r->decision ? "one" : "none");
+        if (got) {
+            json_t *want = json_loads(r->details, 0, NULL);
+            char *d = json_dumps(h.details, JSON_SORT_KEYS | JSON_COMPACT);
+            if (strcmp(h.decision, r->decision) != 0 || strcmp(h.reason, r->reason) != 0 ||
+                !json_equal(h.details, want))
+                fail_msg("row %zu: got %s \"%s\" %s, want %s \"%s\" %s", i, h.decision, h.reason, d,
+                         r->decision, r->reason, r->details);
+            free(d);
+            json_decref(want);
+        } else {
+            assert_null(h.details);
+        }
+        json_decref(h.details);
+        json_decref(old);
+        json_decref(patch);
+    }
+}
+
 static void test_object(void **s)
 {
     (void)s;
@@ -120,6 +178,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_history),
         cmocka_unit_test(test_object),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

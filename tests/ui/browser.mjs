@@ -3,7 +3,9 @@
 // "ok - ..." / "FAIL - ..." per check and "# browser done" at the end.
 // Usage: node browser.mjs URL TOKEN ARTIFACT_DIR CHROMIUM CHECKPOINT_UUID TASK
 // (CHECKPOINT_UUID: the checkpoint of the finished trial ui-reg-1; TASK: a running command
-// task that serves HTTP through the proxy.)
+// task that serves HTTP through the proxy.) Downloads go to ARTIFACT_DIR/downloads, which
+// browser.sh compares with what the checkpoint's worker uploaded.
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -37,8 +39,21 @@ const browser = await puppeteer.launch({
   args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
   defaultViewport: { width: 1280, height: 900 },
 });
+const downloads = path.join(art, 'downloads');
+fs.mkdirSync(downloads, { recursive: true });
+// A download is whole once its file is there and Chromium's .crdownload is gone.
+async function downloaded(name, timeout) {
+  const file = path.join(downloads, name);
+  for (let t = 0; t < timeout; t += 200) {
+    if (fs.existsSync(file) && !fs.readdirSync(downloads).some((f) => f.endsWith('.crdownload'))) return fs.statSync(file).size;
+    await sleep(200);
+  }
+  return -1;
+}
 try {
   const page = await browser.newPage();
+  const cdp = await page.createCDPSession();
+  await cdp.send('Browser.setDownloadBehavior', { behavior: 'allow', downloadPath: downloads });
   const errors = [];
   page.on('pageerror', (e) => errors.push('pageerror: ' + e.message));
   page.on('console', (m) => {
@@ -176,9 +191,25 @@ try {
   check('... the searcher\'s close, with its reason (' + JSON.stringify(hist) + ')',
     hist.some((e) => e.kind === 'searcher' && e.decision === 'close' && /max_length/.test(e.reason)));
   check('... oldest first, each with its time', inOrder(hist) && timed(hist), JSON.stringify(hist));
+  const states = hist.filter((e) => e.kind === 'trial').map((e) => e.decision);
+  check('... its state changes: QUEUED, ACTIVE, COMPLETED (' + states.join(' ') + ')', states.join(' ') === 'QUEUED ACTIVE COMPLETED');
+  check('... each saying from what to what', hist.some((e) => e.kind === 'trial' && e.decision === 'ACTIVE' && /QUEUED -> ACTIVE/.test(e.reason)) &&
+    hist.some((e) => e.kind === 'trial' && e.decision === 'COMPLETED' && /ACTIVE -> COMPLETED/.test(e.reason)));
+  check('... the close before the end', hist.findIndex((e) => e.decision === 'close') < hist.findIndex((e) => e.decision === 'COMPLETED'));
   check('... and no experiment-wide shutdown', !decisions.includes('searcher/shutdown'));
   check('the history has a heading', await page.evaluate(() => /History/.test(document.getElementById('history-title')?.textContent || '')));
   await (await page.$('#history-section')).screenshot({ path: path.join(art, 'history.png') });
+
+  // ---- "Download" on the checkpoint: a one-minute link, followed by the browser's download
+  // manager (the archive is compared with the uploaded files by browser.sh)
+  const dlc = 'button[data-action=download][data-uuid="' + ckptUuid + '"]';
+  check('the checkpoint has a Download button', await page.evaluate((s) => !!document.querySelector(s), dlc));
+  await page.click(dlc);
+  check('... which says what it downloads', await waitTrue(page, (u) =>
+    new RegExp('Downloading checkpoint ' + u + ' as ' + u + '\\.tar \\([0-9.]+ KB, 2 files\\)').test(document.getElementById('register-result').textContent), 10000, ckptUuid),
+  await page.evaluate(() => document.getElementById('register-result').textContent));
+  const csize = await downloaded(ckptUuid + '.tar', 20000);
+  check('... and the browser saves ' + ckptUuid + '.tar (' + csize + ' bytes)', csize > 70000);
 
   await page.click(reg);
   check('Register opens the form naming the checkpoint, its model field focused', await waitTrue(page, (u) =>
@@ -220,15 +251,98 @@ try {
     const e = r.querySelector('.col-experiment a');
     return { uuid: r.querySelector('.col-checkpoint').textContent, trial: t && t.getAttribute('href'), exp: e && e.getAttribute('href'),
       batches: r.querySelector('.col-batches').textContent, metrics: r.querySelector('.col-metrics').textContent,
-      dl: r.querySelector('.col-download').textContent };
+      dl: r.querySelector('.col-actions button[data-action=download]')?.title,
+      cli: document.getElementById('versions-cli').textContent };
   });
   check('version 1: its checkpoint uuid', v1 && v1.uuid.includes(ckptUuid), JSON.stringify(v1));
   check('... the trial it came from, linked (' + (v1 && v1.trial) + ')', v1 && v1.trial === '#/ns/default/trials/ui-reg-1');
   check('... its experiment, linked', v1 && v1.exp === '#/ns/default/experiments/ui-reg');
   check('... batches 10 and the validation captured at registration', v1 && v1.batches === '10' && /validation_loss=0\.25/.test(v1.metrics));
-  check('... and how to download it', v1 && v1.dl === 'det model download ui-model:1');
+  check('... and how to download it: a button, and the det command in its title and under the table',
+    v1 && v1.dl === 'Save ui-model-v1.tar; det model download ui-model:1 restores the same files' &&
+    /det model download ui-model:VERSION restores the same files/.test(v1.cli), v1 && v1.dl);
+  await page.click('#versions tr[data-version="1"] button[data-action=download]');
+  check('"Download" on version 1 says what it downloads', await waitTrue(page, () =>
+    /Downloading version 1 of model ui-model as ui-model-v1\.tar \([0-9.]+ KB, 2 files\)/.test(document.getElementById('model-said').textContent), 10000),
+  await page.evaluate(() => document.getElementById('model-said').textContent));
+  const vsize = await downloaded('ui-model-v1.tar', 20000);
+  check('... and the browser saves ui-model-v1.tar (' + vsize + ' bytes)', vsize > 70000);
+
+  // ---- editing ui-model from its page: labels and metadata, version 2's name, comment and
+  // labels (browser.sh checks them with det model describe); the API's refusals shown
+  const apiJson = (p) => page.evaluate(async (q) => {
+    const r = await fetch('api/v1/namespaces/default/' + q, { headers: { Authorization: 'Bearer ' + sessionStorage.getItem('kdet.token') } });
+    return r.json();
+  }, p);
+  const saidText = () => page.evaluate(() => document.getElementById('model-said').textContent);
+  const setField = (sel, v) => page.$eval(sel, (el, x) => { el.removeAttribute('maxlength'); el.value = x; }, v);
+  await page.click('#model-edit');
+  check('"Edit": description, labels and metadata, each labelled', await waitTrue(page, () =>
+    !document.getElementById('model-edit-form').hidden && ['model-desc', 'model-labels', 'model-metadata']
+      .every((id) => document.getElementById(id) && document.querySelector('label[for=' + id + ']')), 3000));
+  check('... the metadata shown as JSON', await page.$eval('#model-metadata', (t) => JSON.stringify(JSON.parse(t.value)) === '{}'));
+  await setField('#model-labels', 'vision, ' + 'x'.repeat(200));
+  await page.click('#model-desc-save');
+  check('a label too long: the API\'s 400 naming labels[1], the form stays open', await waitTrue(page, () =>
+    /400: labels\[1\]/.test(document.querySelector('#model-said [role=alert]')?.textContent || '') &&
+    !document.getElementById('model-edit-form').hidden, 10000), await saidText());
+  await setField('#model-labels', 'vision, prod');
+  await setField('#model-metadata', '{"framework": "torch",');
+  await page.click('#model-desc-save');
+  check('metadata that is not JSON: said, naming metadata, nothing sent', await waitTrue(page, () =>
+    /metadata: not JSON/.test(document.querySelector('#model-said [role=alert]')?.textContent || ''), 5000), await saidText());
+  await setField('#model-metadata', '[1, 2]');
+  await page.click('#model-desc-save');
+  check('metadata that is not an object: the API\'s 400 naming metadata', await waitTrue(page, () =>
+    /400: metadata/.test(document.querySelector('#model-said [role=alert]')?.textContent || ''), 10000), await saidText());
+  const unchanged = await apiJson('models/ui-model');
+  check('... nothing was changed by the refusals', JSON.stringify(unchanged.model.labels || []) === '[]' &&
+    JSON.stringify(unchanged.model.metadata || {}) === '{}', JSON.stringify(unchanged.model));
+  await setField('#model-metadata', '{"framework": "torch", "layers": 3}');
+  await page.click('#model-desc-save');
+  check('Save: the labels and the metadata (only what changed is sent)', await waitTrue(page, () =>
+    /Saved the labels, metadata of model ui-model/.test(document.getElementById('model-said').textContent) &&
+    document.getElementById('model-edit-form').hidden, 10000), await saidText());
+  check('... shown on the page', await waitTrue(page, () => {
+    const t = document.getElementById('model-summary').textContent;
+    return /Labels\s*visionprod/.test(t) && /"framework":"torch"/.test(t) && /"layers":3/.test(t);
+  }, 10000), await page.evaluate(() => document.getElementById('model-summary').textContent));
+  const changed = await apiJson('models/ui-model');
+  check('... and by the API', JSON.stringify(changed.model.labels) === '["vision","prod"]' && changed.model.metadata.layers === 3,
+    JSON.stringify(changed.model));
+  await page.click('#versions tr[data-version="2"] button[data-action=edit-version]');
+  check('a version\'s "Edit": its name, comment and labels, labelled, the name focused', await waitTrue(page, () =>
+    !document.getElementById('version-edit-form').hidden && document.activeElement?.id === 'version-name' &&
+    /Version 2 of model ui-model/.test(document.getElementById('version-edit-what').textContent) &&
+    ['version-name', 'version-comment', 'version-labels'].every((id) => document.querySelector('label[for=' + id + ']')), 3000));
+  await setField('#version-name', 'n'.repeat(300));
+  await page.click('#version-save');
+  check('a name too long: the API\'s 400 naming name', await waitTrue(page, () =>
+    /400: name/.test(document.querySelector('#model-said [role=alert]')?.textContent || '') &&
+    !document.getElementById('version-edit-form').hidden, 10000), await saidText());
+  await setField('#version-name', 'best');
+  await setField('#version-comment', 'the one to ship');
+  await setField('#version-labels', ' candidate ,');
+  await page.click('#version-save');
+  check('Save: version 2\'s name, comment and labels', await waitTrue(page, () =>
+    /Saved the name, comment, labels of version 2 of model ui-model/.test(document.getElementById('model-said').textContent) &&
+    document.getElementById('version-edit-form').hidden, 10000), await saidText());
+  check('... shown in its row (name, labels and comment columns appear)', await waitTrue(page, () => {
+    const r = document.querySelector('#versions tr[data-version="2"]');
+    return r && r.querySelector('.col-name')?.textContent === 'best' && r.querySelector('.col-comment')?.textContent === 'the one to ship' &&
+      r.querySelector('.col-labels')?.textContent === 'candidate';
+  }, 10000));
+  const v2 = await apiJson('models/ui-model/versions/2');
+  check('... and by the API', v2.version.name === 'best' && v2.version.comment === 'the one to ship' &&
+    JSON.stringify(v2.version.labels) === '["candidate"]', JSON.stringify(v2.version));
+  await page.click('#versions tr[data-version="1"] button[data-action=edit-version]');
+  await page.waitForFunction(() => document.activeElement?.id === 'version-name', { timeout: 3000 });
+  await (await page.$('#version-edit-form')).screenshot({ path: path.join(art, 'version-edit.png') });
+  await page.click('#version-cancel');
+  check('Cancel closes the version\'s form', await page.evaluate(() => document.getElementById('version-edit-form').hidden));
   check('the model\'s owner and version count', await page.evaluate(() =>
     /Versions\s*2/.test(document.getElementById('model-summary').textContent)));
+  await page.$eval('#versions', (b) => { b.scrollLeft = 0; }); /* the edits scrolled it to their buttons */
   await page.screenshot({ path: path.join(art, 'model.png'), fullPage: true });
   await page.click('#versions tr[data-version="1"] .col-trial a');
   check('the version\'s trial link opens the trial\'s page', await waitTrue(page, () =>
@@ -270,7 +384,7 @@ try {
     !document.getElementById('model-actions').hidden && document.querySelectorAll('#versions tbody tr').length === 2, 10000));
   check('... its description', (await descOf()) === 'first words', await descOf());
   await page.click('#model-edit');
-  check('"Edit description": the form, holding the description, focused', await waitTrue(page, () =>
+  check('"Edit": the form, holding the description, focused', await waitTrue(page, () =>
     !document.getElementById('model-edit-form').hidden && document.activeElement?.id === 'model-desc' &&
     document.getElementById('model-desc').value === 'first words', 3000));
   check('... its field has a label', await page.evaluate(() => !!document.querySelector('label[for=model-desc]')));
@@ -426,9 +540,9 @@ try {
   check('"Show ended tasks": it is TERMINATED, Killed', await waitTrue(page, (s) =>
     document.querySelector(s)?.dataset.state === 'TERMINATED' && /Killed/.test(document.querySelector(s).textContent), 10000, trow));
 
-  // ---- a live trial's history while its page is open: ui-exp-2 has no recorded event yet
-  // (the grid's decisions are all made at the start); killed through the API, its early_exit
-  // event (recorded with the trial's id) shows up with the reason, by the page's polling
+  // ---- a live trial's history while its page is open: ui-exp-2's state changes so far
+  // (QUEUED, ACTIVE); killed through the API, its early_exit event (recorded with the trial's
+  // id) and the end of its state show up, by the page's polling
   await page.evaluate(() => { location.hash = '#/ns/default/trials/ui-exp-2'; });
   check('a running trial\'s page: its history drawn', await waitTrue(page, () =>
     document.querySelector('main[data-page=trial]') && /ui-exp-2/.test(document.querySelector('h1').textContent) &&
@@ -449,6 +563,12 @@ try {
     hAfter.length > hBefore.length && inOrder(hAfter) && timed(hAfter) &&
     JSON.stringify(hAfter.slice(0, hBefore.length)) === JSON.stringify(hBefore), JSON.stringify(hAfter));
   check('... each event once', new Set(hAfter.map((e) => e.id)).size === hAfter.length);
+  check('... its states before the kill: QUEUED, ACTIVE (' + hBefore.map((e) => e.decision).join(' ') + ')',
+    hBefore.filter((e) => e.kind === 'trial').map((e) => e.decision).join(' ') === 'QUEUED ACTIVE');
+  check('... and after it, a state it ended in', await waitTrue(page, () =>
+    Array.from(document.querySelectorAll('#history tbody tr')).some((r) => r.dataset.kind === 'trial' &&
+      /^(CANCELED|ERROR|COMPLETED)$/.test(r.dataset.decision) && r.querySelector('.state')), 20000),
+  await page.evaluate(() => document.getElementById('history').textContent.slice(0, 600)));
 
   // ---- the profiler: ui-act-1's worker posted system samples and timings (browser.sh); the
   // page draws one chart per group that has numbers, compared with what the API returns

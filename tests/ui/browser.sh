@@ -6,7 +6,8 @@
 # a finished experiment whose trial saved a checkpoint (registered as a model version from
 # its page), and a command task that serves HTTP through the proxy (opened and killed from
 # the tasks page), and a CPU-only experiment whose worker posts profiler samples (charted on
-# its trial's page; the experiment paused, activated, archived from its page).
+# its trial's page; the experiment paused, activated, archived from its page). The checkpoint
+# is downloaded from the model's and the trial's pages and compared here with what was uploaded.
 # tests/ui/browser.mjs does the browser's part (login, pages, live curves, logs, keyboard,
 # models: registering, editing, archiving, deleting; a trial's history; tasks)
 # and saves screenshots in $KD_BUILD/tests/artifacts/test_ui_browser.
@@ -65,13 +66,15 @@ while not os.path.exists(stop) and time.time() - t0 < 600:
 print("worker done at step %d" % step, flush=True)
 W
 # A trial that saves one checkpoint and ends (COMPLETED), for registering it as a model
-# version from its page: it follows the searcher (one validate_after of 10 batches, then
-# stop), reports a validation and a checkpoint at 10 batches as libdtrain would.
+# version from its page and downloading it: it follows the searcher (one validate_after of 10
+# batches, then stop), writes two files and uploads them with dtrain ckpt upload (to the
+# experiment's checkpoint_storage, as libdtrain would), reports a validation and the checkpoint.
 cat >"$T/ckpt_worker.py" <<'W'
-import json, os, sys, urllib.request
+import json, os, subprocess, sys, urllib.request
 url = os.environ["KDET_CONTROLLER_URL"].rstrip("/")
 base = url + "/api/v1/namespaces/%s/trials/%s" % (os.environ.get("KDET_NAMESPACE", "default"),
                                                    os.environ["KDET_TRIAL_ID"].split("/")[-1])
+storage, uuid_file, dtrain, work = sys.argv[1:5]
 def call(method, path, body=None):
     req = urllib.request.Request(base + path, method=method, data=json.dumps(body).encode() if body is not None else None,
                                  headers={"Authorization": "Bearer " + os.environ["KDET_TOKEN"], "Content-Type": "application/json"})
@@ -85,15 +88,22 @@ while True:
         continue
     n = op["length"]
     uuid = open("/proc/sys/kernel/random/uuid").read().strip()
+    d = os.path.join(work, uuid)
+    os.makedirs(os.path.join(d, "sub"))
+    with open(os.path.join(d, "model.bin"), "wb") as f:
+        f.write(bytes((i * 37 + 11) % 256 for i in range(70000)))
+    with open(os.path.join(d, "sub", "opt.txt"), "w") as f:
+        f.write("optimizer state at %d batches\n" % n)
+    subprocess.run([dtrain, "ckpt", "upload", d, "--uuid", uuid, "--quiet"], check=True)
     call("POST", "/metrics", {"kind": "validation", "key": "v-%d" % n, "rows": [{"batches": n, "metrics": {"validation_loss": 0.25}}]})
-    call("POST", "/checkpoints", {"uuid": uuid, "batches": n, "storage_path": sys.argv[1] + "/" + uuid, "size": 16})
-    with open(sys.argv[2], "w") as f:
+    call("POST", "/checkpoints", {"uuid": uuid, "batches": n, "storage_path": storage + "/" + uuid, "size": 70031})
+    with open(uuid_file, "w") as f:
         f.write(uuid + "\n")
     print("checkpoint %s at %d batches" % (uuid, n), flush=True)
     done = n
 W
-mkdir -p "$T/ckpt"
-experiment ui-reg "  entrypoint: $PY $T/ckpt_worker.py $T/ckpt $T/ckpt-uuid
+mkdir -p "$T/ckpt" "$T/w"
+experiment ui-reg "  entrypoint: $PY $T/ckpt_worker.py $T/ckpt $T/ckpt-uuid $KD_BUILD/bin/dtrain $T/w
   hyperparameters: {}
   searcher: {name: single, metric: validation_loss, max_length: {batches: 10}}
   checkpoint_storage: {type: shared_fs, host_path: $T/ckpt}
@@ -213,7 +223,20 @@ check "the task killed from the page ended Killed" wait_for 30 eval \
 check "det model describe ui-model: versions 1 and 2, both the checkpoint of ui-reg-1" eval \
     "jq -e --arg u '$CKPT_UUID' '[.versions[] | [.version, .checkpoint_uuid, .experiment]] == [[1, \$u, \"ui-reg\"], [2, \$u, \"ui-reg\"]]' '$T/model.json' >/dev/null"
 check "the refused name made no model" eval "[ \"\$('$DET' model list --json | jq -r '[.[].name] | join(\" \")')\" = ui-model ]"
-for f in login experiments experiment hparams trial history jobs checkpoints models model model-edit tasks profiler experiment-actions; do
+check "det model describe ui-model: the labels and metadata set from its page" eval \
+    "jq -e '.model.labels == [\"vision\", \"prod\"] and .model.metadata == {\"framework\": \"torch\", \"layers\": 3}' '$T/model.json' >/dev/null"
+check "... and version 2's name, comment and labels" eval \
+    "jq -e '.versions[1] | .name == \"best\" and .comment == \"the one to ship\" and .labels == [\"candidate\"]' '$T/model.json' >/dev/null"
+# The archives the page downloaded (Chromium saved them into $ART/downloads): the files the
+# worker uploaded, byte for byte, under the archive's top directory.
+dl_same() { # dl_same TAR TOP: the archive holds exactly model.bin and sub/opt.txt of the checkpoint
+    rm -rf "$T/x" && mkdir -p "$T/x" && tar -xf "$1" -C "$T/x" &&
+        [ "$(cd "$T/x" && find . -type f | sort | tr '\n' ' ')" = "./$2/model.bin ./$2/sub/opt.txt " ] &&
+        cmp "$T/x/$2/model.bin" "$T/w/$CKPT_UUID/model.bin" && cmp "$T/x/$2/sub/opt.txt" "$T/w/$CKPT_UUID/sub/opt.txt"
+}
+check "the model page's Download: ui-model-v1.tar, the checkpoint's files byte for byte" dl_same "$ART/downloads/ui-model-v1.tar" ui-model-v1
+check "the trial page's Download: $CKPT_UUID.tar, likewise" dl_same "$ART/downloads/$CKPT_UUID.tar" "$CKPT_UUID"
+for f in login experiments experiment hparams trial history jobs checkpoints models model model-edit version-edit tasks profiler experiment-actions; do
     check "screenshot $f.png saved" test -s "$ART/$f.png"
 done
 

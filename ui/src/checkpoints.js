@@ -1,23 +1,14 @@
 // A trial's checkpoints on its page (GET .../trials/{t}/checkpoints: uuid, batches, state,
-// size, when, whether a model version keeps it) and "Register" on each ACTIVE one: a form
+// size, when, whether a model version keeps it), "Download" on each ACTIVE one (a tar archive
+// through a one-minute link, download.js) and "Register" on each ACTIVE one: a form
 // under the table takes an existing model (a list of the namespace's models to pick from)
 // or a new name; a new one is made first (POST .../models), then the checkpoint becomes its
 // next version (POST .../models/{m}/versions), as `det model create` and
 // `det model register-version` do. The result, or the API's refusal, is said under the form.
 import { api, ns as nsPath } from './api.js';
-import { h, clear, fmtTime, alertText } from './dom.js';
+import { h, clear, fmtTime, fmtBytes, alertText } from './dom.js';
 import { modelHash } from './models.js';
-
-function fmtBytes(n) {
-  if (typeof n !== 'number' || !isFinite(n) || n < 0) return '—';
-  const u = ['B', 'KB', 'MB', 'GB', 'TB'];
-  let i = 0;
-  while (n >= 1000 && i < u.length - 1) {
-    n /= 1000;
-    i++;
-  }
-  return (i ? n.toPrecision(3) : String(n)) + ' ' + u[i];
-}
+import { download } from './download.js';
 
 export function checkpointsSection(ctx, ns, trial, signal) {
   const base = nsPath(ns);
@@ -91,6 +82,12 @@ export function checkpointsSection(ctx, ns, trial, signal) {
     }
   }
 
+  function fetchIt(c, btn) {
+    download(base + 'checkpoints/' + encodeURIComponent(c.uuid) + '/download-link', btn, 'checkpoint ' + c.uuid,
+      (msg, err) => clear(result).append(err ? alertText(msg) : msg), signal)
+      .catch((e) => { if (!signal.aborted) ctx.fail(e); });
+  }
+
   function draw(list) {
     if (!list.length) {
       clear(box).append(h('p', { class: 'muted empty' }, 'No checkpoints yet.'));
@@ -106,9 +103,11 @@ export function checkpointsSection(ctx, ns, trial, signal) {
         h('td', {}, fmtBytes(c.size_bytes)),
         h('td', {}, fmtTime(c.reported_at)),
         h('td', {}, c.protected ? 'yes' : ''),
-        h('td', {}, c.state === 'ACTIVE'
-          ? h('button', { type: 'button', class: 'small', dataset: { uuid: c.uuid, action: 'register' },
-            'aria-label': 'Register checkpoint ' + c.uuid + ' in a model', onclick: () => open(c) }, 'Register')
+        h('td', { class: 'actions' }, c.state === 'ACTIVE'
+          ? [h('button', { type: 'button', class: 'small', dataset: { uuid: c.uuid, action: 'download' },
+            'aria-label': 'Download checkpoint ' + c.uuid + ' as a tar archive', onclick: (ev) => fetchIt(c, ev.currentTarget) }, 'Download'), ' ',
+          h('button', { type: 'button', class: 'small', dataset: { uuid: c.uuid, action: 'register' },
+            'aria-label': 'Register checkpoint ' + c.uuid + ' in a model', onclick: () => open(c) }, 'Register')]
           : ''))))));
   }
 

@@ -44,6 +44,18 @@ export function fmtNumber(v) {
   return String(Number(v.toPrecision(4)));
 }
 
+// A byte count as "950 B", "12.3 MB", "1.20 GB"; '—' when unknown.
+export function fmtBytes(n) {
+  if (typeof n !== 'number' || !isFinite(n) || n < 0) return '—';
+  const u = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let i = 0;
+  while (n >= 1000 && i < u.length - 1) {
+    n /= 1000;
+    i++;
+  }
+  return (i ? n.toPrecision(3) : String(n)) + ' ' + u[i];
+}
+
 export function fmtProgress(p) {
   return typeof p === 'number' && isFinite(p) ? Math.round(p * 100) + '%' : '—';
 }

@@ -2,14 +2,16 @@
 // description, labels, versions, owner, last change; a filter box and sortable columns,
 // archived ones on request; refreshed every 10 s) and one model (GET .../models/{m}: its
 // fields and its versions, each with its checkpoint, the experiment and trial it came from
-// (linked), batches, the validation metrics captured at registration, and the det command
-// that downloads it: the API has no download route, det reads the checkpoint storage).
-// The model's page also edits it: its description (PATCH .../models/{m} {"description"}),
-// archived or not (PATCH {"archived"}), deleting it (DELETE .../models/{m}) or one version
-// (DELETE .../models/{m}/versions/{v}), each deletion after a confirm(); a refusal is shown
-// as the API words it.
+// (linked), batches, the validation metrics captured at registration, and "Download" (the
+// det command that restores the same files is said under the table and in the button's title).
+// The model's page also edits it: its description, labels and metadata (PATCH
+// .../models/{m} with the fields changed), archived or not (PATCH {"archived"}), each
+// version's name, comment and labels (PATCH .../models/{m}/versions/{v}), deleting the model
+// (DELETE .../models/{m}) or one version (DELETE .../models/{m}/versions/{v}), each deletion
+// after a confirm(); a refusal is shown as the API words it (e.g. "400: labels[1]: ...").
 import { api, ns as nsPath } from './api.js';
 import { h, clear, fmtTime, metricsText, sortableTable, alertText } from './dom.js';
+import { download } from './download.js';
 
 const LIST_LIMIT = 1000; // the API's most per request
 
@@ -17,6 +19,9 @@ const state = { sort: 'name', dir: 'asc', filter: '' };
 const vstate = { sort: 'version', dir: 'desc' };
 
 const labelsOf = (x) => (Array.isArray(x && x.labels) ? x.labels.map(String) : []);
+// A labels field: comma-separated, blanks around each dropped, empty ones left out.
+const parseLabels = (text) => text.split(',').map((l) => l.trim()).filter((l) => l !== '');
+const sameList = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
 const labelList = (x) => labelsOf(x).map((l) => h('span', { class: 'label' }, l));
 export const modelHash = (ns, name) => '#/ns/' + encodeURIComponent(ns) + '/models/' + encodeURIComponent(name);
 
@@ -118,26 +123,52 @@ export function modelPage(ctx, ns, name) {
   const box = h('div', { class: 'table-box', id: 'versions' });
   const status = h('p', { class: 'muted', role: 'status', 'aria-live': 'polite' }, 'Loading…');
   const title = h('h1', {}, 'Model ', name);
+  const cli = h('p', { class: 'muted', id: 'versions-cli' }, '"Download" saves a version\'s checkpoint as a tar archive; ',
+    h('code', { class: 'cmd' }, 'det model download ' + name + ':VERSION'), ' restores the same files into a directory.');
   const mpath = nsPath(ns) + 'models/' + encodeURIComponent(name);
   const listHash = '#/ns/' + encodeURIComponent(ns) + '/models';
   const said = h('p', { id: 'model-said', role: 'status', 'aria-live': 'polite' });
   const desc = h('textarea', { id: 'model-desc', rows: '3', cols: '60', maxlength: '4096' });
+  const labelsIn = h('input', { id: 'model-labels', type: 'text', autocomplete: 'off', 'aria-describedby': 'model-labels-help' });
+  const meta = h('textarea', { id: 'model-metadata', rows: '4', cols: '60', spellcheck: 'false', 'aria-describedby': 'model-metadata-help' });
   const editForm = h('form', { id: 'model-edit-form', class: 'edit', hidden: true,
-    onsubmit: (ev) => { ev.preventDefault(); guarded(saveDescription()); } },
+    onsubmit: (ev) => { ev.preventDefault(); guarded(saveModel()); } },
     h('label', { for: 'model-desc' }, 'Description'), h('br'), desc, h('br'),
+    h('label', { for: 'model-labels' }, 'Labels'), h('br'), labelsIn,
+    h('span', { id: 'model-labels-help', class: 'muted' }, ' comma-separated'), h('br'),
+    h('label', { for: 'model-metadata' }, 'Metadata'), h('br'), meta,
+    h('span', { id: 'model-metadata-help', class: 'muted' }, ' a JSON object'), h('br'),
     h('button', { type: 'submit', id: 'model-desc-save' }, 'Save'), ' ',
     h('button', { type: 'button', id: 'model-desc-cancel', onclick: () => { editForm.hidden = true; editBtn.focus(); } }, 'Cancel'));
+  const metaText = (m) => JSON.stringify(m && typeof m === 'object' ? m : {}, null, 2);
   const editBtn = h('button', { type: 'button', id: 'model-edit', onclick: () => {
     desc.value = model.description || '';
+    labelsIn.value = labelsOf(model).join(', ');
+    meta.value = metaText(model.metadata);
     editForm.hidden = false;
     desc.focus();
-  } }, 'Edit description');
+  } }, 'Edit');
+  // A version's name, comment and labels, in a form under the versions.
+  let editing = 0;
+  const vwhat = h('span', { id: 'version-edit-what' });
+  const vname = h('input', { id: 'version-name', type: 'text', autocomplete: 'off', maxlength: '256' });
+  const vcomment = h('textarea', { id: 'version-comment', rows: '2', cols: '60', maxlength: '4096' });
+  const vlabels = h('input', { id: 'version-labels', type: 'text', autocomplete: 'off', 'aria-describedby': 'version-labels-help' });
+  const vform = h('form', { id: 'version-edit-form', class: 'edit', hidden: true,
+    onsubmit: (ev) => { ev.preventDefault(); guarded(saveVersion()); } },
+    h('fieldset', {}, h('legend', {}, vwhat),
+      h('label', { for: 'version-name' }, 'Name'), h('br'), vname, h('br'),
+      h('label', { for: 'version-comment' }, 'Comment'), h('br'), vcomment, h('br'),
+      h('label', { for: 'version-labels' }, 'Labels'), h('br'), vlabels,
+      h('span', { id: 'version-labels-help', class: 'muted' }, ' comma-separated'), h('br'),
+      h('button', { type: 'submit', id: 'version-save' }, 'Save'), ' ',
+      h('button', { type: 'button', id: 'version-cancel', onclick: () => { vform.hidden = true; editing = 0; } }, 'Cancel')));
   const archiveBtn = h('button', { type: 'button', id: 'model-archive', onclick: () => guarded(setArchived(!model.archived)) }, 'Archive');
   const deleteBtn = h('button', { type: 'button', id: 'model-delete', class: 'danger', onclick: () => guarded(deleteModel()) }, 'Delete model');
   const actions = h('div', { class: 'toolbar', id: 'model-actions', hidden: true }, editBtn, archiveBtn, deleteBtn);
   clear(ctx.main).append(
     h('p', { class: 'crumbs' }, h('a', { href: listHash }, 'Models'), ' / ', name),
-    title, summary, actions, editForm, said, h('h2', {}, 'Versions'), box, status);
+    title, summary, actions, editForm, said, h('h2', {}, 'Versions'), box, cli, vform, status);
   ctx.main.dataset.page = 'model';
   let seen = '';
   let versions = [];
@@ -164,12 +195,68 @@ export function modelPage(ctx, ns, name) {
     seen = '';
     await load();
   }
-  async function saveDescription() {
-    if (await change('change the description of model ' + name, 'PATCH', mpath, { description: desc.value })) {
+  // Only what changed goes to the API, so that a field someone else changed meanwhile stays.
+  async function saveModel() {
+    const body = {};
+    if (desc.value !== (model.description || '')) body.description = desc.value;
+    const labels = parseLabels(labelsIn.value);
+    if (!sameList(labels, labelsOf(model))) body.labels = labels;
+    if (meta.value.trim() !== metaText(model.metadata).trim()) {
+      try {
+        body.metadata = JSON.parse(meta.value.trim() === '' ? '{}' : meta.value);
+      } catch (e) {
+        tell('Cannot change model ' + name + ': metadata: not JSON (' + e.message + ')', true);
+        meta.focus();
+        return;
+      }
+    }
+    const what = Object.keys(body);
+    if (!what.length) {
       editForm.hidden = true;
-      tell('Saved the description of model ' + name + '.');
+      tell('Nothing changed in model ' + name + '.');
+      return;
+    }
+    if (await change('change the ' + what.join(', ') + ' of model ' + name, 'PATCH', mpath, body)) {
+      editForm.hidden = true;
+      tell('Saved the ' + what.join(', ') + ' of model ' + name + '.');
       await refresh();
     }
+  }
+  function editVersion(v) {
+    editing = v.version;
+    vwhat.textContent = 'Version ' + v.version + ' of model ' + name;
+    vname.value = v.name || '';
+    vcomment.value = v.comment || '';
+    vlabels.value = labelsOf(v).join(', ');
+    clear(said);
+    vform.hidden = false;
+    vname.focus();
+  }
+  async function saveVersion() {
+    const v = versions.find((x) => x.version === editing);
+    if (!v) return;
+    const body = {};
+    if (vname.value !== (v.name || '')) body.name = vname.value;
+    if (vcomment.value !== (v.comment || '')) body.comment = vcomment.value;
+    const labels = parseLabels(vlabels.value);
+    if (!sameList(labels, labelsOf(v))) body.labels = labels;
+    const what = Object.keys(body);
+    const which = 'version ' + v.version + ' of model ' + name;
+    if (!what.length) {
+      vform.hidden = true;
+      tell('Nothing changed in ' + which + '.');
+      return;
+    }
+    if (await change('change the ' + what.join(', ') + ' of ' + which, 'PATCH', mpath + '/versions/' + encodeURIComponent(String(v.version)), body)) {
+      vform.hidden = true;
+      editing = 0;
+      tell('Saved the ' + what.join(', ') + ' of ' + which + '.');
+      await refresh();
+    }
+  }
+  async function downloadVersion(v, btn) {
+    await download(mpath + '/versions/' + encodeURIComponent(String(v)) + '/download-link', btn, 'version ' + v + ' of model ' + name,
+      (msg, err) => tell(msg, err), ac.signal);
   }
   async function setArchived(on) {
     if (await change((on ? 'archive' : 'unarchive') + ' model ' + name, 'PATCH', mpath, { archived: on })) {
@@ -191,6 +278,8 @@ export function modelPage(ctx, ns, name) {
     }
   }
   const guarded = (p) => p.catch((e) => { if (!ac.signal.aborted) ctx.fail(e); });
+  /* the API's name for a version's archive (controller/api/check.c, api_download_stem) */
+  const dlName = (v) => name.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\./, '_') + '-v' + v + '.tar';
 
   const cols = [
     { key: 'version', label: 'Version', value: (v) => v.version, cell: (v) => String(v.version) },
@@ -214,12 +303,18 @@ export function modelPage(ctx, ns, name) {
     { key: 'labels', label: 'Labels', value: (v) => labelsOf(v).join(','), cell: labelList },
     { key: 'comment', label: 'Comment', value: (v) => v.comment || '', cell: (v) => v.comment || '' },
     { key: 'created', label: 'Created', value: (v) => v.created_at || '', cell: (v) => fmtTime(v.created_at) },
-    { key: 'download', label: 'Download', value: () => '',
-      cell: (v) => h('code', { class: 'cmd', title: 'det restores the checkpoint\'s files from the experiment\'s checkpoint storage' },
-        'det model download ' + name + ':' + v.version) },
     { key: 'actions', label: 'Actions', value: () => '',
-      cell: (v) => h('button', { type: 'button', class: 'small danger', dataset: { action: 'delete-version', version: String(v.version) },
-        'aria-label': 'Delete version ' + v.version + ' of model ' + name, onclick: () => guarded(deleteVersion(v.version)) }, 'Delete') },
+      cell: (v) => h('span', { class: 'actions' },
+        v.checkpoint_state === 'ACTIVE'
+          ? [h('button', { type: 'button', class: 'small', dataset: { action: 'download', version: String(v.version) },
+            title: 'Save ' + dlName(v.version) + '; det model download ' + name + ':' + v.version + ' restores the same files',
+            'aria-label': 'Download version ' + v.version + ' of model ' + name + ' as a tar archive',
+            onclick: (ev) => guarded(downloadVersion(v.version, ev.currentTarget)) }, 'Download'), ' ']
+          : null,
+        h('button', { type: 'button', class: 'small', dataset: { action: 'edit-version', version: String(v.version) },
+          'aria-label': 'Edit the name, comment and labels of version ' + v.version + ' of model ' + name, onclick: () => editVersion(v) }, 'Edit'), ' ',
+        h('button', { type: 'button', class: 'small danger', dataset: { action: 'delete-version', version: String(v.version) },
+          'aria-label': 'Delete version ' + v.version + ' of model ' + name, onclick: () => guarded(deleteVersion(v.version)) }, 'Delete')) },
   ];
 
   function drawSummary(m) {

@@ -5,7 +5,9 @@
 // (checkpoints.js); its history: the experiment's events (GET .../experiments/{e}/events,
 // polled with after=) that concern this trial, oldest first: the searcher's decisions
 // (matched by the trial's request id, as the searcher records them without a trial id) and
-// the trial's own events (matched by its store id), each with its time, kind and reason;
+// the trial's own events: its state changes and restarts (with their cause) and early exits
+// (matched by its store id, or by its request id before it had one), each with its time,
+// kind and reason;
 // its profiler: system metrics and per-phase timings, one small chart per group
 // (profiler.js), polled while the trial has not ended.
 import { api, follow, ns as nsPath } from './api.js';
@@ -41,7 +43,7 @@ export function trialPage(ctx, ns, name) {
     ckpts.el,
     h('section', { id: 'history-section', 'aria-labelledby': 'history-title' },
       h('h2', { id: 'history-title' }, 'History'),
-      h('p', { class: 'muted' }, 'The searcher\'s decisions about this trial and what happened to it, oldest first.'),
+      h('p', { class: 'muted' }, 'The searcher\'s decisions about this trial and what happened to it (its states, restarts and early exits), oldest first.'),
       historyBox),
     h('h2', {}, 'Logs ', logStatus),
     h('div', { class: 'toolbar' },
@@ -117,7 +119,7 @@ export function trialPage(ctx, ns, name) {
         h('tbody', {}, history.map((ev) => h('tr', { dataset: { id: String(ev.id), kind: ev.kind || '', decision: ev.decision || '', at: ev.at || '' } },
           h('td', { class: 'col-at' }, fmtTime(ev.at)),
           h('td', { class: 'col-kind' }, ev.kind || ''),
-          h('td', { class: 'col-decision' }, ev.decision || ''),
+          h('td', { class: 'col-decision' }, ev.kind === 'trial' && /^[A-Z_]+$/.test(ev.decision || '') ? stateBadge(ev.decision) : ev.decision || ''),
           h('td', { class: 'col-reason' }, ev.reason || '')))))
       : h('p', { class: 'muted empty' }, 'No events yet'));
   }

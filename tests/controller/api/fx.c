@@ -42,6 +42,7 @@ static void apply_crd(const char *path)
 }
 
 int64_t fx_log_max_bytes;
+int fx_max_downloads;
 
 void fx_api_start(int port)
 {
@@ -56,6 +57,7 @@ void fx_api_start(int port)
                             .long_poll_max_s = 30,
                             .metrics_timeout_ms = 5000,
                             .log_max_bytes = fx_log_max_bytes,
+                            .max_downloads = fx_max_downloads,
                             .tasks = true};
     int rc = kd_api_start(&o, &fx.api, err);
     /* A restarted API may find the port still held by closing connections for a moment. */

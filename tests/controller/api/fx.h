@@ -35,6 +35,8 @@ int fx_teardown(void **state);
 
 /** The API's log_max_bytes for the next fx_api_start (0: the default). */
 extern int64_t fx_log_max_bytes;
+/** The API's max_downloads for the next fx_api_start (0: the default). */
+extern int fx_max_downloads;
 
 /** Start the API again (after fx_api_stop) on `port` (0: a free one). */
 void fx_api_start(int port);

@@ -32,3 +32,6 @@ $(eval $(call kd_test,test_api_tls,tests/controller/api/test_api_tls.c dtrain/sr
 $(eval $(call kd_test,test_api_tasks,tests/controller/api/test_api_tasks.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
 # The task proxy: who gets in, what goes upstream, WebSockets and tunnels (proxy.c).
 $(eval $(call kd_test,test_api_proxy,tests/controller/api/test_api_proxy.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS),120,,$(API_TEST_DEPS)))
+# Checkpoint downloads (controller/api/download.c): tar archives from s3rver, links, refusals.
+$(O)/obj/tests/controller/api/test_api_download.o: KD_CFLAGS += -Itests/lib/storage
+$(eval $(call kd_test,test_api_download,tests/controller/api/test_api_download.c tests/lib/storage/s3srv.c $(API_TEST_SRCS),$(API_TEST_KD_LIBS),$(API_TEST_LDLIBS) -larchive,180,,$(API_TEST_DEPS)))

@@ -225,9 +225,9 @@ static void test_every_route(void **state)
 {
     (void)state;
     size_t n = 0, ns_routes = 0, admin_routes = 0, worker_routes = 0, unscoped_seen = 0;
-    size_t task_routes = 0;
+    size_t task_routes = 0, link_routes = 0;
     const struct api_route *rt = api_routes(&n);
-    char path[512];
+    char path[512], linked[600];
     assert_true(n > 20);
     /* Cross-user checks first, while alice's second token is alive. */
     for (size_t i = 0; i < n; i++) {
@@ -299,6 +299,15 @@ static void test_every_route(void **state)
             if (code == 401 || code == 403)
                 fail_msg("%s %s with the bootstrap token: %d", r->method, path, code);
             break;
+        case AUTH_LINK:
+            link_routes++;
+            /* A link that was not made for it is no token. */
+            snprintf(linked, sizeof(linked), "%s?kdet_ticket=0.1.9999999999.forged", path);
+            code = fx_http(r->method, linked, NULL, body, NULL);
+            if (code != 401)
+                fail_msg("%s %s with a forged link: %d, want 401", r->method, path, code);
+            /* and with a token, as the other user routes: */
+            __attribute__((fallthrough));
         case AUTH_USER:
             if (api_route_ns_seg(r->pattern) < 0)
                 break; /* checked above */
@@ -325,6 +334,7 @@ static void test_every_route(void **state)
     assert_true(admin_routes >= 3);
     assert_true(worker_routes >= 8);
     assert_int_equal(task_routes, 2);
+    assert_int_equal(link_routes, 2);
 }
 
 static void test_users_and_tokens(void **state)

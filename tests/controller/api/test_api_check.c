@@ -277,6 +277,16 @@ static void test_authz_attrs(void **state)
         {"POST", "/api/v1/namespaces/t/models/m1/versions", "update", "models", "", "m1"},
         {"DELETE", "/api/v1/namespaces/t/models/m1/versions/2", "update", "models", "", "m1"},
         {"GET", "/api/v1/namespaces/t/models/m1/versions/2", "get", "models", "", "m1"},
+        {"GET", "/api/v1/namespaces/t/models/m1/versions/2/download", "get", "models", "download",
+         "m1"},
+        {"HEAD", "/api/v1/namespaces/t/models/m1/versions/2/download", "get", "models", "download",
+         "m1"},
+        {"POST", "/api/v1/namespaces/t/models/m1/versions/2/download-link", "get", "models",
+         "download", "m1"},
+        {"GET", "/api/v1/namespaces/t/checkpoints/c1/download", "get", "checkpoints", "download",
+         "c1"},
+        {"POST", "/api/v1/namespaces/t/checkpoints/c1/download-link", "get", "checkpoints",
+         "download", "c1"},
         {"PATCH", "/api/v1/namespaces/t/jobs/j1", "update", "jobs", "", "j1"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -307,6 +317,38 @@ static void test_authz_attrs(void **state)
     }
 }
 
+/* A download's name: safe in a quoted Content-Disposition filename and as a path element. */
+static void test_download_stem(void **state)
+{
+    (void)state;
+    const struct {
+        const char *name;
+        int64_t version;
+        const char *want;
+    } cases[] = {
+        {"mnist", 2, "mnist-v2"},
+        {"a.b_c-D9", 12, "a.b_c-D9-v12"},
+        {"0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d", 0, "0a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d"},
+        {"..", 0, "_."},
+        {".hidden", 1, "_hidden-v1"},
+        {"a\"b;c d/e\\f\r\n", 3, "a_b_c_d_e_f__-v3"},
+        {"ümlaut", 1, "__mlaut-v1"},
+        {"", 4, "model-v4"},
+        {"", 0, "checkpoint"},
+        {NULL, 0, "checkpoint"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char out[300];
+        api_download_stem(cases[i].name, cases[i].version, out, sizeof(out));
+        assert_string_equal(out, cases[i].want);
+    }
+    char longname[400], out[300];
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    api_download_stem(longname, 7, out, sizeof(out));
+    assert_int_equal(strlen(out), 200 + 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -314,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_ids), cmocka_unit_test(test_fields_named),
         cmocka_unit_test(test_rendezvous),     cmocka_unit_test(test_job_update),
         cmocka_unit_test(test_job_patch),      cmocka_unit_test(test_authz_attrs),
+        cmocka_unit_test(test_download_stem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

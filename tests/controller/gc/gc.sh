@@ -11,7 +11,7 @@
 # controller repeats GC without recording anything twice, and finishes a
 # deletion left half done (files gone, row still ACTIVE). On S3 (s3rver)
 # the controller takes the keys from checkpoint_storage.credentials_secret
-# and logs none of them. Also: trial and
+# (for GC and for a download through the API) and logs none of them. Also: trial and
 # experiment states in the store, status.bestValidation, and a
 # spec.template naming no stored template is a configuration error. A
 # registry row whose uuid no storage path may be built from is retired
@@ -110,7 +110,9 @@ psqlq "update checkpoints set state = 'ACTIVE', deleted_at = null where uuid = '
     delete from events where kind = 'checkpoint_gc' and details->>'uuid' = '$u'" >/dev/null
 check "a deletion left half done (files gone, row ACTIVE)" test "$(gc_events dflt)" = 2
 nlog=$(wc -l <"$T/ctrl.log")
-start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default
+# (with a user token, for the download below)
+printf 'gc-user-token-0123456789abcdef\n' >"$T/user-token"
+start_ctrl --database-url "$PG_URL" --api-listen 127.0.0.1:0 --namespace default --user-token-file "$T/user-token"
 check "API serving after a restart" wait_for 20 n_is 2 grep -c 'msg="API serving"' "$T/ctrl.log"
 check "the restarted controller looked at the ended experiments" wait_for 20 eval \
     "tail -n +$nlog '$T/ctrl.log' | grep -q 'msg=\"checkpoint GC\" experiment=dexp checkpoints=1 deleted=0'"
@@ -142,6 +144,18 @@ if [ -x "$S3RVER" ]; then
     check "S3 storage: exactly the kept checkpoints" test "$(s3ls | grep ' complete ' | awk '{print $1}' |
         names)" = "s3gc-1-20 s3gc-2-20 s3gc-3-20"
     check "S3: one event per deletion" test "$(gc_events s3gc)" = 6
+    # A kept checkpoint downloaded through the API (docs/api.md, "Downloads"): the controller
+    # reads it with the Secret's keys as GC does; the archive holds the worker's file.
+    URL=$(sed -n 's/.*msg="trials reach the API" controller_url=\([^ ]*\).*/\1/p' "$T/ctrl.log" | tail -1 | tr -d '"')
+    U=$(uuid_of s3gc-2-20)
+    s3dl() { curl -s -o "$T/s3dl.tar" -D "$T/s3dl.head" -w '%{http_code}' -H 'Authorization: Bearer gc-user-token-0123456789abcdef' \
+        "$URL/api/v1/namespaces/default/checkpoints/$U/download"; }
+    check "S3: GET .../checkpoints/UUID/download through the controller: 200" test "$(s3dl)" = 200
+    check "... a tar named UUID.tar with its length" eval "grep -qi 'content-disposition: attachment; filename=\"$U.tar\"' '$T/s3dl.head' &&
+        grep -qi \"^content-length: \$(stat -c %s '$T/s3dl.tar')\" '$T/s3dl.head'"
+    mkdir -p "$T/s3x"
+    check "... holding the worker's model.bin, byte for byte, and nothing else" eval "tar -xf '$T/s3dl.tar' -C '$T/s3x' &&
+        cmp '$T/s3x/$U/model.bin' '$T/w/$U/model.bin' && [ \"\$(cd '$T/s3x/$U' && find . -type f)\" = ./model.bin ]"
     check "S3: no credentials in the controller log" eval "! grep -q S3RVER '$T/ctrl.log'"
     kill "$S3PID" 2>/dev/null
     wait "$S3PID" 2>/dev/null

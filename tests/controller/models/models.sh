@@ -89,6 +89,13 @@ check "det model download NAME:VERSION restores the checkpoint's files" eval "'$
     [ \"\$(cat '$T/dl2/model.bin')\" = 'reg-1 20' ]"
 check "det model download NAME takes the latest version" eval "'$DET' model download mnist -o '$T/dl3' >/dev/null 2>&1 &&
     [ \"\$(cat '$T/dl3/model.bin')\" = 'reg-1 30' ]"
+# The API's download (docs/api.md, "Downloads"): the files det restores, as one tar archive.
+check "GET .../models/mnist/versions/2/download: 200" test "$(curl -s -o "$T/v2.tar" -w '%{http_code}' \
+    -H "Authorization: Bearer $KDET_API_TOKEN" "$URL/api/v1/namespaces/default/models/mnist/versions/2/download")" = 200
+mkdir -p "$T/x2"
+check "... the tree det model download restored, under mnist-v2/" eval "tar -xf '$T/v2.tar' -C '$T/x2' && diff -r '$T/dl2' '$T/x2/mnist-v2'"
+check "... and refused with a wrong token (401)" test "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer nobody' \
+    "$URL/api/v1/namespaces/default/models/mnist/versions/2/download")" = 401
 
 # Bad input: each refusal names its field.
 check "unknown field" refused 400 descripton POST models '{"name":"x","descripton":"d"}'

@@ -26,10 +26,45 @@
 
 static atomic_int smuggled; /* requests for /smuggled that reached the handler */
 
+/* A sized answer's producer: `left` bytes of 'k' in all, but it gives up after `stop` bytes. */
+struct sized {
+    size_t left, stop;
+    atomic_int *freed;
+};
+static atomic_int sized_freed;
+
+static ssize_t sized_fn(void *ctx, char *buf, size_t max)
+{
+    struct sized *z = ctx;
+    if (z->stop == 0 || z->left == 0)
+        return -1;
+    size_t n = max < z->left ? max : z->left;
+    n = n < z->stop ? n : z->stop;
+    memset(buf, 'k', n);
+    z->left -= n;
+    z->stop -= n;
+    return (ssize_t)n;
+}
+
+static void sized_free(void *ctx)
+{
+    struct sized *z = ctx;
+    atomic_fetch_add(z->freed, 1);
+    free(z);
+}
+
 static void handler(struct kd_http_req *r, void *ud)
 {
     (void)ud;
     const char *path = kd_http_path(r);
+    if (strcmp(path, "/sized") == 0 || strcmp(path, "/sized-cut") == 0) {
+        struct sized *z = calloc(1, sizeof(*z));
+        z->left = 100000;
+        z->stop = path[6] == '-' ? 70000 : 100000;
+        z->freed = &sized_freed;
+        kd_http_respond_sized(r, 200, "application/x-tar", 100000, sized_fn, z, sized_free);
+        return;
+    }
     if (strcmp(path, "/smuggled") == 0)
         atomic_fetch_add(&smuggled, 1);
     if (strcmp(path, "/slow") == 0)
@@ -662,6 +697,39 @@ static void test_json_gzip(void **state)
     kd_http_stop(s);
 }
 
+/* A sized answer: Content-Length and all its bytes; one whose producer gives up early is cut
+ * off with the connection closed (short of its Content-Length), never ended as if whole. */
+static void test_sized_stream(void **state)
+{
+    (void)state;
+    struct kd_http_server *s = start(false);
+    struct kd_buf out = KD_BUF_INIT(1 << 20);
+    char head[2048];
+    static const char whole[] = "GET /sized HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    static const char cut[] = "GET /sized-cut HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_true(exchange(kd_http_port(s), whole, strlen(whole), &out));
+    const char *sep = memmem(out.data, out.len, "\r\n\r\n", 4);
+    assert_non_null(sep);
+    snprintf(head, sizeof(head), "%.*s", (int)(sep - out.data), out.data);
+    assert_non_null(strstr(head, "Content-Length: 100000"));
+    assert_null(strstr(head, "chunked"));
+    assert_int_equal(out.len - (size_t)(sep + 4 - out.data), 100000);
+    /* Kept alive otherwise: the cut one must be closed by the server, not by the client. */
+    assert_true(exchange(kd_http_port(s), cut, strlen(cut), &out));
+    sep = memmem(out.data, out.len, "\r\n\r\n", 4);
+    assert_non_null(sep);
+    snprintf(head, sizeof(head), "%.*s", (int)(sep - out.data), out.data);
+    assert_non_null(strstr(head, "Content-Length: 100000"));
+    size_t got = out.len - (size_t)(sep + 4 - out.data);
+    printf("a sized answer cut off after %zu of 100000 bytes\n", got);
+    assert_true(got <= 70000 && got < 100000);
+    for (int i = 0; i < 100 && atomic_load(&sized_freed) < 2; i++)
+        kd_sleep_ms(20);
+    assert_int_equal(atomic_load(&sized_freed), 2);
+    kd_buf_free(&out);
+    kd_http_stop(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -678,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_authorize_before_body),
         cmocka_unit_test(test_accepts_gzip_table),
         cmocka_unit_test(test_json_gzip),
+        cmocka_unit_test(test_sized_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

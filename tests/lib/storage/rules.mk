@@ -8,6 +8,8 @@ $(eval $(call kd_test,test_storage_gc,tests/lib/storage/test_gc.c,$(STORAGE_TEST
 $(eval $(call kd_test,test_storage_sigv4,tests/lib/storage/test_sigv4.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
 # Which files go up in one PUT and which in parts (lib/storage/s3.c).
 $(eval $(call kd_test,test_storage_s3plan,tests/lib/storage/test_s3plan.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),30))
+# A checkpoint as a tar stream (lib/storage/ckpt_tar.c) on shared_fs and s3rver, read back by libarchive.
+$(eval $(call kd_test,test_storage_ckpt_tar,tests/lib/storage/test_ckpt_tar.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD) -larchive,120))
 $(eval $(call kd_test,test_storage_fs,tests/lib/storage/test_fs.c tests/lib/storage/s3srv.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),60))
 $(eval $(call kd_test,test_storage_async,tests/lib/storage/test_async.c tests/lib/storage/s3srv.c dtrain/src/checkpoint.c,$(STORAGE_TEST_LIBS),$(STORAGE_TEST_LD),120))
 
