@@ -4,11 +4,16 @@
 # token and CA in KDET_API_URL, KDET_API_TOKEN and KDET_API_CA_FILE):
 #   - `det cmd run` of a 1-slot command in kdet-trainer: its output, its
 #     exit code, its logs kept in the chart's PostgreSQL after the pod went;
-#   - a notebook: Debian's Jupyter server in kdet-trainer, reached through
-#     the controller's proxy over HTTPS (401 without a token), a kernel and a
-#     terminal over their WebSockets, then ended by its idle_timeout;
-#   - a shell: the image's sshd, `det shell open ID -- hostname` through the
-#     proxy's tunnel, then `det shell kill`;
+#   - a notebook queued behind a priority-10 experiment holding the pool's
+#     CPU slots, started once it is killed: Debian's Jupyter server in
+#     kdet-trainer, reached through the controller's proxy over HTTPS (401
+#     without a token), a kernel and a terminal over their WebSockets, then
+#     ended by its idle_timeout;
+#   - a 0-slot shell running while the notebook queues: the image's sshd,
+#     `det shell open ID -- hostname` through the proxy's tunnel, then
+#     `det shell kill`;
+#   - two commands holding the pool, a third waiting, started once one of
+#     the two is killed;
 #   - nothing of the tasks left.
 # Never run alone.
 
@@ -47,10 +52,26 @@ expect "tasks: the task ended Failed, exit code 3" '^Failed 3$' field task "$C1"
 check "tasks: its pod is gone" within 60 bash -c "[[ -z \"\$(kubectl -n $NS get pods -l kdet.io/task=$C1 -o name)\" ]]"
 expect "tasks: det cmd logs reads its output from the store" "hello from $C1-0" "$DET" cmd logs -n "$NS" "$C1"
 
-# --- a notebook and a shell, side by side --------------------------------------------
+# --- a notebook queued behind an experiment holding the pool; a shell beside it --------
+# The pool's CPU slots (one per node: the controller and PostgreSQL hold part of each
+# node's 2 CPUs) taken by a priority-10 experiment's 2 pods.
+cat >"$work/hold.yaml" <<EOF
+name: hold
+entrypoint: sleep 600
+hyperparameters: {x: 1}
+searcher: {name: single, metric: loss, max_length: {batches: 10}}
+resources: {slots_per_trial: 2, priority: 10}
+max_restarts: 0
+EOF
+if create hold; then ok "tasks: det experiment create hold (2 slots, priority 10)"; else bad "tasks: det experiment create hold" "$(tail -c 600 "$work/create-hold.log")"; fi
+running_hold() {
+	[[ "$(kubectl -n "$NS" get pods -l "kdet.io/experiment=${E[hold]}" \
+		-o 'jsonpath={range .items[*]}{.status.containerStatuses[0].state.running.startedAt} {end}' | wc -w)" == 2 ]]
+}
+check "tasks: the experiment's 2 pods run, holding the pool's slots" within 180 running_hold
 cat >"$work/nb.yaml" <<EOF
 description: e2e notebook
-resources: {resource_pool: $KDET_REALNODE_POOL, slots: 1}
+resources: {resource_pool: $KDET_REALNODE_POOL, slots: 1, priority: 50}
 idle_timeout: 20s
 EOF
 cat >"$work/sh.yaml" <<EOF
@@ -62,8 +83,16 @@ NB="$(head -n1 "$work/nb.out")"
 "$DET" shell start -d -n "$NS" --config-file "$work/sh.yaml" >"$work/sh.out" 2>&1
 SH="$(head -n1 "$work/sh.out")"
 log "notebook $NB, shell $SH"
+check "tasks: the notebook waits for a slot" within 60 bash -c \
+	"kubectl -n $NS get task $NB -o 'jsonpath={.status.message}' | grep -q 'waiting for 1 '"
+log "$NB: $(field task "$NB" '{.status.message}')"
+within 240 settled "$SH"
+if task_is "$SH" RUNNING; then ok "tasks: the 0-slot shell runs meanwhile (sshd in kdet-trainer)"; else bad "tasks: the 0-slot shell runs meanwhile" "$(task_detail "$SH")" "$(tail -c 600 "$work/sh.out")"; fi
+expect "tasks: ... while the notebook is still QUEUED" '^QUEUED$' task_state "$NB"
+"$DET" experiment kill -n "$NS" "${E[hold]}" >/dev/null 2>&1
+t0=$(now)
 within 240 settled "$NB"
-if task_is "$NB" RUNNING; then ok "tasks: the notebook runs (Jupyter listening in kdet-trainer)"; else bad "tasks: the notebook runs" "$(task_detail "$NB")" "$(tail -c 600 "$work/nb.out")"; fi
+if task_is "$NB" RUNNING; then ok "tasks: once the experiment is killed, the notebook runs ($(secs "$t0" "$(now)") s later)"; else bad "tasks: once the experiment is killed, the notebook runs" "$(task_detail "$NB")" "$(tail -c 600 "$work/nb.out")"; fi
 code() { command curl --cacert "$KDET_API_CA_FILE" -sS -o /dev/null -w '%{http_code}' --max-time 30 "$@"; }
 expect "tasks: Jupyter answers through the proxy over HTTPS with the user token (200)" '^200$' \
 	code -H "Authorization: Bearer $KDET_API_TOKEN" "$KDET_API_URL/proxy/$NB/api/status"
@@ -82,8 +111,6 @@ expect "tasks: the kernel is shut down through the proxy (204)" '^204$' \
 	code -X DELETE -H "Authorization: Bearer $KDET_API_TOKEN" "$KDET_API_URL/proxy/$NB/api/kernels/${kid:-none}"
 t_idle=$(now)
 
-within 240 settled "$SH"
-if task_is "$SH" RUNNING; then ok "tasks: the shell runs (sshd in kdet-trainer)"; else bad "tasks: the shell runs" "$(task_detail "$SH")" "$(tail -c 600 "$work/sh.out")"; fi
 timeout 120 "$DET" shell open -n "$NS" "$SH" -- hostname >"$work/ssh.out" 2>"$work/ssh.err"
 rc=$?
 if [[ $rc == 0 ]] && grep -qx "$SH-0" "$work/ssh.out"; then
@@ -100,6 +127,30 @@ else
 	bad "tasks: the notebook ends by its idle_timeout" "$(task_detail "$NB")"
 fi
 expect "tasks: endReason IdleTimeout" '^IdleTimeout$' field task "$NB" '{.status.endReason}'
+
+# --- killing a task frees its slot at once ---------------------------------------------
+cat >"$work/one.yaml" <<EOF
+resources: {resource_pool: $KDET_REALNODE_POOL, slots: 1}
+EOF
+"$DET" cmd run -d -n "$NS" --config-file "$work/one.yaml" sleep 600 >"$work/b1.out" 2>&1
+"$DET" cmd run -d -n "$NS" --config-file "$work/one.yaml" sleep 600 >"$work/b2.out" 2>&1
+B1="$(head -n1 "$work/b1.out")" B2="$(head -n1 "$work/b2.out")"
+check "tasks: two 1-slot commands hold the pool" within 180 bash -c \
+	"[[ \"\$(kubectl -n $NS get task $B1 $B2 -o 'jsonpath={.items[*].status.state}')\" == 'RUNNING RUNNING' ]]"
+"$DET" cmd run -d -n "$NS" --config-file "$work/one.yaml" sh -c 'echo next' >"$work/n.out" 2>&1
+N="$(head -n1 "$work/n.out")"
+check "tasks: a third waits for a slot" within 60 bash -c \
+	"kubectl -n $NS get task $N -o 'jsonpath={.status.message}' | grep -q 'waiting for 1 '"
+t0=$(now)
+"$DET" cmd kill -n "$NS" "$B1" >/dev/null 2>&1
+if within 30 bash -c "[[ \"\$(kubectl -n $NS get task $N -o 'jsonpath={.status.state}')\" =~ ^(RUNNING|TERMINATED)\$ ]]"; then
+	ok "tasks: killing one frees its slot: the third started $(secs "$t0" "$(now)") s after det cmd kill was run"
+else
+	bad "tasks: killing one frees its slot for the third" "$(task_detail "$N")"
+fi
+"$DET" cmd kill -n "$NS" "$B2" >/dev/null 2>&1
+check "tasks: the third completes" within 120 task_is "$N" TERMINATED
+expect "tasks: ... with its output" '^next$' "$DET" cmd logs -n "$NS" "$N"
 check "tasks: no task pod is left" within 90 bash -c "[[ -z \"\$(kubectl -n $NS get pods -l kdet.io/task -o name)\" ]]"
 kubectl -n "$NS" delete tasks --all --wait=true --timeout=60s >/dev/null 2>&1
 check "tasks: deleting the Tasks removes their Secrets and ConfigMaps" within 60 bash -c \

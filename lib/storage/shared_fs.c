@@ -676,19 +676,27 @@ out:
     return rc;
 }
 
+/* Open object key for reading: *fd, and its file's path in path (for messages). */
+static int open_object(struct kd_storage *st, const char *key, char *path, size_t cap, int *fd,
+                       char *err)
+{
+    int rc = fs_path(st, key, path, cap, err);
+    if (rc != 0)
+        return rc;
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
+        return kd_seterr(err, errno == ENOENT ? KD_ENOTFOUND : -errno, "shared_fs: open %s: %s",
+                         path, strerror(errno));
+    return 0;
+}
+
 static int fs_get_mem(struct kd_storage *st, const char *key, struct kd_buf *out, char *err)
 {
     char path[PATH_MAX], chunk[65536];
     int fd = -1, rc;
 
-    if ((rc = fs_path(st, key, path, sizeof(path), err)) != 0)
+    if ((rc = open_object(st, key, path, sizeof(path), &fd, err)) != 0)
         goto out;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = kd_seterr(err, errno == ENOENT ? KD_ENOTFOUND : -errno, "shared_fs: open %s: %s", path,
-                       strerror(errno));
-        goto out;
-    }
     for (;;) {
         ssize_t r = read(fd, chunk, sizeof(chunk));
         if (r < 0 && errno == EINTR)
@@ -715,14 +723,8 @@ static int fs_get_range(struct kd_storage *st, const char *key, uint64_t off, si
 {
     char path[PATH_MAX], chunk[65536];
     int fd = -1, rc;
-    if ((rc = fs_path(st, key, path, sizeof(path), err)) != 0)
+    if ((rc = open_object(st, key, path, sizeof(path), &fd, err)) != 0)
         goto out;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = kd_seterr(err, errno == ENOENT ? KD_ENOTFOUND : -errno, "shared_fs: open %s: %s", path,
-                       strerror(errno));
-        goto out;
-    }
     while (out->len < len) {
         size_t want = len - out->len < sizeof(chunk) ? len - out->len : sizeof(chunk);
         ssize_t r = pread(fd, chunk, want, (off_t)(off + out->len));
