@@ -1,6 +1,7 @@
 /*
  * Reading metrics back: a trial's series (downsampled by the server when
- * asked) and the best validation result of every trial of an experiment.
+ * asked), every trial's series of an experiment for a chart (from the
+ * overviews of sketch.c), and the best validation result of every trial.
  */
 #include <stdio.h>
 #include <stdlib.h>
