@@ -1,10 +1,15 @@
 // bench/ui's browser part: opens the experiment page of EXP in headless Chromium with the
 // token already in sessionStorage, and reports from the navigation's start: first render
-// (the page's mark kdet:trials: the trials table drawn), interactive (its mark kdet:ready:
-// the frame after every trial's history was handed to the charts, which draw in that frame), the bytes the page received (Chrome's encodedDataLength, so
-// gzip counts as sent), the requests, and the table rows in the DOM. Then, in the same
-// page, the anchor: the first slice's way of reading the history (two requests per trial,
-// up to 1,000 points each), timed and summed without drawing.
+// (the page's mark kdet:trials: the trials table drawn), interactive, the bytes the page
+// received (Chrome's encodedDataLength, so gzip counts as sent), the requests, and the table
+// rows in the DOM. Interactive is when the main content is drawn and the page answers input:
+// the page's mark kdet:ready (set in the frame after the one that drew the table and every
+// trial's curves, so that frame was painted), moved past any long task (over 50 ms, from
+// Chrome's longtask entries) that starts within 500 ms of it, until 500 ms pass without one;
+// then a real mouse move over a chart is timed from the event to its handler (input delay).
+// Then, in the same page, the anchor: the first slice's way of reading the history (two
+// requests per trial, up to 1,000 points each), timed and summed without drawing, and the
+// ratio of interactive to it.
 // Usage: node bench.mjs URL TOKEN EXP N CHROMIUM
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -26,7 +31,15 @@ try {
   const page = await browser.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
-  await page.evaluateOnNewDocument((t) => sessionStorage.setItem('kdet.token', t), token);
+  await page.evaluateOnNewDocument((t) => {
+    sessionStorage.setItem('kdet.token', t);
+    window.kdLong = [];
+    new PerformanceObserver((l) => {
+      for (const e of l.getEntries()) window.kdLong.push([e.startTime, e.startTime + e.duration]);
+    }).observe({ type: 'longtask', buffered: true });
+    window.kdInput = [];
+    document.addEventListener('pointermove', (e) => window.kdInput.push(performance.now() - e.timeStamp), { capture: true, passive: true });
+  }, token);
   const cdp = await page.createCDPSession();
   await cdp.send('Network.enable');
   await cdp.send('Network.setCacheDisabled', { cacheDisabled: true });
@@ -46,8 +59,27 @@ try {
   await page.waitForFunction(() => document.querySelector('main[data-ready="1"]') &&
     document.querySelectorAll('#charts .chart canvas').length >= document.querySelectorAll('#charts .chart').length &&
     document.querySelectorAll('#charts .chart').length > 0, { timeout: 300000, polling: 'raf' });
-  const ready = await page.evaluate(() => performance.getEntriesByName('kdet:ready')[0]?.startTime ?? performance.now());
+  const mark = await page.evaluate(() => performance.getEntriesByName('kdet:ready')[0]?.startTime ?? performance.now());
   const bytesReady = bytes, reqsReady = reqs;
+  // A quiet window of 500 ms after the mark: long tasks starting in it move interactive to their end.
+  const QUIET = 500;
+  let ready = mark, longs = [];
+  for (;;) {
+    const wait = ready + QUIET - await page.evaluate(() => performance.now());
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait + 20));
+    longs = await page.evaluate(() => window.kdLong);
+    const next = longs.filter(([a, b]) => b > ready && a < ready + QUIET).reduce((m, [, b]) => Math.max(m, b), ready);
+    if (next === ready) break;
+    ready = next;
+  }
+  const after = longs.filter(([a]) => a >= mark).map(([a, b]) => (b - a).toFixed(0));
+  // A real input: the mouse over the first chart (uPlot follows it with its cursor).
+  const over = await page.$('#charts .chart .u-over');
+  await page.$eval('#charts .chart', (c) => c.scrollIntoView({ block: 'center' }));
+  const ob = await over.boundingBox();
+  for (let i = 0; i < 5; i++) await page.mouse.move(ob.x + ob.width * (0.2 + 0.15 * i), ob.y + ob.height / 2);
+  await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => r())));
+  const input = await page.evaluate(() => window.kdInput.slice());
   const dom = await page.evaluate(() => ({
     rows: document.querySelectorAll('#trials tr.vrow').length,
     all: Number(document.querySelector('#trials .vscroll')?.dataset.rows || 0),
@@ -68,6 +100,8 @@ try {
   }));
   console.log(`page: first render ${first.toFixed(0)} ms, interactive ${ready.toFixed(0)} ms (goal < 1000 ms), ` +
     `${(bytesReady / 1024).toFixed(0)} KiB in ${reqsReady} requests`);
+  console.log(`page: drawn at ${mark.toFixed(0)} ms (kdet:ready), long tasks from then: ${after.length ? after.join(', ') + ' ms' : 'none'}; ` +
+    `input delay of a mouse move over a chart: ${input.length ? Math.max(...input).toFixed(0) + ' ms at most of ' + input.length : 'no event seen'}`);
   console.log(`page: ${dom.all} trials, ${dom.rows} rows in the DOM (${end.rows} after scrolling to the end, last ${end.last}), ` +
     `${dom.charts} charts, ${dom.points} points drawn`);
   if (errors.length) { console.log('page errors: ' + errors.join('; ')); rc = 1; }
@@ -94,6 +128,7 @@ try {
   }, exp);
   console.log(`anchor (first slice: 2 requests per trial): ${anchor.requests} requests, ${(anchor.size / 1024).toFixed(0)} KiB, ` +
     `${anchor.ms.toFixed(0)} ms to fetch them (no drawing)`);
+  console.log(`ratio: interactive / anchor = ${(ready / anchor.ms).toFixed(3)}`);
 } catch (e) {
   if (e && e.skip) console.log('anchor: skipped (KDU_BENCH_ANCHOR=0)');
   else {

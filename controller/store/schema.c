@@ -185,6 +185,20 @@ const struct kd_migration kd_store__migrations[] = {
      " updated_at timestamptz NOT NULL DEFAULT now(),"
      " UNIQUE (model_id, version));"
      "CREATE INDEX model_versions_checkpoint ON model_versions (checkpoint_uuid);"},
+    {8, "metric overviews",
+     "CREATE TABLE metric_sketches ("
+     " trial_id bigint NOT NULL REFERENCES trials (id) ON DELETE CASCADE,"
+     " kind text NOT NULL,"
+     " max_step bigint NOT NULL,"
+     " coarse_shift integer NOT NULL,"
+     " coarse json NOT NULL,"
+     " fine_shift integer NOT NULL,"
+     " fine json NOT NULL,"
+     " PRIMARY KEY (trial_id, kind));"
+     "CREATE TABLE metric_sketch_mark ("
+     " one boolean PRIMARY KEY DEFAULT true CHECK (one),"
+     " upto_id bigint NOT NULL);"
+     "INSERT INTO metric_sketch_mark (upto_id) VALUES (0);"},
 };
 
 const size_t kd_store__nmigrations = sizeof(kd_store__migrations) / sizeof(kd_store__migrations[0]);

@@ -208,6 +208,8 @@ int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char 
         s->opts.spool_limit = (size_t)1 << 30;
     if (s->opts.flush_rows <= 0)
         s->opts.flush_rows = 5000;
+    if (s->opts.sketch_interval_ms == 0)
+        s->opts.sketch_interval_ms = 500;
     s->pool_opts = (struct kd_pool_opts){
         .conninfo = s->conninfo,
         .size = s->opts.pool_size,
@@ -224,6 +226,9 @@ int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char 
         if (rc != 0)
             goto out;
     }
+    /* The sketcher first: the writer pokes it after each commit. */
+    if (s->opts.sketch_interval_ms > 0 && (rc = kd_sketcher__start(s, &s->sketcher, err)) != 0)
+        goto out;
     rc = kd_writer__start(s, &s->writer, err);
     if (rc != 0)
         goto out;
@@ -239,6 +244,7 @@ void kd_store_close(struct kd_store *s)
     if (!s)
         return;
     kd_writer__stop(s->writer);
+    kd_sketcher__stop(s->sketcher);
     kd_pool_close(s->pool);
     free(s->conninfo);
     free(s->spool_dir);

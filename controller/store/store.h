@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 
+#include "core/buf.h"
 #include "core/err.h"
 #include "metrics/metrics.h"
 
@@ -66,6 +67,12 @@ struct kd_store_opts {
     size_t spool_limit;
     /** Most metric rows written in one transaction (default 5000). */
     int flush_rows;
+    /**
+     * The metric overviews (kd_store_metrics_overview) are folded by a
+     * thread at most this often while rows come (default 500 ms);
+     * negative: no thread (kd_store_metrics_sketch folds when called).
+     */
+    int sketch_interval_ms;
 };
 
 /**
@@ -175,16 +182,57 @@ void kd_store_metrics_stats(struct kd_store *s, struct kd_store_metrics_stats *o
 int kd_store_metrics_series(struct kd_store *s, int64_t trial_id, enum kd_metric_kind kind,
                             int max_points, json_t **out, char *err) KD_WUR;
 
+/** What kd_store_metrics_overview is asked. */
+struct kd_series_ask {
+    /** Points per trial and metric at most: 4..10000 (M4 keeps up to 4 a bucket). */
+    int max_points;
+    /**
+     * > 0: about this many points per metric for the whole experiment:
+     * max_points is lowered to budget / (the experiment's trials).
+     */
+    int64_t budget;
+    /** Only steps from..to (0 <= from <= to < 2^53), read from the rows. */
+    bool range;
+    int64_t from, to;
+};
+
+/** How kd_store_metrics_overview answered. */
+struct kd_series_got {
+    int max_points;   /* per trial, after the budget */
+    int buckets;      /* across the steps drawn: all trials share the buckets */
+    int64_t width;    /* steps per bucket, a power of two; buckets start at step 0 */
+    int64_t from, to; /* with a range: the steps covered, whole buckets around it */
+    bool rows;        /* all read from the metric rows (profiling, or overviews far behind) */
+};
+
 /**
- * The metric series of every trial of an experiment and one kind, in one
- * query, column-wise and numeric values only:
+ * The series of every trial of an experiment and one kind, for a chart
+ * that draws them all, appended to out as the JSON text
  * [{"trial_id":N,"series":{"loss":{"steps":[...],"values":[...]},...}},...]
- * by trial id. Each trial is downsampled as kd_store_metrics_series does
- * (max_points 1..10000 rows per trial, evenly spaced by position, always the
- * first and the last). For pages that draw all trials at once.
+ * by trial id, numeric values only, trials without any left out. Each
+ * series is downsampled by M4 (per bucket of steps its first, lowest,
+ * highest and last point, which draws the same line as all its points at
+ * a pixel per bucket): got->buckets buckets of got->width steps, the
+ * largest power of two <= max_points / 4 (at most 256) from step 0, or
+ * with ask->range that many of at least (to - from + 1) / buckets steps
+ * from `from`. A step reported twice counts once, the newest row. The
+ * whole range comes from the overviews that the store keeps per trial and
+ * kind (metric_sketches, 32 and 256 buckets, folded in by a thread shortly
+ * after rows are written; rows newer than them are folded in here), so a
+ * page of 1,000 trials costs 1,000 small rows; a range, the profiling
+ * kind, or overviews far behind the rows read the rows. Blocks.
  */
-int kd_store_metrics_series_all(struct kd_store *s, int64_t experiment_id, enum kd_metric_kind kind,
-                                int max_points, json_t **out, char *err) KD_WUR;
+int kd_store_metrics_overview(struct kd_store *s, int64_t experiment_id, enum kd_metric_kind kind,
+                              const struct kd_series_ask *ask, struct kd_buf *out,
+                              struct kd_series_got *got, char *err) KD_WUR;
+
+/**
+ * Fold up to max_rows (<= 0: 20,000) metric rows written since the last
+ * fold into the overviews, in one transaction; *folded (may be NULL) gets
+ * how many were read, 0 when none were left. The store's own thread does
+ * this (sketch_interval_ms); for tests and tools. Blocks.
+ */
+int kd_store_metrics_sketch(struct kd_store *s, int max_rows, int *folded, char *err) KD_WUR;
 
 /**
  * Metric rows stored after row id after_id, oldest first, at most limit

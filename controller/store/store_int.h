@@ -124,6 +124,106 @@ void kd_writer__stop(struct kd_writer *w);
 int kd_writer__take(size_t taken, size_t rows, size_t bytes, size_t item_rows, size_t item_bytes,
                     size_t flush_rows, size_t max_bytes, bool solo);
 
+/* ---- sketch.c ------------------------------------------------------------ */
+
+/* The two overviews kept per trial and kind: at most this many buckets of 2^shift steps. */
+#define KD_SKETCH_COARSE 32
+#define KD_SKETCH_FINE 256
+
+struct kd_pt {
+    int64_t step;
+    double v;
+};
+
+/** One metric's points; sorted by distinct step once settled. */
+struct kd_series {
+    char *name;
+    struct kd_pt *pt;
+    size_t n, cap;
+};
+
+/** A kind's metrics by name. Zero-initialise; kd_sketch__free releases. */
+struct kd_series_set {
+    struct kd_series *s;
+    size_t n, cap;
+};
+
+/**
+ * The bucket width's log2 for a series whose last step is max_step: the
+ * smallest shift >= min_shift with max_step >> shift < buckets. Pure.
+ */
+int kd_sketch__shift(int64_t max_step, int buckets, int min_shift);
+
+/**
+ * How many buckets a trial's series gets for max_points points: the
+ * largest power of two <= max_points / 4 (M4 keeps up to 4 points a
+ * bucket), at least 1, at most KD_SKETCH_FINE. Pure.
+ */
+int kd_sketch__buckets(int max_points);
+
+/**
+ * M4 in place: p (n points sorted by distinct step) becomes, per bucket
+ * step >> shift, its first, lowest, highest and last point (each once, in
+ * step order; ties go to the earlier step). Returns the points kept. Pure.
+ */
+size_t kd_sketch__m4(struct kd_pt *p, size_t n, int shift);
+
+/** The series of set called name, added empty when missing. */
+struct kd_series *kd_sketch__series(struct kd_series_set *set, const char *name);
+
+/** Append a point (any order; kd_sketch__settle sorts). */
+void kd_sketch__add(struct kd_series *s, int64_t step, double v);
+
+/** Sort by step; of points with the same step the one added last stays. */
+void kd_sketch__settle(struct kd_series *s);
+
+/** Settle then M4 every series of set at shift. */
+void kd_sketch__reduce(struct kd_series_set *set, int shift);
+
+/** Keep only the points of steps from..to. */
+void kd_sketch__clip(struct kd_series_set *set, int64_t from, int64_t to);
+
+/**
+ * Add a row's metrics (a JSON object) at step: its numbers (integers and
+ * finite reals; not bools, strings or objects) to the series of their
+ * names. Raises *max_step to step.
+ */
+void kd_sketch__add_metrics(struct kd_series_set *set, int64_t step, const json_t *metrics,
+                            int64_t *max_step);
+
+/**
+ * Add a stored row's metrics (JSON object text, len bytes) at step: its
+ * numbers (integers and finite reals; not bools, strings or objects) to
+ * the series of their names. Raises *max_step to step. 0 or KD_EPARSE.
+ */
+int kd_sketch__add_row(struct kd_series_set *set, int64_t step, const char *metrics, size_t len,
+                       int64_t *max_step, char *err) KD_WUR;
+
+/**
+ * Append set as {"NAME":{"steps":[...],"values":[...]},...}, names sorted
+ * (set is reordered), empty series left out, values with nine significant
+ * digits. 0 or the buffer's KD_ETOOBIG.
+ */
+int kd_sketch__encode(struct kd_buf *b, struct kd_series_set *set) KD_WUR;
+
+/** Add the points of kd_sketch__encode's text to set. 0 or KD_ECORRUPT. */
+int kd_sketch__decode(struct kd_series_set *set, const char *text, size_t len, char *err) KD_WUR;
+
+void kd_sketch__free(struct kd_series_set *set);
+
+/* ---- sketcher.c ---------------------------------------------------------- */
+
+struct kd_sketcher;
+
+/** Start the thread that folds new metric rows into metric_sketches. */
+int kd_sketcher__start(struct kd_store *s, struct kd_sketcher **out, char *err) KD_WUR;
+
+/** Wake it: rows were committed. Thread-safe, never blocks. NULL-safe. */
+void kd_sketcher__poke(struct kd_sketcher *k);
+
+/** Stop and join the thread. NULL-safe. */
+void kd_sketcher__stop(struct kd_sketcher *k);
+
 /* ---- store.c ------------------------------------------------------------- */
 
 struct kd_store {
@@ -133,6 +233,7 @@ struct kd_store {
     struct kd_pool_opts pool_opts;
     struct kd_pool *pool;
     struct kd_writer *writer;
+    struct kd_sketcher *sketcher; /* NULL when sketch_interval_ms < 0 */
 };
 
 /**

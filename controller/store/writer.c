@@ -713,6 +713,7 @@ static void replay_step(struct kd_writer *w)
         account(w, &k);
         w->db_up = true;
         w->backoff_ms = w->s->opts.backoff_min_ms;
+        kd_sketcher__poke(w->s->sketcher);
     }
     if (w->solo_left > 0)
         w->solo_left--;
@@ -777,6 +778,7 @@ static void write_step(struct kd_writer *w)
             account(w, &k);
             w->db_up = true;
             w->backoff_ms = w->s->opts.backoff_min_ms;
+            kd_sketcher__poke(w->s->sketcher);
         }
         if (w->solo_left > 0)
             w->solo_left--;

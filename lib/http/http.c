@@ -332,8 +332,13 @@ void kd_http_respond_json_gz(struct kd_http_req *r, int status, const json_t *j,
         kd_http_respond(r, 500, "application/json", unencodable, sizeof(unencodable) - 1);
         return;
     }
-    size_t n = strlen(s);
-    char *t = kd_xrealloc(s, n + 2);
+    kd_http_respond_json_text_gz(r, status, s, strlen(s), min_gzip);
+}
+
+void kd_http_respond_json_text_gz(struct kd_http_req *r, int status, char *text, size_t n,
+                                  size_t min_gzip)
+{
+    char *t = kd_xrealloc(text, n + 2);
     t[n++] = '\n';
     t[n] = '\0';
     if (n >= min_gzip && n <= UINT32_MAX / 2) {

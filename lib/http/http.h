@@ -147,6 +147,14 @@ void kd_http_respond_json(struct kd_http_req *r, int status, const json_t *j);
 void kd_http_respond_json_gz(struct kd_http_req *r, int status, const json_t *j, size_t min_gzip);
 
 /**
+ * kd_http_respond_json_gz for JSON text the caller wrote itself (n bytes,
+ * no trailing newline: one is added), for answers too big to build as a
+ * json_t first. Steals text (malloc'd); does not check that it is JSON.
+ */
+void kd_http_respond_json_text_gz(struct kd_http_req *r, int status, char *text, size_t n,
+                                  size_t min_gzip);
+
+/**
  * Whether an Accept-Encoding value takes gzip: "gzip" or "x-gzip" named
  * with a q other than 0 (its own q decides), else "*" with a q other than
  * 0. NULL: no. Pure.

@@ -143,6 +143,46 @@ try {
   await sleep(300);
   await page.screenshot({ path: path.join(art, 'experiment.png'), fullPage: true });
 
+  // ---- zoom: dragging across a chart asks the steps in view again, in detail
+  // Drag across the middle half of a chart's plot area; the range the page read back.
+  const dragZoom = async (s) => {
+    await page.$eval(s, (c) => c.scrollIntoView({ block: 'center' }));
+    const box = await (await page.$(s + ' .u-over')).boundingBox();
+    const y = box.y + box.height / 2;
+    await page.mouse.move(box.x + box.width * 0.25, y);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.75, y, { steps: 8 });
+    await page.mouse.up();
+    return waitTrue(page, (q) => document.querySelector(q).dataset.refined && !document.querySelector(q).dataset.loading, 20000, s);
+  };
+  check('a zoom reads the steps in view again (' + await page.$eval(sel, (c) => c.dataset.points) + ' points)',
+    await dragZoom(sel), await page.$eval(sel, (c) => JSON.stringify(c.dataset)));
+  await page.click('.curve:has(' + sel + ') button');
+  check('... and "Reset zoom" draws them all again', await waitTrue(page, (q) => Number(document.querySelector(q).dataset.points) > 2, 5000, sel));
+
+  // ---- forty trials: no legend, one path per colour; a zoom reads the range in detail
+  await page.evaluate(() => { location.hash = '#/ns/default/experiments/ui-many'; });
+  const many = '.chart[data-kind=training][data-metric=loss]';
+  check('ui-many: 40 trials in the table', await waitTrue(page, () => document.querySelector('#trials .vscroll')?.dataset.rows === '40', 20000));
+  check('ui-many: the loss chart draws 40 trials without a legend', await waitTrue(page, (q) => {
+    const c = document.querySelector(q);
+    return c && c.dataset.mode === 'many' && c.dataset.series === '40' && c.querySelector('canvas') && !c.querySelector('.u-legend') &&
+      Number(c.dataset.points) > 40 * 2;
+  }, 20000, many), await page.evaluate((q) => JSON.stringify(document.querySelector(q)?.dataset), many));
+  const p0 = await page.$eval(many, (c) => Number(c.dataset.points));
+  check('... its overview keeps fewer than the 80,000 points, at least two a bucket (' + p0 + ')', p0 < 80000 && p0 >= 40 * 250 * 2);
+  check('... and its validation_loss chart every validation (40 x 20)', await waitTrue(page, () =>
+    document.querySelector('.chart[data-metric=validation_loss]')?.dataset.points === '800', 10000));
+  check('ui-many: a zoom reads the steps in view again', await dragZoom(many));
+  const p1 = await page.$eval(many, (c) => Number(c.dataset.points));
+  check('... with more points than the overview had there (' + p0 + ' -> ' + p1 + ')', p1 > p0);
+  const refined = await page.$eval(many, (c) => c.dataset.refined.split('-').map(Number));
+  check('... a range of steps inside 1..2000 (' + refined.join('-') + ')', refined[0] > 0 && refined[1] < 2000 && refined[0] < refined[1]);
+  await page.click('.curve:has(' + many + ') button');
+  await page.screenshot({ path: path.join(art, 'many.png'), fullPage: true });
+  await page.evaluate(() => { location.hash = '#/ns/default/experiments/ui-exp'; });
+  check('back to ui-exp', await waitTrue(page, () => document.querySelectorAll('#trials tbody tr.vrow').length === 2, 15000));
+
   // ---- a trial page: metrics and live logs
   await page.click('#trials tbody a');
   check('the trial page', await waitTrue(page, () => document.querySelector('main[data-page=trial]'), 10000));

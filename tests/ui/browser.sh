@@ -6,8 +6,10 @@
 # a finished experiment whose trial saved a checkpoint (registered as a model version from
 # its page), and a command task that serves HTTP through the proxy (opened and killed from
 # the tasks page), and a CPU-only experiment whose worker posts profiler samples (charted on
-# its trial's page; the experiment paused, activated, archived from its page). The checkpoint
-# is downloaded from the model's and the trial's pages and compared here with what was uploaded.
+# its trial's page; the experiment paused, activated, archived from its page), and an
+# experiment of forty trials (its charts without legends, a zoom read again in detail). The
+# checkpoint is downloaded from the model's and the trial's pages and compared here with what
+# was uploaded.
 # tests/ui/browser.mjs does the browser's part (login, pages, live curves, logs, keyboard,
 # models: registering, editing, archiving, deleting; a trial's history; tasks)
 # and saves screenshots in $KD_BUILD/tests/artifacts/test_ui_browser.
@@ -183,6 +185,31 @@ print("profiler rows posted", flush=True)
 while not os.path.exists(stop):
     time.sleep(0.5)
 W
+# Forty CPU-only trials of 2,000 training points each, posted at once: more trials than a chart
+# gives a legend to (drawn one path per colour), more points than its overview keeps (a zoom
+# reads the range again, in detail).
+cat >"$T/many_worker.py" <<'W'
+import json, math, os, urllib.request
+url = os.environ["KDET_CONTROLLER_URL"].rstrip("/")
+trial = os.environ["KDET_TRIAL_ID"].split("/")[-1]
+x = int(json.loads(os.environ.get("KDET_HPARAMS") or "{}").get("x", 1))
+def post(kind, rows):
+    body = json.dumps({"kind": kind, "key": kind, "rows": rows}).encode()
+    req = urllib.request.Request(url + "/api/v1/namespaces/%s/trials/%s/metrics" % (os.environ.get("KDET_NAMESPACE", "default"), trial),
+                                 data=body, method="POST", headers={"Authorization": "Bearer " + os.environ["KDET_TOKEN"],
+                                                                    "Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=30).read()
+post("training", [{"batches": s, "metrics": {"loss": 2 * math.exp(-0.001 * x * s) + 0.05 + 0.02 * math.sin(s)}} for s in range(1, 2001)])
+post("validation", [{"batches": s, "metrics": {"validation_loss": 2 * math.exp(-0.001 * x * s) + 0.1}} for s in range(100, 2001, 100)])
+W
+experiment ui-many "  entrypoint: $PY $T/many_worker.py
+  hyperparameters:
+    x: {type: int, minval: 1, maxval: 40, count: 40}
+  searcher: {name: grid, metric: validation_loss, max_length: {batches: 2000}, max_concurrent_trials: 40}
+  max_restarts: 0
+  resources: {slots_per_trial: 0}"
+check "ui-many's 40 trials posted their points" wait_for 120 eval '[ "$(exp_metrics ui-many training)" -ge 80000 ]'
+
 experiment ui-act "  entrypoint: $PY $T/prof_worker.py $T/stop
   hyperparameters: {}
   profiling: {enabled: true}
@@ -236,7 +263,7 @@ dl_same() { # dl_same TAR TOP: the archive holds exactly model.bin and sub/opt.t
 }
 check "the model page's Download: ui-model-v1.tar, the checkpoint's files byte for byte" dl_same "$ART/downloads/ui-model-v1.tar" ui-model-v1
 check "the trial page's Download: $CKPT_UUID.tar, likewise" dl_same "$ART/downloads/$CKPT_UUID.tar" "$CKPT_UUID"
-for f in login experiments experiment hparams trial history jobs checkpoints models model model-edit version-edit tasks profiler experiment-actions; do
+for f in login experiments experiment many hparams trial history jobs checkpoints models model model-edit version-edit tasks profiler experiment-actions; do
     check "screenshot $f.png saved" test -s "$ART/$f.png"
 done
 

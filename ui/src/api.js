@@ -37,7 +37,9 @@ async function errorOf(r) {
   return new ApiError(r.status, r.status + ': ' + msg);
 }
 
-export async function api(path, { method = 'GET', body, signal } = {}) {
+// The answer's JSON; with text: true its text (a page that only redraws when it changed
+// compares the text, cheaper than comparing what it parses to).
+export async function api(path, { method = 'GET', body, signal, text = false } = {}) {
   const init = { method, signal, cache: 'no-store', headers: headers({ Accept: 'application/json' }) };
   if (body !== undefined) {
     init.body = JSON.stringify(body);
@@ -45,7 +47,7 @@ export async function api(path, { method = 'GET', body, signal } = {}) {
   }
   const r = await fetch(path, init);
   if (!r.ok) throw await errorOf(r);
-  return r.json();
+  return text ? r.text() : r.json();
 }
 
 const sleep = (ms, signal) => new Promise((res) => {

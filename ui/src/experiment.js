@@ -1,19 +1,21 @@
 // One experiment: its summary, the trials table (state, hyperparameters, best metric,
 // steps; virtualised: only the rows in view are in the DOM) and the learning curves of every
 // trial, one chart per metric. The history of all trials comes in one request per kind
-// (GET .../experiments/{e}/metrics, downsampled by the store so that the page gets about
-// 100,000 points per kind however many trials there are); new batches from the experiment's
-// metrics stream, drawn as they arrive, without a reload. The summary and the table are
-// refreshed every 5 s. Pause or Activate (whichever applies), Cancel (after a confirm())
-// and Archive or Unarchive call POST .../experiments/{e}/pause|activate|cancel|archive|unarchive;
-// the API's refusal is shown; the state follows at the next poll.
+// (GET .../experiments/{e}/metrics: the store's M4 overviews, a budget of points per chart
+// shared by the trials), asked at once with the experiment, not after it; a zoom asks the
+// steps in view again, in detail. New batches come from the experiment's metrics stream,
+// drawn as they arrive, without a reload. The summary and the table are refreshed every 5 s
+// (redrawn only when the answer's text changed). Pause or Activate (whichever applies),
+// Cancel (after a confirm()) and Archive or Unarchive call
+// POST .../experiments/{e}/pause|activate|cancel|archive|unarchive; the API's refusal is
+// shown; the state follows at the next poll.
 import { api, follow, ns as nsPath, Unauthorized } from './api.js';
 import { h, clear, get, fmtNumber, fmtProgress, stateBadge, progressBar, hparamsText, virtualTable } from './dom.js';
 import { ChartSet, colorOf } from './chart.js';
 import { hparamView } from './hpviz.js';
 
-const MAX_POINTS = 1000; // per trial, with few trials
-const BUDGET = 100000; // points per kind for the whole page
+const MAX_POINTS = 4000; // per trial and metric (the overviews give at most 1,024)
+const BUDGET = 200000; // points per chart, shared by the trials
 
 export function experimentPage(ctx, ns, name) {
   const ac = new AbortController();
@@ -49,17 +51,24 @@ export function experimentPage(ctx, ns, name) {
     chartsBox);
   ctx.main.dataset.page = 'experiment';
   delete ctx.main.dataset.ready;
-  const charts = new ChartSet(chartsBox);
-  const loaded = new Set(); // trials whose history was read
+  /* The charts know trials by store id (the history's answers carry ids, not names), so they
+   * are drawn without waiting for the experiment's answer; names label them when it came. */
+  const keyOf = (id) => '#' + id;
+  const nameOf = new Map(); // chart key -> trial name
+  const charts = new ChartSet(chartsBox, { loadRange, label: (k) => nameOf.get(k) || k });
+  const loaded = new Set(); // trials (names) whose history was read
+  let byName = new Map(); // name -> trial, of the latest answer
   let trials = [];
   let seen = '';
   let histories = Promise.resolve(); // the latest history request (a later load waits for it)
   let marked = false; // the first render and the first complete drawing are marked once
+  let started = false; // the first history was asked
 
   const cols = [
     { key: 'name', label: 'Trial', value: (t) => t.id ?? t.name,
       cell: (t) => h('a', { href: '#/ns/' + encodeURIComponent(ns) + '/trials/' + encodeURIComponent(t.name) },
-        h('span', { class: 'swatch', style: 'background:' + colorOf(charts.index(t.name)), 'aria-hidden': 'true' }),
+        h('span', { class: 'swatch', style: 'background:' + colorOf(charts.index(t.id !== undefined ? keyOf(t.id) : t.name)),
+          'aria-hidden': 'true' }),
         t.name, t.id !== undefined ? h('span', { class: 'muted' }, ' #' + t.id) : null) },
     { key: 'state', label: 'State', value: (t) => get(t, 'status.state') || '', cell: (t) => stateBadge(get(t, 'status.state')) },
     { key: 'hparams', label: 'Hyperparameters', value: (t) => hparamsText(get(t, 'spec.hparams')),
@@ -132,40 +141,73 @@ export function experimentPage(ctx, ns, name) {
       : h('p', { class: 'muted' }, 'No trials yet.'));
   }
 
-  // Every trial's history in one request per kind; trials not seen before are the reason
-  // to ask again (the stream brings the rest).
-  async function history() {
-    const byId = new Map(trials.filter((t) => t.id !== undefined).map((t) => [t.id, t.name]));
-    for (const t of trials) loaded.add(t.name);
-    const per = Math.max(20, Math.min(MAX_POINTS, Math.floor(BUDGET / Math.max(1, trials.length))));
-    await Promise.all(['validation', 'training'].map(async (kind) => {
-      const j = await api(base + 'experiments/' + encodeURIComponent(name) + '/metrics?kind=' + kind + '&max_points=' + per,
-        { signal: ac.signal }).catch((e) => (e.status === 404 ? { trials: [] } : Promise.reject(e)));
-      for (const t of j.trials || []) {
-        const n = byId.get(t.trial_id);
-        if (n !== undefined) charts.addSeries(n, kind, t.series);
-      }
-    }));
+  // Every trial's series of a kind (a range of steps: {from, to}); a 404 (nothing stored) is none.
+  function series(kind, range) {
+    const q = 'metrics?kind=' + kind + '&max_points=' + MAX_POINTS + '&budget=' + BUDGET +
+      (range ? '&from=' + range.from + '&to=' + range.to : '');
+    return api(base + 'experiments/' + encodeURIComponent(name) + '/' + q, { signal: ac.signal })
+      .catch((e) => (e.status === 404 ? { trials: [] } : Promise.reject(e)));
+  }
+
+  // A zoom: the steps in view of every trial of the kind, as finely as the budget allows.
+  async function loadRange(kind, from, to) {
+    const j = await series(kind, { from, to });
+    const byTrial = new Map((j.trials || []).map((t) => [keyOf(t.trial_id), t.series]));
+    return { from: j.from ?? from, to: j.to ?? to, trials: byTrial };
+  }
+
+  // Every trial's history in one request per kind (asked already: pre), both kinds then one
+  // drawing: a chart of 1,000 trials is not drawn twice.
+  async function history(pre) {
+    const kinds = ['validation', 'training'];
+    const answers = await Promise.all(pre || kinds.map((k) => series(k)));
+    answers.forEach((j, i) => {
+      for (const t of j.trials || []) charts.addSeries(keyOf(t.trial_id), kinds[i], t.series);
+    });
+    charts.schedule();
   }
 
   async function load() {
-    const j = await api(base + 'experiments/' + encodeURIComponent(name), { signal: ac.signal });
-    trials = j.trials || [];
-    const text = JSON.stringify(j);
+    const got = api(base + 'experiments/' + encodeURIComponent(name), { signal: ac.signal, text: true });
+    const first = !started;
+    started = true;
+    /* The first time, the history is asked at once, with the experiment, and drawn when it comes. */
+    if (first) {
+      histories = history(['validation', 'training'].map((k) => series(k)));
+      histories.catch(() => {}); /* awaited below once the experiment came; a failure is reported there */
+    }
+    const text = await got;
     if (text !== seen) {
       seen = text;
+      const j = JSON.parse(text);
+      trials = j.trials || [];
+      byName = new Map(trials.map((t) => [t.name, t]));
+      let named = false;
+      for (const t of trials) {
+        if (t.id !== undefined && nameOf.get(keyOf(t.id)) !== t.name) {
+          nameOf.set(keyOf(t.id), t.name);
+          named = true;
+        }
+      }
       exp = j.experiment || {};
       drawSummary(exp);
       drawActions(exp);
       drawTrials();
       hparamView(hpBox, trials, get(exp, 'spec.searcher.metric') || 'metric',
         get(exp, 'spec.searcher.smaller_is_better') !== false);
+      if (named) charts.schedule(); /* names for the legends */
       if (!marked) performance.mark('kdet:trials'); /* first render, for bench/ui */
     }
-    if (trials.some((t) => !loaded.has(t.name))) histories = history();
+    /* Trials not seen before are the reason to ask again (the stream brings the rest). */
+    const fresh = trials.filter((t) => !loaded.has(t.name));
+    for (const t of fresh) loaded.add(t.name);
+    if (fresh.length && !first) histories = history();
     await histories;
-    charts.schedule();
-    if (!marked) requestAnimationFrame(() => { ctx.main.dataset.ready = '1'; performance.mark('kdet:ready'); });
+    /* bench/ui's interactive: the frame after the one that drew the table and every trial's history */
+    if (!marked) requestAnimationFrame(() => requestAnimationFrame(() => {
+      ctx.main.dataset.ready = '1';
+      performance.mark('kdet:ready');
+    }));
     marked = true;
   }
 
@@ -173,8 +215,12 @@ export function experimentPage(ctx, ns, name) {
     if (ev !== 'metrics') return;
     const b = JSON.parse(data);
     if (b.kind !== 'training' && b.kind !== 'validation') return undefined; /* profiling rows: the trial's page */
-    if (!loaded.has(b.trial)) return load().catch(ctx.fail); /* a new trial: its history too */
-    charts.addRows(b.trial, b.kind, b.rows);
+    const t = byName.get(b.trial);
+    if (!t || t.id === undefined) { /* a new trial (or one new to the store): its history too */
+      loaded.delete(b.trial);
+      return load().catch(ctx.fail);
+    }
+    charts.addRows(keyOf(t.id), b.kind, b.rows);
     return undefined;
   }
 

@@ -49,7 +49,12 @@ export function hparamView(box, trials, metric, smallerIsBetter) {
     return;
   }
   const mAxis = axis(metric, rows.map((r) => r.m));
-  const rank = (v) => (smallerIsBetter ? mAxis.pos(v) : 1 - mAxis.pos(v)); // 0 best
+  for (const r of rows) { // what every chart needs of a trial, once
+    r.mp = mAxis.pos(r.m);
+    r.rank = smallerIsBetter ? r.mp : 1 - r.mp;
+    r.colour = colour(r.rank);
+    r.mText = fmtNumber(r.m);
+  }
   const W = 260, H = 180, P = 34;
   const scatters = names.map((n) => {
     const ax = axis(n, rows.map((r) => r.hp[n]));
@@ -59,10 +64,12 @@ export function hparamView(box, trials, metric, smallerIsBetter) {
       s('text', { x: (W + P) / 2, y: H - 6, 'text-anchor': 'middle' }, n + (ax.log ? ' (log)' : '')),
       s('text', { x: 10, y: (H - P) / 2, transform: `rotate(-90 10 ${(H - P) / 2})`, 'text-anchor': 'middle' }, metric));
     for (const [label, p] of ax.ticks.slice(0, 6)) svg.append(s('text', { x: P + p * (W - P - 16), y: H - P + 12, 'text-anchor': 'middle', class: 'tick' }, label));
+    const dots = document.createDocumentFragment(); // one insertion for 1,000 points
     for (const r of rows) {
-      svg.append(s('circle', { cx: P + ax.pos(r.hp[n]) * (W - P - 16), cy: 8 + (1 - mAxis.pos(r.m)) * (H - P - 16), r: 3.5, fill: colour(rank(r.m)) },
-        s('title', {}, r.name + ': ' + n + '=' + hparamsText({ v: r.hp[n] }).slice(2) + ', ' + metric + '=' + fmtNumber(r.m))));
+      dots.append(s('circle', { cx: P + ax.pos(r.hp[n]) * (W - P - 16), cy: 8 + (1 - r.mp) * (H - P - 16), r: 3.5, fill: r.colour },
+        s('title', {}, r.name + ': ' + n + '=' + hparamsText({ v: r.hp[n] }).slice(2) + ', ' + metric + '=' + r.mText)));
     }
+    svg.append(dots);
     return svg;
   });
   const axes = names.map((n) => axis(n, rows.map((r) => r.hp[n]))).concat([mAxis]);
@@ -71,11 +78,13 @@ export function hparamView(box, trials, metric, smallerIsBetter) {
   const y = (p) => top + (1 - p) * (PH - top - bottom);
   const par = s('svg', { viewBox: `0 0 ${PW} ${PH}`, width: '100%', height: PH, role: 'img', class: 'parallel', id: 'parallel',
     'aria-label': 'parallel coordinates of ' + names.join(', ') + ' and ' + metric + ', one line per trial', 'data-lines': rows.length });
-  for (const r of rows.slice().sort((a, b) => rank(b.m) - rank(a.m))) { // the best drawn last, on top
-    const pts = axes.map((a, i) => x(i) + ',' + y(a.pos(i === axes.length - 1 ? r.m : r.hp[a.name]))).join(' ');
-    par.append(s('polyline', { points: pts, fill: 'none', stroke: colour(rank(r.m)), 'stroke-width': 1.5, 'stroke-opacity': 0.8 },
-      s('title', {}, r.name + ': ' + hparamsText(r.hp) + ', ' + metric + '=' + fmtNumber(r.m))));
+  const lines = document.createDocumentFragment();
+  for (const r of rows.slice().sort((a, b) => b.rank - a.rank)) { // the best drawn last, on top
+    const pts = axes.map((a, i) => x(i) + ',' + y(i === axes.length - 1 ? r.mp : a.pos(r.hp[a.name]))).join(' ');
+    lines.append(s('polyline', { points: pts, fill: 'none', stroke: r.colour, 'stroke-width': 1.5, 'stroke-opacity': 0.8 },
+      s('title', {}, r.name + ': ' + hparamsText(r.hp) + ', ' + metric + '=' + r.mText)));
   }
+  par.append(lines);
   axes.forEach((a, i) => {
     par.append(s('line', { x1: x(i), y1: y(0), x2: x(i), y2: y(1), class: 'axis' }),
       s('text', { x: x(i), y: 14, 'text-anchor': 'middle' }, a.name + (a.log ? ' (log)' : '')));

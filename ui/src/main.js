@@ -69,8 +69,14 @@ async function render() {
   top.hidden = false;
   const ctx = { main, go, fail, unauthorized };
   try {
-    if (!me) me = (await api('api/v1/me')).user;
-    document.getElementById('who').textContent = me.name + (me.admin ? ' (admin)' : '');
+    const who = () => { document.getElementById('who').textContent = me.name + (me.admin ? ' (admin)' : ''); };
+    if (me) who();
+    else {
+      /* A page of a namespace does not wait for the user's name: it asks its own data meanwhile. */
+      const asked = api('api/v1/me').then((j) => { me = j.user; who(); });
+      if (parts[0] === 'ns' && parts[1]) asked.catch(fail);
+      else await asked;
+    }
     if (parts[0] !== 'ns' || !parts[1]) {
       // #/models, #/models/NAME, #/tasks, #/jobs: the same page in the default namespace.
       const rest = ['models', 'tasks', 'jobs'].includes(parts[0]) ? '/' + parts.map(encodeURIComponent).join('/') : '';

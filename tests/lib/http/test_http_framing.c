@@ -69,11 +69,17 @@ static void handler(struct kd_http_req *r, void *ud)
         atomic_fetch_add(&smuggled, 1);
     if (strcmp(path, "/slow") == 0)
         kd_sleep_ms(2500); /* longer than the test server's head timeout */
-    if (strcmp(path, "/json-big") == 0 || strcmp(path, "/json-small") == 0) {
+    if (strcmp(path, "/json-big") == 0 || strcmp(path, "/json-small") == 0 ||
+        strcmp(path, "/json-text") == 0) {
         json_t *j = json_array();
-        for (int i = 0; i < (path[6] == 'b' ? 2000 : 3); i++)
+        for (int i = 0; i < (path[6] == 's' ? 3 : 2000); i++)
             json_array_append_new(j, json_pack("{s:i,s:s}", "step", i, "state", "COMPLETED"));
-        kd_http_respond_json_gz(r, 200, j, 4096);
+        if (path[6] == 't') { /* the same answer from text the handler wrote */
+            char *t = json_dumps(j, JSON_COMPACT);
+            kd_http_respond_json_text_gz(r, 200, t, strlen(t), 4096);
+        } else {
+            kd_http_respond_json_gz(r, 200, j, 4096);
+        }
         json_decref(j);
         return;
     }
@@ -634,7 +640,7 @@ static const char *split_answer(struct kd_buf *out, char *head, size_t headlen)
 }
 
 /* A big JSON answer is gzip to a client that takes it, the same JSON once inflated; plain to
- * one that does not; a small one is always plain. */
+ * one that does not; a small one is always plain. An answer written as text is the same. */
 static void test_json_gzip(void **state)
 {
     (void)state;
@@ -645,6 +651,8 @@ static void test_json_gzip(void **state)
     static const char big_plain[] = "GET /json-big HTTP/1.0\r\n\r\n";
     static const char big_q0[] = "GET /json-big HTTP/1.0\r\nAccept-Encoding: gzip;q=0\r\n\r\n";
     static const char small_gz[] = "GET /json-small HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n";
+    static const char text_gz[] = "GET /json-text HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n";
+    static const char text_plain[] = "GET /json-text HTTP/1.0\r\n\r\n";
 
     exchange(kd_http_port(s), big_plain, strlen(big_plain), &out);
     const char *plain = split_answer(&out, head, sizeof(head));
@@ -654,34 +662,43 @@ static void test_json_gzip(void **state)
     assert_null(strstr(head, "Content-Encoding"));
     assert_true(plain_len > 4096 && want[plain_len - 1] == '\n');
 
-    exchange(kd_http_port(s), big_gz, strlen(big_gz), &out);
-    size_t hlen = 0;
-    {
-        char *d = out.data;
-        char *sep = memmem(d, out.len, "\r\n\r\n", 4);
-        assert_non_null(sep);
-        hlen = (size_t)(sep - d) + 4;
-        snprintf(head, sizeof(head), "%.*s", (int)(sep - d), d);
+    exchange(kd_http_port(s), text_plain, strlen(text_plain), &out);
+    const char *tplain = split_answer(&out, head, sizeof(head));
+    assert_string_equal(tplain, want);
+    assert_non_null(strstr(head, "Content-Type: application/json"));
+    assert_null(strstr(head, "Content-Encoding"));
+
+    for (int k = 0; k < 2; k++) {
+        exchange(kd_http_port(s), k == 0 ? big_gz : text_gz, strlen(k == 0 ? big_gz : text_gz),
+                 &out);
+        size_t hlen = 0;
+        {
+            char *d = out.data;
+            char *sep = memmem(d, out.len, "\r\n\r\n", 4);
+            assert_non_null(sep);
+            hlen = (size_t)(sep - d) + 4;
+            snprintf(head, sizeof(head), "%.*s", (int)(sep - d), d);
+        }
+        assert_non_null(strstr(head, "Content-Encoding: gzip"));
+        assert_non_null(strstr(head, "Vary: Accept-Encoding"));
+        size_t zlen = out.len - hlen;
+        printf("JSON of %zu bytes sent as %zu bytes of gzip\n", plain_len, zlen);
+        assert_true(zlen < plain_len / 4);
+        /* inflate it back (a gzip member: windowBits 15 + 16) */
+        z_stream z;
+        memset(&z, 0, sizeof(z));
+        assert_int_equal(inflateInit2(&z, 15 + 16), Z_OK);
+        char *back = calloc(1, plain_len + 64);
+        z.next_in = (Bytef *)out.data + hlen;
+        z.avail_in = (uInt)zlen;
+        z.next_out = (Bytef *)back;
+        z.avail_out = (uInt)(plain_len + 64);
+        assert_int_equal(inflate(&z, Z_FINISH), Z_STREAM_END);
+        assert_int_equal(z.total_out, plain_len);
+        inflateEnd(&z);
+        assert_memory_equal(back, want, plain_len);
+        free(back);
     }
-    assert_non_null(strstr(head, "Content-Encoding: gzip"));
-    assert_non_null(strstr(head, "Vary: Accept-Encoding"));
-    size_t zlen = out.len - hlen;
-    printf("JSON of %zu bytes sent as %zu bytes of gzip\n", plain_len, zlen);
-    assert_true(zlen < plain_len / 4);
-    /* inflate it back (a gzip member: windowBits 15 + 16) */
-    z_stream z;
-    memset(&z, 0, sizeof(z));
-    assert_int_equal(inflateInit2(&z, 15 + 16), Z_OK);
-    char *back = calloc(1, plain_len + 64);
-    z.next_in = (Bytef *)out.data + hlen;
-    z.avail_in = (uInt)zlen;
-    z.next_out = (Bytef *)back;
-    z.avail_out = (uInt)(plain_len + 64);
-    assert_int_equal(inflate(&z, Z_FINISH), Z_STREAM_END);
-    assert_int_equal(z.total_out, plain_len);
-    inflateEnd(&z);
-    assert_memory_equal(back, want, plain_len);
-    free(back);
 
     exchange(kd_http_port(s), big_q0, strlen(big_q0), &out);
     split_answer(&out, head, sizeof(head));
