@@ -61,6 +61,15 @@ PGresult *kd_pg_exec(PGconn *c, const char *sql, int n, const char *const *param
 /** Map a failed result (or connection) to a KD_E* code and a message in err. */
 int kd_pg_error(PGconn *c, const PGresult *r, const char *what, char *err);
 
+/*
+ * Taken first by every transaction that inserts into metrics (writer.c): the
+ * transactions of every writer, in this process and in other controller
+ * replicas, draw their ids and commit one at a time, so ids commit in order
+ * and what a reader sees of metrics is always all the rows up to an id (the
+ * overviews' mark, sketcher.c, relies on it). "kdem" in ASCII.
+ */
+#define KD_STORE_METRICS_LOCK_SQL "SELECT pg_advisory_xact_lock(1801741677, 0)"
+
 /* ---- copy.c --------------------------------------------------------------- */
 
 /** Append s (len bytes) to b escaped for COPY's text format. 0 or KD_ENOMEM. */

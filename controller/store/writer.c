@@ -320,6 +320,18 @@ struct counts {
     uint64_t fresh, dups, orph, rows;
 };
 
+/* One statement of the transaction; 0 or an error in err (the connection is dropped then). */
+static int tx_step(struct kd_writer *w, PGresult *r, bool hung, ExecStatusType want, int limit,
+                   const char *what, char *err)
+{
+    int rc = 0;
+    if (hung)
+        rc = kd_seterr(err, KD_ETIMEDOUT, "%s: no answer from the database in %d ms", what, limit);
+    else if (PQresultStatus(r) != want)
+        rc = kd_pg_error(w->conn, r, what, err);
+    return rc;
+}
+
 static int write_batches(struct kd_writer *w, const char *json, struct counts *k, char *err)
 {
     int rc = 0;
@@ -332,6 +344,14 @@ static int write_batches(struct kd_writer *w, const char *json, struct counts *k
     int limit = w->s->opts.statement_timeout_ms;
     limit = limit > 0 ? limit + KD_STORE_CLIENT_GRACE_MS : 0;
     int64_t t0 = kd_mono_ns();
+    r = kd_pg_exec(w->conn, "BEGIN", 0, NULL, limit, &hung);
+    if ((rc = tx_step(w, r, hung, PGRES_COMMAND_OK, limit, "write metrics: begin", err)) != 0)
+        goto out;
+    PQclear(r);
+    r = kd_pg_exec(w->conn, KD_STORE_METRICS_LOCK_SQL, 0, NULL, limit, &hung);
+    if ((rc = tx_step(w, r, hung, PGRES_TUPLES_OK, limit, "write metrics: lock", err)) != 0)
+        goto out;
+    PQclear(r);
     r = kd_pg_exec(w->conn, INSERT_SQL, 1, params, limit, &hung);
     kd_metric_observe(w->s->opts.db_seconds, (const char *[]){"metrics_write"},
                       (double)(kd_mono_ns() - t0) / 1e9);
@@ -356,25 +376,22 @@ static int write_batches(struct kd_writer *w, const char *json, struct counts *k
         rc = kd_seterr(err, KD_EPROTO, "write metrics: unexpected counts");
         goto out;
     }
+    PQclear(r);
+    r = kd_pg_exec(w->conn, "COMMIT", 0, NULL, limit, &hung);
+    if ((rc = tx_step(w, r, hung, PGRES_COMMAND_OK, limit, "write metrics: commit", err)) != 0)
+        goto out;
     k->fresh = fresh;
     kd_metric_add(w->s->opts.rows_written, NULL, (double)nrows); /* rows of new batches */
     k->orph = distinct - with_trial;
     k->dups = total - fresh - k->orph;
     k->rows = nrows;
 out:
+    if (rc != 0 && w->conn) {
+        /* A fresh connection starts clean; the keys make the retry safe. */
+        PQfinish(w->conn);
+        w->conn = NULL;
+    }
     PQclear(r);
-    return rc;
-}
-
-/* One statement of the transaction; 0 or an error in err (the connection is dropped then). */
-static int tx_step(struct kd_writer *w, PGresult *r, bool hung, ExecStatusType want, int limit,
-                   const char *what, char *err)
-{
-    int rc = 0;
-    if (hung)
-        rc = kd_seterr(err, KD_ETIMEDOUT, "%s: no answer from the database in %d ms", what, limit);
-    else if (PQresultStatus(r) != want)
-        rc = kd_pg_error(w->conn, r, what, err);
     return rc;
 }
 
@@ -411,6 +428,10 @@ static int write_copy(struct kd_writer *w, struct qitem *list, size_t n, struct 
     }
     r = kd_pg_exec(w->conn, "BEGIN", 0, NULL, limit, &hung);
     if ((rc = tx_step(w, r, hung, PGRES_COMMAND_OK, limit, "write metrics: begin", err)) != 0)
+        goto out;
+    PQclear(r);
+    r = kd_pg_exec(w->conn, KD_STORE_METRICS_LOCK_SQL, 0, NULL, limit, &hung);
+    if ((rc = tx_step(w, r, hung, PGRES_TUPLES_OK, limit, "write metrics: lock", err)) != 0)
         goto out;
     PQclear(r);
     const char *params[1] = {kt};

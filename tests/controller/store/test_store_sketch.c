@@ -4,10 +4,11 @@
  * against M4 computed here from everything sent: before the overviews
  * hold any row (all folded by the reader), after, half and half, after a
  * step was reported again (the overview made again), from the rows for a
- * range of steps, with a budget, for the profiling kind, and after a
- * trial was deleted.
+ * range of steps, with a budget, for the profiling kind, after a
+ * trial was deleted, and with another replica's writer stalled mid-way.
  */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -462,6 +463,84 @@ static void retried_steps_rebuild(void **state)
     kd_store_close(s);
 }
 
+/* Exec sql on c, or fail naming it. */
+static void exec_ok(PGconn *c, const char *sql, ExecStatusType want)
+{
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != want)
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+}
+
+struct sender {
+    struct kd_store *s;
+    struct truth *tr;
+    bool done;
+};
+
+static void *send_b(void *arg)
+{
+    struct sender *x = arg;
+    send_steps(x->s, x->tr, 1, KD_METRIC_TRAINING, 0, 600, 1, "b", 42u);
+    __atomic_store_n(&x->done, true, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/*
+ * Another controller replica's writer, stalled inside its transaction with a row drawn (its
+ * id) but not committed: this process's writes wait for it, so no later id commits first and
+ * the overviews' mark never passes the row (which would then be missing from every chart).
+ */
+static void writers_commit_in_order(void **state)
+{
+    (void)state;
+    char ci[512], sql[512];
+    struct kd_store *s = NULL;
+    int64_t exp = 0;
+    struct truth *tr = setup(&s, &exp, ci, sizeof(ci), -1);
+    send_steps(s, tr, 0, KD_METRIC_TRAINING, 0, 400, 2, "a", 41u);
+    assert_int_equal(kd_store_metrics_flush(s, 20000), 0);
+    sketch_all(s);
+    PGconn *other = fx_conn(ci);
+    exec_ok(other, "BEGIN", PGRES_COMMAND_OK);
+    exec_ok(other, KD_STORE_METRICS_LOCK_SQL, PGRES_TUPLES_OK);
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO metrics (trial_id, kind, step, metrics, reported_at, batch_key) "
+             "VALUES (%lld, 'training', 401, '{\"a\": 7.5}', now(), 'other-0')",
+             (long long)tr->trial[0]);
+    exec_ok(other, sql, PGRES_COMMAND_OK);
+    tr->v[0][0][401] = 7.5;
+    tr->has[0][0][401] = true;
+    /* This process's rows after it (a put returns once durable): they wait for the other. */
+    struct sender snd = {s, tr, false};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, send_b, &snd), 0);
+    usleep(1500 * 1000);
+    assert_false(__atomic_load_n(&snd.done, __ATOMIC_SEQ_CST));
+    sketch_all(s);
+    PGconn *c = fx_conn(ci);
+    long long mark = fx_int(c, "SELECT upto_id FROM metric_sketch_mark");
+    long long committed = fx_int(c, "SELECT coalesce(max(id), 0) FROM metrics");
+    if (mark != committed)
+        fail_msg("the mark (%lld) is not the last committed id (%lld)", mark, committed);
+    exec_ok(other, "COMMIT", PGRES_COMMAND_OK);
+    PQfinish(other);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_true(snd.done);
+    assert_int_equal(kd_store_metrics_flush(s, 20000), 0);
+    sketch_all(s);
+    assert_int_equal(fx_int(c, "SELECT upto_id FROM metric_sketch_mark"),
+                     fx_int(c, "SELECT max(id) FROM metrics"));
+    PQfinish(c);
+    /* Every step of every trial, the other replica's row included, from the overviews. */
+    struct kd_series_got got =
+        overview(s, exp, KD_METRIC_TRAINING, &(struct kd_series_ask){.max_points = 10000}, tr,
+                 "two writers, folded");
+    assert_false(got.rows);
+    free(tr);
+    kd_store_close(s);
+}
+
 static void ranges_budget_kinds(void **state)
 {
     (void)state;
@@ -573,6 +652,7 @@ int main(void)
         cmocka_unit_test(rows_encode_decode),
         cmocka_unit_test(overview_states),
         cmocka_unit_test(retried_steps_rebuild),
+        cmocka_unit_test(writers_commit_in_order),
         cmocka_unit_test(ranges_budget_kinds),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
