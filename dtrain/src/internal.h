@@ -155,7 +155,12 @@ int dt_rendezvous(struct dtrain *h, char *err);
 /* ---- reductions (reduce.c) ---- */
 /** dst[i] = dst[i] op src[i]; AVG reduces as SUM. */
 void dt_reduce(void *dst, const void *src, size_t n, enum dtrain_dtype t, enum dtrain_op op);
-/** dst[i] = op over srcs[k][i] (dst may be srcs[0]); AVG reduces as SUM. */
+/** memcpy for bulk data, at full speed whatever the two buffers' alignments. */
+void dt_copy(void *restrict dst, const void *restrict src, size_t bytes);
+/**
+ * dst[i] = op over srcs[k][i], folded in source order (dst may be srcs[0],
+ * no other source); AVG reduces as SUM.
+ */
 void dt_reduce_multi(void *dst, const void *const *srcs, int nsrc, size_t n, enum dtrain_dtype t,
                      enum dtrain_op op);
 /** buf /= world (the AVG finish). */
