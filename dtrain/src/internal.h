@@ -170,6 +170,25 @@ float dt_f16_to_f32(uint16_t h);
 uint16_t dt_f32_to_bf16(float f);
 float dt_bf16_to_f32(uint16_t h);
 
+/* ---- decisions (plan.c): pure functions, table-tested ---- */
+enum dt_shm_algo {
+    DT_SHM_FLAT,  /* one copy in, one sync, every rank reduces all slots itself */
+    DT_SHM_SPLIT, /* per chunk: copy in, reduce 1/world each, copy the result out */
+};
+struct dt_shm_plan {
+    enum dt_shm_algo algo;
+    size_t chunk; /* bytes per step (<= slot) */
+};
+/** The shm allreduce for a message of `bytes` among `world` ranks with `slot`-byte slots. */
+struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot);
+
+struct dt_wait_policy {
+    int64_t spin_ns;  /* at most this long polling with a pause while peers run elsewhere, */
+    int64_t yield_ns; /* at most this long yielding to a peer that shares our core; then sleep */
+};
+/** How a rank waits for its peers, given the online cores and the ranks on this host. */
+struct dt_wait_policy dt_wait_policy(long ncpu, int local_ranks);
+
 /* ---- async (async.c) ---- */
 void dt_async_stop(struct dtrain *h);
 void dt_grads_free(struct dtrain *h);
