@@ -182,6 +182,15 @@ struct dt_shm_plan {
 /** The shm allreduce for a message of `bytes` among `world` ranks with `slot`-byte slots. */
 struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot);
 
+enum dt_tcp_algo {
+    DT_TCP_RING,   /* reduce-scatter then allgather around the ring */
+    DT_TCP_GATHER, /* allgather whole buffers, every rank reduces all of them */
+};
+/* Bytes of the buffer gathered messages land in (world * message bytes at most). */
+#define DT_TCP_GATHER_CAP (1u << 20)
+/** The tcp allreduce for a message of `bytes` among `world` ranks. */
+enum dt_tcp_algo dt_tcp_plan(size_t bytes, int world);
+
 struct dt_wait_policy {
     int64_t spin_ns;  /* at most this long polling with a pause while peers run elsewhere, */
     int64_t yield_ns; /* at most this long yielding to a peer that shares our core; then sleep */

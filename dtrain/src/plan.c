@@ -1,8 +1,8 @@
 /*
  * The transports' decisions, as pure functions of sizes and counts so that
  * tables of cases can test them: which shared-memory allreduce runs for a
- * message and in what chunks, and how long a rank spins or yields before
- * it sleeps while waiting for its peers.
+ * message and in what chunks, which TCP allreduce, and how long a rank
+ * spins or yields before it sleeps while waiting for its peers.
  */
 #include "internal.h"
 
@@ -33,6 +33,24 @@ struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot)
     size_t c = (size_t)world * (64u << 10);
     p.chunk = c < CHUNK ? CHUNK : c > slot ? slot : c;
     return p;
+}
+
+/*
+ * TCP. The ring sends 2(n-1)/n of the buffer in 2(n-1) steps; gathering
+ * every rank's whole buffer (then each reduces all n in rank order) sends
+ * (n-1) times the buffer in n-1 steps. For 2 ranks both send the buffer
+ * once and gather takes one step instead of two; for more, gather pays
+ * while the extra (n-2) buffers cost less than the n-1 steps it saves.
+ */
+#define GATHER_EXTRA_BYTES (128u << 10)
+
+enum dt_tcp_algo dt_tcp_plan(size_t bytes, int world)
+{
+    if (world < 2 || bytes == 0 || bytes > DT_TCP_GATHER_CAP / (size_t)world)
+        return DT_TCP_RING;
+    if (bytes * (size_t)(world - 2) > GATHER_EXTRA_BYTES)
+        return DT_TCP_RING;
+    return DT_TCP_GATHER;
 }
 
 /*
