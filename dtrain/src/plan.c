@@ -22,16 +22,13 @@
 struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot)
 {
     struct dt_shm_plan p = {.algo = DT_SHM_FLAT, .chunk = CHUNK < slot ? CHUNK : slot};
-    if (world <= 2 || bytes * (size_t)(world - 1) <= FLAT_PEER_BYTES) {
-        /* one chunk when the whole message fits a slot */
-        if (bytes <= slot)
-            p.chunk = slot;
+    if (world <= 2 || bytes * (size_t)(world - 1) <= FLAT_PEER_BYTES)
         return p;
-    }
     p.algo = DT_SHM_SPLIT;
     /* Each rank reduces chunk/world: keep that at 64 KiB or more. */
     size_t c = (size_t)world * (64u << 10);
-    p.chunk = c < CHUNK ? CHUNK : c > slot ? slot : c;
+    c = c < CHUNK ? CHUNK : c;
+    p.chunk = c < slot ? c : slot;
     return p;
 }
 
