@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -26,6 +27,7 @@ struct tcp {
     char *tmp;         /* TMP_BYTES, page-aligned (+ 4 KiB for a split element) */
     char *gather;      /* DT_TCP_GATHER_CAP: every rank's buffer, small allreduces */
     const void **srcs; /* world entries: reduction sources */
+    int64_t yield_ns;  /* how long a stalled transfer yields before it sleeps in poll */
 };
 
 static uint64_t run_hash(const char *s)
@@ -98,6 +100,10 @@ static int tcp_setup(struct dtrain *h)
             close(fd); /* not our left neighbour of this run: ignore it */
         }
     }
+    int local = 0;
+    for (int j = 0; j < n; j++)
+        local += strcmp(h->peers[j].host, h->host) == 0;
+    t->yield_ns = dt_wait_policy(sysconf(_SC_NPROCESSORS_ONLN), local).yield_ns;
     dt_tune_socket(t->left);
     if ((rc = dt_set_nonblock(t->left, true)) < 0 || (rc = dt_set_nonblock(t->right, true)) < 0) {
         rc = dt_err(h, rc, "tcp ring: fcntl: %s", kd_strerror(rc));
@@ -157,6 +163,7 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
     int n = h->world, right = (h->rank + 1) % n, left = (h->rank + n - 1) % n;
     size_t sent = 0, recvd = 0, tfill = 0, es = dtrain_dtype_size(x->dtype);
     bool stage = bad_offset(x->rbuf);
+    int64_t stalled = 0; /* when the loop last stopped making progress */
     int rc = 0;
     while (sent < x->slen || recvd < x->rlen) {
         bool progress = false;
@@ -206,10 +213,22 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
                 goto out;
             }
         }
-        if (progress)
+        if (progress) {
+            stalled = 0;
             continue;
+        }
         if ((rc = dt_check_dead(h)) < 0)
             goto out;
+        /* A peer that is running answers within microseconds: yield (to it,
+         * when it shares this core) and try again for a while before paying
+         * for a sleep and a wake-up in poll(2). */
+        int64_t now = kd_mono_ns();
+        if (stalled == 0)
+            stalled = now;
+        if (now - stalled < t->yield_ns) {
+            sched_yield();
+            continue;
+        }
         struct pollfd p[3];
         int np = 0;
         p[np++] = (struct pollfd){.fd = h->dead_efd, .events = POLLIN};
