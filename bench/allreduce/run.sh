@@ -10,13 +10,20 @@
 # Each size runs as BENCH_REPS timed groups (default 5) and the fastest group
 # counts, for both programs alike, so that a burst of load from elsewhere on
 # the machine does not decide the comparison.
-# Env: BENCH_SIZES (default 4K..256M), BENCH_RANKS (default "2 4"), BENCH_REPS.
+# Placement: mpirun binds rank r to core r when there are at least as many
+# cores as ranks (and binds nothing when oversubscribed); the dtrain ranks
+# are bound the same way with taskset, so both run under the same placement.
+# BENCH_BIND=0 leaves both unbound (mpirun --bind-to none).
+# Env: BENCH_SIZES (default 4K..256M), BENCH_RANKS (default "2 4"), BENCH_REPS,
+# BENCH_BIND (default 1).
 set -euo pipefail
 build=${KD_BUILD:?KD_BUILD must point at the build dir}
 src=${KD_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 sizes=${BENCH_SIZES:-4K..256M}
 ranks=${BENCH_RANKS:-2 4}
 reps=${BENCH_REPS:-5}
+bind=${BENCH_BIND:-1}
+ncpu=$(nproc)
 lo=${sizes%%..*}
 hi=${sizes##*..}
 out=$(mktemp -d /tmp/kdet-bench-allreduce.XXXXXX)
@@ -32,9 +39,11 @@ run_dtrain() { # np transport file
     local np=$1 tr=$2 f=$3 port pids=()
     port=$(free_port)
     for ((r = 0; r < np; r++)); do
+        local pin=()
+        if [ "$bind" != 0 ] && [ "$np" -le "$ncpu" ]; then pin=(taskset -c "$r"); fi
         RANK=$r LOCAL_RANK=$r WORLD_SIZE=$np LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 \
         MASTER_PORT=$port KDET_RUN_ID=bench KDET_LOG_LEVEL=warn \
-            "$build/bin/dtrain" bench allreduce --size "$sizes" --transport "$tr" --reps "$reps" \
+            "${pin[@]}" "$build/bin/dtrain" bench allreduce --size "$sizes" --transport "$tr" --reps "$reps" \
             > "$f.$r" 2>&1 &
         pids+=($!)
     done
@@ -47,7 +56,7 @@ run_dtrain() { # np transport file
 run_mpi() { # np btl-args file
     local np=$1 f=$3
     # shellcheck disable=SC2086
-    mpirun --allow-run-as-root --oversubscribe -np "$np" $2 \
+    mpirun --allow-run-as-root --oversubscribe -np "$np" $2 $([ "$bind" != 0 ] || echo --bind-to none) \
         "$build/bench/mpi_allreduce" "$lo" "$hi" "$reps" > "$f.raw" 2>&1 || { cat "$f.raw"; return 1; }
     grep -E '^ +[0-9]+[KM]? ' "$f.raw" > "$f"
 }
