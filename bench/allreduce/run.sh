@@ -4,17 +4,26 @@
 # allowed for both (OpenMPI's default BTLs, dtrain transport shm), and both
 # restricted to TCP loopback (--mca btl tcp,self; dtrain transport tcp).
 # Prints latency and algorithm bandwidth (bytes / time) side by side and the
-# ratio dtrain / OpenMPI of bandwidth (> 1: dtrain is faster).
+# ratio dtrain / OpenMPI of bandwidth (> 1: dtrain is faster); the summary
+# gives, per configuration, the lowest ratio at >= 16 KiB, both latencies at
+# 4 KiB and the 1-minute load average before and after.
 # Each size runs as BENCH_REPS timed groups (default 5) and the fastest group
 # counts, for both programs alike, so that a burst of load from elsewhere on
 # the machine does not decide the comparison.
-# Env: BENCH_SIZES (default 4K..256M), BENCH_RANKS (default "2 4"), BENCH_REPS.
+# Placement: mpirun binds rank r to core r when there are at least as many
+# cores as ranks (and binds nothing when oversubscribed); the dtrain ranks
+# are bound the same way with taskset, so both run under the same placement.
+# BENCH_BIND=0 leaves both unbound (mpirun --bind-to none).
+# Env: BENCH_SIZES (default 4K..256M), BENCH_RANKS (default "2 4"), BENCH_REPS,
+# BENCH_BIND (default 1).
 set -euo pipefail
 build=${KD_BUILD:?KD_BUILD must point at the build dir}
 src=${KD_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 sizes=${BENCH_SIZES:-4K..256M}
 ranks=${BENCH_RANKS:-2 4}
 reps=${BENCH_REPS:-5}
+bind=${BENCH_BIND:-1}
+ncpu=$(nproc)
 lo=${sizes%%..*}
 hi=${sizes##*..}
 out=$(mktemp -d /tmp/kdet-bench-allreduce.XXXXXX)
@@ -30,9 +39,11 @@ run_dtrain() { # np transport file
     local np=$1 tr=$2 f=$3 port pids=()
     port=$(free_port)
     for ((r = 0; r < np; r++)); do
+        local pin=()
+        if [ "$bind" != 0 ] && [ "$np" -le "$ncpu" ]; then pin=(taskset -c "$r"); fi
         RANK=$r LOCAL_RANK=$r WORLD_SIZE=$np LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 \
         MASTER_PORT=$port KDET_RUN_ID=bench KDET_LOG_LEVEL=warn \
-            "$build/bin/dtrain" bench allreduce --size "$sizes" --transport "$tr" --reps "$reps" \
+            "${pin[@]}" "$build/bin/dtrain" bench allreduce --size "$sizes" --transport "$tr" --reps "$reps" \
             > "$f.$r" 2>&1 &
         pids+=($!)
     done
@@ -45,16 +56,19 @@ run_dtrain() { # np transport file
 run_mpi() { # np btl-args file
     local np=$1 f=$3
     # shellcheck disable=SC2086
-    mpirun --allow-run-as-root --oversubscribe -np "$np" $2 \
+    mpirun --allow-run-as-root --oversubscribe -np "$np" $2 $([ "$bind" != 0 ] || echo --bind-to none) \
         "$build/bench/mpi_allreduce" "$lo" "$hi" "$reps" > "$f.raw" 2>&1 || { cat "$f.raw"; return 1; }
     grep -E '^ +[0-9]+[KM]? ' "$f.raw" > "$f"
 }
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
 
 summary=()
 for setting in shm tcp; do
     if [ $setting = shm ]; then btl=""; label="shared memory allowed (OpenMPI default BTLs vs dtrain shm)"
     else btl="--mca btl tcp,self"; label="TCP loopback only (OpenMPI --mca btl tcp,self vs dtrain tcp)"; fi
     for np in $ranks; do
+        load_before=$(load1)
         echo "== $label, $np ranks, float32 sum"
         echo "   running OpenMPI ..." >&2
         run_mpi "$np" "$btl" "$out/mpi"
@@ -64,11 +78,12 @@ for setting in shm tcp; do
         paste "$out/mpi" "$out/dt" | awk '{ r = ($4 > 0) ? $8 / $4 : 0;
             printf "%8s %14.1f %12.3f %14.1f %12.3f %8.2f\n", $1, $3, $4, $7, $8, r }' | tee "$out/joined"
         worst=$(awk '{ s = $1; m = 1; if (s ~ /M$/) m = 1048576; else if (s ~ /K$/) m = 1024;
-                       b = s + 0; if (b * m >= 1048576 && (min == "" || $6 < min)) min = $6 }
-                     END { print (min == "" ? "n/a" : min) }' "$out/joined")
-        summary+=("$setting np=$np: lowest ratio at >= 1 MiB: $worst")
+                       b = s + 0; if (b * m >= 16384 && (min == "" || $6 < min)) { min = $6; at = s } }
+                     END { print (min == "" ? "n/a" : min " (at " at ")") }' "$out/joined")
+        lat4k=$(awk '$1 == "4K" { printf "OpenMPI %.1f us, dtrain %.1f us", $2, $4 }' "$out/joined")
+        summary+=("$setting np=$np: lowest ratio at >= 16 KiB: $worst; 4 KiB latency: ${lat4k:-n/a}; load $load_before -> $(load1)")
         echo
     done
 done
-echo "== summary (ratio = dtrain algbw / OpenMPI algbw; goal >= 1.0 at >= 1 MiB)"
+echo "== summary (ratio = dtrain algbw / OpenMPI algbw; goal >= 1.0 at >= 16 KiB)"
 printf '%s\n' "${summary[@]}"

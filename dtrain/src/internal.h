@@ -155,7 +155,12 @@ int dt_rendezvous(struct dtrain *h, char *err);
 /* ---- reductions (reduce.c) ---- */
 /** dst[i] = dst[i] op src[i]; AVG reduces as SUM. */
 void dt_reduce(void *dst, const void *src, size_t n, enum dtrain_dtype t, enum dtrain_op op);
-/** dst[i] = op over srcs[k][i] (dst may be srcs[0]); AVG reduces as SUM. */
+/** memcpy for bulk data, at full speed whatever the two buffers' alignments. */
+void dt_copy(void *restrict dst, const void *restrict src, size_t bytes);
+/**
+ * dst[i] = op over srcs[k][i], folded in source order (dst may be srcs[0],
+ * no other source); AVG reduces as SUM.
+ */
 void dt_reduce_multi(void *dst, const void *const *srcs, int nsrc, size_t n, enum dtrain_dtype t,
                      enum dtrain_op op);
 /** buf /= world (the AVG finish). */
@@ -164,6 +169,34 @@ uint16_t dt_f32_to_f16(float f);
 float dt_f16_to_f32(uint16_t h);
 uint16_t dt_f32_to_bf16(float f);
 float dt_bf16_to_f32(uint16_t h);
+
+/* ---- decisions (plan.c): pure functions, table-tested ---- */
+enum dt_shm_algo {
+    DT_SHM_FLAT,  /* one copy in, one sync, every rank reduces all slots itself */
+    DT_SHM_SPLIT, /* per chunk: copy in, reduce 1/world each, copy the result out */
+};
+struct dt_shm_plan {
+    enum dt_shm_algo algo;
+    size_t chunk; /* bytes per step (<= slot) */
+};
+/** The shm allreduce for a message of `bytes` among `world` ranks with `slot`-byte slots. */
+struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot);
+
+enum dt_tcp_algo {
+    DT_TCP_RING,   /* reduce-scatter then allgather around the ring */
+    DT_TCP_GATHER, /* allgather whole buffers, every rank reduces all of them */
+};
+/* Bytes of the buffer gathered messages land in (world * message bytes at most). */
+#define DT_TCP_GATHER_CAP (1u << 20)
+/** The tcp allreduce for a message of `bytes` among `world` ranks. */
+enum dt_tcp_algo dt_tcp_plan(size_t bytes, int world);
+
+struct dt_wait_policy {
+    int64_t spin_ns;  /* at most this long polling with a pause while peers run elsewhere, */
+    int64_t yield_ns; /* at most this long yielding to a peer that shares our core; then sleep */
+};
+/** How a rank waits for its peers, given the online cores and the ranks on this host. */
+struct dt_wait_policy dt_wait_policy(long ncpu, int local_ranks);
 
 /* ---- async (async.c) ---- */
 void dt_async_stop(struct dtrain *h);

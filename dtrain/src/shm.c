@@ -1,10 +1,11 @@
 /*
  * The shared-memory transport for ranks on one host: a POSIX shm segment
- * with two banks of one slot per rank, unlinked as soon as every rank has
- * mapped it, so nothing outlives the job. Per chunk every rank copies in,
- * reduces its 1/n share across all slots in one pass and copies the result
- * out, between futex barriers that also watch for dead peers and the op
- * timeout.
+ * with one flag per rank and two banks of one slot per rank, unlinked as
+ * soon as every rank has mapped it, so nothing outlives the job. Ranks meet
+ * by raising their own flag and watching the others' (spin or yield, then
+ * futex, always watching for dead peers and the op timeout). Allreduce
+ * copies each chunk in once; small messages (and every message of two
+ * ranks) are then reduced whole by every rank, larger ones by 1/n each.
  */
 #include "internal.h"
 
@@ -24,35 +25,45 @@
 #include "core/str.h"
 #include "core/time.h"
 
-#define SHM_MAGIC 0x64747368u /* "dtsh" */
-#define HDR_BYTES 4096
+#define SHM_MAGIC 0x64747332u     /* "dts2": per-rank sequence flags */
 #define SHM_TOTAL_MAX (32u << 20) /* stay well inside a 64 MiB /dev/shm */
 #define SLOT_MAX (1u << 20)
 #define SLOT_MIN (64u << 10)
 #define FUTEX_SLICE_MS 20
 
+/*
+ * Each rank owns one flag, on its own cache line, and only ever raises it:
+ * seq counts the synchronisation points it has passed. A rank waiting for
+ * the others reads their flags (no shared counter to fight over), and one
+ * that sleeps registers in the flag's waiters so the owner knows to wake it.
+ */
+struct shm_flag {
+    _Alignas(64) _Atomic uint32_t seq;
+    _Atomic uint32_t waiters; /* ranks asleep in FUTEX_WAIT on seq */
+    _Atomic int32_t cpu;      /* the core the owner last posted from */
+};
+
 struct shm_hdr {
     uint32_t magic;
     int32_t world;
     uint64_t slot;
-    _Alignas(64) _Atomic uint32_t count;
-    _Alignas(64) _Atomic uint32_t gen;
-    _Alignas(64) _Atomic uint32_t waiters; /* ranks asleep in FUTEX_WAIT */
+    _Alignas(64) struct shm_flag flags[]; /* world entries */
 };
 
 /*
- * Successive chunks (across calls too) alternate banks, so a bank is
- * rewritten only after every rank passed a later barrier, which it reaches
- * only once done reading it: two barriers per allreduce chunk, one per
- * broadcast or allgather chunk.
+ * Successive steps (across calls too) alternate banks, so a bank is
+ * rewritten only after every rank has passed a later synchronisation point,
+ * which it reaches only once done reading that bank.
  */
 struct shm {
     struct shm_hdr *hdr;
     char *base; /* banks: base + (bank * world + rank) * slot */
     size_t slot, map_len;
-    int spin;     /* pause iterations before sleeping */
-    bool yield;   /* more ranks than cores: yield instead of spinning */
-    uint64_t seq; /* chunks done so far, on every rank alike: picks the bank */
+    int rank, world;
+    struct dt_wait_policy wait;
+    uint32_t seq;      /* synchronisation points passed, on every rank alike */
+    uint64_t step;     /* data steps so far, on every rank alike: picks the bank */
+    const void **srcs; /* world entries: reduction sources, reused by every call */
 };
 
 static size_t slot_size(int world)
@@ -66,9 +77,15 @@ static size_t slot_size(int world)
     return s / 64 * 64;
 }
 
-static char *slot_ptr(struct shm *s, int bank, int world, int rank)
+static size_t hdr_bytes(int world)
 {
-    return s->base + ((size_t)bank * (size_t)world + (size_t)rank) * s->slot;
+    size_t b = sizeof(struct shm_hdr) + (size_t)world * sizeof(struct shm_flag);
+    return (b + 4095) / 4096 * 4096;
+}
+
+static char *slot_ptr(struct shm *s, int bank, int rank)
+{
+    return s->base + ((size_t)bank * (size_t)s->world + (size_t)rank) * s->slot;
 }
 
 static int map_segment(struct dtrain *h, bool create, char *err)
@@ -78,7 +95,14 @@ static int map_segment(struct dtrain *h, bool create, char *err)
     if (s == NULL)
         return kd_seterr(err, DTRAIN_ENOMEM, "out of memory");
     s->slot = slot_size(h->world);
-    s->map_len = HDR_BYTES + 2 * (size_t)h->world * s->slot;
+    s->rank = h->rank;
+    s->world = h->world;
+    s->map_len = hdr_bytes(h->world) + 2 * (size_t)h->world * s->slot;
+    s->srcs = calloc((size_t)h->world, sizeof(*s->srcs));
+    if (s->srcs == NULL) {
+        rc = kd_seterr(err, DTRAIN_ENOMEM, "out of memory");
+        goto out;
+    }
     fd = shm_open(h->shm_name, O_RDWR | (create ? O_CREAT | O_EXCL : 0) | O_CLOEXEC, 0600);
     if (fd < 0) {
         rc = kd_seterr(err, -errno, "shm_open %s: %s", h->shm_name, strerror(errno));
@@ -108,27 +132,23 @@ static int map_segment(struct dtrain *h, bool create, char *err)
         goto out;
     }
     s->hdr = m;
-    s->base = (char *)m + HDR_BYTES;
-    if (create) {
+    s->base = (char *)m + hdr_bytes(h->world);
+    if (create) { /* the flags start at zero: ftruncate zero-fills */
         s->hdr->world = h->world;
         s->hdr->slot = s->slot;
-        atomic_store(&s->hdr->count, 0);
-        atomic_store(&s->hdr->gen, 0);
-        atomic_store(&s->hdr->waiters, 0);
         s->hdr->magic = SHM_MAGIC;
     } else if (s->hdr->magic != SHM_MAGIC || s->hdr->world != h->world || s->hdr->slot != s->slot) {
         rc = kd_seterr(err, DTRAIN_EPROTO, "shm segment %s: header mismatch", h->shm_name);
         goto out;
     }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    /* Spinning only pays when every rank has a core of its own. */
-    s->spin = ncpu >= h->world ? 2000 : 0;
-    s->yield = ncpu < h->world;
+    s->wait = dt_wait_policy(sysconf(_SC_NPROCESSORS_ONLN), h->world);
     h->tp = s;
     s = NULL;
 out:
     if (s != NULL && s->hdr != NULL)
         munmap(s->hdr, s->map_len);
+    if (s != NULL)
+        free(s->srcs);
     free(s);
     if (fd >= 0)
         close(fd);
@@ -170,6 +190,7 @@ static void shm_teardown(struct dtrain *h)
     if (h->rank == 0)
         dt_shm_unlink(h); /* when init failed before the ready round */
     munmap(s->hdr, s->map_len);
+    free(s->srcs);
     free(s);
     h->tp = NULL;
 }
@@ -183,45 +204,124 @@ static void cpu_relax(void)
 #endif
 }
 
-static int barrier(struct dtrain *h, struct shm *s, int64_t deadline, const char *what)
+/* Wrap-safe: has a flag that reads v passed synchronisation point `want`? */
+static bool reached(uint32_t v, uint32_t want)
 {
-    struct shm_hdr *hd = s->hdr;
-    uint32_t g = atomic_load_explicit(&hd->gen, memory_order_acquire);
-    if (atomic_fetch_add_explicit(&hd->count, 1, memory_order_acq_rel) == (uint32_t)h->world - 1) {
-        atomic_store_explicit(&hd->count, 0, memory_order_relaxed);
-        atomic_fetch_add(&hd->gen, 1); /* seq_cst: pairs with the waiters count */
-        if (atomic_load(&hd->waiters) > 0)
-            syscall(SYS_futex, &hd->gen, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    return (int32_t)(v - want) >= 0;
+}
+
+/*
+ * The first rank from `from` on whose flag has not reached `want`, or -1;
+ * *here tells whether one of the missing ranks last ran on core `cpu`.
+ */
+static int first_missing(struct shm *s, int from, uint32_t want, int cpu, bool *here)
+{
+    int first = -1;
+    *here = false;
+    for (int j = from; j < s->world; j++) {
+        struct shm_flag *f = &s->hdr->flags[j];
+        if (j == s->rank || reached(atomic_load_explicit(&f->seq, memory_order_acquire), want))
+            continue;
+        if (first < 0)
+            first = j;
+        if (atomic_load_explicit(&f->cpu, memory_order_relaxed) == cpu) {
+            *here = true;
+            break;
+        }
+    }
+    return first;
+}
+
+/* Pass the next synchronisation point: raise our flag, wake whoever sleeps on it. */
+static void post(struct shm *s)
+{
+    struct shm_flag *f = &s->hdr->flags[s->rank];
+    atomic_store_explicit(&f->cpu, sched_getcpu(), memory_order_relaxed);
+    /* seq_cst store then load, against the waiter's increment then load: either
+     * it sees the new value or we see it registered. */
+    atomic_store(&f->seq, ++s->seq);
+    if (atomic_load(&f->waiters) > 0)
+        syscall(SYS_futex, &f->seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+/*
+ * Wait until every rank has passed our latest synchronisation point. While
+ * a missing rank last ran on our core it needs that core: yield it. While
+ * they all run elsewhere, poll with a pause. Either within the policy's
+ * budget; then sleep on the flag of a missing rank, in slices that also
+ * watch for a dead peer and the op deadline.
+ */
+static int wait_all(struct dtrain *h, struct shm *s, int64_t deadline, const char *what)
+{
+    uint32_t want = s->seq;
+    int cpu = sched_getcpu();
+    bool here = false;
+    int j = first_missing(s, 0, want, cpu, &here);
+    if (j < 0)
         return 0;
-    }
-    for (int i = 0; i < s->spin; i++) {
-        if (atomic_load_explicit(&hd->gen, memory_order_acquire) != g)
+    int64_t t0 = kd_mono_ns(), spun = 0, yielded = 0;
+    while (spun < s->wait.spin_ns && yielded < s->wait.yield_ns) {
+        if (here) {
+            sched_yield();
+            cpu = sched_getcpu();
+        } else {
+            for (int i = 0; i < 16; i++)
+                cpu_relax();
+        }
+        int64_t t = kd_mono_ns() - t0;
+        *(here ? &yielded : &spun) += t - (spun + yielded);
+        if ((j = first_missing(s, j, want, cpu, &here)) < 0)
             return 0;
-        cpu_relax();
-    }
-    for (int i = 0; i < (s->yield ? 16 : 4); i++) {
-        if (atomic_load_explicit(&hd->gen, memory_order_acquire) != g)
-            return 0;
-        sched_yield();
     }
     for (;;) {
+        struct shm_flag *f = &s->hdr->flags[j];
         struct timespec ts = {0, FUTEX_SLICE_MS * 1000000L};
-        if (atomic_load_explicit(&hd->gen, memory_order_acquire) != g)
-            return 0;
-        atomic_fetch_add(&hd->waiters, 1);
-        syscall(SYS_futex, &hd->gen, FUTEX_WAIT, g, &ts, NULL, 0);
-        atomic_fetch_sub(&hd->waiters, 1);
-        if (atomic_load_explicit(&hd->gen, memory_order_acquire) != g)
+        atomic_fetch_add(&f->waiters, 1);
+        uint32_t v = atomic_load(&f->seq);
+        if (!reached(v, want))
+            syscall(SYS_futex, &f->seq, FUTEX_WAIT, v, &ts, NULL, 0);
+        atomic_fetch_sub(&f->waiters, 1);
+        if ((j = first_missing(s, j, want, -1, &here)) < 0)
             return 0;
         int rc = dt_check_dead(h);
         if (rc < 0)
             return rc;
         if (dt_left_ms(deadline) == 0)
             return dt_err(h, DTRAIN_ETIMEDOUT,
-                          "%s: timed out after %d ms waiting for the other ranks in shared "
-                          "memory (is a peer stuck?)",
-                          what, h->o.op_timeout_ms);
+                          "%s: timed out after %d ms waiting for rank %d in shared memory (is "
+                          "it stuck?)",
+                          what, h->o.op_timeout_ms, j);
     }
+}
+
+static int sync_all(struct dtrain *h, struct shm *s, int64_t deadline, const char *what)
+{
+    post(s);
+    return wait_all(h, s, deadline, what);
+}
+
+/*
+ * Per chunk: one copy in, one synchronisation, and every rank folds all
+ * slots in rank order itself, so all get the same bits. A rank copies the
+ * next chunk in as soon as it has read this one.
+ */
+static int allreduce_flat(struct dtrain *h, struct shm *s, char *b, size_t count,
+                          enum dtrain_dtype dtype, enum dtrain_op op, size_t chunk,
+                          int64_t deadline)
+{
+    size_t es = dtrain_dtype_size(dtype), per = chunk / es;
+    int rc = 0;
+    for (size_t off = 0; off < count; off += per) {
+        size_t c = count - off < per ? count - off : per;
+        int bank = (int)(s->step++ & 1);
+        dt_copy(slot_ptr(s, bank, s->rank), b + off * es, c * es);
+        if ((rc = sync_all(h, s, deadline, "allreduce")) < 0)
+            return rc;
+        for (int j = 0; j < s->world; j++)
+            s->srcs[j] = slot_ptr(s, bank, j);
+        dt_reduce_multi(b + off * es, s->srcs, s->world, c, dtype, op);
+    }
+    return 0;
 }
 
 static size_t seg_off(size_t count, int n, int i)
@@ -229,56 +329,78 @@ static size_t seg_off(size_t count, int n, int i)
     return (size_t)((unsigned __int128)count * (unsigned)i / (unsigned)n);
 }
 
+/*
+ * Larger messages, chunk by chunk: copy in, reduce our 1/n share across all
+ * slots into slot 0, copy the whole result out. The copy in of chunk k+1
+ * goes into the other bank while the others may still reduce chunk k, and
+ * only then does a rank wait for chunk k's result.
+ */
+static int allreduce_split(struct dtrain *h, struct shm *s, char *b, size_t count,
+                           enum dtrain_dtype dtype, enum dtrain_op op, size_t chunk,
+                           int64_t deadline)
+{
+    int n = s->world, r = s->rank, rc = 0, prev = 0;
+    size_t es = dtrain_dtype_size(dtype), per = chunk / es, prev_off = 0, prev_c = 0;
+    for (size_t off = 0; off < count; off += per) {
+        size_t c = count - off < per ? count - off : per;
+        int bank = (int)(s->step++ & 1);
+        dt_copy(slot_ptr(s, bank, r), b + off * es, c * es);
+        if (prev_c > 0) {
+            if ((rc = wait_all(h, s, deadline, "allreduce")) < 0)
+                return rc;
+            dt_copy(b + prev_off * es, slot_ptr(s, prev, 0), prev_c * es);
+        }
+        if ((rc = sync_all(h, s, deadline, "allreduce")) < 0)
+            return rc;
+        size_t p0 = seg_off(c, n, r), p1 = seg_off(c, n, r + 1);
+        if (p1 > p0) {
+            for (int j = 0; j < n; j++)
+                s->srcs[j] = slot_ptr(s, bank, j) + p0 * es;
+            dt_reduce_multi(slot_ptr(s, bank, 0) + p0 * es, s->srcs, n, p1 - p0, dtype, op);
+        }
+        post(s);
+        prev = bank;
+        prev_off = off;
+        prev_c = c;
+    }
+    if (prev_c > 0) {
+        if ((rc = wait_all(h, s, deadline, "allreduce")) < 0)
+            return rc;
+        dt_copy(b + prev_off * es, slot_ptr(s, prev, 0), prev_c * es);
+    }
+    return 0;
+}
+
 static int shm_allreduce(struct dtrain *h, void *buf, size_t count, enum dtrain_dtype dtype,
                          enum dtrain_op op)
 {
     struct shm *s = h->tp;
-    int n = h->world, r = h->rank, rc = 0;
-    size_t es = dtrain_dtype_size(dtype), per = s->slot / es;
-    char *b = buf;
+    size_t bytes = count * dtrain_dtype_size(dtype);
     int64_t deadline = kd_mono_ms() + h->o.op_timeout_ms;
-    const void *srcs[DT_MAX_WORLD > 256 ? 256 : DT_MAX_WORLD];
-    const void **sp = n <= 256 ? srcs : malloc((size_t)n * sizeof(void *));
-    if (sp == NULL)
-        return dt_err(h, DTRAIN_ENOMEM, "allreduce: out of memory");
-    for (size_t off = 0; off < count; off += per) {
-        size_t c = count - off < per ? count - off : per;
-        int bank = (int)(s->seq++ & 1);
-        memcpy(slot_ptr(s, bank, n, r), b + off * es, c * es);
-        if ((rc = barrier(h, s, deadline, "allreduce")) < 0)
-            goto out;
-        size_t p0 = seg_off(c, n, r), p1 = seg_off(c, n, r + 1);
-        if (p1 > p0) {
-            for (int j = 0; j < n; j++)
-                sp[j] = slot_ptr(s, bank, n, j) + p0 * es;
-            dt_reduce_multi(slot_ptr(s, bank, n, 0) + p0 * es, sp, n, p1 - p0, dtype, op);
-        }
-        if ((rc = barrier(h, s, deadline, "allreduce")) < 0)
-            goto out;
-        memcpy(b + off * es, slot_ptr(s, bank, n, 0), c * es);
-    }
-out:
-    if (sp != srcs)
-        free(sp);
-    return rc;
+    if (count == 0)
+        return 0;
+    struct dt_shm_plan p = dt_shm_plan(bytes, s->world, s->slot);
+    if (p.algo == DT_SHM_FLAT)
+        return allreduce_flat(h, s, buf, count, dtype, op, p.chunk, deadline);
+    return allreduce_split(h, s, buf, count, dtype, op, p.chunk, deadline);
 }
 
 static int shm_broadcast(struct dtrain *h, void *buf, size_t bytes, int root)
 {
     struct shm *s = h->tp;
-    int n = h->world, rc = 0;
-    size_t per = s->slot * (size_t)n; /* a whole bank per chunk */
+    int rc = 0;
+    size_t per = s->slot * (size_t)s->world; /* a whole bank per step */
     char *b = buf;
     int64_t deadline = kd_mono_ms() + h->o.op_timeout_ms;
     for (size_t off = 0; off < bytes; off += per) {
         size_t c = bytes - off < per ? bytes - off : per;
-        char *bank = slot_ptr(s, (int)(s->seq++ & 1), n, 0);
+        char *bank = slot_ptr(s, (int)(s->step++ & 1), 0);
         if (h->rank == root)
-            memcpy(bank, b + off, c);
-        if ((rc = barrier(h, s, deadline, "broadcast")) < 0)
+            dt_copy(bank, b + off, c);
+        if ((rc = sync_all(h, s, deadline, "broadcast")) < 0)
             break;
         if (h->rank != root)
-            memcpy(b + off, bank, c);
+            dt_copy(b + off, bank, c);
     }
     return rc;
 }
@@ -286,25 +408,25 @@ static int shm_broadcast(struct dtrain *h, void *buf, size_t bytes, int root)
 static int shm_allgather(struct dtrain *h, const void *in, void *out, size_t bytes)
 {
     struct shm *s = h->tp;
-    int n = h->world, rc = 0;
+    int rc = 0;
     char *o = out;
     const char *i = in;
     int64_t deadline = kd_mono_ms() + h->o.op_timeout_ms;
     for (size_t off = 0; off < bytes; off += s->slot) {
         size_t c = bytes - off < s->slot ? bytes - off : s->slot;
-        int bank = (int)(s->seq++ & 1);
-        memcpy(slot_ptr(s, bank, n, h->rank), i + off, c);
-        if ((rc = barrier(h, s, deadline, "allgather")) < 0)
+        int bank = (int)(s->step++ & 1);
+        dt_copy(slot_ptr(s, bank, h->rank), i + off, c);
+        if ((rc = sync_all(h, s, deadline, "allgather")) < 0)
             break;
-        for (int j = 0; j < n; j++)
-            memcpy(o + (size_t)j * bytes + off, slot_ptr(s, bank, n, j), c);
+        for (int j = 0; j < s->world; j++)
+            dt_copy(o + (size_t)j * bytes + off, slot_ptr(s, bank, j), c);
     }
     return rc;
 }
 
 static int shm_barrier(struct dtrain *h)
 {
-    return barrier(h, h->tp, kd_mono_ms() + h->o.op_timeout_ms, "barrier");
+    return sync_all(h, h->tp, kd_mono_ms() + h->o.op_timeout_ms, "barrier");
 }
 
 const struct dt_transport_ops dt_shm_ops = {

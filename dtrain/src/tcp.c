@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -22,8 +23,11 @@
 #define PEER_GRACE_MS 1000
 
 struct tcp {
-    int right, left; /* send to rank+1, receive from rank-1 */
-    char *tmp;       /* TMP_BYTES (+ 8 for a split element) */
+    int right, left;   /* send to rank+1, receive from rank-1 */
+    char *tmp;         /* TMP_BYTES, page-aligned (+ 4 KiB for a split element) */
+    char *gather;      /* DT_TCP_GATHER_CAP: every rank's buffer, small allreduces */
+    const void **srcs; /* world entries: reduction sources */
+    int64_t yield_ns;  /* how long a stalled transfer yields before it sleeps in poll */
 };
 
 static uint64_t run_hash(const char *s)
@@ -55,8 +59,10 @@ static int tcp_setup(struct dtrain *h)
         return dt_err(h, DTRAIN_ENOMEM, "tcp: out of memory");
     t->right = t->left = -1;
     h->tp = t;
-    t->tmp = malloc(TMP_BYTES + 16);
-    if (t->tmp == NULL) {
+    t->tmp = aligned_alloc(4096, TMP_BYTES + 4096);
+    t->gather = aligned_alloc(4096, DT_TCP_GATHER_CAP);
+    t->srcs = calloc((size_t)n, sizeof(*t->srcs));
+    if (t->tmp == NULL || t->gather == NULL || t->srcs == NULL) {
         rc = dt_err(h, DTRAIN_ENOMEM, "tcp: out of memory");
         goto out;
     }
@@ -94,6 +100,10 @@ static int tcp_setup(struct dtrain *h)
             close(fd); /* not our left neighbour of this run: ignore it */
         }
     }
+    int local = 0;
+    for (int j = 0; j < n; j++)
+        local += strcmp(h->peers[j].host, h->host) == 0;
+    t->yield_ns = dt_wait_policy(sysconf(_SC_NPROCESSORS_ONLN), local).yield_ns;
     dt_tune_socket(t->left);
     if ((rc = dt_set_nonblock(t->left, true)) < 0 || (rc = dt_set_nonblock(t->right, true)) < 0) {
         rc = dt_err(h, rc, "tcp ring: fcntl: %s", kd_strerror(rc));
@@ -113,6 +123,8 @@ static void tcp_teardown(struct dtrain *h)
     if (t->left >= 0)
         close(t->left);
     free(t->tmp);
+    free(t->gather);
+    free(t->srcs);
     free(t);
     h->tp = NULL;
 }
@@ -133,11 +145,25 @@ struct xfer {
     enum dtrain_op op;
 };
 
+/*
+ * The kernel copies received bytes with `rep movsb`, which on AMD Zen 3
+ * runs four times slower when the destination lies just past the (page
+ * aligned) socket data modulo 4 KiB, as malloc'd buffers do (offset 16).
+ * Those receive into the page-aligned tmp and are copied from there.
+ */
+static bool bad_offset(const void *p)
+{
+    uintptr_t o = (uintptr_t)p & 4095;
+    return o != 0 && (o < 512 || o > 4096 - 512);
+}
+
 static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const char *what)
 {
     struct tcp *t = h->tp;
     int n = h->world, right = (h->rank + 1) % n, left = (h->rank + n - 1) % n;
     size_t sent = 0, recvd = 0, tfill = 0, es = dtrain_dtype_size(x->dtype);
+    bool stage = bad_offset(x->rbuf);
+    int64_t stalled = 0; /* when the loop last stopped making progress */
     int rc = 0;
     while (sent < x->slen || recvd < x->rlen) {
         bool progress = false;
@@ -155,12 +181,12 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
         }
         if (recvd < x->rlen) {
             ssize_t r;
-            if (x->reduce) {
+            if (x->reduce || stage) {
                 size_t want = x->rlen - recvd - tfill;
                 if (want > TMP_BYTES - tfill)
                     want = TMP_BYTES - tfill;
                 r = recv(t->left, t->tmp + tfill, want, MSG_DONTWAIT);
-                if (r > 0) {
+                if (r > 0 && x->reduce) {
                     tfill += (size_t)r;
                     size_t whole = tfill / es * es;
                     dt_reduce(x->rbuf + recvd, t->tmp, whole / es, x->dtype, x->op);
@@ -168,6 +194,9 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
                     if (tfill > whole)
                         memmove(t->tmp, t->tmp + whole, tfill - whole);
                     tfill -= whole;
+                } else if (r > 0) {
+                    dt_copy(x->rbuf + recvd, t->tmp, (size_t)r);
+                    recvd += (size_t)r;
                 }
             } else {
                 r = recv(t->left, x->rbuf + recvd, x->rlen - recvd, MSG_DONTWAIT);
@@ -184,10 +213,22 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
                 goto out;
             }
         }
-        if (progress)
+        if (progress) {
+            stalled = 0;
             continue;
+        }
         if ((rc = dt_check_dead(h)) < 0)
             goto out;
+        /* A peer that is running answers within microseconds: yield (to it,
+         * when it shares this core) and try again for a while before paying
+         * for a sleep and a wake-up in poll(2). */
+        int64_t now = kd_mono_ns();
+        if (stalled == 0)
+            stalled = now;
+        if (now - stalled < t->yield_ns) {
+            sched_yield();
+            continue;
+        }
         struct pollfd p[3];
         int np = 0;
         p[np++] = (struct pollfd){.fd = h->dead_efd, .events = POLLIN};
@@ -213,6 +254,39 @@ static size_t seg_off(size_t count, int n, int i)
     return (size_t)((unsigned __int128)count * (unsigned)i / (unsigned)n);
 }
 
+/* Ring allgather of `bytes` per rank in `o`, whose slot `r` already holds ours. */
+static int ring_gather(struct dtrain *h, char *o, size_t bytes, int64_t deadline, const char *what)
+{
+    int n = h->world, r = h->rank, rc = 0;
+    for (int s = 0; s < n - 1 && rc == 0; s++) {
+        int si = ((r - s) % n + n) % n, ri = ((r - s - 1) % n + n) % n;
+        struct xfer x = {.sbuf = o + (size_t)si * bytes,
+                         .slen = bytes,
+                         .rbuf = o + (size_t)ri * bytes,
+                         .rlen = bytes,
+                         .dtype = DTRAIN_INT32};
+        rc = xfer(h, &x, deadline, what);
+    }
+    return rc;
+}
+
+/* Small messages: n-1 steps of whole buffers, then every rank folds all of
+ * them in rank order, so all get the same bits. */
+static int allreduce_gather(struct dtrain *h, void *buf, size_t count, enum dtrain_dtype dtype,
+                            enum dtrain_op op, int64_t deadline)
+{
+    struct tcp *t = h->tp;
+    size_t bytes = count * dtrain_dtype_size(dtype);
+    dt_copy(t->gather + (size_t)h->rank * bytes, buf, bytes);
+    int rc = ring_gather(h, t->gather, bytes, deadline, "allreduce");
+    if (rc < 0)
+        return rc;
+    for (int j = 0; j < h->world; j++)
+        t->srcs[j] = t->gather + (size_t)j * bytes;
+    dt_reduce_multi(buf, t->srcs, h->world, count, dtype, op);
+    return 0;
+}
+
 static int tcp_allreduce(struct dtrain *h, void *buf, size_t count, enum dtrain_dtype dtype,
                          enum dtrain_op op)
 {
@@ -220,6 +294,8 @@ static int tcp_allreduce(struct dtrain *h, void *buf, size_t count, enum dtrain_
     size_t es = dtrain_dtype_size(dtype);
     char *b = buf;
     int64_t deadline = kd_mono_ms() + h->o.op_timeout_ms;
+    if (dt_tcp_plan(count * es, n) == DT_TCP_GATHER)
+        return allreduce_gather(h, buf, count, dtype, op, deadline);
     for (int s = 0; s < n - 1 && rc == 0; s++) {
         int si = ((r - s) % n + n) % n, ri = ((r - s - 1) % n + n) % n;
         struct xfer x = {.sbuf = b + seg_off(count, n, si) * es,
@@ -261,21 +337,10 @@ static int tcp_broadcast(struct dtrain *h, void *buf, size_t bytes, int root)
 
 static int tcp_allgather(struct dtrain *h, const void *in, void *out, size_t bytes)
 {
-    int n = h->world, r = h->rank, rc = 0;
     char *o = out;
-    int64_t deadline = kd_mono_ms() + h->o.op_timeout_ms;
-    if (bytes > 0 && o + (size_t)r * bytes != in)
-        memmove(o + (size_t)r * bytes, in, bytes);
-    for (int s = 0; s < n - 1 && rc == 0; s++) {
-        int si = ((r - s) % n + n) % n, ri = ((r - s - 1) % n + n) % n;
-        struct xfer x = {.sbuf = o + (size_t)si * bytes,
-                         .slen = bytes,
-                         .rbuf = o + (size_t)ri * bytes,
-                         .rlen = bytes,
-                         .dtype = DTRAIN_INT32};
-        rc = xfer(h, &x, deadline, "allgather");
-    }
-    return rc;
+    if (bytes > 0 && o + (size_t)h->rank * bytes != in)
+        memmove(o + (size_t)h->rank * bytes, in, bytes);
+    return ring_gather(h, o, bytes, kd_mono_ms() + h->o.op_timeout_ms, "allgather");
 }
 
 static int tcp_barrier(struct dtrain *h)

@@ -4,6 +4,9 @@
  * and 16 MiB, with results bit-identical on all ranks (checked by an
  * allgather of checksums); broadcast from every root, allgather, barrier,
  * async allreduce and gradient buckets (with and without fp16 compression).
+ * Then the algorithm choices: sizes on each side of every boundary of the
+ * plan functions, thousands of back-to-back small allreduces reusing the
+ * shared segment, and a mixed sequence of every collective and size class.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -19,6 +22,7 @@
 #include <cmocka.h>
 
 #include "../../dtrain/src/internal.h"
+#include "core/str.h"
 #include "dtrain.h"
 #include "ranks.h"
 
@@ -57,11 +61,11 @@ static double get(const void *buf, enum dtrain_dtype t, size_t i)
     }
 }
 
-static double expect(int n, size_t i, enum dtrain_dtype t, enum dtrain_op op)
+static double expect(int n, int shift, size_t i, enum dtrain_dtype t, enum dtrain_op op)
 {
     int sum = 0, mn = 1000, mx = -1000;
     for (int r = 0; r < n; r++) {
-        int v = val(r, i);
+        int v = val(r + shift, i + (size_t)shift);
         sum += v;
         mn = v < mn ? v : mn;
         mx = v > mx ? v : mx;
@@ -103,33 +107,41 @@ static int same_everywhere(struct dtrain *h, const void *buf, size_t bytes, cons
     return 0;
 }
 
-static int check_allreduce(struct dtrain *h, enum dtrain_dtype t, enum dtrain_op op, size_t count)
+/* Allreduce of val(rank + shift, i): checks every element and the bits everywhere. */
+static int check_allreduce_shift(struct dtrain *h, enum dtrain_dtype t, enum dtrain_op op,
+                                 size_t count, int shift, bool everywhere)
 {
     int n = dtrain_world_size(h), r = dtrain_rank(h), rc = 1;
     size_t es = dtrain_dtype_size(t);
     char *buf = malloc(count * es + 1);
     char what[128];
-    snprintf(what, sizeof(what), "allreduce %s %s count %zu", dtype_names[t], op_names[op], count);
+    snprintf(what, sizeof(what), "allreduce %s %s count %zu shift %d", dtype_names[t], op_names[op],
+             count, shift);
     if (buf == NULL)
         return 1;
     for (size_t i = 0; i < count; i++)
-        put(buf, t, i, val(r, i));
+        put(buf, t, i, val(r + shift, i + (size_t)shift));
     if (dtrain_allreduce(h, buf, count, t, op) < 0) {
         fprintf(stderr, "%s: %s\n", what, dtrain_errmsg(h));
         goto out;
     }
     double tol = t == DTRAIN_BFLOAT16 ? 1.0 / 64 : t == DTRAIN_FLOAT16 ? 1.0 / 512 : 1e-6;
     for (size_t i = 0; i < count; i++) {
-        double want = expect(n, i, t, op), got = get(buf, t, i);
+        double want = expect(n, shift, i, t, op), got = get(buf, t, i);
         if (fabs(got - want) > tol * (fabs(want) + 1)) {
             fprintf(stderr, "%s: element %zu is %g, expected %g\n", what, i, got, want);
             goto out;
         }
     }
-    rc = same_everywhere(h, buf, count * es, what);
+    rc = everywhere ? same_everywhere(h, buf, count * es, what) : 0;
 out:
     free(buf);
     return rc;
+}
+
+static int check_allreduce(struct dtrain *h, enum dtrain_dtype t, enum dtrain_op op, size_t count)
+{
+    return check_allreduce_shift(h, t, op, count, 0, true);
 }
 
 static int w_coll(void)
@@ -309,12 +321,164 @@ out:
     return rc;
 }
 
-static void run_job(const char *worker, int world, const char *transport, const char *extra1)
+static int check_broadcast(struct dtrain *h, size_t count, int root)
+{
+    int r = dtrain_rank(h), bad = 0;
+    int32_t *b = malloc(count * 4 + 4);
+    if (b == NULL)
+        return 1;
+    for (size_t i = 0; i < count; i++)
+        b[i] = r == root ? val(root, i) : -100;
+    if (dtrain_broadcast(h, b, count, DTRAIN_INT32, root) < 0)
+        bad = 1;
+    for (size_t i = 0; !bad && i < count; i++)
+        bad = b[i] != val(root, i);
+    if (bad)
+        fprintf(stderr, "broadcast root %d count %zu wrong: %s\n", root, count, dtrain_errmsg(h));
+    free(b);
+    return bad;
+}
+
+static int check_allgather(struct dtrain *h, size_t count)
+{
+    int n = dtrain_world_size(h), r = dtrain_rank(h), bad = 0;
+    double *in = malloc(count * 8 + 8), *all = malloc(count * 8 * (size_t)n + 8);
+    if (in == NULL || all == NULL)
+        bad = 1;
+    for (size_t i = 0; !bad && i < count; i++)
+        in[i] = val(r, i) + 0.5;
+    if (!bad && dtrain_allgather(h, in, all, count, DTRAIN_FLOAT64) < 0)
+        bad = 1;
+    for (int q = 0; !bad && q < n; q++)
+        for (size_t i = 0; !bad && i < count; i++)
+            bad = all[(size_t)q * count + i] != val(q, i) + 0.5;
+    if (bad)
+        fprintf(stderr, "allgather count %zu wrong: %s\n", count, dtrain_errmsg(h));
+    free(in);
+    free(all);
+    return bad;
+}
+
+/* Byte sizes on each side of every point where the transport's plan changes. */
+static int plan_edges(const char *transport, int n, size_t slot, size_t *edges, int cap)
+{
+    int ne = 0;
+    struct dt_shm_plan prev = dt_shm_plan(4, n, slot);
+    enum dt_tcp_algo tprev = dt_tcp_plan(4, n);
+    for (size_t b = 8; b <= (2u << 20) && ne + 6 <= cap; b += 4) {
+        bool shm = strcmp(transport, "shm") == 0, change = false;
+        if (shm) {
+            struct dt_shm_plan p = dt_shm_plan(b, n, slot);
+            change = p.algo != prev.algo || p.chunk != prev.chunk;
+            /* a chunk boundary: one chunk, then a chunk and one element */
+            if (b == p.chunk || b == 2 * p.chunk) {
+                edges[ne++] = b;
+                edges[ne++] = b + 4;
+            }
+            prev = p;
+        } else {
+            enum dt_tcp_algo a = dt_tcp_plan(b, n);
+            change = a != tprev;
+            tprev = a;
+        }
+        if (change) {
+            edges[ne++] = b - 4;
+            edges[ne++] = b;
+        }
+    }
+    return ne;
+}
+
+/* Xorshift: every rank draws the same sequence. */
+static uint32_t rnd(uint32_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 17;
+    *x ^= *x << 5;
+    return *x;
+}
+
+static int w_stress(void)
+{
+    struct dtrain *h = NULL;
+    char err[DTRAIN_ERRLEN];
+    int rc = 1;
+    if (dtrain_init(&h, err) < 0) {
+        fprintf(stderr, "init: %s\n", err);
+        return 2;
+    }
+    int n = dtrain_world_size(h), r = dtrain_rank(h);
+    const char *tr = dtrain_transport_name(h);
+    uint64_t slot = 0;
+    if (getenv("T_SLOT") == NULL || kd_parse_size(getenv("T_SLOT"), &slot) < 0) {
+        fprintf(stderr, "T_SLOT (the job's DTRAIN_SHM_SLOT) is not set\n");
+        goto out;
+    }
+    /* 1. every plan boundary, a few dtypes and ops */
+    size_t edges[64];
+    int ne = plan_edges(tr, n, (size_t)slot, edges, 64);
+    if (ne < 2) {
+        fprintf(stderr, "%s: found only %d plan edges\n", tr, ne);
+        goto out;
+    }
+    for (int k = 0; k < ne; k++) {
+        if (check_allreduce(h, DTRAIN_FLOAT32, DTRAIN_SUM, edges[k] / 4) ||
+            check_allreduce(h, DTRAIN_FLOAT16, DTRAIN_AVG, edges[k] / 2 + 1) ||
+            check_allreduce(h, DTRAIN_INT64, DTRAIN_MAX, edges[k] / 8 + 1))
+            goto out;
+    }
+    /* 2. back-to-back small allreduces reusing the segment, changing sizes */
+    for (int it = 0; it < 3000; it++) {
+        size_t count = 1 + ((size_t)it * 37) % 1500;
+        if (check_allreduce_shift(h, DTRAIN_FLOAT32, it % 3 ? DTRAIN_SUM : DTRAIN_MAX, count, it,
+                                  it % 500 == 0))
+            goto out;
+    }
+    /* 3. a mixed sequence: every collective, every size class */
+    size_t sizes[] = {0,
+                      1,
+                      3,
+                      1000,
+                      (size_t)slot / 8 + 1,
+                      (size_t)slot / 4,
+                      (size_t)slot + 3,
+                      3 * (size_t)slot / 2 + 5,
+                      70001};
+    uint32_t x = 2463534242u;
+    for (int k = 0; k < 150; k++) {
+        size_t count = sizes[rnd(&x) % (sizeof(sizes) / sizeof(sizes[0]))];
+        int bad = 0;
+        switch (rnd(&x) % 5) {
+        case 0:
+        case 1:
+            bad =
+                check_allreduce_shift(h, (enum dtrain_dtype)(rnd(&x) % DTRAIN_DTYPE_COUNT),
+                                      (enum dtrain_op)(rnd(&x) % DTRAIN_OP_COUNT), count, k, true);
+            break;
+        case 2: bad = check_broadcast(h, count, (int)(rnd(&x) % (uint32_t)n)); break;
+        case 3: bad = check_allgather(h, count / 4); break;
+        default: bad = dtrain_barrier(h) < 0; break;
+        }
+        if (bad) {
+            fprintf(stderr, "mixed sequence: step %d failed: %s\n", k, dtrain_errmsg(h));
+            goto out;
+        }
+    }
+    printf("rank %d: stress ok (transport %s, %d plan edges)\n", r, tr, ne);
+    rc = 0;
+out:
+    if (dtrain_finalize(h) < 0 && rc == 0)
+        rc = 3;
+    return rc;
+}
+
+static void run_job2(const char *worker, int world, const char *transport, const char *extra1,
+                     const char *extra2)
 {
     struct rk_job j;
     char tenv[64];
     snprintf(tenv, sizeof(tenv), "DTRAIN_TRANSPORT=%s", transport);
-    const char *extra[] = {tenv, "DTRAIN_FUSION_THRESHOLD=4KiB", extra1, NULL};
+    const char *extra[] = {tenv, "DTRAIN_FUSION_THRESHOLD=4KiB", extra1, extra2, NULL};
     rk_init(&j, world);
     for (int r = 0; r < world; r++)
         rk_spawn(&j, worker, r, extra);
@@ -329,6 +493,11 @@ static void run_job(const char *worker, int world, const char *transport, const 
     }
     assert_int_equal(killed, 0);
     rk_cleanup(&j);
+}
+
+static void run_job(const char *worker, int world, const char *transport, const char *extra1)
+{
+    run_job2(worker, world, transport, extra1, NULL);
 }
 
 static void test_tcp_2(void **s)
@@ -362,15 +531,51 @@ static void test_async_shm_fp16(void **s)
     run_job("async", 2, "shm", "DTRAIN_FP16_COMPRESSION=1");
 }
 
-static const struct rk_worker workers[] = {{"coll", w_coll}, {"async", w_async}, {NULL, NULL}};
+/* Small slots make every chunk boundary small; 1 MiB is the default for 2..16 ranks. */
+static void test_stress_shm_2_small_slot(void **s)
+{
+    (void)s;
+    run_job2("stress", 2, "shm", "DTRAIN_SHM_SLOT=16KiB", "T_SLOT=16KiB");
+}
+static void test_stress_shm_3_small_slot(void **s)
+{
+    (void)s;
+    run_job2("stress", 3, "shm", "DTRAIN_SHM_SLOT=16KiB", "T_SLOT=16KiB");
+}
+static void test_stress_shm_3(void **s)
+{
+    (void)s;
+    run_job2("stress", 3, "shm", "T_SLOT=1MiB", NULL);
+}
+static void test_stress_tcp_2(void **s)
+{
+    (void)s;
+    run_job2("stress", 2, "tcp", "T_SLOT=64KiB", NULL);
+}
+static void test_stress_tcp_3(void **s)
+{
+    (void)s;
+    run_job2("stress", 3, "tcp", "T_SLOT=64KiB", NULL);
+}
+
+static const struct rk_worker workers[] = {
+    {"coll", w_coll}, {"async", w_async}, {"stress", w_stress}, {NULL, NULL}};
 
 int main(int argc, char **argv)
 {
     rk_dispatch(argc, argv, workers);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tcp_2),     cmocka_unit_test(test_tcp_3),
-        cmocka_unit_test(test_shm_2),     cmocka_unit_test(test_shm_3),
-        cmocka_unit_test(test_async_tcp), cmocka_unit_test(test_async_shm_fp16),
+        cmocka_unit_test(test_tcp_2),
+        cmocka_unit_test(test_tcp_3),
+        cmocka_unit_test(test_shm_2),
+        cmocka_unit_test(test_shm_3),
+        cmocka_unit_test(test_async_tcp),
+        cmocka_unit_test(test_async_shm_fp16),
+        cmocka_unit_test(test_stress_shm_2_small_slot),
+        cmocka_unit_test(test_stress_shm_3_small_slot),
+        cmocka_unit_test(test_stress_shm_3),
+        cmocka_unit_test(test_stress_tcp_2),
+        cmocka_unit_test(test_stress_tcp_3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /*
  * libdtrain in one process: float16/bfloat16 conversions against known bit
- * patterns, the reduction kernels, the env contract's error messages,
- * hyperparameter accessors, argument checks and world-size-1 collectives.
+ * patterns, the reduction and copy kernels, the transports' plan functions
+ * (tables of cases), the env contract's error messages, hyperparameter
+ * accessors, argument checks and world-size-1 collectives.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -61,6 +62,151 @@ static void test_reduce_kernels(void **s)
     double d[2] = {3, -9};
     dt_scale_avg(d, 2, DTRAIN_FLOAT64, 3);
     assert_true(d[0] == 1.0 && d[1] == -3.0);
+}
+
+static void test_copy_any_alignment(void **s)
+{
+    (void)s;
+    static unsigned char src[8192 + 64], dst[8192 + 64], want[8192 + 64];
+    const size_t lens[] = {0, 1, 15, 16, 17, 255, 4096, 4096 + 7};
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (unsigned char)(i * 31 + 7);
+    for (int so = 0; so < 32; so += 3)
+        for (int d = 0; d < 32; d += 5)
+            for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+                memset(dst, 0xee, sizeof(dst));
+                memcpy(want, dst, sizeof(dst));
+                memcpy(want + d, src + so, lens[k]);
+                dt_copy(dst + d, src + so, lens[k]);
+                assert_memory_equal(dst, want, sizeof(dst));
+            }
+}
+
+/* dst != srcs[0]: the first two sources fold straight into dst, in order. */
+static void test_reduce_multi_three_operand(void **s)
+{
+    (void)s;
+    int32_t a[5] = {INT32_MAX, -3, 7, 0, 9}, b[5] = {1, 4, -7, 0, 9}, c[5] = {0, 1, 1, 5, -20};
+    int32_t out[5];
+    const void *src3[3] = {a, b, c};
+    dt_reduce_multi(out, src3, 3, 5, DTRAIN_INT32, DTRAIN_SUM);
+    assert_int_equal(out[0], INT32_MIN); /* wraps, no UB */
+    assert_true(out[1] == 2 && out[2] == 1 && out[3] == 5 && out[4] == -2);
+    dt_reduce_multi(out, src3, 3, 5, DTRAIN_INT32, DTRAIN_MIN);
+    assert_true(out[0] == 0 && out[1] == -3 && out[2] == -7 && out[4] == -20);
+    dt_reduce_multi(out, src3, 2, 5, DTRAIN_INT32, DTRAIN_MAX);
+    assert_true(out[0] == INT32_MAX && out[1] == 4 && out[2] == 7);
+    int64_t x[3] = {INT64_MAX, 5, -5}, y[3] = {1, -6, 6};
+    int64_t o64[3];
+    const void *s64[2] = {x, y};
+    dt_reduce_multi(o64, s64, 2, 3, DTRAIN_INT64, DTRAIN_SUM);
+    assert_true(o64[0] == INT64_MIN && o64[1] == -1 && o64[2] == 1);
+    /* Source order decides ties: min(+0, -0) is +0, min(-0, +0) is -0. */
+    float pz[1] = {0.0f}, nz[1] = {-0.0f}, of[1];
+    const void *pn[2] = {pz, nz}, *np[2] = {nz, pz};
+    dt_reduce_multi(of, pn, 2, 1, DTRAIN_FLOAT32, DTRAIN_MIN);
+    assert_false(signbit(of[0]));
+    dt_reduce_multi(of, np, 2, 1, DTRAIN_FLOAT32, DTRAIN_MIN);
+    assert_true(signbit(of[0]));
+    /* Long enough to cross the kernel's blocks; one source copies. */
+    enum { N = 5000 };
+    static double d0[N], d1[N], d2[N], od[N];
+    for (int i = 0; i < N; i++) {
+        d0[i] = i * 0.5;
+        d1[i] = -i;
+        d2[i] = 3;
+    }
+    const void *sd[3] = {d0, d1, d2};
+    dt_reduce_multi(od, sd, 3, N, DTRAIN_FLOAT64, DTRAIN_SUM);
+    for (int i = 0; i < N; i++)
+        assert_true(od[i] == i * 0.5 - i + 3);
+    dt_reduce_multi(od, sd, 3, N, DTRAIN_FLOAT64, DTRAIN_MAX);
+    assert_true(od[0] == 3 && od[10] == 5 && od[N - 1] == (N - 1) * 0.5);
+    dt_reduce_multi(od, sd + 1, 1, N, DTRAIN_FLOAT64, DTRAIN_SUM);
+    assert_memory_equal(od, d1, sizeof(od));
+}
+
+#define KIB(n) ((size_t)(n) << 10)
+#define MIB(n) ((size_t)(n) << 20)
+
+static void test_shm_plan_table(void **s)
+{
+    (void)s;
+    static const struct {
+        size_t bytes;
+        int world;
+        size_t slot;
+        enum dt_shm_algo algo;
+        size_t chunk;
+    } cases[] = {
+        {4, 2, MIB(1), DT_SHM_FLAT, KIB(256)},
+        {KIB(16), 2, MIB(1), DT_SHM_FLAT, KIB(256)},
+        {MIB(256), 2, MIB(1), DT_SHM_FLAT, KIB(256)}, /* two ranks: flat at every size */
+        {KIB(96), 3, MIB(1), DT_SHM_FLAT, KIB(256)},  /* 2 x 96 KiB of peer data: flat */
+        {KIB(96) + 4, 3, MIB(1), DT_SHM_SPLIT, KIB(256)},
+        {KIB(64), 4, MIB(1), DT_SHM_FLAT, KIB(256)},
+        {KIB(64) + 4, 4, MIB(1), DT_SHM_SPLIT, KIB(256)},
+        {MIB(4), 8, MIB(1), DT_SHM_SPLIT, KIB(512)},    /* 64 KiB per rank's share */
+        {MIB(4), 64, KIB(256), DT_SHM_SPLIT, KIB(256)}, /* the slot caps the chunk */
+        {KIB(8), 2, KIB(16), DT_SHM_FLAT, KIB(16)},     /* DTRAIN_SHM_SLOT=16KiB */
+        {MIB(1), 3, KIB(16), DT_SHM_SPLIT, KIB(16)},
+        {MIB(1), 8, KIB(64), DT_SHM_SPLIT, KIB(64)},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct dt_shm_plan p = dt_shm_plan(cases[i].bytes, cases[i].world, cases[i].slot);
+        if (p.algo != cases[i].algo || p.chunk != cases[i].chunk)
+            fail_msg("case %zu: %zu bytes, %d ranks, slot %zu: got algo %d chunk %zu", i,
+                     cases[i].bytes, cases[i].world, cases[i].slot, (int)p.algo, p.chunk);
+    }
+}
+
+static void test_tcp_plan_table(void **s)
+{
+    (void)s;
+    static const struct {
+        size_t bytes;
+        int world;
+        enum dt_tcp_algo algo;
+    } cases[] = {
+        {0, 2, DT_TCP_RING},
+        {4, 2, DT_TCP_GATHER},
+        {KIB(512), 2, DT_TCP_GATHER}, /* two ranks: the gather buffer is the limit */
+        {KIB(512) + 4, 2, DT_TCP_RING},
+        {KIB(128), 3, DT_TCP_GATHER},
+        {KIB(128) + 4, 3, DT_TCP_RING},
+        {KIB(64), 4, DT_TCP_GATHER},
+        {KIB(64) + 4, 4, DT_TCP_RING},
+        {KIB(16), 8, DT_TCP_GATHER},
+        {KIB(1), 1024, DT_TCP_RING}, /* fits the buffer, but 1022 extra copies */
+        {KIB(4), 1, DT_TCP_RING},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        enum dt_tcp_algo a = dt_tcp_plan(cases[i].bytes, cases[i].world);
+        if (a != cases[i].algo)
+            fail_msg("case %zu: %zu bytes, %d ranks: got %d", i, cases[i].bytes, cases[i].world,
+                     (int)a);
+    }
+}
+
+static void test_wait_policy_table(void **s)
+{
+    (void)s;
+    static const struct {
+        long ncpu;
+        int ranks;
+        int64_t spin_ns, yield_ns;
+    } cases[] = {
+        {2, 2, 50000, 50000},
+        {16, 8, 50000, 50000},
+        {2, 4, 5000, 50000}, /* oversubscribed: spin little */
+        {1, 2, 5000, 50000},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct dt_wait_policy w = dt_wait_policy(cases[i].ncpu, cases[i].ranks);
+        if (w.spin_ns != cases[i].spin_ns || w.yield_ns != cases[i].yield_ns)
+            fail_msg("case %zu: %ld cpus, %d ranks: spin %lld yield %lld", i, cases[i].ncpu,
+                     cases[i].ranks, (long long)w.spin_ns, (long long)w.yield_ns);
+    }
 }
 
 static void test_env_errors_name_the_variable(void **s)
@@ -218,6 +364,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_half_conversions),
         cmocka_unit_test(test_reduce_kernels),
+        cmocka_unit_test(test_copy_any_alignment),
+        cmocka_unit_test(test_reduce_multi_three_operand),
+        cmocka_unit_test(test_shm_plan_table),
+        cmocka_unit_test(test_tcp_plan_table),
+        cmocka_unit_test(test_wait_policy_table),
         cmocka_unit_test(test_env_errors_name_the_variable),
         cmocka_unit_test(test_hparams_and_world_one),
         cmocka_unit_test(test_nccl_absent_is_a_clear_error),

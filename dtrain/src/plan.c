@@ -1,0 +1,70 @@
+/*
+ * The transports' decisions, as pure functions of sizes and counts so that
+ * tables of cases can test them: which shared-memory allreduce runs for a
+ * message and in what chunks, which TCP allreduce, and how long a rank
+ * spins or yields before it sleeps while waiting for its peers.
+ */
+#include "internal.h"
+
+/*
+ * Flat: every rank reads every slot, (world + 1) * bytes per rank, with one
+ * synchronisation per chunk. Reduce-scatter: 3 * bytes per rank (copy in,
+ * its share of all slots, the result out) with two. For 2 ranks flat does
+ * no more work at any size; for more it pays while the message is small
+ * enough that the second synchronisation costs more than the extra reads:
+ * up to FLAT_PEER_BYTES of the others' data per rank.
+ */
+#define FLAT_PEER_BYTES (192u << 10)
+/* Chunks small enough that a rank's slot, what it reads of the others'
+ * slots and its part of the user buffer stay in a 1 MiB L2. */
+#define CHUNK (256u << 10)
+
+struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot)
+{
+    struct dt_shm_plan p = {.algo = DT_SHM_FLAT, .chunk = CHUNK < slot ? CHUNK : slot};
+    if (world <= 2 || bytes * (size_t)(world - 1) <= FLAT_PEER_BYTES)
+        return p;
+    p.algo = DT_SHM_SPLIT;
+    /* Each rank reduces chunk/world: keep that at 64 KiB or more. */
+    size_t c = (size_t)world * (64u << 10);
+    c = c < CHUNK ? CHUNK : c;
+    p.chunk = c < slot ? c : slot;
+    return p;
+}
+
+/*
+ * TCP. The ring sends 2(n-1)/n of the buffer in 2(n-1) steps; gathering
+ * every rank's whole buffer (then each reduces all n in rank order) sends
+ * (n-1) times the buffer in n-1 steps. For 2 ranks both send the buffer
+ * once and gather takes one step instead of two; for more, gather pays
+ * while the extra (n-2) buffers cost less than the n-1 steps it saves.
+ */
+#define GATHER_EXTRA_BYTES (128u << 10)
+
+enum dt_tcp_algo dt_tcp_plan(size_t bytes, int world)
+{
+    if (world < 2 || bytes == 0 || bytes > DT_TCP_GATHER_CAP / (size_t)world)
+        return DT_TCP_RING;
+    if (bytes * (size_t)(world - 2) > GATHER_EXTRA_BYTES)
+        return DT_TCP_RING;
+    return DT_TCP_GATHER;
+}
+
+/*
+ * Spinning pays only while the awaited rank runs on another core. One that
+ * last ran on the waiter's core needs that core: the waiter yields it, which
+ * hands it over without a trip through the futex. (Yielding while the peer
+ * is elsewhere would hand the core to unrelated work for a whole time
+ * slice.) After its budget a waiter sleeps on the futex.
+ */
+#define SPIN_NS 50000
+#define YIELD_NS 50000
+
+struct dt_wait_policy dt_wait_policy(long ncpu, int local_ranks)
+{
+    struct dt_wait_policy w = {.spin_ns = SPIN_NS, .yield_ns = YIELD_NS};
+    /* Oversubscribed: a spinning rank may hold the core another rank needs. */
+    if (ncpu < local_ranks)
+        w.spin_ns = SPIN_NS / 10;
+    return w;
+}
