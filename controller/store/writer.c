@@ -332,6 +332,21 @@ static int tx_step(struct kd_writer *w, PGresult *r, bool hung, ExecStatusType w
     return rc;
 }
 
+/* BEGIN a transaction that inserts metrics, and take the lock that orders such transactions. */
+static int begin_locked(struct kd_writer *w, int limit, char *err)
+{
+    bool hung = false;
+    PGresult *r = kd_pg_exec(w->conn, "BEGIN", 0, NULL, limit, &hung);
+    int rc = tx_step(w, r, hung, PGRES_COMMAND_OK, limit, "write metrics: begin", err);
+    PQclear(r);
+    if (rc != 0)
+        return rc;
+    r = kd_pg_exec(w->conn, KD_STORE_METRICS_LOCK_SQL, 0, NULL, limit, &hung);
+    rc = tx_step(w, r, hung, PGRES_TUPLES_OK, limit, "write metrics: lock", err);
+    PQclear(r);
+    return rc;
+}
+
 static int write_batches(struct kd_writer *w, const char *json, struct counts *k, char *err)
 {
     int rc = 0;
@@ -344,14 +359,8 @@ static int write_batches(struct kd_writer *w, const char *json, struct counts *k
     int limit = w->s->opts.statement_timeout_ms;
     limit = limit > 0 ? limit + KD_STORE_CLIENT_GRACE_MS : 0;
     int64_t t0 = kd_mono_ns();
-    r = kd_pg_exec(w->conn, "BEGIN", 0, NULL, limit, &hung);
-    if ((rc = tx_step(w, r, hung, PGRES_COMMAND_OK, limit, "write metrics: begin", err)) != 0)
+    if ((rc = begin_locked(w, limit, err)) != 0)
         goto out;
-    PQclear(r);
-    r = kd_pg_exec(w->conn, KD_STORE_METRICS_LOCK_SQL, 0, NULL, limit, &hung);
-    if ((rc = tx_step(w, r, hung, PGRES_TUPLES_OK, limit, "write metrics: lock", err)) != 0)
-        goto out;
-    PQclear(r);
     r = kd_pg_exec(w->conn, INSERT_SQL, 1, params, limit, &hung);
     kd_metric_observe(w->s->opts.db_seconds, (const char *[]){"metrics_write"},
                       (double)(kd_mono_ns() - t0) / 1e9);
@@ -426,14 +435,8 @@ static int write_copy(struct kd_writer *w, struct qitem *list, size_t n, struct 
         rc = kd_seterr(err, KD_ENOMEM, "write metrics: cannot serialise the keys");
         goto out;
     }
-    r = kd_pg_exec(w->conn, "BEGIN", 0, NULL, limit, &hung);
-    if ((rc = tx_step(w, r, hung, PGRES_COMMAND_OK, limit, "write metrics: begin", err)) != 0)
+    if ((rc = begin_locked(w, limit, err)) != 0)
         goto out;
-    PQclear(r);
-    r = kd_pg_exec(w->conn, KD_STORE_METRICS_LOCK_SQL, 0, NULL, limit, &hung);
-    if ((rc = tx_step(w, r, hung, PGRES_TUPLES_OK, limit, "write metrics: lock", err)) != 0)
-        goto out;
-    PQclear(r);
     const char *params[1] = {kt};
     r = kd_pg_exec(w->conn, KEYS_SQL, 1, params, limit, &hung);
     if ((rc = tx_step(w, r, hung, PGRES_TUPLES_OK, limit, "write metrics: keys", err)) != 0)
