@@ -87,6 +87,7 @@ int api_may(struct kd_api *a, const struct api_principal *p, const char *ns,
     int rc = 0;
     json_t *body = NULL, *out = NULL;
     char *text = NULL;
+    struct kd_k8s_status st = {0}; /* kd_k8s_request frees its causes before it fills it */
     *allowed = false;
     if (whylen > 0)
         why[0] = '\0';
@@ -105,7 +106,6 @@ int api_may(struct kd_api *a, const struct api_principal *p, const char *ns,
     body = review_of(p, ns, at);
     text = json_dumps(body, JSON_COMPACT);
     char err[KD_ERRLEN] = "";
-    struct kd_k8s_status st;
     rc = kd_k8s_request(a->o.k8s, "POST", API_SAR_PATH, text, NULL, &out, &st, err);
     if (rc != 0) {
         snprintf(why, whylen, "SubjectAccessReview: %s", err);
@@ -124,6 +124,7 @@ out:
     free(text);
     json_decref(body);
     json_decref(out);
+    kd_k8s_status_free(&st);
     return rc;
 }
 
