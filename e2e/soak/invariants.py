@@ -496,7 +496,7 @@ class Invariants:
         for cm, h in sorted(hist.items()):
             segs = stretches(len(h), breaks.get(cm, set()))
             ngap += len(segs) - 1
-            why, mine = None, 0
+            why, mine, trans = None, 0, 0
             for a, b in segs:
                 if b - a < 2:
                     continue
@@ -505,7 +505,7 @@ class Invariants:
                     why = why if why == "skip" else f"states {a}..{b - 1}: {why}"
                     break
                 mine += 1
-                ntrans += b - a - 1
+                trans += b - a - 1
             if why == "skip":
                 skipped.append(f"{cm} (a non-finite metric)")
                 continue
@@ -513,6 +513,7 @@ class Invariants:
                 continue  # no two states in a row: nothing to replay
             n += 1
             nseg += mine
+            ntrans += trans
             self.check("searcher_replay", why is None, f"{cm}: {why}")
         return n, nseg, ntrans, ngap, skipped
 

@@ -90,6 +90,19 @@ def main():
         check("a stretch that does not replay is a violation naming its states",
               any(v[0] == "searcher_replay" and "a-searcher: states 2..4" in v[1]
                   for v in inv.violations))
+        # An experiment skipped for a non-finite metric counts none of its transitions.
+        inv2 = invariants.Invariants(types.SimpleNamespace(kube=None, T="/tmp"), None, None,
+                                     lambda *a: None, "kdet-search")
+        for n_ in (0, 1):
+            inv2._on_cm("MODIFIED", cm("d-searcher", n_))
+        inv2.cm_gap.add("d-searcher")
+        for n_ in (77, 78):
+            inv2._on_cm("MODIFIED", cm("d-searcher", n_))
+        invariants.replay = lambda search, hist, T: "skip" if hist[0]["n"] == 77 else None
+        n, nseg, ntrans, ngap, skipped = inv2.final_replay()
+        check(f"a skipped experiment counts no stretch or transition ({n}, {nseg}, {ntrans}, "
+              f"{skipped})", (n, nseg, ntrans) == (0, 0, 0) and skipped == [
+                  "d-searcher (a non-finite metric)"])
     finally:
         invariants.replay = real
     print(f"{PASSED} passed, {FAILED} failed")
