@@ -26,7 +26,7 @@ task_pod() {
 		"$work/pods.watch" 2>/dev/null
 }
 # settled NAME: RUNNING or TERMINATED (a task that failed to start is not waited for).
-settled() { [[ "$(task_state "$1")" == RUNNING || "$(task_state "$1")" == TERMINATED ]]; }
+settled() { [[ "$(task_state "$1")" =~ ^(RUNNING|TERMINATED)$ ]]; }
 task_detail() {
 	echo "state $(task_state "$1"): $(field task "$1" '{.status.message}')"
 	"$DET" task logs -n "$NS" "$1" 2>&1 | tail -n 8
