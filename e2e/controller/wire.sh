@@ -90,13 +90,15 @@ check "validations stored" test "$(psqlq "select count(*) from metrics where kin
 # A trial's state changes are in its history (events of kind trial), the first before it had a row.
 history() { psqlq "select string_agg(e.decision, ' ' order by e.id) from events e join experiments x
     on x.id = e.experiment_id where x.name = '$1' and e.kind = 'trial' and e.details->>'trial' = '$2'"; }
-check "wire-1's state changes in its history: QUEUED ACTIVE COMPLETED ($(history wire wire-1))" \
-    test "$(history wire wire-1)" = "QUEUED ACTIVE COMPLETED"
+# QUEUED is not there when the scheduler admitted the trial before its first status was written.
+h1=$(history wire wire-1)
+check "wire-1's state changes in its history: [QUEUED] ACTIVE COMPLETED ($h1)" \
+    eval '[[ "$h1" =~ ^(QUEUED\ )?ACTIVE\ COMPLETED$ ]]'
 check "... from its first attempt on with the trial's id" test "$(psqlq "select string_agg(coalesce(t.uid, '-'), ' '
     order by e.id) from events e left join trials t on t.id = e.trial_id where e.kind = 'trial' and
     e.details->>'trial' = 'wire-1' and e.decision <> 'QUEUED'")" = "$(field trial wire-1 '{.metadata.uid}') $(field trial wire-1 '{.metadata.uid}')"
-check "... and the states it came from" test "$(psqlq "select string_agg(coalesce(e.details->>'from', '-'), ' ' order by e.id)
-    from events e where e.kind = 'trial' and e.details->>'trial' = 'wire-1'")" = "- QUEUED ACTIVE"
+check "... and the states it came from (none, then each one before)" test "$(psqlq "select string_agg(coalesce(e.details->>'from', '-'), ' ' order by e.id)
+    from events e where e.kind = 'trial' and e.details->>'trial' = 'wire-1'")" = "- ${h1% *}"
 check "latestValidation value from the worker" test "$(field trial wire-2 '{.status.latestValidation.value}')" = 0.2
 check "bestValidation from the worker" test "$(field trial wire-1 '{.status.bestValidation.value}')" = 0.1
 
@@ -150,7 +152,7 @@ check "a failing trial ends ERROR after 2 restarts" wait_for 60 trial_state_is f
 check "its 2 restarts are in the store" wait_for 10 n_is 2 psqlq \
     "select t.restarts from trials t join experiments e on e.id = t.experiment_id where e.name = 'failing'"
 check "... and in its history with their cause, then its end ($(history failing failing-1))" eval \
-    '[ "$(history failing failing-1)" = "QUEUED ACTIVE restart ACTIVE restart ACTIVE ERROR" ] &&
+    '[[ "$(history failing failing-1)" =~ ^(QUEUED\ )?ACTIVE\ restart\ ACTIVE\ restart\ ACTIVE\ ERROR$ ]] &&
      [ "$(psqlq "select count(*) from events where kind = '"'trial'"' and decision = '"'restart'"' and
         details->>'"'trial'"' = '"'failing-1'"' and reason like '"'%exit code 3%'"'")" = 2 ]'
 # A worker that exits 0 without completing its searcher operation is not relaunched for ever:
