@@ -351,15 +351,8 @@ static void wait_until(struct kd_sketcher *k, int64_t deadline, bool poke)
     for (int64_t now = kd_mono_ms(); !k->stop && !(poke && k->poked) && now < deadline;
          now = kd_mono_ms()) {
         struct timespec ts;
-        int64_t ms = deadline - now;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += ms / 1000;
-        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&k->wake, &k->mu, &ts);
+        pthread_cond_timedwait(&k->wake, &k->mu,
+                               kd_deadline_ts(CLOCK_REALTIME, deadline - now, &ts));
     }
 }
 

@@ -676,14 +676,7 @@ out:
 static void timed_wait(struct kd_writer *w, int64_t ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&w->wake, &w->mu, &ts);
+    pthread_cond_timedwait(&w->wake, &w->mu, kd_deadline_ts(CLOCK_REALTIME, ms, &ts));
 }
 
 static void account(struct kd_writer *w, const struct counts *k)
@@ -971,17 +964,6 @@ void kd_writer__stop(struct kd_writer *w)
     free(w);
 }
 
-static void deadline_ts(struct timespec *ts, int ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /*
  * Whether a batch of len bytes may be queued now. Memory takes up to
  * mem_limit; beyond that (up to twice as much, while the writer moves it)
@@ -1053,7 +1035,7 @@ int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, in
             goto out;
         }
         struct timespec ts;
-        deadline_ts(&ts, 50);
+        kd_deadline_ts(CLOCK_REALTIME, 50, &ts);
         pthread_cond_signal(&w->wake);
         pthread_cond_timedwait(&w->done, &w->mu, &ts);
     }
@@ -1070,7 +1052,7 @@ int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, in
     pthread_cond_signal(&w->wake);
     if (timeout_ms > 0) {
         struct timespec dl;
-        deadline_ts(&dl, timeout_ms);
+        kd_deadline_ts(CLOCK_REALTIME, timeout_ms, &dl);
         w->waiters++;
         pthread_cond_signal(&w->wake);
         while (w->durable_seq < seq && !w->stop) {
@@ -1095,7 +1077,7 @@ int kd_store_metrics_flush(struct kd_store *s, int timeout_ms)
     struct kd_writer *w = s->writer;
     struct timespec dl;
     int rc = 0;
-    deadline_ts(&dl, timeout_ms);
+    kd_deadline_ts(CLOCK_REALTIME, timeout_ms, &dl);
     pthread_mutex_lock(&w->mu);
     uint64_t target = w->next_seq;
     pthread_cond_signal(&w->wake);
