@@ -352,28 +352,20 @@ static int write_batches(struct kd_writer *w, const char *json, struct counts *k
     int rc = 0;
     const char *params[1] = {json};
     PGresult *r = NULL;
-    rc = ensure_conn(w, err);
-    if (rc != 0)
-        goto out;
     bool hung = false;
     int limit = w->s->opts.statement_timeout_ms;
     limit = limit > 0 ? limit + KD_STORE_CLIENT_GRACE_MS : 0;
     int64_t t0 = kd_mono_ns();
+    rc = ensure_conn(w, err);
+    if (rc != 0)
+        goto out;
     if ((rc = begin_locked(w, limit, err)) != 0)
         goto out;
     r = kd_pg_exec(w->conn, INSERT_SQL, 1, params, limit, &hung);
-    kd_metric_observe(w->s->opts.db_seconds, (const char *[]){"metrics_write"},
-                      (double)(kd_mono_ns() - t0) / 1e9);
-    if (hung) {
-        /* The statement may still commit when the server wakes: the keys make the retry safe. */
-        PQfinish(w->conn);
-        w->conn = NULL;
-        rc = kd_seterr(err, KD_ETIMEDOUT, "write metrics: no answer from the database in %d ms",
-                       limit);
+    if ((rc = tx_step(w, r, hung, PGRES_TUPLES_OK, limit, "write metrics", err)) != 0)
         goto out;
-    }
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
-        rc = kd_pg_error(w->conn, r, "write metrics", err);
+    if (PQntuples(r) != 1) {
+        rc = kd_seterr(err, KD_EPROTO, "write metrics: %d rows of counts", PQntuples(r));
         goto out;
     }
     uint64_t total = 0, distinct = 0, with_trial = 0, fresh = 0, nrows = 0;
@@ -395,8 +387,11 @@ static int write_batches(struct kd_writer *w, const char *json, struct counts *k
     k->dups = total - fresh - k->orph;
     k->rows = nrows;
 out:
+    kd_metric_observe(w->s->opts.db_seconds, (const char *[]){"metrics_write"},
+                      (double)(kd_mono_ns() - t0) / 1e9);
     if (rc != 0 && w->conn) {
-        /* A fresh connection starts clean; the keys make the retry safe. */
+        /* A fresh connection starts clean (a statement that hung may still commit when the
+         * server wakes); the keys make the retry safe. */
         PQfinish(w->conn);
         w->conn = NULL;
     }
