@@ -2,9 +2,10 @@
  * Keeping the metric overviews: a thread folds the metric rows committed
  * since metric_sketch_mark into each trial's and kind's two M4 overviews
  * (sketch.c) in metric_sketches, so that a page drawing 1,000 trials reads
- * 1,000 small rows instead of a million. One writer inserts metrics, so
- * ids are committed in order and the mark is a clean cut; rows after it
- * are folded in by the readers themselves (query.c).
+ * 1,000 small rows instead of a million. Every transaction that inserts
+ * metrics, in any controller replica, takes KD_STORE_METRICS_LOCK_SQL
+ * first, so ids are committed in order and the mark is a clean cut; rows
+ * after it are folded in by the readers themselves (query.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
