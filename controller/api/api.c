@@ -393,13 +393,7 @@ out:
 void api_wait_change(struct kd_api *a, uint64_t *seen, long timeout_ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    kd_deadline_ts(CLOCK_REALTIME, timeout_ms, &ts);
     pthread_mutex_lock(&a->mu);
     while (a->changes == *seen) {
         if (pthread_cond_timedwait(&a->changed, &a->mu, &ts) != 0)

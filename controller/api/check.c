@@ -92,12 +92,6 @@ int api_route_ns_seg(const char *pattern)
     return strncmp(pattern, pfx, sizeof(pfx) - 1) == 0 ? 3 : -1;
 }
 
-static bool ends_with(const char *s, const char *tail)
-{
-    size_t n = strlen(s), t = strlen(tail);
-    return n >= t && strcmp(s + n - t, tail) == 0;
-}
-
 int api_authz_attrs(const char *method, const char *pattern, const char *const *seg, int nseg,
                     struct api_authz_attrs *out)
 {
@@ -122,12 +116,12 @@ int api_authz_attrs(const char *method, const char *pattern, const char *const *
         verb = one ? "get" : "list";
         if (below != NULL && strncmp(below, "logs", 4) == 0)
             snprintf(out->subresource, sizeof(out->subresource), "logs");
-        else if (ends_with(pattern, "/download"))
+        else if (kd_str_has_suffix(pattern, "/download"))
             snprintf(out->subresource, sizeof(out->subresource), "download");
     } else if (strcmp(method, "POST") == 0) {
         if (!one)
             verb = "create";
-        else if (ends_with(pattern, "/download-link")) {
+        else if (kd_str_has_suffix(pattern, "/download-link")) {
             verb = "get"; /* a link only stands for the caller in a download */
             snprintf(out->subresource, sizeof(out->subresource), "download");
         } else if (below != NULL && strcmp(below, "proxy-ticket") == 0) {

@@ -64,23 +64,24 @@ static void dl_free(void *p)
     free(d);
 }
 
-/* The object a link is bound to: the path's segments after the namespace, without the last
- * ("download" or "download-link"): "models/M/versions/V" or "checkpoints/UUID". */
-static void link_object(const struct api_rq *q, char *out, size_t len)
+/* What the link of the request's download is signed for: the namespace and the object, the
+ * path's segments after the namespace without the last ("download" or "download-link"),
+ * "models/M/versions/V" or "checkpoints/UUID", written into object (len bytes). */
+static struct api_ticket_for link_for(const struct api_rq *q, char *object, size_t len)
 {
     size_t o = 0;
-    out[0] = '\0';
+    object[0] = '\0';
     for (int i = 4; i < q->nseg - 1 && o < len; i++)
-        o += (size_t)snprintf(out + o, len - o, "%s%s", i > 4 ? "/" : "", q->seg[i]);
+        o += (size_t)snprintf(object + o, len - o, "%s%s", i > 4 ? "/" : "", q->seg[i]);
+    return (struct api_ticket_for){
+        .domain = LINK_DOMAIN, .kind = "link", .ns = NS(q), .name = object, .uid = ""};
 }
 
 int api_download_caller(struct api_rq *q, const char *link, const struct api_principal **who)
 {
     char object[1024];
     int64_t token_id = 0, user_id = 0;
-    link_object(q, object, sizeof(object));
-    const struct api_ticket_for f = {
-        .domain = LINK_DOMAIN, .kind = "link", .ns = NS(q), .name = object, .uid = ""};
+    const struct api_ticket_for f = link_for(q, object, sizeof(object));
     int rc = api_ticket_check(q->api, &f, link, &token_id, &user_id)
                  ? api_auth_session(q, token_id, user_id, who)
                  : KD_EUNAUTHORIZED;
@@ -307,9 +308,7 @@ static void download_link(struct api_rq *q, bool version)
     char object[1024], value[256], ts[40];
     if (prepare(q, version, &d) != 0)
         return;
-    link_object(q, object, sizeof(object));
-    const struct api_ticket_for f = {
-        .domain = LINK_DOMAIN, .kind = "link", .ns = NS(q), .name = object, .uid = ""};
+    const struct api_ticket_for f = link_for(q, object, sizeof(object));
     int64_t until = kd_wall_ms() / 1000 + LINK_S;
     api_ticket_make(q->api, &f, q->who->token_id, q->who->user_id, until, value, sizeof(value));
     char *url = kd_xasprintf("/api/v1/namespaces/%s/%s/download?" API_LINK_PARAM "=%s", NS(q),

@@ -219,13 +219,7 @@ int kd_pool_get(struct kd_pool *p, PGconn **out, char *err)
     int rc = 0, slot = -1;
     struct timespec dl;
     *out = NULL;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += p->o.wait_ms / 1000;
-    dl.tv_nsec += (long)(p->o.wait_ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    kd_deadline_ts(CLOCK_REALTIME, p->o.wait_ms, &dl);
     pthread_mutex_lock(&p->mu);
     for (;;) {
         /* Prefer a slot with an open connection. */

@@ -213,8 +213,8 @@ static int fold_trial(PGresult *r, int row, json_t *tail, struct span sp, struct
             kd_sketch__add_metrics(&set, json_integer_value(st), m, &top);
     }
     if (rc == 0) {
-        for (size_t k = 0; k < set.n; k++)
-            kd_sketch__settle(&set.s[k]);
+        /* Clipping keeps the points' order, so the settling in reduce (the newest point of a
+         * step) picks the same ones after it as before. */
         kd_sketch__clip(&set, sp.from, sp.to);
         kd_sketch__reduce(&set, sp.shift);
         rc = kd_sketch__encode(out, &set);

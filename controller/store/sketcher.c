@@ -2,9 +2,10 @@
  * Keeping the metric overviews: a thread folds the metric rows committed
  * since metric_sketch_mark into each trial's and kind's two M4 overviews
  * (sketch.c) in metric_sketches, so that a page drawing 1,000 trials reads
- * 1,000 small rows instead of a million. One writer inserts metrics, so
- * ids are committed in order and the mark is a clean cut; rows after it
- * are folded in by the readers themselves (query.c).
+ * 1,000 small rows instead of a million. Every transaction that inserts
+ * metrics, in any controller replica, takes KD_STORE_METRICS_LOCK_SQL
+ * first, so ids are committed in order and the mark is a clean cut; rows
+ * after it are folded in by the readers themselves (query.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -351,15 +352,8 @@ static void wait_until(struct kd_sketcher *k, int64_t deadline, bool poke)
     for (int64_t now = kd_mono_ms(); !k->stop && !(poke && k->poked) && now < deadline;
          now = kd_mono_ms()) {
         struct timespec ts;
-        int64_t ms = deadline - now;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += ms / 1000;
-        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&k->wake, &k->mu, &ts);
+        pthread_cond_timedwait(&k->wake, &k->mu,
+                               kd_deadline_ts(CLOCK_REALTIME, deadline - now, &ts));
     }
 }
 

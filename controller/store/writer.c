@@ -352,28 +352,20 @@ static int write_batches(struct kd_writer *w, const char *json, struct counts *k
     int rc = 0;
     const char *params[1] = {json};
     PGresult *r = NULL;
-    rc = ensure_conn(w, err);
-    if (rc != 0)
-        goto out;
     bool hung = false;
     int limit = w->s->opts.statement_timeout_ms;
     limit = limit > 0 ? limit + KD_STORE_CLIENT_GRACE_MS : 0;
     int64_t t0 = kd_mono_ns();
+    rc = ensure_conn(w, err);
+    if (rc != 0)
+        goto out;
     if ((rc = begin_locked(w, limit, err)) != 0)
         goto out;
     r = kd_pg_exec(w->conn, INSERT_SQL, 1, params, limit, &hung);
-    kd_metric_observe(w->s->opts.db_seconds, (const char *[]){"metrics_write"},
-                      (double)(kd_mono_ns() - t0) / 1e9);
-    if (hung) {
-        /* The statement may still commit when the server wakes: the keys make the retry safe. */
-        PQfinish(w->conn);
-        w->conn = NULL;
-        rc = kd_seterr(err, KD_ETIMEDOUT, "write metrics: no answer from the database in %d ms",
-                       limit);
+    if ((rc = tx_step(w, r, hung, PGRES_TUPLES_OK, limit, "write metrics", err)) != 0)
         goto out;
-    }
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
-        rc = kd_pg_error(w->conn, r, "write metrics", err);
+    if (PQntuples(r) != 1) {
+        rc = kd_seterr(err, KD_EPROTO, "write metrics: %d rows of counts", PQntuples(r));
         goto out;
     }
     uint64_t total = 0, distinct = 0, with_trial = 0, fresh = 0, nrows = 0;
@@ -395,8 +387,11 @@ static int write_batches(struct kd_writer *w, const char *json, struct counts *k
     k->dups = total - fresh - k->orph;
     k->rows = nrows;
 out:
+    kd_metric_observe(w->s->opts.db_seconds, (const char *[]){"metrics_write"},
+                      (double)(kd_mono_ns() - t0) / 1e9);
     if (rc != 0 && w->conn) {
-        /* A fresh connection starts clean; the keys make the retry safe. */
+        /* A fresh connection starts clean (a statement that hung may still commit when the
+         * server wakes); the keys make the retry safe. */
         PQfinish(w->conn);
         w->conn = NULL;
     }
@@ -676,14 +671,7 @@ out:
 static void timed_wait(struct kd_writer *w, int64_t ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&w->wake, &w->mu, &ts);
+    pthread_cond_timedwait(&w->wake, &w->mu, kd_deadline_ts(CLOCK_REALTIME, ms, &ts));
 }
 
 static void account(struct kd_writer *w, const struct counts *k)
@@ -971,17 +959,6 @@ void kd_writer__stop(struct kd_writer *w)
     free(w);
 }
 
-static void deadline_ts(struct timespec *ts, int ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /*
  * Whether a batch of len bytes may be queued now. Memory takes up to
  * mem_limit; beyond that (up to twice as much, while the writer moves it)
@@ -1053,7 +1030,7 @@ int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, in
             goto out;
         }
         struct timespec ts;
-        deadline_ts(&ts, 50);
+        kd_deadline_ts(CLOCK_REALTIME, 50, &ts);
         pthread_cond_signal(&w->wake);
         pthread_cond_timedwait(&w->done, &w->mu, &ts);
     }
@@ -1070,7 +1047,7 @@ int kd_store_metrics_put(struct kd_store *s, const struct kd_metric_batch *b, in
     pthread_cond_signal(&w->wake);
     if (timeout_ms > 0) {
         struct timespec dl;
-        deadline_ts(&dl, timeout_ms);
+        kd_deadline_ts(CLOCK_REALTIME, timeout_ms, &dl);
         w->waiters++;
         pthread_cond_signal(&w->wake);
         while (w->durable_seq < seq && !w->stop) {
@@ -1095,7 +1072,7 @@ int kd_store_metrics_flush(struct kd_store *s, int timeout_ms)
     struct kd_writer *w = s->writer;
     struct timespec dl;
     int rc = 0;
-    deadline_ts(&dl, timeout_ms);
+    kd_deadline_ts(CLOCK_REALTIME, timeout_ms, &dl);
     pthread_mutex_lock(&w->mu);
     uint64_t target = w->next_seq;
     pthread_cond_signal(&w->wake);

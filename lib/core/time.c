@@ -88,6 +88,18 @@ int kd_time_parse_rfc3339(const char *s, int64_t *ms)
     return 0;
 }
 
+struct timespec *kd_deadline_ts(clockid_t clk, int64_t ms, struct timespec *ts)
+{
+    clock_gettime(clk, ts);
+    ts->tv_sec += (time_t)(ms / 1000);
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 void kd_sleep_ms(int64_t ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "core/err.h"
 
@@ -25,6 +26,13 @@ char *kd_time_rfc3339(int64_t ms, int millis, char *buf, size_t len);
 
 /** Parse RFC 3339 ("...Z" or "+hh:mm", optional fraction) into ms. 0 or KD_EPARSE. */
 int kd_time_parse_rfc3339(const char *s, int64_t *ms) KD_WUR;
+
+/**
+ * The absolute time ms milliseconds (>= 0) from now on clock clk, for
+ * pthread_cond_timedwait: CLOCK_REALTIME for a condition variable with
+ * default attributes, CLOCK_MONOTONIC for one set to it. Returns ts.
+ */
+struct timespec *kd_deadline_ts(clockid_t clk, int64_t ms, struct timespec *ts);
 
 /** Sleep, restarting after signals, for ms milliseconds. */
 void kd_sleep_ms(int64_t ms);

@@ -1,8 +1,9 @@
-/* RFC 3339 formatting and parsing; clocks move forward. */
+/* RFC 3339 formatting and parsing; clocks move forward; deadlines for timed waits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -38,12 +39,29 @@ static void test_monotonic(void **state)
     assert_true(b - a >= 19);
 }
 
+/* A deadline is normalised (nanoseconds below a second) and lies ms ahead on its clock. */
+static void test_deadline(void **state)
+{
+    (void)state;
+    const int64_t cases[] = {0, 1, 999, 1000, 1999, 61001};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct timespec now, dl;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        assert_ptr_equal(kd_deadline_ts(CLOCK_MONOTONIC, cases[i], &dl), &dl);
+        assert_true(dl.tv_nsec >= 0 && dl.tv_nsec < 1000000000L);
+        int64_t ahead =
+            ((int64_t)dl.tv_sec - now.tv_sec) * 1000 + (dl.tv_nsec - now.tv_nsec) / 1000000;
+        assert_true(ahead >= cases[i] && ahead <= cases[i] + 50);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_format),
         cmocka_unit_test(test_parse_roundtrip),
         cmocka_unit_test(test_monotonic),
+        cmocka_unit_test(test_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
