@@ -100,10 +100,8 @@ static int tcp_setup(struct dtrain *h)
             close(fd); /* not our left neighbour of this run: ignore it */
         }
     }
-    int local = 0;
-    for (int j = 0; j < n; j++)
-        local += strcmp(h->peers[j].host, h->host) == 0;
-    t->yield_ns = dt_wait_policy(sysconf(_SC_NPROCESSORS_ONLN), local).yield_ns;
+    t->yield_ns =
+        dt_wait_policy(sysconf(_SC_NPROCESSORS_ONLN), dtrain_local_world_size(h)).yield_ns;
     dt_tune_socket(t->left);
     if ((rc = dt_set_nonblock(t->left, true)) < 0 || (rc = dt_set_nonblock(t->right, true)) < 0) {
         rc = dt_err(h, rc, "tcp ring: fcntl: %s", kd_strerror(rc));
