@@ -144,6 +144,47 @@ static int check_allreduce(struct dtrain *h, enum dtrain_dtype t, enum dtrain_op
     return check_allreduce_shift(h, t, op, count, 0, true);
 }
 
+static int check_broadcast(struct dtrain *h, size_t count, int root)
+{
+    int r = dtrain_rank(h), bad = 0;
+    int32_t *b = malloc(count * 4 + 4);
+    if (b == NULL)
+        return 1;
+    for (size_t i = 0; i < count; i++)
+        b[i] = r == root ? val(root, i) : -100;
+    if (dtrain_broadcast(h, b, count, DTRAIN_INT32, root) < 0)
+        bad = 1;
+    for (size_t i = 0; !bad && i < count; i++) {
+        bad = b[i] != val(root, i);
+        if (bad)
+            fprintf(stderr, "element %zu is %d, expected %d\n", i, b[i], val(root, i));
+    }
+    if (bad)
+        fprintf(stderr, "broadcast root %d count %zu wrong: %s\n", root, count, dtrain_errmsg(h));
+    free(b);
+    return bad;
+}
+
+static int check_allgather(struct dtrain *h, size_t count)
+{
+    int n = dtrain_world_size(h), r = dtrain_rank(h), bad = 0;
+    double *in = malloc(count * 8 + 8), *all = malloc(count * 8 * (size_t)n + 8);
+    if (in == NULL || all == NULL)
+        bad = 1;
+    for (size_t i = 0; !bad && i < count; i++)
+        in[i] = val(r, i) + 0.5;
+    if (!bad && dtrain_allgather(h, in, all, count, DTRAIN_FLOAT64) < 0)
+        bad = 1;
+    for (int q = 0; !bad && q < n; q++)
+        for (size_t i = 0; !bad && i < count; i++)
+            bad = all[(size_t)q * count + i] != val(q, i) + 0.5;
+    if (bad)
+        fprintf(stderr, "allgather count %zu wrong: %s\n", count, dtrain_errmsg(h));
+    free(in);
+    free(all);
+    return bad;
+}
+
 static int w_coll(void)
 {
     struct dtrain *h = NULL;
@@ -167,43 +208,15 @@ static int w_coll(void)
          check_allreduce(h, DTRAIN_FLOAT32, DTRAIN_AVG, (4u << 20) + 3) ||
          check_allreduce(h, DTRAIN_INT64, DTRAIN_MAX, 2u << 20)))
         goto out;
-    /* broadcast from every root */
+    /* broadcast from every root, allgather */
     size_t bc[] = {0, 1, 7, 300001};
-    for (int root = 0; root < n; root++) {
-        for (size_t k = 0; k < 4; k++) {
-            int32_t *b = malloc(bc[k] * 4 + 4);
-            for (size_t i = 0; i < bc[k]; i++)
-                b[i] = r == root ? val(root, i) : -100;
-            int bad = dtrain_broadcast(h, b, bc[k], DTRAIN_INT32, root) < 0;
-            for (size_t i = 0; !bad && i < bc[k]; i++) {
-                bad = b[i] != val(root, i);
-                if (bad)
-                    fprintf(stderr, "element %zu is %d, expected %d\n", i, b[i], val(root, i));
-            }
-            free(b);
-            if (bad) {
-                fprintf(stderr, "broadcast root %d count %zu wrong: %s\n", root, bc[k],
-                        dtrain_errmsg(h));
+    for (int root = 0; root < n; root++)
+        for (size_t k = 0; k < 4; k++)
+            if (check_broadcast(h, bc[k], root))
                 goto out;
-            }
-        }
-    }
-    /* allgather */
-    for (size_t k = 0; k < 4; k++) {
-        double *in = malloc(bc[k] * 8 + 8), *all = malloc(bc[k] * 8 * (size_t)n + 8);
-        for (size_t i = 0; i < bc[k]; i++)
-            in[i] = val(r, i) + 0.5;
-        int bad = dtrain_allgather(h, in, all, bc[k], DTRAIN_FLOAT64) < 0;
-        for (int q = 0; !bad && q < n; q++)
-            for (size_t i = 0; !bad && i < bc[k]; i++)
-                bad = all[(size_t)q * bc[k] + i] != val(q, i) + 0.5;
-        free(in);
-        free(all);
-        if (bad) {
-            fprintf(stderr, "allgather count %zu wrong: %s\n", bc[k], dtrain_errmsg(h));
+    for (size_t k = 0; k < 4; k++)
+        if (check_allgather(h, bc[k]))
             goto out;
-        }
-    }
     /* barrier: nobody leaves before the slowest rank arrives */
     struct timespec a, b;
     if (dtrain_barrier(h) < 0)
@@ -319,44 +332,6 @@ out:
     if (dtrain_finalize(h) < 0 && rc == 0)
         rc = 3;
     return rc;
-}
-
-static int check_broadcast(struct dtrain *h, size_t count, int root)
-{
-    int r = dtrain_rank(h), bad = 0;
-    int32_t *b = malloc(count * 4 + 4);
-    if (b == NULL)
-        return 1;
-    for (size_t i = 0; i < count; i++)
-        b[i] = r == root ? val(root, i) : -100;
-    if (dtrain_broadcast(h, b, count, DTRAIN_INT32, root) < 0)
-        bad = 1;
-    for (size_t i = 0; !bad && i < count; i++)
-        bad = b[i] != val(root, i);
-    if (bad)
-        fprintf(stderr, "broadcast root %d count %zu wrong: %s\n", root, count, dtrain_errmsg(h));
-    free(b);
-    return bad;
-}
-
-static int check_allgather(struct dtrain *h, size_t count)
-{
-    int n = dtrain_world_size(h), r = dtrain_rank(h), bad = 0;
-    double *in = malloc(count * 8 + 8), *all = malloc(count * 8 * (size_t)n + 8);
-    if (in == NULL || all == NULL)
-        bad = 1;
-    for (size_t i = 0; !bad && i < count; i++)
-        in[i] = val(r, i) + 0.5;
-    if (!bad && dtrain_allgather(h, in, all, count, DTRAIN_FLOAT64) < 0)
-        bad = 1;
-    for (int q = 0; !bad && q < n; q++)
-        for (size_t i = 0; !bad && i < count; i++)
-            bad = all[(size_t)q * count + i] != val(q, i) + 0.5;
-    if (bad)
-        fprintf(stderr, "allgather count %zu wrong: %s\n", count, dtrain_errmsg(h));
-    free(in);
-    free(all);
-    return bad;
 }
 
 /* Byte sizes on each side of every point where the transport's plan changes. */
