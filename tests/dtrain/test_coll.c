@@ -384,9 +384,12 @@ static int w_stress(void)
     }
     int n = dtrain_world_size(h), r = dtrain_rank(h);
     const char *tr = dtrain_transport_name(h);
-    uint64_t slot = 0;
-    if (getenv("T_SLOT") == NULL || kd_parse_size(getenv("T_SLOT"), &slot) < 0) {
-        fprintf(stderr, "T_SLOT (the job's DTRAIN_SHM_SLOT) is not set\n");
+    /* shm plans depend on the slot, so shm jobs set it; tcp sizes its mixed sequence by 64 KiB */
+    uint64_t slot = 64u << 10;
+    const char *slot_env = getenv("DTRAIN_SHM_SLOT");
+    if ((slot_env == NULL && strcmp(tr, "shm") == 0) ||
+        (slot_env != NULL && kd_parse_size(slot_env, &slot) < 0)) {
+        fprintf(stderr, "DTRAIN_SHM_SLOT is not set or not a size\n");
         goto out;
     }
     /* 1. every plan boundary, a few dtypes and ops */
@@ -447,13 +450,12 @@ out:
     return rc;
 }
 
-static void run_job2(const char *worker, int world, const char *transport, const char *extra1,
-                     const char *extra2)
+static void run_job(const char *worker, int world, const char *transport, const char *extra1)
 {
     struct rk_job j;
     char tenv[64];
     snprintf(tenv, sizeof(tenv), "DTRAIN_TRANSPORT=%s", transport);
-    const char *extra[] = {tenv, "DTRAIN_FUSION_THRESHOLD=4KiB", extra1, extra2, NULL};
+    const char *extra[] = {tenv, "DTRAIN_FUSION_THRESHOLD=4KiB", extra1, NULL};
     rk_init(&j, world);
     for (int r = 0; r < world; r++)
         rk_spawn(&j, worker, r, extra);
@@ -468,11 +470,6 @@ static void run_job2(const char *worker, int world, const char *transport, const
     }
     assert_int_equal(killed, 0);
     rk_cleanup(&j);
-}
-
-static void run_job(const char *worker, int world, const char *transport, const char *extra1)
-{
-    run_job2(worker, world, transport, extra1, NULL);
 }
 
 static void test_tcp_2(void **s)
@@ -506,31 +503,32 @@ static void test_async_shm_fp16(void **s)
     run_job("async", 2, "shm", "DTRAIN_FP16_COMPRESSION=1");
 }
 
-/* Small slots make every chunk boundary small; 1 MiB is the default for 2..16 ranks. */
+/* Small slots make every chunk boundary small; 1 MiB is the default for 2..16 ranks (the
+ * stress worker plans with the slot, so shm jobs always set it). */
 static void test_stress_shm_2_small_slot(void **s)
 {
     (void)s;
-    run_job2("stress", 2, "shm", "DTRAIN_SHM_SLOT=16KiB", "T_SLOT=16KiB");
+    run_job("stress", 2, "shm", "DTRAIN_SHM_SLOT=16KiB");
 }
 static void test_stress_shm_3_small_slot(void **s)
 {
     (void)s;
-    run_job2("stress", 3, "shm", "DTRAIN_SHM_SLOT=16KiB", "T_SLOT=16KiB");
+    run_job("stress", 3, "shm", "DTRAIN_SHM_SLOT=16KiB");
 }
 static void test_stress_shm_3(void **s)
 {
     (void)s;
-    run_job2("stress", 3, "shm", "T_SLOT=1MiB", NULL);
+    run_job("stress", 3, "shm", "DTRAIN_SHM_SLOT=1MiB");
 }
 static void test_stress_tcp_2(void **s)
 {
     (void)s;
-    run_job2("stress", 2, "tcp", "T_SLOT=64KiB", NULL);
+    run_job("stress", 2, "tcp", NULL);
 }
 static void test_stress_tcp_3(void **s)
 {
     (void)s;
-    run_job2("stress", 3, "tcp", "T_SLOT=64KiB", NULL);
+    run_job("stress", 3, "tcp", NULL);
 }
 
 static const struct rk_worker workers[] = {
