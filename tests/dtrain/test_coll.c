@@ -334,13 +334,16 @@ out:
     return rc;
 }
 
-/* Byte sizes on each side of every point where the transport's plan changes. */
+/* Byte sizes on each side of every point where the transport's plan changes; -1 when
+ * they do not fit in `cap`. */
 static int plan_edges(const char *transport, int n, size_t slot, size_t *edges, int cap)
 {
     int ne = 0;
     struct dt_shm_plan prev = dt_shm_plan(4, n, slot);
     enum dt_tcp_algo tprev = dt_tcp_plan(4, n);
-    for (size_t b = 8; b <= (2u << 20) && ne + 6 <= cap; b += 4) {
+    for (size_t b = 8; b <= (2u << 20); b += 4) {
+        if (ne + 4 > cap)
+            return -1;
         bool shm = strcmp(transport, "shm") == 0, change = false;
         if (shm) {
             struct dt_shm_plan p = dt_shm_plan(b, n, slot);
@@ -396,7 +399,7 @@ static int w_stress(void)
     size_t edges[64];
     int ne = plan_edges(tr, n, (size_t)slot, edges, 64);
     if (ne < 2) {
-        fprintf(stderr, "%s: found only %d plan edges\n", tr, ne);
+        fprintf(stderr, "%s: found %d plan edges (-1: more than 64)\n", tr, ne);
         goto out;
     }
     for (int k = 0; k < ne; k++) {
