@@ -10,10 +10,10 @@
 # Each size runs as BENCH_REPS timed groups (default 5) and the fastest group
 # counts, for both programs alike, so that a burst of load from elsewhere on
 # the machine does not decide the comparison.
-# Placement: mpirun binds rank r to core r when there are at least as many
-# cores as ranks (and binds nothing when oversubscribed); the dtrain ranks
-# are bound the same way with taskset, so both run under the same placement.
-# BENCH_BIND=0 leaves both unbound (mpirun --bind-to none).
+# Placement: when there are at least as many cores as ranks, rank r of both
+# programs runs on core r (mpirun --map-by core --bind-to core, taskset for
+# dtrain: mpirun's own default binds to sockets from 3 ranks up); when
+# oversubscribed, or with BENCH_BIND=0, neither is bound (--bind-to none).
 # Env: BENCH_SIZES (default 4K..256M), BENCH_RANKS (default "2 4"), BENCH_REPS,
 # BENCH_BIND (default 1).
 set -euo pipefail
@@ -35,12 +35,14 @@ mpicc -O2 -o "$build/bench/mpi_allreduce" "$src/bench/allreduce/mpi_allreduce.c"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+pinned() { [ "$bind" != 0 ] && [ "$1" -le "$ncpu" ]; } # np
+
 run_dtrain() { # np transport file
     local np=$1 tr=$2 f=$3 port pids=()
     port=$(free_port)
     for ((r = 0; r < np; r++)); do
         local pin=()
-        if [ "$bind" != 0 ] && [ "$np" -le "$ncpu" ]; then pin=(taskset -c "$r"); fi
+        if pinned "$np"; then pin=(taskset -c "$r"); fi
         RANK=$r LOCAL_RANK=$r WORLD_SIZE=$np LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 \
         MASTER_PORT=$port KDET_RUN_ID=bench KDET_LOG_LEVEL=warn \
             "${pin[@]}" "$build/bin/dtrain" bench allreduce --size "$sizes" --transport "$tr" --reps "$reps" \
@@ -54,9 +56,10 @@ run_dtrain() { # np transport file
 }
 
 run_mpi() { # np btl-args file
-    local np=$1 f=$3
+    local np=$1 f=$3 place="--bind-to none"
+    if pinned "$np"; then place="--map-by core --bind-to core"; fi
     # shellcheck disable=SC2086
-    mpirun --allow-run-as-root --oversubscribe -np "$np" $2 $([ "$bind" != 0 ] || echo --bind-to none) \
+    mpirun --allow-run-as-root --oversubscribe -np "$np" $2 $place \
         "$build/bench/mpi_allreduce" "$lo" "$hi" "$reps" > "$f.raw" 2>&1 || { cat "$f.raw"; return 1; }
     grep -E '^ +[0-9]+[KM]? ' "$f.raw" > "$f"
 }

@@ -162,48 +162,36 @@ static void reduce_half(uint16_t *d, const uint16_t *s, size_t n, enum dtrain_op
     }
 }
 
+/*
+ * Calls kernel `k` (empty: d op= s; 3: d = a op b) of op for the full-width
+ * type t with the remaining arguments; half types have their own loops.
+ */
+#define BY_OP(op, k, sfx, ...)                                                                     \
+    ((op) == DTRAIN_MIN   ? min##k##_##sfx(__VA_ARGS__)                                            \
+     : (op) == DTRAIN_MAX ? max##k##_##sfx(__VA_ARGS__)                                            \
+                          : sum##k##_##sfx(__VA_ARGS__))
+#define BY_TYPE(t, op, k, ...)                                                                     \
+    switch (t) {                                                                                   \
+    case DTRAIN_FLOAT32: BY_OP(op, k, f32, __VA_ARGS__); break;                                    \
+    case DTRAIN_FLOAT64: BY_OP(op, k, f64, __VA_ARGS__); break;                                    \
+    case DTRAIN_INT32: BY_OP(op, k, i32, __VA_ARGS__); break;                                      \
+    case DTRAIN_INT64: BY_OP(op, k, i64, __VA_ARGS__); break;                                      \
+    default: break;                                                                                \
+    }
+
 void dt_reduce(void *dst, const void *src, size_t n, enum dtrain_dtype t, enum dtrain_op op)
 {
-    bool mn = op == DTRAIN_MIN, mx = op == DTRAIN_MAX;
-    switch (t) {
-    case DTRAIN_FLOAT32:
-        mn ? min_f32(dst, src, n) : mx ? max_f32(dst, src, n) : sum_f32(dst, src, n);
-        break;
-    case DTRAIN_FLOAT64:
-        mn ? min_f64(dst, src, n) : mx ? max_f64(dst, src, n) : sum_f64(dst, src, n);
-        break;
-    case DTRAIN_INT32:
-        mn ? min_i32(dst, src, n) : mx ? max_i32(dst, src, n) : sum_i32(dst, src, n);
-        break;
-    case DTRAIN_INT64:
-        mn ? min_i64(dst, src, n) : mx ? max_i64(dst, src, n) : sum_i64(dst, src, n);
-        break;
-    case DTRAIN_FLOAT16: reduce_half(dst, src, n, op, false); break;
-    case DTRAIN_BFLOAT16: reduce_half(dst, src, n, op, true); break;
-    default: break;
-    }
+    if (t == DTRAIN_FLOAT16 || t == DTRAIN_BFLOAT16)
+        reduce_half(dst, src, n, op, t == DTRAIN_BFLOAT16);
+    else
+        BY_TYPE(t, op, , dst, src, n)
 }
 
 /* dst = a op b for the full-width types; dst aliases neither. */
 static void reduce3(void *dst, const void *a, const void *b, size_t n, enum dtrain_dtype t,
                     enum dtrain_op op)
 {
-    bool mn = op == DTRAIN_MIN, mx = op == DTRAIN_MAX;
-    switch (t) {
-    case DTRAIN_FLOAT32:
-        mn ? min3_f32(dst, a, b, n) : mx ? max3_f32(dst, a, b, n) : sum3_f32(dst, a, b, n);
-        break;
-    case DTRAIN_FLOAT64:
-        mn ? min3_f64(dst, a, b, n) : mx ? max3_f64(dst, a, b, n) : sum3_f64(dst, a, b, n);
-        break;
-    case DTRAIN_INT32:
-        mn ? min3_i32(dst, a, b, n) : mx ? max3_i32(dst, a, b, n) : sum3_i32(dst, a, b, n);
-        break;
-    case DTRAIN_INT64:
-        mn ? min3_i64(dst, a, b, n) : mx ? max3_i64(dst, a, b, n) : sum3_i64(dst, a, b, n);
-        break;
-    default: break;
-    }
+    BY_TYPE(t, op, 3, dst, a, b, n)
 }
 
 /* Half types with several sources: accumulate in float32, round once. */

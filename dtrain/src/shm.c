@@ -259,7 +259,7 @@ static int wait_all(struct dtrain *h, struct shm *s, int64_t deadline, const cha
     int j = first_missing(s, 0, want, cpu, &here);
     if (j < 0)
         return 0;
-    int64_t t0 = kd_mono_ns(), spun = 0, yielded = 0;
+    int64_t last = kd_mono_ns(), spun = 0, yielded = 0;
     while (spun < s->wait.spin_ns && yielded < s->wait.yield_ns) {
         if (here) {
             sched_yield();
@@ -268,8 +268,12 @@ static int wait_all(struct dtrain *h, struct shm *s, int64_t deadline, const cha
             for (int i = 0; i < 16; i++)
                 cpu_relax();
         }
-        int64_t t = kd_mono_ns() - t0;
-        *(here ? &yielded : &spun) += t - (spun + yielded);
+        int64_t now = kd_mono_ns();
+        if (here)
+            yielded += now - last;
+        else
+            spun += now - last;
+        last = now;
         if ((j = first_missing(s, j, want, cpu, &here)) < 0)
             return 0;
     }

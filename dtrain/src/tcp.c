@@ -24,7 +24,7 @@
 
 struct tcp {
     int right, left;   /* send to rank+1, receive from rank-1 */
-    char *tmp;         /* TMP_BYTES, page-aligned (+ 4 KiB for a split element) */
+    char *tmp;         /* TMP_BYTES, page-aligned; a split element moves to its start */
     char *gather;      /* DT_TCP_GATHER_CAP: every rank's buffer, small allreduces */
     const void **srcs; /* world entries: reduction sources */
     int64_t yield_ns;  /* how long a stalled transfer yields before it sleeps in poll */
@@ -59,7 +59,7 @@ static int tcp_setup(struct dtrain *h)
         return dt_err(h, DTRAIN_ENOMEM, "tcp: out of memory");
     t->right = t->left = -1;
     h->tp = t;
-    t->tmp = aligned_alloc(4096, TMP_BYTES + 4096);
+    t->tmp = aligned_alloc(4096, TMP_BYTES);
     t->gather = aligned_alloc(4096, DT_TCP_GATHER_CAP);
     t->srcs = calloc((size_t)n, sizeof(*t->srcs));
     if (t->tmp == NULL || t->gather == NULL || t->srcs == NULL) {
@@ -100,10 +100,8 @@ static int tcp_setup(struct dtrain *h)
             close(fd); /* not our left neighbour of this run: ignore it */
         }
     }
-    int local = 0;
-    for (int j = 0; j < n; j++)
-        local += strcmp(h->peers[j].host, h->host) == 0;
-    t->yield_ns = dt_wait_policy(sysconf(_SC_NPROCESSORS_ONLN), local).yield_ns;
+    t->yield_ns =
+        dt_wait_policy(sysconf(_SC_NPROCESSORS_ONLN), dtrain_local_world_size(h)).yield_ns;
     dt_tune_socket(t->left);
     if ((rc = dt_set_nonblock(t->left, true)) < 0 || (rc = dt_set_nonblock(t->right, true)) < 0) {
         rc = dt_err(h, rc, "tcp ring: fcntl: %s", kd_strerror(rc));

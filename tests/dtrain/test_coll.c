@@ -144,6 +144,47 @@ static int check_allreduce(struct dtrain *h, enum dtrain_dtype t, enum dtrain_op
     return check_allreduce_shift(h, t, op, count, 0, true);
 }
 
+static int check_broadcast(struct dtrain *h, size_t count, int root)
+{
+    int r = dtrain_rank(h), bad = 0;
+    int32_t *b = malloc(count * 4 + 4);
+    if (b == NULL)
+        return 1;
+    for (size_t i = 0; i < count; i++)
+        b[i] = r == root ? val(root, i) : -100;
+    if (dtrain_broadcast(h, b, count, DTRAIN_INT32, root) < 0)
+        bad = 1;
+    for (size_t i = 0; !bad && i < count; i++) {
+        bad = b[i] != val(root, i);
+        if (bad)
+            fprintf(stderr, "element %zu is %d, expected %d\n", i, b[i], val(root, i));
+    }
+    if (bad)
+        fprintf(stderr, "broadcast root %d count %zu wrong: %s\n", root, count, dtrain_errmsg(h));
+    free(b);
+    return bad;
+}
+
+static int check_allgather(struct dtrain *h, size_t count)
+{
+    int n = dtrain_world_size(h), r = dtrain_rank(h), bad = 0;
+    double *in = malloc(count * 8 + 8), *all = malloc(count * 8 * (size_t)n + 8);
+    if (in == NULL || all == NULL)
+        bad = 1;
+    for (size_t i = 0; !bad && i < count; i++)
+        in[i] = val(r, i) + 0.5;
+    if (!bad && dtrain_allgather(h, in, all, count, DTRAIN_FLOAT64) < 0)
+        bad = 1;
+    for (int q = 0; !bad && q < n; q++)
+        for (size_t i = 0; !bad && i < count; i++)
+            bad = all[(size_t)q * count + i] != val(q, i) + 0.5;
+    if (bad)
+        fprintf(stderr, "allgather count %zu wrong: %s\n", count, dtrain_errmsg(h));
+    free(in);
+    free(all);
+    return bad;
+}
+
 static int w_coll(void)
 {
     struct dtrain *h = NULL;
@@ -167,43 +208,15 @@ static int w_coll(void)
          check_allreduce(h, DTRAIN_FLOAT32, DTRAIN_AVG, (4u << 20) + 3) ||
          check_allreduce(h, DTRAIN_INT64, DTRAIN_MAX, 2u << 20)))
         goto out;
-    /* broadcast from every root */
+    /* broadcast from every root, allgather */
     size_t bc[] = {0, 1, 7, 300001};
-    for (int root = 0; root < n; root++) {
-        for (size_t k = 0; k < 4; k++) {
-            int32_t *b = malloc(bc[k] * 4 + 4);
-            for (size_t i = 0; i < bc[k]; i++)
-                b[i] = r == root ? val(root, i) : -100;
-            int bad = dtrain_broadcast(h, b, bc[k], DTRAIN_INT32, root) < 0;
-            for (size_t i = 0; !bad && i < bc[k]; i++) {
-                bad = b[i] != val(root, i);
-                if (bad)
-                    fprintf(stderr, "element %zu is %d, expected %d\n", i, b[i], val(root, i));
-            }
-            free(b);
-            if (bad) {
-                fprintf(stderr, "broadcast root %d count %zu wrong: %s\n", root, bc[k],
-                        dtrain_errmsg(h));
+    for (int root = 0; root < n; root++)
+        for (size_t k = 0; k < 4; k++)
+            if (check_broadcast(h, bc[k], root))
                 goto out;
-            }
-        }
-    }
-    /* allgather */
-    for (size_t k = 0; k < 4; k++) {
-        double *in = malloc(bc[k] * 8 + 8), *all = malloc(bc[k] * 8 * (size_t)n + 8);
-        for (size_t i = 0; i < bc[k]; i++)
-            in[i] = val(r, i) + 0.5;
-        int bad = dtrain_allgather(h, in, all, bc[k], DTRAIN_FLOAT64) < 0;
-        for (int q = 0; !bad && q < n; q++)
-            for (size_t i = 0; !bad && i < bc[k]; i++)
-                bad = all[(size_t)q * bc[k] + i] != val(q, i) + 0.5;
-        free(in);
-        free(all);
-        if (bad) {
-            fprintf(stderr, "allgather count %zu wrong: %s\n", bc[k], dtrain_errmsg(h));
+    for (size_t k = 0; k < 4; k++)
+        if (check_allgather(h, bc[k]))
             goto out;
-        }
-    }
     /* barrier: nobody leaves before the slowest rank arrives */
     struct timespec a, b;
     if (dtrain_barrier(h) < 0)
@@ -321,51 +334,16 @@ out:
     return rc;
 }
 
-static int check_broadcast(struct dtrain *h, size_t count, int root)
-{
-    int r = dtrain_rank(h), bad = 0;
-    int32_t *b = malloc(count * 4 + 4);
-    if (b == NULL)
-        return 1;
-    for (size_t i = 0; i < count; i++)
-        b[i] = r == root ? val(root, i) : -100;
-    if (dtrain_broadcast(h, b, count, DTRAIN_INT32, root) < 0)
-        bad = 1;
-    for (size_t i = 0; !bad && i < count; i++)
-        bad = b[i] != val(root, i);
-    if (bad)
-        fprintf(stderr, "broadcast root %d count %zu wrong: %s\n", root, count, dtrain_errmsg(h));
-    free(b);
-    return bad;
-}
-
-static int check_allgather(struct dtrain *h, size_t count)
-{
-    int n = dtrain_world_size(h), r = dtrain_rank(h), bad = 0;
-    double *in = malloc(count * 8 + 8), *all = malloc(count * 8 * (size_t)n + 8);
-    if (in == NULL || all == NULL)
-        bad = 1;
-    for (size_t i = 0; !bad && i < count; i++)
-        in[i] = val(r, i) + 0.5;
-    if (!bad && dtrain_allgather(h, in, all, count, DTRAIN_FLOAT64) < 0)
-        bad = 1;
-    for (int q = 0; !bad && q < n; q++)
-        for (size_t i = 0; !bad && i < count; i++)
-            bad = all[(size_t)q * count + i] != val(q, i) + 0.5;
-    if (bad)
-        fprintf(stderr, "allgather count %zu wrong: %s\n", count, dtrain_errmsg(h));
-    free(in);
-    free(all);
-    return bad;
-}
-
-/* Byte sizes on each side of every point where the transport's plan changes. */
+/* Byte sizes on each side of every point where the transport's plan changes; -1 when
+ * they do not fit in `cap`. */
 static int plan_edges(const char *transport, int n, size_t slot, size_t *edges, int cap)
 {
     int ne = 0;
     struct dt_shm_plan prev = dt_shm_plan(4, n, slot);
     enum dt_tcp_algo tprev = dt_tcp_plan(4, n);
-    for (size_t b = 8; b <= (2u << 20) && ne + 6 <= cap; b += 4) {
+    for (size_t b = 8; b <= (2u << 20); b += 4) {
+        if (ne + 4 > cap)
+            return -1;
         bool shm = strcmp(transport, "shm") == 0, change = false;
         if (shm) {
             struct dt_shm_plan p = dt_shm_plan(b, n, slot);
@@ -409,16 +387,19 @@ static int w_stress(void)
     }
     int n = dtrain_world_size(h), r = dtrain_rank(h);
     const char *tr = dtrain_transport_name(h);
-    uint64_t slot = 0;
-    if (getenv("T_SLOT") == NULL || kd_parse_size(getenv("T_SLOT"), &slot) < 0) {
-        fprintf(stderr, "T_SLOT (the job's DTRAIN_SHM_SLOT) is not set\n");
+    /* shm plans depend on the slot, so shm jobs set it; tcp sizes its mixed sequence by 64 KiB */
+    uint64_t slot = 64u << 10;
+    const char *slot_env = getenv("DTRAIN_SHM_SLOT");
+    if ((slot_env == NULL && strcmp(tr, "shm") == 0) ||
+        (slot_env != NULL && kd_parse_size(slot_env, &slot) < 0)) {
+        fprintf(stderr, "DTRAIN_SHM_SLOT is not set or not a size\n");
         goto out;
     }
     /* 1. every plan boundary, a few dtypes and ops */
     size_t edges[64];
     int ne = plan_edges(tr, n, (size_t)slot, edges, 64);
     if (ne < 2) {
-        fprintf(stderr, "%s: found only %d plan edges\n", tr, ne);
+        fprintf(stderr, "%s: found %d plan edges (-1: more than 64)\n", tr, ne);
         goto out;
     }
     for (int k = 0; k < ne; k++) {
@@ -472,13 +453,12 @@ out:
     return rc;
 }
 
-static void run_job2(const char *worker, int world, const char *transport, const char *extra1,
-                     const char *extra2)
+static void run_job(const char *worker, int world, const char *transport, const char *extra1)
 {
     struct rk_job j;
     char tenv[64];
     snprintf(tenv, sizeof(tenv), "DTRAIN_TRANSPORT=%s", transport);
-    const char *extra[] = {tenv, "DTRAIN_FUSION_THRESHOLD=4KiB", extra1, extra2, NULL};
+    const char *extra[] = {tenv, "DTRAIN_FUSION_THRESHOLD=4KiB", extra1, NULL};
     rk_init(&j, world);
     for (int r = 0; r < world; r++)
         rk_spawn(&j, worker, r, extra);
@@ -493,11 +473,6 @@ static void run_job2(const char *worker, int world, const char *transport, const
     }
     assert_int_equal(killed, 0);
     rk_cleanup(&j);
-}
-
-static void run_job(const char *worker, int world, const char *transport, const char *extra1)
-{
-    run_job2(worker, world, transport, extra1, NULL);
 }
 
 static void test_tcp_2(void **s)
@@ -531,31 +506,32 @@ static void test_async_shm_fp16(void **s)
     run_job("async", 2, "shm", "DTRAIN_FP16_COMPRESSION=1");
 }
 
-/* Small slots make every chunk boundary small; 1 MiB is the default for 2..16 ranks. */
+/* Small slots make every chunk boundary small; 1 MiB is the default for 2..16 ranks (the
+ * stress worker plans with the slot, so shm jobs always set it). */
 static void test_stress_shm_2_small_slot(void **s)
 {
     (void)s;
-    run_job2("stress", 2, "shm", "DTRAIN_SHM_SLOT=16KiB", "T_SLOT=16KiB");
+    run_job("stress", 2, "shm", "DTRAIN_SHM_SLOT=16KiB");
 }
 static void test_stress_shm_3_small_slot(void **s)
 {
     (void)s;
-    run_job2("stress", 3, "shm", "DTRAIN_SHM_SLOT=16KiB", "T_SLOT=16KiB");
+    run_job("stress", 3, "shm", "DTRAIN_SHM_SLOT=16KiB");
 }
 static void test_stress_shm_3(void **s)
 {
     (void)s;
-    run_job2("stress", 3, "shm", "T_SLOT=1MiB", NULL);
+    run_job("stress", 3, "shm", "DTRAIN_SHM_SLOT=1MiB");
 }
 static void test_stress_tcp_2(void **s)
 {
     (void)s;
-    run_job2("stress", 2, "tcp", "T_SLOT=64KiB", NULL);
+    run_job("stress", 2, "tcp", NULL);
 }
 static void test_stress_tcp_3(void **s)
 {
     (void)s;
-    run_job2("stress", 3, "tcp", "T_SLOT=64KiB", NULL);
+    run_job("stress", 3, "tcp", NULL);
 }
 
 static const struct rk_worker workers[] = {

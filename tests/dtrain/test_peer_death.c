@@ -69,7 +69,7 @@ static double now_s(void)
 static void start_loop(struct rk_job *j, const char *transport, int world, size_t count,
                        const char *timeout)
 {
-    static char tenv[64], mark[128], menv[160], cenv[64], toenv[64];
+    char tenv[64], mark[128], menv[160], cenv[64], toenv[64];
     rk_init(j, world);
     snprintf(tenv, sizeof(tenv), "DTRAIN_TRANSPORT=%s", transport);
     snprintf(mark, sizeof(mark), "%s/mark", j->dir);
