@@ -254,10 +254,8 @@ export function modelPage(ctx, ns, name) {
       await refresh();
     }
   }
-  async function downloadVersion(v, btn) {
-    await download(mpath + '/versions/' + encodeURIComponent(String(v)) + '/download-link', btn, 'version ' + v + ' of model ' + name,
-      (msg, err) => tell(msg, err), ac.signal);
-  }
+  const downloadVersion = (v, btn) => download(mpath + '/versions/' + encodeURIComponent(String(v)) + '/download-link', btn,
+    'version ' + v + ' of model ' + name, tell, ac.signal);
   async function setArchived(on) {
     if (await change((on ? 'archive' : 'unarchive') + ' model ' + name, 'PATCH', mpath, { archived: on })) {
       tell((on ? 'Archived' : 'Unarchived') + ' model ' + name + '.');
