@@ -60,9 +60,8 @@ export function experimentPage(ctx, ns, name) {
   let byName = new Map(); // name -> trial, of the latest answer
   let trials = [];
   let seen = '';
-  let histories = Promise.resolve(); // the latest history request (a later load waits for it)
+  let histories = null; // the latest history request (a later load waits for it); null before the first
   let marked = false; // the first render and the first complete drawing are marked once
-  let started = false; // the first history was asked
 
   const cols = [
     { key: 'name', label: 'Trial', value: (t) => t.id ?? t.name,
@@ -156,11 +155,11 @@ export function experimentPage(ctx, ns, name) {
     return { from: j.from ?? from, to: j.to ?? to, trials: byTrial };
   }
 
-  // Every trial's history in one request per kind (asked already: pre), both kinds then one
-  // drawing: a chart of 1,000 trials is not drawn twice.
-  async function history(pre) {
+  // Every trial's history in one request per kind, both kinds then one drawing: a chart of
+  // 1,000 trials is not drawn twice.
+  async function history() {
     const kinds = ['validation', 'training'];
-    const answers = await Promise.all(pre || kinds.map((k) => series(k)));
+    const answers = await Promise.all(kinds.map((k) => series(k)));
     answers.forEach((j, i) => {
       for (const t of j.trials || []) charts.addSeries(keyOf(t.trial_id), kinds[i], t.series);
     });
@@ -169,11 +168,10 @@ export function experimentPage(ctx, ns, name) {
 
   async function load() {
     const got = api(base + 'experiments/' + encodeURIComponent(name), { signal: ac.signal, text: true });
-    const first = !started;
-    started = true;
+    const first = histories === null;
     /* The first time, the history is asked at once, with the experiment, and drawn when it comes. */
     if (first) {
-      histories = history(['validation', 'training'].map((k) => series(k)));
+      histories = history();
       histories.catch(() => {}); /* awaited below once the experiment came; a failure is reported there */
     }
     const text = await got;
