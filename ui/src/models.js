@@ -100,11 +100,18 @@ export function modelsPage(ctx, ns) {
 }
 
 // experiment name -> Map(trial uid -> trial name), from GET .../experiments/{e} (its trials'
-// summaries carry their uid); an experiment that is gone maps to an empty Map.
-async function trialNames(ns, versions, signal) {
+// summaries carry their uid); an experiment that is gone maps to null. known is the answer
+// for the versions as last read: an experiment in it is read again only when a version's
+// trial is not there (a trial keeps its name; a running experiment may have a new one).
+async function trialNames(ns, versions, signal, known) {
   const out = new Map();
   const exps = Array.from(new Set(versions.map((v) => v.experiment).filter((e) => typeof e === 'string' && e)));
   await Promise.all(exps.map(async (e) => {
+    const had = known.get(e);
+    if (had === null || (had && versions.every((v) => v.experiment !== e || !v.trial_uid || had.has(v.trial_uid)))) {
+      out.set(e, had);
+      return;
+    }
     const m = new Map();
     out.set(e, m);
     try {
@@ -112,6 +119,7 @@ async function trialNames(ns, versions, signal) {
       for (const t of j.trials || []) if (t.uid && t.name) m.set(t.uid, t.name);
     } catch (err) {
       if (err.status !== 404) throw err; /* deleted since: no links, the captured fields stay */
+      out.set(e, null);
     }
   }));
   return out;
@@ -349,7 +357,7 @@ export function modelPage(ctx, ns, name) {
     if (text === seen) return;
     seen = text;
     versions = j.versions || [];
-    names = await trialNames(ns, versions, ac.signal);
+    names = await trialNames(ns, versions, ac.signal, names);
     drawSummary(j.model || {});
     draw();
     status.textContent = '';
