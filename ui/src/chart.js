@@ -8,7 +8,8 @@
 // each cost about 10 times as much. Drag to zoom on x (the page may then fetch the range at
 // full resolution: ChartSet's loadRange), double-click (or "Reset zoom") to go back; the
 // log scale is a toggle of the set. Each chart's element carries data-points (points
-// drawn), data-series and data-mode (few | many) for tests and scripts.
+// drawn), data-series, data-mode (few | many) and, while zoomed, data-zoomed for tests and
+// scripts.
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { h, clear } from './dom.js';
@@ -67,7 +68,6 @@ class Curve {
     this.trials = new Map(); // trial -> Line
     this.plot = null;
     this.shape = '';
-    this.zoomed = false;
     const [kind, metric] = splitKey(key);
     this.kind = kind;
     this.title = metric + ' (' + kind + ')';
@@ -87,6 +87,16 @@ class Curve {
 
   add(trial, step, value) {
     this.line(trial).set(step, value);
+  }
+
+  // Whether the batches axis is zoomed: data-zoomed="1" on the chart's element while it is.
+  get zoomed() {
+    return this.box.dataset.zoomed === '1';
+  }
+
+  set zoomed(on) {
+    if (on) this.box.dataset.zoomed = '1';
+    else delete this.box.dataset.zoomed;
   }
 
   resetZoom() {
