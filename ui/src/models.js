@@ -203,7 +203,22 @@ export function modelPage(ctx, ns, name) {
     seen = '';
     await load();
   }
-  // Only what changed goes to the API, so that a field someone else changed meanwhile stays.
+  // PATCH path with body, the fields of which (words) that changed, then close form; true when
+  // saved. Only what changed goes to the API, so that a field someone else changed meanwhile
+  // stays; nothing changed, nothing is sent.
+  async function saveChanged(which, path, body, form) {
+    const what = Object.keys(body).join(', ');
+    if (!what) {
+      form.hidden = true;
+      tell('Nothing changed in ' + which + '.');
+      return false;
+    }
+    if (!(await change('change the ' + what + ' of ' + which, 'PATCH', path, body))) return false;
+    form.hidden = true;
+    tell('Saved the ' + what + ' of ' + which + '.');
+    await refresh();
+    return true;
+  }
   async function saveModel() {
     const body = {};
     if (desc.value !== (model.description || '')) body.description = desc.value;
@@ -218,17 +233,7 @@ export function modelPage(ctx, ns, name) {
         return;
       }
     }
-    const what = Object.keys(body);
-    if (!what.length) {
-      editForm.hidden = true;
-      tell('Nothing changed in model ' + name + '.');
-      return;
-    }
-    if (await change('change the ' + what.join(', ') + ' of model ' + name, 'PATCH', mpath, body)) {
-      editForm.hidden = true;
-      tell('Saved the ' + what.join(', ') + ' of model ' + name + '.');
-      await refresh();
-    }
+    await saveChanged('model ' + name, mpath, body, editForm);
   }
   function editVersion(v) {
     editing = v.version;
@@ -248,19 +253,8 @@ export function modelPage(ctx, ns, name) {
     if (vcomment.value !== (v.comment || '')) body.comment = vcomment.value;
     const labels = parseLabels(vlabels.value);
     if (!sameList(labels, labelsOf(v))) body.labels = labels;
-    const what = Object.keys(body);
-    const which = 'version ' + v.version + ' of model ' + name;
-    if (!what.length) {
-      vform.hidden = true;
-      tell('Nothing changed in ' + which + '.');
-      return;
-    }
-    if (await change('change the ' + what.join(', ') + ' of ' + which, 'PATCH', mpath + '/versions/' + encodeURIComponent(String(v.version)), body)) {
-      vform.hidden = true;
-      editing = 0;
-      tell('Saved the ' + what.join(', ') + ' of ' + which + '.');
-      await refresh();
-    }
+    const path = mpath + '/versions/' + encodeURIComponent(String(v.version));
+    if (await saveChanged('version ' + v.version + ' of model ' + name, path, body, vform)) editing = 0;
   }
   const downloadVersion = (v, btn) => download(mpath + '/versions/' + encodeURIComponent(String(v)) + '/download-link', btn,
     'version ' + v + ' of model ' + name, tell, ac.signal);
