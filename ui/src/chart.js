@@ -68,6 +68,7 @@ class Curve {
     this.trials = new Map(); // trial -> Line
     this.plot = null;
     this.shape = '';
+    this.zoomSeq = 0; // the chart's latest zoom: an earlier one's answer comes too late
     const [kind, metric] = splitKey(key);
     this.kind = kind;
     this.title = metric + ' (' + kind + ')';
@@ -339,15 +340,15 @@ export class ChartSet {
   async zoomedTo(curve, min, max) {
     if (!this.loadRange) return;
     const from = Math.max(0, Math.floor(min)), to = Math.ceil(max);
-    const seq = (this.zoomSeq = (this.zoomSeq || 0) + 1);
+    const seq = ++curve.zoomSeq;
     curve.box.dataset.loading = '1';
     try {
       const got = await this.loadRange(curve.kind, from, to);
-      if (seq !== this.zoomSeq || !got) return; // a later zoom wins
+      if (seq !== curve.zoomSeq || !got) return; // a later zoom of this chart wins
       this.replaceRange(curve.kind, got.from, got.to, got.trials);
       curve.box.dataset.refined = got.from + '-' + got.to;
     } finally {
-      if (seq === this.zoomSeq) delete curve.box.dataset.loading;
+      if (seq === curve.zoomSeq) delete curve.box.dataset.loading;
     }
   }
 
