@@ -157,8 +157,10 @@ try {
   };
   check('a zoom reads the steps in view again (' + await page.$eval(sel, (c) => c.dataset.points) + ' points)',
     await dragZoom(sel), await page.$eval(sel, (c) => JSON.stringify(c.dataset)));
+  check('... zoomed', await page.$eval(sel, (c) => c.dataset.zoomed === '1'));
   await page.click('.curve:has(' + sel + ') button');
-  check('... and "Reset zoom" draws them all again', await waitTrue(page, (q) => Number(document.querySelector(q).dataset.points) > 2, 5000, sel));
+  check('... and "Reset zoom" draws them all again', await waitTrue(page, (q) =>
+    !document.querySelector(q).dataset.zoomed && Number(document.querySelector(q).dataset.points) > 2, 5000, sel));
 
   // ---- forty trials: no legend, one path per colour; a zoom reads the range in detail
   await page.evaluate(() => { location.hash = '#/ns/default/experiments/ui-many'; });
@@ -179,6 +181,7 @@ try {
   const refined = await page.$eval(many, (c) => c.dataset.refined.split('-').map(Number));
   check('... a range of steps inside 1..2000 (' + refined.join('-') + ')', refined[0] > 0 && refined[1] < 2000 && refined[0] < refined[1]);
   await page.click('.curve:has(' + many + ') button');
+  check('... and "Reset zoom" zooms out', await waitTrue(page, (q) => !document.querySelector(q).dataset.zoomed, 5000, many));
   await page.screenshot({ path: path.join(art, 'many.png'), fullPage: true });
   await page.evaluate(() => { location.hash = '#/ns/default/experiments/ui-exp'; });
   check('back to ui-exp', await waitTrue(page, () => document.querySelectorAll('#trials tbody tr.vrow').length === 2, 15000));

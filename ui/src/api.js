@@ -21,6 +21,13 @@ export const clearToken = () => sessionStorage.removeItem(KEY);
 // Paths are relative to the page, so the UI works behind a path prefix (kubectl proxy).
 export const ns = (n) => 'api/v1/namespaces/' + encodeURIComponent(n) + '/';
 
+// A link the API answered ("/proxy/...", "/api/v1/..."), relative to the page as every path
+// here; '' when it does not start with prefix.
+export function pageLink(url, prefix) {
+  const u = String(url || '').replace(/^\//, '');
+  return u.startsWith(prefix) ? u : '';
+}
+
 function headers(extra) {
   const t = token();
   if (!t) throw new Unauthorized('Log in with your kdet token.');

@@ -8,7 +8,8 @@
 // each cost about 10 times as much. Drag to zoom on x (the page may then fetch the range at
 // full resolution: ChartSet's loadRange), double-click (or "Reset zoom") to go back; the
 // log scale is a toggle of the set. Each chart's element carries data-points (points
-// drawn), data-series and data-mode (few | many) for tests and scripts.
+// drawn), data-series, data-mode (few | many) and, while zoomed, data-zoomed for tests and
+// scripts.
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { h, clear } from './dom.js';
@@ -67,7 +68,7 @@ class Curve {
     this.trials = new Map(); // trial -> Line
     this.plot = null;
     this.shape = '';
-    this.zoomed = false;
+    this.zoomSeq = 0; // the chart's latest zoom: an earlier one's answer comes too late
     const [kind, metric] = splitKey(key);
     this.kind = kind;
     this.title = metric + ' (' + kind + ')';
@@ -87,6 +88,16 @@ class Curve {
 
   add(trial, step, value) {
     this.line(trial).set(step, value);
+  }
+
+  // Whether the batches axis is zoomed: data-zoomed="1" on the chart's element while it is.
+  get zoomed() {
+    return this.box.dataset.zoomed === '1';
+  }
+
+  set zoomed(on) {
+    if (on) this.box.dataset.zoomed = '1';
+    else delete this.box.dataset.zoomed;
   }
 
   resetZoom() {
@@ -329,15 +340,15 @@ export class ChartSet {
   async zoomedTo(curve, min, max) {
     if (!this.loadRange) return;
     const from = Math.max(0, Math.floor(min)), to = Math.ceil(max);
-    const seq = (this.zoomSeq = (this.zoomSeq || 0) + 1);
+    const seq = ++curve.zoomSeq;
     curve.box.dataset.loading = '1';
     try {
       const got = await this.loadRange(curve.kind, from, to);
-      if (seq !== this.zoomSeq || !got) return; // a later zoom wins
+      if (seq !== curve.zoomSeq || !got) return; // a later zoom of this chart wins
       this.replaceRange(curve.kind, got.from, got.to, got.trials);
       curve.box.dataset.refined = got.from + '-' + got.to;
     } finally {
-      if (seq === this.zoomSeq) delete curve.box.dataset.loading;
+      if (seq === curve.zoomSeq) delete curve.box.dataset.loading;
     }
   }
 

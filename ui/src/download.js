@@ -4,8 +4,8 @@
 // page's memory. So the page asks for a one-minute link signed for its token (POST
 // .../download-link, which also checks that the checkpoint can be read and says its size)
 // and has the browser follow it: the archive streams to disk as any download does.
-import { api } from './api.js';
-import { fmtBytes } from './dom.js';
+import { api, pageLink } from './api.js';
+import { h, fmtBytes } from './dom.js';
 
 // Download what linkPath makes a link for (what: words for the status line); btn is disabled
 // meanwhile; say(message, isError) reports. A 401 (or a network failure) is thrown for the
@@ -15,13 +15,12 @@ export async function download(linkPath, btn, what, say, signal) {
   say('Preparing the download of ' + what + '…');
   try {
     const r = await api(linkPath, { method: 'POST', body: {}, signal });
-    const url = String(r.url || '').replace(/^\//, ''); /* relative to the page, as every path here */
-    if (!url.startsWith('api/')) throw new Error('the API answered no download link');
-    const a = document.createElement('a');
-    a.href = url;
-    a.download = r.filename || '';
-    a.rel = 'noopener';
-    a.hidden = true;
+    const url = pageLink(r.url, 'api/');
+    if (!url) {
+      say('Cannot download ' + what + ': the API answered no download link', true);
+      return;
+    }
+    const a = h('a', { href: url, download: r.filename || '', rel: 'noopener', hidden: true });
     document.body.append(a);
     a.click();
     a.remove();

@@ -16,6 +16,7 @@ import { hparamView } from './hpviz.js';
 
 const MAX_POINTS = 4000; // per trial and metric (the overviews give at most 1,024)
 const BUDGET = 200000; // points per chart, shared by the trials
+const EARLY_MAX = 100; // batches kept per trial whose store id is not known yet
 
 export function experimentPage(ctx, ns, name) {
   const ac = new AbortController();
@@ -56,13 +57,13 @@ export function experimentPage(ctx, ns, name) {
   const keyOf = (id) => '#' + id;
   const nameOf = new Map(); // chart key -> trial name
   const charts = new ChartSet(chartsBox, { loadRange, label: (k) => nameOf.get(k) || k });
-  const loaded = new Set(); // trials (names) whose history was read
+  const loaded = new Set(); // store ids of the trials whose history was asked
+  const early = new Map(); // name -> [[kind, rows]] streamed before the trial's id was known
   let byName = new Map(); // name -> trial, of the latest answer
   let trials = [];
   let seen = '';
-  let histories = Promise.resolve(); // the latest history request (a later load waits for it)
+  let histories = null; // the latest history request (a later load waits for it); null before the first
   let marked = false; // the first render and the first complete drawing are marked once
-  let started = false; // the first history was asked
 
   const cols = [
     { key: 'name', label: 'Trial', value: (t) => t.id ?? t.name,
@@ -132,7 +133,7 @@ export function experimentPage(ctx, ns, name) {
       busy = false;
       drawActions(exp);
     }
-    load().catch((e) => { if (!ac.signal.aborted) ctx.fail(e); });
+    reload().catch(failed);
   }
 
   function drawTrials() {
@@ -156,11 +157,11 @@ export function experimentPage(ctx, ns, name) {
     return { from: j.from ?? from, to: j.to ?? to, trials: byTrial };
   }
 
-  // Every trial's history in one request per kind (asked already: pre), both kinds then one
-  // drawing: a chart of 1,000 trials is not drawn twice.
-  async function history(pre) {
+  // Every trial's history in one request per kind, both kinds then one drawing: a chart of
+  // 1,000 trials is not drawn twice.
+  async function history() {
     const kinds = ['validation', 'training'];
-    const answers = await Promise.all(pre || kinds.map((k) => series(k)));
+    const answers = await Promise.all(kinds.map((k) => series(k)));
     answers.forEach((j, i) => {
       for (const t of j.trials || []) charts.addSeries(keyOf(t.trial_id), kinds[i], t.series);
     });
@@ -169,11 +170,10 @@ export function experimentPage(ctx, ns, name) {
 
   async function load() {
     const got = api(base + 'experiments/' + encodeURIComponent(name), { signal: ac.signal, text: true });
-    const first = !started;
-    started = true;
+    const first = histories === null;
     /* The first time, the history is asked at once, with the experiment, and drawn when it comes. */
     if (first) {
-      histories = history(['validation', 'training'].map((k) => series(k)));
+      histories = history();
       histories.catch(() => {}); /* awaited below once the experiment came; a failure is reported there */
     }
     const text = await got;
@@ -198,11 +198,17 @@ export function experimentPage(ctx, ns, name) {
       if (named) charts.schedule(); /* names for the legends */
       if (!marked) performance.mark('kdet:trials'); /* first render, for bench/ui */
     }
-    /* Trials not seen before are the reason to ask again (the stream brings the rest). */
-    const fresh = trials.filter((t) => !loaded.has(t.name));
-    for (const t of fresh) loaded.add(t.name);
+    /* Trials new to the store are the reason to ask again (the stream brings the rest). */
+    const fresh = trials.filter((t) => t.id !== undefined && !loaded.has(t.id));
+    for (const t of fresh) loaded.add(t.id);
     if (fresh.length && !first) histories = history();
     await histories;
+    for (const [n, batches] of early) { /* the overviews may not hold them yet */
+      const t = byName.get(n);
+      if (!t || t.id === undefined) continue;
+      for (const [kind, rows] of batches) charts.addRows(keyOf(t.id), kind, rows);
+      early.delete(n);
+    }
     /* bench/ui's interactive: the frame after the one that drew the table and every trial's history */
     if (!marked) requestAnimationFrame(() => requestAnimationFrame(() => {
       ctx.main.dataset.ready = '1';
@@ -216,21 +222,34 @@ export function experimentPage(ctx, ns, name) {
     const b = JSON.parse(data);
     if (b.kind !== 'training' && b.kind !== 'validation') return undefined; /* profiling rows: the trial's page */
     const t = byName.get(b.trial);
-    if (!t || t.id === undefined) { /* a new trial (or one new to the store): its history too */
-      loaded.delete(b.trial);
-      return load().catch(ctx.fail);
+    if (!t || t.id === undefined) { /* a new trial (or one new to the store): its id, then its history */
+      if (!early.has(b.trial)) early.set(b.trial, []);
+      const kept = early.get(b.trial);
+      if (kept.length < EARLY_MAX) kept.push([b.kind, b.rows]);
+      reload().catch(failed);
+      return undefined;
     }
     charts.addRows(keyOf(t.id), b.kind, b.rows);
     return undefined;
   }
 
+  // One load at a time: asked while one runs, one more follows it, not one per ask (a burst
+  // of new trials' first batches would each read the experiment and every history again).
+  let running = null, next = null;
+  function reload() {
+    if (next) return next;
+    if (running) return (next = running.catch(() => {}).then(() => { next = null; return reload(); }));
+    return (running = load().finally(() => { running = null; }));
+  }
+  const failed = (e) => { if (!ac.signal.aborted) ctx.fail(e); };
+
   // The stream first, so that no batch falls between the history and the stream.
   follow(base + 'experiments/' + encodeURIComponent(name) + '/metrics/stream', onEvent, {
     signal: ac.signal,
     onStatus: (s) => { live.textContent = s === 'live' ? '● live' : 'reconnecting…'; },
-  }).catch((e) => { if (!ac.signal.aborted) ctx.fail(e); });
-  load().catch((e) => { if (!ac.signal.aborted) ctx.fail(e); });
-  const timer = setInterval(() => load().catch((e) => { if (!ac.signal.aborted) ctx.fail(e); }), 5000);
+  }).catch(failed);
+  reload().catch(failed);
+  const timer = setInterval(() => reload().catch(failed), 5000);
   return () => {
     clearInterval(timer);
     ac.abort();

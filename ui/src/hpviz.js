@@ -55,9 +55,10 @@ export function hparamView(box, trials, metric, smallerIsBetter) {
     r.colour = colour(r.rank);
     r.mText = fmtNumber(r.m);
   }
+  const hpAxes = names.map((n) => axis(n, rows.map((r) => r.hp[n])));
   const W = 260, H = 180, P = 34;
-  const scatters = names.map((n) => {
-    const ax = axis(n, rows.map((r) => r.hp[n]));
+  const scatters = names.map((n, k) => {
+    const ax = hpAxes[k];
     const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', class: 'scatter',
       'aria-label': metric + ' against ' + n + ', one point per trial', 'data-hparam': n, 'data-points': rows.length });
     svg.append(s('line', { x1: P, y1: H - P, x2: W - 8, y2: H - P, class: 'axis' }), s('line', { x1: P, y1: 8, x2: P, y2: H - P, class: 'axis' }),
@@ -72,7 +73,7 @@ export function hparamView(box, trials, metric, smallerIsBetter) {
     svg.append(dots);
     return svg;
   });
-  const axes = names.map((n) => axis(n, rows.map((r) => r.hp[n]))).concat([mAxis]);
+  const axes = hpAxes.concat([mAxis]);
   const PW = Math.max(480, 140 * axes.length), PH = 260, top = 24, bottom = 30;
   const x = (i) => 40 + (i * (PW - 80)) / (axes.length - 1 || 1);
   const y = (p) => top + (1 - p) * (PH - top - bottom);

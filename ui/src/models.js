@@ -100,11 +100,18 @@ export function modelsPage(ctx, ns) {
 }
 
 // experiment name -> Map(trial uid -> trial name), from GET .../experiments/{e} (its trials'
-// summaries carry their uid); an experiment that is gone maps to an empty Map.
-async function trialNames(ns, versions, signal) {
+// summaries carry their uid); an experiment that is gone maps to null. known is the answer
+// for the versions as last read: an experiment in it is read again only when a version's
+// trial is not there (a trial keeps its name; a running experiment may have a new one).
+async function trialNames(ns, versions, signal, known) {
   const out = new Map();
   const exps = Array.from(new Set(versions.map((v) => v.experiment).filter((e) => typeof e === 'string' && e)));
   await Promise.all(exps.map(async (e) => {
+    const had = known.get(e);
+    if (had === null || (had && versions.every((v) => v.experiment !== e || !v.trial_uid || had.has(v.trial_uid)))) {
+      out.set(e, had);
+      return;
+    }
     const m = new Map();
     out.set(e, m);
     try {
@@ -112,6 +119,7 @@ async function trialNames(ns, versions, signal) {
       for (const t of j.trials || []) if (t.uid && t.name) m.set(t.uid, t.name);
     } catch (err) {
       if (err.status !== 404) throw err; /* deleted since: no links, the captured fields stay */
+      out.set(e, null);
     }
   }));
   return out;
@@ -195,7 +203,22 @@ export function modelPage(ctx, ns, name) {
     seen = '';
     await load();
   }
-  // Only what changed goes to the API, so that a field someone else changed meanwhile stays.
+  // PATCH path with body, the fields of which (words) that changed, then close form; true when
+  // saved. Only what changed goes to the API, so that a field someone else changed meanwhile
+  // stays; nothing changed, nothing is sent.
+  async function saveChanged(which, path, body, form) {
+    const what = Object.keys(body).join(', ');
+    if (!what) {
+      form.hidden = true;
+      tell('Nothing changed in ' + which + '.');
+      return false;
+    }
+    if (!(await change('change the ' + what + ' of ' + which, 'PATCH', path, body))) return false;
+    form.hidden = true;
+    tell('Saved the ' + what + ' of ' + which + '.');
+    await refresh();
+    return true;
+  }
   async function saveModel() {
     const body = {};
     if (desc.value !== (model.description || '')) body.description = desc.value;
@@ -210,17 +233,7 @@ export function modelPage(ctx, ns, name) {
         return;
       }
     }
-    const what = Object.keys(body);
-    if (!what.length) {
-      editForm.hidden = true;
-      tell('Nothing changed in model ' + name + '.');
-      return;
-    }
-    if (await change('change the ' + what.join(', ') + ' of model ' + name, 'PATCH', mpath, body)) {
-      editForm.hidden = true;
-      tell('Saved the ' + what.join(', ') + ' of model ' + name + '.');
-      await refresh();
-    }
+    await saveChanged('model ' + name, mpath, body, editForm);
   }
   function editVersion(v) {
     editing = v.version;
@@ -240,24 +253,11 @@ export function modelPage(ctx, ns, name) {
     if (vcomment.value !== (v.comment || '')) body.comment = vcomment.value;
     const labels = parseLabels(vlabels.value);
     if (!sameList(labels, labelsOf(v))) body.labels = labels;
-    const what = Object.keys(body);
-    const which = 'version ' + v.version + ' of model ' + name;
-    if (!what.length) {
-      vform.hidden = true;
-      tell('Nothing changed in ' + which + '.');
-      return;
-    }
-    if (await change('change the ' + what.join(', ') + ' of ' + which, 'PATCH', mpath + '/versions/' + encodeURIComponent(String(v.version)), body)) {
-      vform.hidden = true;
-      editing = 0;
-      tell('Saved the ' + what.join(', ') + ' of ' + which + '.');
-      await refresh();
-    }
+    const path = mpath + '/versions/' + encodeURIComponent(String(v.version));
+    if (await saveChanged('version ' + v.version + ' of model ' + name, path, body, vform)) editing = 0;
   }
-  async function downloadVersion(v, btn) {
-    await download(mpath + '/versions/' + encodeURIComponent(String(v)) + '/download-link', btn, 'version ' + v + ' of model ' + name,
-      (msg, err) => tell(msg, err), ac.signal);
-  }
+  const downloadVersion = (v, btn) => download(mpath + '/versions/' + encodeURIComponent(String(v)) + '/download-link', btn,
+    'version ' + v + ' of model ' + name, tell, ac.signal);
   async function setArchived(on) {
     if (await change((on ? 'archive' : 'unarchive') + ' model ' + name, 'PATCH', mpath, { archived: on })) {
       tell((on ? 'Archived' : 'Unarchived') + ' model ' + name + '.');
@@ -351,7 +351,7 @@ export function modelPage(ctx, ns, name) {
     if (text === seen) return;
     seen = text;
     versions = j.versions || [];
-    names = await trialNames(ns, versions, ac.signal);
+    names = await trialNames(ns, versions, ac.signal, names);
     drawSummary(j.model || {});
     draw();
     status.textContent = '';

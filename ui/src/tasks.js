@@ -7,7 +7,7 @@
 // `det notebook open` does) and opens it in a new tab, where the proxy trades it for a
 // session cookie. "Kill" asks first, then POST .../tasks/{t}/kill (as `det task kill`: the
 // task's spec.killed). Refreshed every 5 s.
-import { api, ns as nsPath } from './api.js';
+import { api, ns as nsPath, pageLink } from './api.js';
 import { h, clear, stateBadge, fmtAge, fmtTime, alertText, sortableTable } from './dom.js';
 
 const state = { sort: 'age', dir: 'asc', ended: false };
@@ -46,8 +46,8 @@ export function tasksPage(ctx, ns) {
     const w = window.open('about:blank', '_blank');
     try {
       const r = await api(base + 'tasks/' + encodeURIComponent(t.name) + '/proxy-ticket', { method: 'POST', body: {}, signal: ac.signal });
-      const url = String(r.url || '').replace(/^\//, ''); /* relative to the page, as every path here */
-      if (!url.startsWith('proxy/')) throw new Error('the API answered no sign-in link');
+      const url = pageLink(r.url, 'proxy/');
+      if (!url) throw new Error('the API answered no sign-in link');
       if (w) {
         w.opener = null;
         w.location.replace(new URL(url, document.baseURI).href);
