@@ -203,13 +203,17 @@ lint:
 	@mk/lint.sh
 
 # `make fuzz` builds the targets; with FUZZ_TIME (60s, 10m, 1h) it also runs each one
-# after the other for that long (mk/fuzz.sh), FUZZ='fuzz_http%' picks some.
+# for that long in wall time, with FUZZ_CPU for that much of its own CPU time (mk/fuzz.sh);
+# FUZZ='fuzz_http%' picks some, FUZZ_JOBS=N runs N at once.
 FUZZ_TIME ?=
+FUZZ_CPU ?=
+FUZZ_JOBS ?= 1
 FUZZ ?=
-SELECTED_FUZZ := $(if $(FUZZ),$(filter $(FUZZ),$(ALL_FUZZ)),$(ALL_FUZZ))
+SELECTED_FUZZ := $(if $(FUZZ),$(foreach f,$(FUZZ),$(filter $(f),$(ALL_FUZZ))),$(ALL_FUZZ))
 fuzz: $(addprefix $(FUZZ_O)/,$(SELECTED_FUZZ))
 	@echo "fuzz targets: $(SELECTED_FUZZ)"
-	@$(if $(FUZZ_TIME),mk/fuzz.sh $(FUZZ_O) $(FUZZ_TIME) \
+	@$(if $(FUZZ_TIME)$(FUZZ_CPU),FUZZ_JOBS='$(FUZZ_JOBS)' \
+	   FUZZ_CLOCK=$(if $(FUZZ_CPU),cpu,wall) mk/fuzz.sh $(FUZZ_O) $(or $(FUZZ_CPU),$(FUZZ_TIME)) \
 	   $(foreach t,$(SELECTED_FUZZ),'$(t)|$(FUZZ_DICT_$(t))|$(strip $(FUZZ_CORPUS_$(t)))'),true)
 
 BENCH ?=
