@@ -198,9 +198,25 @@ t0=$(ms)
 kubectl apply -f "$work/exp.yaml" >/dev/null || exit 1
 created_ms=
 hwm=0
-for _ in $(seq 1 3000); do
+# kdet-local's own CPU (not its pods') each time the completed trials pass a mark: 500, then
+# every 1,000 (and N), to print its CPU per 1,000 trials stretch by stretch.
+marks=(500)
+for ((m = 1000; m < N; m += 1000)); do marks+=("$m"); done
+marks+=("$N")
+mi=0
+mark_at=(0)
+mark_cpu=($(cpu_ms "$kdl"))
+for _ in $(seq 1 6000); do
     [ -z "$created_ms" ] && [ "$(ntrials)" -ge "$N" ] && created_ms=$(($(ms) - t0)) && log "all $N Trials exist after $created_ms ms"
-    st=$(field exp big '{.status.state}')
+    st=$(field exp big '{.status.state}{" "}{.status.trials.completed}')
+    done_n=${st#* }
+    while [ "$mi" -lt "${#marks[@]}" ] && [ "${done_n:-0}" -ge "${marks[$mi]}" ]; do
+        mark_at+=("${done_n}")
+        mark_cpu+=("$(cpu_ms "$kdl")")
+        log "$done_n trials completed; kdet-local CPU so far $((mark_cpu[-1] - mark_cpu[0])) ms"
+        mi=$((mi + 1))
+    done
+    st=${st%% *}
     [ "$st" = COMPLETED ] && break
     [ "$st" = ERROR ] && { echo "experiment ERROR"; break; }
     sleep 0.5
@@ -224,6 +240,18 @@ echo "API calls per trial: $(ratio "$req" "$N") (reads $(ratio "$(counter "$line
 echo "API writes per trial besides status: $(ratio $((writes - sw)) "$N") vs goal 5: ratio $(ratio "$(ratio $((writes - sw)) "$N")" 5); status writes per trial $(ratio "$sw" "$N")"
 echo "client rate limit: ${QPS:-50 (default)} requests/s (burst 100): the calls above take $(ratio "$req" "${QPS:-50}") s at that rate"
 echo "controller CPU: ${cpu1} ms ($(ratio "$cpu1" "$N") ms per trial); RSS ${rss1} KiB, peak (VmHWM) ${hwm1} KiB"
+per=
+for ((k = 1; k < ${#mark_at[@]}; k++)); do
+    d=$((mark_at[k] - mark_at[k - 1]))
+    [ "$d" -gt 0 ] && per+="$(printf ' %s-%s: %s s' "${mark_at[k - 1]}" "${mark_at[k]}" \
+        "$(awk -v c=$((mark_cpu[k] - mark_cpu[k - 1])) -v d="$d" 'BEGIN { printf "%.2f", c / d }')")"
+done
+if [ "${#mark_at[@]}" -gt 2 ]; then
+    first=$(awk -v c=$((mark_cpu[1] - mark_cpu[0])) -v d="${mark_at[1]}" 'BEGIN { printf "%.4f", c / d }')
+    k=$((${#mark_at[@]} - 1))
+    last=$(awk -v c=$((mark_cpu[k] - mark_cpu[k - 1])) -v d=$((mark_at[k] - mark_at[k - 1])) 'BEGIN { printf "%.4f", c / d }')
+    echo "kdet-local CPU per 1,000 trials completed, stretch by stretch (one pod each; its own CPU, not the pods'):$per; last stretch / first: $(ratio "$last" "$first") (flat: 1)"
+fi
 awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "kdet-local CPU up to here (start-up, anchor, phase 1): %d ms; its reaped children (the pods): %d ms\n", ($12 + $13) * 1000 / hz, ($14 + $15) * 1000 / hz }' "/proc/$kdl/stat"
 
 # ---- 2. M trials in the cache ----

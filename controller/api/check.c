@@ -798,3 +798,133 @@ int api_check_job_update(const json_t *body, struct kd_queue_update *out, struct
     }
     return 0;
 }
+
+/* ---- spans of a body's text ---------------------------------------------------------------- */
+
+#define SPAN_FAIL SIZE_MAX
+
+static size_t span_ws(const char *t, size_t len, size_t i)
+{
+    while (i < len && (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r'))
+        i++;
+    return i;
+}
+
+/* Past the string that starts at t[i] ('"'), or SPAN_FAIL. */
+static size_t span_string(const char *t, size_t len, size_t i)
+{
+    for (i++; i < len; i++) {
+        if (t[i] == '\\')
+            i++;
+        else if (t[i] == '"')
+            return i + 1;
+    }
+    return SPAN_FAIL;
+}
+
+/* Past the value that starts at t[i], or SPAN_FAIL. */
+static size_t span_value(const char *t, size_t len, size_t i)
+{
+    if (i >= len)
+        return SPAN_FAIL;
+    if (t[i] == '"')
+        return span_string(t, len, i);
+    if (t[i] == '{' || t[i] == '[') {
+        size_t depth = 0;
+        while (i < len) {
+            char c = t[i];
+            if (c == '"') {
+                if ((i = span_string(t, len, i)) == SPAN_FAIL)
+                    return SPAN_FAIL;
+                continue;
+            }
+            if (c == '{' || c == '[')
+                depth++;
+            else if ((c == '}' || c == ']') && --depth == 0)
+                return i + 1;
+            i++;
+        }
+        return SPAN_FAIL;
+    }
+    size_t start = i;
+    while (i < len && !strchr(",]} \t\r\n", t[i]))
+        i++;
+    return i > start ? i : SPAN_FAIL;
+}
+
+/*
+ * The value of member key of the object at t[obj]: 1 found (*out), 0 absent, -1 unsure (a key
+ * with an escape, which might spell key; or text that is not as expected).
+ */
+static int span_member(const char *t, size_t len, size_t obj, const char *key, struct api_span *out)
+{
+    size_t klen = strlen(key), i = span_ws(t, len, obj);
+    if (i >= len || t[i] != '{')
+        return -1;
+    i = span_ws(t, len, i + 1);
+    if (i < len && t[i] == '}')
+        return 0;
+    while (i < len && t[i] == '"') {
+        size_t ke = span_string(t, len, i);
+        if (ke == SPAN_FAIL || memchr(t + i + 1, '\\', ke - i - 2) != NULL)
+            return -1;
+        bool match = ke - i - 2 == klen && memcmp(t + i + 1, key, klen) == 0;
+        i = span_ws(t, len, ke);
+        if (i >= len || t[i] != ':')
+            return -1;
+        size_t vs = span_ws(t, len, i + 1), ve = span_value(t, len, vs);
+        if (ve == SPAN_FAIL)
+            return -1;
+        if (match) {
+            /* jansson refused duplicate keys: this is the member. */
+            *out = (struct api_span){vs, ve - vs};
+            return 1;
+        }
+        i = span_ws(t, len, ve);
+        if (i < len && t[i] == '}')
+            return 0;
+        if (i >= len || t[i] != ',')
+            return -1;
+        i = span_ws(t, len, i + 1);
+    }
+    return -1;
+}
+
+static bool one_line(const char *t, struct api_span s)
+{
+    return memchr(t + s.off, '\n', s.len) == NULL && memchr(t + s.off, '\r', s.len) == NULL;
+}
+
+bool api_metric_spans(const char *body, size_t len, struct kd_metric_row *rows, size_t n,
+                      struct api_span *all)
+{
+    struct api_span rs, ms;
+    if (body == NULL || n == 0 || span_member(body, len, 0, "rows", &rs) != 1 ||
+        body[rs.off] != '[' || !one_line(body, rs))
+        return false;
+    size_t end = rs.off + rs.len, i = span_ws(body, end, rs.off + 1);
+    struct api_span *got = kd_xcalloc(n, sizeof(*got));
+    size_t k = 0;
+    bool ok = true;
+    for (; k < n && ok; k++) {
+        size_t ee = span_value(body, end, i);
+        ok =
+            ee != SPAN_FAIL && span_member(body, ee, i, "metrics", &ms) == 1 && body[ms.off] == '{';
+        if (ok) {
+            got[k] = ms;
+            i = span_ws(body, end, ee);
+            ok = i < end && body[i] == (k + 1 < n ? ',' : ']');
+            i = span_ws(body, end, i + 1);
+        }
+    }
+    ok = ok && k == n && i == end;
+    if (ok) {
+        for (k = 0; k < n; k++) {
+            rows[k].raw = body + got[k].off;
+            rows[k].raw_len = got[k].len;
+        }
+        *all = rs;
+    }
+    free(got);
+    return ok;
+}

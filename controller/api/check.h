@@ -140,6 +140,25 @@ int api_check_metric_rows(const json_t *rows, const char *metric, const char *ti
                           bool validation, struct kd_metric_row **out, size_t *n,
                           struct api_verr *e) KD_WUR;
 
+/** A stretch of a request body's text. */
+struct api_span {
+    size_t off, len;
+};
+
+/**
+ * Where the text of each accepted row's metrics object, and of the rows
+ * array, lies in body: the request's text, which jansson parsed (without
+ * duplicate keys) into the n rows api_check_metric_rows accepted. Then
+ * rows[i].raw and raw_len point into body, *all is the rows array, and
+ * the API stores and streams those texts instead of encoding the parsed
+ * values again. Only when every span is certain: each key on the way
+ * written without escapes, the texts free of line breaks (the spool and
+ * a server-sent event are one line each). Otherwise false, with rows
+ * untouched. Pure.
+ */
+bool api_metric_spans(const char *body, size_t len, struct kd_metric_row *rows, size_t n,
+                      struct api_span *all);
+
 struct api_checkpoint_req {
     const char *uuid; /* canonical: 8-4-4-4-12 lower-case hex */
     int64_t batches, size;

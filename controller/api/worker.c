@@ -181,6 +181,11 @@ void api_worker_metrics(struct api_rq *q)
         api_fail(q, rc, NULL, err);
         goto out;
     }
+    /* The rows' text as the client wrote it is stored and streamed, when it can be found. */
+    size_t blen = 0;
+    const char *btext = kd_http_body(q->r, &blen);
+    struct api_span all = {0, 0};
+    bool spans = api_metric_spans(btext, blen, rows, n, &all);
     struct kd_metric_batch b = {trial_id, kind, key, rows, n};
     rc = kd_store_metrics_put(a->o.store, &b, a->o.metrics_timeout_ms, err);
     if (rc != 0) {
@@ -237,12 +242,22 @@ void api_worker_metrics(struct api_rq *q)
         note_progress(a, trial, most);
     }
     /* Tell the live streams. */
-    json_t *ev =
-        json_pack("{s:s,s:s,s:s,s:s,s:s,s:O}", "namespace", NS(q), "trial", TRIAL(q), "experiment",
-                  ename, "kind", ks, "key", key, "rows", json_object_get(body, "rows"));
+    json_t *ev = json_pack("{s:s,s:s,s:s,s:s,s:s}", "namespace", NS(q), "trial", TRIAL(q),
+                           "experiment", ename, "kind", ks, "key", key);
+    if (!spans)
+        json_object_set(ev, "rows", json_object_get(body, "rows"));
     char *data = json_dumps(ev, JSON_COMPACT);
-    if (data != NULL)
+    if (data != NULL && spans) {
+        /* {"namespace":...,"key":"K"} -> {"namespace":...,"key":"K","rows":[...]} */
+        size_t hl = strlen(data);
+        struct kd_buf eb = KD_BUF_INIT(KD_API_MAX_METRICS_BODY + hl + 16);
+        if (kd_buf_append(&eb, data, hl - 1) == 0 && kd_buf_puts(&eb, ",\"rows\":") == 0 &&
+            kd_buf_append(&eb, btext + all.off, all.len) == 0 && kd_buf_putc(&eb, '}') == 0)
+            api_hub_publish(&a->hub, NS(q), TRIAL(q), ename, kd_buf_str(&eb));
+        kd_buf_free(&eb);
+    } else if (data != NULL) {
         api_hub_publish(&a->hub, NS(q), TRIAL(q), ename, data);
+    }
     free(data);
     json_decref(ev);
     api_json(q, 200, json_pack("{s:I,s:s}", "accepted", (json_int_t)n, "key", key));

@@ -69,7 +69,8 @@ int kd_copy__encode(const struct kd_metric_batch *mb, int64_t now_ms, struct kd_
                     struct kd_buf *line)
 {
     int rc = 0;
-    char head[64], num[64];
+    char head[64], num[64], ts[48];
+    int64_t last_ms = -1; /* the time ts holds: rows of a batch mostly share one */
     const char *kind = kd_metric_kind_name(mb->kind);
     int hn = snprintf(head, sizeof(head), "%lld\t%s\t", (long long)mb->trial_id, kind);
     /* "n" first: the spool reader takes the row count from the line's start. */
@@ -82,13 +83,20 @@ int kd_copy__encode(const struct kd_metric_batch *mb, int64_t now_ms, struct kd_
     for (size_t i = 0; i < mb->n && rc == 0; i++) {
         const struct kd_metric_row *r = &mb->rows[i];
         int64_t ms = r->reported_ms ? r->reported_ms : now_ms;
-        char ts[48];
-        /* One text of the row's metrics serves both encodings. */
-        char *m = json_dumps(r->metrics, JSON_COMPACT);
-        if (m == NULL)
-            return KD_ENOMEM;
-        size_t mlen = strlen(m);
-        rc = kd_copy__time(ms, ts, sizeof(ts));
+        /* One text of the row's metrics serves both encodings: the client's, or encoded here. */
+        char *dumped = NULL;
+        const char *m = r->raw;
+        size_t mlen = r->raw_len;
+        if (m == NULL) {
+            if ((dumped = json_dumps(r->metrics, JSON_COMPACT)) == NULL)
+                return KD_ENOMEM;
+            m = dumped;
+            mlen = strlen(m);
+        }
+        if (ms != last_ms) {
+            rc = kd_copy__time(ms, ts, sizeof(ts));
+            last_ms = rc == 0 ? ms : -1;
+        }
         int nn = snprintf(num, sizeof(num), "%s[%lld,%lld,", i ? "," : "", (long long)r->step,
                           (long long)ms);
         if (rc == 0)
@@ -114,7 +122,7 @@ int kd_copy__encode(const struct kd_metric_batch *mb, int64_t now_ms, struct kd_
             rc = kd_copy__escape(copy, mb->key, strlen(mb->key));
         if (rc == 0)
             rc = kd_buf_putc(copy, '\n');
-        free(m);
+        free(dumped);
     }
     if (rc == 0)
         rc = kd_buf_puts(line, "]}\n");

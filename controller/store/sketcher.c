@@ -23,6 +23,7 @@
 #define REBUILD_PAGE 5000 /* rows read at once when an overview is made again */
 #define IDLE_MS 5000      /* a look without a poke (rows of another process, a migration) */
 #define BACKOFF_MAX_MS 30000
+#define FOLD_PACE 3
 #define BUF_MAX (256u << 20) /* the overviews of one statement, the keys of a chunk */
 
 static const char *const MARK_SQL = "SELECT upto_id FROM metric_sketch_mark FOR UPDATE";
@@ -63,6 +64,134 @@ static void over_free(struct over *o)
 {
     kd_sketch__free(&o->lvl[0]);
     kd_sketch__free(&o->lvl[1]);
+}
+
+/*
+ * The overviews this process folded last, kept between folds so that a
+ * busy trial's overview is not read back and decoded every time. They are
+ * good only while metric_sketch_mark is where this process left it: when
+ * it moved (another replica folded, a fold was rolled back) they are all
+ * dropped. Bounded by SKETCH_CACHE_BYTES, the least recently folded
+ * dropped first.
+ */
+#define SKETCH_CACHE_BYTES (32u << 20)
+
+struct cached {
+    int64_t trial;
+    char kind[16];
+    uint64_t used; /* the fold that last touched it */
+    struct over o;
+};
+
+struct kd_sketch_cache {
+    pthread_mutex_t mu; /* held for a whole fold */
+    int64_t mark;       /* the mark the overviews are folded up to; -1: none is good */
+    uint64_t folds;
+    struct cached *e; /* e[0..sorted) sorted by (trial, kind); a fold appends after them */
+    size_t n, cap, sorted;
+};
+
+struct kd_sketch_cache *kd_sketch_cache__new(void)
+{
+    struct kd_sketch_cache *c = kd_xcalloc(1, sizeof(*c));
+    pthread_mutex_init(&c->mu, NULL);
+    c->mark = -1;
+    return c;
+}
+
+static void cache_clear(struct kd_sketch_cache *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        over_free(&c->e[i].o);
+    c->n = c->sorted = 0;
+}
+
+void kd_sketch_cache__free(struct kd_sketch_cache *c)
+{
+    if (!c)
+        return;
+    cache_clear(c);
+    free(c->e);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+static int cached_cmp(int64_t trial, const char *kind, const struct cached *e)
+{
+    if (trial != e->trial)
+        return trial < e->trial ? -1 : 1;
+    return strcmp(kind, e->kind);
+}
+
+/* The cached overview of (trial, kind), or NULL. */
+static struct cached *cache_find(struct kd_sketch_cache *c, int64_t trial, const char *kind)
+{
+    size_t lo = 0, hi = c->sorted;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int k = cached_cmp(trial, kind, &c->e[mid]);
+        if (k == 0)
+            return &c->e[mid];
+        if (k < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+/* Keep o (moved in) as the overview of (trial, kind); appended, cache_settle sorts. */
+static void cache_put(struct kd_sketch_cache *c, int64_t trial, const char *kind, struct over *o)
+{
+    if (strlen(kind) >= sizeof(c->e[0].kind)) {
+        over_free(o);
+        return;
+    }
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 64;
+        c->e = kd_xrealloc(c->e, c->cap * sizeof(*c->e));
+    }
+    struct cached *e = &c->e[c->n++];
+    e->trial = trial;
+    snprintf(e->kind, sizeof(e->kind), "%s", kind);
+    e->used = c->folds;
+    e->o = *o;
+    memset(o, 0, sizeof(*o));
+}
+
+static size_t over_bytes(const struct over *o)
+{
+    size_t b = sizeof(struct cached);
+    for (int l = 0; l < 2; l++)
+        for (size_t i = 0; i < o->lvl[l].n; i++)
+            b += o->lvl[l].s[i].cap * sizeof(struct kd_pt) + strlen(o->lvl[l].s[i].name) + 1 +
+                 sizeof(struct kd_series);
+    return b;
+}
+
+static int by_used_desc(const void *pa, const void *pb)
+{
+    const struct cached *a = pa, *b = pb;
+    return (a->used < b->used) - (a->used > b->used);
+}
+
+static int by_cached_key(const void *pa, const void *pb)
+{
+    const struct cached *a = pa, *b = pb;
+    return cached_cmp(a->trial, a->kind, b);
+}
+
+/* After a fold: within the byte budget (most recently folded first), sorted by key again. */
+static void cache_settle(struct kd_sketch_cache *c)
+{
+    qsort(c->e, c->n, sizeof(*c->e), by_used_desc);
+    size_t bytes = 0, keep = 0;
+    while (keep < c->n && (bytes += over_bytes(&c->e[keep].o)) <= SKETCH_CACHE_BYTES)
+        keep++;
+    for (size_t i = keep; i < c->n; i++)
+        over_free(&c->e[i].o);
+    c->n = c->sorted = keep;
+    qsort(c->e, c->n, sizeof(*c->e), by_cached_key);
 }
 
 /* Add fresh's points (all after o's last step, or o empty) to both levels and reduce them. */
@@ -171,6 +300,8 @@ static int by_key(const void *pa, const void *pb)
 struct step_ctx {
     int max_rows;
     int folded;
+    struct kd_sketch_cache *cache;
+    int64_t mark_after; /* where the fold leaves the mark */
 };
 
 /* The earlier overviews of the chunk's keys (refs[0..n), sorted), in the same order. */
@@ -227,7 +358,7 @@ static int sketch_step(struct kd_store *s, PGconn *c, void *ctx, char *err)
 {
     struct step_ctx *x = ctx;
     PGresult *mr = NULL, *rows = NULL, *old = NULL;
-    struct ref *refs = NULL;
+    struct ref *refs = NULL, *uncached = NULL;
     struct kd_buf out = KD_BUF_INIT(BUF_MAX);
     int64_t mark = 0, last = 0;
     char mb[24], lb[24];
@@ -238,6 +369,13 @@ static int sketch_step(struct kd_store *s, PGconn *c, void *ctx, char *err)
         rc = kd_seterr(err, KD_ECORRUPT, "metric_sketch_mark: not one row with a number");
         goto out;
     }
+    struct kd_sketch_cache *cc = x->cache;
+    if (cc->mark != mark)
+        cache_clear(cc); /* folded elsewhere, or our last fold did not commit */
+    cc->mark = -1;       /* good again once this fold commits */
+    cc->folds++;
+    cc->sorted = cc->n;
+    x->mark_after = mark;
     snprintf(mb, sizeof(mb), "%lld", (long long)mark);
     snprintf(lb, sizeof(lb), "%d", x->max_rows);
     const char *rp[2] = {mb, lb};
@@ -266,7 +404,15 @@ static int sketch_step(struct kd_store *s, PGconn *c, void *ctx, char *err)
         refs[nr++].row = i;
     }
     qsort(refs, nr, sizeof(*refs), by_key);
-    if (nr > 0 && (rc = old_overviews(s, c, refs, nr, &old, err)) != 0)
+    /* Only the keys this process does not hold are read back. */
+    uncached = kd_xcalloc(nr ? nr : 1, sizeof(*uncached));
+    size_t nu = 0;
+    for (size_t i = 0; i < nr; i++)
+        if ((i == 0 || refs[i].trial != refs[i - 1].trial ||
+             strcmp(refs[i].kind, refs[i - 1].kind)) &&
+            cache_find(cc, refs[i].trial, refs[i].kind) == NULL)
+            uncached[nu++] = refs[i];
+    if (nu > 0 && (rc = old_overviews(s, c, uncached, nu, &old, err)) != 0)
         goto out;
     rc = kd_buf_putc(&out, '[');
     int oi = 0, saved = 0;
@@ -274,7 +420,8 @@ static int sketch_step(struct kd_store *s, PGconn *c, void *ctx, char *err)
         size_t e = g;
         while (e < nr && refs[e].trial == refs[g].trial && !strcmp(refs[e].kind, refs[g].kind))
             e++;
-        struct over o = {.max_step = -1};
+        struct cached *ce = cache_find(cc, refs[g].trial, refs[g].kind);
+        struct over mine = {.max_step = -1}, *o = ce ? &ce->o : &mine;
         struct kd_series_set fresh = {0};
         int64_t top = -1, low = INT64_MAX;
         for (size_t i = g; i < e && rc == 0; i++) {
@@ -290,22 +437,28 @@ static int sketch_step(struct kd_store *s, PGconn *c, void *ctx, char *err)
         }
         /* OLD_SQL's rows come in the keys' order: walk them alongside. */
         int64_t ot = 0;
-        while (rc == 0 && old && oi < PQntuples(old) &&
+        bool had = ce != NULL;
+        while (!had && rc == 0 && old && oi < PQntuples(old) &&
                kd_parse_i64(PQgetvalue(old, oi, 0), &ot) == 0 &&
                (ot < refs[g].trial ||
                 (ot == refs[g].trial && strcmp(PQgetvalue(old, oi, 1), refs[g].kind) < 0)))
             oi++;
-        bool had = rc == 0 && old && oi < PQntuples(old) && ot == refs[g].trial &&
-                   strcmp(PQgetvalue(old, oi, 1), refs[g].kind) == 0;
-        if (had)
-            rc = load_old(old, oi, &o, err);
-        if (rc == 0 && had && low <= o.max_step) /* a step again (a retried attempt) */
-            rc = rebuild(s, c, refs[g].trial, refs[g].kind, last, &o, err);
+        if (!had && rc == 0 && old && oi < PQntuples(old) && ot == refs[g].trial &&
+            strcmp(PQgetvalue(old, oi, 1), refs[g].kind) == 0) {
+            had = true;
+            rc = load_old(old, oi, &mine, err);
+        }
+        if (rc == 0 && had && low <= o->max_step) /* a step again (a retried attempt) */
+            rc = rebuild(s, c, refs[g].trial, refs[g].kind, last, o, err);
         else if (rc == 0)
-            fold(&o, &fresh, top);
+            fold(o, &fresh, top);
         if (rc == 0)
-            rc = save_record(&out, refs[g].trial, refs[g].kind, &o);
-        over_free(&o);
+            rc = save_record(&out, refs[g].trial, refs[g].kind, o);
+        if (ce != NULL)
+            ce->used = cc->folds;
+        else if (rc == 0)
+            cache_put(cc, refs[g].trial, refs[g].kind, &mine);
+        over_free(&mine);
         kd_sketch__free(&fresh);
         if (rc == 0 && ++saved % SAVE_GROUPS == 0)
             rc = save(s, c, &out, err);
@@ -318,19 +471,29 @@ static int sketch_step(struct kd_store *s, PGconn *c, void *ctx, char *err)
         const char *mp[1] = {lb};
         rc = kd_store__conn_exec(s, c, "metric overview mark", MOVE_SQL, 1, mp, NULL, err);
     }
+    if (rc == 0) {
+        x->mark_after = last;
+        cache_settle(cc);
+    }
 out:
     PQclear(mr);
     PQclear(rows);
     PQclear(old);
     free(refs);
+    free(uncached);
     kd_buf_free(&out);
     return rc;
 }
 
 int kd_store_metrics_sketch(struct kd_store *s, int max_rows, int *folded, char *err)
 {
-    struct step_ctx x = {.max_rows = max_rows > 0 ? max_rows : CHUNK_ROWS};
+    struct step_ctx x = {.max_rows = max_rows > 0 ? max_rows : CHUNK_ROWS,
+                         .cache = s->sketch_cache};
+    pthread_mutex_lock(&x.cache->mu);
     int rc = kd_store__tx(s, "metric overviews", sketch_step, &x, err);
+    if (rc == 0)
+        x.cache->mark = x.mark_after;
+    pthread_mutex_unlock(&x.cache->mu);
     if (folded)
         *folded = rc == 0 ? x.folded : 0;
     return rc;
@@ -360,7 +523,10 @@ static void wait_until(struct kd_sketcher *k, int64_t deadline, bool poke)
 /*
  * Fold when the writer pokes (it committed rows), at most once per
  * interval while rows keep coming, chunk after chunk while there is more,
- * and every IDLE_MS anyway; back off after a failure.
+ * and every IDLE_MS anyway; back off after a failure. Between two folds it
+ * waits at least FOLD_PACE times as long as the last one took, so that
+ * under a heavy ingest it takes at most about a quarter of a core, and
+ * each fold carries more rows per overview written.
  */
 static void *sketcher_main(void *arg)
 {
@@ -378,7 +544,9 @@ static void *sketcher_main(void *arg)
         pthread_mutex_unlock(&k->mu);
         char err[KD_ERRLEN] = "";
         int folded = 0;
+        int64_t t0 = kd_mono_ms();
         int rc = kd_store_metrics_sketch(k->s, CHUNK_ROWS, &folded, err);
+        int64_t took = kd_mono_ms() - t0;
         pthread_mutex_lock(&k->mu);
         more = rc == 0 && folded == CHUNK_ROWS;
         if (rc != 0) {
@@ -393,8 +561,11 @@ static void *sketcher_main(void *arg)
         } else {
             backoff = 0;
         }
-        if (!more)
-            wait_until(k, kd_mono_ms() + (backoff ? backoff : interval), false);
+        int64_t pause = more ? 0 : backoff ? backoff : interval;
+        if (pause < FOLD_PACE * took)
+            pause = FOLD_PACE * took;
+        if (pause > 0)
+            wait_until(k, kd_mono_ms() + pause, false);
     }
     pthread_mutex_unlock(&k->mu);
     return NULL;

@@ -185,6 +185,7 @@ int kd_store_open(const struct kd_store_opts *opts, struct kd_store **out, char 
         goto out;
     }
     s = kd_xcalloc(1, sizeof(*s));
+    s->sketch_cache = kd_sketch_cache__new();
     s->opts = *opts;
     s->conninfo = kd_xstrdup(opts->conninfo);
     s->opts.conninfo = s->conninfo;
@@ -245,6 +246,7 @@ void kd_store_close(struct kd_store *s)
         return;
     kd_writer__stop(s->writer);
     kd_sketcher__stop(s->sketcher);
+    kd_sketch_cache__free(s->sketch_cache);
     kd_pool_close(s->pool);
     free(s->conninfo);
     free(s->spool_dir);

@@ -123,6 +123,13 @@ struct kd_metric_row {
     int64_t step;        /* batches completed when measured, >= 0 */
     int64_t reported_ms; /* wall clock, ms since the epoch; 0 = now */
     json_t *metrics;     /* a JSON object: name -> value (borrowed) */
+    /*
+     * Optional: the same object as the client wrote it, one line of valid
+     * JSON (borrowed; NULL: encode metrics). Stored as it is, which saves
+     * encoding it again.
+     */
+    const char *raw;
+    size_t raw_len;
 };
 
 struct kd_metric_batch {

@@ -233,6 +233,11 @@ void kd_sketcher__poke(struct kd_sketcher *k);
 /** Stop and join the thread. NULL-safe. */
 void kd_sketcher__stop(struct kd_sketcher *k);
 
+/** The overviews a store keeps between folds (sketcher.c). */
+struct kd_sketch_cache;
+struct kd_sketch_cache *kd_sketch_cache__new(void);
+void kd_sketch_cache__free(struct kd_sketch_cache *c);
+
 /* ---- store.c ------------------------------------------------------------- */
 
 struct kd_store {
@@ -243,6 +248,7 @@ struct kd_store {
     struct kd_pool *pool;
     struct kd_writer *writer;
     struct kd_sketcher *sketcher; /* NULL when sketch_interval_ms < 0 */
+    struct kd_sketch_cache *sketch_cache;
 };
 
 /**

@@ -329,10 +329,11 @@ static bool uuid_form(const char *s)
 }
 
 /*
- * Every body check on body; returns a digest of the verdicts (status and field of each) so
- * that the same body serialised again can be compared.
+ * Every body check on body (parsed from text, tlen bytes); returns a digest of the verdicts
+ * (status and field of each) so that the same body serialised again can be compared.
  */
-static void check_bodies(const json_t *body, char *digest, size_t dlen)
+static void check_bodies(const json_t *body, const char *text, size_t tlen, char *digest,
+                         size_t dlen)
 {
     struct api_verr e;
     size_t used = 0;
@@ -371,6 +372,22 @@ static void check_bodies(const json_t *body, char *digest, size_t dlen)
                     FAIL("a validation row without its searcher metric");
                 if (k == 2 && json_number_value(json_object_get(rows[i].metrics, "epochs")) < 0)
                     FAIL("a validation row with a negative time metric");
+            }
+            /* The texts the API stores and streams instead are the same values, on one line. */
+            struct api_span all;
+            if (api_metric_spans(text, tlen, rows, n, &all)) {
+                for (size_t i = 0; i < n; i++) {
+                    json_t *m = json_loadb(rows[i].raw, rows[i].raw_len, 0, NULL);
+                    if (!json_equal(m, rows[i].metrics) ||
+                        memchr(rows[i].raw, '\n', rows[i].raw_len))
+                        FAIL("row %zu: metrics text %.*s is not its metrics", i,
+                             (int)rows[i].raw_len, rows[i].raw);
+                    json_decref(m);
+                }
+                json_t *a = json_loadb(text + all.off, all.len, 0, NULL);
+                if (!json_equal(a, json_object_get(body, "rows")))
+                    FAIL("the rows text is not the rows");
+                json_decref(a);
             }
         }
         free(rows);
@@ -487,7 +504,7 @@ static void check_body(const struct request *rq)
         check_refusal("json", rc, &e);
         return;
     }
-    check_bodies(body, d1, sizeof(d1));
+    check_bodies(body, rq->body, rq->body_len, d1, sizeof(d1));
     /* The same value serialised again parses to itself and gets the same verdicts. */
     char *s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
     if (s == NULL)
@@ -496,7 +513,7 @@ static void check_body(const struct request *rq)
         FAIL("a serialised body does not parse: %s", e.msg);
     if (!json_equal(body, again))
         FAIL("a body changed through serialisation");
-    check_bodies(again, d2, sizeof(d2));
+    check_bodies(again, s, strlen(s), d2, sizeof(d2));
     if (strcmp(d1, d2) != 0)
         FAIL("verdicts changed through serialisation:\n%s\n%s", d1, d2);
     free(s);

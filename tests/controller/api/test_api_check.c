@@ -174,6 +174,81 @@ static void test_fields_named(void **state)
     json_decref(r);
 }
 
+/*
+ * Where each row's metrics text lies in a metrics body: found only when
+ * certain, and then the text parses to the very object jansson gave.
+ */
+static void test_metric_spans(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body;
+        bool found;
+        const char *first; /* rows[0]'s metrics text when found */
+    } cases[] = {
+        {"{\"kind\":\"training\",\"key\":\"k\",\"rows\":[{\"batches\":1,\"metrics\":{\"a\":1}},"
+         "{\"metrics\":{\"a\":2.5e-3},\"batches\":2}]}",
+         true, "{\"a\":1}"},
+        {" { \"rows\" : [ { \"batches\" : 1 , \"metrics\" : { \"a\" : 1 } } ] , \"key\":\"k\","
+         "\"kind\":\"training\" } ",
+         true, "{ \"a\" : 1 }"},
+        /* Brackets, braces and escaped quotes inside strings do not end anything. */
+        {"{\"key\":\"]}\",\"kind\":\"training\",\"rows\":[{\"batches\":1,\"metrics\":"
+         "{\"tag\":\"a]\\\"}b\",\"x\":[1,{\"y\":\"}\"}]}}]}",
+         true, "{\"tag\":\"a]\\\"}b\",\"x\":[1,{\"y\":\"}\"}]}"},
+        /* A key written with an escape might spell rows or metrics: unsure. */
+        {"{\"k\\u0069nd\":\"training\",\"key\":\"k\",\"rows\":[{\"batches\":1,\"metrics\":{}}]}",
+         false, NULL},
+        {"{\"kind\":\"training\",\"key\":\"k\",\"rows\":[{\"batches\":1,\"m\\u0065trics\":{}}]}",
+         false, NULL},
+        /* Line breaks: the spool and the event stream want one line. */
+        {"{\"kind\":\"training\",\"key\":\"k\",\"rows\":[\n{\"batches\":1,\"metrics\":{}}]}", false,
+         NULL},
+        {"{\"kind\":\"training\",\"key\":\"k\",\"rows\":[{\"batches\":1,\"metrics\":{\"a\":\r1}}]}",
+         false, NULL},
+        /* A line break outside the rows does no harm. */
+        {"{\"kind\":\"training\",\n\"key\":\"k\",\"rows\":[{\"batches\":1,\"metrics\":{}}]}\n",
+         true, "{}"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        const char *t = cases[c].body;
+        json_t *body = json_loads(t, JSON_REJECT_DUPLICATES, NULL);
+        assert_non_null(body);
+        struct kd_metric_row *rows = NULL;
+        size_t n = 0;
+        struct api_verr e;
+        struct api_span all = {0, 0};
+        assert_int_equal(
+            api_check_metric_rows(json_object_get(body, "rows"), NULL, NULL, false, &rows, &n, &e),
+            0);
+        bool found = api_metric_spans(t, strlen(t), rows, n, &all);
+        if (found != cases[c].found)
+            fail_msg("case %zu: found %d, want %d", c, found, cases[c].found);
+        for (size_t i = 0; i < n; i++) {
+            if (!found) {
+                assert_null(rows[i].raw);
+                continue;
+            }
+            json_t *m = json_loadb(rows[i].raw, rows[i].raw_len, 0, NULL);
+            if (!json_equal(m, rows[i].metrics))
+                fail_msg("case %zu row %zu: %.*s", c, i, (int)rows[i].raw_len, rows[i].raw);
+            json_decref(m);
+        }
+        if (found) {
+            assert_int_equal(rows[0].raw_len, strlen(cases[c].first));
+            assert_memory_equal(rows[0].raw, cases[c].first, rows[0].raw_len);
+            json_t *a = json_loadb(t + all.off, all.len, 0, NULL);
+            assert_true(json_equal(a, json_object_get(body, "rows")));
+            json_decref(a);
+        }
+        /* One row fewer or more than the text holds: not found. */
+        if (n > 1)
+            assert_false(api_metric_spans(t, strlen(t), rows, n - 1, &all));
+        free(rows);
+        json_decref(body);
+    }
+}
+
 static int rendezvous(const json_t *body, struct api_verr *e)
 {
     struct api_rendezvous_req rv;
@@ -356,7 +431,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_ids), cmocka_unit_test(test_fields_named),
         cmocka_unit_test(test_rendezvous),     cmocka_unit_test(test_job_update),
         cmocka_unit_test(test_job_patch),      cmocka_unit_test(test_authz_attrs),
-        cmocka_unit_test(test_download_stem),
+        cmocka_unit_test(test_download_stem),  cmocka_unit_test(test_metric_spans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

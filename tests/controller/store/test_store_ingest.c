@@ -65,7 +65,8 @@ static void encode_batch(void **state)
 {
     (void)state;
     json_t *m = json_pack("{ss}", "x", "t\tq");
-    struct kd_metric_row rows[2] = {{3, 1000, m}, {4, 0, m}};
+    struct kd_metric_row rows[2] = {{.step = 3, .reported_ms = 1000, .metrics = m},
+                                    {.step = 4, .reported_ms = 0, .metrics = m}};
     struct kd_metric_batch b = {7, KD_METRIC_VALIDATION, "a\"b\\c", rows, 2};
     struct kd_buf copy = KD_BUF_INIT(4096), line = KD_BUF_INIT(4096);
     assert_int_equal(kd_copy__encode(&b, 2000, &copy, &line), 0);
@@ -130,8 +131,9 @@ static void one_group(void **state)
     int64_t t1 = fx_trial(s, "g1", NULL), t2 = fx_trial(s, "g2", NULL);
     json_t *m = json_pack("{sfss}", "loss", 0.25, "tag", "tab\there\nnew \\ \"q\" \xc3\xa9");
     json_t *bad = json_pack("{ss#}", "tag", "a\0b", (size_t)3);
-    struct kd_metric_row rows[2] = {{1, 0, m}, {2, 1795738800123, m}};
-    struct kd_metric_row brows[1] = {{3, 0, bad}};
+    struct kd_metric_row rows[2] = {{.step = 1, .reported_ms = 0, .metrics = m},
+                                    {.step = 2, .reported_ms = 1795738800123, .metrics = m}};
+    struct kd_metric_row brows[1] = {{.step = 3, .reported_ms = 0, .metrics = bad}};
     struct kd_metric_batch b1 = {t1, KD_METRIC_TRAINING, "k\\1", rows, 2};
     struct kd_metric_batch b2 = {t2, KD_METRIC_VALIDATION, "k\\1", rows, 2};
     struct kd_metric_batch orphan = {t2 + 1000, KD_METRIC_TRAINING, "o", rows, 2};

@@ -46,6 +46,7 @@ static json_t *send_rows(struct kd_store *s, int64_t trial, enum kd_metric_kind 
     json_t *expect = json_array();
     struct kd_metric_row rows[64];
     char key[64], err[KD_ERRLEN] = "";
+    memset(rows, 0, sizeof(rows));
     int sent = 0, nb = 0;
     int64_t base = 1700000000000LL + seed;
     while (sent < n) {
@@ -142,7 +143,9 @@ static void duplicate_batches(void **state)
     struct kd_store *s = fx_store(NULL, ci, sizeof(ci));
     int64_t t1 = fx_trial(s, "d1", NULL), t2 = fx_trial(s, "d2", NULL);
     json_t *m = json_pack("{sf}", "loss", 0.5);
-    struct kd_metric_row rows[3] = {{1, 0, m}, {2, 0, m}, {3, 0, m}};
+    struct kd_metric_row rows[3] = {{.step = 1, .reported_ms = 0, .metrics = m},
+                                    {.step = 2, .reported_ms = 0, .metrics = m},
+                                    {.step = 3, .reported_ms = 0, .metrics = m}};
     struct kd_metric_batch b = {t1, KD_METRIC_TRAINING, "rank0-1", rows, 3};
     /* Sent, then retried after it was written. */
     assert_int_equal(kd_store_metrics_put(s, &b, 10000, err), 0);
@@ -179,8 +182,11 @@ static void retrained_steps(void **state)
     struct kd_store *s = fx_store(NULL, ci, sizeof(ci));
     int64_t t = fx_trial(s, "rt", NULL);
     json_t *old = json_pack("{sf}", "loss", 0.5), *neu = json_pack("{sf}", "loss", 0.25);
-    struct kd_metric_row a[3] = {{10, 0, old}, {20, 0, old}, {30, 0, old}};
-    struct kd_metric_row b[2] = {{20, 0, neu}, {30, 0, neu}};
+    struct kd_metric_row a[3] = {{.step = 10, .reported_ms = 0, .metrics = old},
+                                 {.step = 20, .reported_ms = 0, .metrics = old},
+                                 {.step = 30, .reported_ms = 0, .metrics = old}};
+    struct kd_metric_row b[2] = {{.step = 20, .reported_ms = 0, .metrics = neu},
+                                 {.step = 30, .reported_ms = 0, .metrics = neu}};
     struct kd_metric_batch ba = {t, KD_METRIC_TRAINING, "run1-r0-1", a, 3};
     struct kd_metric_batch bb = {t, KD_METRIC_TRAINING, "run2-r0-1", b, 2};
     assert_int_equal(kd_store_metrics_put(s, &ba, 10000, err), 0);
@@ -258,7 +264,7 @@ static void bad_batches_refused(void **state)
                 : (struct bad_case){"key too long", t, 0, longkey, 0, ok, 1, KD_EINVAL,
                                     "at most 128"};
         for (size_t j = 0; j < c.n; j++)
-            rows[j] = (struct kd_metric_row){c.step, 0, c.metrics};
+            rows[j] = (struct kd_metric_row){.step = c.step, .metrics = c.metrics};
         struct kd_metric_batch b = {c.trial, (enum kd_metric_kind)c.kind, c.key, rows, c.n};
         err[0] = '\0';
         int rc = kd_store_metrics_put(s, &b, 1000, err);
@@ -309,7 +315,8 @@ static void downsampling(void **state)
     /* Steps 0, 3, 6, ... sent in reverse order: the series is ordered by step. */
     for (int i = 0; i < N; i++) {
         int64_t step = (int64_t)(N - 1 - i) * 3;
-        rows[i] = (struct kd_metric_row){step, 0, json_pack("{sI}", "step_copy", step)};
+        rows[i] =
+            (struct kd_metric_row){.step = step, .metrics = json_pack("{sI}", "step_copy", step)};
     }
     struct kd_metric_batch b = {t, KD_METRIC_TRAINING, "all", rows, N};
     assert_int_equal(kd_store_metrics_put(s, &b, 10000, err), 0);
@@ -365,10 +372,11 @@ static void best_validation(void **state)
         struct kd_metric_row rows[4];
         for (int j = 0; j < sets[i].n; j++)
             rows[j] = (struct kd_metric_row){
-                (j + 1) * 100, 0,
-                json_pack("{sfsf}", "loss", sets[i].v[j], "acc", 1.0 - sets[i].v[j])};
+                .step = (j + 1) * 100,
+                .metrics = json_pack("{sfsf}", "loss", sets[i].v[j], "acc", 1.0 - sets[i].v[j])};
         /* A row whose loss is not a number is ignored. */
-        rows[sets[i].n] = (struct kd_metric_row){999, 0, json_pack("{ss}", "loss", "NaN")};
+        rows[sets[i].n] =
+            (struct kd_metric_row){.step = 999, .metrics = json_pack("{ss}", "loss", "NaN")};
         char key[32];
         snprintf(key, sizeof(key), "v%zu", i);
         struct kd_metric_batch b = {sets[i].t, KD_METRIC_VALIDATION, key, rows,
@@ -419,7 +427,8 @@ static void since_polling(void **state)
         for (int k = 0; k < 3; k++) {
             struct kd_metric_row rows[3];
             for (int j = 0; j < 3; j++)
-                rows[j] = (struct kd_metric_row){round * 3 + j, 0, json_pack("{si}", "r", round)};
+                rows[j] = (struct kd_metric_row){.step = round * 3 + j,
+                                                 .metrics = json_pack("{si}", "r", round)};
             char key[32];
             snprintf(key, sizeof(key), "r%d", round);
             struct kd_metric_batch b = {ts[k], KD_METRIC_TRAINING, key, rows, 3};
@@ -470,7 +479,7 @@ static void deleted_trial(void **state)
     struct kd_store *s = fx_store(NULL, ci, sizeof(ci));
     int64_t t = fx_trial(s, "gone", NULL);
     json_t *m = json_pack("{si}", "x", 1);
-    struct kd_metric_row rows[1] = {{1, 0, m}};
+    struct kd_metric_row rows[1] = {{.step = 1, .reported_ms = 0, .metrics = m}};
     struct kd_metric_batch b = {t + 1000, KD_METRIC_TRAINING, "k1", rows, 1};
     assert_int_equal(kd_store_metrics_put(s, &b, 10000, err), 0);
     b.trial_id = t;
@@ -496,6 +505,7 @@ static void ingestion_rate(void **state)
     int64_t t = fx_trial(s, "rate", NULL);
     enum { BATCHES = 300, ROWS = 100 };
     struct kd_metric_row rows[ROWS];
+    memset(rows, 0, sizeof(rows));
     for (int i = 0; i < ROWS; i++)
         rows[i].metrics =
             json_pack("{sfsfsfsi}", "loss", 0.25 * i, "accuracy", 0.5, "lr", 1e-3, "batches", i);

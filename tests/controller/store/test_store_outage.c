@@ -80,8 +80,9 @@ static int put_batch(struct kd_store *s, int64_t trial, const char *prefix, int 
     struct kd_metric_row rows[ROWS];
     char key[64];
     for (int j = 0; j < ROWS; j++)
-        rows[j] = (struct kd_metric_row){(int64_t)i * ROWS + j, 0,
-                                         json_pack("{sisf}", "i", i, "loss", 1.0 / (i + j + 1))};
+        rows[j] = (struct kd_metric_row){
+            .step = (int64_t)i * ROWS + j,
+            .metrics = json_pack("{sisf}", "i", i, "loss", 1.0 / (i + j + 1))};
     snprintf(key, sizeof(key), "%s-%d", prefix, i);
     struct kd_metric_batch b = {trial, KD_METRIC_TRAINING, key, rows, ROWS};
     int rc = kd_store_metrics_put(s, &b, timeout_ms, err);

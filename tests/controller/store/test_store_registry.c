@@ -454,7 +454,7 @@ static void delete_cascades(void **state)
     int64_t trials[2] = {t1, t2}, exps[2] = {e1, e2};
     for (int i = 0; i < 2; i++) {
         json_t *m = json_pack("{sf}", "loss", 0.1);
-        struct kd_metric_row rows[1] = {{1, 0, m}};
+        struct kd_metric_row rows[1] = {{.step = 1, .reported_ms = 0, .metrics = m}};
         struct kd_metric_batch b = {trials[i], KD_METRIC_VALIDATION, "k", rows, 1};
         assert_int_equal(kd_store_metrics_put(s, &b, 10000, err), 0);
         char uuid[32];

@@ -226,7 +226,7 @@ static void send_steps(struct kd_store *s, struct truth *tr, int t, enum kd_metr
         double a = shape(t, 0, st, &seed), b = shape(t, 1, st, &seed);
         json_t *m = st % 2 == 0 ? json_pack("{sfsfss}", "a", a, "b", b, "s", "text")
                                 : json_pack("{sfsb}", "a", a, "flag", 1);
-        rows[n++] = (struct kd_metric_row){st, 0, m};
+        rows[n++] = (struct kd_metric_row){.step = st, .metrics = m};
         tr->v[t][0][st] = a;
         tr->has[t][0][st] = true;
         if (st % 2 == 0) {
@@ -629,6 +629,11 @@ static void ranges_budget_kinds(void **state)
     snprintf(q, sizeof(q), "DELETE FROM trials WHERE id = %lld", (long long)tr->trial[1]);
     PQclear(PQexec(c, q));
     assert_int_equal(fx_int(c, "SELECT count(*) FROM metric_sketches"), NT - 1);
+    /* And its rows (a trigger: metrics has no per-row foreign key). */
+    snprintf(q, sizeof(q), "SELECT count(*) FROM metrics WHERE trial_id = %lld",
+             (long long)tr->trial[1]);
+    assert_int_equal(fx_int(c, q), 0);
+    assert_true(fx_int(c, "SELECT count(*) FROM metrics") > 0);
     kd_buf_reset(&o);
     assert_int_equal(kd_store_metrics_overview(s, exp, KD_METRIC_TRAINING, &ask, &o, &g, err), 0);
     json_t *j = json_loads(kd_buf_str(&o), 0, NULL);

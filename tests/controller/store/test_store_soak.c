@@ -39,8 +39,8 @@ static void *stream(void *arg)
         struct kd_metric_row rows[ROWS];
         char key[32];
         for (int j = 0; j < ROWS; j++)
-            rows[j] = (struct kd_metric_row){(int64_t)i * ROWS + j, 0,
-                                             json_pack("{sisi}", "i", i, "j", j)};
+            rows[j] = (struct kd_metric_row){.step = (int64_t)i * ROWS + j,
+                                             .metrics = json_pack("{sisi}", "i", i, "j", j)};
         snprintf(key, sizeof(key), "w-%d", i);
         struct kd_metric_batch b = {w->trial, KD_METRIC_TRAINING, key, rows, ROWS};
         int rc;
