@@ -174,13 +174,22 @@ float dt_bf16_to_f32(uint16_t h);
 enum dt_shm_algo {
     DT_SHM_FLAT,  /* one copy in, one sync, every rank reduces all slots itself */
     DT_SHM_SPLIT, /* per chunk: copy in, reduce 1/world each, copy the result out */
+    DT_SHM_CMA,   /* each rank reads its 1/world of the others' buffers, reduces it, then reads
+                     the others' results: process_vm_readv, one kernel copy each way */
 };
 struct dt_shm_plan {
     enum dt_shm_algo algo;
     size_t chunk; /* bytes per step (<= slot) */
 };
-/** The shm allreduce for a message of `bytes` among `world` ranks with `slot`-byte slots. */
-struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot);
+/**
+ * The shm allreduce for a message of `bytes` among `world` ranks with
+ * `slot`-byte slots; `cma`: the ranks may read each other's memory (not
+ * known to be refused). For DT_SHM_CMA, chunk is the piece of each peer's
+ * buffer read and reduced at a time.
+ */
+struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot, bool cma);
+/** Over shm: whether the ranks read each other's memory (1), cannot (-1), or were not asked (0). */
+int dt_shm_cma(const struct dtrain *h);
 
 enum dt_tcp_algo {
     DT_TCP_RING,   /* reduce-scatter then allgather around the ring */

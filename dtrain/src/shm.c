@@ -19,13 +19,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/str.h"
 #include "core/time.h"
 
-#define SHM_MAGIC 0x64747332u     /* "dts2": per-rank sequence flags */
+#define SHM_MAGIC 0x64747333u     /* "dts3": per-rank sequence flags, with pid and buffer */
 #define SHM_TOTAL_MAX (32u << 20) /* stay well inside a 64 MiB /dev/shm */
 #define SLOT_MAX (1u << 20)
 #define SLOT_MIN (64u << 10)
@@ -41,6 +42,9 @@ struct shm_flag {
     _Alignas(64) _Atomic uint32_t seq;
     _Atomic uint32_t waiters; /* ranks asleep in FUTEX_WAIT on seq */
     _Atomic int32_t cpu;      /* the core the owner last posted from */
+    _Atomic int32_t pid;      /* the owner's process, for process_vm_readv */
+    _Atomic int32_t cma;      /* the owner could read its peer's memory: 1, or -1 */
+    _Atomic uint64_t addr;    /* the owner's buffer in this collective (CMA) */
 };
 
 struct shm_hdr {
@@ -64,6 +68,10 @@ struct shm {
     uint32_t seq;      /* synchronisation points passed, on every rank alike */
     uint64_t step;     /* data steps so far, on every rank alike: picks the bank */
     const void **srcs; /* world entries: reduction sources, reused by every call */
+    int cma;           /* ranks read each other's memory: 0 not asked yet, 1 yes, -1 no */
+    char *tmp;         /* CMA: world chunks, the peers' pieces being reduced */
+    uint64_t *addr;    /* CMA: world entries, the ranks' buffers in this call */
+    uint64_t probe;    /* CMA: the word the others read to find out whether they can */
 };
 
 static size_t slot_size(int world)
@@ -191,6 +199,8 @@ static void shm_teardown(struct dtrain *h)
         dt_shm_unlink(h); /* when init failed before the ready round */
     munmap(s->hdr, s->map_len);
     free(s->srcs);
+    free(s->tmp);
+    free(s->addr);
     free(s);
     h->tp = NULL;
 }
@@ -375,15 +385,141 @@ static int allreduce_split(struct dtrain *h, struct shm *s, char *b, size_t coun
     return 0;
 }
 
+/*
+ * Can every rank read its peers' memory (process_vm_readv: the same user,
+ * and no seccomp filter or Yama policy against it)? Asked once, by the
+ * first call that wants it, on every rank alike: each reads a word of the
+ * next rank, says whether it could, and all go by the answers of all, so
+ * they always pick the same algorithm. DTRAIN_SHM_CMA=0 says no.
+ */
+static int cma_probe(struct dtrain *h, struct shm *s, int64_t deadline)
+{
+    struct shm_flag *me = &s->hdr->flags[s->rank];
+    s->probe = 0x6b646574u + (uint64_t)s->rank;
+    atomic_store(&me->pid, (int32_t)getpid());
+    atomic_store(&me->addr, (uint64_t)(uintptr_t)&s->probe);
+    int rc = sync_all(h, s, deadline, "allreduce (memory access check)");
+    if (rc < 0)
+        return rc;
+    const char *env = getenv("DTRAIN_SHM_CMA");
+    int peer = (s->rank + 1) % s->world;
+    struct shm_flag *pf = &s->hdr->flags[peer];
+    uint64_t v = 0;
+    struct iovec l = {&v, sizeof(v)};
+    struct iovec r = {(void *)(uintptr_t)atomic_load(&pf->addr), sizeof(v)};
+    bool ok = (env == NULL || strcmp(env, "0") != 0) &&
+              process_vm_readv((pid_t)atomic_load(&pf->pid), &l, 1, &r, 1, 0) == sizeof(v) &&
+              v == 0x6b646574u + (uint64_t)peer;
+    if (ok) {
+        s->tmp = malloc((size_t)s->world * dt_shm_plan(SIZE_MAX, s->world, s->slot, true).chunk);
+        s->addr = calloc((size_t)s->world, sizeof(*s->addr));
+        ok = s->tmp != NULL && s->addr != NULL;
+    }
+    atomic_store(&me->cma, ok ? 1 : -1);
+    if ((rc = sync_all(h, s, deadline, "allreduce (memory access check)")) < 0)
+        return rc;
+    s->cma = 1;
+    for (int j = 0; j < s->world; j++)
+        if (atomic_load(&s->hdr->flags[j].cma) != 1)
+            s->cma = -1;
+    return 0;
+}
+
+/* Read len bytes at `remote` in rank j's memory into `local`. */
+static int cma_read(struct dtrain *h, struct shm *s, int j, void *local, uint64_t remote,
+                    size_t len)
+{
+    pid_t pid = (pid_t)atomic_load(&s->hdr->flags[j].pid);
+    while (len > 0) {
+        struct iovec l = {local, len}, r = {(void *)(uintptr_t)remote, len};
+        ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (n <= 0) {
+            int e = n < 0 ? errno : EIO;
+            if (e == EINTR)
+                continue;
+            int rc = dt_check_dead(h);
+            return rc < 0 ? rc
+                          : dt_err(h, -e, "allreduce: cannot read rank %d's buffer: %s", j,
+                                   strerror(e));
+        }
+        local = (char *)local + n;
+        remote += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/*
+ * Straight from the others' buffers. Everyone publishes its buffer; rank r
+ * reads its 1/n share of every peer's buffer, chunk by chunk, and reduces
+ * them with its own in rank order (the same bits as the other algorithms)
+ * into its own buffer; once all shares are done, it reads the others'
+ * results into its buffer; and no rank returns before everyone is done
+ * reading its own. A rank reads only parts its peers do not write meanwhile.
+ */
+static int allreduce_cma(struct dtrain *h, struct shm *s, char *b, size_t count,
+                         enum dtrain_dtype dtype, enum dtrain_op op, size_t chunk, int64_t deadline)
+{
+    int n = s->world, r = s->rank, rc;
+    size_t es = dtrain_dtype_size(dtype), per = chunk / es;
+    atomic_store(&s->hdr->flags[r].addr, (uint64_t)(uintptr_t)b);
+    if ((rc = sync_all(h, s, deadline, "allreduce")) < 0)
+        return rc;
+    uint64_t *addr = s->addr;
+    for (int j = 0; j < n; j++)
+        addr[j] = atomic_load(&s->hdr->flags[j].addr);
+    size_t p0 = seg_off(count, n, r), p1 = seg_off(count, n, r + 1);
+    for (size_t off = p0; off < p1; off += per) {
+        size_t c = p1 - off < per ? p1 - off : per;
+        for (int j = 0; j < n; j++) {
+            /* Our own part in place, unless reducing into it would overwrite it first. */
+            char *t = s->tmp + (size_t)j * chunk;
+            if (j == r && r < 2) {
+                s->srcs[j] = b + off * es;
+            } else if (j == r) {
+                dt_copy(t, b + off * es, c * es);
+                s->srcs[j] = t;
+            } else {
+                if ((rc = cma_read(h, s, j, t, addr[j] + off * es, c * es)) < 0)
+                    return rc;
+                s->srcs[j] = t;
+            }
+        }
+        dt_reduce_multi(b + off * es, s->srcs, n, c, dtype, op);
+    }
+    if ((rc = sync_all(h, s, deadline, "allreduce")) < 0)
+        return rc;
+    for (int j = 0; j < n; j++) {
+        size_t q0 = seg_off(count, n, j), q1 = seg_off(count, n, j + 1);
+        if (j != r && q1 > q0 &&
+            (rc = cma_read(h, s, j, b + q0 * es, addr[j] + q0 * es, (q1 - q0) * es)) < 0)
+            return rc;
+    }
+    return sync_all(h, s, deadline, "allreduce");
+}
+
+int dt_shm_cma(const struct dtrain *h)
+{
+    const struct shm *s = h->tp;
+    return s != NULL && strcmp(dtrain_transport_name((struct dtrain *)h), "shm") == 0 ? s->cma : 0;
+}
+
 static int shm_allreduce(struct dtrain *h, void *buf, size_t count, enum dtrain_dtype dtype,
                          enum dtrain_op op)
 {
     struct shm *s = h->tp;
     size_t bytes = count * dtrain_dtype_size(dtype);
     int64_t deadline = kd_mono_ms() + h->o.op_timeout_ms;
+    int rc;
     if (count == 0)
         return 0;
-    struct dt_shm_plan p = dt_shm_plan(bytes, s->world, s->slot);
+    struct dt_shm_plan p = dt_shm_plan(bytes, s->world, s->slot, s->cma >= 0);
+    if (p.algo == DT_SHM_CMA && s->cma == 0 && (rc = cma_probe(h, s, deadline)) < 0)
+        return rc;
+    if (p.algo == DT_SHM_CMA && s->cma < 0)
+        p = dt_shm_plan(bytes, s->world, s->slot, false);
+    if (p.algo == DT_SHM_CMA)
+        return allreduce_cma(h, s, buf, count, dtype, op, p.chunk, deadline);
     if (p.algo == DT_SHM_FLAT)
         return allreduce_flat(h, s, buf, count, dtype, op, p.chunk, deadline);
     return allreduce_split(h, s, buf, count, dtype, op, p.chunk, deadline);

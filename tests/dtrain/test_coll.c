@@ -336,17 +336,38 @@ out:
 
 /* Byte sizes on each side of every point where the transport's plan changes; -1 when
  * they do not fit in `cap`. */
+/* Nothing forbids a rank to read a sibling's memory: no DTRAIN_SHM_CMA=0, no Yama ptrace
+ * restriction, no seccomp filter. */
+static bool cma_allowed(void)
+{
+    const char *env = getenv("DTRAIN_SHM_CMA");
+    char line[256];
+    bool ok = env == NULL || strcmp(env, "0") != 0;
+    FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+    if (f != NULL) {
+        ok = ok && fgets(line, sizeof(line), f) != NULL && strtol(line, NULL, 10) == 0;
+        fclose(f);
+    }
+    f = fopen("/proc/self/status", "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "Seccomp:", 8) == 0)
+            ok = ok && strtol(line + 8, NULL, 10) == 0;
+    if (f != NULL)
+        fclose(f);
+    return ok;
+}
+
 static int plan_edges(const char *transport, int n, size_t slot, size_t *edges, int cap)
 {
     int ne = 0;
-    struct dt_shm_plan prev = dt_shm_plan(4, n, slot);
+    struct dt_shm_plan prev = dt_shm_plan(4, n, slot, true);
     enum dt_tcp_algo tprev = dt_tcp_plan(4, n);
     for (size_t b = 8; b <= (2u << 20); b += 4) {
         if (ne + 4 > cap)
             return -1;
         bool shm = strcmp(transport, "shm") == 0, change = false;
         if (shm) {
-            struct dt_shm_plan p = dt_shm_plan(b, n, slot);
+            struct dt_shm_plan p = dt_shm_plan(b, n, slot, true);
             change = p.algo != prev.algo || p.chunk != prev.chunk;
             /* a chunk boundary: one chunk, then a chunk and one element */
             if (b == p.chunk || b == 2 * p.chunk) {
@@ -445,6 +466,14 @@ static int w_stress(void)
             goto out;
         }
     }
+    /* Where nothing forbids reading a sibling's memory, the large allreduces above read it. */
+    if (strcmp(tr, "shm") == 0) {
+        int want = cma_allowed() ? 1 : -1, got = dt_shm_cma(h);
+        if (got != want) {
+            fprintf(stderr, "shm: reading the peers' memory: %d, want %d\n", got, want);
+            goto out;
+        }
+    }
     printf("rank %d: stress ok (transport %s, %d plan edges)\n", r, tr, ne);
     rc = 0;
 out:
@@ -453,12 +482,15 @@ out:
     return rc;
 }
 
-static void run_job(const char *worker, int world, const char *transport, const char *extra1)
+static void run_job2(const char *worker, int world, const char *transport, const char *extra1,
+                     const char *extra2)
 {
     struct rk_job j;
     char tenv[64];
     snprintf(tenv, sizeof(tenv), "DTRAIN_TRANSPORT=%s", transport);
-    const char *extra[] = {tenv, "DTRAIN_FUSION_THRESHOLD=4KiB", extra1, NULL};
+    const char *extra[] = {tenv, "DTRAIN_FUSION_THRESHOLD=4KiB", extra1, extra2, NULL};
+    if (extra1 == NULL)
+        extra[2] = extra2;
     rk_init(&j, world);
     for (int r = 0; r < world; r++)
         rk_spawn(&j, worker, r, extra);
@@ -473,6 +505,11 @@ static void run_job(const char *worker, int world, const char *transport, const 
     }
     assert_int_equal(killed, 0);
     rk_cleanup(&j);
+}
+
+static void run_job(const char *worker, int world, const char *transport, const char *extra1)
+{
+    run_job2(worker, world, transport, extra1, NULL);
 }
 
 static void test_tcp_2(void **s)
@@ -523,6 +560,18 @@ static void test_stress_shm_3(void **s)
     (void)s;
     run_job("stress", 3, "shm", "DTRAIN_SHM_SLOT=1MiB");
 }
+/* The same without reading the peers' memory: flat and reduce-scatter through the slots at
+ * every size. */
+static void test_stress_shm_3_no_cma(void **s)
+{
+    (void)s;
+    run_job2("stress", 3, "shm", "DTRAIN_SHM_SLOT=1MiB", "DTRAIN_SHM_CMA=0");
+}
+static void test_stress_shm_2(void **s)
+{
+    (void)s;
+    run_job("stress", 2, "shm", "DTRAIN_SHM_SLOT=1MiB");
+}
 static void test_stress_tcp_2(void **s)
 {
     (void)s;
@@ -550,6 +599,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stress_shm_2_small_slot),
         cmocka_unit_test(test_stress_shm_3_small_slot),
         cmocka_unit_test(test_stress_shm_3),
+        cmocka_unit_test(test_stress_shm_3_no_cma),
+        cmocka_unit_test(test_stress_shm_2),
         cmocka_unit_test(test_stress_tcp_2),
         cmocka_unit_test(test_stress_tcp_3),
     };

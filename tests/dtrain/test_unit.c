@@ -138,22 +138,32 @@ static void test_shm_plan_table(void **s)
         size_t slot;
         enum dt_shm_algo algo;
         size_t chunk;
+        bool cma;
     } cases[] = {
-        {4, 2, MIB(1), DT_SHM_FLAT, KIB(256)},
-        {KIB(16), 2, MIB(1), DT_SHM_FLAT, KIB(256)},
-        {MIB(256), 2, MIB(1), DT_SHM_FLAT, KIB(256)}, /* two ranks: flat at every size */
-        {KIB(96), 3, MIB(1), DT_SHM_FLAT, KIB(256)},  /* 2 x 96 KiB of peer data: flat */
-        {KIB(96) + 4, 3, MIB(1), DT_SHM_SPLIT, KIB(256)},
-        {KIB(64), 4, MIB(1), DT_SHM_FLAT, KIB(256)},
-        {KIB(64) + 4, 4, MIB(1), DT_SHM_SPLIT, KIB(256)},
-        {MIB(4), 8, MIB(1), DT_SHM_SPLIT, KIB(512)},    /* 64 KiB per rank's share */
-        {MIB(4), 64, KIB(256), DT_SHM_SPLIT, KIB(256)}, /* the slot caps the chunk */
-        {KIB(8), 2, KIB(16), DT_SHM_FLAT, KIB(16)},     /* DTRAIN_SHM_SLOT=16KiB */
-        {MIB(1), 3, KIB(16), DT_SHM_SPLIT, KIB(16)},
-        {MIB(1), 8, KIB(64), DT_SHM_SPLIT, KIB(64)},
+        {4, 2, MIB(1), DT_SHM_FLAT, KIB(256), false},
+        {KIB(16), 2, MIB(1), DT_SHM_FLAT, KIB(256), false},
+        {MIB(256), 2, MIB(1), DT_SHM_FLAT, KIB(256), false}, /* two ranks: flat at every size */
+        {KIB(96), 3, MIB(1), DT_SHM_FLAT, KIB(256), false},  /* 2 x 96 KiB of peer data: flat */
+        {KIB(96) + 4, 3, MIB(1), DT_SHM_SPLIT, KIB(256), false},
+        {KIB(64), 4, MIB(1), DT_SHM_FLAT, KIB(256), false},
+        {KIB(64) + 4, 4, MIB(1), DT_SHM_SPLIT, KIB(256), false},
+        {MIB(4), 8, MIB(1), DT_SHM_SPLIT, KIB(512), false},    /* 64 KiB per rank's share */
+        {MIB(4), 64, KIB(256), DT_SHM_SPLIT, KIB(256), false}, /* the slot caps the chunk */
+        {KIB(8), 2, KIB(16), DT_SHM_FLAT, KIB(16), false},     /* DTRAIN_SHM_SLOT=16KiB */
+        {MIB(1), 3, KIB(16), DT_SHM_SPLIT, KIB(16), false},
+        {MIB(1), 8, KIB(64), DT_SHM_SPLIT, KIB(64), false},
+        /* The ranks may read each other's memory: from 512 KiB, straight from their buffers. */
+        {KIB(512) - 4, 2, MIB(1), DT_SHM_FLAT, KIB(256), true},
+        {KIB(512), 2, MIB(1), DT_SHM_CMA, KIB(128), true},
+        {MIB(256), 2, MIB(1), DT_SHM_CMA, KIB(128), true},
+        {KIB(512) - 4, 4, MIB(1), DT_SHM_SPLIT, KIB(256), true},
+        {KIB(512), 4, MIB(1), DT_SHM_CMA, KIB(128), true},
+        {MIB(4), 64, KIB(256), DT_SHM_CMA, KIB(128), true},
+        {MIB(4), 1, MIB(1), DT_SHM_FLAT, KIB(256), true}, /* alone: nothing to read */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct dt_shm_plan p = dt_shm_plan(cases[i].bytes, cases[i].world, cases[i].slot);
+        struct dt_shm_plan p =
+            dt_shm_plan(cases[i].bytes, cases[i].world, cases[i].slot, cases[i].cma);
         if (p.algo != cases[i].algo || p.chunk != cases[i].chunk)
             fail_msg("case %zu: %zu bytes, %d ranks, slot %zu: got algo %d chunk %zu", i,
                      cases[i].bytes, cases[i].world, cases[i].slot, (int)p.algo, p.chunk);
