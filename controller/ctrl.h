@@ -32,6 +32,19 @@ struct kd_api;
 #define KD_CTRL_STATE_SUFFIX "-searcher" /* the searcher-state ConfigMap: <experiment>-searcher */
 #define KD_CTRL_STATE_KEY "state.json"   /* its data key */
 #define KD_CTRL_STATE_MAX (900 * 1024)   /* ConfigMaps hold 1 MiB */
+/* A state longer than this is kept gzip'd, in binaryData under this key (thousands of trials). */
+#define KD_CTRL_STATE_PLAIN_MAX (256 * 1024)
+#define KD_CTRL_STATE_GZ_KEY "state.json.gz"
+#define KD_CTRL_STATE_TEXT_MAX (64u << 20) /* a gzip'd state decompresses to at most this */
+
+/*
+ * statecm.c: the searcher state's text as the ConfigMap's fields: *data
+ * (always) and *binary (NULL unless gzip'd, past KD_CTRL_STATE_PLAIN_MAX);
+ * KD_ETOOBIG naming both sizes when even the gzip does not fit. Pure.
+ */
+int kd_ctrl_state_encode(const char *text, json_t **data, json_t **binary, char *err) KD_WUR;
+/** The state held by a searcher-state ConfigMap, either form; KD_ECORRUPT naming the field. */
+int kd_ctrl_state_decode(const json_t *cm, json_t **state, char *err) KD_WUR;
 #define KD_CTRL_TEMPLATE_LABEL "kdet.io/template"
 #define KD_CTRL_TEMPLATE_KEY "template.yaml"
 #define KD_CTRL_FIELD_MANAGER "kdet-controller"

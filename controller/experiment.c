@@ -258,7 +258,6 @@ static int read_state(struct kd_ctrl *c, const json_t *exp, json_t **cm, json_t 
 {
     int rc = 0;
     char name[300];
-    json_error_t je;
     *cm = NULL;
     *state = NULL;
     if ((rc = state_name(kd_k8s_meta_str(exp, "name"), name, sizeof(name))) != 0)
@@ -267,13 +266,7 @@ static int read_state(struct kd_ctrl *c, const json_t *exp, json_t **cm, json_t 
                     NULL, err);
     if (rc != 0)
         goto out;
-    const char *text = kd_ctrl_str(*cm, "data", KD_CTRL_STATE_KEY, NULL);
-    *state = text != NULL ? json_loads(text, 0, &je) : NULL;
-    if (*state == NULL) {
-        rc = kd_seterr(err, KD_ECORRUPT, "configmap %s: data.%s: %s", name, KD_CTRL_STATE_KEY,
-                       text == NULL ? "missing" : je.text);
-        goto out;
-    }
+    rc = kd_ctrl_state_decode(*cm, state, err);
 out:
     return rc;
 }
@@ -285,32 +278,36 @@ static int write_state(struct kd_ctrl *c, const json_t *exp, const json_t *cm, j
     int rc = 0;
     char name[300];
     char *text = json_dumps(state, JSON_COMPACT);
-    json_t *obj = NULL;
+    json_t *obj = NULL, *data = NULL, *binary = NULL;
     if (text == NULL)
         kd_oom(0);
-    if (strlen(text) > KD_CTRL_STATE_MAX) {
-        rc = kd_seterr(err, KD_ETOOBIG, "searcher state is %zu bytes; a ConfigMap holds at most %d",
-                       strlen(text), KD_CTRL_STATE_MAX);
+    if ((rc = kd_ctrl_state_encode(text, &data, &binary, err)) != 0)
         goto out;
-    }
     if ((rc = state_name(kd_k8s_meta_str(exp, "name"), name, sizeof(name))) != 0)
         goto out;
     if (cm == NULL) {
-        obj = json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s},s:[{s:s,s:s,s:s,s:s,s:b,s:b}]},s:{s:s}}",
-                        "apiVersion", "v1", "kind", "ConfigMap", "metadata", "name", name,
-                        "namespace", kd_k8s_meta_str(exp, "namespace"), "labels",
-                        KD_POD_LABEL_EXPERIMENT, kd_k8s_meta_str(exp, "name"), "ownerReferences",
-                        "apiVersion", "kdet.io/v1alpha1", "kind", "Experiment", "name",
+        obj = json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s},s:[{s:s,s:s,s:s,s:s,s:b,s:b}]}}", "apiVersion",
+                        "v1", "kind", "ConfigMap", "metadata", "name", name, "namespace",
+                        kd_k8s_meta_str(exp, "namespace"), "labels", KD_POD_LABEL_EXPERIMENT,
+                        kd_k8s_meta_str(exp, "name"), "ownerReferences", "apiVersion",
+                        "kdet.io/v1alpha1", "kind", "Experiment", "name",
                         kd_k8s_meta_str(exp, "name"), "uid", kd_k8s_meta_str(exp, "uid"),
-                        "controller", 1, "blockOwnerDeletion", 1, "data", KD_CTRL_STATE_KEY, text);
-        rc = kd_k8s_create(c->client, &KD_K8S_CONFIGMAPS, NULL, obj, newcm, NULL, err);
+                        "controller", 1, "blockOwnerDeletion", 1);
     } else {
         obj = json_deep_copy(cm);
-        json_object_set_new(json_object_get(obj, "data"), KD_CTRL_STATE_KEY, json_string(text));
-        rc = kd_k8s_update(c->client, &KD_K8S_CONFIGMAPS, NULL, NULL, obj, newcm, NULL, err);
+        json_object_del(obj, "binaryData");
     }
+    json_object_set(obj, "data", data);
+    if (binary != NULL)
+        json_object_set(obj, "binaryData", binary);
+    if (cm == NULL)
+        rc = kd_k8s_create(c->client, &KD_K8S_CONFIGMAPS, NULL, obj, newcm, NULL, err);
+    else
+        rc = kd_k8s_update(c->client, &KD_K8S_CONFIGMAPS, NULL, NULL, obj, newcm, NULL, err);
 out:
     json_decref(obj);
+    json_decref(data);
+    json_decref(binary);
     free(text);
     return rc;
 }

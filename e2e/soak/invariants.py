@@ -18,7 +18,9 @@
   metric row; recovery time per fault (fault to every trial that was
   running progressing again);
 - resources: the controllers' RSS and open fds stay flat (/proc)."""
+import base64
 import collections
+import gzip
 import hashlib
 import json
 import os
@@ -117,8 +119,12 @@ class Invariants:
         if not name.endswith("-searcher") or typ == "DELETED":
             return
         try:
-            st = json.loads(o.get("data", {}).get("state.json", ""))
-        except ValueError:
+            gz = (o.get("binaryData") or {}).get("state.json.gz")
+            if gz is not None and "state.json" not in (o.get("data") or {}):
+                st = json.loads(gzip.decompress(base64.b64decode(gz)))  # a large state
+            else:
+                st = json.loads((o.get("data") or {}).get("state.json", ""))
+        except (ValueError, OSError, EOFError):
             return
         with self.lock:
             h = self.cm_hist[name]

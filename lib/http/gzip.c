@@ -84,3 +84,45 @@ int kd_gzip(const void *data, size_t n, unsigned char **out, size_t *outlen)
     *outlen = got;
     return 0;
 }
+
+int kd_gunzip(const void *data, size_t n, size_t max, unsigned char **out, size_t *outlen)
+{
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    *out = NULL;
+    *outlen = 0;
+    if (inflateInit2(&z, 15 + 16) != Z_OK) /* a gzip member only */
+        return KD_ENOMEM;
+    size_t cap = n * 4 + 256 < max + 1 ? n * 4 + 256 : max + 1, got = 0;
+    unsigned char *buf = kd_xmalloc(cap + 1);
+    z.next_in = (Bytef *)(uintptr_t)data;
+    z.avail_in = (uInt)n;
+    int zr = Z_OK, rc = 0;
+    while (zr == Z_OK) {
+        if (got == cap) {
+            if (cap > max) {
+                rc = KD_ETOOBIG;
+                break;
+            }
+            cap = cap * 2 < max + 1 ? cap * 2 : max + 1;
+            buf = kd_xrealloc(buf, cap + 1);
+        }
+        z.next_out = buf + got;
+        z.avail_out = (uInt)(cap - got);
+        zr = inflate(&z, Z_NO_FLUSH);
+        got = cap - z.avail_out;
+    }
+    if (rc == 0 && got > max)
+        rc = KD_ETOOBIG;
+    else if (rc == 0 && (zr != Z_STREAM_END || z.avail_in != 0))
+        rc = KD_EPARSE; /* corrupt, cut short, or bytes after the member */
+    inflateEnd(&z);
+    if (rc != 0) {
+        free(buf);
+        return rc;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    *outlen = got;
+    return 0;
+}

@@ -172,6 +172,14 @@ bool kd_http_next_item(const char **s, char *tok, size_t toklen);
 int kd_gzip(const void *data, size_t n, unsigned char **out, size_t *outlen);
 
 /**
+ * The one gzip member data[0..n) decompressed into *out (malloc'd, NUL
+ * after its *outlen bytes): 0; KD_ETOOBIG when it holds more than max
+ * bytes (read no further than that); KD_EPARSE when it is not one whole
+ * gzip member; KD_ENOMEM.
+ */
+int kd_gunzip(const void *data, size_t n, size_t max, unsigned char **out, size_t *outlen);
+
+/**
  * Fill up to `max` bytes of the next chunk into buf. Return the number of
  * bytes (> 0), 0 when there is nothing yet (the callback is called again at
  * once, so it should wait up to about a second itself), or -1 to end the

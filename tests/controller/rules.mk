@@ -11,6 +11,7 @@ $(eval $(call kd_test,test_ctrl_wire_store,tests/controller/test_ctrl_wire_store
 $(eval $(call kd_test,test_ctrl_events,tests/controller/test_ctrl_events.c,ctrl k8s yaml core,-ljansson -lyaml -lcurl -lcrypto -lm -lpthread,30))
 $(eval $(call kd_test,test_ctrl_gcview,tests/controller/test_ctrl_gcview.c,ctrl core,,30))
 $(eval $(call kd_test,test_ctrl_states,tests/controller/test_ctrl_states.c,$(CTRL_KD_LIBS),$(CTRL_LDLIBS),30))
+$(eval $(call kd_test,test_ctrl_statecm,tests/controller/test_ctrl_statecm.c,$(CTRL_KD_LIBS),$(CTRL_LDLIBS) -lz,30))
 # End-to-end scenarios on a private kdet-local (e2e/controller/*.sh); CTRL_E2E_DEPS is set in the Makefile.
 $(eval $(call kd_test_script,test_ctrl_e2e_basic,e2e/controller/basic.sh,120,,$(CTRL_E2E_DEPS)))
 $(eval $(call kd_test_script,test_ctrl_e2e_capacity,e2e/controller/capacity.sh,120,,$(CTRL_E2E_DEPS)))

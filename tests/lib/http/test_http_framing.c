@@ -641,6 +641,46 @@ static const char *split_answer(struct kd_buf *out, char *head, size_t headlen)
 
 /* A big JSON answer is gzip to a client that takes it, the same JSON once inflated; plain to
  * one that does not; a small one is always plain. An answer written as text is the same. */
+/* kd_gunzip takes back what kd_gzip made, and refuses what is too big, cut short or trailed. */
+static void test_gunzip(void **state)
+{
+    (void)state;
+    size_t n = 300000;
+    char *text = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        text[i] = (char)('a' + (i * 7 + i / 13) % 26);
+    unsigned char *z = NULL, *back = NULL;
+    size_t zlen = 0, blen = 0;
+    assert_int_equal(kd_gzip(text, n, &z, &zlen), 0);
+    assert_int_equal(kd_gunzip(z, zlen, n, &back, &blen), 0);
+    assert_int_equal(blen, n);
+    assert_memory_equal(back, text, n);
+    assert_int_equal(back[n], '\0');
+    free(back);
+    /* One byte over the cap. */
+    assert_int_equal(kd_gunzip(z, zlen, n - 1, &back, &blen), KD_ETOOBIG);
+    assert_null(back);
+    /* Cut short, a flipped byte in the middle, bytes after the member, not gzip at all. */
+    assert_int_equal(kd_gunzip(z, zlen - 9, n, &back, &blen), KD_EPARSE);
+    unsigned char *bad = malloc(zlen + 3);
+    memcpy(bad, z, zlen);
+    memcpy(bad + zlen, "xyz", 3);
+    assert_int_equal(kd_gunzip(bad, zlen + 3, n, &back, &blen), KD_EPARSE);
+    bad[zlen / 2] ^= 0x5a;
+    assert_int_not_equal(kd_gunzip(bad, zlen, n, &back, &blen), 0);
+    assert_int_equal(kd_gunzip(text, 100, n, &back, &blen), KD_EPARSE);
+    /* Empty input and an empty member. */
+    assert_int_equal(kd_gunzip(z, 0, n, &back, &blen), KD_EPARSE);
+    free(z);
+    assert_int_equal(kd_gzip("", 0, &z, &zlen), 0);
+    assert_int_equal(kd_gunzip(z, zlen, 10, &back, &blen), 0);
+    assert_int_equal(blen, 0);
+    free(back);
+    free(z);
+    free(bad);
+    free(text);
+}
+
 static void test_json_gzip(void **state)
 {
     (void)state;
@@ -763,6 +803,7 @@ int main(void)
         cmocka_unit_test(test_authorize_before_body),
         cmocka_unit_test(test_accepts_gzip_table),
         cmocka_unit_test(test_json_gzip),
+        cmocka_unit_test(test_gunzip),
         cmocka_unit_test(test_sized_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
