@@ -27,6 +27,7 @@ struct item {
     int64_t due_ms;    /* delayed until this kd_mono_ms; 0 when not delayed */
     size_t heap_idx;   /* position in the heap when due_ms != 0 */
     int failures;      /* for add_rate_limited */
+    int64_t pace_ms;   /* not processed again before this kd_mono_ms (kd_k8s_queue_pace) */
     struct item *next; /* FIFO link */
     UT_hash_handle hh;
 };
@@ -145,7 +146,8 @@ static struct item *find_or_make(struct kd_k8s_queue *q, const char *key)
 /* Drop an item that holds no state any more. */
 static void maybe_drop(struct kd_k8s_queue *q, struct item *it)
 {
-    if (it->dirty || it->processing || it->in_fifo || it->due_ms != 0 || it->failures != 0)
+    if (it->dirty || it->processing || it->in_fifo || it->due_ms != 0 || it->failures != 0 ||
+        it->pace_ms > kd_mono_ms())
         return;
     HASH_DEL(q->items, it);
     free(it->key);
@@ -165,10 +167,28 @@ static void push_fifo(struct kd_k8s_queue *q, struct item *it)
     pthread_cond_signal(&q->ready);
 }
 
+/* An item paced until later waits in the heap until then (lock held): true when it does. */
+static bool pace_locked(struct kd_k8s_queue *q, struct item *it)
+{
+    if (it->pace_ms <= kd_mono_ms())
+        return false;
+    if (it->due_ms == 0) {
+        it->due_ms = it->pace_ms;
+        heap_push(q, it);
+    } else if (it->pace_ms < it->due_ms) {
+        it->due_ms = it->pace_ms;
+        heap_up(q, it->heap_idx);
+    }
+    pthread_cond_broadcast(&q->ready); /* a getter may need a shorter timeout */
+    return true;
+}
+
 /* The add of client-go's workqueue, with the lock held. */
 static void add_locked(struct kd_k8s_queue *q, struct item *it)
 {
     if (it->dirty)
+        return;
+    if (!it->processing && pace_locked(q, it))
         return;
     it->dirty = true;
     if (!it->processing)
@@ -332,12 +352,23 @@ void kd_k8s_queue_done(struct kd_k8s_queue *q, const char *key)
     if (it != NULL && it->processing) {
         it->processing = false;
         q->nprocessing--;
-        if (it->dirty)
+        if (it->dirty && pace_locked(q, it))
+            it->dirty = false; /* added while in process: its turn comes once paced */
+        else if (it->dirty)
             push_fifo(q, it); /* added while in process: its turn comes now */
         else
             maybe_drop(q, it);
         pthread_cond_broadcast(&q->idle);
     }
+    pthread_mutex_unlock(&q->lock);
+}
+
+void kd_k8s_queue_pace(struct kd_k8s_queue *q, const char *key, long ms)
+{
+    pthread_mutex_lock(&q->lock);
+    struct item *it = find(q, key);
+    if (it != NULL && ms > 0)
+        it->pace_ms = kd_mono_ms() + ms;
     pthread_mutex_unlock(&q->lock);
 }
 
@@ -355,7 +386,11 @@ static void *worker_main(void *arg)
     char *key = NULL;
     while (kd_k8s_queue_get(q, &key) == 0) {
         long after = 0;
+        int64_t t0 = kd_mono_ms();
         int rc = q->fn(key, &after, q->ud);
+        int64_t took = kd_mono_ms() - t0;
+        if (took >= KD_K8S_QUEUE_PACE_MIN_MS)
+            kd_k8s_queue_pace(q, key, KD_K8S_QUEUE_PACE * took);
         if (rc < 0) {
             KD_DEBUG("reconcile failed, requeued with backoff", "key=%s err=%s cap_ms=%ld",
                      kd_logq(key), kd_err_name(rc), after);

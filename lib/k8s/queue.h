@@ -57,6 +57,19 @@ void kd_k8s_queue_add_rate_limited_cap(struct kd_k8s_queue *q, const char *key, 
  */
 long kd_k8s_queue_backoff_ms(long base_ms, long max_ms, int failures, long cap_ms);
 
+/*
+ * Pacing: a key whose reconcile took PACE_MIN_MS or more is not processed
+ * again until PACE times as long has passed since it ended (adds meanwhile
+ * wait for that time), so that one slow key (an experiment of thousands
+ * of trials, whose every Trial event asks for another pass) takes at most
+ * about a third of a worker and the events of a burst share one pass.
+ */
+#define KD_K8S_QUEUE_PACE 2
+#define KD_K8S_QUEUE_PACE_MIN_MS 10
+
+/** The key is not processed again for ms from now (the workers call it). Thread-safe. */
+void kd_k8s_queue_pace(struct kd_k8s_queue *q, const char *key, long ms);
+
 /** Reset the key's failure count (after a success). Thread-safe. */
 void kd_k8s_queue_forget(struct kd_k8s_queue *q, const char *key);
 

@@ -198,6 +198,58 @@ static void test_add_after(void **state)
     kd_k8s_queue_free(q);
 }
 
+/* A slow key: each pass takes 60 ms; the test adds it again while one runs. */
+struct paced {
+    atomic_int calls;
+    _Atomic int64_t start[4], end[4];
+};
+
+static int paced_fn(const char *key, long *after, void *ud)
+{
+    (void)key;
+    (void)after;
+    struct paced *w = ud;
+    int i = atomic_fetch_add(&w->calls, 1);
+    if (i < 4)
+        atomic_store(&w->start[i], kd_mono_ms());
+    kd_sleep_ms(60);
+    if (i < 4)
+        atomic_store(&w->end[i], kd_mono_ms());
+    return 0;
+}
+
+/* A key whose pass took 60 ms is not taken again before twice that after it ended, however
+ * often it is added meanwhile; a fast key (other) is not held back by it. */
+static void test_pacing(void **state)
+{
+    (void)state;
+    struct kd_k8s_queue *q = kd_k8s_queue_new(NULL);
+    struct paced w = {0};
+    assert_int_equal(kd_k8s_queue_start_workers(q, 2, paced_fn, &w), 0);
+    kd_k8s_queue_add(q, "slow");
+    for (int i = 0; i < 100 && atomic_load(&w.calls) < 1; i++)
+        kd_sleep_ms(5);
+    for (int i = 0; i < 5; i++) { /* added while it runs, then after it ended */
+        kd_k8s_queue_add(q, "slow");
+        kd_sleep_ms(20);
+    }
+    for (int i = 0; i < 300 && atomic_load(&w.calls) < 2; i++)
+        kd_sleep_ms(5);
+    assert_int_equal(atomic_load(&w.calls), 2); /* the adds meanwhile made one more pass */
+    int64_t gap = atomic_load(&w.start[1]) - atomic_load(&w.end[0]);
+    if (gap < KD_K8S_QUEUE_PACE * 60 - 5)
+        fail_msg("taken again %lld ms after a 60 ms pass", (long long)gap);
+    kd_sleep_ms(200);
+    assert_int_equal(atomic_load(&w.calls), 2);
+    /* Paced until then, not for ever. */
+    kd_sleep_ms(KD_K8S_QUEUE_PACE * 60);
+    kd_k8s_queue_add(q, "slow");
+    for (int i = 0; i < 300 && atomic_load(&w.calls) < 3; i++)
+        kd_sleep_ms(2);
+    assert_int_equal(atomic_load(&w.calls), 3);
+    kd_k8s_queue_free(q);
+}
+
 struct errs {
     atomic_int calls_e, calls_r;
 };
@@ -359,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_worker_error_with_cap),
         cmocka_unit_test(test_shutdown_drains),
         cmocka_unit_test(test_shutdown_wakes_getters),
+        cmocka_unit_test(test_pacing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
