@@ -512,6 +512,7 @@ static void kick_update(json_t *old, json_t *obj, void *ud)
 /* How often the scheduler thread hands freed heap pages back to the kernel. */
 #define TRIM_PERIOD_MS 5000
 #define SCHED_PACE 2
+#define SCHED_PACE_MAX_MS 2000
 
 static void *sched_main(void *arg)
 {
@@ -551,8 +552,8 @@ static void *sched_main(void *arg)
         }
         /* Coalesce bursts of kicks; and after a long pass (thousands of live trials) wait
          * twice as long, so that passes take at most about a third of a core. */
-        int64_t took = kd_mono_ms() - t0;
-        kd_sleep_ms(took * SCHED_PACE > 50 ? (int)(took * SCHED_PACE) : 50);
+        int64_t pause = (kd_mono_ms() - t0) * SCHED_PACE;
+        kd_sleep_ms(pause > SCHED_PACE_MAX_MS ? SCHED_PACE_MAX_MS : pause > 50 ? (int)pause : 50);
     }
     return NULL;
 }

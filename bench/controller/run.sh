@@ -23,11 +23,13 @@
 #      (30 s), reading all of its M Trials; VmRSS over 35 s and VmHWM.
 #   0. (first) the time to create the N Trials alone, against a kdet-local without its kubelet.
 # Quick run: KDC_BENCH_N=100 KDC_BENCH_CACHE=1000 make bench BENCH=controller
-# Many trials: KDC_BENCH_N=5000 KDC_BENCH_CACHE=0 KDC_BENCH_QPS=0 make bench BENCH=controller
+# Many trials flowing through, 200 at a time (KDC_BENCH_CONCURRENT; default: all N at once):
+#   KDC_BENCH_N=5000 KDC_BENCH_CONCURRENT=200 KDC_BENCH_CACHE=0 KDC_BENCH_QPS=0 make bench BENCH=controller
 set -u
 B=$(cd "${KD_BUILD:-build}" && pwd) || exit 1 # absolute: pods run in their own directories
 S=${KD_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 N=${KDC_BENCH_N:-1000}
+CONC=${KDC_BENCH_CONCURRENT:-$N} # phase 1's max_concurrent_trials
 M=${KDC_BENCH_CACHE:-10000}
 QPS=${KDC_BENCH_QPS:-} # the controller's --kube-api-qps (empty: its default, 50)
 work=$(mktemp -d /tmp/kd-bench-ctrl.XXXXXX)
@@ -194,8 +196,8 @@ start_ctrl --workers 4
 wait_until 30 grep -q 'msg="caches synced"' "$work/ctrl.log" || { echo "controller did not sync"; tail "$work/ctrl.log"; exit 1; }
 cpu0=$(cpu_ms "$ctrl")
 printf 'apiVersion: kdet.io/v1alpha1\nkind: Experiment\nmetadata:\n  name: big\nspec:\n  name: big\n  entrypoint: sh -c "exit 0"\n  hyperparameters:\n    x: {type: int, minval: 1, maxval: %d, count: %d}\n  searcher: {name: grid, metric: loss, max_length: {batches: 1}, max_concurrent_trials: %d}\n  resources: {slots_per_trial: 0}\n' \
-    "$N" "$N" "$N" >"$work/exp.yaml"
-log "experiment of $N trials (grid, all at once, CPU-only pods running sh -c 'exit 0')"
+    "$N" "$N" "$CONC" >"$work/exp.yaml"
+log "experiment of $N trials (grid, $CONC at once, CPU-only pods running sh -c 'exit 0')"
 t0=$(ms)
 kubectl apply -f "$work/exp.yaml" >/dev/null || exit 1
 created_ms=

@@ -390,7 +390,10 @@ static void *worker_main(void *arg)
         int rc = q->fn(key, &after, q->ud);
         int64_t took = kd_mono_ms() - t0;
         if (took >= KD_K8S_QUEUE_PACE_MIN_MS)
-            kd_k8s_queue_pace(q, key, KD_K8S_QUEUE_PACE * took);
+            kd_k8s_queue_pace(q, key,
+                              KD_K8S_QUEUE_PACE * took < KD_K8S_QUEUE_PACE_MAX_MS
+                                  ? (long)(KD_K8S_QUEUE_PACE * took)
+                                  : KD_K8S_QUEUE_PACE_MAX_MS);
         if (rc < 0) {
             KD_DEBUG("reconcile failed, requeued with backoff", "key=%s err=%s cap_ms=%ld",
                      kd_logq(key), kd_err_name(rc), after);

@@ -59,13 +59,16 @@ long kd_k8s_queue_backoff_ms(long base_ms, long max_ms, int failures, long cap_m
 
 /*
  * Pacing: a key whose reconcile took PACE_MIN_MS or more is not processed
- * again until PACE times as long has passed since it ended (adds meanwhile
- * wait for that time), so that one slow key (an experiment of thousands
- * of trials, whose every Trial event asks for another pass) takes at most
- * about a third of a worker and the events of a burst share one pass.
+ * again until PACE times as long (at most PACE_MAX_MS) has passed since it
+ * ended (adds meanwhile wait for that time), so that one slow key (an
+ * experiment of thousands of trials, whose every Trial event asks for
+ * another pass) takes at most about a third of a worker and the events of
+ * a burst share one pass; a one-off long pass (creating 5,000 Trials) does
+ * not hold the next back for more than PACE_MAX_MS.
  */
 #define KD_K8S_QUEUE_PACE 2
 #define KD_K8S_QUEUE_PACE_MIN_MS 10
+#define KD_K8S_QUEUE_PACE_MAX_MS 5000
 
 /** The key is not processed again for ms from now (the workers call it). Thread-safe. */
 void kd_k8s_queue_pace(struct kd_k8s_queue *q, const char *key, long ms);
