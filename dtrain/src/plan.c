@@ -25,18 +25,23 @@
  * the reduction, a kernel copy of the peer's result half), against 5 for
  * flat (copy in, then read every slot) and 5.5 for reduce-scatter through
  * the slots; it costs three synchronisations and a few system calls per
- * call, which pay from CMA_MIN_BYTES. Its chunk (per peer, a temporary
- * each) stays in L2 with the caller's part.
+ * call, which pay from CMA_MIN_BYTES. Its chunk is the piece of each peer
+ * read at a time into a temporary of its own.
  */
 #define CMA_MIN_BYTES (512u << 10)
-#define CMA_CHUNK (128u << 10)
+#define CMA_CHUNK_MAX (512u << 10)
+#define CMA_CHUNK_MIN (64u << 10)
+#define CMA_TMP_BYTES (2u << 20) /* the temporaries of all peers together */
 
 struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot, bool cma)
 {
     struct dt_shm_plan p = {.algo = DT_SHM_FLAT, .chunk = CHUNK < slot ? CHUNK : slot};
     if (cma && world >= 2 && bytes >= CMA_MIN_BYTES) {
+        /* Fewer, larger reads pay (each call pins the pages it copies), while the
+         * temporaries of all peers stay within CMA_TMP_BYTES. */
+        size_t c = CMA_TMP_BYTES / (size_t)world;
         p.algo = DT_SHM_CMA;
-        p.chunk = CMA_CHUNK;
+        p.chunk = c > CMA_CHUNK_MAX ? CMA_CHUNK_MAX : c < CMA_CHUNK_MIN ? CMA_CHUNK_MIN : c;
         return p;
     }
     if (world <= 2 || bytes * (size_t)(world - 1) <= FLAT_PEER_BYTES)

@@ -154,11 +154,12 @@ static void test_shm_plan_table(void **s)
         {MIB(1), 8, KIB(64), DT_SHM_SPLIT, KIB(64), false},
         /* The ranks may read each other's memory: from 512 KiB, straight from their buffers. */
         {KIB(512) - 4, 2, MIB(1), DT_SHM_FLAT, KIB(256), true},
-        {KIB(512), 2, MIB(1), DT_SHM_CMA, KIB(128), true},
-        {MIB(256), 2, MIB(1), DT_SHM_CMA, KIB(128), true},
+        {KIB(512), 2, MIB(1), DT_SHM_CMA, KIB(512), true},
+        {MIB(256), 2, MIB(1), DT_SHM_CMA, KIB(512), true},
         {KIB(512) - 4, 4, MIB(1), DT_SHM_SPLIT, KIB(256), true},
-        {KIB(512), 4, MIB(1), DT_SHM_CMA, KIB(128), true},
-        {MIB(4), 64, KIB(256), DT_SHM_CMA, KIB(128), true},
+        {KIB(512), 4, MIB(1), DT_SHM_CMA, KIB(512), true},
+        {KIB(512), 8, MIB(1), DT_SHM_CMA, KIB(256), true}, /* 2 MiB of temporaries in all */
+        {MIB(4), 64, KIB(256), DT_SHM_CMA, KIB(64), true},
         {MIB(4), 1, MIB(1), DT_SHM_FLAT, KIB(256), true}, /* alone: nothing to read */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
