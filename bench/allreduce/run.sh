@@ -14,8 +14,10 @@
 # programs runs on core r (mpirun --map-by core --bind-to core, taskset for
 # dtrain: mpirun's own default binds to sockets from 3 ranks up); when
 # oversubscribed, or with BENCH_BIND=0, neither is bound (--bind-to none).
+# Each configuration also runs dtrain in float16 and bfloat16 against OpenMPI's float32
+# on the same bytes (OpenMPI 4.1 has no half-precision reduction); BENCH_HALF=0 skips it.
 # Env: BENCH_SIZES (default 4K..256M), BENCH_RANKS (default "2 4"), BENCH_REPS,
-# BENCH_BIND (default 1).
+# BENCH_BIND (default 1), BENCH_HALF (default 1).
 set -euo pipefail
 build=${KD_BUILD:?KD_BUILD must point at the build dir}
 src=${KD_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -23,6 +25,7 @@ sizes=${BENCH_SIZES:-4K..256M}
 ranks=${BENCH_RANKS:-2 4}
 reps=${BENCH_REPS:-5}
 bind=${BENCH_BIND:-1}
+half=${BENCH_HALF:-1}
 ncpu=$(nproc)
 lo=${sizes%%..*}
 hi=${sizes##*..}
@@ -37,15 +40,15 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 pinned() { [ "$bind" != 0 ] && [ "$1" -le "$ncpu" ]; } # np
 
-run_dtrain() { # np transport file
-    local np=$1 tr=$2 f=$3 port pids=()
+run_dtrain() { # np transport file [dtype]
+    local np=$1 tr=$2 f=$3 dt=${4:-float32} port pids=()
     port=$(free_port)
     for ((r = 0; r < np; r++)); do
         local pin=()
         if pinned "$np"; then pin=(taskset -c "$r"); fi
         RANK=$r LOCAL_RANK=$r WORLD_SIZE=$np LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 \
         MASTER_PORT=$port KDET_RUN_ID=bench KDET_LOG_LEVEL=warn \
-            "${pin[@]}" "$build/bin/dtrain" bench allreduce --size "$sizes" --transport "$tr" --reps "$reps" \
+            "${pin[@]}" "$build/bin/dtrain" bench allreduce --size "$sizes" --transport "$tr" --reps "$reps" --dtype "$dt" \
             > "$f.$r" 2>&1 &
         pids+=($!)
     done
@@ -86,6 +89,23 @@ for setting in shm tcp; do
         lat4k=$(awk '$1 == "4K" { printf "OpenMPI %.1f us, dtrain %.1f us", $2, $4 }' "$out/joined")
         summary+=("$setting np=$np: lowest ratio at >= 16 KiB: $worst; 4 KiB latency: ${lat4k:-n/a}; load $load_before -> $(load1)")
         echo
+        if [ "$half" != 0 ]; then
+            # OpenMPI 4.1 reduces no half-precision type: the anchor is its float32 on the same
+            # bytes (twice the elements of a float16 or bfloat16 message).
+            echo "== the same in float16 and bfloat16 (dtrain), against OpenMPI's float32 on the same bytes"
+            echo "   running dtrain float16, bfloat16 ..." >&2
+            run_dtrain "$np" $setting "$out/h16" float16
+            run_dtrain "$np" $setting "$out/b16" bfloat16
+            printf '%8s %12s %12s %8s %12s %8s\n' size mpi_f32_GBps f16_GBps ratio bf16_GBps ratio
+            paste "$out/mpi" "$out/h16" "$out/b16" | awk '{ a = ($4 > 0) ? $8 / $4 : 0; b = ($4 > 0) ? $12 / $4 : 0;
+                printf "%8s %12.3f %12.3f %8.2f %12.3f %8.2f\n", $1, $4, $8, a, $12, b }' | tee "$out/half"
+            hworst=$(awk '{ s = $1; m = 1; if (s ~ /M$/) m = 1048576; else if (s ~ /K$/) m = 1024;
+                           b = s + 0; if (b * m >= 16384) { for (c = 4; c <= 6; c += 2)
+                           if (min == "" || $c < min) { min = $c; at = s } } }
+                         END { print (min == "" ? "n/a" : min " (at " at ")") }' "$out/half")
+            summary+=("$setting np=$np float16/bfloat16 vs OpenMPI float32 on the same bytes: lowest ratio at >= 16 KiB: $hworst")
+            echo
+        fi
     done
 done
 echo "== summary (ratio = dtrain algbw / OpenMPI algbw; goal >= 1.0 at >= 16 KiB)"
