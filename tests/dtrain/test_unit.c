@@ -129,6 +129,46 @@ static void test_reduce_multi_three_operand(void **s)
 #define KIB(n) ((size_t)(n) << 10)
 #define MIB(n) ((size_t)(n) << 20)
 
+/*
+ * The bfloat16 sum's block loops give the bits of the element-by-element rule
+ * (widen, add in rank order in float32, round once; pairwise: round each add),
+ * NaN, infinities, subnormals and ties included, with the destination aliasing a source.
+ */
+static void test_bf16_sum_bits(void **s)
+{
+    (void)s;
+    enum { N = 1000, SRC = 3 };
+    static uint16_t in[SRC][N], want_multi[N], want_pair[N], got[N];
+    static const uint16_t special[] = {0x7fc0, 0xffc1, 0x7f80, 0xff80, 0x0001, 0x8001,
+                                       0x0000, 0x8000, 0x7f7f, 0x3f81, 0xbf80, 0x4000};
+    uint32_t x = 2463534242u;
+    for (int k = 0; k < SRC; k++)
+        for (int i = 0; i < N; i++) {
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+            in[k][i] = i % 50 < 12 && k == i % 3 ? special[i % 50] : (uint16_t)x;
+        }
+    for (int i = 0; i < N; i++) {
+        float m = dt_bf16_to_f32(in[0][i]);
+        for (int k = 1; k < SRC; k++)
+            m += dt_bf16_to_f32(in[k][i]);
+        want_multi[i] = dt_f32_to_bf16(m);
+        want_pair[i] = dt_f32_to_bf16(dt_bf16_to_f32(in[0][i]) + dt_bf16_to_f32(in[1][i]));
+    }
+    const void *srcs[SRC] = {in[0], in[1], in[2]};
+    for (enum dtrain_op op = DTRAIN_SUM; op <= DTRAIN_AVG; op++) {
+        dt_reduce_multi(got, srcs, SRC, N, DTRAIN_BFLOAT16, op);
+        assert_memory_equal(got, want_multi, sizeof(got));
+        memcpy(got, in[0], sizeof(got));
+        dt_reduce(got, in[1], N, DTRAIN_BFLOAT16, op);
+        assert_memory_equal(got, want_pair, sizeof(got));
+        /* In place: the destination is the first source. */
+        memcpy(got, in[0], sizeof(got));
+        const void *alias[SRC] = {got, in[1], in[2]};
+        dt_reduce_multi(got, alias, SRC, N, DTRAIN_BFLOAT16, op);
+        assert_memory_equal(got, want_multi, sizeof(got));
+    }
+}
+
 static void test_shm_plan_table(void **s)
 {
     (void)s;
@@ -377,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_reduce_kernels),
         cmocka_unit_test(test_copy_any_alignment),
         cmocka_unit_test(test_reduce_multi_three_operand),
+        cmocka_unit_test(test_bf16_sum_bits),
         cmocka_unit_test(test_shm_plan_table),
         cmocka_unit_test(test_tcp_plan_table),
         cmocka_unit_test(test_wait_policy_table),
