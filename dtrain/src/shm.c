@@ -437,10 +437,12 @@ static int cma_read(struct dtrain *h, struct shm *s, int j, void *local, uint64_
             int e = n < 0 ? errno : EIO;
             if (e == EINTR)
                 continue;
+            char what[160];
+            snprintf(what, sizeof(what), "allreduce: cannot read its buffer: %s", strerror(e));
+            if (e == ESRCH) /* gone: the chief's word on it names it best; wait a moment for it */
+                return dt_peer_failed(h, j, what, 1000);
             int rc = dt_check_dead(h);
-            return rc < 0 ? rc
-                          : dt_err(h, -e, "allreduce: cannot read rank %d's buffer: %s", j,
-                                   strerror(e));
+            return rc < 0 ? rc : dt_err(h, -e, "rank %d: %s", j, what);
         }
         local = (char *)local + n;
         remote += (uint64_t)n;
