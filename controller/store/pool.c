@@ -26,6 +26,7 @@ struct kd_pool {
     bool *busy;
     int64_t next_try_ms; /* monotonic; no connect attempt before this */
     int backoff_ms;
+    int failures; /* connect failures in a row */
     char last_err[256];
 };
 
@@ -251,6 +252,18 @@ int kd_pool_get(struct kd_pool *p, PGconn **out, char *err)
         goto out;
     }
     int64_t now = kd_mono_ms();
+    /*
+     * One failure alone is often the server ending a connection as it was made
+     * (a terminated backend, a restart finishing): wait out the first, short
+     * back-off if the caller's wait allows. After two in a row, fail fast.
+     */
+    if (now < p->next_try_ms && p->failures == 1 && p->next_try_ms - now <= p->o.wait_ms) {
+        int64_t ms = p->next_try_ms - now;
+        pthread_mutex_unlock(&p->mu);
+        kd_sleep_ms(ms);
+        pthread_mutex_lock(&p->mu);
+        now = kd_mono_ms();
+    }
     if (now < p->next_try_ms) {
         rc = kd_seterr(err, KD_ECONNECT, "database unreachable, next attempt in %lld ms: %s",
                        (long long)(p->next_try_ms - now), p->last_err);
@@ -267,6 +280,7 @@ int kd_pool_get(struct kd_pool *p, PGconn **out, char *err)
     if (rc != 0) {
         bool first = p->backoff_ms == p->o.backoff_min_ms;
         kd_strlcpy(p->last_err, cerr, sizeof(p->last_err));
+        p->failures++;
         p->next_try_ms = kd_mono_ms() + p->backoff_ms;
         p->backoff_ms =
             p->backoff_ms * 2 > p->o.backoff_max_ms ? p->o.backoff_max_ms : p->backoff_ms * 2;
@@ -280,6 +294,7 @@ int kd_pool_get(struct kd_pool *p, PGconn **out, char *err)
     if (p->backoff_ms != p->o.backoff_min_ms)
         KD_INFO("database connection restored");
     p->backoff_ms = p->o.backoff_min_ms;
+    p->failures = 0;
     p->next_try_ms = 0;
     p->conns[slot] = c;
     *out = c;

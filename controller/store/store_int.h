@@ -37,7 +37,9 @@ void kd_pool_close(struct kd_pool *p);
 /**
  * Check a connection out, connecting (or reconnecting) when needed. Blocks
  * up to the pool's wait for a free slot (KD_ETIMEDOUT); KD_ECONNECT when
- * the server cannot be reached or the pool is backing off after a failure.
+ * the server cannot be reached or the pool is backing off after failures.
+ * After a single failed connect the caller waits out the first back-off
+ * (when its wait allows) and tries again; after two in a row it fails fast.
  */
 int kd_pool_get(struct kd_pool *p, PGconn **out, char *err) KD_WUR;
 

@@ -218,12 +218,55 @@ static void hung_server(void **state)
     kd_store_close(s);
 }
 
+/* One failed connect alone (a backend ended as it was made) is waited out within the caller's
+ * wait; two in a row make the pool fail fast until its back-off passes. */
+static void one_failure_waited_out(void **state)
+{
+    (void)state;
+    char ci[512], admin[512], sql[256], err[KD_ERRLEN] = "";
+    fx_newdb(ci, sizeof(ci));
+    const char *db = strstr(ci, "dbname=");
+    assert_non_null(db);
+    char name[64];
+    snprintf(name, sizeof(name), "%.*s", (int)strcspn(db + 7, " "), db + 7);
+    PGconn *a = fx_conn(kd_pg_conninfo(&fx_pg, "postgres", admin, sizeof(admin)));
+    struct kd_pool_opts o = {ci, 2, 5000, 0, 300, 5000};
+    struct kd_pool *p = NULL;
+    PGconn *c = NULL;
+    assert_int_equal(kd_pool_open(&o, &p, err), 0);
+    snprintf(sql, sizeof(sql), "ALTER DATABASE %s ALLOW_CONNECTIONS false", name);
+    PQclear(PQexec(a, sql));
+    assert_int_equal(kd_pool_get(p, &c, err), KD_ECONNECT);
+    assert_null(strstr(err, "next attempt in"));
+    snprintf(sql, sizeof(sql), "ALTER DATABASE %s ALLOW_CONNECTIONS true", name);
+    PQclear(PQexec(a, sql));
+    /* Within the first back-off: the caller waits for it, then connects. */
+    if (kd_pool_get(p, &c, err) != 0)
+        fail_msg("after one failure: %s", err);
+    kd_pool_put(p, c);
+    kd_pool_close(p);
+
+    /* Two failures in a row: the third call is told when the next attempt is, at once. */
+    assert_int_equal(kd_pool_open(&o, &p, err), 0);
+    snprintf(sql, sizeof(sql), "ALTER DATABASE %s ALLOW_CONNECTIONS false", name);
+    PQclear(PQexec(a, sql));
+    assert_int_equal(kd_pool_get(p, &c, err), KD_ECONNECT);
+    assert_int_equal(kd_pool_get(p, &c, err), KD_ECONNECT);
+    assert_null(strstr(err, "next attempt in"));
+    assert_int_equal(kd_pool_get(p, &c, err), KD_ECONNECT);
+    assert_non_null(strstr(err, "next attempt in"));
+    assert_non_null(strstr(err, "not currently accepting connections"));
+    kd_pool_close(p);
+    PQfinish(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(concurrency_bounded),   cmocka_unit_test(reconnects_after_kill),
         cmocka_unit_test(statement_timeout),     cmocka_unit_test(pool_wait_bounded),
         cmocka_unit_test(unreachable_backs_off), cmocka_unit_test(hung_server),
+        cmocka_unit_test(one_failure_waited_out),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
