@@ -503,7 +503,7 @@ static int allreduce_cma(struct dtrain *h, struct shm *s, char *b, size_t count,
 int dt_shm_cma(const struct dtrain *h)
 {
     const struct shm *s = h->tp;
-    return s != NULL && strcmp(dtrain_transport_name((struct dtrain *)h), "shm") == 0 ? s->cma : 0;
+    return s != NULL && strcmp(dtrain_transport_name(h), "shm") == 0 ? s->cma : 0;
 }
 
 static int shm_allreduce(struct dtrain *h, void *buf, size_t count, enum dtrain_dtype dtype,

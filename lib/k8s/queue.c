@@ -28,6 +28,7 @@ struct item {
     size_t heap_idx;   /* position in the heap when due_ms != 0 */
     int failures;      /* for add_rate_limited */
     int64_t pace_ms;   /* not processed again before this kd_mono_ms (kd_k8s_queue_pace) */
+    bool expiring;     /* in the heap only until its pacing ends, then dropped */
     struct item *next; /* FIFO link */
     UT_hash_handle hh;
 };
@@ -132,9 +133,20 @@ static struct item *find(struct kd_k8s_queue *q, const char *key)
     return it;
 }
 
+/* An item touched again no longer waits in the heap only to be dropped. */
+static void claim(struct kd_k8s_queue *q, struct item *it)
+{
+    if (it->expiring) {
+        heap_remove(q, it);
+        it->expiring = false;
+    }
+}
+
 static struct item *find_or_make(struct kd_k8s_queue *q, const char *key)
 {
     struct item *it = find(q, key);
+    if (it != NULL)
+        claim(q, it);
     if (it == NULL) {
         it = kd_xcalloc(1, sizeof(*it));
         it->key = kd_xstrdup(key);
@@ -143,12 +155,21 @@ static struct item *find_or_make(struct kd_k8s_queue *q, const char *key)
     return it;
 }
 
-/* Drop an item that holds no state any more. */
+/*
+ * Drop an item that holds no state any more. One kept only for its pacing
+ * waits in the heap until the pacing ends and is dropped then, so that keys
+ * that are never touched again (deleted objects) do not stay for good.
+ */
 static void maybe_drop(struct kd_k8s_queue *q, struct item *it)
 {
-    if (it->dirty || it->processing || it->in_fifo || it->due_ms != 0 || it->failures != 0 ||
-        it->pace_ms > kd_mono_ms())
+    if (it->dirty || it->processing || it->in_fifo || it->due_ms != 0 || it->failures != 0)
         return;
+    if (!q->shutting_down && it->pace_ms > kd_mono_ms()) {
+        it->expiring = true;
+        it->due_ms = it->pace_ms;
+        heap_push(q, it);
+        return;
+    }
     HASH_DEL(q->items, it);
     free(it->key);
     free(it);
@@ -202,6 +223,11 @@ static int64_t promote_due(struct kd_k8s_queue *q)
     while (q->nheap > 0 && q->heap[0]->due_ms <= now) {
         struct item *it = q->heap[0];
         heap_remove(q, it);
+        if (it->expiring) {
+            it->expiring = false;
+            maybe_drop(q, it);
+            continue;
+        }
         add_locked(q, it);
     }
     return q->nheap > 0 ? q->heap[0]->due_ms - now : -1;
@@ -290,6 +316,15 @@ int kd_k8s_queue_num_requeues(struct kd_k8s_queue *q, const char *key)
     return n;
 }
 
+size_t kd_k8s_queue_tracked(struct kd_k8s_queue *q)
+{
+    pthread_mutex_lock(&q->lock);
+    promote_due(q);
+    size_t n = HASH_COUNT(q->items);
+    pthread_mutex_unlock(&q->lock);
+    return n;
+}
+
 size_t kd_k8s_queue_len(struct kd_k8s_queue *q)
 {
     pthread_mutex_lock(&q->lock);
@@ -367,8 +402,11 @@ void kd_k8s_queue_pace(struct kd_k8s_queue *q, const char *key, long ms)
 {
     pthread_mutex_lock(&q->lock);
     struct item *it = find(q, key);
-    if (it != NULL && ms > 0)
+    if (it != NULL && ms > 0) {
+        claim(q, it);
         it->pace_ms = kd_mono_ms() + ms;
+        maybe_drop(q, it); /* an idle item now waits out the new pacing */
+    }
     pthread_mutex_unlock(&q->lock);
 }
 

@@ -79,6 +79,9 @@ void kd_k8s_queue_forget(struct kd_k8s_queue *q, const char *key);
 /** Failures counted for key since the last forget. Thread-safe. */
 int kd_k8s_queue_num_requeues(struct kd_k8s_queue *q, const char *key);
 
+/** Keys the queue holds any state for (waiting, delayed, paced, failing). Thread-safe. */
+size_t kd_k8s_queue_tracked(struct kd_k8s_queue *q);
+
 /** Keys ready now (not counting delayed or in-process ones). Thread-safe. */
 size_t kd_k8s_queue_len(struct kd_k8s_queue *q);
 

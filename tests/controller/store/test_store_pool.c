@@ -263,9 +263,9 @@ static void one_failure_waited_out(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(concurrency_bounded),   cmocka_unit_test(reconnects_after_kill),
-        cmocka_unit_test(statement_timeout),     cmocka_unit_test(pool_wait_bounded),
-        cmocka_unit_test(unreachable_backs_off), cmocka_unit_test(hung_server),
+        cmocka_unit_test(concurrency_bounded),    cmocka_unit_test(reconnects_after_kill),
+        cmocka_unit_test(statement_timeout),      cmocka_unit_test(pool_wait_bounded),
+        cmocka_unit_test(unreachable_backs_off),  cmocka_unit_test(hung_server),
         cmocka_unit_test(one_failure_waited_out),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);

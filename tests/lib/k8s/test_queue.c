@@ -399,6 +399,36 @@ static void test_shutdown_wakes_getters(void **state)
     kd_k8s_queue_free(q);
 }
 
+/* A key kept only for its pacing is dropped when the pacing ends (a deleted object's key is
+ * never touched again), and one added meanwhile still gets its turn. */
+static void test_paced_key_dropped(void **state)
+{
+    (void)state;
+    struct kd_k8s_queue *q = kd_k8s_queue_new(NULL);
+    char *key = NULL;
+    kd_k8s_queue_add(q, "gone");
+    kd_k8s_queue_add(q, "back");
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(kd_k8s_queue_get(q, &key), 0);
+        kd_k8s_queue_pace(q, key, 500);
+        kd_k8s_queue_forget(q, key);
+        kd_k8s_queue_done(q, key);
+        free(key);
+    }
+    assert_int_equal(kd_k8s_queue_tracked(q), 2); /* both still paced */
+    kd_k8s_queue_add(q, "back");
+    assert_int_equal(kd_k8s_queue_len(q), 0); /* not before its pacing ends */
+    kd_sleep_ms(600);
+    assert_int_equal(kd_k8s_queue_len(q), 1);
+    assert_int_equal(kd_k8s_queue_tracked(q), 1); /* "gone" dropped, "back" waiting */
+    assert_int_equal(kd_k8s_queue_get(q, &key), 0);
+    assert_string_equal(key, "back");
+    kd_k8s_queue_done(q, key);
+    free(key);
+    assert_int_equal(kd_k8s_queue_tracked(q), 0);
+    kd_k8s_queue_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_shutdown_drains),
         cmocka_unit_test(test_shutdown_wakes_getters),
         cmocka_unit_test(test_pacing),
+        cmocka_unit_test(test_paced_key_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
