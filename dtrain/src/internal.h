@@ -169,6 +169,10 @@ uint16_t dt_f32_to_f16(float f);
 float dt_f16_to_f32(uint16_t h);
 uint16_t dt_f32_to_bf16(float f);
 float dt_bf16_to_f32(uint16_t h);
+/** Block conversions used by the half-precision kernels (bf: bfloat16, else float16); the
+ * same bits as the element functions above. */
+void dt_half_widen(float *restrict d, const uint16_t *restrict s, size_t n, bool bf);
+void dt_half_narrow(uint16_t *restrict d, const float *restrict s, size_t n, bool bf);
 
 /* ---- decisions (plan.c): pure functions, table-tested ---- */
 enum dt_shm_algo {

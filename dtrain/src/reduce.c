@@ -143,70 +143,150 @@ dt_copy(void *restrict dst, const void *restrict src, size_t bytes)
         memcpy(d + k, s + k, bytes - k * sizeof(dt_v16));
 }
 
-static float half_get(const uint16_t *p, size_t i, bool bf)
-{
-    return bf ? dt_bf16_to_f32(p[i]) : dt_f16_to_f32(p[i]);
-}
+/*
+ * Half-precision sums and averages, the common case of gradients, run in
+ * blocks: widen a block to float32, add the other sources into it, round
+ * it back. The conversions below are written without branches so the
+ * compiler turns the loops into vector code, and they give the bits of
+ * dt_f16_to_f32 / dt_f32_to_f16 / dt_f32_to_bf16 exactly (under the default
+ * round-to-nearest-even mode, which every float32 add here assumes too), so
+ * ranks agree whichever path each one takes.
+ */
+#define HALF_BLK 256
 
 /*
- * bfloat16 sums, the common case of gradients, in blocks the compiler turns
- * into vector code: widening is a shift, narrowing the same rounding as
- * dt_f32_to_bf16 written without a branch, so the bits equal the
- * element-by-element loops'.
+ * The block loops are also built for AVX2 (twice the lanes, per-lane shifts), chosen when
+ * the process starts by what the CPU has. Only integer operations and float32 adds and
+ * exact scalings run in them, so both builds give the same bits.
  */
-#define BF16_BLK 256
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__gnu_linux__)
+#define HALF_CLONES __attribute__((target_clones("default", "avx2")))
+#else
+#define HALF_CLONES
+#endif
 
-static inline float bf16_f32(uint16_t h)
+static inline float bits_f32(uint32_t x)
 {
-    uint32_t x = (uint32_t)h << 16;
     float f;
     memcpy(&f, &x, 4);
     return f;
 }
 
-static inline uint16_t f32_bf16(float f)
+static inline uint32_t f32_bits(float f)
 {
     uint32_t x;
     memcpy(&x, &f, 4);
+    return x;
+}
+
+static inline float bf16_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+static inline uint16_t f32_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
     uint32_t nan = (uint32_t)((x & 0x7fffffffu) > 0x7f800000u);
     uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
     return (uint16_t)(nan ? (x >> 16) | 0x40u : rounded);
 }
 
-/* d = round(sum in rank order of srcs), accumulated in float32. */
-static void multi_bf16_sum(uint16_t *d, const void *const *srcs, int nsrc, size_t n)
+static inline float f16_f32(uint16_t h)
 {
-    float acc[BF16_BLK];
-    for (size_t off = 0; off < n; off += BF16_BLK) {
-        size_t m = n - off < BF16_BLK ? n - off : BF16_BLK;
-        const uint16_t *s0 = (const uint16_t *)srcs[0] + off;
-        for (size_t i = 0; i < m; i++)
-            acc[i] = bf16_f32(s0[i]);
-        for (int k = 1; k < nsrc; k++) {
-            const uint16_t *sk = (const uint16_t *)srcs[k] + off;
-            for (size_t i = 0; i < m; i++)
-                acc[i] += bf16_f32(sk[i]);
-        }
-        for (size_t i = 0; i < m; i++)
-            d[off + i] = f32_bf16(acc[i]);
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;
+    /* Subnormal: an integer count of 2^-24, converted exactly (no float32 subnormal on the
+     * way, so flush-to-zero modes cannot change it). */
+    uint32_t sub = f32_bits((float)(int32_t)em * 0x1p-24f);
+    uint32_t norm = (em << 13) + ((127u - 15u) << 23);
+    uint32_t infnan = (em << 13) | 0x7f800000u;
+    /* Selected with masks, not branches, so that the loops vectorise. */
+    uint32_t is_sub = 0u - (uint32_t)(em < 0x400u), is_top = 0u - (uint32_t)(em >= 0x7c00u);
+    return bits_f32(sign | (sub & is_sub) | (infnan & is_top) | (norm & ~(is_sub | is_top)));
+}
+
+static inline uint16_t f32_f16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t a = x & 0x7fffffffu;
+    /* Below 2^-14 the result is subnormal: scale to units of 2^-24 and round to an integer
+     * (adding and taking away 2^23 rounds to nearest even). Only such values are scaled. */
+    float t = bits_f32(a & (0u - (uint32_t)(a < 0x38800000u))) * 0x1p24f;
+    t = (t + 0x1p23f) - 0x1p23f;
+    uint32_t sub = (uint32_t)(int32_t)t;
+    /* Normal: rebias the exponent and round the 13 bits dropped to nearest even; a carry
+     * into the exponent is right, up to infinity. */
+    uint32_t r = a - ((127u - 15u) << 23);
+    uint32_t norm = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
+    uint32_t is_nan = 0u - (uint32_t)(a > 0x7f800000u);
+    uint32_t is_big = 0u - (uint32_t)(a >= 0x47800000u); /* infinity, NaN included */
+    uint32_t is_norm = (0u - (uint32_t)(a >= 0x38800000u)) & ~is_big;
+    uint32_t is_sub = ~(is_big | is_norm);
+    uint32_t h = (0x7c00u & is_big) | (0x200u & is_nan) | (norm & is_norm) | (sub & is_sub);
+    return (uint16_t)(sign | h);
+}
+
+HALF_CLONES void dt_half_widen(float *restrict d, const uint16_t *restrict s, size_t n, bool bf)
+{
+    if (bf)
+        for (size_t i = 0; i < n; i++)
+            d[i] = bf16_f32(s[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            d[i] = f16_f32(s[i]);
+}
+
+HALF_CLONES static void half_add_widened(float *restrict d, const uint16_t *restrict s, size_t n,
+                                         bool bf)
+{
+    if (bf)
+        for (size_t i = 0; i < n; i++)
+            d[i] += bf16_f32(s[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            d[i] += f16_f32(s[i]);
+}
+
+HALF_CLONES void dt_half_narrow(uint16_t *restrict d, const float *restrict s, size_t n, bool bf)
+{
+    if (bf)
+        for (size_t i = 0; i < n; i++)
+            d[i] = f32_bf16(s[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            d[i] = f32_f16(s[i]);
+}
+
+/* d = round(sum in source order of srcs), accumulated in float32; d may be srcs[0]. */
+static void multi_half_sum(uint16_t *d, const void *const *srcs, int nsrc, size_t n, bool bf)
+{
+    float acc[HALF_BLK];
+    for (size_t off = 0; off < n; off += HALF_BLK) {
+        size_t m = n - off < HALF_BLK ? n - off : HALF_BLK;
+        dt_half_widen(acc, (const uint16_t *)srcs[0] + off, m, bf);
+        for (int k = 1; k < nsrc; k++)
+            half_add_widened(acc, (const uint16_t *)srcs[k] + off, m, bf);
+        dt_half_narrow(d + off, acc, m, bf);
     }
+}
+
+static float half_get(const uint16_t *p, size_t i, bool bf)
+{
+    return bf ? dt_bf16_to_f32(p[i]) : dt_f16_to_f32(p[i]);
 }
 
 static void reduce_half(uint16_t *d, const uint16_t *s, size_t n, enum dtrain_op op, bool bf)
 {
-    if (bf && op != DTRAIN_MIN && op != DTRAIN_MAX) {
-        for (size_t i = 0; i < n; i++)
-            d[i] = f32_bf16(bf16_f32(d[i]) + bf16_f32(s[i]));
+    if (op != DTRAIN_MIN && op != DTRAIN_MAX) {
+        const void *srcs[2] = {d, s};
+        multi_half_sum(d, srcs, 2, n, bf);
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        float a = half_get(d, i, bf), b = half_get(s, i, bf), r;
-        if (op == DTRAIN_MIN)
-            r = OP_MIN(a, b);
-        else if (op == DTRAIN_MAX)
-            r = OP_MAX(a, b);
-        else
-            r = a + b;
+        float a = half_get(d, i, bf), b = half_get(s, i, bf);
+        float r = op == DTRAIN_MIN ? OP_MIN(a, b) : OP_MAX(a, b);
         d[i] = bf ? dt_f32_to_bf16(r) : dt_f32_to_f16(r);
     }
 }
@@ -247,15 +327,15 @@ static void reduce3(void *dst, const void *a, const void *b, size_t n, enum dtra
 static void multi_half(uint16_t *d, const void *const *srcs, int nsrc, size_t n, enum dtrain_op op,
                        bool bf)
 {
-    if (bf && op != DTRAIN_MIN && op != DTRAIN_MAX) {
-        multi_bf16_sum(d, srcs, nsrc, n);
+    if (op != DTRAIN_MIN && op != DTRAIN_MAX) {
+        multi_half_sum(d, srcs, nsrc, n, bf);
         return;
     }
     for (size_t i = 0; i < n; i++) {
         float r = half_get(srcs[0], i, bf);
         for (int k = 1; k < nsrc; k++) {
             float b = half_get(srcs[k], i, bf);
-            r = op == DTRAIN_MIN ? OP_MIN(r, b) : op == DTRAIN_MAX ? OP_MAX(r, b) : r + b;
+            r = op == DTRAIN_MIN ? OP_MIN(r, b) : OP_MAX(r, b);
         }
         d[i] = bf ? dt_f32_to_bf16(r) : dt_f32_to_f16(r);
     }
@@ -318,9 +398,13 @@ void dt_scale_avg(void *buf, size_t n, enum dtrain_dtype t, int world)
     case DTRAIN_BFLOAT16: {
         uint16_t *p = buf;
         bool bf = t == DTRAIN_BFLOAT16;
-        for (size_t i = 0; i < n; i++) {
-            float v = half_get(p, i, bf) / (float)world;
-            p[i] = bf ? dt_f32_to_bf16(v) : dt_f32_to_f16(v);
+        float acc[HALF_BLK], w = (float)world;
+        for (size_t off = 0; off < n; off += HALF_BLK) {
+            size_t m = n - off < HALF_BLK ? n - off : HALF_BLK;
+            dt_half_widen(acc, p + off, m, bf);
+            for (size_t i = 0; i < m; i++)
+                acc[i] /= w;
+            dt_half_narrow(p + off, acc, m, bf);
         }
         break;
     }

@@ -130,42 +130,137 @@ static void test_reduce_multi_three_operand(void **s)
 #define MIB(n) ((size_t)(n) << 20)
 
 /*
- * The bfloat16 sum's block loops give the bits of the element-by-element rule
- * (widen, add in rank order in float32, round once; pairwise: round each add),
- * NaN, infinities, subnormals and ties included, with the destination aliasing a source.
+ * The half-precision sums' block loops give the bits of the element-by-element rule
+ * (widen, add in rank order in float32, round once; pairwise: round each add; average:
+ * divide, round), NaN, infinities, subnormals and ties included, with the destination
+ * aliasing a source. Both bfloat16 and float16.
  */
-static void test_bf16_sum_bits(void **s)
+static bool half_nan(uint16_t h, bool bf)
+{
+    return bf ? (h & 0x7fffu) > 0x7f80u : (h & 0x7fffu) > 0x7c00u;
+}
+
+/* Equal bits, except that a NaN's sign is whichever operand's the hardware kept. */
+static void half_equal(const uint16_t *got, const uint16_t *want, size_t n, bool bf,
+                       const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i] && !(half_nan(got[i], bf) && half_nan(want[i], bf) &&
+                                   (got[i] & 0x7fffu) == (want[i] & 0x7fffu)))
+            fail_msg("%s %s [%zu]: got %04x, element rule %04x", bf ? "bfloat16" : "float16", what,
+                     i, got[i], want[i]);
+}
+
+static void test_half_sum_bits(void **s)
 {
     (void)s;
     enum { N = 1000, SRC = 3 };
-    static uint16_t in[SRC][N], want_multi[N], want_pair[N], got[N];
-    static const uint16_t special[] = {0x7fc0, 0xffc1, 0x7f80, 0xff80, 0x0001, 0x8001,
-                                       0x0000, 0x8000, 0x7f7f, 0x3f81, 0xbf80, 0x4000};
-    uint32_t x = 2463534242u;
-    for (int k = 0; k < SRC; k++)
+    static uint16_t in[SRC][N], want_multi[N], want_pair[N], want_avg[N], got[N];
+    static const uint16_t special_bf[] = {0x7fc0, 0xffc1, 0x7f80, 0xff80, 0x0001, 0x8001,
+                                          0x0000, 0x8000, 0x7f7f, 0x3f81, 0xbf80, 0x4000};
+    static const uint16_t special_f16[] = {0x7e00, 0xfe01, 0x7c00, 0xfc00, 0x0001, 0x8001,
+                                           0x0000, 0x8000, 0x7bff, 0x3c01, 0xbc00, 0x03ff};
+    for (int bf = 0; bf <= 1; bf++) {
+        enum dtrain_dtype t = bf ? DTRAIN_BFLOAT16 : DTRAIN_FLOAT16;
+        const uint16_t *special = bf ? special_bf : special_f16;
+        float (*widen)(uint16_t) = bf ? dt_bf16_to_f32 : dt_f16_to_f32;
+        uint16_t (*narrow)(float) = bf ? dt_f32_to_bf16 : dt_f32_to_f16;
+        uint32_t x = 2463534242u;
+        for (int k = 0; k < SRC; k++)
+            for (int i = 0; i < N; i++) {
+                x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+                in[k][i] = i % 50 < 12 && k == i % 3 ? special[i % 50] : (uint16_t)x;
+            }
         for (int i = 0; i < N; i++) {
-            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-            in[k][i] = i % 50 < 12 && k == i % 3 ? special[i % 50] : (uint16_t)x;
+            float m = widen(in[0][i]);
+            for (int k = 1; k < SRC; k++)
+                m += widen(in[k][i]);
+            want_multi[i] = narrow(m);
+            want_pair[i] = narrow(widen(in[0][i]) + widen(in[1][i]));
+            want_avg[i] = narrow(widen(in[0][i]) / 3.0f);
         }
-    for (int i = 0; i < N; i++) {
-        float m = dt_bf16_to_f32(in[0][i]);
-        for (int k = 1; k < SRC; k++)
-            m += dt_bf16_to_f32(in[k][i]);
-        want_multi[i] = dt_f32_to_bf16(m);
-        want_pair[i] = dt_f32_to_bf16(dt_bf16_to_f32(in[0][i]) + dt_bf16_to_f32(in[1][i]));
+        const void *srcs[SRC] = {in[0], in[1], in[2]};
+        for (enum dtrain_op op = DTRAIN_SUM; op <= DTRAIN_AVG; op++) {
+            dt_reduce_multi(got, srcs, SRC, N, t, op);
+            half_equal(got, want_multi, N, bf, "sum");
+            memcpy(got, in[0], sizeof(got));
+            dt_reduce(got, in[1], N, t, op);
+            half_equal(got, want_pair, N, bf, "pairwise sum");
+            /* In place: the destination is the first source. */
+            memcpy(got, in[0], sizeof(got));
+            const void *alias[SRC] = {got, in[1], in[2]};
+            dt_reduce_multi(got, alias, SRC, N, t, op);
+            half_equal(got, want_multi, N, bf, "sum in place");
+        }
+        memcpy(got, in[0], sizeof(got));
+        dt_scale_avg(got, N, t, 3);
+        half_equal(got, want_avg, N, bf, "average");
     }
-    const void *srcs[SRC] = {in[0], in[1], in[2]};
-    for (enum dtrain_op op = DTRAIN_SUM; op <= DTRAIN_AVG; op++) {
-        dt_reduce_multi(got, srcs, SRC, N, DTRAIN_BFLOAT16, op);
-        assert_memory_equal(got, want_multi, sizeof(got));
-        memcpy(got, in[0], sizeof(got));
-        dt_reduce(got, in[1], N, DTRAIN_BFLOAT16, op);
-        assert_memory_equal(got, want_pair, sizeof(got));
-        /* In place: the destination is the first source. */
-        memcpy(got, in[0], sizeof(got));
-        const void *alias[SRC] = {got, in[1], in[2]};
-        dt_reduce_multi(got, alias, SRC, N, DTRAIN_BFLOAT16, op);
-        assert_memory_equal(got, want_multi, sizeof(got));
+}
+
+/* Checks n float32 values through the block conversion against dt_f32_to_f16. */
+static void narrow_check(const uint32_t *bits, size_t n)
+{
+    static float f[4096];
+    static uint16_t got[4096];
+    assert_true(n <= 4096);
+    memcpy(f, bits, n * 4);
+    dt_half_narrow(got, f, n, false);
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != dt_f32_to_f16(f[i]))
+            fail_msg("float32 %08x: block %04x, element rule %04x", bits[i], got[i],
+                     dt_f32_to_f16(f[i]));
+}
+
+/*
+ * The float16 block conversions against the element functions: every float16 value
+ * widened; narrowed, every float32 whose rounding matters (each exponent from below the
+ * subnormals to past the largest float16, every kept mantissa with the round bit, with no,
+ * one and all sticky bits), infinities, NaNs, and random values.
+ */
+static void test_f16_block_bits(void **s)
+{
+    (void)s;
+    static uint16_t h[65536];
+    static float w[65536];
+    for (int i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i;
+    dt_half_widen(w, h, 65536, false);
+    for (int i = 0; i < 65536; i++) {
+        float e = dt_f16_to_f32((uint16_t)i);
+        if (memcmp(&w[i], &e, 4) != 0)
+            fail_msg("float16 %04x widened differently", i);
+    }
+    static uint32_t b[4096];
+    size_t n = 0;
+    for (uint32_t sign = 0; sign <= 1; sign++)
+        for (uint32_t exp = 100; exp <= 145; exp++)
+            for (uint32_t top = 0; top < 4096; top++) {
+                /* top: mantissa bits 22..11 (kept bits, round bit and the first sticky
+                 * bit for every exponent that rounds to a float16) */
+                static const uint32_t low[] = {0, 1, 0x7ff};
+                for (int l = 0; l < 3; l++) {
+                    b[n++] = sign << 31 | exp << 23 | top << 11 | low[l];
+                    if (n == 4096) {
+                        narrow_check(b, n);
+                        n = 0;
+                    }
+                }
+            }
+    static const uint32_t special[] = {0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001,
+                                       0x7f800001, 0x00000001, 0x80000000, 0x477fefff,
+                                       0x477ff000, 0x477fffff, 0x47800000, 0x38800000,
+                                       0x387fffff, 0x33000000, 0x33000001, 0x7f7fffff};
+    for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); i++)
+        b[n++] = special[i];
+    narrow_check(b, n);
+    uint32_t x = 88172645u;
+    for (int r = 0; r < 256; r++) {
+        for (int i = 0; i < 4096; i++) {
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+            b[i] = x;
+        }
+        narrow_check(b, 4096);
     }
 }
 
@@ -417,7 +512,8 @@ int main(void)
         cmocka_unit_test(test_reduce_kernels),
         cmocka_unit_test(test_copy_any_alignment),
         cmocka_unit_test(test_reduce_multi_three_operand),
-        cmocka_unit_test(test_bf16_sum_bits),
+        cmocka_unit_test(test_half_sum_bits),
+        cmocka_unit_test(test_f16_block_bits),
         cmocka_unit_test(test_shm_plan_table),
         cmocka_unit_test(test_tcp_plan_table),
         cmocka_unit_test(test_wait_policy_table),
