@@ -233,10 +233,16 @@ static void launch(struct dtrain *h, struct dt_bucket *b)
     } else if (h->o.fp16_compression) {
         /* scale first so the float16 sum cannot overflow where the average would not */
         uint16_t *p = b->fuse;
-        float inv = 1.0f / (float)h->world;
+        float inv = 1.0f / (float)h->world, tmp[256];
         for (int i = b->first; i <= b->last; i++) {
-            for (size_t k = 0; k < h->grads[i].count; k++)
-                *p++ = dt_f32_to_f16(h->grads[i].buf[k] * inv);
+            const float *g = h->grads[i].buf;
+            for (size_t k = 0, n = h->grads[i].count; k < n; k += 256) {
+                size_t m = n - k < 256 ? n - k : 256;
+                for (size_t j = 0; j < m; j++)
+                    tmp[j] = g[k + j] * inv;
+                dt_half_narrow(p, tmp, m, false);
+                p += m;
+            }
         }
         r->buf = b->fuse;
         r->dtype = DTRAIN_FLOAT16;
@@ -263,9 +269,10 @@ static void unpack(struct dtrain *h, struct dt_bucket *b)
         return;
     if (h->o.fp16_compression) {
         const uint16_t *p = b->fuse;
-        for (int i = b->first; i <= b->last; i++)
-            for (size_t k = 0; k < h->grads[i].count; k++)
-                h->grads[i].buf[k] = dt_f16_to_f32(*p++);
+        for (int i = b->first; i <= b->last; i++) {
+            dt_half_widen(h->grads[i].buf, p, h->grads[i].count, false);
+            p += h->grads[i].count;
+        }
         return;
     }
     const char *p = b->fuse;
