@@ -151,9 +151,52 @@ static void half_equal(const uint16_t *got, const uint16_t *want, size_t n, bool
                      i, got[i], want[i]);
 }
 
+/*
+ * The float16 paths a test runs: the portable loops, and the CPU's conversions where it has
+ * them; each with the default floating-point modes and with flush-to-zero and
+ * denormals-are-zero set (MXCSR on x86-64), which must not change a bit.
+ */
+static int half_paths(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 4 : 2;
+#else
+    return 1;
+#endif
+}
+
+static void half_path_enter(int path)
+{
+    dt_half_hw_set(path / 2);
+#if defined(__x86_64__)
+    unsigned csr;
+    __asm__ volatile("stmxcsr %0" : "=m"(csr));
+    csr = path % 2 ? csr | 0x8040u : csr & ~0x8040u; /* FTZ | DAZ */
+    __asm__ volatile("ldmxcsr %0" : : "m"(csr));
+#endif
+}
+
+static void half_path_leave(void)
+{
+    half_path_enter(0);
+    dt_half_hw_set(-1);
+}
+
+static void half_sum_bits_once(void);
+
 static void test_half_sum_bits(void **s)
 {
     (void)s;
+    for (int path = 0; path < half_paths(); path++) {
+        half_path_enter(path);
+        half_sum_bits_once();
+        half_path_leave();
+    }
+}
+
+static void half_sum_bits_once(void)
+{
     enum { N = 1000, SRC = 3 };
     static uint16_t in[SRC][N], want_multi[N], want_pair[N], want_avg[N], got[N];
     static const uint16_t special_bf[] = {0x7fc0, 0xffc1, 0x7f80, 0xff80, 0x0001, 0x8001,
@@ -218,9 +261,20 @@ static void narrow_check(const uint32_t *bits, size_t n)
  * subnormals to past the largest float16, every kept mantissa with the round bit, with no,
  * one and all sticky bits), infinities, NaNs, and random values.
  */
+static void f16_block_bits_once(void);
+
 static void test_f16_block_bits(void **s)
 {
     (void)s;
+    for (int path = 0; path < half_paths(); path++) {
+        half_path_enter(path);
+        f16_block_bits_once();
+        half_path_leave();
+    }
+}
+
+static void f16_block_bits_once(void)
+{
     static uint16_t h[65536];
     static float w[65536];
     for (int i = 0; i < 65536; i++)
