@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -30,6 +31,7 @@
 #include "../../local/store.h"
 #include "core/buf.h"
 #include "core/log.h"
+#include "core/time.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -43,7 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define RESTART_EVERY 4096
 #define HEALTH_EVERY 64
 #define READ_WAIT_MS 300
-#define FIRST_BYTE_MS 20000
+#define FIRST_BYTE_CPU_MS 5000
+#define FIRST_BYTE_WALL_MS 60000
 
 static struct kd_store *store;
 static struct kd_api *api;
@@ -69,6 +72,17 @@ static void start_server(void)
     port = kd_local_api_port(api);
 }
 
+/* How the last exchange ended: the server closed (else a pause or a limit), and after how long. */
+static bool exchange_closed;
+static int64_t exchange_ms;
+
+static int64_t process_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Send one connection's bytes, half-close, and read the answer (until close or a pause). */
 static void exchange(const uint8_t *data, size_t size, struct kd_buf *out)
 {
@@ -87,16 +101,25 @@ static void exchange(const uint8_t *data, size_t size, struct kd_buf *out)
         off += (size_t)n;
     }
     shutdown(fd, SHUT_WR);
-    /* The pause ends a stream once it has begun; the first byte may take longer when the
-     * fuzzer shares the machine (niced, or paused), up to FIRST_BYTE_MS. */
-    for (int waited = 0;;) {
+    /*
+     * The pause ends a stream once it has begun. The first byte may take longer when the
+     * fuzzer shares the machine (niced, or stopped): it is waited for until this process
+     * (the server's threads are in it) has spent FIRST_BYTE_CPU_MS of CPU time on it, or
+     * FIRST_BYTE_WALL_MS have passed, whichever comes first.
+     */
+    int64_t cpu0 = process_cpu_ms(), wall0 = kd_mono_ms();
+    exchange_closed = false;
+    for (;;) {
         ssize_t n = recv(fd, buf, sizeof(buf), 0);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && out->len == 0 &&
-            (waited += READ_WAIT_MS) < FIRST_BYTE_MS)
+            process_cpu_ms() - cpu0 < FIRST_BYTE_CPU_MS &&
+            kd_mono_ms() - wall0 < FIRST_BYTE_WALL_MS)
             continue;
+        exchange_closed = n == 0;
         if (n <= 0 || kd_buf_append(out, buf, (size_t)n) != 0)
             break; /* closed, or a stream paused (watch), or 8 MiB read */
     }
+    exchange_ms = kd_mono_ms() - wall0;
     close(fd);
 }
 
@@ -140,7 +163,9 @@ static void check_answer(const char *a, size_t n)
     int status = 0;
     if (n < 12 || memcmp(a, "HTTP/1.1 ", 9) != 0 || sscanf(a + 9, "%3d", &status) != 1 ||
         status < 100 || status > 599)
-        FAIL("the answer does not start with a status line: \"%.40s\"", n > 0 ? a : "");
+        FAIL("the answer does not start with a status line: \"%.40s\" (%s after %lld ms)",
+             n > 0 ? a : "", exchange_closed ? "the server closed" : "no more bytes",
+             (long long)exchange_ms);
     const char *head_end = memmem(a, n, "\r\n\r\n", 4);
     if (head_end == NULL || status < 400)
         return;
