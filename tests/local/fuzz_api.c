@@ -131,6 +131,12 @@ static void exchange(const uint8_t *data, size_t size, struct kd_buf *out)
 static bool whole_request(const uint8_t *data, size_t size)
 {
     const char *p = (const char *)data, *end = NULL;
+    /* Empty lines before the request line are skipped, as servers do (RFC 9112, 2.2). */
+    while (size > 0 && (p[0] == '\n' || (size > 1 && p[0] == '\r' && p[1] == '\n'))) {
+        size_t k = p[0] == '\n' ? 1 : 2;
+        p += k;
+        size -= k;
+    }
     const char *crlf = memmem(p, size, "\r\n\r\n", 4), *lf = memmem(p, size, "\n\n", 2);
     if (crlf != NULL && (lf == NULL || crlf < lf))
         end = crlf + 4;
