@@ -46,10 +46,10 @@ mkdir -p "$dir/logs" "$dir/findings" "$dir/corpus"
 summary="$dir/summary.txt"
 tick=$(getconf CLK_TCK)
 
-# cpu_secs PID: the process's user + system CPU seconds so far.
+# cpu_secs PID: the process's user + system CPU seconds so far; fails once it is gone.
 cpu_secs() {
     local stat
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
     # Fields after the command name, which may hold spaces: ") S ppid ..."; utime and stime
     # are fields 14 and 15 of the whole line, 12 and 13 after the ')'.
     set -- ${stat##*) }
@@ -72,7 +72,7 @@ run_one() {
                 -report_slow_units="$slow" -artifact_prefix="$art")
     [ -n "$dict" ] && args+=(-dict="$dict")
     echo "== fuzz $name for ${secs}s of $clock time (log $log)"
-    local start cpu=0 next=600 rc
+    local start cpu=0 last_cpu=0 next=600 rc
     start=$(date +%s)
     # The tree's folders are read, never written: libFuzzer adds new inputs to the first one.
     # shellcheck disable=SC2086
@@ -80,7 +80,9 @@ run_one() {
     local pid=$!
     while kill -0 "$pid" 2>/dev/null; do
         sleep 5
-        cpu=$(cpu_secs "$pid")
+        # Gone meanwhile: keep the last reading.
+        cpu=$(cpu_secs "$pid") || cpu=$last_cpu
+        last_cpu=$cpu
         if [ "$clock" = cpu ] && [ "$cpu" -ge "$secs" ]; then
             kill -INT "$pid" 2>/dev/null
             break
