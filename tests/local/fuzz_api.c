@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,7 @@ static void start_server(void)
 
 /* How the last exchange ended: the server closed (else a pause or a limit), and after how long. */
 static bool exchange_closed;
+static int exchange_errno; /* the error that ended the reading, or 0 */
 static int64_t exchange_ms;
 
 static int64_t process_cpu_ms(void)
@@ -81,6 +83,29 @@ static int64_t process_cpu_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * connect, where libFuzzer's timer signal may interrupt it (it has no SA_RESTART, and a
+ * recv with a timeout is never restarted: signal(7)). An interrupted connect goes on in the
+ * background; its outcome is waited for.
+ */
+static bool connected(int fd, const struct sockaddr_in *sin)
+{
+    if (connect(fd, (const struct sockaddr *)sin, sizeof(*sin)) == 0)
+        return true;
+    if (errno != EINTR)
+        return false;
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int err = 0;
+    socklen_t elen = sizeof(err);
+    while (poll(&p, 1, 10000) < 0 && errno == EINTR)
+        ;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0 || err != 0) {
+        errno = err != 0 ? err : errno;
+        return false;
+    }
+    return (p.revents & POLLOUT) != 0;
 }
 
 /* Send one connection's bytes, half-close, and read the answer (until close or a pause). */
@@ -91,11 +116,13 @@ static void exchange(const uint8_t *data, size_t size, struct kd_buf *out)
     char buf[65536];
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0)
-        FAIL("cannot connect to the API server");
+    if (fd < 0 || !connected(fd, &sin))
+        FAIL("cannot connect to the API server: %s", strerror(errno));
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     for (size_t off = 0; off < size;) {
         ssize_t n = send(fd, data + off, size - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
         if (n <= 0)
             break; /* the server refused and closed: its answer is read below */
         off += (size_t)n;
@@ -111,11 +138,15 @@ static void exchange(const uint8_t *data, size_t size, struct kd_buf *out)
     exchange_closed = false;
     for (;;) {
         ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        /* The timer signal (above): not the server's doing. */
+        if (n < 0 && errno == EINTR)
+            continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && out->len == 0 &&
             process_cpu_ms() - cpu0 < FIRST_BYTE_CPU_MS &&
             kd_mono_ms() - wall0 < FIRST_BYTE_WALL_MS)
             continue;
         exchange_closed = n == 0;
+        exchange_errno = n < 0 ? errno : 0;
         if (n <= 0 || kd_buf_append(out, buf, (size_t)n) != 0)
             break; /* closed, or a stream paused (watch), or 8 MiB read */
     }
@@ -170,7 +201,10 @@ static void check_answer(const char *a, size_t n)
     if (n < 12 || memcmp(a, "HTTP/1.1 ", 9) != 0 || sscanf(a + 9, "%3d", &status) != 1 ||
         status < 100 || status > 599)
         FAIL("the answer does not start with a status line: \"%.40s\" (%s after %lld ms)",
-             n > 0 ? a : "", exchange_closed ? "the server closed" : "no more bytes",
+             n > 0 ? a : "",
+             exchange_closed  ? "the server closed"
+             : exchange_errno ? strerror(exchange_errno)
+                              : "no more bytes",
              (long long)exchange_ms);
     const char *head_end = memmem(a, n, "\r\n\r\n", 4);
     if (head_end == NULL || status < 400)

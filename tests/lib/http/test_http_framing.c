@@ -409,6 +409,44 @@ static void test_garbage_request_line(void **state)
     kd_http_stop(s);
 }
 
+/*
+ * An error answer given while request bytes are still unread (a malformed header line, then
+ * up to 2 MiB more): the client that sent them all, and then reads, gets the whole 400 even
+ * though the server closes with bytes unread. Each size of trailing bytes, 20 times over.
+ */
+static void test_error_answer_with_unread_bytes(void **state)
+{
+    (void)state;
+    struct kd_http_server *s = start(false);
+    int port = kd_http_port(s);
+    struct kd_buf b = KD_BUF_INIT(1 << 20);
+    static const char head[] = "GET /x HTTP/1.1\r\nHost: x\r\nno colon in this line\r\n";
+    static const size_t trail[] = {0, 4096, 256 * 1024, 2u << 20};
+    char *junk = kd_xmalloc(2u << 20);
+    memset(junk, '6', 2u << 20);
+    for (size_t t = 0; t < sizeof(trail) / sizeof(trail[0]); t++)
+        for (int i = 0; i < 20; i++) {
+            int fd = dial(port);
+            send_all(fd, head, sizeof(head) - 1);
+            for (size_t off = 0; off < trail[t];) { /* until the server stops reading */
+                ssize_t w = send(fd, junk + off, trail[t] - off, MSG_NOSIGNAL);
+                if (w <= 0)
+                    break;
+                off += (size_t)w;
+            }
+            shutdown(fd, SHUT_WR);
+            kd_buf_reset(&b);
+            (void)read_to_close(fd, &b);
+            close(fd);
+            if (strncmp(kd_buf_str(&b), "HTTP/1.1 400 ", 13) != 0)
+                fail_msg("%zu trailing bytes, try %d: no 400 came back (got %zu bytes: %.40s)",
+                         trail[t], i, b.len, kd_buf_str(&b));
+        }
+    free(junk);
+    kd_buf_free(&b);
+    kd_http_stop(s);
+}
+
 /* More silent connections than the door watches: the oldest is closed to make room, and a
  * real request behind them is served at once (not after the head timeout). */
 static void test_silent_flood(void **state)
@@ -797,6 +835,7 @@ int main(void)
         cmocka_unit_test(test_smuggling),
         cmocka_unit_test(test_unknown_transfer_encoding),
         cmocka_unit_test(test_garbage_request_line),
+        cmocka_unit_test(test_error_answer_with_unread_bytes),
         cmocka_unit_test(test_control_bytes_in_target),
         cmocka_unit_test(test_header_count_cap),
         cmocka_unit_test(test_keepalive_still_works),
