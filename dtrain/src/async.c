@@ -233,16 +233,10 @@ static void launch(struct dtrain *h, struct dt_bucket *b)
     } else if (h->o.fp16_compression) {
         /* scale first so the float16 sum cannot overflow where the average would not */
         uint16_t *p = b->fuse;
-        float inv = 1.0f / (float)h->world, tmp[256];
+        float inv = 1.0f / (float)h->world;
         for (int i = b->first; i <= b->last; i++) {
-            const float *g = h->grads[i].buf;
-            for (size_t k = 0, n = h->grads[i].count; k < n; k += 256) {
-                size_t m = n - k < 256 ? n - k : 256;
-                for (size_t j = 0; j < m; j++)
-                    tmp[j] = g[k + j] * inv;
-                dt_half_narrow(p, tmp, m, false);
-                p += m;
-            }
+            dt_half_narrow_scaled(p, h->grads[i].buf, h->grads[i].count, inv, false);
+            p += h->grads[i].count;
         }
         r->buf = b->fuse;
         r->dtype = DTRAIN_FLOAT16;

@@ -173,6 +173,9 @@ float dt_bf16_to_f32(uint16_t h);
  * same bits as the element functions above. */
 void dt_half_widen(float *restrict d, const uint16_t *restrict s, size_t n, bool bf);
 void dt_half_narrow(uint16_t *restrict d, const float *restrict s, size_t n, bool bf);
+/** d = s * scale, rounded to the half type (the product is rounded to float32 first). */
+void dt_half_narrow_scaled(uint16_t *restrict d, const float *restrict s, size_t n, float scale,
+                           bool bf);
 /** float16 conversions: -1 by the CPU (F16C when it has it, unless DTRAIN_F16C=0), 0 the
  * portable loops, 1 the CPU's (tests; only where the CPU has them). */
 void dt_half_hw_set(int mode);

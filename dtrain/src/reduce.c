@@ -381,6 +381,18 @@ void dt_half_narrow(uint16_t *restrict d, const float *restrict s, size_t n, boo
     half_narrow_c(d, s, n, bf);
 }
 
+void dt_half_narrow_scaled(uint16_t *restrict d, const float *restrict s, size_t n, float scale,
+                           bool bf)
+{
+    float tmp[HALF_BLK];
+    for (size_t off = 0; off < n; off += HALF_BLK) {
+        size_t m = n - off < HALF_BLK ? n - off : HALF_BLK;
+        for (size_t j = 0; j < m; j++)
+            tmp[j] = s[off + j] * scale;
+        dt_half_narrow(d + off, tmp, m, bf);
+    }
+}
+
 /* d = round(sum in source order of srcs), accumulated in float32; d may be srcs[0]. */
 static void multi_half_sum(uint16_t *d, const void *const *srcs, int nsrc, size_t n, bool bf)
 {

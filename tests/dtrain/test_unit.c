@@ -166,20 +166,24 @@ static int half_paths(void)
 #endif
 }
 
-static void half_path_enter(int path)
+/* Run fn on every path of half_paths(); the floating-point modes are put back after. */
+static void on_each_half_path(void (*fn)(void))
 {
-    dt_half_hw_set(path / 2);
 #if defined(__x86_64__)
-    unsigned csr;
-    __asm__ volatile("stmxcsr %0" : "=m"(csr));
-    csr = path % 2 ? csr | 0x8040u : csr & ~0x8040u; /* FTZ | DAZ */
-    __asm__ volatile("ldmxcsr %0" : : "m"(csr));
+    unsigned saved;
+    __asm__ volatile("stmxcsr %0" : "=m"(saved));
 #endif
-}
-
-static void half_path_leave(void)
-{
-    half_path_enter(0);
+    for (int path = 0; path < half_paths(); path++) {
+        dt_half_hw_set(path / 2);
+#if defined(__x86_64__)
+        unsigned csr = path % 2 ? saved | 0x8040u : saved & ~0x8040u; /* FTZ | DAZ */
+        __asm__ volatile("ldmxcsr %0" : : "m"(csr));
+#endif
+        fn();
+    }
+#if defined(__x86_64__)
+    __asm__ volatile("ldmxcsr %0" : : "m"(saved));
+#endif
     dt_half_hw_set(-1);
 }
 
@@ -188,11 +192,7 @@ static void half_sum_bits_once(void);
 static void test_half_sum_bits(void **s)
 {
     (void)s;
-    for (int path = 0; path < half_paths(); path++) {
-        half_path_enter(path);
-        half_sum_bits_once();
-        half_path_leave();
-    }
+    on_each_half_path(half_sum_bits_once);
 }
 
 static void half_sum_bits_once(void)
@@ -266,11 +266,7 @@ static void f16_block_bits_once(void);
 static void test_f16_block_bits(void **s)
 {
     (void)s;
-    for (int path = 0; path < half_paths(); path++) {
-        half_path_enter(path);
-        f16_block_bits_once();
-        half_path_leave();
-    }
+    on_each_half_path(f16_block_bits_once);
 }
 
 static void f16_block_bits_once(void)
