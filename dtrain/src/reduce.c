@@ -274,9 +274,9 @@ HALF_CLONES static void half_narrow_c(uint16_t *restrict d, const float *restric
 #include <immintrin.h>
 #define HAVE_F16C_PATH 1
 
-__attribute__((target("avx2,f16c"))) static inline __m256 f16c_widen8(const uint16_t *s)
+/* The NaN lanes of f16c_widen8, given the rule's bits (rare: kept out of the common path). */
+__attribute__((target("avx2,f16c"), noinline)) static __m256 f16c_widen8_nan(__m128i h)
 {
-    __m128i h = _mm_loadu_si128((const __m128i *)s);
     __m256i x = _mm256_cvtepu16_epi32(h);
     __m256i em = _mm256_and_si256(x, _mm256_set1_epi32(0x7fff));
     __m256i nan = _mm256_cmpgt_epi32(em, _mm256_set1_epi32(0x7c00));
@@ -286,6 +286,13 @@ __attribute__((target("avx2,f16c"))) static inline __m256 f16c_widen8(const uint
         _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x3ff)), 13));
     return _mm256_blendv_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(rule),
                             _mm256_castsi256_ps(nan));
+}
+
+__attribute__((target("avx2,f16c"))) static inline __m256 f16c_widen8(const uint16_t *s)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)s);
+    __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00));
+    return __builtin_expect(_mm_testz_si128(nan, nan), 1) ? _mm256_cvtph_ps(h) : f16c_widen8_nan(h);
 }
 
 __attribute__((target("avx2,f16c"))) static void f16c_widen(float *d, const uint16_t *s, size_t n,
@@ -300,26 +307,64 @@ __attribute__((target("avx2,f16c"))) static void f16c_widen(float *d, const uint
         d[i] = add ? d[i] + f16_f32(s[i]) : f16_f32(s[i]);
 }
 
+/* The NaN lanes of f16c_narrow8, given the rule's bits. */
+__attribute__((target("avx2,f16c"), noinline)) static __m128i f16c_narrow8_nan(__m256 f)
+{
+    __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256i x = _mm256_castps_si256(f);
+    __m256i a = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
+    __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
+    __m256i rule =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000)),
+                        _mm256_set1_epi32(0x7e00));
+    /* 32-bit lanes to 16 (packs work within 128-bit halves; put the halves in order) */
+    __m256i r16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(rule, rule), 0x08);
+    __m256i m16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(nan, nan), 0x08);
+    return _mm_blendv_epi8(h, _mm256_castsi256_si128(r16), _mm256_castsi256_si128(m16));
+}
+
+__attribute__((target("avx2,f16c"))) static inline __m128i f16c_narrow8(__m256 f)
+{
+    __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+    return __builtin_expect(_mm256_testz_ps(nan, nan), 1)
+               ? _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+               : f16c_narrow8_nan(f);
+}
+
 __attribute__((target("avx2,f16c"))) static void f16c_narrow(uint16_t *d, const float *s, size_t n)
 {
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 f = _mm256_loadu_ps(s + i);
-        __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256i x = _mm256_castps_si256(f);
-        __m256i a = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
-        __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
-        __m256i rule =
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000)),
-                            _mm256_set1_epi32(0x7e00));
-        /* 32-bit lanes to 16 (packs work within 128-bit halves; put the halves in order) */
-        __m256i r16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(rule, rule), 0x08);
-        __m256i m16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(nan, nan), 0x08);
-        h = _mm_blendv_epi8(h, _mm256_castsi256_si128(r16), _mm256_castsi256_si128(m16));
-        _mm_storeu_si128((__m128i *)(d + i), h);
-    }
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), f16c_narrow8(_mm256_loadu_ps(s + i)));
     for (; i < n; i++)
         d[i] = f32_f16(s[i]);
+}
+
+/*
+ * d = round(sum in source order of srcs) in one pass: eight lanes are widened from every
+ * source, added in float32 and narrowed, without a block buffer between. d may be srcs[0].
+ */
+__attribute__((target("avx2,f16c"))) static void f16c_sum(uint16_t *d, const void *const *srcs,
+                                                          int nsrc, size_t n)
+{
+    const uint16_t *s0 = srcs[0], *s1 = nsrc > 1 ? srcs[1] : NULL;
+    size_t i = 0;
+    if (nsrc == 2)
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)(d + i),
+                             f16c_narrow8(_mm256_add_ps(f16c_widen8(s0 + i), f16c_widen8(s1 + i))));
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = f16c_widen8(s0 + i);
+        for (int k = 1; k < nsrc; k++)
+            acc = _mm256_add_ps(acc, f16c_widen8((const uint16_t *)srcs[k] + i));
+        _mm_storeu_si128((__m128i *)(d + i), f16c_narrow8(acc));
+    }
+    for (; i < n; i++) {
+        float acc = f16_f32(s0[i]);
+        for (int k = 1; k < nsrc; k++)
+            acc += f16_f32(((const uint16_t *)srcs[k])[i]);
+        d[i] = f32_f16(acc);
+    }
 }
 #endif
 
@@ -396,6 +441,12 @@ void dt_half_narrow_scaled(uint16_t *restrict d, const float *restrict s, size_t
 /* d = round(sum in source order of srcs), accumulated in float32; d may be srcs[0]. */
 static void multi_half_sum(uint16_t *d, const void *const *srcs, int nsrc, size_t n, bool bf)
 {
+#ifdef HAVE_F16C_PATH
+    if (!bf && f16_hw()) {
+        f16c_sum(d, srcs, nsrc, n);
+        return;
+    }
+#endif
     float acc[HALF_BLK];
     for (size_t off = 0; off < n; off += HALF_BLK) {
         size_t m = n - off < HALF_BLK ? n - off : HALF_BLK;
