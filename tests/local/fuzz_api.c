@@ -48,6 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define READ_WAIT_MS 300
 #define FIRST_BYTE_CPU_MS 5000
 #define FIRST_BYTE_WALL_MS 60000
+#define SETTLE_MS 500
 
 static struct kd_store *store;
 static struct kd_api *api;
@@ -152,6 +153,15 @@ static void exchange(const uint8_t *data, size_t size, struct kd_buf *out)
     }
     exchange_ms = kd_mono_ms() - wall0;
     close(fd);
+    /*
+     * Wait (a little) until the server has closed and freed the connection: libFuzzer checks
+     * for leaks after an input, and a connection freed by the server's threads meanwhile
+     * would be counted as one. A stream the server has not yet noticed is closed is not
+     * waited for past SETTLE_MS.
+     */
+    for (int64_t t0 = kd_mono_ms();
+         kd_local_api_connections(api) > 0 && kd_mono_ms() - t0 < SETTLE_MS;)
+        kd_sleep_ms(1);
 }
 
 /*
