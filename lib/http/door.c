@@ -68,8 +68,17 @@ static enum line_verdict screen_line(const char *b, size_t n, char *why, size_t 
     static const char proto[] = "HTTP/d.d";
     size_t i = 0, start;
     why[0] = '\0';
-    while (i < n && (b[i] == '\r' || b[i] == '\n'))
-        i++;
+    /* Empty lines (CRLF or LF) before it are skipped; a CR that ends no line is not one. */
+    for (;;) {
+        if (i < n && b[i] == '\n')
+            i++;
+        else if (i + 1 < n && b[i] == '\r' && b[i + 1] == '\n')
+            i += 2;
+        else if (i + 1 == n && b[i] == '\r')
+            return LINE_MORE;
+        else
+            break;
+    }
     for (start = i; i < n && kd_http__tchar((unsigned char)b[i]) && i - start <= DOOR_METHOD_MAX;
          i++)
         ;

@@ -369,6 +369,9 @@ static void test_garbage_request_line(void **state)
         {"GET / FOO/1.1\r\n\r\n", 17, "does not end in HTTP/major.minor"},
         {"GET  HTTP/1.1\r\n\r\n", 17, "no target"},
         {"GET /\r\n\r\n", 9, "no target and HTTP version"},
+        /* A CR that ends no line is not an empty line before the request (fuzz_local_api). */
+        {"\n\r\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n", 33,
+         "does not start with a method (byte 0x0D at 1)"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         bool closed = exchange(port, bad[i].req, bad[i].len, &b);
@@ -483,6 +486,10 @@ static void test_screen_line_table(void **state)
         {"\r\nPOST /a?b=c HTTP/1.1\r\n", LINE_OK},
         {"", LINE_MORE},
         {"\r\n", LINE_MORE},
+        {"\n\r\n\r", LINE_MORE},
+        {"\n\r\nGET / HTTP/1.1\r\n", LINE_OK},
+        {"\r\r\nGET / HTTP/1.1\r\n", LINE_BAD},
+        {"\n\rGET / HTTP/1.1\r\n", LINE_BAD},
         {"GE", LINE_MORE},
         {"GET /trials/", LINE_MORE},
         {"GET / HT", LINE_MORE},
