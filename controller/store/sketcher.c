@@ -181,17 +181,28 @@ static int by_cached_key(const void *pa, const void *pb)
     return cached_cmp(a->trial, a->kind, b);
 }
 
-/* After a fold: within the byte budget (most recently folded first), sorted by key again. */
+/*
+ * After a fold: within the byte budget (past it, the most recently folded are kept), sorted
+ * by key again. Within the budget, only a fold's appended entries make a sort needed.
+ */
 static void cache_settle(struct kd_sketch_cache *c)
 {
-    qsort(c->e, c->n, sizeof(*c->e), by_used_desc);
-    size_t bytes = 0, keep = 0;
-    while (keep < c->n && (bytes += over_bytes(&c->e[keep].o)) <= SKETCH_CACHE_BYTES)
-        keep++;
-    for (size_t i = keep; i < c->n; i++)
-        over_free(&c->e[i].o);
-    c->n = c->sorted = keep;
-    qsort(c->e, c->n, sizeof(*c->e), by_cached_key);
+    size_t total = 0;
+    for (size_t i = 0; i < c->n; i++)
+        total += over_bytes(&c->e[i].o);
+    if (total > SKETCH_CACHE_BYTES) {
+        qsort(c->e, c->n, sizeof(*c->e), by_used_desc);
+        size_t bytes = 0, keep = 0;
+        while (keep < c->n && (bytes += over_bytes(&c->e[keep].o)) <= SKETCH_CACHE_BYTES)
+            keep++;
+        for (size_t i = keep; i < c->n; i++)
+            over_free(&c->e[i].o);
+        c->n = keep;
+        c->sorted = 0;
+    }
+    if (c->sorted < c->n)
+        qsort(c->e, c->n, sizeof(*c->e), by_cached_key);
+    c->sorted = c->n;
 }
 
 /* Add fresh's points (all after o's last step, or o empty) to both levels and reduce them. */
