@@ -66,9 +66,11 @@ run_one() {
     # In cpu mode the wall limit is only a backstop against a target that never gets the CPU,
     # and a unit is reported slow only past the timeout: libFuzzer times units by the wall
     # clock, so a pause (SIGSTOP) would make any unit look slow.
-    local slow=10
-    [ "$clock" = cpu ] && max=$((secs * 50)) && slow=300
-    local args=(-max_total_time="$max" -timeout=300 -rss_limit_mb=2560 -print_final_stats=1
+    # For the same reason a cpu-mode run takes a unit for hung only after two hours (a run
+    # paused while a CI run or a benchmark has the machine would otherwise end in a timeout).
+    local slow=10 timeout=300
+    [ "$clock" = cpu ] && max=$((secs * 50)) && slow=300 && timeout=7200
+    local args=(-max_total_time="$max" -timeout="$timeout" -rss_limit_mb=2560 -print_final_stats=1
                 -report_slow_units="$slow" -artifact_prefix="$art")
     [ -n "$dict" ] && args+=(-dict="$dict")
     echo "== fuzz $name for ${secs}s of $clock time (log $log)"
