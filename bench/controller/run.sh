@@ -23,6 +23,8 @@
 #      (30 s), reading all of its M Trials; VmRSS over 35 s and VmHWM.
 #   0. (first) the time to create the N Trials alone, against a kdet-local without its kubelet.
 # Quick run: KDC_BENCH_N=100 KDC_BENCH_CACHE=1000 make bench BENCH=controller
+# KDC_BENCH_TMP=DIR: the work folder (kdet-local's state and the pods' folders) under DIR, e.g. a
+# tmpfs, to tell the file system's share in kdet-local's CPU from its own.
 # Many trials flowing through, 200 at a time (KDC_BENCH_CONCURRENT; default: all N at once):
 #   KDC_BENCH_N=5000 KDC_BENCH_CONCURRENT=200 KDC_BENCH_CACHE=0 KDC_BENCH_QPS=0 make bench BENCH=controller
 set -u
@@ -32,7 +34,7 @@ N=${KDC_BENCH_N:-1000}
 CONC=${KDC_BENCH_CONCURRENT:-$N} # phase 1's max_concurrent_trials
 M=${KDC_BENCH_CACHE:-10000}
 QPS=${KDC_BENCH_QPS:-} # the controller's --kube-api-qps (empty: its default, 50)
-work=$(mktemp -d /tmp/kd-bench-ctrl.XXXXXX)
+work=$(mktemp -d "${KDC_BENCH_TMP:-/tmp}/kd-bench-ctrl.XXXXXX") # KDC_BENCH_TMP: another file system
 export KUBECONFIG=$work/kubeconfig
 kdl=
 ctrl=
