@@ -923,11 +923,6 @@ int kd_local_api_port(const struct kd_api *api)
     return kd_http_port(api->http);
 }
 
-unsigned kd_local_api_connections(const struct kd_api *api)
-{
-    return kd_http_connections(api->http);
-}
-
 void kd_local_api_stop(struct kd_api *api)
 {
     if (api == NULL)

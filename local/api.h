@@ -38,9 +38,6 @@ int kd_local_api_start(const struct kd_local_api_opts *opts, struct kd_store *st
 /** The port the API server listens on. */
 int kd_local_api_port(const struct kd_api *api);
 
-/** Client connections open now (see kd_http_connections). */
-unsigned kd_local_api_connections(const struct kd_api *api);
-
 /** Stop serving: ends watches, joins threads, frees. NULL-safe. Blocks. */
 void kd_local_api_stop(struct kd_api *api);
 

@@ -270,13 +270,6 @@ bool kd_http_stopping(const struct kd_http_server *s)
     return atomic_load(&((struct kd_http_server *)s)->stopping);
 }
 
-unsigned kd_http_connections(const struct kd_http_server *s)
-{
-    const union MHD_DaemonInfo *i =
-        MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-    return i != NULL ? i->num_connections : 0;
-}
-
 int kd_http_port(const struct kd_http_server *s)
 {
     return s->port;

@@ -81,10 +81,6 @@ int kd_http_start(const struct kd_http_opts *opts, struct kd_http_server **out, 
 /** The TCP port the server listens on. */
 int kd_http_port(const struct kd_http_server *s);
 
-/** Connections handed to the server and not yet closed and freed (those that the front door
- * still screens are not counted). */
-unsigned kd_http_connections(const struct kd_http_server *s);
-
 /** True once kd_http_stop has begun: long-running stream callbacks should end. */
 bool kd_http_stopping(const struct kd_http_server *s);
 

@@ -90,10 +90,14 @@ int main(int argc, char **argv)
     int n = 0, bad = 0;
     if (LLVMFuzzerInitialize != NULL)
         LLVMFuzzerInitialize(&argc, &argv);
-    if (argc > 1) {
-        for (int i = 1; i < argc; i++)
+    /* Arguments that start with '-' are libFuzzer's flags (a harness may add some): skipped. */
+    int dirs_given = 0;
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] != '-') {
             bad += run_dir(argv[i], &n) != 0;
-    } else {
+            dirs_given++;
+        }
+    if (dirs_given == 0) {
         char dirs[] = KD_FUZZ_CORPUS, *save = NULL;
         for (char *d = strtok_r(dirs, " ", &save); d != NULL; d = strtok_r(NULL, " ", &save))
             bad += run_dir(d, &n) != 0;
