@@ -249,10 +249,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         if (strncmp((*argv)[i], "-detect_leaks=", 14) == 0)
             return 0;
     static char off[] = "-detect_leaks=0";
-    static char **args; /* kept for the process's life, as argv is */
-    args = malloc(((size_t)*argc + 2) * sizeof(char *));
-    if (args == NULL)
-        return 0;
+    static char *args[64]; /* for the process's life, as argv is */
+    if (*argc + 2 > (int)(sizeof(args) / sizeof(args[0])))
+        return 0; /* (more arguments than make fuzz gives: left as they are) */
     memcpy(args, *argv, (size_t)*argc * sizeof(char *));
     args[(*argc)++] = off;
     args[*argc] = NULL;
