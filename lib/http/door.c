@@ -145,7 +145,10 @@ static void refuse(int fd, int code, const char *reason, const char *why)
     if (body != NULL) {
         char *msg = kd_xasprintf("HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
                                  "Connection: close\r\nContent-Length: %zu\r\n\r\n%s\n",
-                                 code, code == 400 ? "Bad Request" : "Request Timeout",
+                                 code,
+                                 code == 400   ? "Bad Request"
+                                 : code == 414 ? "URI Too Long"
+                                               : "Request Timeout",
                                  strlen(body) + 1, body);
         (void)!send(fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
         free(msg);
@@ -194,8 +197,16 @@ static bool examine(struct kd_http_door *d, struct pending *p, bool hup)
         p->fd = -1;
         return false;
     }
-    if (v == LINE_OK || (size_t)n == sizeof(buf)) { /* a long target: libmicrohttpd answers 414 */
+    if (v == LINE_OK) {
         hand_over(d, p);
+        return false;
+    }
+    if ((size_t)n == sizeof(buf)) {
+        /* libmicrohttpd would close a line too long for its memory unanswered. */
+        snprintf(why, sizeof(why), "the request line is longer than %d bytes", DOOR_PEEK);
+        KD_INFO("http connection refused", "status=414 reason=%s", kd_logq(why));
+        refuse(p->fd, 414, "RequestURITooLong", why);
+        p->fd = -1;
         return false;
     }
     if (hup) {

@@ -2,7 +2,8 @@
  * lib/http's front door (internal to lib/http): it owns the listening
  * socket, peeks at the first request line of each new connection and hands
  * the connection to libmicrohttpd only when that line looks like HTTP;
- * garbage gets 400 and is closed at once, a line that never ends gets 408
+ * garbage gets 400 and is closed at once, a line longer than 8 KiB gets 414
+ * (libmicrohttpd closes one too long for its memory unanswered), a line that never ends gets 408
  * (or, with no byte at all, a silent close) after the head timeout.
  * libmicrohttpd 0.9.75 would instead hold some garbage until its timeout
  * and close other garbage without an answer.
