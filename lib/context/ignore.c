@@ -61,39 +61,83 @@ static bool match_class(const char **pp, char c, bool *ok)
     return c != '/' && hit != neg;
 }
 
-/* Glob match of the whole text; `*`, `?` and classes stop at `/`, `**` does not. */
-static bool wildmatch(const char *p, const char *t)
+/*
+ * One glob match: the pattern and text, and a bit per (pattern position, text position)
+ * already known not to match. Each star tries its next text position once: without the
+ * bits, runs of stars (`*a*a*a*b`, `****...x`) retried the same pairs exponentially often
+ * (an 86-byte .detignore took minutes).
+ */
+struct wm {
+    const char *p0, *t0;
+    size_t tn;
+    unsigned char *failed; /* (strlen(p0) + 1) * (tn + 1) bits */
+};
+
+static size_t wm_bit(const struct wm *w, const char *p, const char *t)
+{
+    return (size_t)(p - w->p0) * (w->tn + 1) + (size_t)(t - w->t0);
+}
+
+static bool wm_failed(const struct wm *w, const char *p, const char *t)
+{
+    size_t k = wm_bit(w, p, t);
+    return (w->failed[k / 8] >> (k % 8)) & 1u;
+}
+
+static void wm_fail(struct wm *w, const char *p, const char *t)
+{
+    size_t k = wm_bit(w, p, t);
+    w->failed[k / 8] |= (unsigned char)(1u << (k % 8));
+}
+
+/*
+ * Glob match of the text from t against the pattern from p; `*`, `?` and classes stop at
+ * `/`, `**` does not. A star at p that failed from text position s is marked (p, s): a
+ * success anywhere ends the whole match, so a mark is only ever read after a failure, and
+ * a star's later positions were all tried before its loop ended.
+ */
+static bool wm(struct wm *w, const char *p, const char *t)
 {
     bool ok;
+    if (wm_failed(w, p, t))
+        return false;
     while (*p) {
         if (p[0] == '*' && p[1] == '*') {
             const char *rest = p + 2;
             if (*rest == '/') {
                 /* `**` + `/`: zero or more whole directories */
-                rest++;
-                if (wildmatch(rest, t))
-                    return true;
-                for (const char *s = t; *s; s++)
-                    if (*s == '/' && wildmatch(rest, s + 1))
+                for (const char *s = t;;) {
+                    if (wm_failed(w, p, s))
+                        return false;
+                    if (wm(w, rest + 1, s))
                         return true;
-                return false;
+                    wm_fail(w, p, s);
+                    if ((s = strchr(s, '/')) == NULL)
+                        return false;
+                    s++;
+                }
             }
             if (*rest == '\0')
                 return true; /* trailing `**`: everything */
             /* `**x`: like `*` but may cross `/` */
             for (const char *s = t;; s++) {
-                if (wildmatch(rest, s))
+                if (wm_failed(w, p, s))
+                    return false;
+                if (wm(w, rest, s))
                     return true;
+                wm_fail(w, p, s);
                 if (*s == '\0')
                     return false;
             }
         }
         switch (*p) {
         case '*':
-            p++;
             for (const char *s = t;; s++) {
-                if (wildmatch(p, s))
+                if (wm_failed(w, p, s))
+                    return false;
+                if (wm(w, p + 1, s))
                     return true;
+                wm_fail(w, p, s);
                 if (*s == '\0' || *s == '/')
                     return false;
             }
@@ -123,6 +167,20 @@ static bool wildmatch(const char *p, const char *t)
         }
     }
     return *t == '\0';
+}
+
+static bool wildmatch(const char *p, const char *t)
+{
+    unsigned char small[1024];
+    struct wm w = {.p0 = p, .t0 = t, .tn = strlen(t)};
+    size_t bytes = ((strlen(p) + 1) * (w.tn + 1) + 7) / 8;
+    w.failed = bytes <= sizeof(small) ? small : kd_xcalloc(bytes, 1);
+    if (w.failed == small)
+        memset(small, 0, bytes);
+    bool r = wm(&w, p, t);
+    if (w.failed != small)
+        free(w.failed);
+    return r;
 }
 
 /* Check that every `[` is closed, so matching never reads past the end. */

@@ -66,6 +66,29 @@ static const struct tcase cases[] = {
     {"*.ckpt\n!keep.ckpt", "other.ckpt", false, true},
     {"!keep.ckpt\n*.ckpt", "keep.ckpt", false, true},
     {"\\!important", "!important", false, true},
+    /* several stars and double stars in one pattern */
+    {"*a*a*b", "xaxaxb", false, true},
+    {"*a*a*b", "xaxab/b", false, false}, /* not anchored: the last name, "b", has no a */
+    {"/*a*a*b", "xaxab/b", false, false},
+    {"a/**/b/**/c", "a/x/b/y/z/c", false, true},
+    {"a/**/b/**/c", "a/x/c", false, false},
+    {"**/x/**/y", "p/x/q/y", false, true},
+    {"/a**b", "a/q/b", false, true},
+    {"/a***b", "a/q/b", false, true},
+    {"a**b", "a/q/b", false, false}, /* no / inside: matched against the last name */
+    /* runs of stars that once took exponential time (fuzz_detignore): now answered at once */
+    {"*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b",
+     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", false,
+     false},
+    {"/**********************************************************************x",
+     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaay", false,
+     false},
+    {"/**a**a**a**a**a**a**a**a**a**a**a**a**a**a**a**a**a**a**b",
+     "a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a", false,
+     false},
+    {"/**a**a**a**a**a**a**a**a**a**a**a**a**a**a**a**a**a**a**b",
+     "a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/b", false,
+     true},
     /* CRLF line ends */
     {"data.csv\r\nmodels/\r\n", "models", true, true},
 };
