@@ -108,7 +108,10 @@ run_one() {
     # Slow units are reported apart: they are not crashes, and a look at them decides.
     nart=$(find "$art" -type f ! -name 'slow-unit-*' | wc -l)
     nslow=$(find "$art" -type f -name 'slow-unit-*' | wc -l)
-    if [ "$rc" -ne 0 ] || [ "$nart" -gt 0 ]; then
+    if [ "$rc" -eq 72 ] && [ "$nart" -eq 0 ]; then
+        # libFuzzer's exit on SIGINT before the time was up (someone stopped the run).
+        status="interrupted (nothing found)"
+    elif [ "$rc" -ne 0 ] || [ "$nart" -gt 0 ]; then
         status="FOUND (exit $rc, $nart file(s) in $art)"
         grep -m 3 -E 'ERROR|SUMMARY|abort|deadly' "$log" | sed 's/^/  | /'
     elif [ "$nslow" -gt 0 ]; then
