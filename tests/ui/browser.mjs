@@ -52,6 +52,23 @@ async function downloaded(name, timeout) {
 }
 try {
   const page = await browser.newPage();
+  // The pages redraw their tables on each poll (every 5 s), so an element found by a selector
+  // can be replaced before Puppeteer acts on it ("Node is detached from document"). Such an
+  // action is tried again on the element the selector finds then; any other error is real.
+  const again = async (act) => {
+    for (let i = 0; ; i++) {
+      try {
+        return await act();
+      } catch (e) {
+        if (i >= 10 || !/detached|not clickable|no longer|Execution context was destroyed/i.test(e.message)) throw e;
+        await sleep(100);
+      }
+    }
+  };
+  const click = (sel, opts) => again(() => page.click(sel, opts));
+  const focus = (sel) => again(() => page.focus(sel));
+  const type = (sel, text) => again(() => page.type(sel, text));
+  const shot = (sel, file) => again(async () => (await page.$(sel)).screenshot({ path: path.join(art, file) }));
   const cdp = await page.createCDPSession();
   await cdp.send('Browser.setDownloadBehavior', { behavior: 'allow', downloadPath: downloads });
   const errors = [];
@@ -87,7 +104,7 @@ try {
 
   // ---- the right token, typed and submitted with the keyboard
   await page.evaluate(() => { document.getElementById('token').value = ''; });
-  await page.focus('#token');
+  await focus('#token');
   await page.keyboard.type(token);
   await page.keyboard.press('Enter');
   check('a valid token: the experiments list', await waitTrue(page, () => document.querySelector('main[data-page=experiments] table'), 15000));
@@ -99,18 +116,18 @@ try {
     .find((tr) => [...tr.querySelectorAll('a')].some((a) => a.textContent === 'ui-exp')).children].map((td) => td.textContent));
   check('its row shows the searcher and the labels (' + row.join(' | ') + ')', row.includes('grid') && row.some((c) => c.includes('ui-test') && c.includes('browser')));
   check('its state is ACTIVE', row.includes('ACTIVE'));
-  await page.type('#filter', 'no-such-experiment');
+  await type('#filter', 'no-such-experiment');
   check('the filter hides what does not match', await waitTrue(page, () => document.querySelectorAll('tbody tr').length === 0, 3000));
   await page.evaluate(() => { const f = document.getElementById('filter'); f.value = ''; f.dispatchEvent(new Event('input')); });
-  await page.type('#filter', 'ui-test');
+  await type('#filter', 'ui-test');
   check('the filter finds it by label', await waitTrue(page, () => document.querySelectorAll('tbody tr').length === 1, 3000));
-  await page.click('button.sort[data-key=name]');
+  await click('button.sort[data-key=name]');
   check('a column header sorts (aria-sort)', await page.evaluate(() =>
     document.querySelector('button.sort[data-key=name]').closest('th').getAttribute('aria-sort') !== 'none'));
   await page.screenshot({ path: path.join(art, 'experiments.png'), fullPage: true });
 
   // ---- the experiment page: trials and live curves
-  await page.click('#experiments tbody a');
+  await click('#experiments tbody a');
   check('the experiment page', await waitTrue(page, () => document.querySelector('main[data-page=experiment]'), 10000));
   check('its trials table lists both trials', await waitTrue(page, () => document.querySelectorAll('#trials tbody tr').length === 2, 15000));
   check('trial rows show hyperparameters', await page.evaluate(() => /lr=/.test(document.querySelector('#trials tbody').textContent)));
@@ -136,10 +153,10 @@ try {
     return ls.length === 2 && ls[0].getAttribute('stroke') !== ls[1].getAttribute('stroke');
   }));
   check('... under a heading', await page.evaluate(() => Array.from(document.querySelectorAll('h2')).some((e) => e.textContent === 'Hyperparameters')));
-  await (await page.$('#hparams')).screenshot({ path: path.join(art, 'hparams.png') });
-  await page.click('#logscale');
+  await shot('#hparams', 'hparams.png');
+  await click('#logscale');
   check('log scale: the curves are redrawn', await waitTrue(page, (s) => document.querySelector(s + ' canvas') && Number(document.querySelector(s).dataset.points) > 0, 5000, sel));
-  await page.click('#logscale');
+  await click('#logscale');
   await sleep(300);
   await page.screenshot({ path: path.join(art, 'experiment.png'), fullPage: true });
 
@@ -158,7 +175,7 @@ try {
   check('a zoom reads the steps in view again (' + await page.$eval(sel, (c) => c.dataset.points) + ' points)',
     await dragZoom(sel), await page.$eval(sel, (c) => JSON.stringify(c.dataset)));
   check('... zoomed', await page.$eval(sel, (c) => c.dataset.zoomed === '1'));
-  await page.click('.curve:has(' + sel + ') button');
+  await click('.curve:has(' + sel + ') button');
   check('... and "Reset zoom" draws them all again', await waitTrue(page, (q) =>
     !document.querySelector(q).dataset.zoomed && Number(document.querySelector(q).dataset.points) > 2, 5000, sel));
 
@@ -180,14 +197,14 @@ try {
   check('... with more points than the overview had there (' + p0 + ' -> ' + p1 + ')', p1 > p0);
   const refined = await page.$eval(many, (c) => c.dataset.refined.split('-').map(Number));
   check('... a range of steps inside 1..2000 (' + refined.join('-') + ')', refined[0] > 0 && refined[1] < 2000 && refined[0] < refined[1]);
-  await page.click('.curve:has(' + many + ') button');
+  await click('.curve:has(' + many + ') button');
   check('... and "Reset zoom" zooms out', await waitTrue(page, (q) => !document.querySelector(q).dataset.zoomed, 5000, many));
   await page.screenshot({ path: path.join(art, 'many.png'), fullPage: true });
   await page.evaluate(() => { location.hash = '#/ns/default/experiments/ui-exp'; });
   check('back to ui-exp', await waitTrue(page, () => document.querySelectorAll('#trials tbody tr.vrow').length === 2, 15000));
 
   // ---- a trial page: metrics and live logs
-  await page.click('#trials tbody a');
+  await click('#trials tbody a');
   check('the trial page', await waitTrue(page, () => document.querySelector('main[data-page=trial]'), 10000));
   check('its metrics chart', await waitTrue(page, () => {
     const c = document.querySelector('.chart[data-metric=loss]');
@@ -196,7 +213,7 @@ try {
   check('its logs are shown', await waitTrue(page, () => /step \d+ loss/.test(document.getElementById('logs').textContent), 20000));
   const n0 = await page.$eval('#logs', (p) => Number(p.dataset.lines));
   check('new log lines arrive while the page is open', await waitTrue(page, (n) => Number(document.getElementById('logs').dataset.lines) > n, 15000, n0));
-  await page.type('#log-search', 'step 20 loss');
+  await type('#log-search', 'step 20 loss');
   check('the search box keeps the matching lines only', await waitTrue(page, () => {
     const t = document.getElementById('logs').textContent;
     return t.length > 0 && t.split('\n').every((l) => l.includes('step 20 loss'));
@@ -244,20 +261,20 @@ try {
   check('... the close before the end', hist.findIndex((e) => e.decision === 'close') < hist.findIndex((e) => e.decision === 'COMPLETED'));
   check('... and no experiment-wide shutdown', !decisions.includes('searcher/shutdown'));
   check('the history has a heading', await page.evaluate(() => /History/.test(document.getElementById('history-title')?.textContent || '')));
-  await (await page.$('#history-section')).screenshot({ path: path.join(art, 'history.png') });
+  await shot('#history-section', 'history.png');
 
   // ---- "Download" on the checkpoint: a one-minute link, followed by the browser's download
   // manager (the archive is compared with the uploaded files by browser.sh)
   const dlc = 'button[data-action=download][data-uuid="' + ckptUuid + '"]';
   check('the checkpoint has a Download button', await page.evaluate((s) => !!document.querySelector(s), dlc));
-  await page.click(dlc);
+  await click(dlc);
   check('... which says what it downloads', await waitTrue(page, (u) =>
     new RegExp('Downloading checkpoint ' + u + ' as ' + u + '\\.tar \\([0-9.]+ KB, 2 files\\)').test(document.getElementById('register-result').textContent), 10000, ckptUuid),
   await page.evaluate(() => document.getElementById('register-result').textContent));
   const csize = await downloaded(ckptUuid + '.tar', 20000);
   check('... and the browser saves ' + ckptUuid + '.tar (' + csize + ' bytes)', csize > 70000);
 
-  await page.click(reg);
+  await click(reg);
   check('Register opens the form naming the checkpoint, its model field focused', await waitTrue(page, (u) =>
     !document.getElementById('register-form').hidden && document.getElementById('register-what').textContent.includes(u) &&
     document.activeElement && document.activeElement.id === 'register-model', 5000, ckptUuid));
@@ -269,25 +286,25 @@ try {
     return e && /400/.test(e.textContent) && /\bname\b/.test(e.textContent);
   }, 10000), await page.evaluate(() => document.getElementById('register-result').textContent));
   await page.$eval('#register-model', (i) => { i.value = ''; });
-  await page.type('#register-model', 'ui-model');
-  await page.click('#register-form button[type=submit]');
+  await type('#register-model', 'ui-model');
+  await click('#register-form button[type=submit]');
   check('a new model name: the model is made and the checkpoint is its version 1', await waitTrue(page, () =>
     /Made model ui-model; registered checkpoint .* as version 1 of model ui-model/.test(document.getElementById('register-result').textContent), 10000),
   await page.evaluate(() => document.getElementById('register-result').textContent));
   check('... and the checkpoint shows as kept by a model', await waitTrue(page, (u) =>
     /yes/.test(document.querySelector('#checkpoints tr[data-uuid="' + u + '"]')?.textContent || ''), 10000, ckptUuid));
-  await page.click(reg);
+  await click(reg);
   check('the existing model is offered in the list', await waitTrue(page, () =>
     Array.from(document.querySelectorAll('#model-names option')).some((o) => o.value === 'ui-model'), 5000));
   await page.$eval('#register-model', (i) => { i.value = ''; });
-  await page.type('#register-model', 'ui-model');
+  await type('#register-model', 'ui-model');
   await page.keyboard.press('Enter');
   check('an existing model: the checkpoint becomes its version 2', await waitTrue(page, () =>
     /^Registered checkpoint .* as version 2 of model ui-model/.test(document.getElementById('register-result').textContent), 10000),
   await page.evaluate(() => document.getElementById('register-result').textContent));
-  await (await page.$('#checkpoints-section')).screenshot({ path: path.join(art, 'checkpoints.png') });
+  await shot('#checkpoints-section', 'checkpoints.png');
 
-  await page.click('#register-link');
+  await click('#register-link');
   check('the link goes to the model\'s page', await waitTrue(page, () =>
     document.querySelector('main[data-page=model]') && document.querySelectorAll('#versions tbody tr').length === 2, 10000));
   const v1 = await page.evaluate(() => {
@@ -307,7 +324,7 @@ try {
   check('... and how to download it: a button, and the det command in its title and under the table',
     v1 && v1.dl === 'Save ui-model-v1.tar; det model download ui-model:1 restores the same files' &&
     /det model download ui-model:VERSION restores the same files/.test(v1.cli), v1 && v1.dl);
-  await page.click('#versions tr[data-version="1"] button[data-action=download]');
+  await click('#versions tr[data-version="1"] button[data-action=download]');
   check('"Download" on version 1 says what it downloads', await waitTrue(page, () =>
     /Downloading version 1 of model ui-model as ui-model-v1\.tar \([0-9.]+ KB, 2 files\)/.test(document.getElementById('model-said').textContent), 10000),
   await page.evaluate(() => document.getElementById('model-said').textContent));
@@ -322,30 +339,30 @@ try {
   }, p);
   const saidText = () => page.evaluate(() => document.getElementById('model-said').textContent);
   const setField = (sel, v) => page.$eval(sel, (el, x) => { el.removeAttribute('maxlength'); el.value = x; }, v);
-  await page.click('#model-edit');
+  await click('#model-edit');
   check('"Edit": description, labels and metadata, each labelled', await waitTrue(page, () =>
     !document.getElementById('model-edit-form').hidden && ['model-desc', 'model-labels', 'model-metadata']
       .every((id) => document.getElementById(id) && document.querySelector('label[for=' + id + ']')), 3000));
   check('... the metadata shown as JSON', await page.$eval('#model-metadata', (t) => JSON.stringify(JSON.parse(t.value)) === '{}'));
   await setField('#model-labels', 'vision, ' + 'x'.repeat(200));
-  await page.click('#model-desc-save');
+  await click('#model-desc-save');
   check('a label too long: the API\'s 400 naming labels[1], the form stays open', await waitTrue(page, () =>
     /400: labels\[1\]/.test(document.querySelector('#model-said [role=alert]')?.textContent || '') &&
     !document.getElementById('model-edit-form').hidden, 10000), await saidText());
   await setField('#model-labels', 'vision, prod');
   await setField('#model-metadata', '{"framework": "torch",');
-  await page.click('#model-desc-save');
+  await click('#model-desc-save');
   check('metadata that is not JSON: said, naming metadata, nothing sent', await waitTrue(page, () =>
     /metadata: not JSON/.test(document.querySelector('#model-said [role=alert]')?.textContent || ''), 5000), await saidText());
   await setField('#model-metadata', '[1, 2]');
-  await page.click('#model-desc-save');
+  await click('#model-desc-save');
   check('metadata that is not an object: the API\'s 400 naming metadata', await waitTrue(page, () =>
     /400: metadata/.test(document.querySelector('#model-said [role=alert]')?.textContent || ''), 10000), await saidText());
   const unchanged = await apiJson('models/ui-model');
   check('... nothing was changed by the refusals', JSON.stringify(unchanged.model.labels || []) === '[]' &&
     JSON.stringify(unchanged.model.metadata || {}) === '{}', JSON.stringify(unchanged.model));
   await setField('#model-metadata', '{"framework": "torch", "layers": 3}');
-  await page.click('#model-desc-save');
+  await click('#model-desc-save');
   check('Save: the labels and the metadata (only what changed is sent)', await waitTrue(page, () =>
     /Saved the labels, metadata of model ui-model/.test(document.getElementById('model-said').textContent) &&
     document.getElementById('model-edit-form').hidden, 10000), await saidText());
@@ -356,20 +373,20 @@ try {
   const changed = await apiJson('models/ui-model');
   check('... and by the API', JSON.stringify(changed.model.labels) === '["vision","prod"]' && changed.model.metadata.layers === 3,
     JSON.stringify(changed.model));
-  await page.click('#versions tr[data-version="2"] button[data-action=edit-version]');
+  await click('#versions tr[data-version="2"] button[data-action=edit-version]');
   check('a version\'s "Edit": its name, comment and labels, labelled, the name focused', await waitTrue(page, () =>
     !document.getElementById('version-edit-form').hidden && document.activeElement?.id === 'version-name' &&
     /Version 2 of model ui-model/.test(document.getElementById('version-edit-what').textContent) &&
     ['version-name', 'version-comment', 'version-labels'].every((id) => document.querySelector('label[for=' + id + ']')), 3000));
   await setField('#version-name', 'n'.repeat(300));
-  await page.click('#version-save');
+  await click('#version-save');
   check('a name too long: the API\'s 400 naming name', await waitTrue(page, () =>
     /400: name/.test(document.querySelector('#model-said [role=alert]')?.textContent || '') &&
     !document.getElementById('version-edit-form').hidden, 10000), await saidText());
   await setField('#version-name', 'best');
   await setField('#version-comment', 'the one to ship');
   await setField('#version-labels', ' candidate ,');
-  await page.click('#version-save');
+  await click('#version-save');
   check('Save: version 2\'s name, comment and labels', await waitTrue(page, () =>
     /Saved the name, comment, labels of version 2 of model ui-model/.test(document.getElementById('model-said').textContent) &&
     document.getElementById('version-edit-form').hidden, 10000), await saidText());
@@ -381,31 +398,31 @@ try {
   const v2 = await apiJson('models/ui-model/versions/2');
   check('... and by the API', v2.version.name === 'best' && v2.version.comment === 'the one to ship' &&
     JSON.stringify(v2.version.labels) === '["candidate"]', JSON.stringify(v2.version));
-  await page.click('#versions tr[data-version="1"] button[data-action=edit-version]');
+  await click('#versions tr[data-version="1"] button[data-action=edit-version]');
   await page.waitForFunction(() => document.activeElement?.id === 'version-name', { timeout: 3000 });
-  await (await page.$('#version-edit-form')).screenshot({ path: path.join(art, 'version-edit.png') });
-  await page.click('#version-cancel');
+  await shot('#version-edit-form', 'version-edit.png');
+  await click('#version-cancel');
   check('Cancel closes the version\'s form', await page.evaluate(() => document.getElementById('version-edit-form').hidden));
   check('the model\'s owner and version count', await page.evaluate(() =>
     /Versions\s*2/.test(document.getElementById('model-summary').textContent)));
   await page.$eval('#versions', (b) => { b.scrollLeft = 0; }); /* the edits scrolled it to their buttons */
   await page.screenshot({ path: path.join(art, 'model.png'), fullPage: true });
-  await page.click('#versions tr[data-version="1"] .col-trial a');
+  await click('#versions tr[data-version="1"] .col-trial a');
   check('the version\'s trial link opens the trial\'s page', await waitTrue(page, () =>
     document.querySelector('main[data-page=trial]') && /ui-reg-1/.test(document.querySelector('h1').textContent), 10000));
 
-  await page.click('#nav-models');
+  await click('#nav-models');
   check('"Models" in the navigation: the models list', await waitTrue(page, () =>
     document.querySelector('main[data-page=models]') && document.querySelector('#models tr[data-model=ui-model]'), 10000));
   check('... marked as the current page', await page.$eval('#nav-models', (a) => a.getAttribute('aria-current') === 'page'));
   const mrow = await page.$eval('#models tr[data-model=ui-model]', (r) => [...r.children].map((td) => td.textContent));
   check('its row: name, 2 versions, latest 2 (' + mrow.join(' | ') + ')', mrow[0] === 'ui-model' && mrow[3] === '2' && mrow[4] === '2');
   check('the invalid name made no model', await page.evaluate(() => document.querySelectorAll('#models tbody tr').length === 1));
-  await page.type('#model-filter', 'no-such-model');
+  await type('#model-filter', 'no-such-model');
   check('a filter that excludes it hides it', await waitTrue(page, () => !document.querySelector('#models tr[data-model=ui-model]') &&
     /0 of 1/.test(document.querySelector('main [role=status]').textContent), 3000));
   await page.evaluate(() => { const f = document.getElementById('model-filter'); f.value = ''; f.dispatchEvent(new Event('input')); });
-  await page.type('#model-filter', 'UI-MOD');
+  await type('#model-filter', 'UI-MOD');
   check('a filter that matches it (any case) shows it', await waitTrue(page, () => !!document.querySelector('#models tr[data-model=ui-model]'), 3000));
   await page.screenshot({ path: path.join(art, 'models.png'), fullPage: true });
   await page.evaluate(() => { location.hash = '#/models/no-such-model'; });
@@ -429,19 +446,19 @@ try {
   check('the model page offers its edits', await waitTrue(page, () => document.querySelector('main[data-page=model]') &&
     !document.getElementById('model-actions').hidden && document.querySelectorAll('#versions tbody tr').length === 2, 10000));
   check('... its description', (await descOf()) === 'first words', await descOf());
-  await page.click('#model-edit');
+  await click('#model-edit');
   check('"Edit": the form, holding the description, focused', await waitTrue(page, () =>
     !document.getElementById('model-edit-form').hidden && document.activeElement?.id === 'model-desc' &&
     document.getElementById('model-desc').value === 'first words', 3000));
   check('... its field has a label', await page.evaluate(() => !!document.querySelector('label[for=model-desc]')));
   await page.keyboard.type(' never saved');
-  await page.click('#model-desc-cancel');
+  await click('#model-desc-cancel');
   await sleep(500);
   check('Cancel: the form closes, the description unchanged', await page.evaluate(() => document.getElementById('model-edit-form').hidden) &&
     (await descOf()) === 'first words', await descOf());
-  await page.click('#model-edit');
+  await click('#model-edit');
   await page.$eval('#model-desc', (t) => { t.removeAttribute('maxlength'); t.value = 'x'.repeat(5000); });
-  await page.click('#model-desc-save');
+  await click('#model-desc-save');
   check('a description too long: the API\'s refusal is shown (400, naming description)', await waitTrue(page, () =>
     /400/.test(document.querySelector('#model-said [role=alert]')?.textContent || '') &&
     /description/.test(document.querySelector('#model-said [role=alert]').textContent), 10000),
@@ -449,8 +466,8 @@ try {
   check('... the form stays open, the description unchanged', await page.evaluate(() => !document.getElementById('model-edit-form').hidden) &&
     (await descOf()) === 'first words');
   await page.$eval('#model-desc', (t) => { t.value = ''; });
-  await page.type('#model-desc', 'a <b>new</b> description');
-  await page.click('#model-desc-save');
+  await type('#model-desc', 'a <b>new</b> description');
+  await click('#model-desc-save');
   check('Save: the new description is shown (as text)', await waitTrue(page, () =>
     document.getElementById('model-edit-form').hidden && Array.from(document.querySelectorAll('#model-summary dd'))
       .some((d) => d.textContent === 'a <b>new</b> description' && !d.querySelector('b')), 10000), await descOf());
@@ -458,39 +475,39 @@ try {
   check('... and after a reload', await waitTrue(page, () => Array.from(document.querySelectorAll('#model-summary dd'))
     .some((d) => d.textContent === 'a <b>new</b> description'), 10000), await descOf());
   await page.waitForSelector('#model-archive');
-  await page.click('#model-archive');
+  await click('#model-archive');
   check('"Archive": the model shows as archived, the button says "Unarchive"', await waitTrue(page, () =>
     /Archived\s*yes/.test(document.getElementById('model-summary').textContent) &&
     document.getElementById('model-archive').textContent === 'Unarchive', 10000));
-  await page.click('#nav-models');
+  await click('#nav-models');
   check('an archived model is left out of the models list', await waitTrue(page, () =>
     document.querySelector('main[data-page=models]') && document.querySelector('#models tr[data-model=ui-model]') &&
     !document.querySelector('#models tr[data-model=ui-edit]'), 10000));
-  await page.click('#model-archived');
+  await click('#model-archived');
   check('... and listed, marked archived, with "Show archived"', await waitTrue(page, () =>
     /\(archived\)/.test(document.querySelector('#models tr[data-model=ui-edit]')?.textContent || ''), 10000));
-  await page.click('#models tr[data-model=ui-edit] a');
+  await click('#models tr[data-model=ui-edit] a');
   await page.waitForFunction(() => document.querySelector('main[data-page=model]') &&
     document.getElementById('model-archive')?.textContent === 'Unarchive', { timeout: 10000 });
-  await page.click('#model-archive');
+  await click('#model-archive');
   check('"Unarchive": no longer archived', await waitTrue(page, () =>
     !/Archived/.test(document.getElementById('model-summary').textContent) &&
     document.getElementById('model-archive').textContent === 'Archive', 10000));
-  await page.click('#nav-models');
+  await click('#nav-models');
   check('... and in the default models list again', await waitTrue(page, () =>
     document.querySelector('main[data-page=models]') && !document.getElementById('model-archived').checked &&
     document.querySelector('#models tr[data-model=ui-edit]'), 10000));
-  await page.click('#models tr[data-model=ui-edit] a');
+  await click('#models tr[data-model=ui-edit] a');
   const delv = '#versions tr[data-version="1"] button[data-action=delete-version]';
   await page.waitForSelector(delv, { timeout: 10000 });
   page.once('dialog', (d) => d.dismiss());
-  await page.click(delv);
+  await click(delv);
   await sleep(1500);
   check('"Delete" on a version asks first; dismissed, both versions stay', await page.evaluate(() =>
     document.querySelectorAll('#versions tbody tr').length === 2));
   asked = '';
   page.once('dialog', (d) => { asked = d.message(); d.accept(); });
-  await page.click(delv);
+  await click(delv);
   check('... accepted, version 1 is gone and version 2 stays', await waitTrue(page, () =>
     !document.querySelector('#versions tr[data-version="1"]') && !!document.querySelector('#versions tr[data-version="2"]'), 10000),
   await page.evaluate(() => document.getElementById('model-said').textContent));
@@ -500,22 +517,22 @@ try {
   check('... and the API answers 404 for it (' + v1gone + ')', v1gone === 404);
   await page.screenshot({ path: path.join(art, 'model-edit.png'), fullPage: true });
   page.once('dialog', (d) => d.dismiss());
-  await page.click('#model-delete');
+  await click('#model-delete');
   await sleep(1500);
   check('"Delete model" asks first; dismissed, the page stays', await page.evaluate(() =>
     location.hash === '#/ns/default/models/ui-edit' && document.querySelectorAll('#versions tbody tr').length === 1));
   asked = '';
   page.once('dialog', (d) => { asked = d.message(); d.accept(); });
-  await page.click('#model-delete');
+  await click('#model-delete');
   check('... accepted, the models list without it', await waitTrue(page, () =>
     location.hash === '#/ns/default/models' && document.querySelector('main[data-page=models]') &&
     document.querySelector('#models tr[data-model=ui-model]') && !document.querySelector('#models tr[data-model=ui-edit]'), 10000),
   await page.evaluate(() => location.hash));
   check('... the question named the model (' + asked + ')', /model ui-edit/.test(asked));
-  await page.click('#model-archived');
+  await click('#model-archived');
   check('... not even among the archived ones', await waitTrue(page, () => document.getElementById('model-archived').checked &&
     document.querySelector('#models tr[data-model=ui-model]') && !document.querySelector('#models tr[data-model=ui-edit]'), 10000));
-  await page.click('#model-archived');
+  await click('#model-archived');
 
   // ---- the job queue: reorder and priority from the page (browser.sh checks det job list after)
   await page.evaluate(() => { location.hash = '#/ns/default/jobs'; });
@@ -531,7 +548,7 @@ try {
     /Job queue/.test(document.querySelector('h1').textContent) && !!document.querySelector('input[aria-label="priority of jq-a"]')));
   const up = 'button[data-job=jq-b][data-move=up]';
   check('jq-b has a button to move it ahead of jq-a', await page.$eval(up, (b) => b.getAttribute('aria-label')) === 'Move jq-b ahead of jq-a');
-  await page.focus(up);
+  await focus(up);
   await page.keyboard.press('Enter');
   check('after "Up" (keyboard), jq-b comes before jq-a', await waitTrue(page, () => {
     const n = Array.from(document.querySelectorAll('#jobs tbody tr')).map((r) => r.dataset.job);
@@ -539,7 +556,7 @@ try {
   }, 10000), await order());
   check('... and the page says what changed', /ahead of jq-a/.test(await page.$eval('main [role=status]', (e) => e.textContent)));
   await page.$eval('input[aria-label="priority of jq-a"]', (i) => { i.value = ''; });
-  await page.type('input[aria-label="priority of jq-a"]', '60');
+  await type('input[aria-label="priority of jq-a"]', '60');
   await page.keyboard.press('Enter');
   check('a priority set from the page (jq-a: 60)', await waitTrue(page,
     () => document.querySelector('input[aria-label="priority of jq-a"]')?.value === '60' && /priority 60/.test(document.querySelector('main [role=status]').textContent), 10000));
@@ -548,7 +565,7 @@ try {
 
   // ---- the tasks page: the command task, "Open" through the proxy, "Kill" after a confirm()
   // (browser.sh checks the task's end after)
-  await page.click('#nav-tasks');
+  await click('#nav-tasks');
   const trow = '#tasks tr[data-task="' + taskName + '"]';
   check('"Tasks" in the navigation: the task is listed, RUNNING', await waitTrue(page, (s) =>
     document.querySelector('main[data-page=tasks]') && document.querySelector(s)?.dataset.state === 'RUNNING', 15000, trow),
@@ -558,7 +575,7 @@ try {
     /ui test server/.test(tcells.name) && /^\d+[smhd]$/.test(tcells.age) && tcells.owner !== '');
   check('it serves HTTP: an "Open" link to its proxy path', await page.$eval(trow + ' a.open', (a) => a.getAttribute('href')) === 'proxy/' + taskName + '/');
   const opened = new Promise((res) => browser.once('targetcreated', (t) => res(t)));
-  await page.click(trow + ' a.open');
+  await click(trow + ' a.open');
   let tab = null;
   try {
     tab = await (await Promise.race([opened, sleep(10000).then(() => null)]))?.page();
@@ -572,17 +589,17 @@ try {
   }
   await page.screenshot({ path: path.join(art, 'tasks.png'), fullPage: true });
   page.once('dialog', (d) => d.dismiss());
-  await page.click(trow + ' button[data-action=kill]');
+  await click(trow + ' button[data-action=kill]');
   await sleep(1500);
   check('"Kill" asks first; dismissed, the task keeps running', await page.evaluate((s) =>
     document.querySelector(s)?.dataset.state === 'RUNNING', trow));
   asked = '';
   page.once('dialog', (d) => { asked = d.message(); d.accept(); });
-  await page.click(trow + ' button[data-action=kill]');
+  await click(trow + ' button[data-action=kill]');
   check('... accepted, the task is killed and leaves the list of live ones', await waitTrue(page, (s) => !document.querySelector(s), 30000, trow),
     await page.evaluate(() => document.querySelector('main [role=status]').textContent));
   check('... the question named the task (' + asked + ')', asked.includes(taskName));
-  await page.click('#tasks-ended');
+  await click('#tasks-ended');
   check('"Show ended tasks": it is TERMINATED, Killed', await waitTrue(page, (s) =>
     document.querySelector(s)?.dataset.state === 'TERMINATED' && /Killed/.test(document.querySelector(s).textContent), 10000, trow));
 
@@ -659,7 +676,7 @@ try {
   const cpuPts = await page.evaluate(() => Number(document.querySelector('#profiler .chart[data-group=cpu]')?.dataset.points));
   check('... the CPU chart: one point per system sample (' + cpuPts + ')', cpuPts === sysS.filter((m) => num(m.cpu_util_pct)).length);
   check('... no empty state', await page.evaluate(() => !/No profiler samples/.test(document.getElementById('profiler').textContent)));
-  await (await page.$('#profiler-section')).screenshot({ path: path.join(art, 'profiler.png') });
+  await shot('#profiler-section', 'profiler.png');
   const none = (await apiGet('trials/ui-reg-1/profiler')).samples || [];
   await page.evaluate(() => { location.hash = '#/ns/default/trials/ui-reg-1'; });
   check('a trial without profiler samples (the API has ' + none.length + '): the empty state, no chart', none.length === 0 &&
@@ -693,7 +710,7 @@ try {
   check('... the API: ui-act is PAUSED (' + st + ')', st === 'PAUSED');
   check('... and so does the page, by its next poll', await waitTrue(page, () =>
     /State\s*PAUSED/.test(document.querySelector('main .summary').textContent), 15000));
-  await page.click('#exp-activate');
+  await click('#exp-activate');
   st = '';
   for (let i = 0; i < 120 && st !== 'ACTIVE'; i++) {
     const e = await expOf();
@@ -709,18 +726,18 @@ try {
     !document.querySelector('#charts .chart[data-kind=profiling]')));
   asked = '';
   page.once('dialog', (d) => { asked = d.message(); d.dismiss(); });
-  await page.click('#exp-cancel');
+  await click('#exp-cancel');
   await sleep(1500);
   const afterCancel = await expOf();
   check('Cancel asks first (' + asked + '); dismissed, nothing changes', /Cancel experiment ui-act/.test(asked) &&
     afterCancel.spec.canceled !== true && afterCancel.status.state === 'ACTIVE' &&
     await page.evaluate(() => !document.getElementById('exp-cancel').hidden), JSON.stringify(afterCancel.spec));
-  await page.click('#exp-archive');
+  await click('#exp-archive');
   check('Archive: the button says Unarchive', await waitTrue(page, () => document.getElementById('exp-archive').textContent === 'Unarchive' &&
     !document.getElementById('exp-archive').disabled, 10000));
   check('... the API: archived', (await expOf()).spec.archived === true);
   await page.screenshot({ path: path.join(art, 'experiment-actions.png') });
-  await page.click('#exp-archive');
+  await click('#exp-archive');
   check('Unarchive: the button says Archive again', await waitTrue(page, () => document.getElementById('exp-archive').textContent === 'Archive' &&
     !document.getElementById('exp-archive').disabled, 10000));
   check('... the API: not archived', (await expOf()).spec.archived !== true);
