@@ -143,13 +143,10 @@ static void refuse(int fd, int code, const char *reason, const char *why)
     char *body = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (body != NULL) {
-        char *msg = kd_xasprintf("HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-                                 "Connection: close\r\nContent-Length: %zu\r\n\r\n%s\n",
-                                 code,
-                                 code == 400   ? "Bad Request"
-                                 : code == 414 ? "URI Too Long"
-                                               : "Request Timeout",
-                                 strlen(body) + 1, body);
+        char *msg =
+            kd_xasprintf("HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                         "Connection: close\r\nContent-Length: %zu\r\n\r\n%s\n",
+                         code, MHD_get_reason_phrase_for((unsigned)code), strlen(body) + 1, body);
         (void)!send(fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
         free(msg);
         free(body);

@@ -389,7 +389,7 @@ static void test_garbage_request_line(void **state)
         bool closed = exchange(port, req, strlen(req), &b);
         const char *got = kd_buf_str(&b);
         bool served = strncmp(got, "HTTP/1.1 200 ", 13) == 0;
-        bool refused = strncmp(got, "HTTP/1.1 414 ", 13) == 0 &&
+        bool refused = strncmp(got, "HTTP/1.1 414 URI Too Long\r\n", 27) == 0 &&
                        strstr(got, "longer than 8192 bytes") != NULL &&
                        strstr(got, "\"code\":414") != NULL;
         if (!closed || (len < 8192 ? !served : !refused))
@@ -400,7 +400,7 @@ static void test_garbage_request_line(void **state)
      * held for the 600 s request timeout; a connection that sends nothing is just closed. */
     static const char begun[] = "GET /trials/x HTTP/1.";
     assert_true(exchange(port, begun, sizeof(begun) - 1, &b));
-    assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 408 ", 13), 0);
+    assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 408 Request Timeout\r\n", 30), 0);
     assert_true(exchange(port, "", 0, &b));
     assert_int_equal(b.len, 0);
     /* Half a line, then the client shuts its side: 400 at once. */
@@ -410,7 +410,7 @@ static void test_garbage_request_line(void **state)
     kd_buf_reset(&b);
     assert_true(read_to_close(hfd, &b));
     close(hfd);
-    assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 400 ", 13), 0);
+    assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 400 Bad Request\r\n", 26), 0);
     assert_non_null(strstr(kd_buf_str(&b), "shut after 21 bytes"));
     /* A line that arrives byte by byte is still served. */
     int fd = dial(port);
