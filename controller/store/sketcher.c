@@ -80,6 +80,7 @@ struct cached {
     int64_t trial;
     char kind[16];
     uint64_t used; /* the fold that last touched it */
+    size_t bytes;  /* over_bytes(&o) when it was last touched */
     struct over o;
 };
 
@@ -89,6 +90,7 @@ struct kd_sketch_cache {
     uint64_t folds;
     struct cached *e; /* e[0..sorted) sorted by (trial, kind); a fold appends after them */
     size_t n, cap, sorted;
+    size_t bytes; /* the sum of e[].bytes */
 };
 
 struct kd_sketch_cache *kd_sketch_cache__new(void)
@@ -104,6 +106,7 @@ static void cache_clear(struct kd_sketch_cache *c)
     for (size_t i = 0; i < c->n; i++)
         over_free(&c->e[i].o);
     c->n = c->sorted = 0;
+    c->bytes = 0;
 }
 
 void kd_sketch_cache__free(struct kd_sketch_cache *c)
@@ -140,6 +143,16 @@ static struct cached *cache_find(struct kd_sketch_cache *c, int64_t trial, const
     return NULL;
 }
 
+static size_t over_bytes(const struct over *o)
+{
+    size_t b = sizeof(struct cached);
+    for (int l = 0; l < 2; l++)
+        for (size_t i = 0; i < o->lvl[l].n; i++)
+            b += o->lvl[l].s[i].cap * sizeof(struct kd_pt) + strlen(o->lvl[l].s[i].name) + 1 +
+                 sizeof(struct kd_series);
+    return b;
+}
+
 /* Keep o (moved in) as the overview of (trial, kind); appended, cache_settle sorts. */
 static void cache_put(struct kd_sketch_cache *c, int64_t trial, const char *kind, struct over *o)
 {
@@ -157,16 +170,17 @@ static void cache_put(struct kd_sketch_cache *c, int64_t trial, const char *kind
     e->used = c->folds;
     e->o = *o;
     memset(o, 0, sizeof(*o));
+    e->bytes = over_bytes(&e->o);
+    c->bytes += e->bytes;
 }
 
-static size_t over_bytes(const struct over *o)
+/* e's overview grew (or was rebuilt) in this fold. */
+static void cache_touched(struct kd_sketch_cache *c, struct cached *e)
 {
-    size_t b = sizeof(struct cached);
-    for (int l = 0; l < 2; l++)
-        for (size_t i = 0; i < o->lvl[l].n; i++)
-            b += o->lvl[l].s[i].cap * sizeof(struct kd_pt) + strlen(o->lvl[l].s[i].name) + 1 +
-                 sizeof(struct kd_series);
-    return b;
+    size_t now = over_bytes(&e->o);
+    c->bytes = c->bytes - e->bytes + now;
+    e->bytes = now;
+    e->used = c->folds;
 }
 
 static int by_used_desc(const void *pa, const void *pb)
@@ -187,17 +201,15 @@ static int by_cached_key(const void *pa, const void *pb)
  */
 static void cache_settle(struct kd_sketch_cache *c)
 {
-    size_t total = 0;
-    for (size_t i = 0; i < c->n; i++)
-        total += over_bytes(&c->e[i].o);
-    if (total > SKETCH_CACHE_BYTES) {
+    if (c->bytes > SKETCH_CACHE_BYTES) {
         qsort(c->e, c->n, sizeof(*c->e), by_used_desc);
         size_t bytes = 0, keep = 0;
-        while (keep < c->n && (bytes += over_bytes(&c->e[keep].o)) <= SKETCH_CACHE_BYTES)
-            keep++;
+        while (keep < c->n && bytes + c->e[keep].bytes <= SKETCH_CACHE_BYTES)
+            bytes += c->e[keep++].bytes;
         for (size_t i = keep; i < c->n; i++)
             over_free(&c->e[i].o);
         c->n = keep;
+        c->bytes = bytes;
         c->sorted = 0;
     }
     if (c->sorted < c->n)
@@ -466,7 +478,7 @@ static int sketch_step(struct kd_store *s, PGconn *c, void *ctx, char *err)
         if (rc == 0)
             rc = save_record(&out, refs[g].trial, refs[g].kind, o);
         if (ce != NULL)
-            ce->used = cc->folds;
+            cache_touched(cc, ce);
         else if (rc == 0)
             cache_put(cc, refs[g].trial, refs[g].kind, &mine);
         over_free(&mine);
