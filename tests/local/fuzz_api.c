@@ -238,9 +238,9 @@ static void check_health(void)
 /*
  * libFuzzer's leak check after each input is off here (-detect_leaks=0, unless the command
  * line says otherwise): the server's own threads allocate and free while it runs (a
- * connection being freed, a watch building its next bookmark), and twice in ten minutes it
- * reported such memory as leaked, which no single input reproduces. Leaks are still looked
- * for where the server is stopped first: `test_fuzz_local_api` replays the corpus under ASan
+ * connection being freed, a watch building its next bookmark), and in two runs (5 and 8
+ * minutes in) it reported such memory as leaked, which no single input reproduces. Leaks are still
+ * looked for where the server is stopped first: `test_fuzz_local_api` replays the corpus under ASan
  * and checks at exit, and so do kdet-local's own tests.
  */
 int LLVMFuzzerInitialize(int *argc, char ***argv)
