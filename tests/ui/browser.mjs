@@ -183,6 +183,21 @@ try {
   await page.evaluate(() => { location.hash = '#/ns/default/experiments/ui-many'; });
   const many = '.chart[data-kind=training][data-metric=loss]';
   check('ui-many: 40 trials in the table', await waitTrue(page, () => document.querySelector('#trials .vscroll')?.dataset.rows === '40', 20000));
+  // A redraw (a sort here; a poll's news while trials run) keeps the table where it was scrolled,
+  // and paints the rows in view there: ten rows of margin above row 20 make a 340 px spacer.
+  const kept = await page.evaluate(async () => {
+    const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+    const box = document.querySelector('#trials .vscroll');
+    box.scrollTop = 700;
+    await frame();
+    document.querySelector('#trials button.sort[data-key=state]').click();
+    await frame();
+    const now = document.querySelector('#trials .vscroll');
+    return { same: now === box, top: now.scrollTop, pad: now.querySelector('tr.vpad td')?.style.height };
+  });
+  check('ui-many: a redraw of the trials table keeps its scroll position (' + JSON.stringify(kept) + ')',
+    !kept.same && kept.top === 700 && kept.pad === '340px');
+  await page.$eval('#trials .vscroll', (b) => { b.scrollTop = 0; });
   check('ui-many: the loss chart draws 40 trials without a legend', await waitTrue(page, (q) => {
     const c = document.querySelector(q);
     return c && c.dataset.mode === 'many' && c.dataset.series === '40' && c.querySelector('canvas') && !c.querySelector('.u-legend') &&

@@ -136,10 +136,16 @@ export function experimentPage(ctx, ns, name) {
     reload().catch(failed);
   }
 
+  /* Redrawn on each poll that brought news and on a sort: the table stays where the user
+   * scrolled it to. */
   function drawTrials() {
+    const was = trialsBox.querySelector('.vscroll');
+    const top = was ? was.scrollTop : 0;
     clear(trialsBox).append(trials.length
       ? virtualTable('Trials of experiment ' + name, cols, trials, tstate, drawTrials)
       : h('p', { class: 'muted' }, 'No trials yet.'));
+    const box = trialsBox.querySelector('.vscroll');
+    if (box && top > 0) box.scrollTop = top; /* its scroll event paints the rows in view */
   }
 
   // Every trial's series of a kind (a range of steps: {from, to}); a 404 (nothing stored) is none.
