@@ -11,6 +11,14 @@
 
 #include "core/err.h"
 
+/*
+ * A JSON patch's limits, the API server's: at most KD_PATCH_MAX_OPS operations, and the
+ * values its "copy" operations duplicate at most KD_PATCH_COPY_BYTES together (encoded as
+ * JSON; the server's request size limit), since each copy can double the document.
+ */
+#define KD_PATCH_MAX_OPS 10000
+#define KD_PATCH_COPY_BYTES (3u << 20)
+
 /**
  * Each returns a new object (caller decrefs) in *out and never modifies its
  * inputs. Errors: KD_EINVAL with the operation index or path in err.

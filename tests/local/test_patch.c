@@ -79,6 +79,64 @@ static void test_json_patch(void **state)
     json_decref(doc);
 }
 
+/* The API server's limits: copies that double the document (a 3 KB patch once asked for
+ * gigabytes), and the number of operations. */
+static json_t *copies(const char *from, const char *to, int n)
+{
+    json_t *ops = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(ops,
+                              json_pack("{s:s,s:s,s:s}", "op", "copy", "from", from, "path", to));
+    return ops;
+}
+
+static void test_json_patch_limits(void **state)
+{
+    (void)state;
+    char err[KD_ERRLEN];
+    json_t *out = NULL;
+    json_t *doc = J("{\"a\":[1,2,3]}");
+    json_t *ops = copies("/a", "/a/-", 40);
+    assert_int_equal(kd_patch_json(doc, ops, &out, err), KD_EINVAL);
+    assert_null(out);
+    assert_non_null(
+        strstr(err, "(copy /a): the copies of this patch add up to more than 3145728 bytes"));
+    assert_json(doc, "{\"a\":[1,2,3]}");
+    json_decref(ops);
+    json_decref(doc);
+
+    /* The edge: a string of 1 MiB encoded, copied three times is exactly the budget. */
+    size_t len = (1u << 20) - 2;
+    char *big = malloc(len + 1);
+    memset(big, 'x', len);
+    big[len] = '\0';
+    doc = json_pack("{s:s}", "s", big);
+    ops = copies("/s", "/c", 3);
+    assert_int_equal(kd_patch_json(doc, ops, &out, err), 0);
+    assert_int_equal(json_string_length(json_object_get(out, "c")), len);
+    json_decref(out);
+    json_decref(ops);
+    ops = copies("/s", "/c", 4);
+    assert_int_equal(kd_patch_json(doc, ops, &out, err), KD_EINVAL);
+    assert_non_null(strstr(err, "operation 3 (copy /s)"));
+    json_decref(ops);
+    json_decref(doc);
+    free(big);
+
+    /* At most 10,000 operations. */
+    doc = J("{\"a\":1}");
+    ops = json_array();
+    for (int i = 0; i < KD_PATCH_MAX_OPS; i++)
+        json_array_append_new(ops, J("{\"op\":\"test\",\"path\":\"/a\",\"value\":1}"));
+    assert_int_equal(kd_patch_json(doc, ops, &out, err), 0);
+    json_decref(out);
+    json_array_append_new(ops, J("{\"op\":\"test\",\"path\":\"/a\",\"value\":1}"));
+    assert_int_equal(kd_patch_json(doc, ops, &out, err), KD_EINVAL);
+    assert_non_null(strstr(err, "at most 10000 operations; this one has 10001"));
+    json_decref(ops);
+    json_decref(doc);
+}
+
 static void test_strategic(void **state)
 {
     (void)state;
@@ -124,6 +182,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge),
         cmocka_unit_test(test_json_patch),
+        cmocka_unit_test(test_json_patch_limits),
         cmocka_unit_test(test_strategic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
