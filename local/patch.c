@@ -173,42 +173,6 @@ fail:
     return rc;
 }
 
-/*
- * About the bytes of v encoded as compact JSON, counted only until they pass cap (the
- * count then returned is over cap, and how far is left unsaid).
- */
-static size_t json_bytes(json_t *v, size_t cap)
-{
-    size_t n = 0;
-    const char *k;
-    json_t *x;
-    size_t i;
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        n = 2;
-        json_object_foreach(v, k, x)
-        {
-            n += strlen(k) + 4;
-            if (n > cap || (n += json_bytes(x, cap - n)) > cap)
-                return n;
-        }
-        return n;
-    case JSON_ARRAY:
-        n = 2;
-        json_array_foreach(v, i, x)
-        {
-            if (++n > cap || (n += json_bytes(x, cap - n)) > cap)
-                return n;
-        }
-        return n;
-    case JSON_STRING: return json_string_length(v) + 2;
-    case JSON_INTEGER:
-        return (size_t)snprintf(NULL, 0, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-    case JSON_REAL: return 17;
-    default: return 5; /* true, false, null */
-    }
-}
-
 int kd_patch_json(const json_t *doc, const json_t *ops, json_t **out, char *err)
 {
     int rc = 0;
@@ -264,8 +228,9 @@ int kd_patch_json(const json_t *doc, const json_t *ops, json_t **out, char *err)
                 json_t *src = ptr_get(d, from);
                 r = src != NULL ? 0 : KD_ENOTFOUND;
                 /* Each copy can double the document: the copies together are capped. */
-                if (src != NULL && (copied += json_bytes(src, KD_PATCH_COPY_BYTES - copied)) >
-                                       KD_PATCH_COPY_BYTES) {
+                if (src != NULL &&
+                    (copied += json_dumpb(src, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY)) >
+                        KD_PATCH_COPY_BYTES) {
                     rc = kd_seterr(err, KD_EINVAL,
                                    "operation %zu (copy %s): the copies of this patch add up to "
                                    "more than %u bytes",

@@ -12,9 +12,10 @@
 #include "core/err.h"
 
 /*
- * A JSON patch's limits, the API server's: at most KD_PATCH_MAX_OPS operations, and the
- * values its "copy" operations duplicate at most KD_PATCH_COPY_BYTES together (encoded as
- * JSON; the server's request size limit), since each copy can double the document.
+ * A JSON patch's limits: at most KD_PATCH_MAX_OPS operations (the API server's number), and
+ * the values its "copy" operations duplicate at most KD_PATCH_COPY_BYTES together, encoded
+ * as compact JSON (kdet-local's own cap, the size of the largest request body), since each
+ * copy can double the document.
  */
 #define KD_PATCH_MAX_OPS 10000
 #define KD_PATCH_COPY_BYTES (3u << 20)
