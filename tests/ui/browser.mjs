@@ -60,7 +60,7 @@ try {
       try {
         return await act();
       } catch (e) {
-        if (i >= 10 || !/detached|not clickable|no longer|Execution context was destroyed/i.test(e.message)) throw e;
+        if (i >= 10 || !/detached/i.test(e.message)) throw e;
         await sleep(100);
       }
     }
