@@ -115,4 +115,4 @@ check "one attempt only" test "$(grep -c 'msg="trial pods created" trial=oom-1' 
 kubectl delete experiment logs --wait=false >/dev/null
 check "the deleted experiment's logs are removed" wait_for 60 n_is 0 psqlq "select count(*) from trial_logs l
     join trials t on t.id = l.trial_id join experiments e on e.id = t.experiment_id where e.name = 'logs'"
-check "the controller said so" grep -q "msg=\"deleted experiment's trial logs removed\"" "$T/ctrl.log"
+check "the controller said so" wait_for 10 grep -q "msg=\"deleted experiment's trial logs removed\"" "$T/ctrl.log"
