@@ -133,8 +133,7 @@ static bool node_agent_log(struct kd_api *api, struct kd_http_req *r, const json
     char err[KD_ERRLEN] = "";
     if (kd_logproxy_open(url, &lp, &http, err) != 0) {
         char *msg = kd_http_printf(r, "Get \"%s\": %s", url, err);
-        json_t *st = json_pack("{s:s,s:s,s:{},s:s,s:s,s:i}", "kind", "Status", "apiVersion", "v1",
-                               "metadata", "status", "Failure", "message", msg, "code", 500);
+        json_t *st = kd_api__status_new(500, "", msg, NULL); /* kube-apiserver gives no reason */
         kd_http_respond_json(r, 500, st);
         json_decref(st);
         goto out;

@@ -21,6 +21,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "http/http.h"
 
 #ifndef DOOR_PENDING      /* tests include this file with a small one */
 #define DOOR_PENDING 1024 /* connections whose first line is awaited; past it, the oldest goes */
@@ -135,11 +136,9 @@ static enum line_verdict screen_line(const char *b, size_t n, char *why, size_t 
 }
 
 /* Answer `code` with a Status body, drain what the client sent, and close. */
-static void refuse(int fd, int code, const char *reason, const char *why)
+static void refuse(int fd, int code, const char *why)
 {
-    json_t *j =
-        json_pack("{s:s,s:s,s:{},s:s,s:s,s:s,s:i}", "kind", "Status", "apiVersion", "v1",
-                  "metadata", "status", "Failure", "message", why, "reason", reason, "code", code);
+    json_t *j = kd_http_status_json(code, why);
     char *body = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (body != NULL) {
@@ -190,7 +189,7 @@ static bool examine(struct kd_http_door *d, struct pending *p, bool hup)
     enum line_verdict v = screen_line(buf, (size_t)n, why, sizeof(why));
     if (v == LINE_BAD) {
         KD_INFO("http connection refused", "status=400 reason=%s", kd_logq(why));
-        refuse(p->fd, 400, "BadRequest", why);
+        refuse(p->fd, 400, why);
         p->fd = -1;
         return false;
     }
@@ -202,14 +201,14 @@ static bool examine(struct kd_http_door *d, struct pending *p, bool hup)
         /* libmicrohttpd would close a line too long for its memory unanswered. */
         snprintf(why, sizeof(why), "the request line is longer than %d bytes", DOOR_PEEK);
         KD_INFO("http connection refused", "status=414 reason=%s", kd_logq(why));
-        refuse(p->fd, 414, "RequestURITooLong", why);
+        refuse(p->fd, 414, why);
         p->fd = -1;
         return false;
     }
     if (hup) {
         snprintf(why, sizeof(why),
                  "the connection was shut after %zd bytes, inside the request line", n);
-        refuse(p->fd, 400, "BadRequest", why);
+        refuse(p->fd, 400, why);
         p->fd = -1;
         return false;
     }
@@ -272,7 +271,7 @@ static void *door_main(void *arg)
             if (alive && now >= p->deadline_ms) {
                 /* A line begun but never ended is answered; a silent connection is just closed. */
                 if (p->seen > 0)
-                    refuse(p->fd, 408, "Timeout", "the request line did not arrive in time");
+                    refuse(p->fd, 408, "the request line did not arrive in time");
                 else
                     close(p->fd);
                 alive = false;

@@ -277,7 +277,7 @@ int kd_http_port(const struct kd_http_server *s)
 
 /* ---- responses ------------------------------------------------------------- */
 
-static void respond_status(struct kd_http_req *r, int code, const char *reason, const char *msg);
+static void respond_status(struct kd_http_req *r, int code, const char *msg);
 
 void kd_http_add_header(struct kd_http_req *r, const char *name, const char *value)
 {
@@ -498,7 +498,7 @@ void kd_http_respond_upgrade(struct kd_http_req *r, const char *protocol, kd_htt
     struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgrade, u);
     if (resp == NULL) {
         upgrade_free(u);
-        respond_status(r, 500, "InternalError", "this server cannot upgrade connections");
+        respond_status(r, 500, "this server cannot upgrade connections");
         return;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, protocol);
@@ -633,24 +633,31 @@ static int screen_target(const char *raw, char *why, size_t whylen)
 
 /* ---- MHD callbacks --------------------------------------------------------- */
 
-static void respond_status(struct kd_http_req *r, int code, const char *reason, const char *msg)
-{
-    json_t *j =
-        json_pack("{s:s,s:s,s:{},s:s,s:s,s:s,s:i}", "kind", "Status", "apiVersion", "v1",
-                  "metadata", "status", "Failure", "message", msg, "reason", reason, "code", code);
-    kd_http_respond_json(r, code, j);
-    json_decref(j);
-}
-
 static const char *reason_of(int code)
 {
     switch (code) {
     case 400: return "BadRequest";
+    case 408: return "Timeout";
     case 413: return "RequestEntityTooLarge";
+    case 414: return "RequestURITooLong";
     case 431: return "RequestHeaderFieldsTooLarge";
     case 501: return "NotImplemented";
     default: return "InternalError";
     }
+}
+
+json_t *kd_http_status_json(int code, const char *msg)
+{
+    return json_pack("{s:s,s:s,s:{},s:s,s:s,s:s,s:i}", "kind", "Status", "apiVersion", "v1",
+                     "metadata", "status", "Failure", "message", msg, "reason", reason_of(code),
+                     "code", code);
+}
+
+static void respond_status(struct kd_http_req *r, int code, const char *msg)
+{
+    json_t *j = kd_http_status_json(code, msg);
+    kd_http_respond_json(r, code, j);
+    json_decref(j);
 }
 
 struct collect {
@@ -707,7 +714,7 @@ static void on_head(struct kd_http_req *r, const char *version)
         KD_INFO("http request refused", "method=%s status=%d reason=%s", kd_logq(r->method), code,
                 kd_logq(why));
         r->close = true;
-        respond_status(r, code, reason_of(code), why);
+        respond_status(r, code, why);
         return;
     }
     if (s->opts.authorize != NULL)
@@ -716,7 +723,7 @@ static void on_head(struct kd_http_req *r, const char *version)
     unsigned long long len = cl != NULL ? strtoull(cl, NULL, 10) : 0;
     if (r->resp == NULL && len > r->body.max) {
         snprintf(why, sizeof(why), "the request body is larger than %zu bytes", r->body.max);
-        respond_status(r, 413, reason_of(413), why);
+        respond_status(r, 413, why);
     }
     if (r->resp == NULL)
         return;
@@ -793,12 +800,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     } else if (r->too_big) {
         char msg[WHY_LEN];
         snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes", r->body.max);
-        respond_status(r, 413, reason_of(413), msg);
+        respond_status(r, 413, msg);
     } else {
         s->opts.handler(r, s->opts.ud);
     }
     if (r->resp == NULL)
-        respond_status(r, 500, reason_of(500), "no response");
+        respond_status(r, 500, "no response");
     ret = queue(r);
 out:
     return ret;

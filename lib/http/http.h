@@ -138,6 +138,15 @@ void kd_http_respond(struct kd_http_req *r, int status, const char *content_type
 void kd_http_respond_json(struct kd_http_req *r, int status, const json_t *j);
 
 /**
+ * A refusal as a Kubernetes Status object: kind Status, status Failure,
+ * `code`, `msg`, and the reason kube-apiserver gives that code
+ * (BadRequest, Timeout, RequestEntityTooLarge, RequestURITooLong,
+ * RequestHeaderFieldsTooLarge, NotImplemented; InternalError otherwise).
+ * The caller owns the result; NULL only when out of memory.
+ */
+json_t *kd_http_status_json(int code, const char *msg);
+
+/**
  * kd_http_respond_json, gzip-compressed (Content-Encoding: gzip) when the
  * request's Accept-Encoding takes gzip and the text is at least min_gzip
  * bytes; an answer that could be either says Vary: Accept-Encoding.

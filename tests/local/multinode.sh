@@ -122,6 +122,10 @@ check "a node agent's heartbeat older than 40 s counts as unreachable" wait_for 
     'why r0 | grep -qF "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }"'
 ready_status True "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 check "a fresh heartbeat: bound to n1 again" wait_for 10 on_node r0 n1
+# The pod's node agent is gone: its log cannot be fetched, and the error says from where.
+logs_err() { ! k logs r0 > /dev/null 2> "$work/logs.err" && cat "$work/logs.err"; }
+check "the logs of a pod on a stopped node agent: a Status naming the agent's URL" eval \
+    'logs_err | grep -qE "Get .https://127\.0\.0\.1:[0-9]+/containerLogs/default/r0/main"'
 k delete pod r0 --grace-period=0 --force >/dev/null 2>&1
 
 echo "$pass passed, $fail failed"

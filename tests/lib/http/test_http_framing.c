@@ -391,7 +391,8 @@ static void test_garbage_request_line(void **state)
         bool served = strncmp(got, "HTTP/1.1 200 ", 13) == 0;
         bool refused = strncmp(got, "HTTP/1.1 414 URI Too Long\r\n", 27) == 0 &&
                        strstr(got, "longer than 8192 bytes") != NULL &&
-                       strstr(got, "\"code\":414") != NULL;
+                       strstr(got, "\"code\":414") != NULL &&
+                       strstr(got, "\"reason\":\"RequestURITooLong\"") != NULL;
         if (!closed || (len < 8192 ? !served : !refused))
             fail_msg("a target of %zu bytes: closed=%d, got:\n%.300s", len, closed, got);
         free(req);
@@ -401,6 +402,7 @@ static void test_garbage_request_line(void **state)
     static const char begun[] = "GET /trials/x HTTP/1.";
     assert_true(exchange(port, begun, sizeof(begun) - 1, &b));
     assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 408 Request Timeout\r\n", 30), 0);
+    assert_non_null(strstr(kd_buf_str(&b), "\"reason\":\"Timeout\""));
     assert_true(exchange(port, "", 0, &b));
     assert_int_equal(b.len, 0);
     /* Half a line, then the client shuts its side: 400 at once. */
@@ -412,6 +414,7 @@ static void test_garbage_request_line(void **state)
     close(hfd);
     assert_int_equal(strncmp(kd_buf_str(&b), "HTTP/1.1 400 Bad Request\r\n", 26), 0);
     assert_non_null(strstr(kd_buf_str(&b), "shut after 21 bytes"));
+    assert_non_null(strstr(kd_buf_str(&b), "\"reason\":\"BadRequest\""));
     /* A line that arrives byte by byte is still served. */
     int fd = dial(port);
     static const char slow[] = "GET /bytewise HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
