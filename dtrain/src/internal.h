@@ -213,8 +213,10 @@ enum dt_tcp_algo dt_tcp_plan(size_t bytes, int world);
 struct dt_wait_policy {
     int64_t spin_ns;  /* at most this long polling with a pause while peers run elsewhere, */
     int64_t yield_ns; /* at most this long yielding to a peer that shares our core; then sleep */
+    size_t send_max;  /* tcp: bytes handed to one send(2) at most; 0: no limit */
 };
-/** How a rank waits for its peers, given the online cores and the ranks on this host. */
+/** How a rank waits for its peers (and paces its sends), given the online cores and the
+ * ranks on this host. */
 struct dt_wait_policy dt_wait_policy(long ncpu, int local_ranks);
 
 /* ---- async (async.c) ---- */

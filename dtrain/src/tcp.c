@@ -28,6 +28,7 @@ struct tcp {
     char *gather;      /* DT_TCP_GATHER_CAP: every rank's buffer, small allreduces */
     const void **srcs; /* world entries: reduction sources */
     int64_t yield_ns;  /* how long a stalled transfer yields before it sleeps in poll */
+    size_t send_max;   /* bytes per send(2) at most; 0: no limit (dt_wait_policy) */
 };
 
 static uint64_t run_hash(const char *s)
@@ -100,8 +101,10 @@ static int tcp_setup(struct dtrain *h)
             close(fd); /* not our left neighbour of this run: ignore it */
         }
     }
-    t->yield_ns =
-        dt_wait_policy(sysconf(_SC_NPROCESSORS_ONLN), dtrain_local_world_size(h)).yield_ns;
+    struct dt_wait_policy wp =
+        dt_wait_policy(sysconf(_SC_NPROCESSORS_ONLN), dtrain_local_world_size(h));
+    t->yield_ns = wp.yield_ns;
+    t->send_max = wp.send_max;
     dt_tune_socket(t->left);
     if ((rc = dt_set_nonblock(t->left, true)) < 0 || (rc = dt_set_nonblock(t->right, true)) < 0) {
         rc = dt_err(h, rc, "tcp ring: fcntl: %s", kd_strerror(rc));
@@ -167,8 +170,10 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
         bool progress = false;
         size_t sendable = x->relay && recvd < x->slen ? recvd : x->slen;
         if (sent < sendable) {
-            ssize_t w =
-                send(t->right, x->sbuf + sent, sendable - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            size_t sn = sendable - sent;
+            if (t->send_max > 0 && sn > t->send_max)
+                sn = t->send_max;
+            ssize_t w = send(t->right, x->sbuf + sent, sn, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (w > 0) {
                 sent += (size_t)w;
                 progress = true;

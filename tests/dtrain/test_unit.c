@@ -393,17 +393,21 @@ static void test_wait_policy_table(void **s)
         long ncpu;
         int ranks;
         int64_t spin_ns, yield_ns;
+        size_t send_max;
     } cases[] = {
-        {2, 2, 50000, 50000},
-        {16, 8, 50000, 50000},
-        {2, 4, 5000, 50000}, /* oversubscribed: spin little */
-        {1, 2, 5000, 50000},
+        {2, 2, 50000, 50000, 256 << 10},
+        {16, 8, 50000, 50000, 256 << 10},
+        {2, 4, 5000, 50000, 0}, /* oversubscribed: spin little, send all that fits */
+        {1, 2, 5000, 50000, 0},
+        {1, 1, 50000, 50000, 256 << 10},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct dt_wait_policy w = dt_wait_policy(cases[i].ncpu, cases[i].ranks);
-        if (w.spin_ns != cases[i].spin_ns || w.yield_ns != cases[i].yield_ns)
-            fail_msg("case %zu: %ld cpus, %d ranks: spin %lld yield %lld", i, cases[i].ncpu,
-                     cases[i].ranks, (long long)w.spin_ns, (long long)w.yield_ns);
+        if (w.spin_ns != cases[i].spin_ns || w.yield_ns != cases[i].yield_ns ||
+            w.send_max != cases[i].send_max)
+            fail_msg("case %zu: %ld cpus, %d ranks: spin %lld yield %lld send_max %zu", i,
+                     cases[i].ncpu, cases[i].ranks, (long long)w.spin_ns, (long long)w.yield_ns,
+                     w.send_max);
     }
 }
 
