@@ -194,10 +194,10 @@ struct dt_shm_plan {
 /**
  * The shm allreduce for a message of `bytes` among `world` ranks with
  * `slot`-byte slots; `cma`: the ranks may read each other's memory (not
- * known to be refused). For DT_SHM_CMA, chunk is the piece of each peer's
- * buffer read and reduced at a time.
+ * known to be refused); `oversub`: more ranks than cores. For DT_SHM_CMA,
+ * chunk is the piece of the peer's buffer read and reduced at a time.
  */
-struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot, bool cma);
+struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot, bool cma, bool oversub);
 /** Over shm: whether the ranks read each other's memory (1), cannot (-1), or were not asked (0). */
 int dt_shm_cma(const struct dtrain *h);
 
@@ -214,6 +214,7 @@ struct dt_wait_policy {
     int64_t spin_ns;  /* at most this long polling with a pause while peers run elsewhere, */
     int64_t yield_ns; /* at most this long yielding to a peer that shares our core; then sleep */
     size_t send_max;  /* tcp: bytes handed to one send(2) at most; 0: no limit */
+    bool oversub;     /* more ranks on this host than cores */
 };
 /** How a rank waits for its peers (and paces its sends), given the online cores and the
  * ranks on this host. */

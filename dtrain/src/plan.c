@@ -25,31 +25,36 @@
  * the reduction, a kernel copy of the peer's result half), against 5 for
  * flat (copy in, then read every slot) and 5.5 for reduce-scatter through
  * the slots; it costs three synchronisations and a few system calls per
- * call, which pay from CMA_MIN_BYTES. Its chunk is the piece of each peer
- * read at a time into a temporary of its own.
+ * call, which pay from CMA_MIN_BYTES. Its chunk is the piece of the peer
+ * read at a time into a temporary.
+ *
+ * Only for 2 ranks: there each process's memory has one reader. With 3 and
+ * 4 ranks (on 2 cores) reading directly was 1.4 to 2.4 times slower than
+ * the slots from 512 KiB to 8 MiB, and perf put a third of a rank's time in
+ * pinning the peers' pages (follow_page_pte, __get_user_pages) and 8% in
+ * spinning on their page-table locks: several ranks read the same process
+ * at once, and more ranks on more cores would only contend more.
  */
+#define CMA_WORLD 2
 #define CMA_MIN_BYTES (512u << 10)
-#define CMA_CHUNK_MAX (512u << 10)
-#define CMA_CHUNK_MIN (64u << 10)
-#define CMA_TMP_BYTES (2u << 20) /* the temporaries of all peers together */
+#define CMA_CHUNK (512u << 10)
 
-struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot, bool cma)
+struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot, bool cma, bool oversub)
 {
     struct dt_shm_plan p = {.algo = DT_SHM_FLAT, .chunk = CHUNK < slot ? CHUNK : slot};
-    if (cma && world >= 2 && bytes >= CMA_MIN_BYTES) {
-        /* Fewer, larger reads pay (each call pins the pages it copies), while the
-         * temporaries of all peers stay within CMA_TMP_BYTES. */
-        size_t c = CMA_TMP_BYTES / (size_t)world;
-        p.algo = DT_SHM_CMA;
-        p.chunk = c > CMA_CHUNK_MAX ? CMA_CHUNK_MAX : c < CMA_CHUNK_MIN ? CMA_CHUNK_MIN : c;
-        return p;
-    }
+    if (cma && world == CMA_WORLD && bytes >= CMA_MIN_BYTES)
+        return (struct dt_shm_plan){.algo = DT_SHM_CMA, .chunk = CMA_CHUNK};
     if (world <= 2 || bytes * (size_t)(world - 1) <= FLAT_PEER_BYTES)
         return p;
     p.algo = DT_SHM_SPLIT;
-    /* Each rank reduces chunk/world: keep that at 64 KiB or more. */
+    /* Each rank reduces chunk/world: keep that at 64 KiB or more. More ranks than cores
+     * take whole slots instead: each synchronisation then waits for ranks that must be
+     * scheduled first, and with 4 ranks on 2 cores 1 MiB chunks were 1.1 to 1.3 times as
+     * fast as 256 KiB ones from 1 to 8 MiB. */
     size_t c = (size_t)world * (64u << 10);
     c = c < CHUNK ? CHUNK : c;
+    if (oversub)
+        c = slot;
     p.chunk = c < slot ? c : slot;
     return p;
 }
@@ -98,6 +103,7 @@ struct dt_wait_policy dt_wait_policy(long ncpu, int local_ranks)
     struct dt_wait_policy w = {.spin_ns = SPIN_NS, .yield_ns = YIELD_NS, .send_max = SEND_MAX};
     /* Oversubscribed: a spinning rank may hold the core another rank needs. */
     if (ncpu < local_ranks) {
+        w.oversub = true;
         w.spin_ns = SPIN_NS / 10;
         w.send_max = 0;
     }

@@ -411,7 +411,8 @@ static int cma_probe(struct dtrain *h, struct shm *s, int64_t deadline)
               process_vm_readv((pid_t)atomic_load(&pf->pid), &l, 1, &r, 1, 0) == sizeof(v) &&
               v == 0x6b646574u + (uint64_t)peer;
     if (ok) {
-        s->tmp = malloc((size_t)s->world * dt_shm_plan(SIZE_MAX, s->world, s->slot, true).chunk);
+        s->tmp =
+            malloc((size_t)s->world * dt_shm_plan(SIZE_MAX, s->world, s->slot, true, false).chunk);
         s->addr = calloc((size_t)s->world, sizeof(*s->addr));
         ok = s->tmp != NULL && s->addr != NULL;
     }
@@ -515,11 +516,11 @@ static int shm_allreduce(struct dtrain *h, void *buf, size_t count, enum dtrain_
     int rc;
     if (count == 0)
         return 0;
-    struct dt_shm_plan p = dt_shm_plan(bytes, s->world, s->slot, s->cma >= 0);
+    struct dt_shm_plan p = dt_shm_plan(bytes, s->world, s->slot, s->cma >= 0, s->wait.oversub);
     if (p.algo == DT_SHM_CMA && s->cma == 0 && (rc = cma_probe(h, s, deadline)) < 0)
         return rc;
     if (p.algo == DT_SHM_CMA && s->cma < 0)
-        p = dt_shm_plan(bytes, s->world, s->slot, false);
+        p = dt_shm_plan(bytes, s->world, s->slot, false, s->wait.oversub);
     if (p.algo == DT_SHM_CMA)
         return allreduce_cma(h, s, buf, count, dtype, op, p.chunk, deadline);
     if (p.algo == DT_SHM_FLAT)

@@ -325,33 +325,40 @@ static void test_shm_plan_table(void **s)
         size_t slot;
         enum dt_shm_algo algo;
         size_t chunk;
-        bool cma;
+        bool cma, oversub;
     } cases[] = {
-        {4, 2, MIB(1), DT_SHM_FLAT, KIB(256), false},
-        {KIB(16), 2, MIB(1), DT_SHM_FLAT, KIB(256), false},
-        {MIB(256), 2, MIB(1), DT_SHM_FLAT, KIB(256), false}, /* two ranks: flat at every size */
-        {KIB(96), 3, MIB(1), DT_SHM_FLAT, KIB(256), false},  /* 2 x 96 KiB of peer data: flat */
-        {KIB(96) + 4, 3, MIB(1), DT_SHM_SPLIT, KIB(256), false},
-        {KIB(64), 4, MIB(1), DT_SHM_FLAT, KIB(256), false},
-        {KIB(64) + 4, 4, MIB(1), DT_SHM_SPLIT, KIB(256), false},
-        {MIB(4), 8, MIB(1), DT_SHM_SPLIT, KIB(512), false},    /* 64 KiB per rank's share */
-        {MIB(4), 64, KIB(256), DT_SHM_SPLIT, KIB(256), false}, /* the slot caps the chunk */
-        {KIB(8), 2, KIB(16), DT_SHM_FLAT, KIB(16), false},     /* DTRAIN_SHM_SLOT=16KiB */
-        {MIB(1), 3, KIB(16), DT_SHM_SPLIT, KIB(16), false},
-        {MIB(1), 8, KIB(64), DT_SHM_SPLIT, KIB(64), false},
-        /* The ranks may read each other's memory: from 512 KiB, straight from their buffers. */
-        {KIB(512) - 4, 2, MIB(1), DT_SHM_FLAT, KIB(256), true},
-        {KIB(512), 2, MIB(1), DT_SHM_CMA, KIB(512), true},
-        {MIB(256), 2, MIB(1), DT_SHM_CMA, KIB(512), true},
-        {KIB(512) - 4, 4, MIB(1), DT_SHM_SPLIT, KIB(256), true},
-        {KIB(512), 4, MIB(1), DT_SHM_CMA, KIB(512), true},
-        {KIB(512), 8, MIB(1), DT_SHM_CMA, KIB(256), true}, /* 2 MiB of temporaries in all */
-        {MIB(4), 64, KIB(256), DT_SHM_CMA, KIB(64), true},
-        {MIB(4), 1, MIB(1), DT_SHM_FLAT, KIB(256), true}, /* alone: nothing to read */
+        {4, 2, MIB(1), DT_SHM_FLAT, KIB(256), false, false},
+        {KIB(16), 2, MIB(1), DT_SHM_FLAT, KIB(256), false, false},
+        {MIB(256), 2, MIB(1), DT_SHM_FLAT, KIB(256), false, false}, /* two ranks: always flat */
+        {KIB(96), 3, MIB(1), DT_SHM_FLAT, KIB(256), false, false},  /* 2 x 96 KiB of peer data */
+        {KIB(96) + 4, 3, MIB(1), DT_SHM_SPLIT, KIB(256), false, false},
+        {KIB(64), 4, MIB(1), DT_SHM_FLAT, KIB(256), false, false},
+        {KIB(64) + 4, 4, MIB(1), DT_SHM_SPLIT, KIB(256), false, false},
+        {MIB(4), 8, MIB(1), DT_SHM_SPLIT, KIB(512), false, false},    /* 64 KiB per rank's share */
+        {MIB(4), 64, KIB(256), DT_SHM_SPLIT, KIB(256), false, false}, /* the slot caps the chunk */
+        {KIB(8), 2, KIB(16), DT_SHM_FLAT, KIB(16), false, false},     /* DTRAIN_SHM_SLOT=16KiB */
+        {MIB(1), 3, KIB(16), DT_SHM_SPLIT, KIB(16), false, false},
+        {MIB(1), 8, KIB(64), DT_SHM_SPLIT, KIB(64), false, false},
+        /* More ranks than cores: reduce-scatter in whole slots. */
+        {KIB(64), 4, MIB(1), DT_SHM_FLAT, KIB(256), false, true},
+        {KIB(64) + 4, 4, MIB(1), DT_SHM_SPLIT, MIB(1), false, true},
+        {MIB(1), 3, KIB(16), DT_SHM_SPLIT, KIB(16), false, true},
+        {MIB(256), 2, MIB(1), DT_SHM_FLAT, KIB(256), false, true},
+        /* The ranks may read each other's memory: 2 ranks from 512 KiB, straight from the
+         * peer's buffer; more ranks never (they would contend for the same pages). */
+        {KIB(512) - 4, 2, MIB(1), DT_SHM_FLAT, KIB(256), true, false},
+        {KIB(512), 2, MIB(1), DT_SHM_CMA, KIB(512), true, false},
+        {MIB(256), 2, MIB(1), DT_SHM_CMA, KIB(512), true, false},
+        {MIB(256), 2, MIB(1), DT_SHM_CMA, KIB(512), true, true},
+        {KIB(512), 4, MIB(1), DT_SHM_SPLIT, KIB(256), true, false},
+        {KIB(512), 4, MIB(1), DT_SHM_SPLIT, MIB(1), true, true},
+        {MIB(4), 3, MIB(1), DT_SHM_SPLIT, KIB(256), true, false},
+        {MIB(4), 64, KIB(256), DT_SHM_SPLIT, KIB(256), true, false},
+        {MIB(4), 1, MIB(1), DT_SHM_FLAT, KIB(256), true, false}, /* alone: nothing to read */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct dt_shm_plan p =
-            dt_shm_plan(cases[i].bytes, cases[i].world, cases[i].slot, cases[i].cma);
+        struct dt_shm_plan p = dt_shm_plan(cases[i].bytes, cases[i].world, cases[i].slot,
+                                           cases[i].cma, cases[i].oversub);
         if (p.algo != cases[i].algo || p.chunk != cases[i].chunk)
             fail_msg("case %zu: %zu bytes, %d ranks, slot %zu: got algo %d chunk %zu", i,
                      cases[i].bytes, cases[i].world, cases[i].slot, (int)p.algo, p.chunk);
@@ -394,17 +401,16 @@ static void test_wait_policy_table(void **s)
         int ranks;
         int64_t spin_ns, yield_ns;
         size_t send_max;
+        bool oversub;
     } cases[] = {
-        {2, 2, 50000, 50000, 256 << 10},
-        {16, 8, 50000, 50000, 256 << 10},
-        {2, 4, 5000, 50000, 0}, /* oversubscribed: spin little, send all that fits */
-        {1, 2, 5000, 50000, 0},
-        {1, 1, 50000, 50000, 256 << 10},
+        {2, 2, 50000, 50000, 256 << 10, false}, {16, 8, 50000, 50000, 256 << 10, false},
+        {2, 4, 5000, 50000, 0, true}, /* oversubscribed: spin little, send all that fits */
+        {1, 2, 5000, 50000, 0, true},           {1, 1, 50000, 50000, 256 << 10, false},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct dt_wait_policy w = dt_wait_policy(cases[i].ncpu, cases[i].ranks);
         if (w.spin_ns != cases[i].spin_ns || w.yield_ns != cases[i].yield_ns ||
-            w.send_max != cases[i].send_max)
+            w.send_max != cases[i].send_max || w.oversub != cases[i].oversub)
             fail_msg("case %zu: %ld cpus, %d ranks: spin %lld yield %lld send_max %zu", i,
                      cases[i].ncpu, cases[i].ranks, (long long)w.spin_ns, (long long)w.yield_ns,
                      w.send_max);
