@@ -60,6 +60,53 @@ struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot, bool cma, b
 }
 
 /*
+ * Which of the two is faster for 2 ranks depends on the machine's state
+ * more than on the size. On this kind of shared VM, in its fast hours the
+ * slots ran 512 KiB to 32 MiB at 15 GB/s against 11 to 13 (7 from 16 MiB)
+ * for the direct reads, while in its slow hours (everything about 3 times
+ * slower) the direct reads were ahead by 5 to 10%. So the two ranks try
+ * both and keep the faster, per size class (a power of two from 512 KiB),
+ * and try again every DT_PICK_EPOCH calls of that class, so that a change
+ * of state is followed. Call k of a class (both ranks count alike) does
+ * dt_pick_turn(k); the choice is made from both ranks' published trial
+ * results, the same on both, so they always run the same algorithm.
+ */
+#define PICK_TRIALS 3 /* calls of each algorithm per epoch */
+
+unsigned dt_pick_class(size_t bytes)
+{
+    unsigned c = 0;
+    for (size_t b = bytes >> 20; b > 0 && c + 1 < DT_PICK_CLASSES; b >>= 1)
+        c++;
+    return c;
+}
+
+struct dt_pick_turn dt_pick_turn(uint64_t k)
+{
+    uint64_t i = k % DT_PICK_EPOCH;
+    struct dt_pick_turn t = {.try_direct = -1};
+    if (i < 2 * PICK_TRIALS) { /* direct first: the first large call asks whether it may */
+        t.try_direct = (i & 1) == 0;
+        t.record = true;
+        t.publish = i == 2 * PICK_TRIALS - 1;
+    } else if (i == 2 * PICK_TRIALS) {
+        /* Not timed: the peer publishes after its last trial returns, and is known to
+         * have done so only once it has posted in this call. */
+        t.try_direct = 1;
+    } else if (i == 2 * PICK_TRIALS + 1) {
+        t.decide = true;
+    }
+    return t;
+}
+
+bool dt_pick_direct(const uint64_t a[2], const uint64_t b[2])
+{
+    /* A call lasts as long as its slower rank: compare each algorithm's worse best. */
+    uint64_t slots = a[0] > b[0] ? a[0] : b[0], direct = a[1] > b[1] ? a[1] : b[1];
+    return direct < slots;
+}
+
+/*
  * TCP. The ring sends 2(n-1)/n of the buffer in 2(n-1) steps; gathering
  * every rank's whole buffer (then each reduces all n in rank order) sends
  * (n-1) times the buffer in n-1 steps. For 2 ranks both send the buffer

@@ -45,6 +45,10 @@ struct shm_flag {
     _Atomic int32_t pid;      /* the owner's process, for process_vm_readv */
     _Atomic int32_t cma;      /* the owner could read its peer's memory: 1, or -1 */
     _Atomic uint64_t addr;    /* the owner's buffer in this collective (CMA) */
+    /* The owner's latest trial results per size class (dt_pick_turn): least ns per MiB
+     * through the slots and direct, and the epoch they are from. */
+    _Alignas(64) _Atomic uint64_t tried[DT_PICK_CLASSES][2];
+    _Atomic uint64_t tried_epoch[DT_PICK_CLASSES];
 };
 
 struct shm_hdr {
@@ -72,6 +76,11 @@ struct shm {
     char *tmp;         /* CMA: world chunks, the peers' pieces being reduced */
     uint64_t *addr;    /* CMA: world entries, the ranks' buffers in this call */
     uint64_t probe;    /* CMA: the word the others read to find out whether they can */
+    struct {           /* 2 ranks from 512 KiB: slots or direct, per size class */
+        uint64_t calls;   /* of this class so far, alike on both ranks */
+        uint64_t best[2]; /* this epoch's trials: least ns per MiB, slots and direct */
+        bool direct;      /* the choice since the last trials */
+    } pick[DT_PICK_CLASSES];
 };
 
 static size_t slot_size(int world)
@@ -501,6 +510,50 @@ static int allreduce_cma(struct dtrain *h, struct shm *s, char *b, size_t count,
     return sync_all(h, s, deadline, "allreduce");
 }
 
+/* The slots or the peer's buffer, as dt_pick_turn says; trials are timed and published. */
+static int allreduce_picked(struct dtrain *h, struct shm *s, char *b, size_t count,
+                            enum dtrain_dtype dtype, enum dtrain_op op, size_t chunk,
+                            int64_t deadline)
+{
+    size_t bytes = count * dtrain_dtype_size(dtype);
+    unsigned c = dt_pick_class(bytes);
+    uint64_t k = s->pick[c].calls++, epoch = k / DT_PICK_EPOCH;
+    struct dt_pick_turn t = dt_pick_turn(k);
+    struct shm_flag *me = &s->hdr->flags[s->rank], *peer = &s->hdr->flags[1 - s->rank];
+    int rc;
+    if (k % DT_PICK_EPOCH == 0)
+        s->pick[c].best[0] = s->pick[c].best[1] = UINT64_MAX;
+    if (t.decide) {
+        /* Both published after their last trial, before posting in the call since. */
+        if (atomic_load(&peer->tried_epoch[c]) != epoch + 1 ||
+            atomic_load(&me->tried_epoch[c]) != epoch + 1)
+            return dt_err(h, DTRAIN_EPROTO, "allreduce: the ranks' trial results disagree");
+        uint64_t a[2] = {atomic_load(&me->tried[c][0]), atomic_load(&me->tried[c][1])};
+        uint64_t o[2] = {atomic_load(&peer->tried[c][0]), atomic_load(&peer->tried[c][1])};
+        s->pick[c].direct = dt_pick_direct(a, o);
+    }
+    bool direct = t.try_direct >= 0 ? t.try_direct == 1 : s->pick[c].direct;
+    if (direct && s->cma == 0 && (rc = cma_probe(h, s, deadline)) < 0)
+        return rc;
+    direct = direct && s->cma > 0; /* refused: the slots, on both ranks alike */
+    int64_t t0 = kd_mono_ns();
+    rc = direct ? allreduce_cma(h, s, b, count, dtype, op, chunk, deadline)
+                : allreduce_flat(h, s, b, count, dtype, op,
+                                 dt_shm_plan(bytes, s->world, s->slot, false, false).chunk,
+                                 deadline);
+    if (rc < 0 || !t.record)
+        return rc;
+    uint64_t ns = (uint64_t)(kd_mono_ns() - t0), per_mib = ns * (1u << 20) / (bytes | 1);
+    uint64_t *best = &s->pick[c].best[direct];
+    *best = per_mib < *best ? per_mib : *best;
+    if (t.publish) {
+        atomic_store(&me->tried[c][0], s->pick[c].best[0]);
+        atomic_store(&me->tried[c][1], s->pick[c].best[1]);
+        atomic_store(&me->tried_epoch[c], epoch + 1);
+    }
+    return 0;
+}
+
 int dt_shm_cma(const struct dtrain *h)
 {
     const struct shm *s = h->tp;
@@ -513,16 +566,11 @@ static int shm_allreduce(struct dtrain *h, void *buf, size_t count, enum dtrain_
     struct shm *s = h->tp;
     size_t bytes = count * dtrain_dtype_size(dtype);
     int64_t deadline = kd_mono_ms() + h->o.op_timeout_ms;
-    int rc;
     if (count == 0)
         return 0;
     struct dt_shm_plan p = dt_shm_plan(bytes, s->world, s->slot, s->cma >= 0, s->wait.oversub);
-    if (p.algo == DT_SHM_CMA && s->cma == 0 && (rc = cma_probe(h, s, deadline)) < 0)
-        return rc;
-    if (p.algo == DT_SHM_CMA && s->cma < 0)
-        p = dt_shm_plan(bytes, s->world, s->slot, false, s->wait.oversub);
     if (p.algo == DT_SHM_CMA)
-        return allreduce_cma(h, s, buf, count, dtype, op, p.chunk, deadline);
+        return allreduce_picked(h, s, buf, count, dtype, op, p.chunk, deadline);
     if (p.algo == DT_SHM_FLAT)
         return allreduce_flat(h, s, buf, count, dtype, op, p.chunk, deadline);
     return allreduce_split(h, s, buf, count, dtype, op, p.chunk, deadline);

@@ -439,7 +439,14 @@ static int w_stress(void)
                                   it % 500 == 0))
             goto out;
     }
-    /* 3. a mixed sequence: every collective, every size class */
+    /* 3. one large size again and again (2 ranks on shm): both algorithms tried, the choice
+     * made and used, and tried again in the next epoch (dt_pick_turn) */
+    if (strcmp(tr, "shm") == 0 && n == 2)
+        for (int k = 0; k < DT_PICK_EPOCH + 10; k++)
+            if (check_allreduce_shift(h, DTRAIN_FLOAT32, DTRAIN_SUM, (512u << 10) / 4, k,
+                                      k % 64 == 0))
+                goto out;
+    /* 4. a mixed sequence: every collective, every size class */
     size_t sizes[] = {0,
                       1,
                       3,

@@ -393,6 +393,64 @@ static void test_tcp_plan_table(void **s)
     }
 }
 
+/* 2 ranks from 512 KiB: which calls try which algorithm, when results are published and
+ * the choice made, and how the choice goes. */
+static void test_pick_table(void **s)
+{
+    (void)s;
+    static const struct {
+        uint64_t k;
+        int try_direct;
+        bool record, publish, decide;
+    } turns[] = {
+        {0, 1, true, false, false}, /* direct first: the first large call asks whether it may */
+        {1, 0, true, false, false},
+        {4, 1, true, false, false},
+        {5, 0, true, true, false}, /* the last trial publishes */
+        {6, 1, false, false, false}, /* untimed: the peer's results are known to be out after it */
+        {7, -1, false, false, true},
+        {8, -1, false, false, false},
+        {DT_PICK_EPOCH - 1, -1, false, false, false},
+        {DT_PICK_EPOCH, 1, true, false, false}, /* the next epoch tries again */
+        {DT_PICK_EPOCH + 5, 0, true, true, false},
+        {DT_PICK_EPOCH + 7, -1, false, false, true},
+    };
+    for (size_t i = 0; i < sizeof(turns) / sizeof(turns[0]); i++) {
+        struct dt_pick_turn t = dt_pick_turn(turns[i].k);
+        if (t.try_direct != turns[i].try_direct || t.record != turns[i].record ||
+            t.publish != turns[i].publish || t.decide != turns[i].decide)
+            fail_msg("call %llu: try %d record %d publish %d decide %d",
+                     (unsigned long long)turns[i].k, t.try_direct, t.record, t.publish, t.decide);
+    }
+    static const struct {
+        size_t bytes;
+        unsigned cls;
+    } classes[] = {
+        {KIB(512), 0},     {MIB(1) - 4, 0},   {MIB(1), 1},     {MIB(2) - 4, 1},
+        {MIB(2), 2},       {MIB(256), 9},     {MIB(1024), 11}, {(size_t)1 << 40, 11},
+    };
+    for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++)
+        if (dt_pick_class(classes[i].bytes) != classes[i].cls)
+            fail_msg("%zu bytes: class %u, want %u", classes[i].bytes,
+                     dt_pick_class(classes[i].bytes), classes[i].cls);
+    static const struct {
+        uint64_t a[2], b[2];
+        bool direct;
+    } picks[] = {
+        {{100, 90}, {100, 90}, true},
+        {{100, 110}, {100, 90}, false}, /* the slower rank decides: 110 against 100 */
+        {{80, 90}, {100, 95}, true},    /* 95 against 100 */
+        {{100, 100}, {100, 100}, false}, /* a tie keeps the slots: no system calls */
+        {{100, UINT64_MAX}, {100, 90}, false}, /* not measured on one rank: not chosen */
+        {{UINT64_MAX, 90}, {100, 90}, true},
+    };
+    for (size_t i = 0; i < sizeof(picks) / sizeof(picks[0]); i++) {
+        if (dt_pick_direct(picks[i].a, picks[i].b) != picks[i].direct ||
+            dt_pick_direct(picks[i].b, picks[i].a) != picks[i].direct)
+            fail_msg("case %zu: direct should be %d, on both ranks", i, picks[i].direct);
+    }
+}
+
 static void test_wait_policy_table(void **s)
 {
     (void)s;
@@ -579,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_shm_plan_table),
         cmocka_unit_test(test_tcp_plan_table),
         cmocka_unit_test(test_wait_policy_table),
+        cmocka_unit_test(test_pick_table),
         cmocka_unit_test(test_env_errors_name_the_variable),
         cmocka_unit_test(test_hparams_and_world_one),
         cmocka_unit_test(test_nccl_absent_is_a_clear_error),
