@@ -738,6 +738,24 @@ static void set_start_time(json_t *status, const json_t *trial)
                             json_string(kd_time_rfc3339(kd_wall_ms(), 0, ts, sizeof(ts))));
 }
 
+/* The status of a trial whose attempt's pods (pst) were just created. */
+static json_t *start_status(const json_t *trial, json_t *pst, const struct kd_gang_wait *gw)
+{
+    const json_t *old = json_object_get(trial, "status");
+    json_int_t gen =
+        json_integer_value(json_object_get(json_object_get(trial, "metadata"), "generation"));
+    json_t *status =
+        state_status(trial, KD_TRIAL_ACTIVE, gw->waiting ? gw->message : "pods created");
+    json_object_set(status, "pods", pst);
+    set_start_time(status, trial);
+    if (gw->waiting)
+        kd_ctrl_set_condition(status, old, "Scheduled", false, gw->reason, gw->message, gen);
+    else
+        kd_ctrl_set_condition(status, old, "Scheduled", true, "Admitted",
+                              "admitted by the kdet scheduler", gen);
+    return status;
+}
+
 /* START: take the admission and create the attempt's pods. */
 static int apply_start(struct kd_ctrl *c, struct gathered *g, long *requeue_after_ms, char *err)
 {
@@ -764,16 +782,23 @@ static int apply_start(struct kd_ctrl *c, struct gathered *g, long *requeue_afte
     }
     if (delegated(c))
         gang_wait(c, g->trial, pst, run_id, true, &gw);
-    status = state_status(g->trial, KD_TRIAL_ACTIVE, gw.waiting ? gw.message : "pods created");
-    json_object_set(status, "pods", pst);
-    set_start_time(status, g->trial);
-    if (gw.waiting)
-        kd_ctrl_set_condition(status, g->tstatus, "Scheduled", false, gw.reason, gw.message,
-                              g->gen);
-    else
-        kd_ctrl_set_condition(status, g->tstatus, "Scheduled", true, "Admitted",
-                              "admitted by the kdet scheduler", g->gen);
+    status = start_status(g->trial, pst, &gw);
     rc = set_status(c, g->trial, status, err);
+    /* The pods exist, so ACTIVE must land: a Trial still QUEUED would take a pod that fails
+     * meanwhile for a leftover and delete it, the attempt never counted. When the Trial
+     * changed since the cache's copy (409), write it on a fresh read, a few times, and let
+     * the next reconcile decide from there (a pause or a stop since then included). */
+    for (int tries = 0; rc == KD_ECONFLICT && tries < 3; tries++) {
+        json_t *fresh = NULL;
+        rc = kd_k8s_get(c->client, &KD_K8S_TRIALS, kd_k8s_meta_str(g->trial, "namespace"),
+                        kd_k8s_meta_str(g->trial, "name"), &fresh, NULL, err);
+        if (rc == 0) {
+            json_decref(status);
+            status = start_status(fresh, pst, &gw);
+            rc = set_status(c, fresh, status, err);
+        }
+        json_decref(fresh);
+    }
 out:
     json_decref(pst);
     json_decref(status);

@@ -69,14 +69,14 @@ struct shm {
     size_t slot, map_len;
     int rank, world;
     struct dt_wait_policy wait;
-    uint32_t seq;      /* synchronisation points passed, on every rank alike */
-    uint64_t step;     /* data steps so far, on every rank alike: picks the bank */
-    const void **srcs; /* world entries: reduction sources, reused by every call */
-    int cma;           /* ranks read each other's memory: 0 not asked yet, 1 yes, -1 no */
-    char *tmp;         /* CMA: world chunks, the peers' pieces being reduced */
-    uint64_t *addr;    /* CMA: world entries, the ranks' buffers in this call */
-    uint64_t probe;    /* CMA: the word the others read to find out whether they can */
-    struct {           /* 2 ranks from 512 KiB: slots or direct, per size class */
+    uint32_t seq;         /* synchronisation points passed, on every rank alike */
+    uint64_t step;        /* data steps so far, on every rank alike: picks the bank */
+    const void **srcs;    /* world entries: reduction sources, reused by every call */
+    int cma;              /* ranks read each other's memory: 0 not asked yet, 1 yes, -1 no */
+    char *tmp;            /* CMA: world chunks, the peers' pieces being reduced */
+    uint64_t *addr;       /* CMA: world entries, the ranks' buffers in this call */
+    uint64_t probe;       /* CMA: the word the others read to find out whether they can */
+    struct {              /* 2 ranks from 512 KiB: slots or direct, per size class */
         uint64_t calls;   /* of this class so far, alike on both ranks */
         uint64_t best[2]; /* this epoch's trials: least ns per MiB, slots and direct */
         bool direct;      /* the choice since the last trials */
@@ -537,10 +537,10 @@ static int allreduce_picked(struct dtrain *h, struct shm *s, char *b, size_t cou
         return rc;
     direct = direct && s->cma > 0; /* refused: the slots, on both ranks alike */
     int64_t t0 = kd_mono_ns();
-    rc = direct ? allreduce_cma(h, s, b, count, dtype, op, chunk, deadline)
-                : allreduce_flat(h, s, b, count, dtype, op,
-                                 dt_shm_plan(bytes, s->world, s->slot, false, false).chunk,
-                                 deadline);
+    rc = direct
+             ? allreduce_cma(h, s, b, count, dtype, op, chunk, deadline)
+             : allreduce_flat(h, s, b, count, dtype, op,
+                              dt_shm_plan(bytes, s->world, s->slot, false, false).chunk, deadline);
     if (rc < 0 || !t.record)
         return rc;
     uint64_t ns = (uint64_t)(kd_mono_ns() - t0), per_mib = ns * (1u << 20) / (bytes | 1);

@@ -406,7 +406,7 @@ static void test_pick_table(void **s)
         {0, 1, true, false, false}, /* direct first: the first large call asks whether it may */
         {1, 0, true, false, false},
         {4, 1, true, false, false},
-        {5, 0, true, true, false}, /* the last trial publishes */
+        {5, 0, true, true, false},   /* the last trial publishes */
         {6, 1, false, false, false}, /* untimed: the peer's results are known to be out after it */
         {7, -1, false, false, true},
         {8, -1, false, false, false},
@@ -426,8 +426,8 @@ static void test_pick_table(void **s)
         size_t bytes;
         unsigned cls;
     } classes[] = {
-        {KIB(512), 0},     {MIB(1) - 4, 0},   {MIB(1), 1},     {MIB(2) - 4, 1},
-        {MIB(2), 2},       {MIB(256), 9},     {MIB(1024), 11}, {(size_t)1 << 40, 11},
+        {KIB(512), 0}, {MIB(1) - 4, 0}, {MIB(1), 1},     {MIB(2) - 4, 1},
+        {MIB(2), 2},   {MIB(256), 9},   {MIB(1024), 11}, {(size_t)1 << 40, 11},
     };
     for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++)
         if (dt_pick_class(classes[i].bytes) != classes[i].cls)
@@ -438,9 +438,9 @@ static void test_pick_table(void **s)
         bool direct;
     } picks[] = {
         {{100, 90}, {100, 90}, true},
-        {{100, 110}, {100, 90}, false}, /* the slower rank decides: 110 against 100 */
-        {{80, 90}, {100, 95}, true},    /* 95 against 100 */
-        {{100, 100}, {100, 100}, false}, /* a tie keeps the slots: no system calls */
+        {{100, 110}, {100, 90}, false},        /* the slower rank decides: 110 against 100 */
+        {{80, 90}, {100, 95}, true},           /* 95 against 100 */
+        {{100, 100}, {100, 100}, false},       /* a tie keeps the slots: no system calls */
         {{100, UINT64_MAX}, {100, 90}, false}, /* not measured on one rank: not chosen */
         {{UINT64_MAX, 90}, {100, 90}, true},
     };
