@@ -19,7 +19,8 @@ check "6 trials, all COMPLETED" test "$(kubectl get trial -l kdet.io/experiment=
     -o 'jsonpath={range .items[*]}{.status.state}{"\n"}{end}' | grep -c '^COMPLETED$')" = 6
 check "status counts 6 completed" test "$(field exp grid '{.status.trials.completed}')" = 6
 check "progress 100%" test "$(field exp grid '{.status.progressPercent}')" = "100%"
-check "one pod per trial was created" test "$(grep -c 'msg="trial pods created".*trial=grid-' "$T/ctrl.log")" = 6
+n_created=$(grep -c 'msg="trial pods created".*trial=grid-' "$T/ctrl.log")
+check "one pod per trial was created ($n_created times pods for 6 trials)" test "$n_created" = 6
 check "no pods left" wait_for 10 no_pods kdet.io/experiment=grid
 check "searcher state ConfigMap owned by the experiment" test \
     "$(field cm grid-searcher '{.metadata.ownerReferences[0].kind}')" = Experiment
