@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "core/alloc.h"
 #include "core/buf.h"
+#include "core/regex.h"
 #include "core/str.h"
 #include "core/time.h"
 
@@ -681,10 +682,8 @@ int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool
         goto out;
     }
     if (grep != NULL) {
-        int e = regcomp(&re, grep, REG_EXTENDED | REG_NOSUB);
-        if (e != 0) {
-            char msg[256];
-            regerror(e, &re, msg, sizeof(msg));
+        char msg[256];
+        if (kd_regcomp(&re, grep, REG_EXTENDED | REG_NOSUB, msg, sizeof(msg)) != 0) {
             det_err("--grep %s: %s", grep, msg);
             rc = DET_EXIT_USAGE;
             n = 0;

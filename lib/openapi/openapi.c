@@ -17,6 +17,7 @@
 
 #include "core/alloc.h"
 #include "core/buf.h"
+#include "core/regex.h"
 #include "core/time.h"
 
 /* Messages are built in bounded buffers; a value longer than this is cut. */
@@ -383,18 +384,16 @@ static char *ecma_to_ere(const char *p)
     return kd_buf_steal(&b);
 }
 
-/* Match s against pattern; on a pattern that does not compile, the
- * regerror text goes into why (why_len bytes) and KD_EINVAL is returned. */
+/* Match s against pattern; on a pattern that does not compile (or that kd_regcomp bounds
+ * away), the reason goes into why (why_len bytes) and KD_EINVAL is returned. */
 static int pattern_match(const char *pattern, const char *s, bool *match, char *why, size_t why_len)
 {
     regex_t re;
     char *ere = ecma_to_ere(pattern);
-    int rc = regcomp(&re, ere, REG_EXTENDED | REG_NOSUB);
+    int rc = kd_regcomp(&re, ere, REG_EXTENDED | REG_NOSUB, why, why_len);
     free(ere);
-    if (rc != 0) {
-        regerror(rc, &re, why, why_len);
+    if (rc != 0)
         return KD_EINVAL;
-    }
     *match = regexec(&re, s, 0, NULL, 0) == 0;
     regfree(&re);
     return 0;
