@@ -7,11 +7,12 @@ trap 'finish; exit $?' EXIT
 start_local 2 || exit 1
 start_ctrl
 
-experiment failing '  entrypoint: sh -c "echo boom >&2; exit 3"
+failing_spec='  entrypoint: sh -c "echo boom >&2; exit 3"
   hyperparameters: {x: 1}
   searcher: {name: single, metric: loss, max_length: {batches: 10}}
   max_restarts: 2
   resources: {slots_per_trial: 1}'
+experiment failing "$failing_spec"
 check "trial ERROR" wait_for 60 trial_state_is failing-1 ERROR
 check "restarts = max_restarts = 2" test "$(field trial failing-1 '{.status.restarts}')" = 2
 msg=$(field trial failing-1 '{.status.message}')
@@ -29,11 +30,7 @@ check "no pods left" wait_for 10 no_pods kdet.io/experiment=failing
 python3 "$KD_SRC/e2e/controller/touch.py" "$T/kubeconfig" default busy-1 200 120 "$T/touch.stop" \
     > "$T/touch.out" 2>&1 &
 touch_pid=$!
-experiment busy '  entrypoint: sh -c "echo boom >&2; exit 3"
-  hyperparameters: {x: 1}
-  searcher: {name: single, metric: loss, max_length: {batches: 10}}
-  max_restarts: 2
-  resources: {slots_per_trial: 1}'
+experiment busy "$failing_spec"
 check "busy-1 ERROR while another writer changes it" wait_for 60 trial_state_is busy-1 ERROR
 : > "$T/touch.stop"
 wait "$touch_pid"
