@@ -87,18 +87,21 @@ static size_t interval(const char *p, size_t *factor, bool *count_over)
     return (size_t)(q - p) + 1;
 }
 
+static int too_large(char *why, size_t whylen)
+{
+    return refuse(why, whylen,
+                  "expression too large (over %d nodes once its repetitions are "
+                  "expanded)",
+                  KD_REGEX_MAX_NODES);
+}
+
 /* Add an atom of size `size` to f. */
 static int atom(struct frame *f, size_t size, char *why, size_t whylen)
 {
     f->total += size;
     f->last = size;
     f->rep = f->lazy = false;
-    if (f->total > KD_REGEX_MAX_NODES)
-        return refuse(why, whylen,
-                      "expression too large (over %d nodes once its repetitions "
-                      "are expanded)",
-                      KD_REGEX_MAX_NODES);
-    return 0;
+    return f->total > KD_REGEX_MAX_NODES ? too_large(why, whylen) : 0;
 }
 
 int kd_regex_check(const char *ere, char *why, size_t whylen)
@@ -169,20 +172,13 @@ int kd_regex_check(const char *ere, char *why, size_t whylen)
             } else if (f->last > 0) {
                 size_t grown = f->last * factor;
                 if (grown / factor != f->last || grown > KD_REGEX_MAX_NODES) {
-                    rc = refuse(why, whylen,
-                                "expression too large (over %d nodes once its "
-                                "repetitions are expanded)",
-                                KD_REGEX_MAX_NODES);
+                    rc = too_large(why, whylen);
                 } else {
                     f->total += grown - f->last + 1;
                     f->last = grown + 1;
                     f->rep = true;
                     f->lazy = false;
-                    if (f->total > KD_REGEX_MAX_NODES)
-                        rc = refuse(why, whylen,
-                                    "expression too large (over %d nodes once its "
-                                    "repetitions are expanded)",
-                                    KD_REGEX_MAX_NODES);
+                    rc = f->total > KD_REGEX_MAX_NODES ? too_large(why, whylen) : 0;
                 }
             } else {
                 rc = atom(f, 1, why, whylen); /* nothing to repeat: regcomp says so */
