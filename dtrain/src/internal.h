@@ -176,9 +176,10 @@ void dt_half_narrow(uint16_t *restrict d, const float *restrict s, size_t n, boo
 /** d = s * scale, rounded to the half type (the product is rounded to float32 first). */
 void dt_half_narrow_scaled(uint16_t *restrict d, const float *restrict s, size_t n, float scale,
                            bool bf);
-/** float16 conversions: -1 by the CPU (F16C when it has it, unless DTRAIN_F16C=0), 0 the
- * portable loops, 1 the CPU's (tests; only where the CPU has them). */
-void dt_half_hw_set(int mode);
+/** Half-precision loops: -1 by the CPU (and DTRAIN_F16C, DTRAIN_AVX512), 0 the portable
+ * loops, 1 AVX2 and F16C, 2 also the AVX-512 sums; capped at what the CPU has (tests).
+ * Returns the highest level the CPU has. */
+int dt_half_hw_set(int mode);
 
 /* ---- decisions (plan.c): pure functions, table-tested ---- */
 enum dt_shm_algo {
