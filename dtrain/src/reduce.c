@@ -427,8 +427,8 @@ static void half_sum_rule(uint16_t *d, const void *const *srcs, int nsrc, size_t
                           bool bf)
 {
     for (size_t j = i; j < i + m; j++) {
-        float acc = bf ? bf16_f32(((const uint16_t *)srcs[0])[j])
-                       : f16_f32(((const uint16_t *)srcs[0])[j]);
+        float acc =
+            bf ? bf16_f32(((const uint16_t *)srcs[0])[j]) : f16_f32(((const uint16_t *)srcs[0])[j]);
         for (int k = 1; k < nsrc; k++)
             acc += bf ? bf16_f32(((const uint16_t *)srcs[k])[j])
                       : f16_f32(((const uint16_t *)srcs[k])[j]);
@@ -444,9 +444,9 @@ static void half_sum_rule(uint16_t *d, const void *const *srcs, int nsrc, size_t
 SUM512 static void bf16_sum512(uint16_t *d, const void *const *srcs, int nsrc, size_t n)
 {
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
-    const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                           24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
-                                           16, 0);
+    const __m512i order =
+        _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         __m512i v = _mm512_loadu_si512((const uint16_t *)srcs[0] + i);
