@@ -682,8 +682,8 @@ int det_trial_logs(struct det_kube *k, const json_t *trials, bool by_trial, bool
         goto out;
     }
     if (grep != NULL) {
-        char msg[256];
-        if (kd_regcomp(&re, grep, REG_EXTENDED | REG_NOSUB, msg, sizeof(msg)) != 0) {
+        char msg[KD_ERRLEN];
+        if (kd_regcomp(&re, grep, REG_EXTENDED | REG_NOSUB, msg) != 0) {
             det_err("--grep %s: %s", grep, msg);
             rc = DET_EXIT_USAGE;
             n = 0;

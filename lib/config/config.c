@@ -1148,8 +1148,8 @@ static int check_log_policies(struct kd_config_vctx *c, const json_t *lp)
             kd_config__want_str(c, e, p, "pattern", true, &pattern))
             return c->rc;
         regex_t re;
-        char why[160];
-        if (kd_regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB, why, sizeof(why)) != 0) {
+        char why[KD_ERRLEN];
+        if (kd_regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB, why) != 0) {
             kd_config__join(q, p, "pattern");
             return BAD(c, kd_config__field(e, "pattern"), q,
                        "not a POSIX extended regular expression: %s", why);

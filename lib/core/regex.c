@@ -9,7 +9,6 @@
  */
 #include "core/regex.h"
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,18 +22,6 @@ struct frame {
     bool rep;     /* the last thing read was a repetition operator */
     bool lazy;    /* ... followed by the non-greedy "?" */
 };
-
-static int refuse(char *why, size_t whylen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int refuse(char *why, size_t whylen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (whylen > 0)
-        vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-    return KD_EINVAL;
-}
 
 /* The end of the bracket expression that starts at p ('['), or NULL when it does not end. */
 static const char *bracket_end(const char *p)
@@ -87,29 +74,29 @@ static size_t interval(const char *p, size_t *factor, bool *count_over)
     return (size_t)(q - p) + 1;
 }
 
-static int too_large(char *why, size_t whylen)
+static int too_large(char *err)
 {
-    return refuse(why, whylen,
-                  "expression too large (over %d nodes once its repetitions are "
-                  "expanded)",
-                  KD_REGEX_MAX_NODES);
+    return kd_seterr(err, KD_EINVAL,
+                     "expression too large (over %d nodes once its repetitions are "
+                     "expanded)",
+                     KD_REGEX_MAX_NODES);
 }
 
 /* Add an atom of size `size` to f. */
-static int atom(struct frame *f, size_t size, char *why, size_t whylen)
+static int atom(struct frame *f, size_t size, char *err)
 {
     f->total += size;
     f->last = size;
     f->rep = f->lazy = false;
-    return f->total > KD_REGEX_MAX_NODES ? too_large(why, whylen) : 0;
+    return f->total > KD_REGEX_MAX_NODES ? too_large(err) : 0;
 }
 
-int kd_regex_check(const char *ere, char *why, size_t whylen)
+int kd_regex_check(const char *ere, char *err)
 {
     struct frame *st = calloc(KD_REGEX_MAX_DEPTH + 1, sizeof(*st));
     int depth = 0, rc = 0;
     if (st == NULL)
-        return refuse(why, whylen, "out of memory");
+        return kd_seterr(err, KD_EINVAL, "out of memory");
     for (const char *p = ere; *p != '\0' && rc == 0;) {
         struct frame *f = &st[depth];
         size_t len = 1, factor = 0;
@@ -117,31 +104,31 @@ int kd_regex_check(const char *ere, char *why, size_t whylen)
         switch (*p) {
         case '\\':
             len = p[1] != '\0' ? 2 : 1;
-            rc = atom(f, 1, why, whylen);
+            rc = atom(f, 1, err);
             break;
         case '[': {
             const char *e = bracket_end(p);
             len = e != NULL ? (size_t)(e - p) + 1 : strlen(p); /* unclosed: regcomp says so */
-            rc = atom(f, 1, why, whylen);
+            rc = atom(f, 1, err);
             break;
         }
         case '(':
             if (depth == KD_REGEX_MAX_DEPTH) {
-                rc = refuse(why, whylen,
-                            "expression nests too deeply (more than %d groups "
-                            "within each other)",
-                            KD_REGEX_MAX_DEPTH);
+                rc = kd_seterr(err, KD_EINVAL,
+                               "expression nests too deeply (more than %d groups "
+                               "within each other)",
+                               KD_REGEX_MAX_DEPTH);
                 break;
             }
             st[++depth] = (struct frame){0};
             break;
         case ')':
             if (depth == 0) { /* unmatched: regcomp says so */
-                rc = atom(f, 1, why, whylen);
+                rc = atom(f, 1, err);
                 break;
             }
             depth--;
-            rc = atom(&st[depth], f->total > 0 ? f->total : 1, why, whylen);
+            rc = atom(&st[depth], f->total > 0 ? f->total : 1, err);
             break;
         case '|':
             f->last = 0;
@@ -154,34 +141,34 @@ int kd_regex_check(const char *ere, char *why, size_t whylen)
             len = interval(p, &factor, &over);
             if (len == 0) {
                 len = 1;
-                rc = atom(f, 1, why, whylen);
+                rc = atom(f, 1, err);
             }
             break;
-        default: rc = atom(f, 1, why, whylen); break;
+        default: rc = atom(f, 1, err); break;
         }
         if (rc == 0 && factor > 0) {
             if (f->rep && *p == '?' && !f->lazy) {
                 f->lazy = true; /* non-greedy, as Go reads it: the same language here */
             } else if (f->rep) {
-                rc = refuse(why, whylen,
-                            "invalid nested repetition operator: `%.*s` right after `%c`", (int)len,
-                            p, p[-1]);
+                rc = kd_seterr(err, KD_EINVAL,
+                               "invalid nested repetition operator: `%.*s` right after `%c`",
+                               (int)len, p, p[-1]);
             } else if (over) {
-                rc = refuse(why, whylen, "invalid repeat count: `%.*s` (at most %d)", (int)len, p,
-                            KD_REGEX_MAX_REPEAT);
+                rc = kd_seterr(err, KD_EINVAL, "invalid repeat count: `%.*s` (at most %d)",
+                               (int)len, p, KD_REGEX_MAX_REPEAT);
             } else if (f->last > 0) {
                 size_t grown = f->last * factor;
                 if (grown / factor != f->last || grown > KD_REGEX_MAX_NODES) {
-                    rc = too_large(why, whylen);
+                    rc = too_large(err);
                 } else {
                     f->total += grown - f->last + 1;
                     f->last = grown + 1;
                     f->rep = true;
                     f->lazy = false;
-                    rc = f->total > KD_REGEX_MAX_NODES ? too_large(why, whylen) : 0;
+                    rc = f->total > KD_REGEX_MAX_NODES ? too_large(err) : 0;
                 }
             } else {
-                rc = atom(f, 1, why, whylen); /* nothing to repeat: regcomp says so */
+                rc = atom(f, 1, err); /* nothing to repeat: regcomp says so */
             }
         }
         p += len;
@@ -190,15 +177,15 @@ int kd_regex_check(const char *ere, char *why, size_t whylen)
     return rc;
 }
 
-int kd_regcomp(regex_t *re, const char *ere, int cflags, char *why, size_t whylen)
+int kd_regcomp(regex_t *re, const char *ere, int cflags, char *err)
 {
-    int rc = kd_regex_check(ere, why, whylen);
+    int rc = kd_regex_check(ere, err);
     if (rc != 0)
         return rc;
     rc = regcomp(re, ere, cflags);
     if (rc != 0) {
-        if (whylen > 0)
-            regerror(rc, re, why, whylen);
+        if (err != NULL)
+            regerror(rc, re, err, KD_ERRLEN);
         return KD_EINVAL;
     }
     return 0;

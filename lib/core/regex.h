@@ -18,7 +18,6 @@
 #define KD_CORE_REGEX_H
 
 #include <regex.h>
-#include <stddef.h>
 
 #define KD_REGEX_MAX_NODES 10000 /* glibc tree nodes after expanding repetitions */
 #define KD_REGEX_MAX_REPEAT 1000 /* as Go's regexp */
@@ -26,14 +25,15 @@
 
 /**
  * Check `ere` (POSIX extended syntax) as above. 0 when regcomp may be
- * given it; KD_EINVAL with the reason in why (whylen bytes) otherwise.
+ * given it; KD_EINVAL with the reason in err (KD_ERRLEN bytes, or NULL)
+ * otherwise.
  */
-int kd_regex_check(const char *ere, char *why, size_t whylen);
+int kd_regex_check(const char *ere, char *err);
 
 /**
  * kd_regex_check, then regcomp(re, ere, cflags). 0: compiled (regfree
- * it); KD_EINVAL with the reason (the check's or regerror's) in why.
+ * it); KD_EINVAL with the reason (the check's or regerror's) in err.
  */
-int kd_regcomp(regex_t *re, const char *ere, int cflags, char *why, size_t whylen);
+int kd_regcomp(regex_t *re, const char *ere, int cflags, char *err);
 
 #endif

@@ -385,12 +385,12 @@ static char *ecma_to_ere(const char *p)
 }
 
 /* Match s against pattern; on a pattern that does not compile (or that kd_regcomp bounds
- * away), the reason goes into why (why_len bytes) and KD_EINVAL is returned. */
-static int pattern_match(const char *pattern, const char *s, bool *match, char *why, size_t why_len)
+ * away), the reason goes into err (KD_ERRLEN bytes) and KD_EINVAL is returned. */
+static int pattern_match(const char *pattern, const char *s, bool *match, char *err)
 {
     regex_t re;
     char *ere = ecma_to_ere(pattern);
-    int rc = kd_regcomp(&re, ere, REG_EXTENDED | REG_NOSUB, why, why_len);
+    int rc = kd_regcomp(&re, ere, REG_EXTENDED | REG_NOSUB, err);
     free(ere);
     if (rc != 0)
         return KD_EINVAL;
@@ -621,8 +621,8 @@ static void check_string(struct vctx *c, const json_t *s, const json_t *v, const
                     (long long)json_integer_value(minl));
     if (pattern) {
         bool m = false;
-        char why[128];
-        if (pattern_match(pattern, str, &m, why, sizeof(why)) != 0)
+        char why[KD_ERRLEN];
+        if (pattern_match(pattern, str, &m, why) != 0)
             /* the API server reports a bad pattern against the value, too */
             add_invalid(c, "FieldValueInvalid", path, v,
                         "%s in body should match '%s, but pattern is invalid: %s'", path, pattern,
