@@ -28,7 +28,7 @@ def main():
         body = json.dumps({"metadata": {"annotations": {"kdet.test/touch": str(i)}}})
         try:
             if conn is None:
-                conn = k._conn(10)
+                conn = k.connection(10)
             conn.request("PATCH", path, body=body, headers=head)
             r = conn.getresponse()
             r.read()

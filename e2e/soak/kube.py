@@ -32,14 +32,17 @@ class Kube:
             ca = base64.b64decode(cl["certificate-authority-data"]).decode()
             self.ctx = ssl.create_default_context(cadata=ca)
 
-    def _conn(self, timeout):
+    def connection(self, timeout):
+        """A new connection to the API server, not yet opened; the caller
+        closes it. req() takes one per call; a caller that sends many
+        requests in a row can keep one alive (with self.token's header)."""
         if self.ctx is not None:
             return http.client.HTTPSConnection(self.host, self.port, context=self.ctx,
                                                timeout=timeout)
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
     def req(self, method, path, body=None, ctype="application/json", timeout=10):
-        c = self._conn(timeout)
+        c = self.connection(timeout)
         try:
             h = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
             data = None
@@ -80,7 +83,7 @@ class Kube:
         stream ends (server gone, or stop() true). Raises ApiError(410)
         when rv is too old."""
         sep = "&" if "?" in path else "?"
-        c = self._conn(30)
+        c = self.connection(30)
         try:
             c.request("GET", f"{path}{sep}watch=1&allowWatchBookmarks=true&resourceVersion={rv}"
                       f"&timeoutSeconds=25",
