@@ -224,6 +224,7 @@ int dt_shm_cma(const struct dtrain *h);
 enum dt_tcp_algo {
     DT_TCP_RING,   /* reduce-scatter then allgather around the ring */
     DT_TCP_GATHER, /* allgather whole buffers, every rank reduces all of them */
+    DT_TCP_PAIRS,  /* 4 ranks: recursive doubling over the ring's connections */
 };
 /* Bytes of the buffer gathered messages land in (world * message bytes at most). */
 #define DT_TCP_GATHER_CAP (1u << 20)

@@ -142,6 +142,8 @@ struct xfer {
     char *rbuf;
     size_t rlen;
     bool reduce, relay;
+    int via; /* 0: the ring (send right, receive left); 1: both ways with the right
+              * neighbour; -1: both ways with the left */
     enum dtrain_dtype dtype;
     enum dtrain_op op;
 };
@@ -162,6 +164,11 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
 {
     struct tcp *t = h->tp;
     int n = h->world, right = (h->rank + 1) % n, left = (h->rank + n - 1) % n;
+    int sfd = x->via < 0 ? t->left : t->right, rfd = x->via > 0 ? t->right : t->left;
+    if (x->via > 0)
+        left = right; /* the rank we receive from */
+    else if (x->via < 0)
+        right = left; /* the rank we send to */
     size_t sent = 0, recvd = 0, tfill = 0, es = dtrain_dtype_size(x->dtype);
     bool stage = bad_offset(x->rbuf);
     int64_t stalled = 0; /* when the loop last stopped making progress */
@@ -173,7 +180,7 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
             size_t sn = sendable - sent;
             if (t->send_max > 0 && sn > t->send_max)
                 sn = t->send_max;
-            ssize_t w = send(t->right, x->sbuf + sent, sn, MSG_NOSIGNAL | MSG_DONTWAIT);
+            ssize_t w = send(sfd, x->sbuf + sent, sn, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (w > 0) {
                 sent += (size_t)w;
                 progress = true;
@@ -188,7 +195,7 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
                 size_t want = x->rlen - recvd - tfill;
                 if (want > TMP_BYTES - tfill)
                     want = TMP_BYTES - tfill;
-                r = recv(t->left, t->tmp + tfill, want, MSG_DONTWAIT);
+                r = recv(rfd, t->tmp + tfill, want, MSG_DONTWAIT);
                 if (r > 0 && x->reduce) {
                     tfill += (size_t)r;
                     size_t whole = tfill / es * es;
@@ -202,7 +209,7 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
                     recvd += (size_t)r;
                 }
             } else {
-                r = recv(t->left, x->rbuf + recvd, x->rlen - recvd, MSG_DONTWAIT);
+                r = recv(rfd, x->rbuf + recvd, x->rlen - recvd, MSG_DONTWAIT);
                 if (r > 0)
                     recvd += (size_t)r;
             }
@@ -236,9 +243,9 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
         int np = 0;
         p[np++] = (struct pollfd){.fd = h->dead_efd, .events = POLLIN};
         if (sent < sendable)
-            p[np++] = (struct pollfd){.fd = t->right, .events = POLLOUT};
+            p[np++] = (struct pollfd){.fd = sfd, .events = POLLOUT};
         if (recvd < x->rlen)
-            p[np++] = (struct pollfd){.fd = t->left, .events = POLLIN};
+            p[np++] = (struct pollfd){.fd = rfd, .events = POLLIN};
         int k = poll(p, (nfds_t)np, dt_left_ms(deadline));
         if (k == 0) {
             rc = dt_err(h, DTRAIN_ETIMEDOUT,
@@ -290,6 +297,41 @@ static int allreduce_gather(struct dtrain *h, void *buf, size_t count, enum dtra
     return 0;
 }
 
+/*
+ * Four ranks: recursive doubling over the ring's own connections, each used both ways.
+ * First 0-1 and 2-3 exchange their buffers and each reduces the pair's; then 1-2 and 3-0
+ * exchange those and reduce again: two steps of the whole buffer, where the gather takes
+ * three. Every rank folds in the same order, (v0 op v1) op (v2 op v3), so all get the
+ * same bits.
+ */
+static int allreduce_pairs(struct dtrain *h, void *buf, size_t count, enum dtrain_dtype dtype,
+                           enum dtrain_op op, int64_t deadline)
+{
+    struct tcp *t = h->tp;
+    int r = h->rank, rc = 0;
+    size_t bytes = count * dtrain_dtype_size(dtype);
+    for (int step = 0; step < 2 && rc == 0; step++) {
+        bool even = r % 2 == 0;
+        /* with the right neighbour: even ranks first, odd ones then */
+        struct xfer x = {.sbuf = buf,
+                         .slen = bytes,
+                         .rbuf = t->gather,
+                         .rlen = bytes,
+                         .via = (step == 0) == even ? 1 : -1,
+                         .dtype = DTRAIN_INT32};
+        if ((rc = xfer(h, &x, deadline, "allreduce")) < 0)
+            break;
+        /* the operand from the lower ranks first: the even rank's, then ranks 0 and 1's */
+        if (step == 0 ? even : r < 2) {
+            dt_reduce(buf, t->gather, count, dtype, op);
+        } else {
+            dt_reduce(t->gather, buf, count, dtype, op);
+            dt_copy(buf, t->gather, bytes);
+        }
+    }
+    return rc;
+}
+
 static int tcp_allreduce(struct dtrain *h, void *buf, size_t count, enum dtrain_dtype dtype,
                          enum dtrain_op op)
 {
@@ -297,7 +339,10 @@ static int tcp_allreduce(struct dtrain *h, void *buf, size_t count, enum dtrain_
     size_t es = dtrain_dtype_size(dtype);
     char *b = buf;
     int64_t deadline = kd_mono_ms() + h->o.op_timeout_ms;
-    if (dt_tcp_plan(count * es, n) == DT_TCP_GATHER)
+    enum dt_tcp_algo algo = dt_tcp_plan(count * es, n);
+    if (algo == DT_TCP_PAIRS)
+        return allreduce_pairs(h, buf, count, dtype, op, deadline);
+    if (algo == DT_TCP_GATHER)
         return allreduce_gather(h, buf, count, dtype, op, deadline);
     for (int s = 0; s < n - 1 && rc == 0; s++) {
         int si = ((r - s) % n + n) % n, ri = ((r - s - 1) % n + n) % n;

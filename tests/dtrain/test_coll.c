@@ -185,6 +185,42 @@ static int check_allgather(struct dtrain *h, size_t count)
     return bad;
 }
 
+/*
+ * min and max of signed zeros: -0 and +0 compare equal, so the result's sign depends on the
+ * order the operands are folded in, and every rank must fold in the same order. Rank r holds
+ * +0 where (i + r) is even and -0 elsewhere, at small sizes and past the small-message
+ * algorithms.
+ */
+static int check_signed_zeros(struct dtrain *h)
+{
+    int r = dtrain_rank(h);
+    size_t counts[] = {5, 4099, 300001};
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+        for (int op = DTRAIN_MIN; op <= DTRAIN_MAX; op++) {
+            size_t c = counts[k];
+            float *v = malloc(c * sizeof(float));
+            char what[96];
+            if (v == NULL)
+                return 1;
+            for (size_t i = 0; i < c; i++)
+                v[i] = (i + (size_t)r) % 2 ? -0.0f : 0.0f;
+            snprintf(what, sizeof(what), "%s of signed zeros, count %zu", op_names[op], c);
+            int bad = dtrain_allreduce(h, v, c, DTRAIN_FLOAT32, (enum dtrain_op)op) < 0;
+            if (bad)
+                fprintf(stderr, "%s: %s\n", what, dtrain_errmsg(h));
+            for (size_t i = 0; i < c && !bad; i++)
+                if (v[i] != 0.0f) {
+                    fprintf(stderr, "%s: [%zu] = %g\n", what, i, (double)v[i]);
+                    bad = 1;
+                }
+            bad = bad || same_everywhere(h, v, c * sizeof(float), what);
+            free(v);
+            if (bad)
+                return 1;
+        }
+    return 0;
+}
+
 static int w_coll(void)
 {
     struct dtrain *h = NULL;
@@ -202,6 +238,8 @@ static int w_coll(void)
                 for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
                     if (check_allreduce(h, (enum dtrain_dtype)t, (enum dtrain_op)op, counts[k]))
                         goto out;
+    if (getenv("T_SKIP_AR") == NULL && check_signed_zeros(h))
+        goto out;
     /* large: 16 MiB */
     if (getenv("T_SKIP_AR") == NULL &&
         (check_allreduce(h, DTRAIN_FLOAT32, DTRAIN_SUM, 4u << 20) ||
@@ -533,6 +571,11 @@ static void test_tcp_3(void **s)
     (void)s;
     run_job("coll", 3, "tcp", NULL);
 }
+static void test_tcp_4(void **s)
+{
+    (void)s;
+    run_job("coll", 4, "tcp", NULL); /* small allreduces by recursive doubling */
+}
 static void test_shm_2(void **s)
 {
     (void)s;
@@ -592,6 +635,11 @@ static void test_stress_tcp_3(void **s)
     (void)s;
     run_job("stress", 3, "tcp", NULL);
 }
+static void test_stress_tcp_4(void **s)
+{
+    (void)s;
+    run_job("stress", 4, "tcp", NULL);
+}
 
 static const struct rk_worker workers[] = {
     {"coll", w_coll}, {"async", w_async}, {"stress", w_stress}, {NULL, NULL}};
@@ -602,6 +650,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tcp_2),
         cmocka_unit_test(test_tcp_3),
+        cmocka_unit_test(test_tcp_4),
         cmocka_unit_test(test_shm_2),
         cmocka_unit_test(test_shm_3),
         cmocka_unit_test(test_async_tcp),
@@ -613,6 +662,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stress_shm_2),
         cmocka_unit_test(test_stress_tcp_2),
         cmocka_unit_test(test_stress_tcp_3),
+        cmocka_unit_test(test_stress_tcp_4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -163,7 +163,8 @@ static int half_paths(void)
     static bool told;
     if (!told) {
         print_message("half-precision paths on this CPU: %d (0: portable, 1: AVX2/F16C, "
-                      "2: AVX-512)\n", levels);
+                      "2: AVX-512)\n",
+                      levels);
         told = true;
     }
 #if defined(__x86_64__)
@@ -390,8 +391,13 @@ static void test_tcp_plan_table(void **s)
         {KIB(512) + 4, 2, DT_TCP_RING},
         {KIB(128), 3, DT_TCP_GATHER},
         {KIB(128) + 4, 3, DT_TCP_RING},
-        {KIB(64), 4, DT_TCP_GATHER},
-        {KIB(64) + 4, 4, DT_TCP_RING},
+        {4, 4, DT_TCP_PAIRS}, /* four ranks: recursive doubling over the ring's connections */
+        {KIB(64), 4, DT_TCP_PAIRS},
+        {KIB(256), 4, DT_TCP_PAIRS},
+        {KIB(256) + 4, 4, DT_TCP_RING},
+        {0, 4, DT_TCP_RING},
+        {43688, 5, DT_TCP_GATHER}, /* 5 ranks: 3 extra buffers, at most 128 KiB in all */
+        {43692, 5, DT_TCP_RING},
         {KIB(16), 8, DT_TCP_GATHER},
         {KIB(1), 1024, DT_TCP_RING}, /* fits the buffer, but 1022 extra copies */
         {KIB(4), 1, DT_TCP_RING},
