@@ -201,13 +201,16 @@ struct dt_shm_plan {
 struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot, bool cma, bool oversub);
 /*
  * For 2 ranks from 512 KiB the slots and the direct reads are both tried, and
- * the faster kept, per size class (dt_pick_class: floor(log2(bytes)) - 19 from
- * 512 KiB, the last class open-ended). dt_pick_turn(k) says what the k-th call
+ * the faster kept, per data type and size class (dt_pick_class: floor(log2(bytes))
+ * - 19 from 512 KiB, the last size open-ended, then DT_PICK_SIZES classes per
+ * data type: the types reduce at different speeds, and the slots reduce twice
+ * the bytes the direct reads do). dt_pick_turn(k) says what the k-th call
  * of a class does (counted alike on both ranks, from 0). dt_pick_direct
  * chooses from both ranks' trial results (least ns per MiB, [0] slots,
  * [1] direct; UINT64_MAX when not measured).
  */
-#define DT_PICK_CLASSES 12
+#define DT_PICK_SIZES 12
+#define DT_PICK_CLASSES (DT_PICK_SIZES * DTRAIN_DTYPE_COUNT)
 #define DT_PICK_EPOCH 256
 struct dt_pick_turn {
     int try_direct; /* 1: direct reads, 0: the slots, -1: the class's choice */
@@ -215,7 +218,7 @@ struct dt_pick_turn {
     bool publish;   /* after it, publish this epoch's trial results */
     bool decide;    /* before it, choose from both ranks' published results */
 };
-unsigned dt_pick_class(size_t bytes);
+unsigned dt_pick_class(size_t bytes, enum dtrain_dtype dtype);
 struct dt_pick_turn dt_pick_turn(uint64_t k);
 bool dt_pick_direct(const uint64_t a[2], const uint64_t b[2]);
 /** Over shm: whether the ranks read each other's memory (1), cannot (-1), or were not asked (0). */

@@ -73,12 +73,12 @@ struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot, bool cma, b
  */
 #define PICK_TRIALS 3 /* calls of each algorithm per epoch */
 
-unsigned dt_pick_class(size_t bytes)
+unsigned dt_pick_class(size_t bytes, enum dtrain_dtype dtype)
 {
     unsigned c = 0;
-    for (size_t b = bytes >> 20; b > 0 && c + 1 < DT_PICK_CLASSES; b >>= 1)
+    for (size_t b = bytes >> 20; b > 0 && c + 1 < DT_PICK_SIZES; b >>= 1)
         c++;
-    return c;
+    return (unsigned)dtype * DT_PICK_SIZES + c;
 }
 
 struct dt_pick_turn dt_pick_turn(uint64_t k)

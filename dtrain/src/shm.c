@@ -45,7 +45,7 @@ struct shm_flag {
     _Atomic int32_t pid;      /* the owner's process, for process_vm_readv */
     _Atomic int32_t cma;      /* the owner could read its peer's memory: 1, or -1 */
     _Atomic uint64_t addr;    /* the owner's buffer in this collective (CMA) */
-    /* The owner's latest trial results per size class (dt_pick_turn): least ns per MiB
+    /* The owner's latest trial results per class (dt_pick_turn): least ns per MiB
      * through the slots and direct, and the epoch they are from. */
     _Alignas(64) _Atomic uint64_t tried[DT_PICK_CLASSES][2];
     _Atomic uint64_t tried_epoch[DT_PICK_CLASSES];
@@ -76,7 +76,7 @@ struct shm {
     char *tmp;            /* CMA: world chunks, the peers' pieces being reduced */
     uint64_t *addr;       /* CMA: world entries, the ranks' buffers in this call */
     uint64_t probe;       /* CMA: the word the others read to find out whether they can */
-    struct {              /* 2 ranks from 512 KiB: slots or direct, per size class */
+    struct {              /* 2 ranks from 512 KiB: slots or direct, per class */
         uint64_t calls;   /* of this class so far, alike on both ranks */
         uint64_t best[2]; /* this epoch's trials: least ns per MiB, slots and direct */
         bool direct;      /* the choice since the last trials */
@@ -516,7 +516,7 @@ static int allreduce_picked(struct dtrain *h, struct shm *s, char *b, size_t cou
                             int64_t deadline)
 {
     size_t bytes = count * dtrain_dtype_size(dtype);
-    unsigned c = dt_pick_class(bytes);
+    unsigned c = dt_pick_class(bytes, dtype);
     uint64_t k = s->pick[c].calls++, epoch = k / DT_PICK_EPOCH;
     struct dt_pick_turn t = dt_pick_turn(k);
     struct shm_flag *me = &s->hdr->flags[s->rank], *peer = &s->hdr->flags[1 - s->rank];

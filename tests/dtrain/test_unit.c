@@ -441,15 +441,28 @@ static void test_pick_table(void **s)
     }
     static const struct {
         size_t bytes;
+        enum dtrain_dtype dtype;
         unsigned cls;
     } classes[] = {
-        {KIB(512), 0}, {MIB(1) - 4, 0}, {MIB(1), 1},     {MIB(2) - 4, 1},
-        {MIB(2), 2},   {MIB(256), 9},   {MIB(1024), 11}, {(size_t)1 << 40, 11},
+        {KIB(512), DTRAIN_FLOAT32, 0},
+        {MIB(1) - 4, DTRAIN_FLOAT32, 0},
+        {MIB(1), DTRAIN_FLOAT32, 1},
+        {MIB(2) - 4, DTRAIN_FLOAT32, 1},
+        {MIB(2), DTRAIN_FLOAT32, 2},
+        {MIB(256), DTRAIN_FLOAT32, 9},
+        {MIB(1024), DTRAIN_FLOAT32, 11},
+        {(size_t)1 << 40, DTRAIN_FLOAT32, 11},
+        /* each data type has its own classes: they reduce at different speeds */
+        {KIB(512), DTRAIN_FLOAT16, DT_PICK_SIZES},
+        {MIB(2), DTRAIN_BFLOAT16, 2 * DT_PICK_SIZES + 2},
+        {(size_t)1 << 40, DTRAIN_INT64, DT_PICK_CLASSES - 1},
     };
-    for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++)
-        if (dt_pick_class(classes[i].bytes) != classes[i].cls)
-            fail_msg("%zu bytes: class %u, want %u", classes[i].bytes,
-                     dt_pick_class(classes[i].bytes), classes[i].cls);
+    for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
+        unsigned c = dt_pick_class(classes[i].bytes, classes[i].dtype);
+        if (c != classes[i].cls)
+            fail_msg("%zu bytes of dtype %d: class %u, want %u", classes[i].bytes,
+                     (int)classes[i].dtype, c, classes[i].cls);
+    }
     static const struct {
         uint64_t a[2], b[2];
         bool direct;
