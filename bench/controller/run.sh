@@ -203,6 +203,7 @@ log "experiment of $N trials (grid, $CONC at once, CPU-only pods running sh -c '
 t0=$(ms)
 kubectl apply -f "$work/exp.yaml" >/dev/null || exit 1
 created_ms=
+done_ms=
 hwm=0
 # kdet-local's own CPU (not its pods') each time the pods gone (a trial's pod is deleted once it
 # succeeded, counted from a watch) pass a mark: 500, then every 1,000 (and N), to print its CPU
@@ -224,17 +225,24 @@ for _ in $(seq 1 6000); do
     st=${st%% *}
     [ -z "$created_ms" ] && [ "${total:-0}" -ge "$N" ] && created_ms=$(($(ms) - t0)) && log "all $N Trials exist after $created_ms ms"
     done_n=$(grep -c '^DELETED' "$work/podwatch")
+    # After the end, no pod left means all are gone, whatever the watch (started after the
+    # apply) may have missed.
+    [ -n "$done_ms" ] && [ "$(kubectl get pods --no-headers 2>/dev/null | wc -l)" -eq 0 ] && done_n=$N
     while [ "$mi" -lt "${#marks[@]}" ] && [ "${done_n:-0}" -ge "${marks[$mi]}" ]; do
         mark_at+=("${done_n}")
         mark_cpu+=("$(cpu_ms "$kdl")")
         log "$done_n pods gone; kdet-local CPU so far $((mark_cpu[-1] - mark_cpu[0])) ms"
         mi=$((mi + 1))
     done
-    [ "$st" = COMPLETED ] && break
+    [ "$st" = COMPLETED ] && [ -z "$done_ms" ] && done_ms=$(($(ms) - t0)) && done_wait=$(ms)
+    # The last pods go after the experiment's end: wait (up to 30 s) for the last mark, so that
+    # the last stretch is measured too.
+    [ -n "$done_ms" ] && { [ "$mi" -ge "${#marks[@]}" ] || [ $(($(ms) - done_wait)) -gt 30000 ]; } && break
     [ "$st" = ERROR ] && { echo "experiment ERROR"; break; }
     sleep 0.5
 done
-done_ms=$(($(ms) - t0))
+done_ms=${done_ms:-$(($(ms) - t0))}
+[ "$mi" -lt "${#marks[@]}" ] && log "only $done_n pods gone 30 s after the end: the last stretch is not measured"
 pkill -f "kubectl get pods --watch --output-watch-events" 2>/dev/null
 completed=$(field exp big '{.status.trials.completed}')
 log "experiment $(field exp big '{.status.state}') after $done_ms ms ($completed trials completed)"
