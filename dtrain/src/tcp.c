@@ -312,7 +312,7 @@ static int allreduce_pairs(struct dtrain *h, void *buf, size_t count, enum dtrai
     size_t bytes = count * dtrain_dtype_size(dtype);
     for (int step = 0; step < 2 && rc == 0; step++) {
         bool even = r % 2 == 0;
-        /* with the right neighbour: even ranks first, odd ones then */
+        /* step 0: even ranks with their right neighbour (0-1, 2-3); step 1: odd ones (1-2, 3-0) */
         struct xfer x = {.sbuf = buf,
                          .slen = bytes,
                          .rbuf = t->gather,
