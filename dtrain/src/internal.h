@@ -231,6 +231,9 @@ enum dt_tcp_algo {
 };
 /* Bytes of the buffer gathered messages land in (world * message bytes at most). */
 #define DT_TCP_GATHER_CAP (1u << 20)
+/** Whether tcp receives through a page-aligned buffer when the destination sits just past a
+ * page boundary: on AMD family 0x19 (Zen 3), unless `force` (0 or 1; -1: decide). */
+bool dt_tcp_stage(bool amd, unsigned family, int force);
 /** The tcp allreduce for a message of `bytes` among `world` ranks. */
 enum dt_tcp_algo dt_tcp_plan(size_t bytes, int world);
 

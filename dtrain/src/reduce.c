@@ -416,7 +416,7 @@ __attribute__((target("avx2"))) static void bf16_sum(uint16_t *d, const void *co
  * The sums again with AVX-512 (F, BW, DQ, VL and BF16), where the CPU has it: sixteen float32
  * lanes per instruction, and bfloat16 rounded by VCVTNE2PS2BF16, one instruction for
  * thirty-two lanes in place of nine per eight. Twice to three times the AVX2 loops' speed
- * on AMD Zen 4 (docs/dtrain.md). Both instructions differ from the rule in one case each,
+ * on AMD Zen 5 (docs/dtrain.md). Both instructions differ from the rule in one case each,
  * found by a mask test and given to the rule, block by block: VCVTNE2PS2BF16 takes a
  * subnormal float32 as zero, and the float16 conversions keep NaN payloads.
  */

@@ -15,6 +15,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 #include "core/time.h"
 
@@ -29,6 +32,7 @@ struct tcp {
     const void **srcs; /* world entries: reduction sources */
     int64_t yield_ns;  /* how long a stalled transfer yields before it sleeps in poll */
     size_t send_max;   /* bytes per send(2) at most; 0: no limit (dt_wait_policy) */
+    bool stage;        /* receive through tmp into destinations just past a page (dt_tcp_stage) */
 };
 
 static uint64_t run_hash(const char *s)
@@ -46,6 +50,23 @@ static void pack_hello(unsigned char *b, int rank, uint64_t hash)
     memcpy(b + 4, &r, 4);
     for (int i = 0; i < 8; i++)
         b[8 + i] = (unsigned char)(hash >> (56 - 8 * i));
+}
+
+/* The CPU's vendor and family, for dt_tcp_stage. */
+static void cpu_family(bool *amd, unsigned *family)
+{
+    *amd = false;
+    *family = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d))
+        *amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        *family = (a >> 8) & 0xf;
+        if (*family == 0xf)
+            *family += (a >> 20) & 0xff;
+    }
+#endif
 }
 
 static int tcp_setup(struct dtrain *h)
@@ -105,6 +126,11 @@ static int tcp_setup(struct dtrain *h)
         dt_wait_policy(sysconf(_SC_NPROCESSORS_ONLN), dtrain_local_world_size(h));
     t->yield_ns = wp.yield_ns;
     t->send_max = wp.send_max;
+    bool amd;
+    unsigned family;
+    cpu_family(&amd, &family);
+    const char *st = getenv("DTRAIN_TCP_STAGE");
+    t->stage = dt_tcp_stage(amd, family, st == NULL || *st == '\0' ? -1 : strcmp(st, "0") != 0);
     dt_tune_socket(t->left);
     if ((rc = dt_set_nonblock(t->left, true)) < 0 || (rc = dt_set_nonblock(t->right, true)) < 0) {
         rc = dt_err(h, rc, "tcp ring: fcntl: %s", kd_strerror(rc));
@@ -152,7 +178,8 @@ struct xfer {
  * The kernel copies received bytes with `rep movsb`, which on AMD Zen 3
  * runs four times slower when the destination lies just past the (page
  * aligned) socket data modulo 4 KiB, as malloc'd buffers do (offset 16).
- * Those receive into the page-aligned tmp and are copied from there.
+ * There (dt_tcp_stage) those receive into the page-aligned tmp and are
+ * copied from there.
  */
 static bool bad_offset(const void *p)
 {
@@ -170,7 +197,7 @@ static int xfer(struct dtrain *h, const struct xfer *x, int64_t deadline, const 
     else if (x->via < 0)
         right = left; /* the rank we send to */
     size_t sent = 0, recvd = 0, tfill = 0, es = dtrain_dtype_size(x->dtype);
-    bool stage = bad_offset(x->rbuf);
+    bool stage = t->stage && bad_offset(x->rbuf);
     int64_t stalled = 0; /* when the loop last stopped making progress */
     int rc = 0;
     while (sent < x->slen || recvd < x->rlen) {

@@ -402,6 +402,13 @@ static void test_tcp_plan_table(void **s)
         {KIB(1), 1024, DT_TCP_RING}, /* fits the buffer, but 1022 extra copies */
         {KIB(4), 1, DT_TCP_RING},
     };
+    /* receiving through a page-aligned buffer: on AMD family 0x19 (Zen 3) only, unless forced */
+    assert_true(dt_tcp_stage(true, 0x19, -1));
+    assert_false(dt_tcp_stage(true, 0x1a, -1));
+    assert_false(dt_tcp_stage(false, 0x19, -1)); /* the same family number elsewhere */
+    assert_false(dt_tcp_stage(false, 6, -1));
+    assert_true(dt_tcp_stage(false, 6, 1));
+    assert_false(dt_tcp_stage(true, 0x19, 0));
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         enum dt_tcp_algo a = dt_tcp_plan(cases[i].bytes, cases[i].world);
         if (a != cases[i].algo)
