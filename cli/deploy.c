@@ -58,7 +58,8 @@ static const char deploy_usage[] =
     "  --data-dir DIR  default $KDET_DATA_DIR, else ~/.kdet/local (as root:\n"
     "                  /var/lib/kdet/local)\n"
     "  --port N        API port on 127.0.0.1 (default: the port of the last 'up' in this\n"
-    "                  data directory, else 6443; 0 picks a free one)\n"
+    "                  data directory, else 6443; 0 picks a free one below the ephemeral\n"
+    "                  range, so that it stays free for the next 'up')\n"
     "  --gpus N        with up: advertise N GPU slots instead of the GPUs NVML finds, so\n"
     "                  trials run on a machine without GPUs (they then train on CPU)\n"
     "  --plain-http    with up: kdet-controller's API over plain HTTP on 127.0.0.1; by\n"
@@ -714,6 +715,8 @@ static int api_version(const struct deploy *d, char *ver, size_t len, char *err)
     return rc;
 }
 
+static int free_port(void);
+
 static int up_api(struct deploy *d)
 {
     char pf[PATH_MAX + 32], portfile[PATH_MAX + 32], log[PATH_MAX + 32], prog[PATH_MAX + 64];
@@ -749,6 +752,12 @@ static int up_api(struct deploy *d)
     rc = token_file(tokfile, "kdet-local");
     if (rc != 0)
         goto out;
+    /* --port 0: a free port, kept by the next ups (free_port says where it is taken from) */
+    if (d->port == 0 && (d->port = free_port()) < 0) {
+        det_err("cannot find a free port for kdet-local: %s", strerror(errno));
+        rc = DET_EXIT_ERROR;
+        goto out;
+    }
     snprintf(port, sizeof(port), "%d", d->port);
     char gpus[16];
     snprintf(gpus, sizeof(gpus), "%d", d->gpus);
@@ -1064,18 +1073,50 @@ static bool healthz(const struct deploy *d, const char *url)
     return code == 200;
 }
 
-/* A free TCP port on 127.0.0.1 (what the kernel hands out for port 0), or -1. */
-static int free_port(void)
+/* Whether port is free to listen on at 127.0.0.1 (port 0: the kernel picks one, put in *got). */
+static bool port_free(int port, int *got)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port = htons((uint16_t)port)};
     socklen_t sl = sizeof(sa);
-    int port = -1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
-        port = ntohs(sa.sin_port);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+              bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+              getsockname(fd, (struct sockaddr *)&sa, &sl) == 0;
+    if (ok && got != NULL)
+        *got = ntohs(sa.sin_port);
     if (fd >= 0)
         close(fd);
-    return port;
+    return ok;
+}
+
+/*
+ * A free TCP port on 127.0.0.1 for a listener that keeps its port across ups, or -1. It is
+ * taken below the range the kernel hands out to outgoing connections
+ * (net.ipv4.ip_local_port_range, 32768 and up by default): a port from that range, free
+ * after a down, can meanwhile be the source port of any program's connection, and the next
+ * up could not listen on it. Only when no port below is free does the kernel pick one.
+ */
+static int free_port(void)
+{
+    int lo = 32768, hi = 60999, port = -1;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            lo = 32768;
+        fclose(f);
+    }
+    int base = lo - 12768 > 1024 ? lo - 12768 : 1024, span = lo - base; /* 20000..32767 */
+    uint32_t r = 0;
+    for (int i = 0; span > 0 && i < 64; i++) {
+        if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+            r = (uint32_t)(kd_mono_ms() * 2654435761u) + (uint32_t)i;
+        int p = base + (int)(r % (uint32_t)span);
+        if (port_free(p, NULL))
+            return p;
+    }
+    return port_free(0, &port) ? port : -1;
 }
 
 /*

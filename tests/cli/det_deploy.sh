@@ -64,6 +64,11 @@ done
 eval "$(cat "$tmp/up.out")"
 [ "$KUBECONFIG" = "$dd/kubeconfig" ] || bad "KUBECONFIG from up"
 port=$(cat "$dd/port")
+# --port 0 takes a port below the kernel's range for outgoing connections, which could take it
+# as a source port between a down and the next up
+read -r eph_lo _ < /proc/sys/net/ipv4/ip_local_port_range
+[ -n "$port" ] && [ "$port" -lt "$eph_lo" ] && ok "--port 0 picks a port below the ephemeral range ($port < $eph_lo)" ||
+    bad "--port 0 picked $port, in the ephemeral range from $eph_lo"
 
 # ---- status
 if "$det" deploy local status --data-dir "$dd" > "$tmp/st" 2>&1 &&
