@@ -1100,18 +1100,16 @@ static bool port_free(int port, int *got)
  */
 static int free_port(void)
 {
-    int lo = 32768, hi = 60999, port = -1;
+    int lo = 32768, port = -1;
     FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
     if (f != NULL) {
-        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+        if (fscanf(f, "%d", &lo) != 1)
             lo = 32768;
         fclose(f);
     }
     int base = lo - 12768 > 1024 ? lo - 12768 : 1024, span = lo - base; /* 20000..32767 */
-    uint32_t r = 0;
-    for (int i = 0; span > 0 && i < 64; i++) {
-        if (getrandom(&r, sizeof(r), 0) != sizeof(r))
-            r = (uint32_t)(kd_mono_ms() * 2654435761u) + (uint32_t)i;
+    uint32_t r;
+    for (int i = 0; span > 0 && i < 64 && getrandom(&r, sizeof(r), 0) == sizeof(r); i++) {
         int p = base + (int)(r % (uint32_t)span);
         if (port_free(p, NULL))
             return p;
