@@ -234,6 +234,9 @@ enum dt_tcp_algo {
 /** Whether tcp receives through a page-aligned buffer when the destination sits just past a
  * page boundary: on AMD family 0x19 (Zen 3), unless `force` (0 or 1; -1: decide). */
 bool dt_tcp_stage(bool amd, unsigned family, int force);
+/** The send buffer for a tcp ring connection to a peer on this host or another: bytes to set,
+ * or 0 to keep the socket's (a remote peer, or DTRAIN_SOCKET_BUFFER `overridden`). */
+int dt_tcp_sndbuf(bool same_host, bool overridden);
 /** The tcp allreduce for a message of `bytes` among `world` ranks. */
 enum dt_tcp_algo dt_tcp_plan(size_t bytes, int world);
 

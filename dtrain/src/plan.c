@@ -154,6 +154,29 @@ bool dt_tcp_stage(bool amd, unsigned family, int force)
 }
 
 /*
+ * A ring connection's send buffer. Between ranks on one host every sent
+ * byte is copied twice by this host's kernel, into the socket and out to the
+ * receiver, and how far a sender may run ahead decides whether the second
+ * copy finds the bytes in cache. With the 4 MiB that remote peers get (for
+ * the bandwidth-delay product of a fast link), a sender hands over a whole
+ * segment of a large allreduce before its receiver reads any of it: with 4
+ * ranks on 2 cores, 8 and 16 MiB ran at about 1.0 GB/s. A 256 KiB send
+ * buffer (the kernel doubles it) keeps the two copies a few hundred KiB
+ * apart: 1.6 to 1.7 GB/s there, and 2.2 instead of 1.4 at 4 MiB; 2 ranks,
+ * each on its own core, went from 3.2 to 3.8 to 4.2 to 5.4 GB/s from 8 to
+ * 32 MiB, and ran even below. 1 MiB was no better than 4 MiB, 64 KiB behind
+ * 256 KiB. The receive buffer stays large: limiting it instead halved the
+ * speed. Returns the bytes to set, or 0 to leave the socket as created (a
+ * peer on another host, or `overridden` by DTRAIN_SOCKET_BUFFER).
+ */
+#define LOCAL_SNDBUF (256u << 10)
+
+int dt_tcp_sndbuf(bool same_host, bool overridden)
+{
+    return same_host && !overridden ? (int)LOCAL_SNDBUF : 0;
+}
+
+/*
  * Spinning pays only while the awaited rank runs on another core. One that
  * last ran on the waiter's core needs that core: the waiter yields it, which
  * hands it over without a trip through the futex. (Yielding while the peer

@@ -132,6 +132,15 @@ static int tcp_setup(struct dtrain *h)
     const char *st = getenv("DTRAIN_TCP_STAGE");
     t->stage = dt_tcp_stage(amd, family, st == NULL || *st == '\0' ? -1 : strcmp(st, "0") != 0);
     dt_tune_socket(t->left);
+    /* a smaller send buffer towards peers on this host (dt_tcp_sndbuf) */
+    const char *sb = getenv("DTRAIN_SOCKET_BUFFER");
+    bool overridden = sb != NULL && *sb != '\0';
+    const int ends[2][2] = {{t->right, right}, {t->left, left}};
+    for (int i = 0; i < 2; i++) {
+        int sz = dt_tcp_sndbuf(strcmp(h->peers[ends[i][1]].host, h->host) == 0, overridden);
+        if (sz > 0) /* best effort, as in dt_tune_socket */
+            (void)setsockopt(ends[i][0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    }
     if ((rc = dt_set_nonblock(t->left, true)) < 0 || (rc = dt_set_nonblock(t->right, true)) < 0) {
         rc = dt_err(h, rc, "tcp ring: fcntl: %s", kd_strerror(rc));
         goto out;

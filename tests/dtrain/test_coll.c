@@ -8,6 +8,7 @@
  * plan functions, thousands of back-to-back small allreduces reusing the
  * shared segment, and a mixed sequence of every collective and size class.
  */
+#include <arpa/inet.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -228,6 +230,48 @@ static int64_t mono_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+/* tcp: the ring's two connections (to peers on this host) carry the send buffer of
+ * dt_tcp_sndbuf, or DTRAIN_SOCKET_BUFFER's where set; the kernel caps it at wmem_max and
+ * reports twice what it kept.
+ * The ring's sockets are the ones whose local or remote port is a peer's data port. */
+static int check_ring_sndbuf(struct dtrain *h)
+{
+    int n = dtrain_world_size(h), r = dtrain_rank(h), found = 0;
+    const char *env = getenv("DTRAIN_SOCKET_BUFFER");
+    int want = env != NULL ? atoi(env) : dt_tcp_sndbuf(true, false), cap = 0;
+    FILE *f = fopen("/proc/sys/net/core/wmem_max", "r"); /* the kernel's cap on what is set */
+    if (f != NULL) {
+        if (fscanf(f, "%d", &cap) == 1 && cap > 0 && want > cap)
+            want = cap;
+        fclose(f);
+    }
+    want *= 2;
+    for (int fd = 3; fd < 1024; fd++) {
+        struct sockaddr_in me, peer;
+        socklen_t ml = sizeof(me), pl = sizeof(peer);
+        int type = 0, sz = 0;
+        socklen_t tl = sizeof(type), sl = sizeof(sz);
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_STREAM ||
+            getsockname(fd, (struct sockaddr *)&me, &ml) < 0 || me.sin_family != AF_INET ||
+            getpeername(fd, (struct sockaddr *)&peer, &pl) < 0)
+            continue;
+        int lp = ntohs(me.sin_port), pp = ntohs(peer.sin_port);
+        if (lp != h->peers[r].data_port && pp != h->peers[(r + 1) % n].data_port)
+            continue;
+        found++;
+        if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, &sl) < 0 || sz != want) {
+            fprintf(stderr, "rank %d: ring socket %d (ports %d-%d): send buffer %d, want %d\n", r,
+                    fd, lp, pp, sz, want);
+            return 1;
+        }
+    }
+    if (found != 2) {
+        fprintf(stderr, "rank %d: found %d ring sockets, want 2\n", r, found);
+        return 1;
+    }
+    return 0;
+}
+
 static int w_coll(void)
 {
     struct dtrain *h = NULL;
@@ -279,6 +323,8 @@ static int w_coll(void)
                     (double)(all_arrived[j] - left) / 1e6, j);
             goto out;
         }
+    if (strcmp(dtrain_transport_name(h), "tcp") == 0 && check_ring_sndbuf(h))
+        goto out;
     printf("rank %d: all collectives ok (transport %s)\n", r, dtrain_transport_name(h));
     rc = 0;
     goto out;
@@ -585,7 +631,8 @@ static void test_tcp_3(void **s)
 static void test_tcp_4(void **s)
 {
     (void)s;
-    run_job("coll", 4, "tcp", NULL); /* small allreduces by recursive doubling */
+    /* small allreduces by recursive doubling; the send buffer set by DTRAIN_SOCKET_BUFFER */
+    run_job("coll", 4, "tcp", "DTRAIN_SOCKET_BUFFER=1048576");
 }
 static void test_shm_2(void **s)
 {

@@ -409,6 +409,11 @@ static void test_tcp_plan_table(void **s)
     assert_false(dt_tcp_stage(false, 6, -1));
     assert_true(dt_tcp_stage(false, 6, 1));
     assert_false(dt_tcp_stage(true, 0x19, 0));
+    /* send buffers: small towards a peer on this host, unless DTRAIN_SOCKET_BUFFER decides */
+    assert_int_equal(dt_tcp_sndbuf(true, false), 256 << 10);
+    assert_int_equal(dt_tcp_sndbuf(false, false), 0);
+    assert_int_equal(dt_tcp_sndbuf(true, true), 0);
+    assert_int_equal(dt_tcp_sndbuf(false, true), 0);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         enum dt_tcp_algo a = dt_tcp_plan(cases[i].bytes, cases[i].world);
         if (a != cases[i].algo)
