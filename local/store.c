@@ -30,6 +30,8 @@ struct entry {
     UT_hash_handle hh;
     char *key; /* "ns/name" ("/name" when cluster-scoped) */
     json_t *obj;
+    char *line; /* its last journal record ('p' or 's'), which compaction copies */
+    size_t len;
 };
 
 struct table {
@@ -132,12 +134,12 @@ static char *record(char type, uint64_t rv, const char *gr, const char *ns, cons
     return s;
 }
 
-static int journal_write(struct kd_store *st, char *line)
+/* Append a record and make it durable. The caller keeps `line`. */
+static int journal_write(struct kd_store *st, const char *line, size_t n)
 {
     int rc = 0;
     if (st->jfd < 0)
         goto out;
-    size_t n = strlen(line);
     rc = kd_write_all(st->jfd, line, n);
     if (rc == 0 && fdatasync(st->jfd) < 0)
         rc = -errno;
@@ -152,8 +154,65 @@ static int journal_write(struct kd_store *st, char *line)
         KD_ERROR("journal write failed", "path=%s err=%s", kd_logq(st->journal_path),
                  kd_logq(kd_strerror(rc)));
 out:
-    free(line);
     return rc;
+}
+
+/* The record prefix whose next byte is the record's type. */
+#define TYPE_AT 6 /* {"t":"p" */
+
+/*
+ * The snapshot: a header record, then every object's last record with its type made 's'
+ * (state without history). The records are the bytes the journal already holds, so
+ * compaction costs a copy, not a serialisation of every object: with thousands of objects,
+ * dumping them all again was the part of kdet-local's CPU per write that grew with the store.
+ */
+static int snapshot(struct kd_store *st, struct kd_buf *b, size_t *objects)
+{
+    char *line = record('h', st->rv, "", "", "", NULL);
+    int rc = kd_buf_append(b, line, strlen(line));
+    free(line);
+    *objects = 0;
+    struct table *t, *ttmp;
+    HASH_ITER(hh, st->tables, t, ttmp)
+    {
+        struct entry *e, *etmp;
+        HASH_ITER(hh, t->objs, e, etmp)
+        {
+            size_t at = b->len;
+            if (rc == 0 && e->len > TYPE_AT && memcmp(e->line, "{\"t\":\"", TYPE_AT) == 0) {
+                if ((rc = kd_buf_append(b, e->line, e->len)) == 0)
+                    b->data[at + TYPE_AT] = 's';
+            } else if (rc == 0) { /* not laid out as record() writes: write it anew */
+                const char *slash = strchr(e->key, '/');
+                char *ns = kd_xstrndup(e->key, (size_t)(slash - e->key));
+                const char *rvs = json_string_value(
+                    json_object_get(json_object_get(e->obj, "metadata"), "resourceVersion"));
+                line = record('s', rvs != NULL ? strtoull(rvs, NULL, 10) : 0, t->gr, ns,
+                              slash + 1, e->obj);
+                rc = kd_buf_append(b, line, strlen(line));
+                free(ns);
+                free(line);
+            }
+            ++*objects;
+        }
+    }
+    return rc;
+}
+
+/* Keep `line` (ownership passes) as the entry's last record. */
+static void entry_set_line(struct entry *e, char *line)
+{
+    free(e->line);
+    e->line = line;
+    e->len = strlen(line);
+}
+
+static void entry_free(struct entry *e)
+{
+    json_decref(e->obj);
+    free(e->key);
+    free(e->line);
+    free(e);
 }
 
 static int fsync_dir(const char *dir)
@@ -173,6 +232,8 @@ int kd_store_compact(struct kd_store *st)
     int rc = 0;
     int fd = -1;
     char *tmp = NULL;
+    struct kd_buf snap = KD_BUF_INIT(SIZE_MAX);
+    size_t objects = 0;
     if (st->dir == NULL)
         goto out;
     tmp = kd_xasprintf("%s/journal.tmp", st->dir);
@@ -181,32 +242,10 @@ int kd_store_compact(struct kd_store *st)
         rc = -errno;
         goto out;
     }
-    uint64_t bytes = 0;
     /* A header record keeps the resourceVersion counter across compactions. */
-    char *line = record('h', st->rv, "", "", "", NULL);
-    rc = kd_write_all(fd, line, strlen(line));
-    bytes += strlen(line);
-    free(line);
-    struct table *t, *ttmp;
-    HASH_ITER(hh, st->tables, t, ttmp)
-    {
-        struct entry *e, *etmp;
-        HASH_ITER(hh, t->objs, e, etmp)
-        {
-            if (rc != 0)
-                break;
-            const char *slash = strchr(e->key, '/');
-            char *ns = kd_xstrndup(e->key, (size_t)(slash - e->key));
-            const char *rvs = json_string_value(
-                json_object_get(json_object_get(e->obj, "metadata"), "resourceVersion"));
-            uint64_t orv = rvs != NULL ? strtoull(rvs, NULL, 10) : 0;
-            line = record('s', orv, t->gr, ns, slash + 1, e->obj);
-            free(ns);
-            rc = kd_write_all(fd, line, strlen(line));
-            bytes += strlen(line);
-            free(line);
-        }
-    }
+    if ((rc = snapshot(st, &snap, &objects)) == 0)
+        rc = kd_write_all(fd, snap.data, snap.len);
+    uint64_t bytes = snap.len;
     if (rc == 0 && fsync(fd) < 0)
         rc = -errno;
     if (close(fd) < 0 && rc == 0)
@@ -228,8 +267,8 @@ int kd_store_compact(struct kd_store *st)
         rc = -errno;
         goto out;
     }
-    KD_INFO("journal compacted", "bytes_before=%llu bytes_after=%llu",
-            (unsigned long long)st->jbytes, (unsigned long long)bytes);
+    KD_INFO("journal compacted", "bytes_before=%llu bytes_after=%llu objects=%zu",
+            (unsigned long long)st->jbytes, (unsigned long long)bytes, objects);
     st->jbytes = bytes;
     st->snapshot_bytes = bytes;
 out:
@@ -238,16 +277,11 @@ out:
     if (rc != 0 && tmp != NULL)
         unlink(tmp);
     free(tmp);
+    kd_buf_free(&snap);
     return rc;
 }
 
-struct snap_item {
-    char *gr, *ns, *name;
-    uint64_t rv;
-    json_t *obj;
-};
-
-/* The compactor thread: snapshot under the lock (references only), write without it. */
+/* The compactor thread: copy the snapshot's bytes under the lock, write them without it. */
 static void *compactor_main(void *arg)
 {
     struct kd_store *st = arg;
@@ -258,60 +292,22 @@ static void *compactor_main(void *arg)
         if (st->closing)
             break;
         st->compact_wanted = false;
-        size_t n = 0, cap = 64;
-        struct snap_item *items = kd_xcalloc(cap, sizeof(*items));
-        struct table *t, *ttmp;
-        HASH_ITER(hh, st->tables, t, ttmp)
-        {
-            struct entry *e, *etmp;
-            HASH_ITER(hh, t->objs, e, etmp)
-            {
-                if (n == cap) {
-                    cap *= 2;
-                    items = kd_xrealloc(items, cap * sizeof(*items));
-                }
-                const char *slash = strchr(e->key, '/');
-                const char *rvs = json_string_value(
-                    json_object_get(json_object_get(e->obj, "metadata"), "resourceVersion"));
-                items[n].gr = kd_xstrdup(t->gr);
-                items[n].ns = kd_xstrndup(e->key, (size_t)(slash - e->key));
-                items[n].name = kd_xstrdup(slash + 1);
-                items[n].rv = rvs != NULL ? strtoull(rvs, NULL, 10) : 0;
-                items[n].obj = json_incref(e->obj);
-                n++;
-            }
-        }
-        uint64_t head_rv = st->rv;
+        struct kd_buf snap = KD_BUF_INIT(SIZE_MAX);
+        size_t n = 0;
+        int rc = snapshot(st, &snap, &n);
         uint64_t before = st->jbytes;
         kd_buf_init(&st->tail, 1u << 30);
         st->compacting = true;
         char *tmp = kd_xasprintf("%s/journal.tmp", st->dir);
         pthread_mutex_unlock(&st->mu);
 
-        int rc = 0;
-        uint64_t bytes = 0;
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd < 0)
+        uint64_t bytes = snap.len;
+        int fd = -1;
+        if (rc == 0 && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
             rc = -errno;
-        char *line = record('h', head_rv, "", "", "", NULL);
         if (rc == 0)
-            rc = kd_write_all(fd, line, strlen(line));
-        bytes += strlen(line);
-        free(line);
-        for (size_t i = 0; i < n; i++) {
-            if (rc == 0) {
-                line =
-                    record('s', items[i].rv, items[i].gr, items[i].ns, items[i].name, items[i].obj);
-                rc = kd_write_all(fd, line, strlen(line));
-                bytes += strlen(line);
-                free(line);
-            }
-            free(items[i].gr);
-            free(items[i].ns);
-            free(items[i].name);
-            json_decref(items[i].obj);
-        }
-        free(items);
+            rc = kd_write_all(fd, snap.data, snap.len);
+        kd_buf_free(&snap);
         if (rc == 0 && fsync(fd) < 0)
             rc = -errno;
 
@@ -373,9 +369,10 @@ static void maybe_compact(struct kd_store *st)
         KD_WARN("journal compaction failed; will retry", "err=%s", kd_logq(kd_strerror(rc)));
 }
 
-/* Apply one replayed record (ownership of obj passes to the store). */
+/* Apply one replayed record (ownership of obj passes to the store; `line` is copied). */
 static void apply_record(struct kd_store *st, char type, uint64_t rv, const char *gr,
-                         const char *ns, const char *name, json_t *obj)
+                         const char *ns, const char *name, json_t *obj, const char *line,
+                         size_t len)
 {
     if (rv > st->rv)
         st->rv = rv;
@@ -399,12 +396,11 @@ static void apply_record(struct kd_store *st, char type, uint64_t rv, const char
         }
         e->obj = obj;
         obj = NULL;
+        entry_set_line(e, kd_xstrndup(line, len));
     } else if (type == 'd' && e != NULL) {
         ring_push(st, rv, gr, KD_EV_DELETED, obj != NULL ? obj : e->obj, e->obj);
         HASH_DEL(t->objs, e);
-        json_decref(e->obj);
-        free(e->key);
-        free(e);
+        entry_free(e);
     }
     json_decref(obj);
     free(key);
@@ -457,7 +453,7 @@ static int replay(struct kd_store *st, char *err)
             st->floor_rv = (uint64_t)v;
         } else {
             json_t *o = json_incref(json_object_get(r, "o"));
-            apply_record(st, t[0], (uint64_t)v, g, ns, m, o);
+            apply_record(st, t[0], (uint64_t)v, g, ns, m, o, line, (size_t)n);
         }
         json_decref(r);
         st->jbytes += (uint64_t)n;
@@ -544,9 +540,7 @@ void kd_local_store_close(struct kd_store *st)
         HASH_ITER(hh, t->objs, e, etmp)
         {
             HASH_DEL(t->objs, e);
-            json_decref(e->obj);
-            free(e->key);
-            free(e);
+            entry_free(e);
         }
         HASH_DEL(st->tables, t);
         free(t->gr);
@@ -610,8 +604,10 @@ int kd_store_put(struct kd_store *st, const char *gr, const char *ns, const char
     int rc = 0;
     uint64_t rv = st->rv + 1;
     set_rv(obj, rv);
-    rc = journal_write(st, record('p', rv, gr, ns, name, obj));
+    char *line = record('p', rv, gr, ns, name, obj);
+    rc = journal_write(st, line, strlen(line));
     if (rc != 0) {
+        free(line);
         json_decref(obj);
         goto out;
     }
@@ -631,6 +627,10 @@ int kd_store_put(struct kd_store *st, const char *gr, const char *ns, const char
         json_decref(e->obj);
     }
     e->obj = obj;
+    if (st->dir != NULL)
+        entry_set_line(e, line);
+    else
+        free(line); /* no journal, no compaction */
     if (stored != NULL)
         *stored = obj;
     pthread_cond_broadcast(&st->cv);
@@ -656,15 +656,15 @@ int kd_store_delete(struct kd_store *st, const char *gr, const char *ns, const c
     uint64_t rv = st->rv + 1;
     last = json_deep_copy(e->obj);
     set_rv(last, rv);
-    rc = journal_write(st, record('d', rv, gr, ns, name, last));
+    char *line = record('d', rv, gr, ns, name, last);
+    rc = journal_write(st, line, strlen(line));
+    free(line);
     if (rc != 0)
         goto out;
     st->rv = rv;
     ring_push(st, rv, gr, KD_EV_DELETED, last, e->obj);
     HASH_DEL(t->objs, e);
-    json_decref(e->obj);
-    free(e->key);
-    free(e);
+    entry_free(e);
     if (deleted != NULL)
         *deleted = json_incref(last);
     pthread_cond_broadcast(&st->cv);

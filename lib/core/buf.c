@@ -27,7 +27,7 @@ static int reserve(struct kd_buf *b, size_t extra)
     size_t cap = b->cap ? b->cap : 64;
     while (cap < need)
         cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    if (cap > b->max + 1)
+    if (b->max < SIZE_MAX && cap > b->max + 1) /* SIZE_MAX: no cap (max + 1 would wrap) */
         cap = b->max + 1;
     char *p = realloc(b->data, cap);
     if (p == NULL)

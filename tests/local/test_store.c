@@ -177,6 +177,101 @@ static void test_compaction_and_gone(void **state)
     kd_local_store_close(st);
 }
 
+/* Every line of the journal after its header is a snapshot record ('s'). */
+static int journal_all_snapshot(void)
+{
+    char *path = kd_xasprintf("%s/journal", dir);
+    FILE *f = fopen(path, "r");
+    free(path);
+    if (f == NULL)
+        return -1;
+    char line[65536];
+    int n = 0, bad = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        json_t *r = json_loads(line, 0, NULL);
+        const char *t = json_string_value(json_object_get(r, "t"));
+        if (t == NULL || (n == 0 ? strcmp(t, "h") : strcmp(t, "s")) != 0)
+            bad++;
+        json_decref(r);
+        n++;
+    }
+    fclose(f);
+    return bad > 0 ? -bad : n;
+}
+
+/*
+ * Compaction copies each object's last record instead of serialising it again: after
+ * writes, updates and deletes over two kinds, through compactions, a restart (whose opening
+ * compaction copies the replayed records) and another, every object is the one last
+ * written, bit for bit, and the journal holds snapshot records only. A record laid out
+ * otherwise than the store writes them (keys in another order) is written anew.
+ */
+static void test_snapshot_is_the_records(void **state)
+{
+    (void)state;
+    struct kd_store *st = open_store(0, 2048);
+    json_t *want = json_object(); /* "gr|name" -> object as stored */
+    kd_store_lock(st);
+    for (int i = 0; i < 300; i++) {
+        char name[16], val[32], key[64];
+        snprintf(name, sizeof(name), "o%d", i % 37);
+        snprintf(val, sizeof(val), "v%d", i);
+        const char *gr = i % 3 == 0 ? "kdet.io/trials" : "/configmaps";
+        snprintf(key, sizeof(key), "%s|%s", gr, name);
+        if (i % 11 == 10) {
+            int rc = kd_store_delete(st, gr, "default", name, NULL);
+            assert_int_equal(rc, json_object_get(want, key) != NULL ? 0 : KD_ENOTFOUND);
+            json_object_del(want, key);
+            continue;
+        }
+        json_t *stored = NULL;
+        assert_int_equal(kd_store_put(st, gr, "default", name, cm(name, val), &stored), 0);
+        json_object_set_new(want, key, json_deep_copy(stored));
+    }
+    kd_store_unlock(st);
+    kd_local_store_close(st);
+    /* Another writer's layout: "v" before "t". */
+    char *path = kd_xasprintf("%s/journal", dir);
+    FILE *f = fopen(path, "a");
+    assert_non_null(f);
+    fputs("{\"v\":301,\"t\":\"p\",\"g\":\"/configmaps\",\"n\":\"default\",\"m\":\"odd\",\"o\":"
+          "{\"metadata\":{\"name\":\"odd\",\"namespace\":\"default\",\"resourceVersion\":\"301\"}}}\n",
+          f);
+    fclose(f);
+    free(path);
+    json_object_set_new(want, "/configmaps|odd",
+                        json_pack("{s:{s:s,s:s,s:s}}", "metadata", "name", "odd", "namespace",
+                                  "default", "resourceVersion", "301"));
+    for (int round = 0; round < 2; round++) {
+        st = open_store(0, 2048);
+        kd_store_lock(st);
+        assert_int_equal(kd_store_rv(st), 301);
+        size_t total = 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach(want, k, v)
+        {
+            const char *bar = strchr(k, '|');
+            char *gr = kd_xstrndup(k, (size_t)(bar - k));
+            json_t *got = kd_store_get(st, gr, "default", bar + 1);
+            if (got == NULL || !json_equal(got, v))
+                fail_msg("round %d: %s differs from the last write", round, k);
+            free(gr);
+            total++;
+        }
+        json_t **items = NULL;
+        size_t n = kd_store_list(st, "/configmaps", NULL, &items);
+        free(items);
+        n += kd_store_list(st, "kdet.io/trials", NULL, &items);
+        free(items);
+        assert_int_equal(n, total);
+        kd_store_unlock(st);
+        kd_local_store_close(st);
+        assert_int_equal(journal_all_snapshot(), (int)total + 1);
+    }
+    json_decref(want);
+}
+
 static void test_memory_only(void **state)
 {
     (void)state;
@@ -200,6 +295,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rv_and_events, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replay_and_torn_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compaction_and_gone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_snapshot_is_the_records, setup, teardown),
         cmocka_unit_test(test_memory_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -41,6 +42,21 @@ static void test_large_printf(void **state)
     kd_buf_free(&b);
 }
 
+/* SIZE_MAX as the cap means none: the allocation must not be cut to max + 1, which wraps. */
+static void test_uncapped(void **state)
+{
+    (void)state;
+    struct kd_buf b = KD_BUF_INIT(SIZE_MAX);
+    char chunk[1000];
+    memset(chunk, 'x', sizeof(chunk));
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(kd_buf_append(&b, chunk, sizeof(chunk)), 0);
+    assert_int_equal(b.len, 100000);
+    assert_true(b.cap > b.len);
+    assert_int_equal(b.data[99999], 'x');
+    kd_buf_free(&b);
+}
+
 static void test_consume_and_steal(void **state)
 {
     (void)state;
@@ -64,6 +80,7 @@ int main(void)
         cmocka_unit_test(test_append_and_cap),
         cmocka_unit_test(test_large_printf),
         cmocka_unit_test(test_consume_and_steal),
+        cmocka_unit_test(test_uncapped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
