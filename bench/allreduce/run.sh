@@ -10,7 +10,7 @@
 # Each size runs as BENCH_REPS timed groups (default 5) and the fastest group
 # counts, for both programs alike, so that a burst of load from elsewhere on
 # the machine does not decide the comparison. The sweeps alternate, OpenMPI
-# then dtrain, BENCH_ROUNDS times (default 2), and each size keeps each
+# then dtrain, BENCH_ROUNDS times (default 3), and each size keeps each
 # program's best round: this machine's speed drifts over minutes, and one
 # sweep of each, one after the other, compared different machines.
 # Placement: when there are at least as many cores as ranks, rank r of both
@@ -20,7 +20,7 @@
 # Each configuration also runs dtrain in float16 and bfloat16 against OpenMPI's float32
 # on the same bytes (OpenMPI 4.1 has no half-precision reduction); BENCH_HALF=0 skips it.
 # Env: BENCH_SIZES (default 4K..256M), BENCH_RANKS (default "2 4"), BENCH_REPS,
-# BENCH_BIND (default 1), BENCH_HALF (default 1), BENCH_ROUNDS (default 2).
+# BENCH_BIND (default 1), BENCH_HALF (default 1), BENCH_ROUNDS (default 3).
 set -euo pipefail
 build=${KD_BUILD:?KD_BUILD must point at the build dir}
 src=${KD_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -29,7 +29,7 @@ ranks=${BENCH_RANKS:-2 4}
 reps=${BENCH_REPS:-5}
 bind=${BENCH_BIND:-1}
 half=${BENCH_HALF:-1}
-rounds=${BENCH_ROUNDS:-2}
+rounds=${BENCH_ROUNDS:-3}
 ncpu=$(nproc)
 lo=${sizes%%..*}
 hi=${sizes##*..}

@@ -23,6 +23,7 @@
 #      (30 s), reading all of its M Trials; VmRSS over 35 s and VmHWM.
 #   0. (first) the time to create the N Trials alone, against a kdet-local without its kubelet.
 # Quick run: KDC_BENCH_N=100 KDC_BENCH_CACHE=1000 make bench BENCH=controller
+# KDC_BENCH_KDL_ARGS: more flags for the measured kdet-local (e.g. --compact-bytes 1GiB).
 # KDC_BENCH_TMP=DIR: the work folder (kdet-local's state and the pods' folders) under DIR, e.g. a
 # tmpfs, to tell the file system's share in kdet-local's CPU from its own.
 # Many trials flowing through, 200 at a time (KDC_BENCH_CONCURRENT; default: all N at once):
@@ -49,8 +50,9 @@ log() { echo "# $(date -u +%H:%M:%S) $*"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 ms() { date +%s%3N; }
 status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
-# cpu_ms PID: user + system CPU time of the process.
+# cpu_ms PID: user + system CPU time of the process; sys_ms PID: the system part.
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%d", ($12 + $13) * 1000 / hz }' "/proc/$1/stat"; }
+sys_ms() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%d", $13 * 1000 / hz }' "/proc/$1/stat"; }
 # wait_until SECONDS COMMAND...: poll every 0.2 s.
 wait_until() {
     local end=$(($(date +%s) + $1))
@@ -134,7 +136,7 @@ EOF
 
 PATH=$B/bin:$PATH "$B/bin/kdet-local" --data-dir "$work/kdl" --port 0 --port-file "$work/port" \
     --kubeconfig-out "$KUBECONFIG" --node-name kdc-bench --max-pods 200 --log-level warn \
-    >"$work/kdl.log" 2>&1 &
+    ${KDC_BENCH_KDL_ARGS:-} >"$work/kdl.log" 2>&1 &
 kdl=$!
 wait_until 20 test -s "$KUBECONFIG" || { echo "kdet-local did not start"; exit 1; }
 wait_until 20 kubectl get node kdc-bench || { echo "no node"; exit 1; }
@@ -217,6 +219,7 @@ mark_at=(0)
     awk '/^\{"type":"DELETED"/ { print "DELETED"; fflush() }' >"$work/podwatch") &
 podwatch=$!
 mark_cpu=($(cpu_ms "$kdl"))
+mark_sys=($(sys_ms "$kdl"))
 for _ in $(seq 1 6000); do
     # The experiment's status counts its Trials: a LIST of thousands of Trials every half
     # second would cost kdet-local more than the trials themselves.
@@ -231,6 +234,7 @@ for _ in $(seq 1 6000); do
     while [ "$mi" -lt "${#marks[@]}" ] && [ "${done_n:-0}" -ge "${marks[$mi]}" ]; do
         mark_at+=("${done_n}")
         mark_cpu+=("$(cpu_ms "$kdl")")
+        mark_sys+=("$(sys_ms "$kdl")")
         log "$done_n pods gone; kdet-local CPU so far $((mark_cpu[-1] - mark_cpu[0])) ms"
         mi=$((mi + 1))
     done
@@ -263,10 +267,13 @@ echo "API writes per trial besides status: $(ratio $((writes - sw)) "$N") vs goa
 echo "client rate limit: ${QPS:-50 (default)} requests/s (burst 100): the calls above take $(ratio "$req" "${QPS:-50}") s at that rate"
 echo "controller CPU: ${cpu1} ms ($(ratio "$cpu1" "$N") ms per trial); RSS ${rss1} KiB, peak (VmHWM) ${hwm1} KiB"
 per=
+split=
 for ((k = 1; k < ${#mark_at[@]}; k++)); do
     d=$((mark_at[k] - mark_at[k - 1]))
     [ "$d" -gt 0 ] && per+="$(printf ' %s-%s: %s s' "${mark_at[k - 1]}" "${mark_at[k]}" \
         "$(awk -v c=$((mark_cpu[k] - mark_cpu[k - 1])) -v d="$d" 'BEGIN { printf "%.2f", c / d }')")"
+    [ "$d" -gt 0 ] && split+="$(awk -v c=$((mark_cpu[k] - mark_cpu[k - 1])) -v y=$((mark_sys[k] - mark_sys[k - 1])) \
+        -v d="$d" -v a="${mark_at[k - 1]}" -v b="${mark_at[k]}" 'BEGIN { printf " %s-%s: %.2f + %.2f s", a, b, (c - y) / d, y / d }')"
 done
 # The first stretch also holds the creation of all N Trials (max_concurrent_trials = N): flat is
 # judged from the second on (from 500 pods).
@@ -275,7 +282,10 @@ if [ "${#mark_at[@]}" -gt 3 ]; then
     k=$((${#mark_at[@]} - 1))
     last=$(awk -v c=$((mark_cpu[k] - mark_cpu[k - 1])) -v d=$((mark_at[k] - mark_at[k - 1])) 'BEGIN { printf "%.4f", c / d }')
     echo "kdet-local CPU per 1,000 trials, stretch by stretch of pods gone (its own CPU, not the pods'; the first stretch includes the experiment's start, and with all N at once the creation of every Trial):$per; last stretch / the one from ${mark_at[1]}: $(ratio "$last" "$first") (flat: 1)"
+    # user space (kdet-local's own code and libraries) apart from the kernel (its file systems)
+    echo "the same, user + system:$split"
 fi
+echo "kdet-local memory: RSS $(status_kb "$kdl" VmRSS) KiB, peak (VmHWM) $(status_kb "$kdl" VmHWM) KiB"
 awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "kdet-local CPU up to here (start-up, anchor, phase 1): %d ms; its reaped children (the pods): %d ms\n", ($12 + $13) * 1000 / hz, ($14 + $15) * 1000 / hz }' "/proc/$kdl/stat"
 
 # ---- 2. M trials in the cache ----

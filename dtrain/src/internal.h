@@ -237,6 +237,9 @@ bool dt_tcp_stage(bool amd, unsigned family, int force);
 /** The send buffer for a tcp ring connection to a peer on this host or another: bytes to set,
  * or 0 to keep the socket's (a remote peer, or DTRAIN_SOCKET_BUFFER `overridden`). */
 int dt_tcp_sndbuf(bool same_host, bool overridden);
+/** Bytes per send(2) at most (0: no limit), from the wait policy's and the send buffer set
+ * by dt_tcp_sndbuf towards the ring's right neighbour. */
+size_t dt_tcp_send_max(size_t policy_max, int sndbuf);
 /** The tcp allreduce for a message of `bytes` among `world` ranks. */
 enum dt_tcp_algo dt_tcp_plan(size_t bytes, int world);
 

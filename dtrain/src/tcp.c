@@ -140,6 +140,8 @@ static int tcp_setup(struct dtrain *h)
         int sz = dt_tcp_sndbuf(strcmp(h->peers[ends[i][1]].host, h->host) == 0, overridden);
         if (sz > 0) /* best effort, as in dt_tune_socket */
             (void)setsockopt(ends[i][0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+        if (i == 0) /* the ring sends to the right */
+            t->send_max = dt_tcp_send_max(t->send_max, sz);
     }
     if ((rc = dt_set_nonblock(t->left, true)) < 0 || (rc = dt_set_nonblock(t->right, true)) < 0) {
         rc = dt_err(h, rc, "tcp ring: fcntl: %s", kd_strerror(rc));

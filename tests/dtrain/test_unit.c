@@ -414,6 +414,10 @@ static void test_tcp_plan_table(void **s)
     assert_int_equal(dt_tcp_sndbuf(false, false), 0);
     assert_int_equal(dt_tcp_sndbuf(true, true), 0);
     assert_int_equal(dt_tcp_sndbuf(false, true), 0);
+    /* sends in pieces only where the send buffer stays large */
+    assert_int_equal(dt_tcp_send_max(256 << 10, 0), 256 << 10);
+    assert_int_equal(dt_tcp_send_max(256 << 10, 256 << 10), 0);
+    assert_int_equal(dt_tcp_send_max(0, 0), 0);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         enum dt_tcp_algo a = dt_tcp_plan(cases[i].bytes, cases[i].world);
         if (a != cases[i].algo)
