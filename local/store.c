@@ -187,8 +187,8 @@ static int snapshot(struct kd_store *st, struct kd_buf *b, size_t *objects)
                 char *ns = kd_xstrndup(e->key, (size_t)(slash - e->key));
                 const char *rvs = json_string_value(
                     json_object_get(json_object_get(e->obj, "metadata"), "resourceVersion"));
-                line = record('s', rvs != NULL ? strtoull(rvs, NULL, 10) : 0, t->gr, ns,
-                              slash + 1, e->obj);
+                line = record('s', rvs != NULL ? strtoull(rvs, NULL, 10) : 0, t->gr, ns, slash + 1,
+                              e->obj);
                 rc = kd_buf_append(b, line, strlen(line));
                 free(ns);
                 free(line);

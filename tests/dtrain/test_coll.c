@@ -238,7 +238,7 @@ static int check_ring_sndbuf(struct dtrain *h)
 {
     int n = dtrain_world_size(h), r = dtrain_rank(h), found = 0;
     const char *env = getenv("DTRAIN_SOCKET_BUFFER");
-    int want = env != NULL ? atoi(env) : dt_tcp_sndbuf(true, false), cap = 0;
+    int want = env != NULL ? (int)strtol(env, NULL, 10) : dt_tcp_sndbuf(true, false), cap = 0;
     FILE *f = fopen("/proc/sys/net/core/wmem_max", "r"); /* the kernel's cap on what is set */
     if (f != NULL) {
         if (fscanf(f, "%d", &cap) == 1 && cap > 0 && want > cap)

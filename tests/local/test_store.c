@@ -235,7 +235,8 @@ static void test_snapshot_is_the_records(void **state)
     FILE *f = fopen(path, "a");
     assert_non_null(f);
     fputs("{\"v\":301,\"t\":\"p\",\"g\":\"/configmaps\",\"n\":\"default\",\"m\":\"odd\",\"o\":"
-          "{\"metadata\":{\"name\":\"odd\",\"namespace\":\"default\",\"resourceVersion\":\"301\"}}}\n",
+          "{\"metadata\":{\"name\":\"odd\",\"namespace\":\"default\",\"resourceVersion\":\"301\"}}}"
+          "\n",
           f);
     fclose(f);
     free(path);
