@@ -162,10 +162,9 @@ bool dt_tcp_stage(bool amd, unsigned family, int force)
  * segment of a large allreduce before its receiver reads any of it: with 4
  * ranks on 2 cores, 8 and 16 MiB ran at about 1.0 GB/s. A 256 KiB send
  * buffer (the kernel doubles it) keeps the two copies a few hundred KiB
- * apart: 1.6 to 1.7 GB/s there, and 2.2 instead of 1.4 at 4 MiB; 2 ranks,
- * each on its own core, went from 3.2 to 3.8 to 4.2 to 5.4 GB/s from 8 to
- * 32 MiB, and ran even below. 1 MiB was no better than 4 MiB, 64 KiB behind
- * 256 KiB. The receive buffer stays large: limiting it instead halved the
+ * apart: 1.6 to 1.7 GB/s there, and 2.2 to 2.3 instead of 1.2 to 1.4 at 4
+ * MiB; 2 ranks, each on its own core, were even up to 4 MiB and 3 to 12%
+ * ahead from 8 MiB. 1 MiB was no better than 4 MiB, 64 KiB behind 256 KiB. The receive buffer stays large: limiting it instead halved the
  * speed. Returns the bytes to set, or 0 to leave the socket as created (a
  * peer on another host, or `overridden` by DTRAIN_SOCKET_BUFFER).
  */
