@@ -157,6 +157,11 @@ int dt_rendezvous(struct dtrain *h, char *err);
 void dt_reduce(void *dst, const void *src, size_t n, enum dtrain_dtype t, enum dtrain_op op);
 /** memcpy for bulk data, at full speed whatever the two buffers' alignments. */
 void dt_copy(void *restrict dst, const void *restrict src, size_t bytes);
+/** dt_copy's way: -1 by the CPU (dt_copy_loop, DTRAIN_COPY_LOOP), 0 memcpy, 1 the vector loop
+ * (tests). Returns the previous one (-1: not decided yet). */
+int dt_copy_set(int mode);
+/** The CPU's vendor (AMD or not) and family, from cpuid (0 elsewhere). */
+void dt_cpu_family(bool *amd, unsigned *family);
 /**
  * dst[i] = op over srcs[k][i], folded in source order (dst may be srcs[0],
  * no other source); AVG reduces as SUM.
@@ -234,6 +239,9 @@ enum dt_tcp_algo {
 /** Whether tcp receives through a page-aligned buffer when the destination sits just past a
  * page boundary: on AMD family 0x19 (Zen 3), unless `force` (0 or 1; -1: decide). */
 bool dt_tcp_stage(bool amd, unsigned family, int force);
+/** Whether dt_copy copies with a vector loop instead of memcpy: on AMD family 0x19 (Zen 3),
+ * whose `rep movsb` the loop avoids, unless `force` (0 or 1; -1: decide). */
+bool dt_copy_loop(bool amd, unsigned family, int force);
 /** The send buffer for a tcp ring connection to a peer on this host or another: bytes to set,
  * or 0 to keep the socket's (a remote peer, or DTRAIN_SOCKET_BUFFER `overridden`). */
 int dt_tcp_sndbuf(bool same_host, bool overridden);

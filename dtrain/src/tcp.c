@@ -15,9 +15,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
-#endif
 
 #include "core/time.h"
 
@@ -50,23 +47,6 @@ static void pack_hello(unsigned char *b, int rank, uint64_t hash)
     memcpy(b + 4, &r, 4);
     for (int i = 0; i < 8; i++)
         b[8 + i] = (unsigned char)(hash >> (56 - 8 * i));
-}
-
-/* The CPU's vendor and family, for dt_tcp_stage. */
-static void cpu_family(bool *amd, unsigned *family)
-{
-    *amd = false;
-    *family = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-    unsigned a, b, c, d;
-    if (__get_cpuid(0, &a, &b, &c, &d))
-        *amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
-    if (__get_cpuid(1, &a, &b, &c, &d)) {
-        *family = (a >> 8) & 0xf;
-        if (*family == 0xf)
-            *family += (a >> 20) & 0xff;
-    }
-#endif
 }
 
 static int tcp_setup(struct dtrain *h)
@@ -128,7 +108,7 @@ static int tcp_setup(struct dtrain *h)
     t->send_max = wp.send_max;
     bool amd;
     unsigned family;
-    cpu_family(&amd, &family);
+    dt_cpu_family(&amd, &family);
     const char *st = getenv("DTRAIN_TCP_STAGE");
     t->stage = dt_tcp_stage(amd, family, st == NULL || *st == '\0' ? -1 : strcmp(st, "0") != 0);
     dt_tune_socket(t->left);

@@ -64,6 +64,7 @@ static void test_reduce_kernels(void **s)
     assert_true(d[0] == 1.0 && d[1] == -3.0);
 }
 
+/* Both ways of dt_copy (memcpy and the vector loop), whatever this CPU's own choice. */
 static void test_copy_any_alignment(void **s)
 {
     (void)s;
@@ -71,15 +72,27 @@ static void test_copy_any_alignment(void **s)
     const size_t lens[] = {0, 1, 15, 16, 17, 255, 4096, 4096 + 7};
     for (size_t i = 0; i < sizeof(src); i++)
         src[i] = (unsigned char)(i * 31 + 7);
-    for (int so = 0; so < 32; so += 3)
-        for (int d = 0; d < 32; d += 5)
-            for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
-                memset(dst, 0xee, sizeof(dst));
-                memcpy(want, dst, sizeof(dst));
-                memcpy(want + d, src + so, lens[k]);
-                dt_copy(dst + d, src + so, lens[k]);
-                assert_memory_equal(dst, want, sizeof(dst));
-            }
+    for (int mode = 0; mode < 2; mode++) {
+        dt_copy_set(mode);
+        for (int so = 0; so < 32; so += 3)
+            for (int d = 0; d < 32; d += 5)
+                for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+                    memset(dst, 0xee, sizeof(dst));
+                    memcpy(want, dst, sizeof(dst));
+                    memcpy(want + d, src + so, lens[k]);
+                    dt_copy(dst + d, src + so, lens[k]);
+                    if (memcmp(dst, want, sizeof(dst)) != 0)
+                        fail_msg("%s: %zu bytes from offset %d to %d", mode ? "loop" : "memcpy",
+                                 lens[k], so, d);
+                }
+    }
+    assert_int_equal(dt_copy_set(-1), 1); /* the last one set; now the CPU decides again */
+    /* the vector loop on AMD family 0x19 (Zen 3) only, unless forced (DTRAIN_COPY_LOOP) */
+    assert_true(dt_copy_loop(true, 0x19, -1));
+    assert_false(dt_copy_loop(true, 0x1a, -1));
+    assert_false(dt_copy_loop(false, 0x19, -1));
+    assert_true(dt_copy_loop(false, 6, 1));
+    assert_false(dt_copy_loop(true, 0x19, 0));
 }
 
 /* dst != srcs[0]: the first two sources fold straight into dst, in order. */
