@@ -1098,6 +1098,8 @@ static bool port_free(int port, int *got)
  * after a down, can meanwhile be the source port of any program's connection, and the next
  * up could not listen on it. Only when no port below is free does the kernel pick one.
  */
+#define KEPT_PORTS 12768 /* how many ports below the ephemeral range: 20000..32767 by default */
+
 static int free_port(void)
 {
     int lo = 32768, port = -1;
@@ -1107,7 +1109,7 @@ static int free_port(void)
             lo = 32768;
         fclose(f);
     }
-    int base = lo - 12768 > 1024 ? lo - 12768 : 1024, span = lo - base; /* 20000..32767 */
+    int base = lo - KEPT_PORTS > 1024 ? lo - KEPT_PORTS : 1024, span = lo - base;
     uint32_t r;
     for (int i = 0; span > 0 && i < 64 && getrandom(&r, sizeof(r), 0) == sizeof(r); i++) {
         int p = base + (int)(r % (uint32_t)span);

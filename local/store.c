@@ -199,12 +199,12 @@ static int snapshot(struct kd_store *st, struct kd_buf *b, size_t *objects)
     return rc;
 }
 
-/* Keep `line` (ownership passes) as the entry's last record. */
-static void entry_set_line(struct entry *e, char *line)
+/* Keep `line` of `len` bytes (ownership passes) as the entry's last record. */
+static void entry_set_line(struct entry *e, char *line, size_t len)
 {
     free(e->line);
     e->line = line;
-    e->len = strlen(line);
+    e->len = len;
 }
 
 static void entry_free(struct entry *e)
@@ -396,7 +396,7 @@ static void apply_record(struct kd_store *st, char type, uint64_t rv, const char
         }
         e->obj = obj;
         obj = NULL;
-        entry_set_line(e, kd_xstrndup(line, len));
+        entry_set_line(e, kd_xstrndup(line, len), len);
     } else if (type == 'd' && e != NULL) {
         ring_push(st, rv, gr, KD_EV_DELETED, obj != NULL ? obj : e->obj, e->obj);
         HASH_DEL(t->objs, e);
@@ -605,7 +605,8 @@ int kd_store_put(struct kd_store *st, const char *gr, const char *ns, const char
     uint64_t rv = st->rv + 1;
     set_rv(obj, rv);
     char *line = record('p', rv, gr, ns, name, obj);
-    rc = journal_write(st, line, strlen(line));
+    size_t n = strlen(line);
+    rc = journal_write(st, line, n);
     if (rc != 0) {
         free(line);
         json_decref(obj);
@@ -628,7 +629,7 @@ int kd_store_put(struct kd_store *st, const char *gr, const char *ns, const char
     }
     e->obj = obj;
     if (st->dir != NULL)
-        entry_set_line(e, line);
+        entry_set_line(e, line, n);
     else
         free(line); /* no journal, no compaction */
     if (stored != NULL)

@@ -129,6 +129,12 @@ int dt_check_dead(struct dtrain *h);
 /* ---- sockets (net.c) ---- */
 int dt_set_nonblock(int fd, bool on);
 void dt_tune_socket(int fd);
+/** DTRAIN_SOCKET_BUFFER's size in *bytes when it is set and valid (then it decides every
+ * socket's buffers); false otherwise. */
+bool dt_socket_buffer_env(int *bytes);
+/** A switch from the environment: 0 when `name` is "0", 1 when set to anything else, -1 when
+ * unset or empty. */
+int dt_env_switch(const char *name);
 /** TCP keepalive (10 s idle, 4 probes 5 s apart) for the control channel. */
 void dt_keepalive(int fd);
 /** Listen on 0.0.0.0:port (0: any free port); *out_port gets the port. */
@@ -157,8 +163,8 @@ int dt_rendezvous(struct dtrain *h, char *err);
 void dt_reduce(void *dst, const void *src, size_t n, enum dtrain_dtype t, enum dtrain_op op);
 /** memcpy for bulk data, at full speed whatever the two buffers' alignments. */
 void dt_copy(void *restrict dst, const void *restrict src, size_t bytes);
-/** dt_copy's way: -1 by the CPU (dt_copy_loop, DTRAIN_COPY_LOOP), 0 memcpy, 1 the vector loop
- * (tests). Returns the previous one (-1: not decided yet). */
+/** dt_copy's way: -1 by the CPU (dt_avoid_movsb, DTRAIN_COPY_LOOP), 0 memcpy, 1 the vector
+ * loop (tests). Returns the previous one (-1: not decided yet). */
 int dt_copy_set(int mode);
 /** The CPU's vendor (AMD or not) and family, from cpuid (0 elsewhere). */
 void dt_cpu_family(bool *amd, unsigned *family);
@@ -236,12 +242,10 @@ enum dt_tcp_algo {
 };
 /* Bytes of the buffer gathered messages land in (world * message bytes at most). */
 #define DT_TCP_GATHER_CAP (1u << 20)
-/** Whether tcp receives through a page-aligned buffer when the destination sits just past a
- * page boundary: on AMD family 0x19 (Zen 3), unless `force` (0 or 1; -1: decide). */
-bool dt_tcp_stage(bool amd, unsigned family, int force);
-/** Whether dt_copy copies with a vector loop instead of memcpy: on AMD family 0x19 (Zen 3),
- * whose `rep movsb` the loop avoids, unless `force` (0 or 1; -1: decide). */
-bool dt_copy_loop(bool amd, unsigned family, int force);
+/** Whether to work around `rep movsb` (tcp receives such destinations through a page-aligned
+ * buffer, dt_copy is a vector loop): on AMD family 0x19 (Zen 3), unless `force` (0 or 1;
+ * -1: decide). */
+bool dt_avoid_movsb(bool amd, unsigned family, int force);
 /** The send buffer for a tcp ring connection to a peer on this host or another: bytes to set,
  * or 0 to keep the socket's (a remote peer, or DTRAIN_SOCKET_BUFFER `overridden`). */
 int dt_tcp_sndbuf(bool same_host, bool overridden);

@@ -40,13 +40,26 @@ int dt_set_nonblock(int fd, bool on)
     return fcntl(fd, F_SETFL, fl) < 0 ? -errno : 0;
 }
 
+bool dt_socket_buffer_env(int *bytes)
+{
+    uint64_t v = 0;
+    const char *env = getenv("DTRAIN_SOCKET_BUFFER");
+    if (env == NULL || kd_parse_size(env, &v) != 0 || v > (256u << 20))
+        return false;
+    *bytes = (int)v;
+    return true;
+}
+
+int dt_env_switch(const char *name)
+{
+    const char *v = getenv(name);
+    return v == NULL || *v == '\0' ? -1 : strcmp(v, "0") != 0;
+}
+
 void dt_tune_socket(int fd)
 {
     int one = 1, sz = SOCKBUF_BYTES;
-    uint64_t v = 0;
-    const char *env = getenv("DTRAIN_SOCKET_BUFFER");
-    if (env != NULL && kd_parse_size(env, &v) == 0 && v <= (256u << 20))
-        sz = (int)v;
+    (void)dt_socket_buffer_env(&sz);
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (sz > 0) { /* 0: leave the kernel's autotuning on */
         /* Best effort: the kernel caps the buffers at net.core.*mem_max. */

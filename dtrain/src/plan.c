@@ -137,30 +137,21 @@ enum dt_tcp_algo dt_tcp_plan(size_t bytes, int world)
 }
 
 /*
- * Receiving into a destination just past a page boundary (malloc'd buffers:
- * offset 16) made the kernel's `rep movsb` copy four to ten times slower on
- * AMD Zen 3 (family 0x19), so there received bytes go through a page-aligned
- * buffer first, at the cost of one more copy. On AMD family 0x1a (Zen 5) the
- * offset made no difference (loopback at offsets 0, 16, 64, 2048 and 4080:
- * 4.4 to 5.0 GB/s each), and leaving out that copy made 4 ranks on 2 cores
- * about 5% faster at 8 and 16 MiB; so only family 0x19 stages. `force`: -1
- * decide, 0 or 1 (DTRAIN_TCP_STAGE).
+ * AMD family 0x19 (Zen 3) runs `rep movsb` four to ten times slower into a
+ * destination just past the source modulo 4 KiB, as a malloc'd buffer (offset
+ * 16) sits against a page-aligned slot or socket page; glibc's memcpy and the
+ * kernel's copy to user space both use it. There tcp receives such
+ * destinations through a page-aligned buffer (one more copy), and dt_copy is
+ * a vector loop. On family 0x1a (Zen 5) the offset made no difference
+ * (loopback at offsets 0, 16, 64, 2048 and 4080: 4.4 to 5.0 GB/s each), and
+ * both workarounds only cost: without the staging copy 4 ranks on 2 cores
+ * were about 5% faster at 8 and 16 MiB, and memcpy copied shared-memory slots
+ * 1.7 to 1.8 times as fast as the loop (docs/dtrain.md). `force`: -1 decide,
+ * 0 or 1 (DTRAIN_TCP_STAGE, DTRAIN_COPY_LOOP).
  */
-/* AMD family 0x19 (Zen 3): `rep movsb` slows down four to ten times into destinations just
- * past the source modulo 4 KiB, in glibc's memcpy and in the kernel's copy alike. */
-static bool movsb_slow(bool amd, unsigned family)
+bool dt_avoid_movsb(bool amd, unsigned family, int force)
 {
-    return amd && family == 0x19;
-}
-
-bool dt_tcp_stage(bool amd, unsigned family, int force)
-{
-    return force >= 0 ? force > 0 : movsb_slow(amd, family);
-}
-
-bool dt_copy_loop(bool amd, unsigned family, int force)
-{
-    return force >= 0 ? force > 0 : movsb_slow(amd, family);
+    return force >= 0 ? force > 0 : amd && family == 0x19;
 }
 
 /*
@@ -172,11 +163,12 @@ bool dt_copy_loop(bool amd, unsigned family, int force)
  * segment of a large allreduce before its receiver reads any of it: with 4
  * ranks on 2 cores, 8 and 16 MiB ran at about 1.0 GB/s. A 256 KiB send
  * buffer (the kernel doubles it) keeps the two copies a few hundred KiB
- * apart: 1.6 to 1.7 GB/s there, and 2.2 to 2.3 instead of 1.2 to 1.4 at 4
- * MiB; 2 ranks, each on its own core, were even up to 4 MiB and 3 to 12%
- * ahead from 8 MiB. 1 MiB was no better than 4 MiB, 64 KiB behind 256 KiB. The receive buffer stays
- * large: limiting it instead halved the speed. Returns the bytes to set, or 0 to leave the socket
- * as created (a peer on another host, or `overridden` by DTRAIN_SOCKET_BUFFER).
+ * apart: 1.6 to 1.7 GB/s there, and 2.2 to 2.3 instead of 1.2 to 1.4 at
+ * 4 MiB; 2 ranks, each on its own core, were even up to 4 MiB and 3 to 12%
+ * ahead from 8 MiB. 1 MiB was no better than 4 MiB, 64 KiB behind 256 KiB.
+ * The receive buffer stays large: limiting it instead halved the speed.
+ * Returns the bytes to set, or 0 to leave the socket as created (a peer on
+ * another host, or `overridden` by DTRAIN_SOCKET_BUFFER).
  */
 #define LOCAL_SNDBUF (256u << 10)
 

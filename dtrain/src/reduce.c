@@ -151,9 +151,10 @@ void dt_cpu_family(bool *amd, unsigned *family)
  * on AMD Zen 3 runs ten times slower when the destination lies just past the
  * source modulo 4 KiB (dst - src = 16: a malloc'd buffer against a
  * page-aligned slot). A plain vector loop does not care, so there
- * (dt_copy_loop) dt_copy is that loop; elsewhere it is memcpy, whose wider
- * and non-temporal stores were 1.6 to 3 times as fast on Zen 5 (2 ranks over
- * shared memory, 256 KiB to 16 MiB, three rounds alternating).
+ * (dt_avoid_movsb) dt_copy is that loop; elsewhere it is memcpy, which on
+ * Zen 5 copied shared-memory slots 1.7 to 1.8 times as fast from 16 to 512
+ * KiB in a slow spell of the machine, and about 1.2 times from 256 KiB to
+ * 4 MiB in a fast one (1 to 7% behind from 16 to 128 KiB there).
  */
 typedef uint64_t dt_v16 __attribute__((vector_size(16), aligned(1), may_alias));
 
@@ -165,8 +166,7 @@ int dt_copy_set(int mode)
         bool amd;
         unsigned family;
         dt_cpu_family(&amd, &family);
-        const char *env = getenv("DTRAIN_COPY_LOOP");
-        mode = dt_copy_loop(amd, family, env == NULL || *env == '\0' ? -1 : strcmp(env, "0") != 0);
+        mode = dt_avoid_movsb(amd, family, dt_env_switch("DTRAIN_COPY_LOOP"));
     }
     return atomic_exchange_explicit(&copy_loop, mode != 0, memory_order_relaxed);
 }
@@ -561,11 +561,10 @@ static int half_level(void)
 {
     int m = atomic_load_explicit(&half_hw, memory_order_relaxed);
     if (m < 0) {
-        const char *f16c = getenv("DTRAIN_F16C"), *avx512 = getenv("DTRAIN_AVX512");
         m = half_hw_max();
-        if (f16c != NULL && strcmp(f16c, "0") == 0)
+        if (dt_env_switch("DTRAIN_F16C") == 0)
             m = 0;
-        if (m > 1 && avx512 != NULL && strcmp(avx512, "0") == 0)
+        if (m > 1 && dt_env_switch("DTRAIN_AVX512") == 0)
             m = 1;
         atomic_store(&half_hw, m);
     }

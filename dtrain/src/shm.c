@@ -410,13 +410,12 @@ static int cma_probe(struct dtrain *h, struct shm *s, int64_t deadline)
     int rc = sync_all(h, s, deadline, "allreduce (memory access check)");
     if (rc < 0)
         return rc;
-    const char *env = getenv("DTRAIN_SHM_CMA");
     int peer = (s->rank + 1) % s->world;
     struct shm_flag *pf = &s->hdr->flags[peer];
     uint64_t v = 0;
     struct iovec l = {&v, sizeof(v)};
     struct iovec r = {(void *)(uintptr_t)atomic_load(&pf->addr), sizeof(v)};
-    bool ok = (env == NULL || strcmp(env, "0") != 0) &&
+    bool ok = dt_env_switch("DTRAIN_SHM_CMA") != 0 &&
               process_vm_readv((pid_t)atomic_load(&pf->pid), &l, 1, &r, 1, 0) == sizeof(v) &&
               v == 0x6b646574u + (uint64_t)peer;
     if (ok) {

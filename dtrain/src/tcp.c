@@ -29,7 +29,7 @@ struct tcp {
     const void **srcs; /* world entries: reduction sources */
     int64_t yield_ns;  /* how long a stalled transfer yields before it sleeps in poll */
     size_t send_max;   /* bytes per send(2) at most; 0: no limit (dt_wait_policy) */
-    bool stage;        /* receive through tmp into destinations just past a page (dt_tcp_stage) */
+    bool stage;        /* receive through tmp into destinations just past a page (dt_avoid_movsb) */
 };
 
 static uint64_t run_hash(const char *s)
@@ -47,6 +47,16 @@ static void pack_hello(unsigned char *b, int rank, uint64_t hash)
     memcpy(b + 4, &r, 4);
     for (int i = 0; i < 8; i++)
         b[8 + i] = (unsigned char)(hash >> (56 - 8 * i));
+}
+
+/* Give fd, the connection to rank `peer`, the send buffer of dt_tcp_sndbuf; returns it (0: the
+ * socket's own kept). */
+static int local_sndbuf(struct dtrain *h, int fd, int peer, bool overridden)
+{
+    int sz = dt_tcp_sndbuf(strcmp(h->peers[peer].host, h->host) == 0, overridden);
+    if (sz > 0) /* best effort, as in dt_tune_socket */
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    return sz;
 }
 
 static int tcp_setup(struct dtrain *h)
@@ -109,20 +119,14 @@ static int tcp_setup(struct dtrain *h)
     bool amd;
     unsigned family;
     dt_cpu_family(&amd, &family);
-    const char *st = getenv("DTRAIN_TCP_STAGE");
-    t->stage = dt_tcp_stage(amd, family, st == NULL || *st == '\0' ? -1 : strcmp(st, "0") != 0);
+    t->stage = dt_avoid_movsb(amd, family, dt_env_switch("DTRAIN_TCP_STAGE"));
     dt_tune_socket(t->left);
-    /* a smaller send buffer towards peers on this host (dt_tcp_sndbuf) */
-    const char *sb = getenv("DTRAIN_SOCKET_BUFFER");
-    bool overridden = sb != NULL && *sb != '\0';
-    const int ends[2][2] = {{t->right, right}, {t->left, left}};
-    for (int i = 0; i < 2; i++) {
-        int sz = dt_tcp_sndbuf(strcmp(h->peers[ends[i][1]].host, h->host) == 0, overridden);
-        if (sz > 0) /* best effort, as in dt_tune_socket */
-            (void)setsockopt(ends[i][0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-        if (i == 0) /* the ring sends to the right */
-            t->send_max = dt_tcp_send_max(t->send_max, sz);
-    }
+    /* a smaller send buffer towards peers on this host (dt_tcp_sndbuf); the ring sends right */
+    int env_bytes;
+    bool overridden = dt_socket_buffer_env(&env_bytes);
+    int sr = local_sndbuf(h, t->right, right, overridden);
+    (void)local_sndbuf(h, t->left, left, overridden);
+    t->send_max = dt_tcp_send_max(t->send_max, sr);
     if ((rc = dt_set_nonblock(t->left, true)) < 0 || (rc = dt_set_nonblock(t->right, true)) < 0) {
         rc = dt_err(h, rc, "tcp ring: fcntl: %s", kd_strerror(rc));
         goto out;
@@ -169,7 +173,7 @@ struct xfer {
  * The kernel copies received bytes with `rep movsb`, which on AMD Zen 3
  * runs four times slower when the destination lies just past the (page
  * aligned) socket data modulo 4 KiB, as malloc'd buffers do (offset 16).
- * There (dt_tcp_stage) those receive into the page-aligned tmp and are
+ * There (dt_avoid_movsb) those receive into the page-aligned tmp and are
  * copied from there.
  */
 static bool bad_offset(const void *p)

@@ -616,7 +616,7 @@ static void run_job(const char *worker, int world, const char *transport, const 
     run_job2(worker, world, transport, extra1, NULL);
 }
 
-/* Receiving straight into malloc'd buffers and through the page-aligned one (dt_tcp_stage),
+/* Receiving straight into malloc'd buffers and through the page-aligned one (dt_avoid_movsb),
  * whatever this CPU's own choice. */
 static void test_tcp_2(void **s)
 {
