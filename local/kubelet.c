@@ -139,6 +139,12 @@ struct kd_kubelet {
     struct kd_sched *sched;
     uint64_t cursor;
     int64_t next_full_ms; /* a pass over every pod, as a safety net, at most this often */
+    /* Tidied folders of gone pods, STATE_DIR/spare/ID, for the next pods (at most max_pods;
+     * kd_kubelet_spare_entry), and the mode the kubelet's folders get (spare/'s own). */
+    unsigned *spare;
+    int nspare;
+    unsigned spare_seq;
+    mode_t dir_mode;
 };
 
 #define FULL_PASS_MS 10000
@@ -174,6 +180,121 @@ static int write_file(const char *path, const void *data, size_t len, mode_t mod
         rc = -EIO;
     close(fd);
     return rc;
+}
+
+/* ---- pod folders, recycled -------------------------------------------------------- */
+
+enum kd_spare_entry kd_kubelet_spare_entry(const char *name, bool is_dir, bool is_reg,
+                                           const char *const *containers, size_t n)
+{
+    if (is_reg && strcmp(name, "pids") == 0)
+        return KD_SPARE_TRUNCATE;
+    for (size_t i = 0; is_dir && i < n; i++) {
+        if (containers[i] != NULL && strcmp(name, containers[i]) == 0)
+            return KD_SPARE_EMPTY;
+    }
+    return KD_SPARE_REMOVE;
+}
+
+static char *spare_path(const struct kd_kubelet *k, unsigned id)
+{
+    return kd_xasprintf("%s/spare/%u", k->state_dir, id);
+}
+
+/*
+ * Tidy the pod folder dir for the containers in names (kd_kubelet_spare_entry), and give it
+ * and the kept folders the kubelet's mode again: a container may have changed them. 0, or
+ * the -errno of the first entry that could not be tidied.
+ */
+static int spare_tidy(const struct kd_kubelet *k, const char *dir, const char *const *names,
+                      size_t n)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return -errno;
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        char *path = kd_xasprintf("%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) != 0) {
+            rc = -errno;
+        } else {
+            switch (kd_kubelet_spare_entry(de->d_name, S_ISDIR(sb.st_mode), S_ISREG(sb.st_mode),
+                                           names, n)) {
+            case KD_SPARE_REMOVE: rc = kd_rm_tree(path); break;
+            case KD_SPARE_TRUNCATE: {
+                int fd = open(path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                rc = fd >= 0 ? 0 : -errno;
+                if (fd >= 0)
+                    close(fd);
+                break;
+            }
+            case KD_SPARE_EMPTY:
+                rc = kd_empty_tree(path);
+                if (rc == 0 && (sb.st_mode & 07777) != k->dir_mode && chmod(path, k->dir_mode) != 0)
+                    rc = -errno;
+                break;
+            }
+        }
+        free(path);
+    }
+    closedir(d);
+    struct stat sb;
+    if (rc == 0 && lstat(dir, &sb) == 0 && (sb.st_mode & 07777) != k->dir_mode &&
+        chmod(dir, k->dir_mode) != 0)
+        rc = -errno;
+    return rc;
+}
+
+/* The containers' names of p, for spare_tidy. Caller frees the array (not the names). */
+static const char **ctr_names(const struct podrt *p)
+{
+    const char **names = kd_xcalloc(p->nc + 1, sizeof(*names));
+    for (size_t i = 0; i < p->nc; i++)
+        names[i] = p->c[i].name;
+    return names;
+}
+
+/* A gone pod's folder: tidied into the spares, or removed when there are enough of them. */
+static void spare_put(struct kd_kubelet *k, const struct podrt *p)
+{
+    if (k->nspare < k->max_pods) {
+        const char **names = ctr_names(p);
+        int rc = spare_tidy(k, p->dir, names, p->nc);
+        free(names);
+        char *to = spare_path(k, k->spare_seq);
+        if (rc == 0 && rename(p->dir, to) == 0) {
+            k->spare[k->nspare++] = k->spare_seq++;
+            free(to);
+            return;
+        }
+        free(to);
+    }
+    kd_rm_tree(p->dir);
+}
+
+/*
+ * A new pod's folder from the spares, tidied for its containers; or nothing, and the caller
+ * makes one. A folder already there (the pod's, from before a restart) is left as it is.
+ */
+static void spare_take(struct kd_kubelet *k, const struct podrt *p)
+{
+    struct stat sb;
+    if (k->nspare == 0 || lstat(p->dir, &sb) == 0 || errno != ENOENT)
+        return;
+    char *from = spare_path(k, k->spare[--k->nspare]);
+    if (rename(from, p->dir) == 0) {
+        const char **names = ctr_names(p);
+        if (spare_tidy(k, p->dir, names, p->nc) != 0)
+            kd_rm_tree(p->dir); /* made anew by the caller */
+        free(names);
+    } else {
+        kd_rm_tree(from);
+    }
+    free(from);
 }
 
 /* ---- GPUs --------------------------------------------------------------------------- */
@@ -647,6 +768,7 @@ static int project_keys(const char *dir, const json_t *src, bool secret, const j
 /* Prepare every volume (lock held for reads of ConfigMaps and Secrets). 0 or the reason in err. */
 static int prepare_volumes(struct kd_kubelet *k, struct podrt *p, const json_t *pod, char *err)
 {
+    spare_take(k, p);
     int rc = kd_mkdir_p(p->dir, 0755);
     if (rc != 0)
         return kd_seterr(err, rc, "cannot create %s: %s", p->dir, strerror(-rc));
@@ -1825,7 +1947,7 @@ static void pod_gone(struct kd_kubelet *k, struct podrt *p)
         return;
     }
     drop_runtime(k, p);
-    kd_rm_tree(p->dir);
+    spare_put(k, p);
     podrt_free(k, p);
 }
 
@@ -2204,6 +2326,32 @@ static void kill_leftovers(const char *state_dir)
     free(pods);
 }
 
+/*
+ * An empty STATE_DIR/spare (an earlier run's spares go) and STATE_DIR/pods, which the spares
+ * are renamed into; the mode spare/ gets is the mode of every folder the kubelet makes.
+ */
+static int spares_init(struct kd_kubelet *k, char *err)
+{
+    char *spare = kd_xasprintf("%s/spare", k->state_dir);
+    char *pods = kd_xasprintf("%s/pods", k->state_dir);
+    struct stat sb;
+    int rc = kd_rm_tree(spare);
+    if (rc == 0)
+        rc = kd_mkdir_p(spare, 0755);
+    if (rc == 0)
+        rc = kd_mkdir_p(pods, 0755);
+    if (rc == 0 && stat(spare, &sb) != 0)
+        rc = -errno;
+    if (rc != 0)
+        kd_seterr(err, rc, "state dir %s: %s", spare, strerror(-rc));
+    else
+        k->dir_mode = sb.st_mode & 07777;
+    k->spare = kd_xcalloc((size_t)k->max_pods, sizeof(*k->spare));
+    free(pods);
+    free(spare);
+    return rc;
+}
+
 int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
                      struct kd_kubelet **out, char *err)
 {
@@ -2248,6 +2396,9 @@ int kd_kubelet_start(const struct kd_kubelet_opts *opts, struct kd_store *st,
         goto out;
     }
     kill_leftovers(k->state_dir);
+    rc = spares_init(k, err);
+    if (rc != 0)
+        goto out;
     if (k->kc != NULL) {
         struct kd_http_opts ho = {.bind_addr = opts->kubelet_addr,
                                   .port = opts->kubelet_port,
@@ -2342,6 +2493,12 @@ void kd_kubelet_stop(struct kd_kubelet *k)
     }
     kd_sched_free(k->sched);
     free(k->node);
+    if (k->spare != NULL) {
+        char *spare = kd_xasprintf("%s/spare", k->state_dir);
+        kd_rm_tree(spare);
+        free(spare);
+        free(k->spare);
+    }
     free(k->state_dir);
     free(k->kubeconfig);
     free(k->api_server);

@@ -9,6 +9,8 @@
 
 #include "core/err.h"
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -61,6 +63,25 @@ void kd_kubelet_stop(struct kd_kubelet *k);
  * file name).
  */
 char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *container, int run);
+
+/*
+ * Pod folders are recycled: a gone pod's folder, tidied, waits in
+ * STATE_DIR/spare for the next pod, so that a stream of short pods does not
+ * create and free inodes at its own rate (on ext4 without a journal the
+ * inode allocator skips every inode freed in the last minute, and the scan
+ * grows with the rate). What the tidying does with each entry at the top of
+ * the folder, given the names of the containers of the pod that had it (going
+ * in) or will have it (coming out):
+ */
+enum kd_spare_entry {
+    KD_SPARE_REMOVE,   /* removed with everything under it */
+    KD_SPARE_TRUNCATE, /* "pids", a plain file: kept, emptied */
+    KD_SPARE_EMPTY,    /* a folder named after one of the containers: kept, emptied (old logs) */
+};
+
+/** The decision for entry NAME (is_dir and is_reg as lstat sees it, never through a link). */
+enum kd_spare_entry kd_kubelet_spare_entry(const char *name, bool is_dir, bool is_reg,
+                                           const char *const *containers, size_t n);
 
 /** The kubelet API's port (agent mode; 0 otherwise). */
 int kd_kubelet_port(const struct kd_kubelet *k);

@@ -9,19 +9,21 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int rm_tree(const char *path, int depth)
+/* keep_top: remove what is under the directory path, not path itself. */
+static int rm_tree(const char *path, int depth, bool keep_top)
 {
     struct stat sb;
     int rc = 0;
     if (lstat(path, &sb) != 0)
-        return errno == ENOENT ? 0 : -errno;
+        return errno == ENOENT && !keep_top ? 0 : -errno;
     if (!S_ISDIR(sb.st_mode))
-        return unlink(path) == 0 || errno == ENOENT ? 0 : -errno;
+        return keep_top ? -ENOTDIR : unlink(path) == 0 || errno == ENOENT ? 0 : -errno;
     if (depth >= 64)
         return -ELOOP;
     DIR *d = opendir(path);
@@ -32,21 +34,28 @@ static int rm_tree(const char *path, int depth)
             if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                 continue;
             int r = (size_t)snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) < sizeof(sub)
-                        ? rm_tree(sub, depth + 1)
+                        ? rm_tree(sub, depth + 1, false)
                         : -ENAMETOOLONG;
             if (rc == 0)
                 rc = r;
         }
         closedir(d);
     }
-    if (rmdir(path) != 0 && errno != ENOENT && rc == 0)
+    if (d == NULL && rc == 0)
+        rc = -errno;
+    if (!keep_top && rmdir(path) != 0 && errno != ENOENT && rc == 0)
         rc = -errno;
     return rc;
 }
 
 int kd_rm_tree(const char *path)
 {
-    return rm_tree(path, 0);
+    return rm_tree(path, 0, false);
+}
+
+int kd_empty_tree(const char *path)
+{
+    return rm_tree(path, 0, true);
 }
 
 int kd_mkdir_p(const char *path, mode_t mode)

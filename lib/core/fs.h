@@ -20,6 +20,13 @@
 int kd_rm_tree(const char *path);
 
 /**
+ * Remove everything below the directory `path`, as kd_rm_tree, and keep
+ * `path` itself. Returns 0, -ENOTDIR when path is not a directory (a link to
+ * one is not), -ENOENT when it does not exist, or the first entry's -errno.
+ */
+int kd_empty_tree(const char *path);
+
+/**
  * Create the directory `path` and any missing parents, as `mkdir -p`:
  * parents with mode 0755, the last with `mode` (both less the umask). An
  * existing directory is fine (its mode is left alone). Returns 0,

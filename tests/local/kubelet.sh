@@ -224,6 +224,45 @@ check "polite got SIGTERM" test -s "$work/polite.term"
 check "stubborn was killed after its 2 s grace period" test "$(( (t1 - t0) / 1000000 ))" -ge 1900
 check "stubborn's process is gone" test -n "$spid" -a ! -d "/proc/$spid"
 
+# ---- pod folders are recycled ----------------------------------------------------------------
+# A gone pod's folder, tidied, waits in STATE/spare and becomes the next pod's folder.
+st="$work/state"
+recpod() { # NAME CONTAINER2 SCRIPT
+    k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $1}
+spec:
+  nodeName: n1
+  restartPolicy: Never
+  containers:
+  - {name: main, image: none, command: ["sh", "-c", "$3"]}
+  - {name: $2, image: none, command: ["true"]}
+YAML
+}
+recpod rec1 old 'echo rec1 was here; echo x > data; mkdir -p sub/d; touch sub/d/f main/extra; chmod 700 .'
+wait_for 20 test "$(jp pod rec1 '{.status.phase}')" = Succeeded
+uid1=$(jp pod rec1 '{.metadata.uid}')
+ino1=$(stat -c %i "$st/pods/$uid1" 2>/dev/null)
+check "rec1 wrote into its folder" test -f "$st/pods/$uid1/data" -a -d "$st/pods/$uid1/old"
+k delete pod rec1 --wait=false >/dev/null 2>&1
+wait_for 20 test ! -e "$st/pods/$uid1"
+spare_of() { for d in "$st"/spare/*; do [ "$(stat -c %i "$d" 2>/dev/null)" = "$1" ] && echo "$d"; done; }
+sp=$(spare_of "$ino1")
+check "rec1's folder went into the spares" test -n "$ino1" -a -n "$sp"
+check "the spare keeps only the container folders and pids, emptied" test "$(cd "$sp" 2>/dev/null && find . | sort | tr '\n' ' ')" = ". ./main ./old ./pids "
+check "the spare's pids file is empty" test -f "$sp/pids" -a ! -s "$sp/pids"
+recpod rec2 new 'sleep 1; ls -A; ls -A main'
+wait_for 20 test "$(jp pod rec2 '{.status.phase}')" = Succeeded
+uid2=$(jp pod rec2 '{.metadata.uid}')
+check "rec2 has rec1's folder (the same inode)" test -n "$uid2" -a "$(stat -c %i "$st/pods/$uid2" 2>/dev/null)" = "$ino1"
+check "and it left the spares" test -z "$(spare_of "$ino1")"
+check "rec2's folder holds only its own: main, new, pids" test "$(ls -A "$st/pods/$uid2" | tr '\n' ' ')" = "main new pids "
+check "rec2 saw none of rec1's files or logs" test "$(k logs rec2 -c main)" = "$(printf 'main\nnew\npids\n0.log')"
+check "the folder has the kubelet's mode again (rec1 made it 700)" test "$(stat -c %a "$st/pods/$uid2")" = "$(stat -c %a "$st/spare")"
+check "pids holds rec2's two containers only" test "$(wc -l < "$st/pods/$uid2/pids")" = 2
+k delete pod rec2 --wait=false >/dev/null 2>&1
+
 # ---- the agent killed and restarted ----------------------------------------------------------
 apid=$(cat "$work/always.pid" 2>/dev/null)
 lease_now() { k -n kube-node-lease get lease n1 -o 'jsonpath={.spec.renewTime}' 2>/dev/null; }

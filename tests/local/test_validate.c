@@ -261,12 +261,50 @@ static void test_log_paths(void **state)
     assert_null(kd_kubelet_log_path("/st", NULL, "main", 0));
 }
 
+/* What a recycled pod folder keeps at its top (kd_kubelet_spare_entry), as a table. */
+static void test_spare_entries(void **state)
+{
+    (void)state;
+    static const char *const ctrs[] = {"main", "init-data"};
+    static const struct {
+        const char *name;
+        bool dir, reg;
+        size_t n; /* how many of ctrs */
+        enum kd_spare_entry want;
+    } cases[] = {
+        {"pids", false, true, 2, KD_SPARE_TRUNCATE},
+        {"pids", false, false, 2, KD_SPARE_REMOVE}, /* a link or a fifo named pids */
+        {"pids", true, false, 2, KD_SPARE_REMOVE},
+        {"main", true, false, 2, KD_SPARE_EMPTY},
+        {"init-data", true, false, 2, KD_SPARE_EMPTY},
+        {"init-data", true, false, 1, KD_SPARE_REMOVE}, /* not a container of this pod */
+        {"main", true, false, 0, KD_SPARE_REMOVE},
+        {"main", false, true, 2, KD_SPARE_REMOVE},  /* a file in the container folder's place */
+        {"main", false, false, 2, KD_SPARE_REMOVE}, /* a link to a folder */
+        {"mai", true, false, 2, KD_SPARE_REMOVE},
+        {"main2", true, false, 2, KD_SPARE_REMOVE},
+        {"volumes", true, false, 2, KD_SPARE_REMOVE},
+        {"checkpoint.pt", false, true, 2, KD_SPARE_REMOVE}, /* what a container wrote */
+        {"Pids", false, true, 2, KD_SPARE_REMOVE},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        enum kd_spare_entry got =
+            kd_kubelet_spare_entry(cases[i].name, cases[i].dir, cases[i].reg, ctrs, cases[i].n);
+        if (got != cases[i].want)
+            fail_msg("row %zu (%s dir=%d reg=%d n=%zu): %d, want %d", i, cases[i].name,
+                     cases[i].dir, cases[i].reg, cases[i].n, got, cases[i].want);
+    }
+    static const char *const holey[] = {NULL, "main"};
+    assert_int_equal(kd_kubelet_spare_entry("main", true, false, holey, 2), KD_SPARE_EMPTY);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_log_paths),
+        cmocka_unit_test(test_spare_entries),
         cmocka_unit_test(test_termination_utf8),
         cmocka_unit_test(test_termination_tail),
     };

@@ -1,4 +1,4 @@
-/* kd_rm_tree: nested trees, symlinks left pointing nowhere, missing paths. */
+/* kd_rm_tree and kd_empty_tree: nested trees, symlinks left pointing nowhere, missing paths. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -44,6 +44,41 @@ static void test_tree(void **state)
     assert_int_equal(lstat(p, &sb), 0); /* the link's target is untouched */
     assert_int_equal(kd_rm_tree(keep), 0);
     assert_int_equal(kd_rm_tree(keep), 0); /* missing: fine */
+}
+
+/* kd_empty_tree: everything below goes, the folder stays; a file or a link is not a folder. */
+static void test_empty_tree(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/kd-fs-empty-XXXXXX", keep[] = "/tmp/kd-fs-ekeep-XXXXXX", p[512];
+    struct stat before, sb;
+    assert_non_null(mkdtemp(root));
+    assert_non_null(mkdtemp(keep));
+    assert_int_equal(lstat(root, &before), 0);
+    snprintf(p, sizeof(p), "%s/kept", keep);
+    touch(p);
+    snprintf(p, sizeof(p), "%s/a/b", root);
+    assert_int_equal(kd_mkdir_p(p, 0755), 0);
+    snprintf(p, sizeof(p), "%s/a/b/f", root);
+    touch(p);
+    snprintf(p, sizeof(p), "%s/g", root);
+    touch(p);
+    snprintf(p, sizeof(p), "%s/link", root);
+    assert_int_equal(symlink(keep, p), 0);
+    assert_int_equal(kd_empty_tree(p), -ENOTDIR); /* a link to a folder: not emptied */
+    snprintf(p, sizeof(p), "%s/kept", keep);
+    assert_int_equal(lstat(p, &sb), 0);
+    snprintf(p, sizeof(p), "%s/g", root);
+    assert_int_equal(kd_empty_tree(p), -ENOTDIR);
+    assert_int_equal(lstat(p, &sb), 0); /* and a file is left alone */
+    assert_int_equal(kd_empty_tree(root), 0);
+    assert_int_equal(lstat(root, &sb), 0);
+    assert_int_equal(sb.st_ino, before.st_ino); /* the same folder */
+    assert_int_equal(rmdir(root), 0);           /* which is empty */
+    snprintf(p, sizeof(p), "%s/kept", keep);
+    assert_int_equal(lstat(p, &sb), 0); /* the link's target is untouched */
+    assert_int_equal(kd_empty_tree(root), -ENOENT);
+    assert_int_equal(kd_rm_tree(keep), 0);
 }
 
 /* mkdir -p: parents made, the last with its mode, existing dirs fine, a file in the way an error.
@@ -111,9 +146,8 @@ static void test_depth_cap(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tree),
-        cmocka_unit_test(test_mkdir_p),
-        cmocka_unit_test(test_file),
+        cmocka_unit_test(test_tree),      cmocka_unit_test(test_empty_tree),
+        cmocka_unit_test(test_mkdir_p),   cmocka_unit_test(test_file),
         cmocka_unit_test(test_depth_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
