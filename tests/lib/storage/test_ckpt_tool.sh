@@ -85,7 +85,11 @@ check "typo suggests the command" grep -q 'did you mean download' "$T/typo.out"
 # shared_fs: the same tool, and a corrupted file is caught
 $B upload "$T/src" --storage "file://$T/fs" --uuid fs-1 -q > /dev/null 2>&1
 check "shared_fs upload" test -f "$T/fs/fs-1/kdet-manifest.json"
-printf 'X' | dd of="$T/fs/fs-1/model.bin" bs=1 seek=1000 conv=notrunc status=none
+# Flip every bit of byte 1000 (the file is random: writing a fixed byte would leave it as it
+# was one time in 256).
+python3 -c 'import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(1000); b = f.read(1); f.seek(1000); f.write(bytes([b[0] ^ 0xFF]))' "$T/fs/fs-1/model.bin"
 $B verify fs-1 --deep --storage "file://$T/fs" -q > "$T/fsv.out" 2>&1
 check "shared_fs corruption caught" grep -q 'model.bin: sha256' "$T/fsv.out"
 
