@@ -103,13 +103,19 @@ counter() { echo "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'; }
 # clone SRC FROM TO EXP [UID]: POST copies FROM..TO-1 of the Trials in SRC (a kubectl get -o
 # json, taken in turn), each with the status of its original; with UID, owned by experiment EXP.
 clone() {
-    python3 - "$1" "$2" "$3" "$(cat "$work/port")" "$4" "${5:-}" <<'EOF'
-import http.client, json, sys
+    python3 - "$1" "$2" "$3" "$KUBECONFIG" "$4" "${5:-}" <<'EOF'
+import base64, http.client, json, re, ssl, sys
 src = json.load(open(sys.argv[1]))["items"]
-lo, hi, port, exp, uid = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
-conn = http.client.HTTPConnection("127.0.0.1", port)
+lo, hi, exp, uid = int(sys.argv[2]), int(sys.argv[3]), sys.argv[5], sys.argv[6]
+# kdet-local's own kubeconfig: its HTTPS address, its CA and its bearer token.
+kc = open(sys.argv[4]).read()
+field = lambda k: re.search(r"^\s*%s:\s*(\S+)" % k, kc, re.M).group(1)
+host, port = re.match(r"https://([^:/]+):(\d+)", field("server")).groups()
+ctx = ssl.create_default_context(cadata=base64.b64decode(field("certificate-authority-data")).decode())
+conn = http.client.HTTPSConnection(host, int(port), context=ctx)
+auth = {"Content-Type": "application/json", "Authorization": "Bearer " + field("token")}
 def req(method, path, body):
-    conn.request(method, path, json.dumps(body), {"Content-Type": "application/json"})
+    conn.request(method, path, json.dumps(body), auth)
     r = conn.getresponse()
     data = r.read()
     if r.status >= 300:
