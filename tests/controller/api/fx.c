@@ -41,6 +41,7 @@ static void apply_crd(const char *path)
     kd_yaml_free(doc);
 }
 
+double fx_kube_qps;
 int64_t fx_log_max_bytes;
 int fx_max_downloads;
 
@@ -100,7 +101,8 @@ int fx_setup(void **state)
     }
     const char *const extra[] = {"--no-kubelet", NULL};
     kl_start(&kl, extra, 0);
-    fx.k8s = kl_client(&kl, NULL);
+    struct kd_k8s_client_opts ko = {.qps = fx_kube_qps};
+    fx.k8s = kl_client(&kl, &ko);
     char path[512];
     const char *src = getenv("KD_SRC") ? getenv("KD_SRC") : ".";
     snprintf(path, sizeof(path), "%s/crds/experiments.yaml", src);

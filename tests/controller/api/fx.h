@@ -33,6 +33,11 @@ extern const unsigned char fx_key[32];
 int fx_setup(void **state);
 int fx_teardown(void **state);
 
+/**
+ * Requests per second of the API's Kubernetes client, for the next fx_setup (0: the
+ * client's default, 50 with a burst of 100; < 0: no limit).
+ */
+extern double fx_kube_qps;
 /** The API's log_max_bytes for the next fx_api_start (0: the default). */
 extern int64_t fx_log_max_bytes;
 /** The API's max_downloads for the next fx_api_start (0: the default). */
