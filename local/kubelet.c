@@ -241,11 +241,11 @@ static int spare_tidy(const struct kd_kubelet *k, const char *dir, const char *c
         }
         free(path);
     }
-    closedir(d);
     struct stat sb;
-    if (rc == 0 && lstat(dir, &sb) == 0 && (sb.st_mode & 07777) != k->dir_mode &&
-        chmod(dir, k->dir_mode) != 0)
+    if (rc == 0 && fstat(dirfd(d), &sb) == 0 && (sb.st_mode & 07777) != k->dir_mode &&
+        fchmod(dirfd(d), k->dir_mode) != 0)
         rc = -errno;
+    closedir(d);
     return rc;
 }
 

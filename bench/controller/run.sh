@@ -140,7 +140,7 @@ for i in range(lo, hi):
 EOF
 }
 
-PATH=$B/bin:$PATH "$B/bin/kdet-local" --data-dir "$work/kdl" --port 0 --port-file "$work/port" \
+PATH=$B/bin:$PATH "$B/bin/kdet-local" --data-dir "$work/kdl" --port 0 \
     --kubeconfig-out "$KUBECONFIG" --node-name kdc-bench --max-pods 200 --log-level warn \
     ${KDC_BENCH_KDL_ARGS:-} >"$work/kdl.log" 2>&1 &
 kdl=$!
@@ -172,7 +172,7 @@ wait_until 60 no_trials || log "anchor trials still there"
 # which paces trial creation as much as the controller does; here the controller (no client
 # rate limit) creates the N Trials against an API server that does nothing else.
 mkdir -p "$work/bare"
-PATH=$B/bin:$PATH "$B/bin/kdet-local" --data-dir "$work/bare/kdl" --port 0 --port-file "$work/bare/port" \
+PATH=$B/bin:$PATH "$B/bin/kdet-local" --data-dir "$work/bare/kdl" --port 0 \
     --kubeconfig-out "$work/bare/kubeconfig" --no-kubelet --log-level warn >"$work/bare/kdl.log" 2>&1 &
 bare=$!
 if wait_until 20 test -s "$work/bare/kubeconfig" &&

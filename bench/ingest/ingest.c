@@ -255,9 +255,10 @@ static void bench_ingest(void **state)
     if (fx_kube_qps < 0)
         printf("  the API's Kubernetes client without its rate limit (each trial's first report "
                "reads its Trial and Experiment; KD_BENCH_INGEST_KUBE_QPS=50: the default)\n");
+    else if (fx_kube_qps > 0)
+        printf("  the API's Kubernetes client at %.0f requests/s\n", fx_kube_qps);
     else
-        printf("  the API's Kubernetes client at %.0f requests/s\n",
-               fx_kube_qps > 0 ? fx_kube_qps : 50.0);
+        printf("  the API's Kubernetes client at its default rate limit\n");
     printf("  API (HTTP -> durable in PostgreSQL): %8.0f rows/s\n", api);
     printf("  CPU per 1,000 rows: API and clients %.1f ms, PostgreSQL %.1f ms\n",
            cpu * 1e6 / (double)total, pgc * 1e6 / (double)total);
