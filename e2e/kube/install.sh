@@ -25,13 +25,15 @@
 #   - `helm uninstall`: nothing of kdet is left but the CRDs and the
 #     PostgreSQL claim (kept on purpose: it holds the data).
 # It prints what it measured: image import times, controller pod start to
-# Ready, experiment create to first trial container Running.
+# Ready, experiment create to first trial container Running and to first
+# worker process running.
 #
 # Usage (from e2e/kube/run.sh install, which starts the control plane and the
 # real nodes): KDET_KUBE_DIR=DIR KD_SRC=TREE KD_BUILD=BUILD e2e/kube/install.sh
 #   KDET_INSTALL_TIMEOUT   seconds to wait for an experiment (default 420)
 #   KDET_INSTALL_MEASURE=N also create N one-trial experiments one after the
-#                          other and print create -> Running p50/p95 (bench/install)
+#                          other and print create -> Running and -> first worker
+#                          p50/p95 (bench/install)
 # Needs root (ctr), BUILD/images/kdet-{controller,trainer,postgresql}.oci.tar
 # (make images), BUILD/bin/det, helm (.deps/helm, make deps).
 # Prints `N passed, N failed`.
@@ -303,10 +305,11 @@ echo "fashion-mnist-c runs from the trainer image" >"$work/ctx/README"
 # The pool of the real nodes, as a template: the configs themselves stay plain.
 echo "resources: {resource_pool: $KDET_REALNODE_POOL}" >"$work/pool.yaml"
 # fmnist NAME SEARCHER SLOTS: a fashion-mnist-c experiment config.
+# fmnist NAME SEARCHER SLOTS [ENTRYPOINT]: $work/NAME.yaml, a fashion-mnist-c experiment.
 fmnist() {
 	cat >"$work/$1.yaml" <<EOF
 name: $1
-entrypoint: fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet
+entrypoint: ${4:-fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet}
 environment:
   environment_variables: [OPENBLAS_NUM_THREADS=1, DTRAIN_TIMEOUT=120, DTRAIN_RENDEZVOUS_TIMEOUT=120]
 hyperparameters:
@@ -457,16 +460,24 @@ expect "longrun: every validation stored (one per trial)" '^2$' exp_metrics "${E
 expect "longrun: every training report stored (2 trials x 30000/1000)" '^60$' exp_metrics "${E[longrun]}" training
 expect "longrun: no metric stored twice" '^0$' dup_metrics "${E[longrun]}"
 
-# 5. Experiment create -> first trial container Running (KDET_INSTALL_MEASURE=N).
+# 5. Experiment create -> first trial container Running, and -> first worker process running
+# (KDET_INSTALL_MEASURE=N).
 if ((measure > 0)); then
 	# shellcheck source=e2e/kube/latency.sh
 	source "$here/latency.sh"
-	# Long enough never to end before it is killed.
-	fmnist probe "{name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 1000000}}" 1
+	# Long enough never to end before it is killed; the worker's first line marks its start.
+	fmnist probe "{name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 1000000}}" 1 \
+		"$(latency_entrypoint "fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet")"
 	lat_create() { create probe; }
 	lat_running() {
 		[[ -n "$("${U[@]}" get pods -l "kdet.io/experiment=${E[probe]}" \
 			-o 'jsonpath={.items[0].status.containerStatuses[0].state.running.startedAt}' 2>/dev/null)" ]]
+	}
+	lat_worker() {
+		local trial
+		trial="$("${U[@]}" get trials -l "kdet.io/experiment=${E[probe]}" -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null)"
+		[[ -n "$trial" ]] && curl -fsS --max-time 10 -H "Authorization: Bearer $KDET_API_TOKEN" \
+			"$KDET_API_URL/api/v1/namespaces/$NS/trials/$trial/logs?contains=$LATENCY_MARK&limit=1"
 	}
 	lat_kill() {
 		"$DET" experiment kill "${E[probe]}" -n "$NS" >/dev/null 2>&1
