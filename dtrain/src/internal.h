@@ -198,6 +198,8 @@ enum dt_shm_algo {
     DT_SHM_SPLIT, /* per chunk: copy in, reduce 1/world each, copy the result out */
     DT_SHM_CMA,   /* each rank reads its 1/world of the others' buffers, reduces it, then reads
                      the others' results: process_vm_readv, one kernel copy each way */
+    DT_SHM_HALF,  /* 2 ranks, per chunk: copy in the peer's half, reduce our half, hand the
+                     result back through the same slot, copy the peer's result out */
 };
 struct dt_shm_plan {
     enum dt_shm_algo algo;
@@ -214,8 +216,8 @@ struct dt_shm_plan dt_shm_plan(size_t bytes, int world, size_t slot, bool cma, b
  * For 2 ranks from 512 KiB the slots and the direct reads are both tried, and
  * the faster kept, per data type and size class (dt_pick_class: floor(log2(bytes))
  * - 19 from 512 KiB, the last size open-ended, then DT_PICK_SIZES classes per
- * data type: the types reduce at different speeds, and the slots reduce twice
- * the bytes the direct reads do). dt_pick_turn(k) says what the k-th call
+ * data type: the types reduce at different speeds, and the direct reads pay
+ * per page they pin where the slots copy). dt_pick_turn(k) says what the k-th call
  * of a class does (counted alike on both ranks, from 0). dt_pick_direct
  * chooses from both ranks' trial results (least ns per MiB, [0] slots,
  * [1] direct; UINT64_MAX when not measured).

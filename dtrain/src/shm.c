@@ -395,6 +395,56 @@ static int allreduce_split(struct dtrain *h, struct shm *s, char *b, size_t coun
 }
 
 /*
+ * Two ranks (DT_SHM_HALF), chunk by chunk, each moving only what its peer needs: a rank
+ * copies the half of the chunk that its peer reduces to the start of its own slot; after a
+ * synchronisation it reduces its own half, its buffer and the peer's slot in rank order (the
+ * bits of the other algorithms), into its buffer, and copies the result into the peer's
+ * slot over the operand it has just read; after a second one it copies the peer's result
+ * out of its own slot. A slot is written again two chunks later, after the peer has posted
+ * the second synchronisation of this one, so it has read everything there by then.
+ */
+static int allreduce_half(struct dtrain *h, struct shm *s, char *b, size_t count,
+                          enum dtrain_dtype dtype, enum dtrain_op op, size_t chunk,
+                          int64_t deadline)
+{
+    int r = s->rank, peer = 1 - r, rc;
+    size_t es = dtrain_dtype_size(dtype), per = chunk / es;
+    for (size_t off = 0; off < count; off += per) {
+        size_t c = count - off < per ? count - off : per;
+        int bank = (int)(s->step++ & 1);
+        size_t h0 = seg_off(c, 2, r), hn = seg_off(c, 2, r + 1) - h0;
+        size_t q0 = seg_off(c, 2, peer), qn = seg_off(c, 2, peer + 1) - q0;
+        char *mine = slot_ptr(s, bank, r), *theirs = slot_ptr(s, bank, peer);
+        char *own = b + (off + h0) * es;
+        dt_copy(mine, b + (off + q0) * es, qn * es);
+        if ((rc = sync_all(h, s, deadline, "allreduce")) < 0)
+            return rc;
+        if (hn > 0) {
+            s->srcs[r] = own;
+            s->srcs[peer] = theirs;
+            dt_reduce_multi(own, s->srcs, 2, hn, dtype, op);
+            dt_copy(theirs, own, hn * es);
+        }
+        if ((rc = sync_all(h, s, deadline, "allreduce")) < 0)
+            return rc;
+        dt_copy(b + (off + q0) * es, mine, qn * es);
+    }
+    return 0;
+}
+
+/* The slots, as plan p says (not DT_SHM_CMA). */
+static int allreduce_slots(struct dtrain *h, struct shm *s, char *b, size_t count,
+                           enum dtrain_dtype dtype, enum dtrain_op op, struct dt_shm_plan p,
+                           int64_t deadline)
+{
+    switch (p.algo) {
+    case DT_SHM_HALF: return allreduce_half(h, s, b, count, dtype, op, p.chunk, deadline);
+    case DT_SHM_SPLIT: return allreduce_split(h, s, b, count, dtype, op, p.chunk, deadline);
+    default: return allreduce_flat(h, s, b, count, dtype, op, p.chunk, deadline);
+    }
+}
+
+/*
  * Can every rank read its peers' memory (process_vm_readv: the same user,
  * and no seccomp filter or Yama policy against it)? Asked once, by the
  * first call that wants it, on every rank alike: each reads a word of the
@@ -538,8 +588,8 @@ static int allreduce_picked(struct dtrain *h, struct shm *s, char *b, size_t cou
     int64_t t0 = kd_mono_ns();
     rc = direct
              ? allreduce_cma(h, s, b, count, dtype, op, chunk, deadline)
-             : allreduce_flat(h, s, b, count, dtype, op,
-                              dt_shm_plan(bytes, s->world, s->slot, false, false).chunk, deadline);
+             : allreduce_slots(h, s, b, count, dtype, op,
+                               dt_shm_plan(bytes, s->world, s->slot, false, false), deadline);
     if (rc < 0 || !t.record)
         return rc;
     uint64_t ns = (uint64_t)(kd_mono_ns() - t0), per_mib = ns * (1u << 20) / (bytes | 1);
@@ -570,9 +620,7 @@ static int shm_allreduce(struct dtrain *h, void *buf, size_t count, enum dtrain_
     struct dt_shm_plan p = dt_shm_plan(bytes, s->world, s->slot, s->cma >= 0, s->wait.oversub);
     if (p.algo == DT_SHM_CMA)
         return allreduce_picked(h, s, buf, count, dtype, op, p.chunk, deadline);
-    if (p.algo == DT_SHM_FLAT)
-        return allreduce_flat(h, s, buf, count, dtype, op, p.chunk, deadline);
-    return allreduce_split(h, s, buf, count, dtype, op, p.chunk, deadline);
+    return allreduce_slots(h, s, buf, count, dtype, op, p, deadline);
 }
 
 static int shm_broadcast(struct dtrain *h, void *buf, size_t bytes, int root)

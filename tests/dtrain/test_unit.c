@@ -346,26 +346,32 @@ static void test_shm_plan_table(void **s)
         size_t chunk;
         bool cma, oversub;
     } cases[] = {
+        /* Two ranks: flat below 4 KiB, then halves in chunks of up to 512 KiB. */
         {4, 2, MIB(1), DT_SHM_FLAT, KIB(256), false, false},
-        {KIB(16), 2, MIB(1), DT_SHM_FLAT, KIB(256), false, false},
-        {MIB(256), 2, MIB(1), DT_SHM_FLAT, KIB(256), false, false}, /* two ranks: always flat */
+        {KIB(4) - 4, 2, MIB(1), DT_SHM_FLAT, KIB(256), false, false},
+        {KIB(4), 2, MIB(1), DT_SHM_HALF, KIB(512), false, false},
+        {KIB(16), 2, MIB(1), DT_SHM_HALF, KIB(512), false, false},
+        {MIB(256), 2, MIB(1), DT_SHM_HALF, KIB(512), false, false},
+        {MIB(1), 2, KIB(64), DT_SHM_HALF, KIB(64), false, false}, /* the slot caps the chunk */
         {KIB(96), 3, MIB(1), DT_SHM_FLAT, KIB(256), false, false},  /* 2 x 96 KiB of peer data */
         {KIB(96) + 4, 3, MIB(1), DT_SHM_SPLIT, KIB(256), false, false},
         {KIB(64), 4, MIB(1), DT_SHM_FLAT, KIB(256), false, false},
         {KIB(64) + 4, 4, MIB(1), DT_SHM_SPLIT, KIB(256), false, false},
         {MIB(4), 8, MIB(1), DT_SHM_SPLIT, KIB(512), false, false},    /* 64 KiB per rank's share */
         {MIB(4), 64, KIB(256), DT_SHM_SPLIT, KIB(256), false, false}, /* the slot caps the chunk */
-        {KIB(8), 2, KIB(16), DT_SHM_FLAT, KIB(16), false, false},     /* DTRAIN_SHM_SLOT=16KiB */
+        {KIB(8), 2, KIB(16), DT_SHM_HALF, KIB(16), false, false},     /* DTRAIN_SHM_SLOT=16KiB */
+        {KIB(2), 2, KIB(16), DT_SHM_FLAT, KIB(16), false, false},
         {MIB(1), 3, KIB(16), DT_SHM_SPLIT, KIB(16), false, false},
         {MIB(1), 8, KIB(64), DT_SHM_SPLIT, KIB(64), false, false},
         /* More ranks than cores: reduce-scatter in whole slots. */
         {KIB(64), 4, MIB(1), DT_SHM_FLAT, KIB(256), false, true},
         {KIB(64) + 4, 4, MIB(1), DT_SHM_SPLIT, MIB(1), false, true},
         {MIB(1), 3, KIB(16), DT_SHM_SPLIT, KIB(16), false, true},
-        {MIB(256), 2, MIB(1), DT_SHM_FLAT, KIB(256), false, true},
+        {MIB(256), 2, MIB(1), DT_SHM_HALF, KIB(512), false, true},
         /* The ranks may read each other's memory: 2 ranks from 512 KiB, straight from the
          * peer's buffer; more ranks never (they would contend for the same pages). */
-        {KIB(512) - 4, 2, MIB(1), DT_SHM_FLAT, KIB(256), true, false},
+        {KIB(512) - 4, 2, MIB(1), DT_SHM_HALF, KIB(512), true, false},
+        {KIB(4) - 4, 2, MIB(1), DT_SHM_FLAT, KIB(256), true, false},
         {KIB(512), 2, MIB(1), DT_SHM_CMA, KIB(512), true, false},
         {MIB(256), 2, MIB(1), DT_SHM_CMA, KIB(512), true, false},
         {MIB(256), 2, MIB(1), DT_SHM_CMA, KIB(512), true, true},
