@@ -166,8 +166,12 @@ void dt_copy(void *restrict dst, const void *restrict src, size_t bytes);
 /** dt_copy's way: -1 by the CPU (dt_avoid_movsb, DTRAIN_COPY_LOOP), 0 memcpy, 1 the vector
  * loop (tests). Returns the previous one (-1: not decided yet). */
 int dt_copy_set(int mode);
-/** The CPU's vendor (AMD or not) and family, from cpuid (0 elsewhere). */
-void dt_cpu_family(bool *amd, unsigned *family);
+/** The CPU's vendor (AMD or not), family and model, from cpuid (all 0 elsewhere). */
+struct dt_cpu {
+    bool amd;
+    unsigned family, model; /* with their extended parts, as the vendors number them */
+};
+struct dt_cpu dt_cpu_id(void);
 /**
  * dst[i] = op over srcs[k][i], folded in source order (dst may be srcs[0],
  * no other source); AVG reduces as SUM.
@@ -244,10 +248,10 @@ enum dt_tcp_algo {
 };
 /* Bytes of the buffer gathered messages land in (world * message bytes at most). */
 #define DT_TCP_GATHER_CAP (1u << 20)
-/** Whether to work around `rep movsb` (tcp receives such destinations through a page-aligned
- * buffer, dt_copy is a vector loop): on AMD family 0x19 (Zen 3), unless `force` (0 or 1;
- * -1: decide). */
-bool dt_avoid_movsb(bool amd, unsigned family, int force);
+/** Whether to work around `rep movsb`: for the kernel's copies (`kernel`: tcp receives such
+ * destinations through a page-aligned buffer) on AMD Zen 3, for dt_copy (a vector loop) on
+ * AMD family 0x19 (Zen 3 and Zen 4); unless `force` (0 or 1; -1: decide). */
+bool dt_avoid_movsb(struct dt_cpu cpu, bool kernel, int force);
 /** The send buffer for a tcp ring connection to a peer on this host or another: bytes to set,
  * or 0 to keep the socket's (a remote peer, or DTRAIN_SOCKET_BUFFER `overridden`). */
 int dt_tcp_sndbuf(bool same_host, bool overridden);

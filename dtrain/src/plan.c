@@ -157,21 +157,38 @@ enum dt_tcp_algo dt_tcp_plan(size_t bytes, int world)
 }
 
 /*
- * AMD family 0x19 (Zen 3) runs `rep movsb` four to ten times slower into a
- * destination just past the source modulo 4 KiB, as a malloc'd buffer (offset
- * 16) sits against a page-aligned slot or socket page; glibc's memcpy and the
+ * AMD Zen 3 runs `rep movsb` four to ten times slower into a destination
+ * just past the source modulo 4 KiB, as a malloc'd buffer (offset 16) sits
+ * against a page-aligned slot or socket page; glibc's memcpy and the
  * kernel's copy to user space both use it. There tcp receives such
  * destinations through a page-aligned buffer (one more copy), and dt_copy is
  * a vector loop. On family 0x1a (Zen 5) the offset made no difference
  * (loopback at offsets 0, 16, 64, 2048 and 4080: 4.4 to 5.0 GB/s each), and
  * both workarounds only cost: without the staging copy 4 ranks on 2 cores
  * were about 5% faster at 8 and 16 MiB, and memcpy copied shared-memory slots
- * 1.7 to 1.8 times as fast as the loop (docs/dtrain.md). `force`: -1 decide,
- * 0 or 1 (DTRAIN_TCP_STAGE, DTRAIN_COPY_LOOP).
+ * 1.7 to 1.8 times as fast as the loop (docs/dtrain.md).
+ *
+ * Zen 4 shares family 0x19 with Zen 3 (models 0x10-0x1f, 0x60-0x7f and
+ * 0xa0-0xaf). On one (model 0x11, a 2-vCPU VM, 2026-12-07) glibc's memcpy
+ * ran 1.3 to 1.6 times slower at offset 16 than at 0 from 16 to 512 KiB
+ * (29 to 35 GB/s against 45 to 60), and the loop kept 2 ranks' shared
+ * memory 3 to 5% ahead of memcpy from 64 KiB to 8 MiB in the fast rounds of
+ * four, so dt_copy is the loop there too; but tcp without the staging copy
+ * was 2 to 9% faster from 1 to 4 MiB in the three steady rounds of five, so
+ * Zen 4 receives directly. `force`: -1 decide, 0 or 1 (DTRAIN_TCP_STAGE,
+ * DTRAIN_COPY_LOOP).
  */
-bool dt_avoid_movsb(bool amd, unsigned family, int force)
+static bool zen4(unsigned model)
 {
-    return force >= 0 ? force > 0 : amd && family == 0x19;
+    return (model >= 0x10 && model <= 0x1f) || (model >= 0x60 && model <= 0x7f) ||
+           (model >= 0xa0 && model <= 0xaf);
+}
+
+bool dt_avoid_movsb(struct dt_cpu cpu, bool kernel, int force)
+{
+    if (force >= 0)
+        return force > 0;
+    return cpu.amd && cpu.family == 0x19 && !(kernel && zen4(cpu.model));
 }
 
 /*

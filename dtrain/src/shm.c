@@ -586,10 +586,9 @@ static int allreduce_picked(struct dtrain *h, struct shm *s, char *b, size_t cou
         return rc;
     direct = direct && s->cma > 0; /* refused: the slots, on both ranks alike */
     int64_t t0 = kd_mono_ns();
-    rc = direct
-             ? allreduce_cma(h, s, b, count, dtype, op, chunk, deadline)
-             : allreduce_slots(h, s, b, count, dtype, op,
-                               dt_shm_plan(bytes, s->world, s->slot, false, false), deadline);
+    rc = direct ? allreduce_cma(h, s, b, count, dtype, op, chunk, deadline)
+                : allreduce_slots(h, s, b, count, dtype, op,
+                                  dt_shm_plan(bytes, s->world, s->slot, false, false), deadline);
     if (rc < 0 || !t.record)
         return rc;
     uint64_t ns = (uint64_t)(kd_mono_ns() - t0), per_mib = ns * (1u << 20) / (bytes | 1);

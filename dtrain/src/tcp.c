@@ -116,10 +116,7 @@ static int tcp_setup(struct dtrain *h)
         dt_wait_policy(sysconf(_SC_NPROCESSORS_ONLN), dtrain_local_world_size(h));
     t->yield_ns = wp.yield_ns;
     t->send_max = wp.send_max;
-    bool amd;
-    unsigned family;
-    dt_cpu_family(&amd, &family);
-    t->stage = dt_avoid_movsb(amd, family, dt_env_switch("DTRAIN_TCP_STAGE"));
+    t->stage = dt_avoid_movsb(dt_cpu_id(), true, dt_env_switch("DTRAIN_TCP_STAGE"));
     dt_tune_socket(t->left);
     /* a smaller send buffer towards peers on this host (dt_tcp_sndbuf); the ring sends right */
     int env_bytes;

@@ -352,8 +352,8 @@ static void test_shm_plan_table(void **s)
         {KIB(4), 2, MIB(1), DT_SHM_HALF, KIB(512), false, false},
         {KIB(16), 2, MIB(1), DT_SHM_HALF, KIB(512), false, false},
         {MIB(256), 2, MIB(1), DT_SHM_HALF, KIB(512), false, false},
-        {MIB(1), 2, KIB(64), DT_SHM_HALF, KIB(64), false, false}, /* the slot caps the chunk */
-        {KIB(96), 3, MIB(1), DT_SHM_FLAT, KIB(256), false, false},  /* 2 x 96 KiB of peer data */
+        {MIB(1), 2, KIB(64), DT_SHM_HALF, KIB(64), false, false},  /* the slot caps the chunk */
+        {KIB(96), 3, MIB(1), DT_SHM_FLAT, KIB(256), false, false}, /* 2 x 96 KiB of peer data */
         {KIB(96) + 4, 3, MIB(1), DT_SHM_SPLIT, KIB(256), false, false},
         {KIB(64), 4, MIB(1), DT_SHM_FLAT, KIB(256), false, false},
         {KIB(64) + 4, 4, MIB(1), DT_SHM_SPLIT, KIB(256), false, false},
@@ -415,14 +415,40 @@ static void test_tcp_plan_table(void **s)
         {KIB(1), 1024, DT_TCP_RING}, /* fits the buffer, but 1022 extra copies */
         {KIB(4), 1, DT_TCP_RING},
     };
-    /* working around rep movsb (tcp's staging buffer, dt_copy's loop): on AMD family 0x19
-     * (Zen 3) only, unless forced (DTRAIN_TCP_STAGE, DTRAIN_COPY_LOOP) */
-    assert_true(dt_avoid_movsb(true, 0x19, -1));
-    assert_false(dt_avoid_movsb(true, 0x1a, -1));
-    assert_false(dt_avoid_movsb(false, 0x19, -1)); /* the same family number elsewhere */
-    assert_false(dt_avoid_movsb(false, 6, -1));
-    assert_true(dt_avoid_movsb(false, 6, 1));
-    assert_false(dt_avoid_movsb(true, 0x19, 0));
+    /* working around rep movsb: tcp's staging buffer (the kernel's copies) on AMD Zen 3,
+     * dt_copy's loop on AMD family 0x19 (Zen 3 and Zen 4), unless forced (DTRAIN_TCP_STAGE,
+     * DTRAIN_COPY_LOOP) */
+    static const struct {
+        struct dt_cpu cpu;
+        bool kernel;
+        int force;
+        bool want;
+    } movsb[] = {
+        {{true, 0x19, 0x01}, true, -1, true}, /* Zen 3 (Milan) */
+        {{true, 0x19, 0x01}, false, -1, true},
+        {{true, 0x19, 0x21}, true, -1, true},  /* Zen 3 (Vermeer) */
+        {{true, 0x19, 0x50}, true, -1, true},  /* Zen 3 (Cezanne) */
+        {{true, 0x19, 0x11}, true, -1, false}, /* Zen 4 (Genoa): the kernel's copies direct */
+        {{true, 0x19, 0x11}, false, -1, true}, /* ...and dt_copy the loop */
+        {{true, 0x19, 0x61}, true, -1, false}, /* Zen 4 (Raphael) */
+        {{true, 0x19, 0x74}, true, -1, false}, /* Zen 4 (Phoenix) */
+        {{true, 0x19, 0xa0}, true, -1, false}, /* Zen 4 (Bergamo) */
+        {{true, 0x19, 0x0f}, true, -1, true},
+        {{true, 0x19, 0x20}, true, -1, true},
+        {{true, 0x19, 0x5f}, true, -1, true},
+        {{true, 0x1a, 0x02}, true, -1, false}, /* Zen 5 */
+        {{true, 0x1a, 0x02}, false, -1, false},
+        {{false, 0x19, 0x01}, false, -1, false}, /* the same numbers elsewhere */
+        {{false, 6, 0x55}, true, -1, false},
+        {{false, 6, 0x55}, true, 1, true},
+        {{true, 0x19, 0x01}, false, 0, false},
+        {{true, 0x19, 0x11}, true, 1, true},
+    };
+    for (size_t i = 0; i < sizeof(movsb) / sizeof(movsb[0]); i++)
+        if (dt_avoid_movsb(movsb[i].cpu, movsb[i].kernel, movsb[i].force) != movsb[i].want)
+            fail_msg("movsb case %zu: family 0x%x model 0x%x kernel %d force %d: want %d", i,
+                     movsb[i].cpu.family, movsb[i].cpu.model, movsb[i].kernel, movsb[i].force,
+                     movsb[i].want);
     /* send buffers: small towards a peer on this host, unless DTRAIN_SOCKET_BUFFER decides */
     assert_int_equal(dt_tcp_sndbuf(true, false), 256 << 10);
     assert_int_equal(dt_tcp_sndbuf(false, false), 0);
