@@ -26,10 +26,11 @@
  * rank besides the reduction of half the message, against flat's copy of
  * the whole message and a reduction of all of it, for the same bytes read
  * from the other core, with two synchronisations per chunk instead of one.
- * On a Zen 4 VM (2 vCPUs, 2026-12-07), four rounds alternating with flat:
- * 1.3 times as fast at 4 KiB, about 2 from 8 KiB to 512 KiB, and 1.5 to 2.4
- * times the direct reads (CMA, below) from 512 KiB to 8 MiB; flat kept the
- * lead at 1 and 2 KiB, where the second synchronisation is most of the time.
+ * On a Zen 4 VM (2 vCPUs, 2026-12-07), three rounds alternating with the
+ * code before it (flat, and from 512 KiB the faster of flat and the direct
+ * reads, below): 1.4 to 3.2 times as fast from 8 KiB to 16 MiB, 1.1 at 4
+ * KiB; flat kept the lead at 1 and 2 KiB, where the second synchronisation
+ * is most of the time.
  * Its chunks keep what a rank touches, half a chunk in each slot and a chunk
  * of the user buffer, inside a 1 MiB L2.
  */
