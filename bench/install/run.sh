@@ -77,7 +77,7 @@ token=$(cat "$deploy_dir/user-token")
 lat_create() {
 	cat >"$work/probe.yaml" <<EOF
 name: probe-$1
-entrypoint: $(latency_entrypoint "fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet")
+entrypoint: $LATENCY_ENTRYPOINT
 environment:
   environment_variables: [OPENBLAS_NUM_THREADS=1]
 hyperparameters: {global_batch_size: 32, hidden_units: 32, momentum: 0.9, learning_rate: 0.05}
@@ -98,7 +98,7 @@ lat_worker() {
 		-o 'jsonpath={.items[0].metadata.namespace} {.items[0].metadata.name}' 2>/dev/null)
 	[[ -n "${trial:-}" ]] &&
 		curl -fsS "${ca[@]}" -H "Authorization: Bearer $token" --max-time 10 \
-			"$url/api/v1/namespaces/$ns/trials/$trial/logs?contains=$LATENCY_MARK&limit=1"
+			"$url$(latency_logs_path "$ns" "$trial")"
 }
 lat_kill() {
 	"$B/bin/det" experiment kill "$name" >/dev/null 2>&1

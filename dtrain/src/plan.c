@@ -171,10 +171,11 @@ enum dt_tcp_algo dt_tcp_plan(size_t bytes, int world)
  *
  * Zen 4 shares family 0x19 with Zen 3 (models 0x10-0x1f, 0x60-0x7f and
  * 0xa0-0xaf). On one (model 0x11, a 2-vCPU VM, 2026-12-07) glibc's memcpy
- * ran 1.3 to 1.6 times slower at offset 16 than at 0 from 16 to 512 KiB
+ * ran 1.4 to 2.1 times slower at offset 16 than at 0 from 16 to 512 KiB
  * (29 to 35 GB/s against 45 to 60), and the loop kept 2 ranks' shared
- * memory 3 to 5% ahead of memcpy from 64 KiB to 8 MiB in the fast rounds of
- * four, so dt_copy is the loop there too; but tcp without the staging copy
+ * memory 3 to 6% ahead of memcpy from 64 KiB to 8 MiB in the fast rounds of
+ * four (memcpy was 2 to 6% ahead at 4 and 16 KiB), so dt_copy is the loop
+ * there too; but tcp without the staging copy
  * was 2 to 9% faster from 1 to 4 MiB in the three steady rounds of five, so
  * Zen 4 receives directly. `force`: -1 decide, 0 or 1 (DTRAIN_TCP_STAGE,
  * DTRAIN_COPY_LOOP).

@@ -153,7 +153,7 @@ struct dt_cpu dt_cpu_id(void)
  * glibc's memcpy copies 2 KiB .. a few hundred KiB with `rep movsb`, which
  * on AMD Zen 3 runs ten times slower when the destination lies just past the
  * source modulo 4 KiB (dst - src = 16: a malloc'd buffer against a
- * page-aligned slot), and on Zen 4 1.3 to 1.6 times. A plain vector loop does
+ * page-aligned slot), and on Zen 4 1.4 to 2.1 times. A plain vector loop does
  * not care, so there (dt_avoid_movsb) dt_copy is that loop; elsewhere it is memcpy, which on
  * Zen 5 copied shared-memory slots 1.7 to 1.8 times as fast from 16 to 512
  * KiB in a slow spell of the machine, and about 1.2 times from 256 KiB to

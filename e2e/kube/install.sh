@@ -304,7 +304,6 @@ mkdir -p "$work/ctx"
 echo "fashion-mnist-c runs from the trainer image" >"$work/ctx/README"
 # The pool of the real nodes, as a template: the configs themselves stay plain.
 echo "resources: {resource_pool: $KDET_REALNODE_POOL}" >"$work/pool.yaml"
-# fmnist NAME SEARCHER SLOTS: a fashion-mnist-c experiment config.
 # fmnist NAME SEARCHER SLOTS [ENTRYPOINT]: $work/NAME.yaml, a fashion-mnist-c experiment.
 fmnist() {
 	cat >"$work/$1.yaml" <<EOF
@@ -467,7 +466,7 @@ if ((measure > 0)); then
 	source "$here/latency.sh"
 	# Long enough never to end before it is killed; the worker's first line marks its start.
 	fmnist probe "{name: single, metric: validation_loss, smaller_is_better: true, max_length: {batches: 1000000}}" 1 \
-		"$(latency_entrypoint "fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet")"
+		"$LATENCY_ENTRYPOINT"
 	lat_create() { create probe; }
 	lat_running() {
 		[[ -n "$("${U[@]}" get pods -l "kdet.io/experiment=${E[probe]}" \
@@ -477,7 +476,7 @@ if ((measure > 0)); then
 		local trial
 		trial="$("${U[@]}" get trials -l "kdet.io/experiment=${E[probe]}" -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null)"
 		[[ -n "$trial" ]] && curl -fsS --max-time 10 -H "Authorization: Bearer $KDET_API_TOKEN" \
-			"$KDET_API_URL/api/v1/namespaces/$NS/trials/$trial/logs?contains=$LATENCY_MARK&limit=1"
+			"$KDET_API_URL$(latency_logs_path "$NS" "$trial")"
 	}
 	lat_kill() {
 		"$DET" experiment kill "${E[probe]}" -n "$NS" >/dev/null 2>&1

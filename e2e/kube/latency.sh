@@ -7,7 +7,7 @@
 #
 # The container's figure is when the poll saw it Running: it includes up to
 # one poll's delay. The worker's figure is exact: the probe's entrypoint
-# (latency_entrypoint) prints LATENCY_MARK as the worker process's first act,
+# (LATENCY_ENTRYPOINT) prints LATENCY_MARK as the worker process's first act,
 # kdet-launch stamps the line with the wall clock when it reads it and ships
 # it to the controller, and lat_worker reads that stamp back from the trial's
 # logs. Both clocks are this machine's (kdet-local's pods and the real
@@ -16,8 +16,8 @@
 # The caller defines, for sample K:
 #   lat_create K   create the experiment (exit status: created)
 #   lat_running K  true once its first trial container runs
-#   lat_worker K   (optional) print the answer of GET .../trials/{t}/logs?
-#                  contains=LATENCY_MARK for its trial (empty until known)
+#   lat_worker K   (optional) print the answer of GET latency_logs_path for
+#                  its trial (nothing until the trial exists)
 #   lat_kill K     kill it and wait until its pods are gone
 # latency_measure N OUT: run the N samples; OUT gets one container time in
 # seconds a line, OUT.worker one worker time a line; prints
@@ -30,10 +30,13 @@
 
 LATENCY_MARK=kdet-latency-probe-worker-started
 
-# latency_entrypoint CMD: an experiment entrypoint that prints LATENCY_MARK
-# and then runs CMD in the same process (sh execs it).
-latency_entrypoint() {
-	printf "sh -c 'echo %s; exec %s'" "$LATENCY_MARK" "$1"
+# The probe's entrypoint: it prints LATENCY_MARK and then runs a
+# fashion-mnist-c worker in the same process (sh execs it).
+LATENCY_ENTRYPOINT="sh -c 'echo $LATENCY_MARK; exec fashion-mnist-c --train-limit 3200 --test-limit 500 --quiet'"
+
+# latency_logs_path NS TRIAL: the API path that finds the mark in the trial's logs.
+latency_logs_path() {
+	printf '/api/v1/namespaces/%s/trials/%s/logs?contains=%s&limit=1' "$1" "$2" "$LATENCY_MARK"
 }
 
 # latency_poll SECONDS CMD...: CMD every 0.1 s until it succeeds.
