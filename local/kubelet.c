@@ -196,6 +196,63 @@ enum kd_spare_entry kd_kubelet_spare_entry(const char *name, bool is_dir, bool i
     return KD_SPARE_REMOVE;
 }
 
+bool kd_kubelet_spare_log(const char *name, bool is_reg)
+{
+    return is_reg && strcmp(name, "0.log") == 0;
+}
+
+/*
+ * Empty the kept log at path for the next pod's first run, if no process has it open: true
+ * when it was kept, false when the caller removes it. A write lease, which the kernel grants
+ * only while no other open file refers to the file, is the check, taken and given back at
+ * once. A reader that still follows a gone pod's log (kdet-local's own log stream, or any
+ * other process) holds it, so it goes instead, and the reader keeps what it had; the next
+ * pod's log is then a new file. A break of the lease in the moment it is held (an open from
+ * elsewhere) is signalled with SIGURG, which is ignored unless handled, not with SIGIO,
+ * which would end the process. Only a plain file of this user's with no other link is
+ * emptied, never what a container put in its place.
+ */
+static bool spare_log_keep(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    struct stat sb;
+    bool keep = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_nlink == 1 &&
+                sb.st_uid == geteuid() && fcntl(fd, F_SETSIG, SIGURG) == 0 &&
+                fcntl(fd, F_SETLEASE, F_WRLCK) == 0;
+    if (keep) {
+        keep = fcntl(fd, F_SETLEASE, F_UNLCK) == 0 && ftruncate(fd, 0) == 0 &&
+               ((sb.st_mode & 07777) == 0644 || fchmod(fd, 0644) == 0);
+    }
+    close(fd);
+    return keep;
+}
+
+/* A container's folder in a spare: its first run's log kept (spare_log_keep), the rest
+ * removed. 0, or the -errno of the first entry that could not be removed. */
+static int spare_ctr_tidy(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return -errno;
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        char *path = kd_xasprintf("%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) != 0)
+            rc = errno == ENOENT ? 0 : -errno;
+        else if (!kd_kubelet_spare_log(de->d_name, S_ISREG(sb.st_mode)) || !spare_log_keep(path))
+            rc = kd_rm_tree(path);
+        free(path);
+    }
+    closedir(d);
+    return rc;
+}
+
 static char *spare_path(const struct kd_kubelet *k, unsigned id)
 {
     return kd_xasprintf("%s/spare/%u", k->state_dir, id);
@@ -233,7 +290,7 @@ static int spare_tidy(const struct kd_kubelet *k, const char *dir, const char *c
                 break;
             }
             case KD_SPARE_EMPTY:
-                rc = kd_empty_tree(path);
+                rc = spare_ctr_tidy(path);
                 if (rc == 0 && (sb.st_mode & 07777) != k->dir_mode && chmod(path, k->dir_mode) != 0)
                     rc = -errno;
                 break;
@@ -285,15 +342,13 @@ static void spare_take(struct kd_kubelet *k, const struct podrt *p)
     struct stat sb;
     if (k->nspare == 0 || lstat(p->dir, &sb) == 0 || errno != ENOENT)
         return;
+    /* Tidied before it takes the pod's name: a log is kept only while nothing holds it open,
+     * and under spare/ no reader can open it in between. */
     char *from = spare_path(k, k->spare[--k->nspare]);
-    if (rename(from, p->dir) == 0) {
-        const char **names = ctr_names(p);
-        if (spare_tidy(k, p->dir, names, p->nc) != 0)
-            kd_rm_tree(p->dir); /* made anew by the caller */
-        free(names);
-    } else {
-        kd_rm_tree(from);
-    }
+    const char **names = ctr_names(p);
+    if (spare_tidy(k, from, names, p->nc) != 0 || rename(from, p->dir) != 0)
+        kd_rm_tree(from); /* the caller makes the pod's folder anew */
+    free(names);
     free(from);
 }
 

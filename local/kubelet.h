@@ -76,12 +76,21 @@ char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *co
 enum kd_spare_entry {
     KD_SPARE_REMOVE,   /* removed with everything under it */
     KD_SPARE_TRUNCATE, /* "pids", a plain file: kept, emptied */
-    KD_SPARE_EMPTY,    /* a folder named after one of the containers: kept, emptied (old logs) */
+    KD_SPARE_EMPTY,    /* a folder named after one of the containers: kept, emptied but for
+                        * the first run's log (kd_kubelet_spare_log) */
 };
 
 /** The decision for entry NAME (is_dir and is_reg as lstat sees it, never through a link). */
 enum kd_spare_entry kd_kubelet_spare_entry(const char *name, bool is_dir, bool is_reg,
                                            const char *const *containers, size_t n);
+
+/*
+ * Inside a kept container folder: true for the entry kept for the next pod, the log of the
+ * first run ("0.log", a plain file), so that its inode is used again too. It is emptied, and
+ * kept only while no process has it open (a reader of the gone pod's log keeps that log, and
+ * the next pod gets a new file). Every other entry is removed.
+ */
+bool kd_kubelet_spare_log(const char *name, bool is_reg);
 
 /** The kubelet API's port (agent mode; 0 otherwise). */
 int kd_kubelet_port(const struct kd_kubelet *k);

@@ -237,7 +237,7 @@ spec:
   restartPolicy: Never
   containers:
   - {name: main, image: none, command: ["sh", "-c", "$3"]}
-  - {name: $2, image: none, command: ["true"]}
+  - {name: $2, image: none, command: ["sh", "-c", "echo $2 was here"]}
 YAML
 }
 recpod rec1 old 'echo rec1 was here; echo x > data; mkdir -p sub/d; touch sub/d/f main/extra; chmod 700 .'
@@ -245,13 +245,19 @@ wait_for 20 test "$(jp pod rec1 '{.status.phase}')" = Succeeded
 uid1=$(jp pod rec1 '{.metadata.uid}')
 ino1=$(stat -c %i "$st/pods/$uid1" 2>/dev/null)
 check "rec1 wrote into its folder" test -f "$st/pods/$uid1/data" -a -d "$st/pods/$uid1/old"
+# The first run's logs are kept too, emptied, unless something still has one open: here the
+# test holds old's log, as a reader following it would.
+lino1=$(stat -c %i "$st/pods/$uid1/main/0.log" 2>/dev/null)
+exec 7<"$st/pods/$uid1/old/0.log"
 k delete pod rec1 --wait=false >/dev/null 2>&1
 wait_for 20 test ! -e "$st/pods/$uid1"
 spare_of() { for d in "$st"/spare/*; do [ "$(stat -c %i "$d" 2>/dev/null)" = "$1" ] && echo "$d"; done; }
 sp=$(spare_of "$ino1")
 check "rec1's folder went into the spares" test -n "$ino1" -a -n "$sp"
-check "the spare keeps only the container folders and pids, emptied" test "$(cd "$sp" 2>/dev/null && find . | sort | tr '\n' ' ')" = ". ./main ./old ./pids "
-check "the spare's pids file is empty" test -f "$sp/pids" -a ! -s "$sp/pids"
+check "the spare keeps the container folders, main's unheld log and pids, emptied" test "$(cd "$sp" 2>/dev/null && find . | sort | tr '\n' ' ')" = ". ./main ./main/0.log ./old ./pids "
+check "the spare's pids file and kept log are empty" test -f "$sp/pids" -a ! -s "$sp/pids" -a -f "$sp/main/0.log" -a ! -s "$sp/main/0.log"
+check "the kept log is rec1's main log (the same inode)" test -n "$lino1" -a "$(stat -c %i "$sp/main/0.log" 2>/dev/null)" = "$lino1"
+check "the reader of old's log still reads all of it" test "$(cat <&7)" = "old was here"
 recpod rec2 new 'sleep 1; ls -A; ls -A main'
 wait_for 20 test "$(jp pod rec2 '{.status.phase}')" = Succeeded
 uid2=$(jp pod rec2 '{.metadata.uid}')
@@ -259,10 +265,25 @@ uid2=$(jp pod rec2 '{.metadata.uid}')
 check "rec2 has rec1's folder (the same inode)" test -n "$uid2" -a -n "$sp" -a "$(stat -c %i "$st/pods/$uid2" 2>/dev/null)" = "$ino1"
 check "and it left the spares" test -n "$sp" -a ! -e "$sp" -a -z "$(spare_of "$ino1")"
 check "rec2's folder holds only its own: main, new, pids" test "$(ls -A "$st/pods/$uid2" | tr '\n' ' ')" = "main new pids "
+check "rec2's main log is rec1's, used again" test "$(stat -c %i "$st/pods/$uid2/main/0.log" 2>/dev/null)" = "$lino1"
 check "rec2 saw none of rec1's files or logs" test "$(k logs rec2 -c main)" = "$(printf 'main\nnew\npids\n0.log')"
 check "the folder has the kubelet's mode again (rec1 made it 700)" test "$(stat -c %a "$st/pods/$uid2")" = "$(stat -c %a "$st/spare")"
 check "pids holds rec2's two containers only" test "$(wc -l < "$st/pods/$uid2/pids")" = 2
+exec 7<&-
+# A log opened in the spare, after its pod went, is not given to the next pod either.
+lino2=$(stat -c %i "$st/pods/$uid2/new/0.log" 2>/dev/null)
 k delete pod rec2 --wait=false >/dev/null 2>&1
+wait_for 20 test ! -e "$st/pods/$uid2"
+sp=$(spare_of "$ino1")
+exec 8<"$sp/main/0.log"
+recpod rec3 new 'echo rec3 was here'
+wait_for 20 test "$(jp pod rec3 '{.status.phase}')" = Succeeded
+uid3=$(jp pod rec3 '{.metadata.uid}')
+check "rec3 has the folder again, new's log used again" test -n "$sp" -a "$(stat -c %i "$st/pods/$uid3" 2>/dev/null)" = "$ino1" -a -n "$lino2" -a "$(stat -c %i "$st/pods/$uid3/new/0.log" 2>/dev/null)" = "$lino2"
+check "but not main's log, held open in the spare" test -n "$lino1" -a -f "$st/pods/$uid3/main/0.log" -a "$(stat -c %i "$st/pods/$uid3/main/0.log" 2>/dev/null)" != "$lino1"
+check "rec3's logs are its own" test "$(k logs rec3 -c main)/$(k logs rec3 -c new)" = "rec3 was here/new was here"
+exec 8<&-
+k delete pod rec3 --wait=false >/dev/null 2>&1
 
 # ---- the agent killed and restarted ----------------------------------------------------------
 apid=$(cat "$work/always.pid" 2>/dev/null)

@@ -298,6 +298,26 @@ static void test_spare_entries(void **state)
     assert_int_equal(kd_kubelet_spare_entry("main", true, false, holey, 2), KD_SPARE_EMPTY);
 }
 
+/* What a kept container folder keeps (kd_kubelet_spare_log): its first run's log only. */
+static void test_spare_logs(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        bool reg, want;
+    } cases[] = {
+        {"0.log", true, true},          {"0.log", false, false}, /* a folder, link or fifo in the
+                                                                    log's place */
+        {"1.log", true, false}, /* a restart's log: the next pod starts at run 0 */
+        {"00.log", true, false},        {"0.log.1", true, false}, {"0.lo", true, false},
+        {"checkpoint.pt", true, false}, {"", true, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (kd_kubelet_spare_log(cases[i].name, cases[i].reg) != cases[i].want)
+            fail_msg("row %zu (%s reg=%d): want %d", i, cases[i].name, cases[i].reg, cases[i].want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -305,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_log_paths),
         cmocka_unit_test(test_spare_entries),
+        cmocka_unit_test(test_spare_logs),
         cmocka_unit_test(test_termination_utf8),
         cmocka_unit_test(test_termination_tail),
     };
