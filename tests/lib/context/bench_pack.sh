@@ -6,6 +6,7 @@
 set -eu
 build=${KD_BUILD:-$PWD/build}
 src=${KD_SRC:-$PWD}
+command -v hyperfine >/dev/null || { echo "bench context_pack: hyperfine not found (make deps, or apt-get install hyperfine)"; exit 1; }
 tmp=$(mktemp -d /tmp/kd-bench-pack-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/ctx/data" "$tmp/ctx/src"
