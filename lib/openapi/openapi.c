@@ -7,6 +7,7 @@
 #include "openapi/openapi.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <regex.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uthash.h>
 
 #include "core/alloc.h"
 #include "core/buf.h"
@@ -384,19 +386,72 @@ static char *ecma_to_ere(const char *p)
     return kd_buf_steal(&b);
 }
 
+/*
+ * Compiled patterns are kept, so that a schema's pattern is compiled once and not for every
+ * value checked against it: compiling was 3.5% of kdet-local's CPU in a run of 5,000 trials,
+ * matching 0.1%. Keyed by the schema's pattern text; one that does not compile is kept with
+ * its reason. Entries are never removed, so a pointer to one stays valid without the lock.
+ * Custom resource definitions may bring any number of patterns: past PATTERN_CACHE_MAX the
+ * others are compiled at each use. glibc's regexec runs on one regex_t from several threads
+ * at once (it takes the pattern's own lock), so only the table is under patterns_mu.
+ */
+#define PATTERN_CACHE_MAX 512
+
+struct pattern {
+    UT_hash_handle hh;
+    char *src;
+    int rc; /* kd_regcomp's: 0 compiled, else why says why not */
+    regex_t re;
+    char why[KD_ERRLEN];
+};
+
+static struct pattern *patterns;
+static size_t npatterns;
+static pthread_mutex_t patterns_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void pattern_compile(struct pattern *p, const char *src)
+{
+    char *ere = ecma_to_ere(src);
+    p->why[0] = '\0';
+    p->rc = kd_regcomp(&p->re, ere, REG_EXTENDED | REG_NOSUB, p->why);
+    free(ere);
+}
+
+/* The kept pattern for src, compiled now if new; NULL when the table is full. */
+static const struct pattern *pattern_get(const char *src)
+{
+    struct pattern *p = NULL;
+    pthread_mutex_lock(&patterns_mu);
+    HASH_FIND_STR(patterns, src, p);
+    if (p == NULL && npatterns < PATTERN_CACHE_MAX) {
+        p = kd_xcalloc(1, sizeof(*p));
+        p->src = kd_xstrdup(src);
+        pattern_compile(p, src);
+        HASH_ADD_KEYPTR(hh, patterns, p->src, strlen(p->src), p);
+        npatterns++;
+    }
+    pthread_mutex_unlock(&patterns_mu);
+    return p;
+}
+
 /* Match s against pattern; on a pattern that does not compile (or that kd_regcomp bounds
  * away), the reason goes into err (KD_ERRLEN bytes) and KD_EINVAL is returned. */
 static int pattern_match(const char *pattern, const char *s, bool *match, char *err)
 {
-    regex_t re;
-    char *ere = ecma_to_ere(pattern);
-    int rc = kd_regcomp(&re, ere, REG_EXTENDED | REG_NOSUB, err);
-    free(ere);
+    const struct pattern *kept = pattern_get(pattern);
+    struct pattern once;
+    if (kept == NULL) {
+        pattern_compile(&once, pattern);
+        kept = &once;
+    }
+    int rc = kept->rc;
     if (rc != 0)
-        return KD_EINVAL;
-    *match = regexec(&re, s, 0, NULL, 0) == 0;
-    regfree(&re);
-    return 0;
+        snprintf(err, KD_ERRLEN, "%s", kept->why);
+    else
+        *match = regexec(&kept->re, s, 0, NULL, 0) == 0;
+    if (kept == &once && rc == 0)
+        regfree(&once.re);
+    return rc != 0 ? KD_EINVAL : 0;
 }
 
 static bool is_uuid(const char *s)

@@ -1,5 +1,6 @@
 /* lib/openapi: the table in tests/data/openapi/cases.json (instance, exact
  * causes) against one schema, plus unknown fields and structural checks. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -42,6 +43,74 @@ static void test_table(void **state)
     }
     json_decref(all);
     assert_int_equal(failures, 0);
+}
+
+/* Whether v matches pattern through a schema {type: string, pattern}; -1 on a bad pattern
+ * (its message, the first cause's, into why). */
+static int matches(const char *pattern, const char *v, char *why, size_t whylen)
+{
+    json_t *s = json_pack("{s:s,s:s}", "type", "string", "pattern", pattern);
+    json_t *inst = json_string(v);
+    json_t *causes = NULL;
+    int rc = kd_openapi_validate(s, inst, "f", &causes);
+    int out = rc == 0 ? 1 : 0;
+    const char *msg = json_string_value(json_object_get(json_array_get(causes, 0), "message"));
+    if (msg != NULL && strstr(msg, "pattern is invalid") != NULL)
+        out = -1;
+    if (why != NULL)
+        snprintf(why, whylen, "%s", msg != NULL ? msg : "");
+    json_decref(causes);
+    json_decref(inst);
+    json_decref(s);
+    return out;
+}
+
+/* Patterns are compiled once and kept, up to a bound; past it, and for a pattern that does not
+ * compile, every check gives the same answer as the first. */
+static void test_pattern_cache(void **state)
+{
+    (void)state;
+    char pat[64], yes[64], no[64], why1[1024], why2[1024];
+    for (int i = 0; i < 700; i++) { /* more than the table holds */
+        snprintf(pat, sizeof(pat), "^k%d-[a-z]+$", i);
+        snprintf(yes, sizeof(yes), "k%d-abc", i);
+        snprintf(no, sizeof(no), "k%d-ABC", i);
+        for (int round = 0; round < 2; round++) {
+            if (matches(pat, yes, NULL, 0) != 1 || matches(pat, no, NULL, 0) != 0)
+                fail_msg("pattern %s, round %d", pat, round);
+        }
+    }
+    assert_int_equal(matches("^(a$", "a", why1, sizeof(why1)), -1);
+    assert_int_equal(matches("^(a$", "a", why2, sizeof(why2)), -1);
+    assert_string_equal(why1, why2);
+    assert_non_null(strstr(why1, "f in body should match '^(a$, but pattern is invalid: "));
+}
+
+static void *pattern_worker(void *arg)
+{
+    long bad = 0, id = (long)arg;
+    for (int i = 0; i < 2000; i++) {
+        bad += matches("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", (i + id) % 2 ? "trial-1" : "Trial-1",
+                       NULL, 0) != (i + id) % 2;
+        bad += matches("^k1-[a-z]+$", "k1-x", NULL, 0) != 1;
+    }
+    return (void *)bad;
+}
+
+/* One kept pattern matched from several threads at once. */
+static void test_pattern_threads(void **state)
+{
+    (void)state;
+    pthread_t t[4];
+    for (long i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, pattern_worker, (void *)i), 0);
+    long bad = 0;
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        bad += (long)r;
+    }
+    assert_int_equal(bad, 0);
 }
 
 static void test_root_path_and_causes_str(void **state)
@@ -183,9 +252,10 @@ static void test_structural_cases(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),      cmocka_unit_test(test_root_path_and_causes_str),
-        cmocka_unit_test(test_bad_schema), cmocka_unit_test(test_unknown_fields),
-        cmocka_unit_test(test_structural), cmocka_unit_test(test_structural_cases),
+        cmocka_unit_test(test_table),         cmocka_unit_test(test_root_path_and_causes_str),
+        cmocka_unit_test(test_bad_schema),    cmocka_unit_test(test_unknown_fields),
+        cmocka_unit_test(test_structural),    cmocka_unit_test(test_structural_cases),
+        cmocka_unit_test(test_pattern_cache), cmocka_unit_test(test_pattern_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
