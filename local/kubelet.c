@@ -161,13 +161,16 @@ static bool path_component(const char *s)
            strchr(s, '/') == NULL;
 }
 
+/* A run's log file in its container's folder: RUN.log. */
+#define LOG_NAME "%d.log"
+
 char *kd_kubelet_log_path(const char *state_dir, const char *uid, const char *container, int run)
 {
     /* Names come from API objects: a stored pod from before names were validated, or a
      * request's ?container=, must never reach outside the pod's directory. */
     if (!path_component(uid) || !kd_local_dns_label(container))
         return NULL;
-    return kd_xasprintf("%s/pods/%s/%s/%d.log", state_dir, uid, container, run);
+    return kd_xasprintf("%s/pods/%s/%s/" LOG_NAME, state_dir, uid, container, run);
 }
 
 static int write_file(const char *path, const void *data, size_t len, mode_t mode)
@@ -198,7 +201,9 @@ enum kd_spare_entry kd_kubelet_spare_entry(const char *name, bool is_dir, bool i
 
 bool kd_kubelet_spare_log(const char *name, bool is_reg)
 {
-    return is_reg && strcmp(name, "0.log") == 0;
+    char first[16];
+    snprintf(first, sizeof(first), LOG_NAME, 0);
+    return is_reg && strcmp(name, first) == 0;
 }
 
 /*
@@ -229,9 +234,15 @@ static bool spare_log_keep(const char *path)
     return keep;
 }
 
-/* A container's folder in a spare: its first run's log kept (spare_log_keep), the rest
- * removed. 0, or the -errno of the first entry that could not be removed. */
-static int spare_ctr_tidy(const char *dir)
+/*
+ * Call each(path, name, lstat of it, ud) for every entry of the folder dir, until one returns
+ * non-zero; an entry gone meanwhile is skipped. Then, when the folder's mode is not `mode`
+ * (mode > 0), set it. 0, or the -errno of the first entry or step that failed.
+ */
+static int spare_walk(const char *dir, mode_t mode,
+                      int (*each)(const char *path, const char *name, const struct stat *sb,
+                                  void *ud),
+                      void *ud)
 {
     DIR *d = opendir(dir);
     if (d == NULL)
@@ -245,11 +256,51 @@ static int spare_ctr_tidy(const char *dir)
         struct stat sb;
         if (lstat(path, &sb) != 0)
             rc = errno == ENOENT ? 0 : -errno;
-        else if (!kd_kubelet_spare_log(de->d_name, S_ISREG(sb.st_mode)) || !spare_log_keep(path))
-            rc = kd_rm_tree(path);
+        else
+            rc = each(path, de->d_name, &sb, ud);
         free(path);
     }
+    struct stat sb;
+    if (rc == 0 && mode > 0 && fstat(dirfd(d), &sb) == 0 && (sb.st_mode & 07777) != mode &&
+        fchmod(dirfd(d), mode) != 0)
+        rc = -errno;
     closedir(d);
+    return rc;
+}
+
+/* An entry of a container's folder in a spare: its first run's log kept (spare_log_keep),
+ * the rest removed. */
+static int spare_ctr_entry(const char *path, const char *name, const struct stat *sb, void *ud)
+{
+    (void)ud;
+    if (kd_kubelet_spare_log(name, S_ISREG(sb->st_mode)) && spare_log_keep(path))
+        return 0;
+    return kd_rm_tree(path);
+}
+
+struct spare_ctx {
+    const struct kd_kubelet *k;
+    const char *const *names;
+    size_t n;
+};
+
+/* An entry at the top of a pod folder going into or coming out of the spares. */
+static int spare_top_entry(const char *path, const char *name, const struct stat *sb, void *ud)
+{
+    const struct spare_ctx *c = ud;
+    int rc = 0;
+    switch (
+        kd_kubelet_spare_entry(name, S_ISDIR(sb->st_mode), S_ISREG(sb->st_mode), c->names, c->n)) {
+    case KD_SPARE_REMOVE: rc = kd_rm_tree(path); break;
+    case KD_SPARE_TRUNCATE: {
+        int fd = open(path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        rc = fd >= 0 ? 0 : -errno;
+        if (fd >= 0)
+            close(fd);
+        break;
+    }
+    case KD_SPARE_EMPTY: rc = spare_walk(path, c->k->dir_mode, spare_ctr_entry, NULL); break;
+    }
     return rc;
 }
 
@@ -266,44 +317,8 @@ static char *spare_path(const struct kd_kubelet *k, unsigned id)
 static int spare_tidy(const struct kd_kubelet *k, const char *dir, const char *const *names,
                       size_t n)
 {
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return -errno;
-    int rc = 0;
-    struct dirent *de;
-    while (rc == 0 && (de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        char *path = kd_xasprintf("%s/%s", dir, de->d_name);
-        struct stat sb;
-        if (lstat(path, &sb) != 0) {
-            rc = -errno;
-        } else {
-            switch (kd_kubelet_spare_entry(de->d_name, S_ISDIR(sb.st_mode), S_ISREG(sb.st_mode),
-                                           names, n)) {
-            case KD_SPARE_REMOVE: rc = kd_rm_tree(path); break;
-            case KD_SPARE_TRUNCATE: {
-                int fd = open(path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-                rc = fd >= 0 ? 0 : -errno;
-                if (fd >= 0)
-                    close(fd);
-                break;
-            }
-            case KD_SPARE_EMPTY:
-                rc = spare_ctr_tidy(path);
-                if (rc == 0 && (sb.st_mode & 07777) != k->dir_mode && chmod(path, k->dir_mode) != 0)
-                    rc = -errno;
-                break;
-            }
-        }
-        free(path);
-    }
-    struct stat sb;
-    if (rc == 0 && fstat(dirfd(d), &sb) == 0 && (sb.st_mode & 07777) != k->dir_mode &&
-        fchmod(dirfd(d), k->dir_mode) != 0)
-        rc = -errno;
-    closedir(d);
-    return rc;
+    struct spare_ctx c = {.k = k, .names = names, .n = n};
+    return spare_walk(dir, k->dir_mode, spare_top_entry, &c);
 }
 
 /* The containers' names of p, for spare_tidy. Caller frees the array (not the names). */
