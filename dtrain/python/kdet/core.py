@@ -18,6 +18,7 @@ the searcher yields one operation of max_length, checkpoints go to a
 local directory. Only the chief (rank 0) talks to the controller; the
 other ranks get the chief's answers through torch.distributed broadcasts.
 """
+import atexit
 import contextlib
 import enum
 import json
@@ -45,6 +46,67 @@ def _env_int(name, default):
 def _env_opt(name):
     v = os.environ.get(name)
     return None if v is None or v == "" else _env_int(name, 0)
+
+
+_teardown = {"armed": False, "failed": False, "code": None}
+
+
+def _exit_code(code):
+    """The status Python would give for SystemExit(code)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1
+
+
+def _exit_without_teardown():
+    """Leave this multi-rank worker with os._exit at interpreter exit.
+
+    PyTorch 1.13 can deadlock or abort ("terminate called without an
+    active exception") destroying a gloo process group, the more so one
+    that DistributedDataParallel holds, at destroy_process_group or while
+    the interpreter finalizes. Once the script is done nothing needs that
+    teardown. At exit: run the other atexit handlers (logging's flush, the
+    user's), flush stdout and stderr, then os._exit with the status the
+    script chose: sys.exit(n)'s n, 1 after an uncaught exception, else 0.
+    Idempotent."""
+    st = _teardown
+    if st["armed"]:
+        return
+    st["armed"] = True
+    prev_hook, prev_exit = sys.excepthook, sys.exit
+
+    def hook(t, v, tb):
+        st["failed"] = True
+        prev_hook(t, v, tb)
+
+    def exit_(code=None):
+        st["code"] = code
+        prev_exit(code)
+
+    def leave():
+        try:
+            atexit.unregister(leave)
+            atexit._run_exitfuncs()  # the handlers registered before this one
+        finally:
+            for f in (sys.stdout, sys.stderr):
+                try:
+                    f.flush()
+                except Exception:  # a closed or broken stream: nothing to flush
+                    pass
+            os._exit(1 if st["failed"] else _exit_code(st["code"]))
+
+    sys.excepthook = hook
+    sys.exit = exit_
+    atexit.register(leave)
+
+
+def _torch_group_live():
+    """torch.distributed's default group is up (without importing torch
+    for a script that never did)."""
+    tdist = sys.modules.get("torch.distributed")
+    return tdist is not None and tdist.is_available() and tdist.is_initialized()
 
 
 class DistributedContext:
@@ -707,8 +769,23 @@ class Context:
                 self._client.exit_early("errored", f"{exc_type.__name__}: {exc}"[:4000])
             except Exception as e:  # the original exception matters more
                 print(f"kdet: could not report the early exit: {e}", file=sys.stderr)
-        self.close()
+        try:
+            self.close()
+        finally:
+            if self.distributed.size > 1 and _torch_group_live():
+                self._leave_cleanly(exc_type is None)
         return False
+
+    def _leave_cleanly(self, done):
+        """A multi-rank worker over torch.distributed: a final barrier when
+        the block ended normally (every rank is done with its collectives),
+        then exit without the process group's teardown."""
+        if done:
+            try:
+                sys.modules["torch.distributed"].barrier()
+            except Exception as e:  # a peer is gone; exit anyway
+                print(f"kdet: final barrier failed: {e}", file=sys.stderr)
+        _exit_without_teardown()
 
 
 def init(*, max_length=None, distributed=None, checkpoint_storage=None,

@@ -149,18 +149,8 @@ def main(argv=None):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         print(f"kdet: trial {how} batches_trained={h.batches}"
               + (f" checkpoint={h.last_uuid}" if h.last_uuid else ""), flush=True)
-    if core.distributed.size > 1:
-        import torch.distributed as dist
-        if dist.is_initialized():
-            dist.barrier()  # every rank is done with collectives
-            # PyTorch 1.13 can deadlock tearing down a gloo process group that
-            # DistributedDataParallel holds (~ProcessGroupGloo joins a worker
-            # thread that waits for the GIL the destructor holds), at
-            # destroy_process_group or at interpreter exit. Everything is
-            # reported and checkpointed by now: leave without the teardown.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+    # With several ranks, core's exit ran a final barrier and armed an
+    # exit without the process group's teardown (kdet.core._exit_without_teardown).
     return 0
 
 
@@ -169,7 +159,8 @@ def _main():
         return main()
     except Exception:
         if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
-            # See the teardown note in main(): exit without it, with the error.
+            # Exit without the process group's teardown (see
+            # kdet.core._exit_without_teardown), with the error.
             import traceback
             traceback.print_exc()
             sys.stdout.flush()

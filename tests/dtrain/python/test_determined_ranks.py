@@ -74,6 +74,27 @@ def test_torch_distributed_core_api_matches_one_rank():
 
 
 @case
+def test_multi_rank_exit_skips_teardown_keeps_status():
+    """torch 1.13 can abort or hang destroying a gloo group DDP holds: a
+    multi-rank Core API worker leaves with os._exit at interpreter exit,
+    after the other atexit handlers and a flush, with the script's status."""
+    script = os.path.join(HERE, "exit_ranks.py")
+    for how, want in (("ok", None), ("exit3", 3), ("raise", 1)):
+        e = tk.env(KDET_CHECKPOINT_DIR=tk.tmpdir(), PYTHONPATH=STAGED)
+        rc, out = tk.run([tk.LAUNCH, "--nproc", "2", tk.PY, script, how], e, timeout=120)
+        check((rc == 0) == (want is None), (how, rc, out))
+        for r in (0, 1):
+            check(f"[rank={r}] rank {r} after the block" in out, (how, r, out))
+            check(f"[rank={r}] rank {r} user atexit ran" in out, (how, r, out))
+            check(f"rank {r} interpreter teardown ran" not in out, (how, r, out))
+        if want is not None:
+            check(re.search(rf'worker failed" rank=1 pid=\d+ exit_code={want}\b', out),
+                  (how, out))
+            check('worker failed" rank=0' not in out, (how, out))
+    check("RuntimeError: boom after the block" in out, out)
+
+
+@case
 def test_torch_distributed_trainer_two_ranks():
     d = tk.tmpdir()
     e = two_slots(KDET_CHECKPOINT_DIR=d)

@@ -17,12 +17,10 @@ position in the data (epoch, batch within it, sampler seed) and every
 rank's random generators, so a resumed trial trains on the same batches
 in the same order as one that was never stopped.
 """
-import atexit
 import contextlib
 import math
 import os
 import signal
-import sys
 
 import kdet.core
 from kdet.pytorch._context import (DataLoader, LRScheduler, PyTorchTrialContext, Reducer,
@@ -536,28 +534,6 @@ class Trainer:
             e, j = e + 1, 0
 
 
-def _exit_without_teardown():
-    """PyTorch 1.13 can deadlock tearing down a gloo process group that
-    DistributedDataParallel holds (~ProcessGroupGloo joins a worker thread
-    that waits for the GIL the destructor holds), at interpreter exit.
-    With several ranks, leave with os._exit once the script is done: 1
-    after an uncaught exception, else 0."""
-    state = {"failed": False}
-    prev = sys.excepthook
-
-    def hook(t, v, tb):
-        state["failed"] = True
-        prev(t, v, tb)
-
-    def leave():
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1 if state["failed"] else 0)
-
-    sys.excepthook = hook
-    atexit.register(leave)
-
-
 @contextlib.contextmanager
 def init(*, hparams=None, exp_conf=None, distributed=None, aggregation_frequency=1,
          enable_tensorboard_logging=True):
@@ -580,8 +556,3 @@ def init(*, hparams=None, exp_conf=None, distributed=None, aggregation_frequency
             yield ctx
         finally:
             signal.signal(signal.SIGTERM, old)
-    if core.distributed.size > 1:
-        import torch.distributed as tdist
-        if tdist.is_initialized():
-            tdist.barrier()  # every rank is done with collectives
-            _exit_without_teardown()
