@@ -24,6 +24,8 @@
 #   0. (first) the time to create the N Trials alone, against a kdet-local without its kubelet.
 # Quick run: KDC_BENCH_N=100 KDC_BENCH_CACHE=1000 make bench BENCH=controller
 # KDC_BENCH_KDL_ARGS: more flags for the measured kdet-local (e.g. --compact-bytes 1GiB).
+# KDC_BENCH_KDL_PRELOAD=LIB: LD_PRELOAD for the measured kdet-local alone (its pods do not inherit
+# it), e.g. another malloc to compare with glibc's.
 # KDC_BENCH_TMP=DIR: the work folder (kdet-local's state and the pods' folders) under DIR, e.g. a
 # tmpfs, to tell the file system's share in kdet-local's CPU from its own.
 # Many trials flowing through, 200 at a time (KDC_BENCH_CONCURRENT; default: all N at once):
@@ -140,7 +142,7 @@ for i in range(lo, hi):
 EOF
 }
 
-PATH=$B/bin:$PATH "$B/bin/kdet-local" --data-dir "$work/kdl" --port 0 \
+PATH=$B/bin:$PATH LD_PRELOAD=${KDC_BENCH_KDL_PRELOAD:-} "$B/bin/kdet-local" --data-dir "$work/kdl" --port 0 \
     --kubeconfig-out "$KUBECONFIG" --node-name kdc-bench --max-pods 200 --log-level warn \
     ${KDC_BENCH_KDL_ARGS:-} >"$work/kdl.log" 2>&1 &
 kdl=$!
