@@ -228,6 +228,7 @@ mark_at=(0)
 podwatch=$!
 mark_cpu=($(cpu_ms "$kdl"))
 mark_sys=($(sys_ms "$kdl"))
+mark_ms=($(ms))
 for _ in $(seq 1 6000); do
     # The experiment's status counts its Trials: a LIST of thousands of Trials every half
     # second would cost kdet-local more than the trials themselves.
@@ -243,6 +244,7 @@ for _ in $(seq 1 6000); do
         mark_at+=("${done_n}")
         mark_cpu+=("$(cpu_ms "$kdl")")
         mark_sys+=("$(sys_ms "$kdl")")
+        mark_ms+=("$(ms)")
         log "$done_n pods gone; kdet-local CPU so far $((mark_cpu[-1] - mark_cpu[0])) ms"
         mi=$((mi + 1))
     done
@@ -276,12 +278,15 @@ echo "client rate limit: ${QPS:-50 (default)} requests/s (burst 100): the calls 
 echo "controller CPU: ${cpu1} ms ($(ratio "$cpu1" "$N") ms per trial); RSS ${rss1} KiB, peak (VmHWM) ${hwm1} KiB"
 per=
 split=
+pace=
 for ((k = 1; k < ${#mark_at[@]}; k++)); do
     d=$((mark_at[k] - mark_at[k - 1]))
     [ "$d" -gt 0 ] && per+="$(printf ' %s-%s: %s s' "${mark_at[k - 1]}" "${mark_at[k]}" \
         "$(awk -v c=$((mark_cpu[k] - mark_cpu[k - 1])) -v d="$d" 'BEGIN { printf "%.2f", c / d }')")"
     [ "$d" -gt 0 ] && split+="$(awk -v c=$((mark_cpu[k] - mark_cpu[k - 1])) -v y=$((mark_sys[k] - mark_sys[k - 1])) \
         -v d="$d" -v a="${mark_at[k - 1]}" -v b="${mark_at[k]}" 'BEGIN { printf " %s-%s: %.2f + %.2f s", a, b, (c - y) / d, y / d }')"
+    [ "$d" -gt 0 ] && pace+="$(awk -v t=$((mark_ms[k] - mark_ms[k - 1])) -v d="$d" -v a="${mark_at[k - 1]}" \
+        -v b="${mark_at[k]}" 'BEGIN { printf " %s-%s: %.1f s", a, b, t / d }')"
 done
 # The first stretch also holds the creation of all N Trials (max_concurrent_trials = N): flat is
 # judged from the second on (from 500 pods).
@@ -292,6 +297,9 @@ if [ "${#mark_at[@]}" -gt 3 ]; then
     echo "kdet-local CPU per 1,000 trials, stretch by stretch of pods gone (its own CPU, not the pods'; the first stretch includes the experiment's start, and with all N at once the creation of every Trial):$per; last stretch / the one from ${mark_at[1]}: $(ratio "$last" "$first") (flat: 1)"
     # user space (kdet-local's own code and libraries) apart from the kernel (its file systems)
     echo "the same, user + system:$split"
+    # kdet-local's CPU has a part that goes with time (running pods, its loops), so a slower pace
+    # of trials (the controller's) costs it more per trial.
+    echo "wall time per 1,000 trials, the same stretches:$pace"
 fi
 echo "kdet-local memory: RSS $(status_kb "$kdl" VmRSS) KiB, peak (VmHWM) $(status_kb "$kdl" VmHWM) KiB"
 awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "kdet-local CPU up to here (start-up, anchor, phase 1): %d ms; its reaped children (the pods): %d ms\n", ($12 + $13) * 1000 / hz, ($14 + $15) * 1000 / hz }' "/proc/$kdl/stat"
