@@ -236,8 +236,8 @@ static bool spare_log_keep(const char *path)
 
 /*
  * Call each(path, name, lstat of it, ud) for every entry of the folder dir, until one returns
- * non-zero; an entry gone meanwhile is skipped. Then, when the folder's mode is not `mode`
- * (mode > 0), set it. 0, or the -errno of the first entry or step that failed.
+ * non-zero; an entry gone meanwhile is skipped. Then set the folder's mode to `mode` when it
+ * differs. 0, or the -errno of the first entry or step that failed.
  */
 static int spare_walk(const char *dir, mode_t mode,
                       int (*each)(const char *path, const char *name, const struct stat *sb,
@@ -261,7 +261,7 @@ static int spare_walk(const char *dir, mode_t mode,
         free(path);
     }
     struct stat sb;
-    if (rc == 0 && mode > 0 && fstat(dirfd(d), &sb) == 0 && (sb.st_mode & 07777) != mode &&
+    if (rc == 0 && fstat(dirfd(d), &sb) == 0 && (sb.st_mode & 07777) != mode &&
         fchmod(dirfd(d), mode) != 0)
         rc = -errno;
     closedir(d);

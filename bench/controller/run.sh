@@ -298,7 +298,7 @@ if [ "${#mark_at[@]}" -gt 3 ]; then
     # user space (kdet-local's own code and libraries) apart from the kernel (its file systems)
     echo "the same, user + system:$split"
     # kdet-local's CPU has a part that goes with time (running pods, its loops), so a slower pace
-    # of trials (the controller's) costs it more per trial.
+    # of trials costs it more per trial.
     echo "wall time per 1,000 trials, the same stretches:$pace"
 fi
 echo "kdet-local memory: RSS $(status_kb "$kdl" VmRSS) KiB, peak (VmHWM) $(status_kb "$kdl" VmHWM) KiB"

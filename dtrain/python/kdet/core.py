@@ -19,6 +19,7 @@ local directory. Only the chief (rank 0) talks to the controller; the
 other ranks get the chief's answers through torch.distributed broadcasts.
 """
 import atexit
+import builtins
 import contextlib
 import enum
 import json
@@ -69,21 +70,24 @@ def _exit_without_teardown():
     the interpreter finalizes. Once the script is done nothing needs that
     teardown. At exit: run the other atexit handlers (logging's flush, the
     user's), flush stdout and stderr, then os._exit with the status the
-    script chose: sys.exit(n)'s n, 1 after an uncaught exception, else 0.
+    script chose: n from sys.exit(n) or the exit(n) builtin, 1 after an
+    uncaught exception, else 0 (a bare `raise SystemExit(n)` is not seen).
     Idempotent."""
     st = _teardown
     if st["armed"]:
         return
     st["armed"] = True
-    prev_hook, prev_exit = sys.excepthook, sys.exit
+    prev_hook = sys.excepthook
 
     def hook(t, v, tb):
         st["failed"] = True
         prev_hook(t, v, tb)
 
-    def exit_(code=None):
-        st["code"] = code
-        prev_exit(code)
+    def recording(exit_fn):
+        def exit_(code=None):
+            st["code"] = code
+            exit_fn(code)
+        return exit_
 
     def leave():
         try:
@@ -98,7 +102,10 @@ def _exit_without_teardown():
             os._exit(1 if st["failed"] else _exit_code(st["code"]))
 
     sys.excepthook = hook
-    sys.exit = exit_
+    sys.exit = recording(sys.exit)
+    for name in ("exit", "quit"):  # the site module's builtins raise SystemExit themselves
+        if hasattr(builtins, name):
+            setattr(builtins, name, recording(getattr(builtins, name)))
     atexit.register(leave)
 
 

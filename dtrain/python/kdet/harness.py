@@ -149,25 +149,11 @@ def main(argv=None):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         print(f"kdet: trial {how} batches_trained={h.batches}"
               + (f" checkpoint={h.last_uuid}" if h.last_uuid else ""), flush=True)
-    # With several ranks, core's exit ran a final barrier and armed an
-    # exit without the process group's teardown (kdet.core._exit_without_teardown).
+    # With several ranks, core's exit (kdet.core._exit_without_teardown) has
+    # armed a leave without the process group's teardown, with the status
+    # this script exits with: 0 here, 1 after an exception.
     return 0
 
 
-def _main():
-    try:
-        return main()
-    except Exception:
-        if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
-            # Exit without the process group's teardown (see
-            # kdet.core._exit_without_teardown), with the error.
-            import traceback
-            traceback.print_exc()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)
-        raise
-
-
 if __name__ == "__main__":
-    sys.exit(_main())
+    sys.exit(main())
