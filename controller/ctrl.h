@@ -143,6 +143,7 @@ struct kd_ctrl {
     json_t *cfgs;    /* experiment uid -> {"generation":N,"config":{...}} effective configs */
     json_t *gcmemo;  /* experiment uid -> signature of the states GC last ran for (gc.c) */
     json_t *endmemo; /* experiment uid -> the same, as experiment.c computes it (NULL: empty) */
+    struct kd_ctrl_view *views; /* experiment uid -> its Trials' summaries (experiment.c) */
     struct kd_ctrl_deleted deleted[KD_CTRL_DELETED_MEMO]; /* a ring (trial.c) */
     size_t deleted_next;
     bool kicked;
@@ -224,6 +225,10 @@ uint64_t kd_ctrl_seed_from_uid(const char *uid);
  * integral (it reads 1.0 as 1), else a real; so that a field compared with what was read back
  * (json_equal) is not taken for a change and written again. */
 json_t *kd_ctrl_number(double v);
+
+/** Forget the Trial summaries kept for the experiments whose uid is not in uids (an object;
+ * NULL: all of them). Thread-safe. */
+void kd_ctrl_views_prune(struct kd_ctrl *c, const json_t *uids);
 
 /** Reconcile one Experiment ("ns/name"); kd_k8s_reconcile_fn. */
 int kd_ctrl_reconcile_experiment(const char *key, long *requeue_after_ms, void *ud);

@@ -966,6 +966,7 @@ out:
     kd_k8s_client_free(c.client);
     kd_k8s_config_free(&cfg);
     kd_handoff_free(c.handoff);
+    kd_ctrl_views_prune(&c, NULL);
     json_decref(c.cfgs);
     json_decref(c.endmemo);
     json_decref(c.o.default_storage);

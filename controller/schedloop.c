@@ -469,6 +469,7 @@ void kd_ctrl_schedule(struct kd_ctrl *c)
             json_object_del(c->cfgs, ck);
     }
     pthread_mutex_unlock(&c->mu);
+    kd_ctrl_views_prune(c, uids);
     json_decref(uids);
     json_decref(exps_j);
     /* Forget what was said about trials that are gone; admissions whose pods exist now, or

@@ -299,7 +299,9 @@ if [ "${#mark_at[@]}" -gt 3 ]; then
     echo "the same, user + system:$split"
     # kdet-local's CPU has a part that goes with time (running pods, its loops), so a slower pace
     # of trials costs it more per trial.
-    echo "wall time per 1,000 trials, the same stretches:$pace"
+    wfirst=$(awk -v t=$((mark_ms[2] - mark_ms[1])) -v d=$((mark_at[2] - mark_at[1])) 'BEGIN { printf "%.4f", t / d }')
+    wlast=$(awk -v t=$((mark_ms[k] - mark_ms[k - 1])) -v d=$((mark_at[k] - mark_at[k - 1])) 'BEGIN { printf "%.4f", t / d }')
+    echo "wall time per 1,000 trials, the same stretches:$pace; last / the one from ${mark_at[1]}: $(ratio "$wlast" "$wfirst") (a steady pace: 1)"
 fi
 echo "kdet-local memory: RSS $(status_kb "$kdl" VmRSS) KiB, peak (VmHWM) $(status_kb "$kdl" VmHWM) KiB"
 awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "kdet-local CPU up to here (start-up, anchor, phase 1): %d ms; its reaped children (the pods): %d ms\n", ($12 + $13) * 1000 / hz, ($14 + $15) * 1000 / hz }' "/proc/$kdl/stat"

@@ -1,2 +1,2 @@
-# lib/core: errors, logging, buffers, allocation, time, strings (libc only).
+# lib/core: errors, logging, buffers, allocation, time, strings, a parallel loop (libc only).
 $(eval $(call kd_lib,core,$(wildcard lib/core/*.c)))

@@ -386,28 +386,35 @@ json_t *kd_k8s_cache_list(struct kd_k8s_cache *c, const char *ns)
     return arr;
 }
 
-/* One step of a walk: decode e and call fn, unless want says to skip it; fn may mark e. */
+/* Which entries a walk decodes: want asks with the key and the mark, want_rv with the key and the
+ * resourceVersion; neither set: all. */
+struct walk_filter {
+    bool (*want)(const char *key, bool marked, void *ud);
+    bool (*want_rv)(const char *key, const char *rv, void *ud);
+};
+
+/* One step of a walk: decode e and call fn, unless the filter skips it; fn may mark e. */
 static int visit(const struct kd_k8s_cache *c, struct entry *e, bool marking,
-                 bool (*want)(const char *key, bool marked, void *ud),
-                 int (*fn)(json_t *obj, void *ud), void *ud)
+                 const struct walk_filter *wf, int (*fn)(json_t *obj, void *ud), void *ud)
 {
     int rc = 0;
-    if (want == NULL || want(e->key, atomic_load(&e->mark), ud)) {
-        json_t *o = decode(c, e);
-        rc = fn(o, ud);
-        json_decref(o);
-        if (rc == KD_K8S_EACH_MARK && marking) {
-            atomic_store(&e->mark, true); /* under the read lock: only walkers touch it */
-            rc = 0;
-        }
+    if (wf->want != NULL && !wf->want(e->key, atomic_load(&e->mark), ud))
+        return 0;
+    if (wf->want_rv != NULL && !wf->want_rv(e->key, e->rv, ud))
+        return 0;
+    json_t *o = decode(c, e);
+    rc = fn(o, ud);
+    json_decref(o);
+    if (rc == KD_K8S_EACH_MARK && marking) {
+        atomic_store(&e->mark, true); /* under the read lock: only walkers touch it */
+        rc = 0;
     }
     return rc;
 }
 
 /* Walk the entries under index key ixkey (NULL: all) decoding one at a time; read lock held. */
 static int each_index(struct kd_k8s_cache *c, const char *ixkey, bool marking,
-                      bool (*want)(const char *key, bool marked, void *ud),
-                      int (*fn)(json_t *obj, void *ud), void *ud)
+                      const struct walk_filter *wf, int (*fn)(json_t *obj, void *ud), void *ud)
 {
     int rc = 0;
     rd_lock(c);
@@ -417,12 +424,12 @@ static int each_index(struct kd_k8s_cache *c, const char *ixkey, bool marking,
         struct ixval *v = NULL;
         HASH_FIND_STR(c->index, ixkey, v);
         for (size_t i = 0; v != NULL && i < v->n && rc == 0; i++)
-            rc = visit(c, v->items[i], marking, want, fn, ud);
+            rc = visit(c, v->items[i], marking, wf, fn, ud);
     } else {
         struct entry *e, *tmp;
         HASH_ITER(hh, c->entries, e, tmp)
         {
-            rc = visit(c, e, marking, want, fn, ud);
+            rc = visit(c, e, marking, wf, fn, ud);
             if (rc != 0)
                 break;
         }
@@ -436,7 +443,7 @@ int kd_k8s_cache_each(struct kd_k8s_cache *c, const char *ns, int (*fn)(json_t *
                       void *ud)
 {
     char *k = ns != NULL ? kd_xasprintf("n:%s", ns) : NULL;
-    int rc = each_index(c, k, false, NULL, fn, ud);
+    int rc = each_index(c, k, false, &(struct walk_filter){0}, fn, ud);
     free(k);
     return rc;
 }
@@ -446,7 +453,7 @@ int kd_k8s_cache_each_if(struct kd_k8s_cache *c, const char *ns,
                          int (*fn)(json_t *obj, void *ud), void *ud)
 {
     char *k = ns != NULL ? kd_xasprintf("n:%s", ns) : NULL;
-    int rc = each_index(c, k, true, want, fn, ud);
+    int rc = each_index(c, k, true, &(struct walk_filter){.want = want}, fn, ud);
     free(k);
     return rc;
 }
@@ -455,7 +462,17 @@ int kd_k8s_cache_each_owner(struct kd_k8s_cache *c, const char *uid,
                             int (*fn)(json_t *obj, void *ud), void *ud)
 {
     char *k = kd_xasprintf("o:%s", uid);
-    int rc = each_index(c, k, false, NULL, fn, ud);
+    int rc = each_index(c, k, false, &(struct walk_filter){0}, fn, ud);
+    free(k);
+    return rc;
+}
+
+int kd_k8s_cache_each_owner_changed(struct kd_k8s_cache *c, const char *uid,
+                                    bool (*want)(const char *key, const char *rv, void *ud),
+                                    int (*fn)(json_t *obj, void *ud), void *ud)
+{
+    char *k = kd_xasprintf("o:%s", uid);
+    int rc = each_index(c, k, false, &(struct walk_filter){.want_rv = want}, fn, ud);
     free(k);
     return rc;
 }

@@ -84,6 +84,17 @@ int kd_k8s_cache_each_if(struct kd_k8s_cache *c, const char *ns,
 int kd_k8s_cache_each_owner(struct kd_k8s_cache *c, const char *uid,
                             int (*fn)(json_t *obj, void *ud), void *ud);
 
+/**
+ * kd_k8s_cache_each_owner, asking want(key, rv, ud) first for each object (its key and
+ * metadata.resourceVersion, "" when it has none; both borrowed) and decoding for fn only the
+ * objects it returns true for. A walker that keeps what it read of each object with its
+ * resourceVersion decodes only the objects that changed since its last walk. want runs under
+ * the read lock, as fn does.
+ */
+int kd_k8s_cache_each_owner_changed(struct kd_k8s_cache *c, const char *uid,
+                                    bool (*want)(const char *key, const char *rv, void *ud),
+                                    int (*fn)(json_t *obj, void *ud), void *ud);
+
 /** New array of the objects with an ownerReference of this uid. */
 json_t *kd_k8s_cache_by_owner(struct kd_k8s_cache *c, const char *uid);
 

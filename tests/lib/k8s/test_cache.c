@@ -153,6 +153,31 @@ static int mark_fn(json_t *o, void *ud)
     return KD_K8S_EACH_MARK;
 }
 
+/* For kd_k8s_cache_each_owner_changed: what a walker saw before (key and resourceVersion). */
+struct rv_seen {
+    struct each_rec *r;
+    const char *keys[2], *rvs[2];
+    int asked;
+    char rv_of_p0[8];
+};
+
+static bool rv_changed(const char *key, const char *rv, void *ud)
+{
+    struct rv_seen *s = ud;
+    s->asked++;
+    if (strcmp(key, "ns/p0") == 0)
+        snprintf(s->rv_of_p0, sizeof(s->rv_of_p0), "%s", rv);
+    for (int i = 0; i < 2; i++)
+        if (strcmp(key, s->keys[i]) == 0)
+            return strcmp(rv, s->rvs[i]) != 0;
+    return true;
+}
+
+static int rv_fn(json_t *o, void *ud)
+{
+    return each_fn(o, ((struct rv_seen *)ud)->r);
+}
+
 static void test_each(void **state)
 {
     (void)state;
@@ -298,6 +323,13 @@ static void test_index_slots(void **state)
     assert_int_equal(r.n, 2);
     assert_int_equal(kd_k8s_cache_each_owner(c, "nobody", each_fn, &r), 0);
     assert_int_equal(r.n, 2);
+    /* by resourceVersion: p0 was seen at "1" and is skipped; p3 was seen at an older one */
+    memset(&r, 0, sizeof(r));
+    struct rv_seen seen = {.r = &r, .keys = {"ns/p0", "ns/p3"}, .rvs = {"1", "0"}};
+    assert_int_equal(kd_k8s_cache_each_owner_changed(c, "t1", rv_changed, rv_fn, &seen), 0);
+    assert_string_equal(r.names, "p3;");
+    assert_int_equal(seen.asked, 2);
+    assert_string_equal(seen.rv_of_p0, "1");
     assert_int_equal(arr_len_decref(kd_k8s_cache_list(c, "ns")), 3);
     for (int k = 0; k < 5; k++) {
         char key[16];
